@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Create or refresh the repo's Python virtualenv (.venv at the repo root) from requirements.txt.
+#
+# - Uses $PYTHON if set, else python3; it must be Python >= 3.10.
+# - Reuses .venv when .venv/.requirements.sha256 equals the sha256 of requirements.txt and the
+#   venv's python runs; otherwise (re)installs. The stamp is written only after a successful
+#   install, so an interrupted install is redone on the next run.
+# - Safe to run concurrently (flock on .venv-setup.lock); idempotent.
+# - Says what it does on stderr; stdout stays empty. Exits non-zero on any failure.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+REQ="$ROOT/requirements.txt"
+STAMP="$VENV/.requirements.sha256"
+LOCK="$ROOT/.venv-setup.lock"
+PY="${PYTHON:-python3}"
+
+log() { echo "setup-venv: $*" >&2; }
+die() { echo "setup-venv: error: $*" >&2; exit 1; }
+
+[[ -f "$REQ" ]] || die "requirements file $REQ not found"
+command -v "$PY" >/dev/null 2>&1 || die "python interpreter '$PY' not found on PATH (set PYTHON=...)"
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
+  || die "$("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])') is older than 3.10"
+
+want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+
+# Serialize concurrent runs (several tests/helpers may call this at once).
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$LOCK"
+  flock 9
+fi
+
+venv_ok() { [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; }
+
+if venv_ok && [[ -f "$STAMP" ]] && [[ "$(cat "$STAMP")" == "$want" ]]; then
+  log "reusing $VENV (requirements.txt sha256 ${want:0:12} unchanged)"
+  exit 0
+fi
+
+if [[ -e "$VENV" ]] && ! venv_ok; then
+  log "$VENV exists but its python does not run; removing it"
+  rm -rf "$VENV"
+fi
+
+if [[ ! -e "$VENV" ]]; then
+  log "creating $VENV with $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+  "$PY" -m venv "$VENV" || die "python -m venv $VENV failed"
+else
+  log "requirements.txt changed (stamp $(cat "$STAMP" 2>/dev/null | cut -c1-12 || true) -> ${want:0:12}); reinstalling into $VENV"
+fi
+
+rm -f "$STAMP"
+log "installing $REQ (this takes a minute or two from a cold pip cache)"
+start=$SECONDS
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ" >&2 \
+  || die "pip install -r $REQ into $VENV failed (see pip output above)"
+"$VENV/bin/python" -c 'import torch, triton, transformers, safetensors, pytest, yaml, numpy' \
+  || die "packages from $REQ installed but do not import in $VENV"
+
+tmp="$(mktemp "$VENV/.requirements.sha256.XXXXXX")"
+echo "$want" >"$tmp"
+mv -f "$tmp" "$STAMP"
+log "ready: $VENV (installed in $((SECONDS - start))s, stamp ${want:0:12})"
