@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+
+	"github.com/spf13/cobra"
+)
+
+// Version is the xpuinject version, recorded in plans, packed checkpoints and packages.
+var Version = "0.1.0"
+
+// Factory holds what commands need from the outside world, so tests can replace it.
+// Fields are set by NewFactory; tests build their own.
+type Factory struct {
+	In     io.Reader
+	Out    io.Writer // results
+	ErrOut io.Writer // progress, warnings
+	// Getenv reads the environment (tests substitute a map).
+	Getenv func(string) string
+	// IsTerminal reports whether ErrOut is a terminal (progress bars only then).
+	IsTerminal bool
+}
+
+// NewFactory returns the Factory of a real process.
+func NewFactory(in io.Reader, out, errOut io.Writer) *Factory {
+	f := &Factory{In: in, Out: out, ErrOut: errOut, Getenv: os.Getenv}
+	if fi, ok := errOut.(*os.File); ok {
+		f.IsTerminal = isTerminal(fi)
+	}
+	return f
+}
+
+// ErrNotAvailable marks a command whose capability is not built yet.
+var ErrNotAvailable = errors.New("not available yet")
+
+func notAvailable(what string) error { return fmt.Errorf("%w: %s", ErrNotAvailable, what) }
+
+// exitError carries a specific exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Exit codes, decided here only.
+const (
+	exitOK           = 0
+	exitError1       = 1 // any failure
+	exitUsage        = 2 // bad flags or arguments
+	exitNotAvailable = 3 // capability not built yet
+	exitInterrupted  = 130
+)
+
+// Main runs the CLI with args and returns the process exit code.
+func Main(args []string, f *Factory) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	root := NewRootCmd(f)
+	root.SetArgs(args)
+	root.SetIn(f.In)
+	root.SetOut(f.Out)
+	root.SetErr(f.ErrOut)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(f.ErrOut, "xpuinject: "+err.Error())
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, ErrNotAvailable):
+		return exitNotAvailable
+	case errors.Is(err, context.Canceled):
+		return exitInterrupted
+	case isUsageError(err):
+		return exitUsage
+	}
+	return exitError1
+}
+
+// NewRootCmd builds the command tree. One file per command: each adds itself here.
+func NewRootCmd(f *Factory) *cobra.Command {
+	root := newPipelineCmd(f)
+	root.SilenceUsage = true
+	root.SilenceErrors = true
+	root.Version = Version
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{err} })
+	root.AddCommand(
+		newFetchCmd(f),
+		newPlanCmd(f),
+		newPackCmd(f),
+		newPackageCmd(f),
+		newEvalCmd(f),
+		newPushCmd(f),
+		newKernelsCmd(f),
+	)
+	return root
+}
+
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func isUsageError(err error) bool {
+	var u *usageError
+	return errors.As(err, &u)
+}
+
+// exactArgs is cobra.ExactArgs with a usage error.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return &usageError{err}
+		}
+		return nil
+	}
+}

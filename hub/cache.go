@@ -1,0 +1,78 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Cache is a Hugging Face hub cache folder laid out as huggingface_hub lays it out
+// (huggingface_hub/file_download.py, constants.py):
+//
+//	<dir>/<type>s--<org>--<name>/blobs/<etag>
+//	                         /refs/<revision>        (holds the commit sha)
+//	                         /snapshots/<sha>/<path> (relative symlinks into blobs/)
+type Cache struct {
+	Dir string
+}
+
+// DefaultCache returns the cache folder huggingface_hub would use:
+// $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub
+// (XDG_CACHE_HOME honoured as huggingface_hub's constants.py does).
+func DefaultCache() Cache {
+	if d := os.Getenv("HF_HUB_CACHE"); d != "" {
+		return Cache{Dir: d}
+	}
+	return Cache{Dir: filepath.Join(HFHome(), "hub")}
+}
+
+// HFHome is $HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface.
+func HFHome() string {
+	if d := os.Getenv("HF_HOME"); d != "" {
+		return d
+	}
+	if x := os.Getenv("XDG_CACHE_HOME"); x != "" {
+		return filepath.Join(x, "huggingface")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = "."
+	}
+	return filepath.Join(home, ".cache", "huggingface")
+}
+
+// RepoFolder is the cache folder name of a repository: "models--org--name".
+func RepoFolder(repoType, repo string) string {
+	return repoType + "s--" + strings.ReplaceAll(repo, "/", "--")
+}
+
+// ErrNotCached is returned when the cache holds no snapshot for a revision.
+var ErrNotCached = errors.New("hub: not in the local cache")
+
+var commitPattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// LocalSnapshot finds the snapshot folder of repo at revision without any network:
+// a 40-hex revision is a commit; anything else is looked up in refs/.
+func (c Cache) LocalSnapshot(repoType, repo, revision string) (dir, commit string, err error) {
+	root := filepath.Join(c.Dir, RepoFolder(repoType, repo))
+	commit = revision
+	if !commitPattern.MatchString(revision) {
+		b, err := os.ReadFile(filepath.Join(root, "refs", filepath.FromSlash(revision)))
+		if err != nil {
+			return "", "", fmt.Errorf("%w: %s@%s (no %s)", ErrNotCached, repo, revision,
+				filepath.Join(root, "refs", revision))
+		}
+		commit = strings.TrimSpace(string(b))
+		if !commitPattern.MatchString(commit) {
+			return "", "", fmt.Errorf("hub: %s: not a commit sha: %q", filepath.Join(root, "refs", revision), commit)
+		}
+	}
+	dir = filepath.Join(root, "snapshots", commit)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", "", fmt.Errorf("%w: %s@%s (no snapshot folder %s)", ErrNotCached, repo, revision, dir)
+	}
+	return dir, commit, nil
+}

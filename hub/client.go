@@ -1,0 +1,183 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultEndpoint is the public Hub.
+const DefaultEndpoint = "https://huggingface.co"
+
+// Client talks to a Hub endpoint. The zero value is not usable; use NewClient.
+type Client struct {
+	Endpoint  string // no trailing slash
+	Token     string // bearer token; never printed
+	HTTP      *http.Client
+	UserAgent string
+	// MaxRetries bounds retries of 5xx, 429 and dropped connections.
+	MaxRetries int
+	// Backoff returns the wait before retry attempt n (1-based); Retry-After wins.
+	Backoff func(n int) time.Duration
+	// Offline forbids network access ($HF_HUB_OFFLINE).
+	Offline bool
+}
+
+// NewClient builds a client from the environment as huggingface_hub does:
+// $HF_ENDPOINT, $HF_TOKEN else the token file ($HF_TOKEN_PATH, else $HF_HOME/token),
+// $HF_HUB_OFFLINE. getenv is os.Getenv in production.
+func NewClient(getenv func(string) string) *Client {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	c := &Client{
+		Endpoint:   strings.TrimRight(firstNonEmpty(getenv("HF_ENDPOINT"), DefaultEndpoint), "/"),
+		Token:      readToken(getenv),
+		UserAgent:  "xpuinject",
+		MaxRetries: 5,
+		Backoff: func(n int) time.Duration {
+			d := 500 * time.Millisecond << (n - 1)
+			if d > 16*time.Second {
+				d = 16 * time.Second
+			}
+			return d
+		},
+		Offline: isTrue(getenv("HF_HUB_OFFLINE")),
+	}
+	c.HTTP = &http.Client{
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ResponseHeaderTimeout: 30 * time.Second,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConnsPerHost:   16,
+		},
+	}
+	return c
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// isTrue follows huggingface_hub's _is_true (constants.py): "1", "ON", "YES", "TRUE".
+func isTrue(v string) bool {
+	switch strings.ToUpper(strings.TrimSpace(v)) {
+	case "1", "ON", "YES", "TRUE":
+		return true
+	}
+	return false
+}
+
+func readToken(getenv func(string) string) string {
+	if t := strings.TrimSpace(getenv("HF_TOKEN")); t != "" {
+		return t
+	}
+	path := getenv("HF_TOKEN_PATH")
+	if path == "" {
+		home := getenv("HF_HOME")
+		if home == "" {
+			home = HFHome()
+		}
+		path = filepath.Join(home, "token")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// ErrOffline is returned when a request is attempted in offline mode.
+var ErrOffline = errors.New("hub: offline mode (HF_HUB_OFFLINE is set)")
+
+// StatusError is a non-2xx answer. Its message never contains the token.
+type StatusError struct {
+	Method, URL string
+	Status      int
+	Body        string // first bytes of the body, for the message
+}
+
+func (e *StatusError) Error() string {
+	msg := fmt.Sprintf("hub: %s %s: HTTP %d", e.Method, e.URL, e.Status)
+	if e.Body != "" {
+		msg += ": " + e.Body
+	}
+	return msg
+}
+
+// Do sends req with auth and user agent, retrying 5xx, 429 and dropped connections
+// with backoff (Retry-After honoured). A request with a body is retried only if it
+// has GetBody. The caller closes the response body. Non-2xx answers that are not
+// retried, or that persist, are returned as the response (err nil) for the caller
+// to interpret, except after exhausting retries on a retryable status, which
+// returns *StatusError.
+func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, error) {
+	if c.Offline {
+		return nil, ErrOffline
+	}
+	req = req.WithContext(ctx)
+	if c.Token != "" && req.Header.Get("Authorization") == "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", c.UserAgent)
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 && req.Body != nil {
+			if req.GetBody == nil {
+				return nil, fmt.Errorf("hub: %s %s: cannot retry a request whose body cannot be replayed", req.Method, req.URL.Redacted())
+			}
+			b, err := req.GetBody()
+			if err != nil {
+				return nil, err
+			}
+			req.Body = b
+		}
+		resp, err := c.HTTP.Do(req)
+		var wait time.Duration
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if attempt >= c.MaxRetries {
+				return nil, fmt.Errorf("hub: %s %s: %w", req.Method, req.URL.Redacted(), err)
+			}
+			wait = c.Backoff(attempt + 1)
+		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			if attempt >= c.MaxRetries {
+				return nil, &StatusError{Method: req.Method, URL: req.URL.Redacted(), Status: resp.StatusCode, Body: strings.TrimSpace(string(body))}
+			}
+			wait = c.Backoff(attempt + 1)
+			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && ra >= 0 {
+				wait = time.Duration(ra) * time.Second
+			}
+		default:
+			return resp, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,79 @@
+// Package inject turns a models.Graph into a Plan (which kernel replaces which layer,
+// and how its weights are transformed), packs the weights the plan asks for into a new
+// safetensors checkpoint, and emits the kernel-hub package and shim.
+//
+// Planning and transforms are pure; I/O lives at the edges (pack.go, emit.go).
+package inject
+
+// SchemaVersion is the version of the plan.yaml / plan JSON schema written by this build.
+const SchemaVersion = 1
+
+// Transform names, as they appear in plans and in safetensors __metadata__.
+const (
+	TFoldBN        = "fold-bn"        // Linear then BatchNorm1d folded into the Linear
+	TFoldBNInput   = "fold-bn-input"  // BatchNorm1d then Linear folded into the Linear
+	TFoldConvBN    = "fold-conv-bn"   // Conv2d then BatchNorm2d folded into the Conv2d
+	TConcatQKV     = "concat-qkv"     // q, k, v weights (and biases) concatenated along the output dim
+	TConcatGateUp  = "concat-gate-up" // gate and up weights concatenated along the output dim
+	TCastBF16      = "cast-bf16"      // cast to bf16, round-to-nearest-even
+	TPrepackKMajor = "prepack-kmajor" // [N, K] nn.Linear weight transposed to K-major [K, N]
+)
+
+// KernelKeep is the Kernel value of a layer that stays on the stock transformers path.
+const KernelKeep = "keep"
+
+// Plan is the layer -> kernel plan of one model; it is written as plan.yaml by pack
+// and read back by package and eval. Field names are the schema (yaml and json agree).
+type Plan struct {
+	Schema int    `yaml:"schema" json:"schema"`
+	Tool   string `yaml:"tool" json:"tool"` // "xpuinject <version>"
+	Source Source `yaml:"source" json:"source"`
+	Arch   string `yaml:"arch" json:"arch"` // config.json model_type
+	// Backends the package targets, e.g. ["cuda", "xpu"].
+	Backends []string    `yaml:"backends" json:"backends"`
+	Layers   []LayerPlan `yaml:"layers" json:"layers"`
+}
+
+// Source says where the checkpoint came from.
+type Source struct {
+	Repo     string `yaml:"repo,omitempty" json:"repo,omitempty"`         // org/name on the Hub
+	Revision string `yaml:"revision,omitempty" json:"revision,omitempty"` // commit sha
+	Path     string `yaml:"path,omitempty" json:"path,omitempty"`         // local folder
+}
+
+// LayerPlan is the decision for one layer.
+type LayerPlan struct {
+	Module string `yaml:"module" json:"module"` // transformers module path
+	Kind   string `yaml:"kind" json:"kind"`     // models.LayerKind
+	Class  string `yaml:"class" json:"class"`   // transformers class name
+	// Kernel is the registry name of the replacing kernel, or "keep".
+	Kernel string `yaml:"kernel" json:"kernel"`
+	// Layer is the kernel-hub layer class that replaces the module's forward ("" when kept).
+	Layer string `yaml:"layer,omitempty" json:"layer,omitempty"`
+	// Reason explains a keep (and, for replaced layers, any notable choice).
+	Reason string `yaml:"reason,omitempty" json:"reason,omitempty"`
+	// Transforms applied to this layer's weights, in order.
+	Transforms []string `yaml:"transforms,omitempty" json:"transforms,omitempty"`
+	// Tensors maps the layer's roles to source checkpoint tensor names.
+	Tensors map[string]string `yaml:"tensors" json:"tensors"`
+	// Dims are the shape facts of the layer (hidden, heads, ...).
+	Dims map[string]int64 `yaml:"dims,omitempty" json:"dims,omitempty"`
+	Eps  float64          `yaml:"eps,omitempty" json:"eps,omitempty"`
+	// Outputs are the tensors pack writes for this layer.
+	Outputs []TensorPlan `yaml:"outputs,omitempty" json:"outputs,omitempty"`
+}
+
+// TensorPlan describes one tensor of the packed checkpoint.
+type TensorPlan struct {
+	Name string `yaml:"name" json:"name"`
+	// Attr is the module attribute the shim attaches the tensor as
+	// (e.g. "xpuinject_qkv_weight"), "" for tensors loaded under their own name.
+	Attr       string   `yaml:"attr,omitempty" json:"attr,omitempty"`
+	Sources    []string `yaml:"sources" json:"sources"`
+	Transforms []string `yaml:"transforms,omitempty" json:"transforms,omitempty"`
+	Shape      []int64  `yaml:"shape" json:"shape"`
+	DType      string   `yaml:"dtype" json:"dtype"`   // safetensors dtype of the output
+	Layout     string   `yaml:"layout" json:"layout"` // "row-major" or "k-major"
+	// Split gives the sizes along the concatenated (output) dimension, in source order.
+	Split []int64 `yaml:"split,omitempty" json:"split,omitempty"`
+}

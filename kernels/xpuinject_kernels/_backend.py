@@ -1,0 +1,291 @@
+"""Backend detection, alignment checks and autotune config builders shared by every kernel.
+
+Only stdlib, torch and triton are imported here (the package is copied verbatim into kernel-hub
+variant folders, see DESIGN "Kernel hub package").
+
+Backends:
+  "cuda"  NVIDIA (Hopper-sized configs, TMA tensor descriptors need `ensure_allocator()`),
+  "xpu"   Intel GPUs through the Intel XPU backend for Triton (configs per seed 000: grf_mode "256",
+          GROUP_SIZE_M swizzling, register-file-aware pruning),
+  "cpu"   the Triton interpreter; kernels run on CPU tensors only when TRITON_INTERPRET=1.
+
+Under the interpreter every autotuned kernel gets ONE small config: the interpreter executes each
+program in numpy, so benchmarking several configs would multiply an already slow run.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+import torch
+import triton
+
+__all__ = [
+    "backend",
+    "is_interpret",
+    "require_runnable",
+    "tma_ok",
+    "ensure_allocator",
+    "empty",
+    "set_poison",
+    "poison_enabled",
+    "launch_counts",
+    "count",
+    "autotuned",
+    "gemm_configs",
+    "rowwise_num_warps",
+    "XPU_GRF_BYTES_PER_THREAD",
+    "CUDA_SMEM_BYTES",
+]
+
+# Every launch increments a named counter here (e.g. "gemm.tma", "gemm.blockptr", "rms_norm").
+# Tests assert which code path ran; layers' tests assert the kernel actually ran.
+launch_counts: "collections.Counter[str]" = collections.Counter()
+
+
+def count(name: str) -> None:
+    launch_counts[name] += 1
+
+
+# When poisoning is on, launchers allocate outputs filled with NaN so an element the kernel fails
+# to write shows up as NaN in the comparison. Tests turn it on; production leaves it off (cost:
+# one extra fill per output).
+_POISON = os.environ.get("XPUINJECT_POISON", "0") == "1"
+
+
+def set_poison(on: bool) -> None:
+    global _POISON
+    _POISON = bool(on)
+
+
+def poison_enabled() -> bool:
+    return _POISON
+
+
+def empty(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """torch.empty, or a NaN-filled tensor when poisoning is enabled."""
+    t = torch.empty(tuple(shape), dtype=dtype, device=device)
+    if _POISON:
+        t.fill_(float("nan"))
+    return t
+
+
+def is_interpret() -> bool:
+    """True when TRITON_INTERPRET is set (read the way triton itself reads it)."""
+    try:
+        return bool(triton.knobs.runtime.interpret)
+    except AttributeError:  # older triton without knobs
+        return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def backend(device) -> str:
+    """Return "cuda", "xpu" or "cpu" for a torch device (or tensor, or device string)."""
+    if isinstance(device, torch.Tensor):
+        device = device.device
+    device = torch.device(device)
+    if device.type in ("cuda", "xpu", "cpu"):
+        return device.type
+    raise ValueError(f"xpuinject_kernels: unsupported device type {device.type!r} (want cuda, xpu or cpu)")
+
+
+def require_runnable(t: torch.Tensor, what: str) -> str:
+    """Check that a kernel can run on t's device; return the backend name.
+
+    Under TRITON_INTERPRET=1 the kernels run on CPU tensors (and on GPU tensors, copied through the
+    host by the interpreter). Without it, CPU tensors cannot run a Triton kernel.
+    """
+    be = backend(t)
+    if be == "cpu" and not is_interpret():
+        raise RuntimeError(
+            f"xpuinject_kernels: {what}: tensor is on the CPU; Triton kernels need a cuda or xpu device, "
+            "or TRITON_INTERPRET=1 (set before triton is imported) to run in the interpreter"
+        )
+    return be
+
+
+def tma_ok(t: torch.Tensor) -> bool:
+    """Whether a tensor can back a tensor descriptor (`tl.make_tensor_descriptor`).
+
+    Rules (triton's make_tensor_descriptor docstring + DESIGN "Kernels"): base pointer 16-byte
+    aligned, last stride 1, every other stride a multiple of 16 bytes. On the H200 a misaligned
+    stride gave SILENTLY WRONG results and the interpreter asserted, so callers must fall back to
+    block pointers when this says False. A tensor with fewer than 2 dims never qualifies (descriptors
+    are 2-5 D).
+    """
+    if t.dim() < 2 or t.dim() > 5:
+        return False
+    es = t.element_size()
+    if t.data_ptr() % 16 != 0:
+        return False
+    if t.stride(-1) != 1:
+        return False
+    for d in range(t.dim() - 1):
+        if t.size(d) > 1 and (t.stride(d) * es) % 16 != 0:
+            return False
+    return True
+
+
+_allocator_set = False
+
+
+def ensure_allocator(device: torch.device) -> None:
+    """On CUDA, descriptors built in-kernel need global scratch from triton's allocator.
+
+    Set a torch-backed allocator unless someone already installed one. XPU lowers descriptors to
+    2D block loads and the interpreter needs no scratch, so this is a no-op there.
+    """
+    global _allocator_set
+    if backend(device) != "cuda" or is_interpret():
+        return
+    try:
+        from triton.runtime import _allocation
+
+        current = _allocation._allocator.get()
+        if not isinstance(current, _allocation.NullAllocator):
+            return
+    except (ImportError, AttributeError):
+        if _allocator_set:
+            return
+
+    def _alloc(size: int, alignment: int, stream: Optional[int]):
+        return torch.empty(size, dtype=torch.int8, device=device)
+
+    triton.set_allocator(_alloc)
+    _allocator_set = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Row-wise kernels (RMSNorm, RoPE): warps by row width.
+# ---------------------------------------------------------------------------------------------
+
+
+def rowwise_num_warps(block: int) -> int:
+    """num_warps for a one-row-per-program kernel of `block` elements.
+
+    Rule of thumb from Triton's layer-norm tutorial and Liger: ~256 elements per warp keeps every
+    lane busy with a few vector loads while a 4096-wide row still fits one program; capped at 16
+    (XPU allows 32 but a row kernel is bandwidth bound and more warps only add reduction cost).
+    """
+    return max(1, min(16, block // 256))
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMM autotune configs per backend.
+# ---------------------------------------------------------------------------------------------
+
+# XPU register file: grf_mode "256" gives each hardware thread 256 GRFs of 64 bytes on Xe-HPC
+# (Data Center GPU Max); seed 000 asks for large GRF mode on every GEMM config. A Triton warp maps
+# to one hardware thread, so a program of num_warps warps owns num_warps * 16 KiB of registers.
+XPU_GRF_BYTES_PER_THREAD = 256 * 64
+# Only part of the register file can hold tiles: addresses, loop state and the epilogue need the
+# rest. 0.75 keeps the 256x256x32/32-warp config (seed 000's largest, 288 KiB of tiles vs 512 KiB)
+# and drops the 256x256 swiglu variant (two accumulators, 544 KiB) that would spill.
+XPU_TILE_FRACTION = 0.75
+
+# Hopper (H100/H200) shared memory per block usable by one kernel: 227 KiB.
+CUDA_SMEM_BYTES = 227 * 1024
+
+
+def _cfg(kw: Dict, num_warps: int, num_stages: int) -> triton.Config:
+    return triton.Config(dict(kw), num_warps=num_warps, num_stages=num_stages)
+
+
+def gemm_configs(be: str, *, n_b_tiles: int = 1) -> List[triton.Config]:
+    """GEMM configs (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_SIZE_M + warps/stages) for a backend.
+
+    n_b_tiles: how many B tiles (and accumulators) one program keeps live per step — 2 for the
+    fused swiglu epilogue (gate and up), used only by the pruners (see `gemm_prune`).
+    """
+    if is_interpret():
+        # One small config: tl.dot needs every dim >= 16; 16x32x32 keeps programs few on tiny tests.
+        return [_cfg({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_SIZE_M": 2}, 4, 1)]
+    if be == "xpu":
+        # Seed 000: large tiles + grf_mode "256" + many warps for big M; 32/64-row tiles for skinny M
+        # (decode); GROUP_SIZE_M 4 swizzling. grf_mode is a compiler option of the XPU backend only:
+        # on CUDA it would be rejected as an unknown kernel argument, hence XPU-only.
+        big = [
+            ({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_SIZE_M": 4}, 32, 4),
+            ({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_SIZE_M": 4}, 32, 4),
+            ({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_SIZE_M": 4}, 32, 4),
+            ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_SIZE_M": 4}, 16, 4),
+            ({"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_SIZE_M": 4}, 16, 4),
+            ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 4}, 8, 3),
+            ({"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 4}, 8, 3),
+            ({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 1}, 4, 3),
+        ]
+        return [_cfg({**kw, "grf_mode": "256"}, w, s) for kw, w, s in big]
+    # CUDA, sized for Hopper (132 SMs, 227 KiB smem): 128x128 / 128x256 tiles with 3-4 stages for
+    # prefill, narrow-M tiles for decode (M <= 16 would waste 7/8 of a 128-row tile).
+    cfgs = [
+        ({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 8, 3),
+        ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 8, 4),
+        ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 4, 3),
+        ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 4, 4),
+        ({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_SIZE_M": 8}, 4, 4),
+        ({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_SIZE_M": 1}, 4, 4),
+        ({"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP_SIZE_M": 1}, 4, 3),
+    ]
+    return [_cfg(kw, w, s) for kw, w, s in cfgs]
+
+
+def gemm_tile_bytes(cfg: triton.Config, be: str, n_b_tiles: int, elem_bytes: int = 2) -> int:
+    """Bytes one program keeps live for a config: fp32 accumulators + one A/B stage (XPU registers),
+    or A/B tiles times num_stages (CUDA shared memory)."""
+    k = cfg.kwargs
+    bm, bn, bk = k["BLOCK_M"], k["BLOCK_N"], k["BLOCK_K"]
+    ab = (bm * bk + n_b_tiles * bk * bn) * elem_bytes
+    if be == "xpu":
+        return n_b_tiles * bm * bn * 4 + ab
+    return ab * max(1, cfg.num_stages)
+
+
+def gemm_prune(be: str, n_b_tiles: int) -> Callable:
+    """An `early_config_prune` hook: drop configs that would spill (XPU register file) or not fit
+    (CUDA shared memory), and tiles far taller than M (a 256-row tile for a decode step of M=1).
+    Always keeps at least one config (the smallest footprint)."""
+
+    def prune(configs: Iterable[triton.Config], named_args: Dict, **kwargs) -> List[triton.Config]:
+        configs = list(configs)
+        if len(configs) <= 1:
+            return configs
+        m = named_args.get("M", kwargs.get("M"))
+        keep = []
+        for c in configs:
+            need = gemm_tile_bytes(c, be, n_b_tiles)
+            if be == "xpu":
+                budget = c.num_warps * XPU_GRF_BYTES_PER_THREAD * XPU_TILE_FRACTION
+            else:
+                budget = CUDA_SMEM_BYTES
+            if need > budget:
+                continue
+            # M-aware: a tile more than 4x taller than the (power-of-2 rounded) M only burns
+            # bandwidth and registers on masked rows.
+            if isinstance(m, int) and c.kwargs["BLOCK_M"] > 4 * max(16, triton.next_power_of_2(m)):
+                continue
+            keep.append(c)
+        if not keep:
+            keep = [min(configs, key=lambda c: gemm_tile_bytes(c, be, n_b_tiles))]
+        return keep
+
+    return prune
+
+
+_autotuned: Dict[tuple, object] = {}
+
+
+def autotuned(name: str, jit_fn, be: str, configs: List[triton.Config], key: List[str],
+              prune: Optional[Callable] = None):
+    """A per-backend `triton.autotune` wrapper around one @triton.jit function, built once.
+
+    Building it lazily per backend (instead of decorating at import) lets one source serve CUDA,
+    XPU and the interpreter: XPU configs carry grf_mode, which the CUDA backend would reject.
+    """
+    k = (name, be, is_interpret())
+    fn = _autotuned.get(k)
+    if fn is None:
+        prune_by = {"early_config_prune": prune} if prune is not None else None
+        fn = triton.autotune(configs=configs, key=key, prune_configs_by=prune_by)(jit_fn)
+        _autotuned[k] = fn
+    return fn

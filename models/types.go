@@ -1,0 +1,149 @@
+// Package models opens Hugging Face checkpoints (config.json + safetensors, single or
+// sharded) without loading tensor data, and maps each supported architecture's tensors
+// to typed layers whose shapes are checked against the config.
+//
+// Adding an architecture is one file: a config struct, a tensor-name table and a
+// Build function registered with Register (see llama.go).
+package models
+
+import "fmt"
+
+// DType is a safetensors dtype string ("F32", "F16", "BF16", ...).
+type DType string
+
+// The dtypes safetensors defines (safetensors/src/tensor.rs, Dtype enum).
+const (
+	BOOL   DType = "BOOL"
+	U8     DType = "U8"
+	I8     DType = "I8"
+	F8E5M2 DType = "F8_E5M2"
+	F8E4M3 DType = "F8_E4M3"
+	I16    DType = "I16"
+	U16    DType = "U16"
+	F16    DType = "F16"
+	BF16   DType = "BF16"
+	I32    DType = "I32"
+	U32    DType = "U32"
+	F32    DType = "F32"
+	F64    DType = "F64"
+	I64    DType = "I64"
+	U64    DType = "U64"
+)
+
+// Size is the byte width of one element, or 0 for an unknown dtype.
+func (d DType) Size() int {
+	switch d {
+	case BOOL, U8, I8, F8E5M2, F8E4M3:
+		return 1
+	case I16, U16, F16, BF16:
+		return 2
+	case I32, U32, F32:
+		return 4
+	case F64, I64, U64:
+		return 8
+	}
+	return 0
+}
+
+// Tensor describes one tensor of a checkpoint: where its bytes are, not the bytes.
+type Tensor struct {
+	Name  string
+	DType DType
+	Shape []int64
+	// File is the path of the safetensors file holding the tensor.
+	File string
+	// Offset is the absolute byte offset of the tensor's data in File,
+	// Size its length in bytes (= product(Shape) * DType.Size()).
+	Offset int64
+	Size   int64
+}
+
+// Elems is the number of elements (product of Shape; 1 for a scalar).
+func (t *Tensor) Elems() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// LayerKind says what a layer computes, independent of the architecture.
+type LayerKind string
+
+const (
+	KindEmbedding LayerKind = "embedding"  // token embedding table
+	KindRMSNorm   LayerKind = "rmsnorm"    // y = x / rms(x) * weight
+	KindAttention LayerKind = "attention"  // q/k/v/o projections + (causal) attention, GQA
+	KindMLPSwiGLU LayerKind = "mlp-swiglu" // down(silu(gate(x)) * up(x))
+	KindLinear    LayerKind = "linear"     // y = x W^T (+ b)
+	KindLinearBN  LayerKind = "linear-bn"  // y = BN(x W^T (+ b))  (LeViT MLP / attention projections)
+	KindBNLinear  LayerKind = "bn-linear"  // y = BN(x) W^T + b    (LeViT classifier heads)
+	KindConvBN    LayerKind = "conv-bn"    // y = BN(conv2d(x))    (LeViT patch embedding)
+	KindLMHead    LayerKind = "lm-head"    // logits = x E^T (own weight or tied embedding)
+)
+
+// Layer is one replaceable module of a model: its transformers module path, class,
+// the tensors it owns by role, and the shape facts planning needs.
+type Layer struct {
+	// Module is the transformers module path, e.g. "model.layers.0.self_attn".
+	Module string
+	Kind   LayerKind
+	// Class is the transformers class of the module, e.g. "LlamaRMSNorm".
+	Class string
+	// Tensors maps a role ("weight", "q_proj.weight", "bn.running_var", ...) to a
+	// checkpoint tensor name. Roles are stable per kind; see each architecture file.
+	Tensors map[string]string
+	// Dims holds integer facts: "hidden", "in", "out", "heads", "kv_heads",
+	// "head_dim", "intermediate", "vocab", ... (per kind; see the architecture file).
+	Dims map[string]int64
+	// Eps is the normalization epsilon where the layer has one (RMSNorm, BatchNorm).
+	Eps float64 `json:",omitempty" yaml:",omitempty"`
+	// Bias reports whether the projections carry biases.
+	Bias bool `json:",omitempty" yaml:",omitempty"`
+	// Tied marks an lm-head that reuses the embedding table.
+	Tied bool `json:",omitempty" yaml:",omitempty"`
+	// Block is the index of the decoder/transformer block the layer sits in, -1 outside.
+	Block int
+}
+
+// Graph is a checkpoint mapped to typed layers.
+type Graph struct {
+	Arch       string // model_type, e.g. "llama"
+	Checkpoint *Checkpoint
+	Layers     []Layer
+}
+
+// ShapeError is returned when a tensor's shape disagrees with the config.
+type ShapeError struct {
+	Tensor  string
+	Want    []int64
+	Got     []int64
+	Because string // what in the config implies Want, e.g. "hidden_size=64"
+}
+
+func (e *ShapeError) Error() string {
+	s := fmt.Sprintf("models: tensor %q: shape %v, config wants %v", e.Tensor, e.Got, e.Want)
+	if e.Because != "" {
+		s += " (" + e.Because + ")"
+	}
+	return s
+}
+
+// Checkpoint is an opened checkpoint folder: its config and the headers of its
+// safetensors files. No tensor data is read.
+type Checkpoint struct {
+	// Dir is the checkpoint folder (a local folder or an HF cache snapshot).
+	Dir string
+	// ModelType is config.json's "model_type".
+	ModelType string
+	// Config is config.json as parsed JSON (architecture files decode their own structs
+	// from ConfigJSON; this map is for generic lookups).
+	Config     map[string]any
+	ConfigJSON []byte
+	// Files are the safetensors files, sorted, as paths.
+	Files []string
+	// Tensors by name.
+	Tensors map[string]*Tensor
+	// Metadata is each file's "__metadata__" by file path.
+	Metadata map[string]map[string]string
+}
