@@ -1,0 +1,50 @@
+"""pytest setup for the Triton kernel tests.
+
+TRITON_INTERPRET must be set before triton is imported, so it is set here (setdefault: a GPU run
+may export TRITON_INTERPRET=0 to run the same tests on cuda/xpu). `kernels/` goes on sys.path so
+tests `import xpuinject_kernels`, and NaN poisoning of kernel outputs is switched on for every test.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("XPUINJECT_POISON", "1")
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_KERNELS = os.path.dirname(_HERE)
+for p in (_HERE, _KERNELS):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from xpuinject_kernels import _backend  # noqa: E402
+
+
+def _pick_device() -> str:
+    if _backend.is_interpret():
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return "xpu"
+    return "cpu"
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    """Where kernel tests run: "cpu" under TRITON_INTERPRET=1, else the GPU (skip if none)."""
+    d = _pick_device()
+    if d == "cpu" and not _backend.is_interpret():
+        pytest.skip("no GPU and TRITON_INTERPRET is not 1")
+    return d
+
+
+@pytest.fixture(autouse=True)
+def _poison_and_seed():
+    """Poison kernel outputs with NaN (unwritten elements fail) and fix the RNG for every test."""
+    _backend.set_poison(True)
+    torch.manual_seed(0)
+    yield
