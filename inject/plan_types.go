@@ -66,6 +66,8 @@ type LayerPlan struct {
 // TensorPlan describes one tensor of the packed checkpoint.
 type TensorPlan struct {
 	Name string `yaml:"name" json:"name"`
+	// Role is "weight" or "bias": which half of a fold the tensor is (see PLAN.md).
+	Role string `yaml:"role,omitempty" json:"role,omitempty"`
 	// Attr is the module attribute the shim attaches the tensor as
 	// (e.g. "xpuinject_qkv_weight"), "" for tensors loaded under their own name.
 	Attr       string   `yaml:"attr,omitempty" json:"attr,omitempty"`
