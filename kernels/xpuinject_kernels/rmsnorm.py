@@ -1,0 +1,188 @@
+"""RMSNorm and fused residual-add + RMSNorm.
+
+Numerics mirror transformers' LlamaRMSNorm.forward (transformers 5.17 modeling_llama.py):
+
+    h = x.to(float32); h = h * rsqrt(mean(h^2) + eps); return weight * h.to(x.dtype)
+
+i.e. normalize in fp32, round to the activation dtype, THEN multiply by the weight in
+promote(weight.dtype, x.dtype) (the product of two bf16 tensors is computed in fp32 and rounded
+once). The kernel reproduces both roundings, so a bf16 output matches stock bf16 up to the
+summation order of the variance.
+
+Fused add: new_residual = x + residual rounded to the activation dtype (as transformers adds two
+bf16 tensors), normed = rmsnorm(new_residual).
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _backend
+
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_ref", "add_rms_norm_ref", "MAX_BLOCK"]
+
+# Largest row chunk one program holds in registers (fp32: 32 KiB per program). Rows wider than this
+# take the two-pass loop (sum of squares, then normalize); every Llama/Qwen hidden size up to 8192
+# is a single pass.
+MAX_BLOCK = 8192
+
+_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
+    N, stride_x, stride_res, stride_out, stride_res_out, eps,
+    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr,
+):
+    # int64 row offsets: rows * stride can pass 2^31 elements for long prefills (seed 000).
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x
+    out_row = out_ptr + row * stride_out
+    act_ty = x_ptr.dtype.element_ty
+    cols = tl.arange(0, BLOCK)
+    if SINGLE:
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=0.0)
+        if HAS_RESIDUAL:
+            r = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)
+            # add in fp32, round once to the activation dtype: what a bf16 torch add does.
+            x = (x.to(tl.float32) + r.to(tl.float32)).to(act_ty)
+            tl.store(res_out_ptr + row * stride_res_out + cols, x, mask=mask)
+        xf = x.to(tl.float32)
+        var = tl.sum(xf * xf, axis=0) / N
+        rstd = 1.0 / tl.sqrt(var + eps)
+        normed = (xf * rstd).to(act_ty).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(out_row + cols, (w * normed).to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, N, BLOCK):
+            c = start + cols
+            mask = c < N
+            x = tl.load(x_row + c, mask=mask, other=0.0)
+            if HAS_RESIDUAL:
+                r = tl.load(res_ptr + row * stride_res + c, mask=mask, other=0.0)
+                x = (x.to(tl.float32) + r.to(tl.float32)).to(act_ty)
+                tl.store(res_out_ptr + row * stride_res_out + c, x, mask=mask)
+            xf = x.to(tl.float32)
+            acc += xf * xf
+        var = tl.sum(acc, axis=0) / N
+        rstd = 1.0 / tl.sqrt(var + eps)
+        for start in range(0, N, BLOCK):
+            c = start + cols
+            mask = c < N
+            x = tl.load(x_row + c, mask=mask, other=0.0)
+            if HAS_RESIDUAL:
+                # recompute the rounded sum (bit-identical to what pass 1 stored) rather than
+                # re-reading our own stores
+                r = tl.load(res_ptr + row * stride_res + c, mask=mask, other=0.0)
+                x = (x.to(tl.float32) + r.to(tl.float32)).to(act_ty)
+            normed = (x.to(tl.float32) * rstd).to(act_ty).to(tl.float32)
+            w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+            tl.store(out_row + c, (w * normed).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _rows(t: torch.Tensor, name: str) -> torch.Tensor:
+    """View t as [rows, N] with unit column stride; copies only if no such view exists."""
+    n = t.shape[-1]
+    if t.dim() == 2 and t.stride(-1) == 1:
+        return t
+    if t.stride(-1) == 1:
+        try:
+            return t.view(-1, n)
+        except RuntimeError:
+            pass
+    return t.reshape(-1, n).contiguous()
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, eps: float, what: str) -> None:
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        raise ValueError(f"xpuinject_kernels: {what}: x and weight must be tensors")
+    if x.dtype not in _ACT_DTYPES:
+        raise ValueError(f"xpuinject_kernels: {what}: x dtype {x.dtype} not supported (want bfloat16, float16 or float32)")
+    if weight.dtype not in _ACT_DTYPES:
+        raise ValueError(f"xpuinject_kernels: {what}: weight dtype {weight.dtype} not supported")
+    if x.dim() < 1 or x.shape[-1] == 0:
+        raise ValueError(f"xpuinject_kernels: {what}: x shape {tuple(x.shape)} has no hidden dimension")
+    if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
+        raise ValueError(
+            f"xpuinject_kernels: {what}: weight shape {tuple(weight.shape)} does not match hidden size {x.shape[-1]}"
+        )
+    if weight.device != x.device:
+        raise ValueError(f"xpuinject_kernels: {what}: weight on {weight.device}, x on {x.device}")
+    if not (eps >= 0.0):
+        raise ValueError(f"xpuinject_kernels: {what}: eps must be >= 0, got {eps}")
+
+
+def _launch(x2, r2, w, out2, rout2, eps):
+    n = x2.shape[1]
+    block = min(triton.next_power_of_2(n), MAX_BLOCK)
+    has_res = r2 is not None
+    _rms_norm_kernel[(x2.shape[0],)](
+        x2, r2 if has_res else x2, w, out2, rout2 if has_res else out2,
+        n, x2.stride(0), r2.stride(0) if has_res else 0, out2.stride(0), rout2.stride(0) if has_res else 0,
+        float(eps),
+        HAS_RESIDUAL=has_res, BLOCK=block, SINGLE=n <= block,
+        num_warps=_backend.rowwise_num_warps(block),
+    )
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """y = weight * (x * rsqrt(mean(x^2, -1) + eps)).to(x.dtype), LlamaRMSNorm numerics.
+
+    x: [..., N] bf16/fp16/fp32, any leading shape and row stride; weight: [N]. Returns a new
+    contiguous tensor of x's shape in promote(weight.dtype, x.dtype).
+    """
+    _check(x, weight, eps, "rms_norm")
+    _backend.require_runnable(x, "rms_norm")
+    out_dtype = torch.promote_types(weight.dtype, x.dtype)
+    out = _backend.empty(x.shape, out_dtype, x.device)
+    if x.numel() == 0:
+        return out
+    x2 = _rows(x, "x")
+    _launch(x2, None, weight.contiguous(), out.view(-1, x.shape[-1]), None, eps)
+    _backend.count("rms_norm")
+    return out
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Fused residual add + RMSNorm: returns (new_residual, normed) with
+    new_residual = (x + residual) in x.dtype and normed = rms_norm(new_residual, weight, eps).
+
+    x and residual: same shape and dtype, any row strides.
+    """
+    _check(x, weight, eps, "add_rms_norm")
+    if not isinstance(residual, torch.Tensor) or residual.shape != x.shape:
+        raise ValueError(
+            f"xpuinject_kernels: add_rms_norm: residual shape {tuple(getattr(residual, 'shape', ()))} != x shape {tuple(x.shape)}"
+        )
+    if residual.dtype != x.dtype:
+        raise ValueError(f"xpuinject_kernels: add_rms_norm: residual dtype {residual.dtype} != x dtype {x.dtype}")
+    if residual.device != x.device:
+        raise ValueError(f"xpuinject_kernels: add_rms_norm: residual on {residual.device}, x on {x.device}")
+    _backend.require_runnable(x, "add_rms_norm")
+    out = _backend.empty(x.shape, torch.promote_types(weight.dtype, x.dtype), x.device)
+    new_res = _backend.empty(x.shape, x.dtype, x.device)
+    if x.numel() == 0:
+        return new_res, out
+    n = x.shape[-1]
+    _launch(_rows(x, "x"), _rows(residual, "residual"), weight.contiguous(), out.view(-1, n), new_res.view(-1, n), eps)
+    _backend.count("add_rms_norm")
+    return new_res, out
+
+
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """fp32 reference: weight * x * rsqrt(mean(x^2) + eps) with no intermediate rounding."""
+    xf = x.float()
+    return weight.float() * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def add_rms_norm_ref(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """fp32 reference of the fused op: (x + residual, rms_norm_ref(x + residual))."""
+    s = x.float() + residual.float()
+    return s, rms_norm_ref(s, weight, eps)
