@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""Generate the tiny test checkpoints under testdata/fixtures/.
+
+Every fixture is built by transformers' own model classes from a small config, with fixed seeds,
+and written with ``save_pretrained`` (safetensors). Text fixtures share one byte-level BPE
+tokenizer trained on testdata/text/prose.txt. Run from anywhere:
+
+    .venv/bin/python scripts/make_fixtures.py            # (re)write testdata/fixtures/
+    .venv/bin/python scripts/make_fixtures.py --check    # regenerate into a temp dir, compare
+    .venv/bin/python scripts/make_fixtures.py --only llama-tiny --out /tmp/fx
+
+Weights are not left at transformers' init values where init is degenerate: every norm weight
+(RMSNorm, q/k norms, BatchNorm) is drawn around 1 instead of exactly 1, every bias and BatchNorm
+shift is random instead of 0, and BatchNorm running stats are random (variance positive), so
+folding and norm kernels are checked against numbers that can be wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+PROSE = ROOT / "testdata" / "text" / "prose.txt"
+FIXTURES = ROOT / "testdata" / "fixtures"
+
+VOCAB_SIZE = 512  # tokenizer vocab == model vocab_size for every text fixture
+SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2 (added first by the trainer)
+BOS_ID, EOS_ID, PAD_ID = 0, 1, 2
+# Larger than transformers' 0.02 so a 64-wide model gives peaked, non-uniform logits
+# (about 1/sqrt(hidden), the scale of trained weights); layout bugs then move top-1 tokens.
+TEXT_INIT_RANGE = 0.1
+
+
+def log(msg: str) -> None:
+    print(f"make_fixtures: {msg}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer
+
+
+def train_tokenizer():
+    """Train the shared byte-level BPE tokenizer on prose.txt and wrap it for transformers."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    text = PROSE.read_text(encoding="utf-8")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    # Paragraph-sized pieces; the trainer's result depends only on their content.
+    tok.train_from_iterator([p for p in text.split("\n") if p.strip()], trainer=trainer)
+    if tok.get_vocab_size() != VOCAB_SIZE:
+        raise SystemExit(f"make_fixtures: tokenizer vocab is {tok.get_vocab_size()}, want {VOCAB_SIZE}")
+    for want_id, name in zip((BOS_ID, EOS_ID, PAD_ID), SPECIAL_TOKENS):
+        if tok.token_to_id(name) != want_id:
+            raise SystemExit(f"make_fixtures: special token {name} got id {tok.token_to_id(name)}, want {want_id}")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        model_max_length=512,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# weight randomisation
+
+
+def randomize_degenerate(model, seed: int) -> None:
+    """Replace init values that would hide bugs (norm weight 1, bias 0, BN stats 0/1)."""
+    import torch
+    from torch import nn
+
+    g = torch.Generator().manual_seed(seed)
+
+    def uniform(t, lo, hi):
+        return (torch.rand(t.shape, generator=g, dtype=torch.float32) * (hi - lo) + lo).to(t.dtype)
+
+    with torch.no_grad():
+        for name, mod in sorted(model.named_modules(), key=lambda kv: kv[0]):
+            cls = type(mod).__name__
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                mod.weight.copy_(uniform(mod.weight, 0.5, 1.5))
+                mod.bias.copy_(uniform(mod.bias, -0.5, 0.5))
+                mod.running_mean.copy_(uniform(mod.running_mean, -0.5, 0.5))
+                mod.running_var.copy_(uniform(mod.running_var, 0.5, 2.0))
+                mod.num_batches_tracked.fill_(100)
+            elif cls.endswith("RMSNorm") or isinstance(mod, nn.LayerNorm):
+                mod.weight.copy_(uniform(mod.weight, 0.8, 1.2))
+                if getattr(mod, "bias", None) is not None:
+                    mod.bias.copy_(uniform(mod.bias, -0.1, 0.1))
+            elif isinstance(mod, nn.Linear) and mod.bias is not None:
+                mod.bias.copy_(uniform(mod.bias, -0.1, 0.1))
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures
+
+
+@dataclass(frozen=True)
+class Fixture:
+    name: str
+    seed: int
+    build: Callable[[int], object]  # seed -> model (fp32)
+    dtype: str = "float32"
+    text: bool = True
+    max_shard_size: str | None = None
+
+
+def _text_common() -> dict:
+    return dict(
+        vocab_size=VOCAB_SIZE,
+        max_position_embeddings=512,
+        initializer_range=TEXT_INIT_RANGE,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+        rms_norm_eps=1e-6,
+    )
+
+
+def _seeded(seed: int, make):
+    import torch
+
+    torch.manual_seed(seed)
+    model = make()
+    model.eval()
+    randomize_degenerate(model, seed + 1)
+    return model
+
+
+def build_llama_tiny(seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # GQA: 2 query heads per kv head
+        tie_word_embeddings=False,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: LlamaForCausalLM(cfg))
+
+
+def build_llama_odd(seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        hidden_size=160,  # not a power of two
+        intermediate_size=416,
+        num_hidden_layers=1,
+        num_attention_heads=5,  # odd head count
+        num_key_value_heads=5,
+        head_dim=32,
+        tie_word_embeddings=True,  # lm_head shares embed_tokens.weight
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: LlamaForCausalLM(cfg))
+
+
+def build_mistral_tiny(seed: int):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=32,  # shorter than a perplexity chunk, so the window matters
+        tie_word_embeddings=False,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: MistralForCausalLM(cfg))
+
+
+def build_qwen2_tiny(seed: int):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Qwen2ForCausalLM(cfg))
+
+
+def build_qwen3_tiny(seed: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,  # explicit and != hidden/heads (16): q_proj is 64 -> 128
+        tie_word_embeddings=False,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Qwen3ForCausalLM(cfg))
+
+
+LEVIT_IMAGE_SIZE = 64
+
+
+def build_levit_tiny(seed: int):
+    from transformers import LevitConfig, LevitForImageClassificationWithTeacher
+
+    cfg = LevitConfig(
+        image_size=LEVIT_IMAGE_SIZE,
+        patch_size=16,
+        hidden_sizes=[32, 48, 64],
+        num_attention_heads=[2, 3, 4],
+        key_dim=[16, 16, 16],
+        depths=[1, 1, 1],
+        mlp_ratio=[2, 2, 2],
+        attention_ratio=[2, 2, 2],
+        num_labels=10,
+    )
+    return _seeded(seed, lambda: LevitForImageClassificationWithTeacher(cfg))
+
+
+FIXTURE_LIST = [
+    Fixture("llama-tiny", 1001, build_llama_tiny),
+    Fixture("llama-sharded", 1002, build_llama_tiny, max_shard_size="200KB"),
+    Fixture("llama-odd", 1003, build_llama_odd, dtype="float16"),
+    Fixture("mistral-tiny", 1004, build_mistral_tiny),
+    Fixture("qwen2-tiny", 1005, build_qwen2_tiny, dtype="bfloat16"),
+    Fixture("qwen3-tiny", 1006, build_qwen3_tiny),
+    Fixture("levit-tiny", 1007, build_levit_tiny, text=False),
+]
+
+
+def write_fixture(fx: Fixture, dest: Path, tokenizer) -> None:
+    """Write one fixture into dest (replaced atomically: built beside it, then renamed)."""
+    import torch
+
+    model = fx.build(fx.seed)
+    dtype = getattr(torch, fx.dtype)
+    if dtype != torch.float32:
+        model = model.to(dtype)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{fx.name}.", dir=dest.parent))
+    try:
+        kwargs = {}
+        if fx.max_shard_size:
+            kwargs["max_shard_size"] = fx.max_shard_size
+        model.save_pretrained(tmp, **kwargs)
+        if fx.text:
+            tokenizer.save_pretrained(tmp)
+        else:
+            write_levit_preprocessor(tmp / "preprocessor_config.json")
+        old = dest.with_name(f".{fx.name}.old")
+        if dest.exists():
+            if old.exists():
+                shutil.rmtree(old)
+            dest.rename(old)
+        tmp.chmod(0o755)
+        for f in tmp.iterdir():
+            f.chmod(0o644)
+        tmp.rename(dest)
+        if old.exists():
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_levit_preprocessor(path: Path) -> None:
+    """Write the preprocessor_config.json that LevitImageProcessor.save_pretrained would write.
+
+    LevitImageProcessor needs Pillow or torchvision, neither of which is in requirements.txt, so the
+    file is written from the class's own defaults (transformers/models/levit/image_processing_levit.py:
+    bicubic resample, ImageNet mean/std, shortest_edge resize then center crop) scaled to the
+    fixture's image size. Loading it with AutoImageProcessor needs Pillow.
+    """
+    from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+    cfg = {
+        "crop_size": {"height": LEVIT_IMAGE_SIZE, "width": LEVIT_IMAGE_SIZE},
+        "do_center_crop": True,
+        "do_normalize": True,
+        "do_rescale": True,
+        "do_resize": True,
+        "image_mean": list(IMAGENET_DEFAULT_MEAN),
+        "image_processor_type": "LevitImageProcessor",
+        "image_std": list(IMAGENET_DEFAULT_STD),
+        "resample": 3,  # PILImageResampling.BICUBIC
+        "rescale_factor": 1 / 255,
+        "size": {"shortest_edge": LEVIT_IMAGE_SIZE},
+    }
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def compare_trees(want: Path, got: Path) -> list[str]:
+    """Differences between the committed fixture tree and a fresh one (names + bytes)."""
+    problems = []
+    want_files = sorted(p.relative_to(want) for p in want.rglob("*") if p.is_file())
+    got_files = sorted(p.relative_to(got) for p in got.rglob("*") if p.is_file())
+    if want_files != got_files:
+        problems.append(f"file lists differ: committed {want_files} vs regenerated {got_files}")
+    for rel in sorted(set(want_files) & set(got_files)):
+        a, b = want / rel, got / rel
+        if a.suffix == ".json":
+            ja, jb = json.loads(a.read_text()), json.loads(b.read_text())
+            # transformers writes its own version into configs; that alone is not a difference.
+            for j in (ja, jb):
+                if isinstance(j, dict):
+                    j.pop("transformers_version", None)
+            if ja != jb:
+                problems.append(f"{rel}: JSON content differs")
+        elif not filecmp.cmp(a, b, shallow=False):
+            problems.append(f"{rel}: bytes differ (sha256 {sha256(a)[:12]} vs {sha256(b)[:12]})")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=FIXTURES, help="output folder (default testdata/fixtures)")
+    ap.add_argument("--only", action="append", help="fixture name to build (repeatable)")
+    ap.add_argument("--check", action="store_true", help="regenerate into a temp dir and compare with --out")
+    args = ap.parse_args(argv)
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    torch.use_deterministic_algorithms(True)
+    names = {f.name for f in FIXTURE_LIST}
+    if args.only and not set(args.only) <= names:
+        ap.error(f"unknown fixture(s) {sorted(set(args.only) - names)}; known: {sorted(names)}")
+    chosen = [f for f in FIXTURE_LIST if not args.only or f.name in args.only]
+
+    if args.check:
+        with tempfile.TemporaryDirectory(prefix="fixtures-check-") as td:
+            fresh = Path(td)
+            tokenizer = train_tokenizer()
+            bad = []
+            for fx in chosen:
+                write_fixture(fx, fresh / fx.name, tokenizer)
+                if not (args.out / fx.name).is_dir():
+                    bad.append(f"{fx.name}: missing from {args.out}")
+                    continue
+                bad += [f"{fx.name}/{p}" for p in compare_trees(args.out / fx.name, fresh / fx.name)]
+            for b in bad:
+                log(f"check: {b}")
+            if bad:
+                log(f"check FAILED: {len(bad)} difference(s); rerun scripts/make_fixtures.py and commit")
+                return 1
+            log(f"check ok: {len(chosen)} fixture(s) identical to {args.out}")
+            return 0
+
+    tokenizer = train_tokenizer()
+    for fx in chosen:
+        write_fixture(fx, args.out / fx.name, tokenizer)
+        size = sum(p.stat().st_size for p in (args.out / fx.name).rglob("*") if p.is_file())
+        log(f"wrote {args.out / fx.name} ({size / 1024:.0f} KiB, {fx.dtype})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
