@@ -1,0 +1,340 @@
+package inject
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/xpuinject/xpuinject/kernels"
+)
+
+// EmitOptions configure the kernel-hub package written by Emit.
+type EmitOptions struct {
+	// Name is the kernel name (^[a-z][-a-z0-9]*[a-z0-9]$); derived from the model when empty.
+	Name string
+	// Version is the kernel's major version (branch v<Version> on the Hub). Default 1.
+	Version int
+	// License is an SPDX id for the card and metadata. Default "apache-2.0".
+	License string
+	// RepoID is the Hub repository the package is meant for ("" when unknown).
+	RepoID string
+	// Model names the model the package was generated for (card, commit messages).
+	Model string
+	// Tool is "xpuinject <version>".
+	Tool string
+	// Extra files written at the package root (e.g. the shim), by relative path.
+	Extra map[string][]byte
+	// Force replaces a non-empty output folder.
+	Force bool
+}
+
+// The variants a package carries: pure-Python ("noarch") Triton kernels, one folder
+// per backend. kernels' resolver picks build/torch-<backend>/ for the running torch
+// (kernels/variants.py: noarch variants match by backend name; torch-universal is the
+// legacy any-backend name).
+var emitBackends = []string{"cuda", "xpu"}
+
+var kernelNameRE = regexp.MustCompile(`^[a-z][-a-z0-9]*[a-z0-9]$`)
+
+// KernelName derives a valid kernel name from a model reference or folder name:
+// "meta-llama/Llama-3.2-1B" -> "xpuinject-llama-3-2-1b".
+func KernelName(model string) string {
+	base := model
+	if i := strings.LastIndexAny(base, `/\`); i >= 0 {
+		base = base[i+1:]
+	}
+	if i := strings.Index(base, "@"); i >= 0 {
+		base = base[:i]
+	}
+	var b strings.Builder
+	b.WriteString("xpuinject-")
+	dash := true
+	for _, r := range strings.ToLower(base) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return strings.TrimRight(b.String(), "-")
+}
+
+// ModuleName is the Python module name of a kernel name ("-" -> "_"), as kernels does
+// (KernelName.python_name).
+func ModuleName(name string) string { return strings.ReplaceAll(name, "-", "_") }
+
+// EmitResult lists what Emit wrote.
+type EmitResult struct {
+	Dir   string
+	Name  string
+	Files []string // relative paths, sorted
+}
+
+// Emit writes the kernel-hub package for plan into outDir:
+//
+//	README.md                      card (front matter library_name: kernels)
+//	build.toml                     kernel-builder description of a noarch Triton kernel
+//	plan.yaml                      the plan the package was generated for
+//	torch-ext/<module>/*.py        the sources, where kernel-builder expects them
+//	build/torch-<backend>/*.py     the loadable variants (+ metadata.json)
+//	<Extra...>                     e.g. xpuinject_shim.py
+//
+// The tree is assembled in a temporary folder beside outDir and renamed into place,
+// so a failed or interrupted emit never leaves a half-written package.
+func Emit(plan *Plan, outDir string, opts EmitOptions) (*EmitResult, error) {
+	if plan == nil {
+		return nil, fmt.Errorf("inject: emit: no plan")
+	}
+	if opts.Name == "" {
+		model := opts.Model
+		if model == "" {
+			model = firstNonEmpty(plan.Source.Repo, filepath.Base(plan.Source.Path), plan.Arch)
+		}
+		opts.Name = KernelName(model)
+	}
+	if !kernelNameRE.MatchString(opts.Name) {
+		return nil, fmt.Errorf("inject: emit: kernel name %q is not valid (want %s)", opts.Name, kernelNameRE)
+	}
+	if opts.Version <= 0 {
+		opts.Version = 1
+	}
+	if opts.License == "" {
+		opts.License = "apache-2.0"
+	}
+	files, err := packageFiles(plan, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeTreeAtomically(outDir, files, opts.Force); err != nil {
+		return nil, err
+	}
+	res := &EmitResult{Dir: outDir, Name: opts.Name}
+	for p := range files {
+		res.Files = append(res.Files, p)
+	}
+	sort.Strings(res.Files)
+	return res, nil
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" && v != "." {
+			return v
+		}
+	}
+	return ""
+}
+
+// packageFiles builds the whole tree in memory (it is small: sources + card).
+func packageFiles(plan *Plan, opts EmitOptions) (map[string][]byte, error) {
+	module := ModuleName(opts.Name)
+	files := map[string][]byte{}
+	srcHash := sha256.New()
+	for _, name := range kernels.SourceFiles() {
+		b, err := fs.ReadFile(kernels.Sources, kernels.SourceDir+"/"+name)
+		if err != nil {
+			return nil, fmt.Errorf("inject: emit: embedded %s: %w", name, err)
+		}
+		fmt.Fprintf(srcHash, "%s\x00%d\x00", name, len(b))
+		srcHash.Write(b)
+		files["torch-ext/"+module+"/"+name] = b
+		for _, be := range emitBackends {
+			files["build/torch-"+be+"/"+name] = b
+		}
+	}
+	digest := hex.EncodeToString(srcHash.Sum(nil))[:7]
+	for _, be := range emitBackends {
+		meta := map[string]any{
+			"name": opts.Name,
+			// kernel-builder ids are _<module>_<backend>_<hash>; the id names the module
+			// in sys.modules, so two variants or versions never collide.
+			"id":             fmt.Sprintf("_%s_%s_%s", module, be, digest),
+			"version":        opts.Version,
+			"license":        opts.License,
+			"python-depends": []string{},
+			"backend":        map[string]any{"type": be},
+		}
+		b, err := json.MarshalIndent(meta, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		files["build/torch-"+be+"/metadata.json"] = append(b, '\n')
+	}
+	planYAML, err := yaml.Marshal(plan)
+	if err != nil {
+		return nil, fmt.Errorf("inject: emit: plan: %w", err)
+	}
+	files["plan.yaml"] = planYAML
+	files["build.toml"] = buildTOML(opts)
+	files["README.md"] = card(plan, opts)
+	for p, b := range opts.Extra {
+		clean := filepath.ToSlash(filepath.Clean(p))
+		if strings.HasPrefix(clean, "../") || filepath.IsAbs(p) || strings.HasPrefix(clean, "build/") {
+			return nil, fmt.Errorf("inject: emit: extra file %q must be a relative path outside build/", p)
+		}
+		files[clean] = b
+	}
+	return files, nil
+}
+
+func buildTOML(opts EmitOptions) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Written by %s. A pure-Python Triton kernel: kernel-builder builds it as noarch\n", opts.Tool)
+	fmt.Fprintf(&b, "# variants (build/torch-cuda, build/torch-xpu) from torch-ext/%s.\n", ModuleName(opts.Name))
+	fmt.Fprintf(&b, "[general]\nname = %q\nversion = %d\nlicense = %q\nbackends = [", opts.Name, opts.Version, opts.License)
+	for i, be := range emitBackends {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", be)
+	}
+	b.WriteString("]\n")
+	if opts.RepoID != "" {
+		fmt.Fprintf(&b, "\n[general.hub]\nrepo-id = %q\n", opts.RepoID)
+	}
+	b.WriteString("\n[torch-noarch]\n")
+	return b.Bytes()
+}
+
+// card renders the package's README.md: front matter for the Hub, what the package
+// replaces and how to use it.
+func card(plan *Plan, opts EmitOptions) []byte {
+	var b bytes.Buffer
+	b.WriteString("---\nlibrary_name: kernels\n")
+	fmt.Fprintf(&b, "license: %s\n", opts.License)
+	b.WriteString("tags:\n- kernels\n- triton\n- xpu\n- xpuinject\n")
+	if plan.Source.Repo != "" {
+		fmt.Fprintf(&b, "base_model: %s\n", plan.Source.Repo)
+	}
+	b.WriteString("---\n\n")
+	model := firstNonEmpty(opts.Model, plan.Source.Repo, plan.Source.Path, plan.Arch)
+	fmt.Fprintf(&b, "# %s\n\n", opts.Name)
+	fmt.Fprintf(&b, "Triton kernels for `%s` (%s), generated by %s. One Triton source runs on Intel XPU "+
+		"(`build/torch-xpu`) and NVIDIA GPUs (`build/torch-cuda`).\n\n", model, plan.Arch, opts.Tool)
+	if plan.Source.Revision != "" {
+		fmt.Fprintf(&b, "Source revision: `%s`.\n\n", plan.Source.Revision)
+	}
+	// Layers provided, with the modules they replace.
+	type row struct {
+		layer, kernel string
+		classes       map[string]bool
+		n             int
+	}
+	rows := map[string]*row{}
+	kept := 0
+	for _, l := range plan.Layers {
+		if l.Kernel == KernelKeep || l.Layer == "" {
+			kept++
+			continue
+		}
+		r := rows[l.Layer]
+		if r == nil {
+			r = &row{layer: l.Layer, kernel: l.Kernel, classes: map[string]bool{}}
+			rows[l.Layer] = r
+		}
+		r.classes[l.Class] = true
+		r.n++
+	}
+	names := make([]string, 0, len(rows))
+	for n := range rows {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	b.WriteString("## Layers\n\n| layer | kernel | replaces | modules |\n| --- | --- | --- | --- |\n")
+	for _, n := range names {
+		r := rows[n]
+		var cls []string
+		for c := range r.classes {
+			cls = append(cls, "`"+c+"`")
+		}
+		sort.Strings(cls)
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %d |\n", r.layer, r.kernel, strings.Join(cls, ", "), r.n)
+	}
+	fmt.Fprintf(&b, "\n%d of %d layers replaced, %d kept on the stock path (reasons in `plan.yaml`).\n\n",
+		len(plan.Layers)-kept, len(plan.Layers), kept)
+	b.WriteString("Weights are pre-packed offline by xpuinject (BatchNorm folded, QKV and gate/up " +
+		"concatenated, bf16, K-major); the layers read them from attributes the shim attaches " +
+		"(`xpuinject_*`), so load them with the shim.\n\n")
+	b.WriteString("## Usage\n\n```python\n")
+	b.WriteString("from xpuinject_shim import inject   # written beside this package by xpuinject\n\n")
+	b.WriteString("model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).to(\"xpu\")  # or \"cuda\"\n")
+	b.WriteString("summary = inject(model, PACKAGE_DIR, packed_dir=PACKED_DIR)\n```\n\n")
+	b.WriteString("Loading the kernels alone:\n\n```python\nfrom kernels import get_kernel\n")
+	repo := opts.RepoID
+	if repo == "" {
+		repo = "ORG/" + opts.Name
+	}
+	fmt.Fprintf(&b, "k = get_kernel(%q, version=%d)\nprint(k.layers)\n```\n", repo, opts.Version)
+	return b.Bytes()
+}
+
+// writeTreeAtomically writes files under a temporary sibling of dir and renames it to
+// dir. An existing non-empty dir is replaced only with force (it is moved aside first
+// and removed after the new tree is in place).
+func writeTreeAtomically(dir string, files map[string][]byte, force bool) error {
+	dir = filepath.Clean(dir)
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 && !force {
+		return fmt.Errorf("inject: emit: %s exists and is not empty (use --force to replace it)", dir)
+	}
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("inject: emit: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("inject: emit: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(tmp)
+		}
+	}()
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		full := filepath.Join(tmp, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return fmt.Errorf("inject: emit: %w", err)
+		}
+		if err := os.WriteFile(full, files[p], 0o644); err != nil {
+			return fmt.Errorf("inject: emit: %s: %w", p, err)
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("inject: emit: %w", err)
+	}
+	var old string
+	if _, err := os.Stat(dir); err == nil {
+		old = tmp + ".old"
+		if err := os.Rename(dir, old); err != nil {
+			return fmt.Errorf("inject: emit: moving the old %s aside: %w", dir, err)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if old != "" {
+			os.Rename(old, dir)
+		}
+		return fmt.Errorf("inject: emit: %w", err)
+	}
+	ok = true
+	if old != "" {
+		os.RemoveAll(old)
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package inject
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xpuinject/xpuinject/kernels"
+)
+
+func emitTestPlan() *Plan {
+	return &Plan{
+		Schema: SchemaVersion, Tool: "xpuinject test", Arch: "llama",
+		Source:   Source{Repo: "org/Tiny-Llama.v2", Revision: "0123456789abcdef0123456789abcdef01234567"},
+		Backends: []string{"cuda", "xpu"},
+		Layers: []LayerPlan{
+			{Module: "model.layers.0.input_layernorm", Kind: "rmsnorm", Class: "LlamaRMSNorm", Kernel: "rmsnorm", Layer: "RMSNorm"},
+			{Module: "model.layers.0.mlp", Kind: "mlp-swiglu", Class: "LlamaMLP", Kernel: "gemm", Layer: "SwiGLUMLP"},
+			{Module: "model.embed_tokens", Kind: "embedding", Class: "Embedding", Kernel: KernelKeep, Reason: "a gather"},
+		},
+	}
+}
+
+func TestKernelName(t *testing.T) {
+	for in, want := range map[string]string{
+		"meta-llama/Llama-3.2-1B":  "xpuinject-llama-3-2-1b",
+		"facebook/levit-128S@main": "xpuinject-levit-128s",
+		"/tmp/fixtures/llama-tiny": "xpuinject-llama-tiny",
+		"Qwen/Qwen2.5-0.5B__":      "xpuinject-qwen2-5-0-5b",
+	} {
+		got := KernelName(in)
+		if got != want {
+			t.Errorf("KernelName(%q) = %q, want %q", in, got, want)
+		}
+		if !kernelNameRE.MatchString(got) {
+			t.Errorf("KernelName(%q) = %q is not a valid kernel name", in, got)
+		}
+	}
+}
+
+func TestEmitTreeComplete(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "pkg")
+	res, err := Emit(emitTestPlan(), out, EmitOptions{Tool: "xpuinject test", Extra: map[string][]byte{"xpuinject_shim.py": []byte("# shim\n")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Name != "xpuinject-tiny-llama-v2" {
+		t.Errorf("name %q", res.Name)
+	}
+	module := ModuleName(res.Name)
+	want := []string{"README.md", "build.toml", "plan.yaml", "xpuinject_shim.py"}
+	for _, f := range kernels.SourceFiles() {
+		want = append(want, "build/torch-cuda/"+f, "build/torch-xpu/"+f, "torch-ext/"+module+"/"+f)
+	}
+	want = append(want, "build/torch-cuda/metadata.json", "build/torch-xpu/metadata.json")
+	have := map[string]bool{}
+	filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(out, p)
+			have[filepath.ToSlash(rel)] = true
+		}
+		return nil
+	})
+	for _, w := range want {
+		if !have[w] {
+			t.Errorf("missing %s", w)
+		}
+		delete(have, w)
+	}
+	for extra := range have {
+		t.Errorf("unexpected file %s", extra)
+	}
+	for _, be := range []string{"cuda", "xpu"} {
+		b, err := os.ReadFile(filepath.Join(out, "build", "torch-"+be, "metadata.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			Name, ID, License string
+			Version           int
+			PythonDepends     []string `json:"python-depends"`
+			Backend           struct{ Type string }
+		}
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Name != res.Name || m.Version != 1 || m.Backend.Type != be || m.PythonDepends == nil ||
+			!strings.HasPrefix(m.ID, "_"+module+"_"+be+"_") || m.License != "apache-2.0" {
+			t.Errorf("%s metadata: %+v", be, m)
+		}
+	}
+	readme, _ := os.ReadFile(filepath.Join(out, "README.md"))
+	for _, s := range []string{"---\nlibrary_name: kernels\n", "license: apache-2.0", "base_model: org/Tiny-Llama.v2",
+		"| `RMSNorm` | rmsnorm | `LlamaRMSNorm` | 1 |", "2 of 3 layers replaced, 1 kept"} {
+		if !strings.Contains(string(readme), s) {
+			t.Errorf("card lacks %q:\n%s", s, readme)
+		}
+	}
+	toml, _ := os.ReadFile(filepath.Join(out, "build.toml"))
+	if !strings.Contains(string(toml), "[torch-noarch]") || !strings.Contains(string(toml), `backends = ["cuda", "xpu"]`) {
+		t.Errorf("build.toml:\n%s", toml)
+	}
+}
+
+func TestEmitRefusesNonEmptyWithoutForce(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "pkg")
+	os.MkdirAll(out, 0o755)
+	os.WriteFile(filepath.Join(out, "keep.txt"), []byte("user data"), 0o644)
+	if _, err := Emit(emitTestPlan(), out, EmitOptions{}); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("want a not-empty error, got %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "keep.txt")); string(b) != "user data" {
+		t.Fatal("existing file was touched")
+	}
+	if _, err := Emit(emitTestPlan(), out, EmitOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "keep.txt")); !os.IsNotExist(err) {
+		t.Fatal("forced emit should replace the folder")
+	}
+	// no temporary folders left beside it
+	ents, _ := os.ReadDir(filepath.Dir(out))
+	if len(ents) != 1 {
+		t.Fatalf("leftovers beside the package: %v", ents)
+	}
+}
+
+func TestEmitRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Emit(emitTestPlan(), filepath.Join(dir, "a"), EmitOptions{Name: "Bad_Name"}); err == nil {
+		t.Error("bad kernel name accepted")
+	}
+	if _, err := Emit(emitTestPlan(), filepath.Join(dir, "b"), EmitOptions{Extra: map[string][]byte{"../escape.py": nil}}); err == nil {
+		t.Error("extra file outside the package accepted")
+	}
+	if _, err := Emit(nil, filepath.Join(dir, "c"), EmitOptions{}); err == nil {
+		t.Error("nil plan accepted")
+	}
+	// nothing half-written
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := os.Stat(filepath.Join(dir, n)); !os.IsNotExist(err) {
+			t.Errorf("%s was created by a failed emit", n)
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package kernels
+
+import (
+	"embed"
+	"io/fs"
+	"sort"
+)
+
+// Sources holds the Python kernel package (kernels/xpuinject_kernels) that every
+// emitted kernel-hub package carries.
+//
+// The pattern is an explicit glob on purpose: a bare directory pattern silently skips
+// files whose names start with "_" (so __init__.py and _backend.py would vanish), and
+// "all:" would drag in __pycache__. embed_test.go checks the embedded set equals the
+// .py files on disk.
+//
+//go:embed xpuinject_kernels/*.py
+var Sources embed.FS
+
+// SourceDir is the folder inside Sources that holds the package.
+const SourceDir = "xpuinject_kernels"
+
+// SourceFiles lists the embedded package's file names (base names), sorted.
+func SourceFiles() []string {
+	ents, err := fs.ReadDir(Sources, SourceDir)
+	if err != nil {
+		panic("kernels: embedded sources unreadable: " + err.Error()) // cannot happen: compiled in
+	}
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
