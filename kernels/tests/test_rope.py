@@ -1,0 +1,149 @@
+"""RoPE vs transformers' apply_rotary_pos_emb (with cos/sin from LlamaRotaryEmbedding, Llama-3
+rope scaling included), the fp32 reference and a bf16-mirroring oracle; GQA, odd head_dim,
+non-contiguous views of a fused qkv projection, in place and out of place."""
+
+import pytest
+import torch
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+import metrics
+from xpuinject_kernels import _backend, rope
+
+BF16_ULP = 2.0**-7  # relative spacing of bf16 at the bottom of a binade (1 ulp upper bound)
+FP16_ULP = 2.0**-10
+
+
+def rotary(head_dim, seq, batch, dtype, device, scaling=True, positions=None):
+    cfg = LlamaConfig(
+        hidden_size=head_dim * 4, num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim,
+        max_position_embeddings=256,
+        rope_parameters=(
+            {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+             "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+            if scaling else {"rope_type": "default", "rope_theta": 10000.0}
+        ),
+    )
+    emb = LlamaRotaryEmbedding(cfg)
+    if positions is None:
+        positions = torch.arange(seq).unsqueeze(0).expand(batch, seq) * 7 + 3  # non-trivial positions
+    x = torch.zeros(1, dtype=dtype)
+    cos, sin = emb(x, positions)
+    return cos.to(device), sin.to(device)
+
+
+def oracle(q, k, cos, sin):
+    """Mirror the kernel: fp32 math on the given (bf16) inputs, one rounding to q.dtype."""
+    qr, kr = rope.apply_rope_ref(q, k, cos, sin)
+    return qr.to(q.dtype), kr.to(k.dtype)
+
+
+def make(shape, kind, dtype, device):
+    x = metrics.coord_tensor(shape) * 2.0 if kind == "coord" else torch.randn(shape)
+    return x.to(dtype).to(device)
+
+
+def check(name, q, k, cos, sin, qo, ko, dtype):
+    ulp = BF16_ULP if dtype == torch.bfloat16 else FP16_ULP
+    qm, km = oracle(q, k, cos, sin)
+    metrics.assert_close(name + " q vs oracle", qo, qm, atol=1e-6, rtol=ulp)
+    metrics.assert_close(name + " k vs oracle", ko, km, atol=1e-6, rtol=ulp)
+    qs, ks = apply_rotary_pos_emb(q, k, cos, sin)
+    # stock rounds three times in bf16; we round once: within 2 ulps of each other (+ abs slack
+    # near zero where the stock cancellation error dominates)
+    metrics.assert_close(name + " q vs transformers", qo, qs, atol=4 * ulp, rtol=2 * ulp)
+    metrics.assert_close(name + " k vs transformers", ko, ks, atol=4 * ulp, rtol=2 * ulp)
+    qr, kr = rope.apply_rope_ref(q, k, cos, sin)
+    metrics.assert_close(name + " q vs fp32 ref", qo, qr, atol=1e-6, rtol=ulp, min_cosine=0.9999)
+    metrics.assert_close(name + " k vs fp32 ref", ko, kr, atol=1e-6, rtol=ulp, min_cosine=0.9999)
+
+
+@pytest.mark.parametrize("kind", ["coord", "random"])
+@pytest.mark.parametrize(
+    "dtype,b,hq,hk,s,d,scaling",
+    [
+        (torch.bfloat16, 2, 4, 2, 5, 16, True),    # GQA 2:1, llama3 scaling
+        (torch.bfloat16, 1, 3, 1, 7, 80, False),   # head_dim 80: half 40 is not a power of 2
+        (torch.float16, 2, 8, 8, 3, 64, True),     # MHA
+        (torch.bfloat16, 1, 6, 2, 9, 6, False),    # tiny odd half (3)
+    ],
+)
+def test_rope_out_of_place(device, kind, dtype, b, hq, hk, s, d, scaling):
+    q = make((b, hq, s, d), kind, dtype, device)
+    k = make((b, hk, s, d), "random" if kind == "coord" else "coord", dtype, device)
+    cos, sin = rotary(d, s, b, dtype, device, scaling)
+    q0, k0 = q.clone(), k.clone()
+    before = _backend.launch_counts["apply_rope"]
+    qo, ko = rope.apply_rope(q, k, cos, sin)
+    assert _backend.launch_counts["apply_rope"] == before + 1
+    assert torch.equal(q, q0) and torch.equal(k, k0), "out-of-place apply_rope modified its inputs"
+    assert qo.shape == q.shape and ko.shape == k.shape and qo.dtype == dtype
+    check(f"rope {kind} {dtype} b{b} hq{hq} hk{hk} s{s} d{d}", q, k, cos, sin, qo, ko, dtype)
+
+
+def fused_qkv(b, s, hq, hk, d, dtype, device):
+    """q/k/v as transformers gets them from a fused qkv projection: views with row stride
+    (hq+2hk)*d, transposed to [b, h, s, d] (non-contiguous)."""
+    n = (hq + 2 * hk) * d
+    qkv = make((b, s, n), "coord", dtype, device)
+    q = qkv[..., : hq * d].view(b, s, hq, d).transpose(1, 2)
+    k = qkv[..., hq * d: (hq + hk) * d].view(b, s, hk, d).transpose(1, 2)
+    v = qkv[..., (hq + hk) * d:]
+    return qkv, q, k, v
+
+
+@pytest.mark.parametrize("d", [16, 70])
+def test_rope_fused_qkv_views(device, d):
+    b, s, hq, hk = 2, 5, 4, 1
+    qkv, q, k, v = fused_qkv(b, s, hq, hk, d, torch.bfloat16, device)
+    assert not q.is_contiguous() and not k.is_contiguous()
+    cos, sin = rotary(d, s, b, torch.bfloat16, device)
+    qo, ko = rope.apply_rope(q, k, cos, sin)
+    check(f"rope fused-qkv views d{d}", q, k, cos, sin, qo, ko, torch.bfloat16)
+
+    # in place through the views: q and k regions of the fused buffer rotate, v is untouched
+    qm, km = oracle(q, k, cos, sin)
+    v0 = v.clone()
+    before = _backend.launch_counts["apply_rope.inplace"]
+    qi, ki = rope.apply_rope(q, k, cos, sin, inplace=True)
+    assert _backend.launch_counts["apply_rope.inplace"] == before + 1
+    assert qi.data_ptr() == q.data_ptr() and ki.data_ptr() == k.data_ptr()
+    metrics.assert_close(f"rope inplace q d{d}", q, qm, atol=1e-6, rtol=BF16_ULP)
+    metrics.assert_close(f"rope inplace k d{d}", k, km, atol=1e-6, rtol=BF16_ULP)
+    assert torch.equal(qkv[..., (hq + hk) * d:], v0)
+
+
+def test_rope_cos_broadcast_and_fp32_cos(device):
+    b, h, s, d = 3, 2, 4, 32
+    q = make((b, h, s, d), "coord", torch.bfloat16, device)
+    k = make((b, h, s, d), "random", torch.bfloat16, device)
+    # batch-1 cos/sin (shared positions) in fp32, as a model computing rope in fp32 passes them
+    cos, sin = rotary(d, s, 1, torch.float32, device)
+    assert cos.shape[0] == 1
+    qo, ko = rope.apply_rope(q, k, cos, sin)
+    qm, km = oracle(q, k, cos.expand(b, s, d), sin.expand(b, s, d))
+    metrics.assert_close("rope cos batch-1 fp32 q", qo, qm, atol=1e-6, rtol=BF16_ULP)
+    metrics.assert_close("rope cos batch-1 fp32 k", ko, km, atol=1e-6, rtol=BF16_ULP)
+    # misaligned cos rows (a slice of a wider buffer)
+    wide = torch.cat([cos, cos[..., :3]], dim=-1)[..., :d]
+    assert wide.stride(1) == d + 3
+    qo2, _ = rope.apply_rope(q, k, wide, sin)
+    assert torch.equal(qo2, qo)
+
+
+def test_rope_bad_inputs(device):
+    q = make((1, 2, 3, 8), "random", torch.bfloat16, device)
+    k = make((1, 1, 3, 8), "random", torch.bfloat16, device)
+    cos, sin = rotary(8, 3, 1, torch.bfloat16, device)
+    with pytest.raises(ValueError, match="head_dim"):
+        rope.apply_rope(q[..., :7], k[..., :7], cos[..., :7], sin[..., :7])
+    with pytest.raises(ValueError, match="want \\[batch, heads, seq, head_dim\\]"):
+        rope.apply_rope(q[0], k, cos, sin)
+    with pytest.raises(ValueError, match="incompatible"):
+        rope.apply_rope(q, make((1, 1, 4, 8), "random", torch.bfloat16, device), cos, sin)
+    with pytest.raises(ValueError, match="cos shape"):
+        rope.apply_rope(q, k, cos[:, :2], sin)
+    with pytest.raises(ValueError, match="k dtype"):
+        rope.apply_rope(q, k.half(), cos, sin)
+    with pytest.raises(ValueError, match="dtype"):
+        rope.apply_rope(q.to(torch.int32), k.to(torch.int32), cos, sin)

@@ -1,0 +1,194 @@
+"""Rotary position embedding on q and k, transformers' rotate-half convention.
+
+    q_embed = q * cos + rotate_half(q) * sin,  rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2])
+
+(transformers 5.17 modeling_llama.py apply_rotary_pos_emb / rotate_half). cos/sin are taken as the
+model's rotary embedding computed them ([batch, seq, head_dim], batch may be 1 and broadcast), so
+every rope_scaling variant (Llama-3, YaRN, dynamic, ...) works unchanged: only the rotation is
+fused here.
+
+Layout: q [batch, heads_q, seq, head_dim], k [batch, heads_k, seq, head_dim] (GQA: heads_k may
+differ), any strides with a unit last stride (views of a fused qkv projection are fine).
+
+In place or not: `apply_rope(..., inplace=False)` (default) returns new contiguous tensors and
+leaves q/k untouched, like transformers' function; `inplace=True` writes the rotated values back
+into q and k (through their strides) and returns them — no allocation, for callers that own q/k.
+
+Numerics: fp32 math, one rounding to the activation dtype (stock rounds q*cos, rotate_half(q)*sin
+and their sum separately in bf16; we are at least as close to the fp32 reference).
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _backend
+
+__all__ = ["apply_rope", "apply_rope_ref", "rotate_half_ref"]
+
+_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@triton.jit
+def _rope_one(
+    x_ptr, o_ptr, cos_row, sin_row, b, s, h0, H,
+    sxb, sxh, sxs, sob, soh, sos,
+    HALF, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+):
+    heads = h0 + tl.arange(0, BLOCK_H)
+    cols = tl.arange(0, BLOCK_HALF)
+    hmask = heads < H
+    cmask = cols < HALF
+    mask = hmask[:, None] & cmask[None, :]
+    # cos/sin halves for this token, fp32, broadcast over heads
+    c1 = tl.load(cos_row + cols, mask=cmask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_row + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_row + cols, mask=cmask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_row + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
+    # int64 offsets: batch*stride can exceed 2^31 for long KV (seed 000)
+    hx = heads.to(tl.int64)[:, None] * sxh
+    xrow = x_ptr + b * sxb + s * sxs
+    x1 = tl.load(xrow + hx + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(xrow + hx + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    o1 = x1 * c1[None, :] - x2 * s1[None, :]
+    o2 = x2 * c2[None, :] + x1 * s2[None, :]
+    ho = heads.to(tl.int64)[:, None] * soh
+    orow = o_ptr + b * sob + s * sos
+    oty = o_ptr.dtype.element_ty
+    tl.store(orow + ho + cols[None, :], o1.to(oty), mask=mask)
+    tl.store(orow + ho + HALF + cols[None, :], o2.to(oty), mask=mask)
+
+
+@triton.jit
+def _rope_kernel(
+    q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
+    S, HQ, HK, HALF,
+    sqb, sqh, sqs, skb, skh, sks,
+    sqob, sqoh, sqos, skob, skoh, skos,
+    scb, scs, ssb, sss,
+    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+):
+    # grid: (batch * seq, head blocks of q followed by head blocks of k)
+    tok = tl.program_id(0).to(tl.int64)
+    hb = tl.program_id(1)
+    b = tok // S
+    s = tok % S
+    cos_row = cos_ptr + b * scb + s * scs
+    sin_row = sin_ptr + b * ssb + s * sss
+    nq = tl.cdiv(HQ, BLOCK_H)
+    if hb < nq:
+        _rope_one(q_ptr, qo_ptr, cos_row, sin_row, b, s, hb * BLOCK_H, HQ,
+                  sqb, sqh, sqs, sqob, sqoh, sqos, HALF, BLOCK_H, BLOCK_HALF)
+    else:
+        _rope_one(k_ptr, ko_ptr, cos_row, sin_row, b, s, (hb - nq) * BLOCK_H, HK,
+                  skb, skh, sks, skob, skoh, skos, HALF, BLOCK_H, BLOCK_HALF)
+
+
+def _check_qk(t: torch.Tensor, name: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"xpuinject_kernels: apply_rope: {name} must be a tensor")
+    if t.dim() != 4:
+        raise ValueError(
+            f"xpuinject_kernels: apply_rope: {name} shape {tuple(t.shape)}: want [batch, heads, seq, head_dim]"
+        )
+    if t.dtype not in _ACT_DTYPES:
+        raise ValueError(f"xpuinject_kernels: apply_rope: {name} dtype {t.dtype} not supported (want bfloat16, float16 or float32)")
+
+
+def _cs(t: torch.Tensor, name: str, batch: int, seq: int, d: int) -> torch.Tensor:
+    """Validate cos/sin [batch or 1, seq, head_dim]; return a 3-D view with unit last stride."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"xpuinject_kernels: apply_rope: {name} must be a tensor")
+    if t.dim() == 4 and t.shape[1] == 1:  # already unsqueezed at dim 1 ([b, 1, s, d])
+        t = t[:, 0]
+    if t.dim() == 2:  # [seq, head_dim]
+        t = t.unsqueeze(0)
+    if t.dim() != 3 or t.shape[0] not in (1, batch) or t.shape[1] != seq or t.shape[2] != d:
+        raise ValueError(
+            f"xpuinject_kernels: apply_rope: {name} shape {tuple(t.shape)}: want [{batch} or 1, {seq}, {d}]"
+        )
+    if t.dtype not in _ACT_DTYPES:
+        raise ValueError(f"xpuinject_kernels: apply_rope: {name} dtype {t.dtype} not supported")
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    return t
+
+
+def apply_rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inplace: bool = False
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Rotate q [B, Hq, S, D] and k [B, Hk, S, D] by cos/sin [B or 1, S, D] (rotate-half).
+
+    Returns (q_rot, k_rot): new contiguous tensors, or q and k themselves when inplace=True.
+    q/k may be non-contiguous views (unit last stride is not required: it is handled by a copy).
+    """
+    _check_qk(q, "q")
+    _check_qk(k, "k")
+    bq, hq, sq, d = q.shape
+    bk, hk, sk, dk = k.shape
+    if (bk, sk, dk) != (bq, sq, d):
+        raise ValueError(
+            f"xpuinject_kernels: apply_rope: k shape {tuple(k.shape)} incompatible with q shape {tuple(q.shape)} "
+            "(batch, seq and head_dim must match)"
+        )
+    if d % 2 != 0:
+        raise ValueError(f"xpuinject_kernels: apply_rope: head_dim {d} must be even for rotate-half")
+    if k.dtype != q.dtype:
+        raise ValueError(f"xpuinject_kernels: apply_rope: k dtype {k.dtype} != q dtype {q.dtype}")
+    for t, n in ((k, "k"), (cos, "cos"), (sin, "sin")):
+        if isinstance(t, torch.Tensor) and t.device != q.device:
+            raise ValueError(f"xpuinject_kernels: apply_rope: {n} on {t.device}, q on {q.device}")
+    cos = _cs(cos, "cos", bq, sq, d)
+    sin = _cs(sin, "sin", bq, sq, d)
+    _backend.require_runnable(q, "apply_rope")
+
+    if inplace:
+        if q.stride(-1) != 1 or k.stride(-1) != 1:
+            raise ValueError("xpuinject_kernels: apply_rope: inplace=True needs q and k with unit last stride")
+        qo, ko = q, k
+        qi, ki = q, k
+    else:
+        qi = q if q.stride(-1) == 1 else q.contiguous()
+        ki = k if k.stride(-1) == 1 else k.contiguous()
+        qo = _backend.empty(q.shape, q.dtype, q.device)
+        ko = _backend.empty(k.shape, k.dtype, k.device)
+    if q.numel() == 0 and k.numel() == 0:
+        return qo, ko
+
+    half = d // 2
+    block_half = triton.next_power_of_2(half)
+    # heads per program: ~2K elements per program (a 128-dim head is 64 x 2 halves), so a whole
+    # 32-head Llama token is 2 programs for q; fewer heads are padded with masks.
+    block_h = max(1, min(triton.next_power_of_2(max(hq, hk)), max(1, 2048 // block_half)))
+    grid = (bq * sq, triton.cdiv(hq, block_h) + triton.cdiv(hk, block_h))
+    # cos/sin with batch 1 broadcast over the batch: stride 0
+    scb = cos.stride(0) if cos.shape[0] == bq and bq > 1 else 0
+    ssb = sin.stride(0) if sin.shape[0] == bq and bq > 1 else 0
+    _rope_kernel[grid](
+        qi, ki, qo, ko, cos, sin,
+        sq, hq, hk, half,
+        qi.stride(0), qi.stride(1), qi.stride(2), ki.stride(0), ki.stride(1), ki.stride(2),
+        qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
+        scb, cos.stride(1), ssb, sin.stride(1),
+        BLOCK_H=block_h, BLOCK_HALF=block_half,
+        num_warps=_backend.rowwise_num_warps(block_h * block_half * 2),
+    )
+    _backend.count("apply_rope.inplace" if inplace else "apply_rope")
+    return qo, ko
+
+
+def rotate_half_ref(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def apply_rope_ref(q, k, cos, sin):
+    """fp32 reference (transformers' formula with unsqueeze_dim=1, no intermediate rounding)."""
+    c = cos.float().unsqueeze(1)
+    s = sin.float().unsqueeze(1)
+    qf, kf = q.float(), k.float()
+    return qf * c + rotate_half_ref(qf) * s, kf * c + rotate_half_ref(kf) * s
