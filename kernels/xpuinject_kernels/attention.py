@@ -1,0 +1,869 @@
+"""Attention: causal flash-attention prefill (GQA, padding / general masks) and split-K decode.
+
+Layouts (transformers' attention-function contract, transformers 5.17
+integrations/sdpa_attention.py `sdpa_attention_forward` and models/llama/modeling_llama.py
+`eager_attention_forward`):
+
+    query [batch, heads,    seq_q, head_dim]   (any strides: transposed views of the projections)
+    key   [batch, kv_heads, seq_k, head_dim]   heads % kv_heads == 0; query head h reads kv head
+    value [batch, kv_heads, seq_k, head_dim]   h // (heads // kv_heads)  (repeat_kv's order)
+    out   [batch, seq_q, heads, head_dim]      contiguous, in the input dtype
+
+Numerics: scores and softmax in fp32 (exp2 with log2(e) folded into the scale), the probabilities
+rounded to the value dtype before the P@V product (as FlashAttention does), fp32 accumulation,
+one rounding of the output.
+
+Masks (True / 0.0 = attend):
+  * causal: queries are the LAST seq_q positions of the keys (bottom-right alignment, a KV-cache
+    prefix): query i sees keys j <= i + seq_k - seq_q.
+  * key_mask [batch, seq_k]: bool/integer (nonzero = attend) or additive float (added to the scaled
+    scores; a value <= finfo(dtype).min, e.g. -inf or transformers' min, means "no weight").
+  * attn_mask [batch, 1|heads, 1|seq_q, seq_k] (a general 4-D mask, same value conventions): loaded
+    tile by tile from its own strides (broadcast dims cost nothing); tiles with no attended key
+    are skipped, so a causal 4-D mask costs mask bytes but not the masked half of the FLOPs.
+  * a query row with no attended key gets zeros (not NaN, not a uniform average).
+
+Decode (one query token): flash-decoding. The KV length is cut into splits; one program per
+(split, batch, kv head) handles the whole query-head group sharing that kv head (K/V read once
+per group) and writes fp32 partial (max, sum, acc); a reduce kernel combines the splits.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _backend
+
+__all__ = [
+    "flash_attention_prefill",
+    "decode_attention",
+    "attention_forward",
+    "attention_ref",
+    "register_transformers",
+    "SUPPORTED_HEAD_DIMS",
+]
+
+# head_dim values with a tested kernel path. The head dimension block is padded to a power of two
+# with masks (80 -> 128, 96 -> 128), so other sizes would compile too, but only these are tested.
+SUPPORTED_HEAD_DIMS = (32, 64, 80, 96, 128)
+
+_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_LOG2E = 1.4426950408889634
+
+# Mask kinds (constexpr MASK_KIND).
+_MASK_NONE = 0
+_MASK_KEY = 1  # one value per (batch[, head], key): a padding mask
+_MASK_FULL = 2  # one value per (batch, head, query, key): a general 4-D mask
+
+# Decode split sizing. Target about 2 programs per SM (CUDA) / Xe core (XPU) so a batch of a few
+# sequences still fills the GPU, and at least 256 keys per split: below that the partial write +
+# reduce (2*head_dim*4 bytes per head) stops being small next to the 2*256*head_dim*2 bytes of K/V
+# a split reads. MAX_SPLITS bounds the reduce kernel's tile (and the partial buffer).
+_DECODE_MIN_KEYS_PER_SPLIT = 256
+_DECODE_MAX_SPLITS = 64
+_DECODE_PROGRAMS_PER_SM = 2
+
+# Autotune keys use power-of-two buckets of the sequence lengths: keying on the raw lengths would
+# re-benchmark every new prompt length during generation.
+
+
+def _bucket(n: int) -> int:
+    return triton.next_power_of_2(max(1, int(n)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Prefill kernel
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _mma(a, b, acc, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
+    """tl.dot with fp32 accumulation. UPCAST (interpreter + bf16 only): triton 3.6's interpreter
+    keeps bf16 as raw uint16 bits and its dot multiplies the bits; converting both operands to
+    fp32 first is exact (bf16 products fit fp32) and keeps the GPU path's numerics."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc, input_precision=DOT_PREC)
+
+
+@triton.jit
+def _prefill_block(
+    acc, l_i, m_i, q, k_base, v_base, m_base,
+    offs_m, offs_d, start_n,
+    stride_kn, stride_kd, stride_vn, stride_vd, stride_mm, stride_mn,
+    SEQ_Q, SEQ_K, causal_off, qk_scale, mask_min,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    APPLY_CAUSAL: tl.constexpr, CHECK_N: tl.constexpr,
+    MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """One BLOCK_N key block of the online softmax. CHECK_N: the block may run past SEQ_K;
+    APPLY_CAUSAL: the block crosses the diagonal."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_n64 = offs_n.to(tl.int64)
+    n_ok = offs_n < SEQ_K
+    d_ok = offs_d < HEAD_DIM
+
+    # ---- which (query, key) pairs get weight, and the additive bias ----
+    keep = tl.full([BLOCK_N], 1, tl.int1)[None, :]
+    if CHECK_N:
+        keep = keep & n_ok[None, :]
+    if APPLY_CAUSAL:
+        keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_off)
+    bias = tl.zeros([BLOCK_N], dtype=tl.float32)[None, :]
+    if MASK_KIND == 1:
+        mv = tl.load(m_base + offs_n64 * stride_mn, mask=n_ok, other=0)
+        if MASK_ADD:
+            mvf = mv.to(tl.float32)
+            kk = mvf > mask_min
+            keep = keep & kk[None, :]
+            bias = tl.where(kk, mvf, 0.0)[None, :] * 1.4426950408889634
+        else:
+            keep = keep & (mv != 0)[None, :]
+    if MASK_KIND == 2:
+        mptr = m_base + offs_m.to(tl.int64)[:, None] * stride_mm + offs_n64[None, :] * stride_mn
+        mok = (offs_m[:, None] < SEQ_Q) & n_ok[None, :]
+        mv = tl.load(mptr, mask=mok, other=0)
+        if MASK_ADD:
+            mvf = mv.to(tl.float32)
+            kk = (mvf > mask_min) & mok
+            keep = keep & kk
+            bias = tl.where(kk, mvf, 0.0) * 1.4426950408889634
+        else:
+            keep = keep & (mv != 0)
+
+    # A general mask can exclude whole tiles (the upper triangle of a causal 4-D mask, left
+    # padding): skip their K/V loads and both dots.
+    live = True
+    if MASK_KIND == 2:
+        live = tl.max(keep.to(tl.int32)) > 0
+    if live:
+        k_ptrs = k_base + offs_n64[None, :] * stride_kn + offs_d[:, None] * stride_kd
+        if CHECK_N:
+            k = tl.load(k_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+        elif HEAD_DIM != BLOCK_D:
+            k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+        s = _mma(q, k, None, DOT_PREC, UPCAST) * qk_scale + bias
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row with nothing attended so far keeps m = -inf; shift by 0 so exp2 gives 0, not NaN.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v_ptrs = v_base + offs_n64[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if CHECK_N:
+            v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        elif HEAD_DIM != BLOCK_D:
+            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        acc = _mma(p.to(v.dtype), v, acc, DOT_PREC, UPCAST)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _prefill_kernel(
+    Q, K, V, O, M,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    stride_mb, stride_mh, stride_mm, stride_mn,
+    H, GROUP, SEQ_Q, SEQ_K, qk_scale, mask_min,
+    SEQ_Q_BUCKET, SEQ_K_BUCKET,  # autotune keys only
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    num_m = tl.cdiv(SEQ_Q, BLOCK_M)
+    # Causal: the last query blocks do the most work; launch them first for a better tail.
+    if IS_CAUSAL:
+        start_m = num_m - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    # int64 before multiplying by strides (seed 000: batch*stride can pass 2^31).
+    off_b = (pid_bh // H).to(tl.int64)
+    off_h = (pid_bh % H).to(tl.int64)
+    off_kvh = off_h // GROUP
+
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok = offs_m < SEQ_Q
+    d_ok = offs_d < HEAD_DIM
+
+    q_ptrs = (Q + off_b * stride_qb + off_h * stride_qh
+              + offs_m.to(tl.int64)[:, None] * stride_qm + offs_d[None, :] * stride_qd)
+    q = tl.load(q_ptrs, mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    k_base = K + off_b * stride_kb + off_kvh * stride_kh
+    v_base = V + off_b * stride_vb + off_kvh * stride_vh
+    m_base = M + off_b * stride_mb + off_h * stride_mh
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    causal_off = SEQ_K - SEQ_Q
+    if IS_CAUSAL:
+        # Keys <= start_m*BLOCK_M + causal_off are visible to every row of this block: whole
+        # blocks below that need no causal test; the rest up to the last row's diagonal do.
+        full_hi = ((start_m * BLOCK_M + causal_off + 1) // BLOCK_N) * BLOCK_N
+        hi = tl.minimum((start_m + 1) * BLOCK_M, SEQ_Q) + causal_off
+    else:
+        full_hi = (SEQ_K // BLOCK_N) * BLOCK_N
+        hi = SEQ_K
+
+    for start_n in range(0, full_hi, BLOCK_N):
+        acc, l_i, m_i = _prefill_block(
+            acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, offs_d, start_n,
+            stride_kn, stride_kd, stride_vn, stride_vd, stride_mm, stride_mn,
+            SEQ_Q, SEQ_K, causal_off, qk_scale, mask_min,
+            HEAD_DIM, BLOCK_D, BLOCK_N, False, False, MASK_KIND, MASK_ADD, DOT_PREC, UPCAST)
+    for start_n in range(full_hi, hi, BLOCK_N):
+        acc, l_i, m_i = _prefill_block(
+            acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, offs_d, start_n,
+            stride_kn, stride_kd, stride_vn, stride_vd, stride_mm, stride_mn,
+            SEQ_Q, SEQ_K, causal_off, qk_scale, mask_min,
+            HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, True, MASK_KIND, MASK_ADD, DOT_PREC, UPCAST)
+
+    # Fully masked rows: l = 0 and acc = 0 -> output 0.
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    o_ptrs = (O + off_b * stride_ob + off_h * stride_oh
+              + offs_m.to(tl.int64)[:, None] * stride_om + offs_d[None, :] * stride_od)
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+
+
+# ---------------------------------------------------------------------------------------------
+# Decode kernels (flash-decoding)
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _decode_split_kernel(
+    Q, K, V, M, LENS, PM, PL, PACC,
+    stride_qb, stride_qh, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_mb, stride_mh, stride_mn,
+    H, H_KV, GROUP, SEQ_K, SPLIT_SIZE, NUM_SPLITS, qk_scale, mask_min,
+    SPLIT_BUCKET,  # autotune key only
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr,
+    HAS_LENS: tl.constexpr, MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    pid_s = tl.program_id(0)
+    pid_bk = tl.program_id(1)
+    off_b = (pid_bk // H_KV).to(tl.int64)
+    off_kvh = (pid_bk % H_KV).to(tl.int64)
+
+    offs_g = tl.arange(0, BLOCK_G)
+    g_ok = offs_g < GROUP
+    heads = off_kvh * GROUP + offs_g  # int64 query heads of this group
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+
+    q = tl.load(Q + off_b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
+                mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+    k_base = K + off_b * stride_kb + off_kvh * stride_kh
+    v_base = V + off_b * stride_vb + off_kvh * stride_vh
+    m_base = M + off_b * stride_mb + heads * stride_mh  # [BLOCK_G] row bases (stride_mh 0: shared)
+
+    kv_end = SEQ_K
+    if HAS_LENS:
+        kv_end = tl.minimum(tl.load(LENS + off_b).to(tl.int32), SEQ_K)
+    start = pid_s * SPLIT_SIZE
+    end = tl.minimum(start + SPLIT_SIZE, kv_end)
+
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    for start_n in range(start, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n64 = offs_n.to(tl.int64)
+        n_ok = offs_n < end
+        k = tl.load(k_base + offs_n64[None, :] * stride_kn + offs_d[:, None] * stride_kd,
+                    mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+        s = _mma(q, k, None, DOT_PREC, UPCAST) * qk_scale  # [BLOCK_G, BLOCK_N]
+        keep = n_ok[None, :] & g_ok[:, None]
+        if MASK_KIND == 1:
+            mv = tl.load(m_base[:, None] + offs_n64[None, :] * stride_mn, mask=keep, other=0)
+            if MASK_ADD:
+                mvf = mv.to(tl.float32)
+                keep = keep & (mvf > mask_min)
+                s = s + tl.where(keep, mvf, 0.0) * 1.4426950408889634
+            else:
+                keep = keep & (mv != 0)
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = tl.load(v_base + offs_n64[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                    mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        acc = _mma(p.to(v.dtype), v, acc, DOT_PREC, UPCAST)
+        m_i = m_new
+
+    # Partials: PM/PL [B, H, NUM_SPLITS], PACC [B, H, NUM_SPLITS, HEAD_DIM], contiguous fp32.
+    # An empty split (past a sequence's valid length) writes m = -inf, l = 0, acc = 0.
+    row = (off_b * H + heads) * NUM_SPLITS + pid_s
+    tl.store(PM + row, m_i, mask=g_ok)
+    tl.store(PL + row, l_i, mask=g_ok)
+    tl.store(PACC + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    PM, PL, PACC, O,
+    stride_ob, stride_oh, stride_od,
+    H, NUM_SPLITS,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)  # b * H + h
+    off_b = pid // H
+    off_h = pid % H
+    offs_s = tl.arange(0, BLOCK_S)
+    s_ok = offs_s < NUM_SPLITS
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    rows = pid * NUM_SPLITS + offs_s
+    m = tl.load(PM + rows, mask=s_ok, other=float("-inf"))
+    l = tl.load(PL + rows, mask=s_ok, other=0.0)
+    a = tl.load(PACC + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+    m_max = tl.max(m, 0)
+    m_safe = tl.where(m_max == float("-inf"), 0.0, m_max)
+    w = tl.math.exp2(m - m_safe)  # 0 for empty splits (m = -inf)
+    l_tot = tl.sum(w * l, 0)
+    acc = tl.sum(w[:, None] * a, 0)
+    l_safe = tl.where(l_tot == 0.0, 1.0, l_tot)
+    out = acc / l_safe
+    tl.store(O + off_b * stride_ob + off_h * stride_oh + offs_d * stride_od,
+             out.to(O.dtype.element_ty), mask=d_ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Autotune configs
+# ---------------------------------------------------------------------------------------------
+
+
+def _prefill_bytes(cfg: triton.Config, block_d: int) -> int:
+    """Live bytes of one prefill program in registers: q tile (bf16) + fp32 acc + fp32 scores/probs
+    + one K or V tile (bf16)."""
+    bm, bn = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
+    return bm * block_d * 2 + bm * block_d * 4 + bm * bn * 4 + bn * block_d * 2
+
+
+def _prefill_configs(be: str):
+    if _backend.is_interpret():
+        # One small config: the interpreter runs every program in numpy. 16x16 keeps tl.dot legal
+        # (all dims >= 16) and makes a seq of 33 cross several blocks, exercising the tails.
+        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    if be == "xpu":
+        # Seed 000: grf_mode "256" (large register file) on every config; Intel's Triton FA
+        # tutorial shape (128x64, 16 warps) for head_dim 128, 8 warps for the smaller head dims,
+        # a 64-row tile for short prompts. The pruner drops configs whose live tiles exceed the
+        # register file (spills cost more than a smaller tile).
+        cfgs = [
+            ({"BLOCK_M": 128, "BLOCK_N": 64}, 16, 3),
+            ({"BLOCK_M": 128, "BLOCK_N": 64}, 8, 3),
+            ({"BLOCK_M": 128, "BLOCK_N": 32}, 8, 3),
+            ({"BLOCK_M": 64, "BLOCK_N": 64}, 8, 2),
+            ({"BLOCK_M": 64, "BLOCK_N": 32}, 4, 2),
+        ]
+        return [triton.Config({**kw, "grf_mode": "256"}, num_warps=w, num_stages=s) for kw, w, s in cfgs]
+    # CUDA (Hopper): 128-row query tiles, 64/128-key blocks, 4/8 warps, 2-3 stages (the space the
+    # Triton fused-attention tutorial tunes over for H100); 64-row tiles only for short prompts.
+    cfgs = [
+        ({"BLOCK_M": 128, "BLOCK_N": 64}, 4, 3),
+        ({"BLOCK_M": 128, "BLOCK_N": 64}, 8, 3),
+        ({"BLOCK_M": 128, "BLOCK_N": 128}, 8, 3),
+        ({"BLOCK_M": 128, "BLOCK_N": 128}, 8, 2),
+        ({"BLOCK_M": 128, "BLOCK_N": 64}, 4, 2),
+        ({"BLOCK_M": 64, "BLOCK_N": 64}, 4, 2),
+    ]
+    return [triton.Config(kw, num_warps=w, num_stages=s) for kw, w, s in cfgs]
+
+
+def _prefill_prune(be: str):
+    def prune(configs, named_args, **kwargs):
+        configs = list(configs)
+        if len(configs) <= 1:
+            return configs
+        block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 128))
+        seq_q = named_args.get("SEQ_Q_BUCKET", kwargs.get("SEQ_Q_BUCKET"))
+        keep = []
+        for c in configs:
+            if be == "xpu":
+                budget = c.num_warps * _backend.XPU_GRF_BYTES_PER_THREAD * _backend.XPU_TILE_FRACTION
+                if _prefill_bytes(c, block_d) > budget:
+                    continue
+            else:
+                # Hopper: the K and V stages live in shared memory.
+                smem = c.num_stages * 2 * c.kwargs["BLOCK_N"] * block_d * 2
+                if smem > _backend.CUDA_SMEM_BYTES:
+                    continue
+            # 64-row tiles only where a 128-row tile would be mostly padding.
+            if c.kwargs["BLOCK_M"] < 128 and isinstance(seq_q, int) and seq_q > 64:
+                continue
+            if c.kwargs["BLOCK_M"] >= 128 and isinstance(seq_q, int) and seq_q <= 64 and be != "xpu":
+                continue
+            keep.append(c)
+        if not keep:
+            keep = [min(configs, key=lambda c: _prefill_bytes(c, block_d))]
+        return keep
+
+    return prune
+
+
+def _decode_configs(be: str):
+    if _backend.is_interpret():
+        return [triton.Config({"BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    if be == "xpu":
+        # Memory bound: the group's q tile is tiny, K/V blocks stream through; grf_mode "256"
+        # per seed 000 so 128-key blocks of head_dim 128 stay in registers.
+        cfgs = [({"BLOCK_N": 64}, 4, 2), ({"BLOCK_N": 128}, 8, 2), ({"BLOCK_N": 32}, 4, 3)]
+        return [triton.Config({**kw, "grf_mode": "256"}, num_warps=w, num_stages=s) for kw, w, s in cfgs]
+    # CUDA: 64/128-key blocks with 2-3 stages to keep loads in flight (bandwidth bound).
+    cfgs = [({"BLOCK_N": 64}, 4, 2), ({"BLOCK_N": 64}, 4, 3), ({"BLOCK_N": 128}, 4, 2), ({"BLOCK_N": 128}, 8, 3)]
+    return [triton.Config(kw, num_warps=w, num_stages=s) for kw, w, s in cfgs]
+
+
+def _prefill_fn(be: str):
+    return _backend.autotuned(
+        "attention.prefill", _prefill_kernel, be, _prefill_configs(be),
+        key=["SEQ_Q_BUCKET", "SEQ_K_BUCKET", "HEAD_DIM", "IS_CAUSAL", "MASK_KIND"],
+        prune=_prefill_prune(be),
+    )
+
+
+def _decode_fn(be: str):
+    return _backend.autotuned(
+        "attention.decode", _decode_split_kernel, be, _decode_configs(be),
+        key=["SPLIT_BUCKET", "HEAD_DIM", "BLOCK_G", "MASK_KIND"],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_qkv(where: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Tuple[int, int, int, int, int, int]:
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"attention: {where}: {name} is {type(t).__name__}, want a torch.Tensor")
+        if t.dim() != 4:
+            raise ValueError(f"attention: {where}: {name} has shape {tuple(t.shape)}, want 4-D [batch, heads, seq, head_dim]")
+    if q.dtype not in _ACT_DTYPES:
+        raise ValueError(f"attention: {where}: query dtype {q.dtype} unsupported (want bfloat16, float16 or float32)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"attention: {where}: dtypes differ: query {q.dtype}, key {k.dtype}, value {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"attention: {where}: devices differ: query {q.device}, key {k.device}, value {v.device}")
+    b, h, sq, d = q.shape
+    bk, hk, sk, dk = k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"attention: {where}: value shape {tuple(v.shape)} != key shape {tuple(k.shape)}")
+    if bk != b:
+        raise ValueError(f"attention: {where}: key batch {bk} != query batch {b}")
+    if dk != d:
+        raise ValueError(f"attention: {where}: key head_dim {dk} != query head_dim {d}")
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"attention: {where}: head_dim {d} unsupported (supported: {SUPPORTED_HEAD_DIMS})")
+    if hk < 1 or h % hk != 0:
+        raise ValueError(f"attention: {where}: query heads {h} not a multiple of kv heads {hk}")
+    if b == 0 or h == 0 or sq == 0:
+        raise ValueError(f"attention: {where}: empty query {tuple(q.shape)}")
+    if sk == 0:
+        raise ValueError(f"attention: {where}: empty key/value {tuple(k.shape)}")
+    return b, h, sq, d, hk, sk
+
+
+def _mask_operand(where: str, mask: torch.Tensor, q: torch.Tensor):
+    """Return (tensor the kernel reads, additive flag, threshold) for a bool/int/float mask."""
+    if mask.device != q.device:
+        raise ValueError(f"attention: {where}: mask on {mask.device}, query on {q.device}")
+    if mask.dtype == torch.bool:
+        return mask.view(torch.uint8), False, 0.0
+    if mask.dtype in (torch.uint8, torch.int8):
+        return mask, False, 0.0
+    if mask.dtype in (torch.int16, torch.int32, torch.int64):
+        # transformers' 2-D attention_mask is int64 0/1; the kernel reads a byte per key.
+        return (mask != 0).view(torch.uint8), False, 0.0
+    if mask.dtype in (torch.float16, torch.bfloat16, torch.float32):
+        # Values <= finfo.min (transformers' eager/additive masks use exactly finfo(dtype).min, or
+        # -inf) mean "no weight"; anything else is a bias added to the scaled scores.
+        return mask, True, float(torch.finfo(mask.dtype).min)
+    raise ValueError(f"attention: {where}: mask dtype {mask.dtype} unsupported (want bool, integer, float16, bfloat16 or float32)")
+
+
+def _upcast(dtype: torch.dtype) -> bool:
+    return dtype == torch.bfloat16 and _backend.is_interpret()
+
+
+def _dot_prec(dtype: torch.dtype) -> str:
+    # fp32 inputs: full-precision dots (tf32 would lose ~3 decimal digits); bf16/fp16 ignore it.
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------------------------
+
+
+def flash_attention_prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scaling: Optional[float] = None,
+    causal: bool = True,
+    key_mask: Optional[torch.Tensor] = None,
+    attn_mask: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Flash attention over q [b, h, sq, d], k/v [b, hk, sk, d] -> out [b, sq, h, d] (q.dtype).
+
+    causal: bottom-right aligned (queries are the last sq of sk positions; needs sq <= sk).
+    key_mask: [b, sk] padding mask; attn_mask: general [b|1, h|1, sq|1, sk] mask (module docstring
+    for value conventions). Both may be given; they combine (a pair needs both).
+    """
+    where = "flash_attention_prefill"
+    b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
+    be = _backend.require_runnable(q, where)
+    if causal and sq > sk:
+        raise ValueError(f"attention: {where}: causal with seq_q {sq} > seq_k {sk} (queries must be the last seq_q keys)")
+    if scaling is None:
+        scaling = 1.0 / math.sqrt(d)
+    if key_mask is not None and attn_mask is not None:
+        # Fold the key mask into the general one (both broadcast to [b, 1, 1|sq, sk]).
+        km = key_mask if key_mask.dtype == torch.bool or key_mask.dtype.is_floating_point else key_mask != 0
+        am = attn_mask
+        if km.dtype == torch.bool and am.dtype == torch.bool:
+            attn_mask = am & km[:, None, None, :]
+        else:
+            to_add = lambda t: t if t.dtype.is_floating_point else torch.where(t, 0.0, float("-inf")).to(torch.float32)  # noqa: E731
+            attn_mask = to_add(am).to(torch.float32) + to_add(km).to(torch.float32)[:, None, None, :]
+        key_mask = None
+
+    mask_kind, mask_add, mask_min = _MASK_NONE, False, 0.0
+    m_t = q  # dummy pointer when there is no mask (never read: MASK_KIND 0)
+    sm = (0, 0, 0, 0)
+    if key_mask is not None:
+        if key_mask.dim() != 2 or tuple(key_mask.shape) != (b, sk):
+            raise ValueError(f"attention: {where}: key_mask shape {tuple(key_mask.shape)}, want [batch {b}, seq_k {sk}]")
+        m_t, mask_add, mask_min = _mask_operand(where, key_mask, q)
+        sm = (m_t.stride(0), 0, 0, m_t.stride(1))
+        mask_kind = _MASK_KEY
+    elif attn_mask is not None:
+        if attn_mask.dim() != 4:
+            raise ValueError(f"attention: {where}: attn_mask shape {tuple(attn_mask.shape)}, want 4-D [batch, 1|heads, seq_q, seq_k]")
+        mb, mh, mq, mk = attn_mask.shape
+        if mb not in (1, b) or mh not in (1, h) or mq not in (1, sq) or mk != sk:
+            raise ValueError(
+                f"attention: {where}: attn_mask shape {tuple(attn_mask.shape)} does not broadcast to "
+                f"[batch {b}, heads {h}, seq_q {sq}, seq_k {sk}]")
+        m_t, mask_add, mask_min = _mask_operand(where, attn_mask, q)
+        m_t = m_t.expand(b, h, sq, sk)  # a view: broadcast dims get stride 0
+        sm = tuple(m_t.stride())
+        mask_kind = _MASK_FULL
+
+    out = _backend.empty((b, sq, h, d), q.dtype, q.device)
+    block_d = max(16, triton.next_power_of_2(d))
+    fn = _prefill_fn(be)
+    grid = lambda meta: (triton.cdiv(sq, meta["BLOCK_M"]), b * h)  # noqa: E731
+    fn[grid](
+        q, k, v, out, m_t,
+        *q.stride(), *k.stride(), *v.stride(),
+        out.stride(0), out.stride(2), out.stride(1), out.stride(3),
+        *sm,
+        h, h // hk, sq, sk, float(scaling) * _LOG2E, mask_min,
+        _bucket(sq), _bucket(sk),
+        HEAD_DIM=d, BLOCK_D=block_d,
+        IS_CAUSAL=bool(causal), MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
+        UPCAST=_upcast(q.dtype),
+    )
+    _backend.count("attention.prefill")
+    _backend.count(("attention.prefill.mask_key", "attention.prefill.mask_full", "attention.prefill.nomask")[
+        {_MASK_KEY: 0, _MASK_FULL: 1, _MASK_NONE: 2}[mask_kind]])
+    return out
+
+
+def _num_compute_units(device: torch.device) -> int:
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.get_device_properties(device).multi_processor_count)
+        if device.type == "xpu":
+            props = torch.xpu.get_device_properties(device)
+            for attr in ("gpu_subslice_count", "max_compute_units"):
+                n = getattr(props, attr, None)
+                if n:
+                    return int(n)
+    except (RuntimeError, AssertionError, AttributeError):
+        pass
+    return 8  # interpreter / unknown: a few splits, enough to exercise the reduce
+
+
+def decode_num_splits(batch: int, kv_heads: int, seq_k: int, device: torch.device) -> int:
+    """How many KV splits a decode step uses: ~2 programs per SM overall, >= 256 keys per split."""
+    target = _DECODE_PROGRAMS_PER_SM * _num_compute_units(device)
+    want = triton.cdiv(target, max(1, batch * kv_heads))
+    cap = triton.cdiv(seq_k, _DECODE_MIN_KEYS_PER_SPLIT)
+    return max(1, min(want, cap, _DECODE_MAX_SPLITS))
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scaling: Optional[float] = None,
+    kv_lens: Optional[torch.Tensor] = None,
+    key_mask: Optional[torch.Tensor] = None,
+    num_splits: Optional[int] = None,
+) -> torch.Tensor:
+    """One-token attention: q [b, h, 1, d] against a KV cache k/v [b, hk, L, d] -> [b, 1, h, d].
+
+    kv_lens: int tensor [b], keys >= kv_lens[b] are ignored (a cache filled to different lengths).
+    key_mask: [b, L] or [b, 1|h, L] (or a 4-D [b, 1|h, 1, L] transformers mask): conventions as in
+    the module docstring. num_splits: override the split count (tests); default from the GPU size.
+    """
+    where = "decode_attention"
+    b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
+    if sq != 1:
+        raise ValueError(f"attention: {where}: query has {sq} tokens, decode takes exactly 1 (use flash_attention_prefill)")
+    be = _backend.require_runnable(q, where)
+    if scaling is None:
+        scaling = 1.0 / math.sqrt(d)
+    group = h // hk
+
+    has_lens = kv_lens is not None
+    lens_t = q
+    if has_lens:
+        if not isinstance(kv_lens, torch.Tensor) or kv_lens.dim() != 1 or kv_lens.shape[0] != b:
+            raise ValueError(f"attention: {where}: kv_lens must be an integer tensor [batch {b}]")
+        if kv_lens.dtype not in (torch.int32, torch.int64) or kv_lens.device != q.device:
+            raise ValueError(f"attention: {where}: kv_lens dtype {kv_lens.dtype} on {kv_lens.device}, want int32/int64 on {q.device}")
+        lens_t = kv_lens.contiguous()
+
+    mask_kind, mask_add, mask_min = _MASK_NONE, False, 0.0
+    m_t, sm = q, (0, 0, 0)
+    if key_mask is not None:
+        km = key_mask
+        if km.dim() == 4:
+            if km.shape[2] != 1:
+                raise ValueError(f"attention: {where}: 4-D mask {tuple(km.shape)} has {km.shape[2]} query rows, want 1")
+            km = km[:, :, 0, :]
+        if km.dim() == 2:
+            km = km[:, None, :]
+        if km.dim() != 3 or km.shape[0] not in (1, b) or km.shape[1] not in (1, h) or km.shape[2] != sk:
+            raise ValueError(f"attention: {where}: key_mask shape {tuple(key_mask.shape)}, want [batch {b}, seq_k {sk}] "
+                             f"or [batch, 1|heads, seq_k]")
+        m_t, mask_add, mask_min = _mask_operand(where, km, q)
+        m_t = m_t.expand(b, h, sk)
+        sm = tuple(m_t.stride())
+        mask_kind = _MASK_KEY
+
+    if num_splits is None:
+        num_splits = decode_num_splits(b, hk, sk, q.device)
+    if not (1 <= int(num_splits) <= _DECODE_MAX_SPLITS):
+        raise ValueError(f"attention: {where}: num_splits {num_splits} outside [1, {_DECODE_MAX_SPLITS}]")
+    split_size = triton.cdiv(sk, int(num_splits))
+    split_size = triton.cdiv(split_size, 16) * 16  # whole 16-key groups per split
+    num_splits = triton.cdiv(sk, split_size)
+
+    block_d = max(16, triton.next_power_of_2(d))
+    block_g = max(16, triton.next_power_of_2(group))  # tl.dot wants >= 16 rows
+    pm = _backend.empty((b, h, num_splits), torch.float32, q.device)
+    pl = _backend.empty((b, h, num_splits), torch.float32, q.device)
+    pacc = _backend.empty((b, h, num_splits, d), torch.float32, q.device)
+    fn = _decode_fn(be)
+    fn[(num_splits, b * hk)](
+        q, k, v, m_t, lens_t, pm, pl, pacc,
+        q.stride(0), q.stride(1), q.stride(3),
+        *k.stride(), *v.stride(),
+        *sm,
+        h, hk, group, sk, split_size, num_splits, float(scaling) * _LOG2E, mask_min,
+        _bucket(split_size),
+        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g,
+        HAS_LENS=has_lens, MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
+        UPCAST=_upcast(q.dtype),
+    )
+    out = _backend.empty((b, 1, h, d), q.dtype, q.device)
+    _decode_reduce_kernel[(b * h,)](
+        pm, pl, pacc, out,
+        out.stride(0), out.stride(2), out.stride(3),
+        h, num_splits,
+        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+        num_warps=4,
+    )
+    _backend.count("attention.decode")
+    if num_splits > 1:
+        _backend.count("attention.decode.split")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Torch reference (fp32 or fp64, explicit softmax)
+# ---------------------------------------------------------------------------------------------
+
+
+def attention_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scaling: Optional[float] = None,
+    causal: bool = True,
+    key_mask: Optional[torch.Tensor] = None,
+    attn_mask: Optional[torch.Tensor] = None,
+    kv_lens: Optional[torch.Tensor] = None,
+    dtype: torch.dtype = torch.float32,
+    round_p_to: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """Same semantics as the kernels, computed with an explicit [b, h, sq, sk] softmax in `dtype`
+    (fp32 by default, fp64 for a tighter reference). Returns [b, sq, h, d] in `dtype`.
+    round_p_to: round the normalized probabilities to this dtype before P@V (an oracle that mirrors
+    the kernel's bf16 P operand)."""
+    b, h, sq, d = q.shape
+    hk, sk = k.shape[1], k.shape[2]
+    if scaling is None:
+        scaling = 1.0 / math.sqrt(d)
+    qf, kf, vf = q.to(dtype), k.to(dtype), v.to(dtype)
+    g = h // hk
+    kf = kf.repeat_interleave(g, dim=1)
+    vf = vf.repeat_interleave(g, dim=1)
+    s = torch.matmul(qf, kf.transpose(-1, -2)) * scaling
+    keep = torch.ones(b, h, sq, sk, dtype=torch.bool, device=q.device)
+    bias = torch.zeros(b, h, sq, sk, dtype=dtype, device=q.device)
+
+    def add_mask(m: torch.Tensor) -> None:
+        nonlocal keep, bias
+        if m.dtype == torch.bool or not m.dtype.is_floating_point:
+            keep = keep & (m != 0)
+        else:
+            kk = m > torch.finfo(m.dtype).min
+            keep = keep & kk
+            bias = bias + torch.where(kk, m.to(dtype), torch.zeros((), dtype=dtype, device=m.device))
+
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+        j = torch.arange(sk, device=q.device)[None, :]
+        keep = keep & (j <= i)
+    if key_mask is not None:
+        km = key_mask
+        if km.dim() == 4:
+            add_mask(km)
+        else:
+            if km.dim() == 2:
+                km = km[:, None, :]
+            add_mask(km[:, :, None, :])
+    if attn_mask is not None:
+        add_mask(attn_mask)
+    if kv_lens is not None:
+        j = torch.arange(sk, device=q.device)
+        keep = keep & (j[None, None, None, :] < kv_lens.view(b, 1, 1, 1))
+    s = torch.where(keep, s + bias, torch.full((), float("-inf"), dtype=dtype, device=q.device))
+    row_any = keep.any(-1, keepdim=True)
+    s = torch.where(row_any, s, torch.zeros((), dtype=dtype, device=q.device))
+    p = torch.softmax(s, dim=-1) * row_any  # rows with nothing attended -> 0
+    if round_p_to is not None:
+        p = p.to(round_p_to).to(dtype)
+    o = torch.matmul(p, vf)
+    return o.transpose(1, 2).contiguous()
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers attention function
+# ---------------------------------------------------------------------------------------------
+
+
+def _module_name(module) -> str:
+    idx = getattr(module, "layer_idx", None)
+    cls = type(module).__name__
+    return f"{cls} (layer_idx {idx})" if idx is not None else cls
+
+
+def attention_forward(
+    module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    dropout: float = 0.0,
+    scaling: Optional[float] = None,
+    is_causal: Optional[bool] = None,
+    **kwargs,
+) -> Tuple[torch.Tensor, None]:
+    """transformers attention function (`AttentionInterface.register(name, attention_forward)`).
+
+    Mirrors sdpa_attention_forward (transformers 5.17): `attention_mask` is None (causal implied by
+    `is_causal`/`module.is_causal`, or no mask) or a 4-D [b, 1, q, k] bool (True = attend) /
+    additive float mask that already holds causality and padding; GQA is handled in the kernel
+    (no repeat_kv). With no mask, is_causal and kv_len > q_len (prefill into an empty static
+    cache), keys past q_len are dropped exactly as sdpa does (upper-left alignment). Returns
+    (out [b, q, h, d], None). Unsupported inputs raise; nothing silently falls back.
+
+    The mask only reaches this function if the name is also registered in transformers'
+    AttentionMaskInterface (see `register_transformers`); otherwise transformers passes None and
+    padding would be ignored.
+    """
+    who = _module_name(module)
+    if dropout and float(dropout) > 0.0:
+        raise ValueError(f"attention: {who}: dropout {dropout} > 0 is unsupported (training path); "
+                         "the xpuinject kernels are inference-only (model.eval() sets dropout to 0)")
+    for unsupported in ("position_bias", "s_aux", "sinks", "softcap"):
+        if kwargs.get(unsupported) is not None:
+            raise ValueError(f"attention: {who}: argument {unsupported!r} is unsupported by the xpuinject kernels")
+    if isinstance(query, torch.Tensor) and query.dim() == 4 and query.shape[-1] not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"attention: {who}: head_dim {query.shape[-1]} unsupported (supported: {SUPPORTED_HEAD_DIMS})")
+    if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+        raise ValueError(f"attention: {who}: attention_mask of type {type(attention_mask).__name__} unsupported "
+                         "(want None or a 4-D tensor; register the mask interface with register_transformers)")
+    groups = getattr(module, "num_key_value_groups", None)
+    if groups is not None and query.dim() == 4 and key.dim() == 4 and query.shape[1] != key.shape[1] * groups:
+        raise ValueError(f"attention: {who}: query heads {query.shape[1]} != kv heads {key.shape[1]} x "
+                         f"num_key_value_groups {groups}")
+
+    q_len, kv_len = query.shape[2], key.shape[2]
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(q_len > 1 and attention_mask is None and causal)
+    try:
+        if q_len == 1:
+            out = decode_attention(query, key, value, scaling=scaling, key_mask=attention_mask)
+        else:
+            if causal and kv_len > q_len:
+                # sdpa_attention_forward: only reachable when prefilling an empty static cache
+                # (transformers returns no mask then); the valid keys are the first q_len.
+                key, value = key[:, :, :q_len, :], value[:, :, :q_len, :]
+            out = flash_attention_prefill(query, key, value, scaling=scaling, causal=causal, attn_mask=attention_mask)
+    except ValueError as e:
+        raise ValueError(f"attention: {who}: {e}") from e
+    return out, None
+
+
+def register_transformers(name: str = "xpuinject") -> None:
+    """Register `attention_forward` under `name` with transformers, and the sdpa mask builder for
+    the same name (without the latter transformers builds no mask for unknown names, see
+    masking_utils._preprocess_mask_arguments in 5.17). Imports transformers lazily: the kernel
+    package itself depends only on torch and triton."""
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    except ImportError as e:  # pragma: no cover - transformers is present wherever this is called
+        raise RuntimeError(f"attention: register_transformers needs transformers >= 5: {e}") from e
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
