@@ -87,8 +87,41 @@ def _patch_interpreter_index_numpy2() -> None:
     interp._xpuinject_index_patched = True
 
 
+def _patch_interpreter_bf16_dot() -> None:
+    """Make the interpreter's tl.dot read bf16 operands as numbers.
+
+    The interpreter stores bf16 tensors as their uint16 bit patterns and its create_dot calls
+    np.matmul on them directly (interpreter.py create_dot converts only fp8), so a bf16 dot
+    multiplies bit patterns (errors ~1e10). We widen bf16 operands to fp32 first (exact), which
+    is what tensor cores / DPAS do: exact products, fp32 accumulation.
+    """
+    if not _backend.is_interpret():
+        return
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    if getattr(builder, "_xpuinject_bf16_dot", False):
+        return
+    orig = builder.create_dot
+
+    def widen(h):
+        if h.dtype.scalar == tl.bfloat16:
+            bits = np.asarray(h.data).astype(np.uint32) << 16
+            return interp.TensorHandle(bits.view(np.float32), tl.float32)
+        return h
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return orig(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    builder.create_dot = create_dot
+    builder._xpuinject_bf16_dot = True
+
+
 _patch_interpreter_bf16_rounding()
 _patch_interpreter_index_numpy2()
+_patch_interpreter_bf16_dot()
 
 
 def _pick_device() -> str:
