@@ -1,0 +1,283 @@
+"""GEMM on pre-packed K-major weights with fused epilogues.
+
+    out[M, N] = epilogue(x[M, K] @ W[K, N] (+ bias[N]))
+
+W is the transposed nn.Linear weight, [K, N] with unit column stride (packed offline by Go,
+seed 000 "Level 2": bf16, K-major so each program streams contiguous [BLOCK_K, BLOCK_N] tiles).
+x is bf16/fp16 (fp32 accepted), any leading dims (flattened to M). Accumulation is fp32; the dot
+runs in W's dtype (an fp16/fp32 activation tile is rounded to W's dtype if they differ); the output
+is x's dtype, rounded once after the epilogue.
+
+Epilogues (constexpr EPILOGUE, bias independent of it via HAS_BIAS):
+  "none"       out = x@W
+  "bias"       out = x@W + b                     (bias required)
+  "swiglu"     W = [gate | up] concatenated along N ([K, 2I], gate columns first),
+               out[M, I] = silu(x@Wg (+bg)) * (x@Wu (+bu)); bias, if any, is [2I] (gate | up).
+               Each program computes the matching gate and up tiles (columns n and I + n) and
+               never writes the [M, 2I] intermediate.
+  "hardswish"  out = hardswish(x@W (+b))  = y * clamp(y + 3, 0, 6) / 6
+  "residual"   out = x@W (+b) + r[M, N]
+
+Memory access: tensor descriptors (`tl.make_tensor_descriptor`) when every operand passes
+`_backend.tma_ok` (16-byte aligned base and row strides), else block pointers with boundary
+checks — a misaligned descriptor gave silently wrong results on the H200 (DESIGN). One 1-D grid
+with GROUP_SIZE_M swizzling (seed 000) so consecutive programs reuse the same W column panel.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _backend
+
+__all__ = ["gemm", "gemm_ref", "EPILOGUES"]
+
+EPILOGUES = ("none", "bias", "swiglu", "hardswish", "residual")
+# constexpr codes
+_EPI_NONE, _EPI_SWIGLU, _EPI_HARDSWISH, _EPI_RESIDUAL = 0, 1, 2, 3
+_EPI_CODE = {"none": _EPI_NONE, "bias": _EPI_NONE, "swiglu": _EPI_SWIGLU, "hardswish": _EPI_HARDSWISH,
+             "residual": _EPI_RESIDUAL}
+
+_X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_W_DTYPES = (torch.bfloat16, torch.float16)
+
+
+@triton.jit
+def _swizzle(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
+    """Map a 1-D program id to (pid_m, pid_n) walking GROUP_SIZE_M row-tiles per column panel."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_SIZE_M * num_pid_n
+    group = pid // per_group
+    first_m = group * GROUP_SIZE_M
+    rows = tl.minimum(num_pid_m - first_m, GROUP_SIZE_M)
+    pid_m = first_m + (pid % per_group) % rows
+    pid_n = (pid % per_group) // rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr):
+    """Bias and activation on fp32 tiles (residual is added by the caller, which owns the tile
+    addressing)."""
+    nmask = offs_n < N
+    if HAS_BIAS:
+        acc = acc + tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        if EPILOGUE == 1:
+            acc_up = acc_up + tl.load(b_ptr + UP_OFF + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    if EPILOGUE == 1:
+        # silu(g) * u, sigmoid through exp: fp32, no intermediate rounding
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    elif EPILOGUE == 2:
+        acc = acc * tl.minimum(tl.maximum(acc + 3.0, 0.0), 6.0) / 6.0
+    return acc
+
+
+@triton.jit
+def _gemm_kernel(
+    x_ptr, w_ptr, b_ptr, r_ptr, o_ptr,
+    M, N, K, M_BUCKET,
+    stride_xm, stride_wk, stride_rm, stride_om,
+    UP_OFF,
+    HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+):
+    # M_BUCKET (next power of 2 of M) is only an autotune key: one tuning per size class, not per M.
+    pid = tl.program_id(0)
+    pid_m, pid_n = _swizzle(pid, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    wty = w_ptr.dtype.element_ty
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # used by swiglu only (DCE'd otherwise)
+    if USE_DESC:
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K])
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[stride_wk, 1], block_shape=[BLOCK_K, BLOCK_N])
+        if EPILOGUE == 1:
+            # the up half as its own [K, I] tensor: OOB columns of a gate tile read zeros, never up
+            wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF, shape=[K, N], strides=[stride_wk, 1],
+                                                block_shape=[BLOCK_K, BLOCK_N])
+        for kk in range(0, tl.cdiv(K, BLOCK_K)):
+            k0 = kk * BLOCK_K
+            a = x_desc.load([off_m, k0]).to(wty)
+            acc = tl.dot(a, w_desc.load([k0, off_n]), acc)
+            if EPILOGUE == 1:
+                acc_up = tl.dot(a, wu_desc.load([k0, off_n]), acc_up)
+    else:
+        x_bp = tl.make_block_ptr(x_ptr, shape=(M, K), strides=(stride_xm, 1), offsets=(off_m, 0),
+                                 block_shape=(BLOCK_M, BLOCK_K), order=(1, 0))
+        w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, 1), offsets=(0, off_n),
+                                 block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+        if EPILOGUE == 1:
+            wu_bp = tl.make_block_ptr(w_ptr + UP_OFF, shape=(K, N), strides=(stride_wk, 1), offsets=(0, off_n),
+                                      block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+        for kk in range(0, tl.cdiv(K, BLOCK_K)):
+            a = tl.load(x_bp, boundary_check=(0, 1), padding_option="zero").to(wty)
+            acc = tl.dot(a, tl.load(w_bp, boundary_check=(0, 1), padding_option="zero"), acc)
+            if EPILOGUE == 1:
+                acc_up = tl.dot(a, tl.load(wu_bp, boundary_check=(0, 1), padding_option="zero"), acc_up)
+                wu_bp = tl.advance(wu_bp, (BLOCK_K, 0))
+            x_bp = tl.advance(x_bp, (0, BLOCK_K))
+            w_bp = tl.advance(w_bp, (BLOCK_K, 0))
+
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
+    oty = o_ptr.dtype.element_ty
+    if USE_DESC:
+        if EPILOGUE == 3:
+            r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_rm, 1], block_shape=[BLOCK_M, BLOCK_N])
+            acc = acc + r_desc.load([off_m, off_n]).to(tl.float32)
+        o_desc = tl.make_tensor_descriptor(o_ptr, shape=[M, N], strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
+        o_desc.store([off_m, off_n], acc.to(oty))
+    else:
+        if EPILOGUE == 3:
+            r_bp = tl.make_block_ptr(r_ptr, shape=(M, N), strides=(stride_rm, 1), offsets=(off_m, off_n),
+                                     block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
+            acc = acc + tl.load(r_bp, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
+        o_bp = tl.make_block_ptr(o_ptr, shape=(M, N), strides=(stride_om, 1), offsets=(off_m, off_n),
+                                 block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
+        tl.store(o_bp, acc.to(oty), boundary_check=(0, 1))
+
+
+def _as_rows(t: torch.Tensor) -> torch.Tensor:
+    """[..., C] -> [rows, C] with unit column stride, without copying when a view exists."""
+    c = t.shape[-1]
+    if t.dim() == 2 and t.stride(-1) == 1:
+        return t
+    if t.stride(-1) == 1:
+        try:
+            return t.view(-1, c)
+        except RuntimeError:
+            pass
+    return t.reshape(-1, c).contiguous()
+
+
+def _err(msg: str) -> ValueError:
+    return ValueError(f"xpuinject_kernels: gemm: {msg}")
+
+
+def gemm(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    residual: Optional[torch.Tensor] = None,
+    epilogue: str = "none",
+    use_descriptors: Optional[bool] = None,
+) -> torch.Tensor:
+    """out = epilogue(x @ w (+ bias)) with w pre-packed K-major [K, N] (see module docstring).
+
+    x: [..., K]; w: [K, N] (swiglu: [K, 2I], gate | up); bias: [N] (swiglu: [2I]); residual:
+    [..., N] for epilogue "residual". Returns [..., N] (swiglu: [..., I]) in x.dtype.
+    use_descriptors: None = tensor descriptors when every operand is aligned, else block pointers;
+    False forces block pointers; True requires descriptors (ValueError if an operand is misaligned).
+    """
+    if epilogue not in _EPI_CODE:
+        raise _err(f"unknown epilogue {epilogue!r} (want one of {', '.join(EPILOGUES)})")
+    if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
+        raise _err("x and w must be tensors")
+    if x.dtype not in _X_DTYPES:
+        raise _err(f"x dtype {x.dtype} not supported (want bfloat16, float16 or float32)")
+    if w.dtype not in _W_DTYPES:
+        raise _err(f"weight dtype {w.dtype} not supported (want the packed bfloat16 or float16 [K, N])")
+    if w.dim() != 2:
+        raise _err(f"weight shape {tuple(w.shape)}: want 2-D K-major [K, N]")
+    if x.dim() < 1 or x.shape[-1] != w.shape[0]:
+        raise _err(f"x shape {tuple(x.shape)} does not match weight [K, N] = {tuple(w.shape)} (x's last dim must be K)")
+    if w.shape[0] == 0 or w.shape[1] == 0:
+        raise _err(f"weight shape {tuple(w.shape)} has an empty dimension")
+    if w.stride(-1) != 1:
+        raise _err(f"weight strides {tuple(w.stride())}: want unit column stride (K-major [K, N] rows)")
+    if w.device != x.device:
+        raise _err(f"weight on {w.device}, x on {x.device}")
+    k, n_w = w.shape
+    swiglu = epilogue == "swiglu"
+    if swiglu and n_w % 2 != 0:
+        raise _err(f"swiglu weight has {n_w} columns: want an even [K, 2I] (gate | up)")
+    n = n_w // 2 if swiglu else n_w
+    if epilogue == "bias" and bias is None:
+        raise _err("epilogue 'bias' needs a bias tensor")
+    if epilogue == "none" and bias is not None:
+        raise _err("a bias was given with epilogue 'none' (use epilogue='bias')")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.shape[0] != n_w:
+            raise _err(f"bias shape {tuple(getattr(bias, 'shape', ()))}: want [{n_w}]")
+        if not bias.dtype.is_floating_point:
+            raise _err(f"bias dtype {bias.dtype} not supported")
+        if bias.device != x.device:
+            raise _err(f"bias on {bias.device}, x on {x.device}")
+        bias = bias.contiguous()
+    out_shape = tuple(x.shape[:-1]) + (n,)
+    if epilogue == "residual":
+        if not isinstance(residual, torch.Tensor) or tuple(residual.shape) != out_shape:
+            raise _err(f"residual shape {tuple(getattr(residual, 'shape', ()))}: want {out_shape}")
+        if not residual.dtype.is_floating_point:
+            raise _err(f"residual dtype {residual.dtype} not supported")
+        if residual.device != x.device:
+            raise _err(f"residual on {residual.device}, x on {x.device}")
+    elif residual is not None:
+        raise _err(f"a residual was given with epilogue {epilogue!r} (use epilogue='residual')")
+    be = _backend.require_runnable(x, "gemm")
+
+    out = _backend.empty(out_shape, x.dtype, x.device)
+    x2 = _as_rows(x)
+    m = x2.shape[0]
+    if m == 0:
+        return out
+    o2 = out.view(-1, n)
+    r2 = _as_rows(residual) if residual is not None else None
+    up_off = n if swiglu else 0
+
+    operands = [x2, w, o2] + ([r2] if r2 is not None else []) + ([w[:, n:]] if swiglu else [])
+    aligned = all(_backend.tma_ok(t) for t in operands)
+    if use_descriptors is None:
+        use_desc = aligned
+    elif use_descriptors:
+        if not aligned:
+            raise _err("use_descriptors=True but an operand is not 16-byte aligned (base or row stride)")
+        use_desc = True
+    else:
+        use_desc = False
+    if use_desc:
+        _backend.ensure_allocator(x.device)
+
+    n_b = 2 if swiglu else 1
+    kern = _backend.autotuned(
+        "gemm.swiglu" if swiglu else "gemm", _gemm_kernel, be,
+        _backend.gemm_configs(be, n_b_tiles=n_b),
+        key=["M_BUCKET", "N", "K", "HAS_BIAS", "EPILOGUE", "USE_DESC"],
+        prune=_backend.gemm_prune(be, n_b),
+    )
+
+    def grid(meta):
+        return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+
+    kern[grid](
+        x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2,
+        m, n, k, triton.next_power_of_2(m),
+        x2.stride(0), w.stride(0), r2.stride(0) if r2 is not None else 0, o2.stride(0),
+        up_off,
+        HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue], USE_DESC=use_desc,
+    )
+    _backend.count("gemm.desc" if use_desc else "gemm.blockptr")
+    _backend.count(f"gemm.{epilogue}")
+    return out
+
+
+def gemm_ref(x, w, bias=None, residual=None, epilogue="none"):
+    """fp32 reference: same math, no rounding until the caller casts."""
+    y = x.float() @ w.float()
+    if bias is not None:
+        y = y + bias.float()
+    if epilogue == "swiglu":
+        i = w.shape[1] // 2
+        g, u = y[..., :i], y[..., i:]
+        return torch.nn.functional.silu(g) * u
+    if epilogue == "hardswish":
+        return torch.nn.functional.hardswish(y)
+    if epilogue == "residual":
+        return y + residual.float()
+    return y
