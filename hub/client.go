@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,6 +30,9 @@ type Client struct {
 	Backoff func(n int) time.Duration
 	// Offline forbids network access ($HF_HUB_OFFLINE).
 	Offline bool
+	// IdleTimeout aborts a download whose body sends nothing for this long (then it is
+	// resumed like any dropped connection). Zero means 60s.
+	IdleTimeout time.Duration
 }
 
 // NewClient builds a client from the environment as huggingface_hub does:
@@ -131,7 +135,10 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 		return nil, ErrOffline
 	}
 	req = req.WithContext(ctx)
-	if c.Token != "" && req.Header.Get("Authorization") == "" {
+	// The token goes to the Hub endpoint only, never to a CDN or storage host a
+	// download or upload is redirected to (as huggingface_hub drops "authorization" for
+	// off-Hub locations: file_download.py, _get_metadata_or_catch_error).
+	if c.Token != "" && req.Header.Get("Authorization") == "" && c.isHubHost(req.URL) {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	if req.Header.Get("User-Agent") == "" {
@@ -163,11 +170,11 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
 			if attempt >= c.MaxRetries {
-				return nil, &StatusError{Method: req.Method, URL: req.URL.Redacted(), Status: resp.StatusCode, Body: strings.TrimSpace(string(body))}
+				return nil, &StatusError{Method: req.Method, URL: req.URL.Redacted(), Status: resp.StatusCode, Body: c.scrub(strings.TrimSpace(string(body)))}
 			}
 			wait = c.Backoff(attempt + 1)
 			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && ra >= 0 {
-				wait = time.Duration(ra) * time.Second
+				wait = min(time.Duration(ra)*time.Second, maxRetryAfter)
 			}
 		default:
 			return resp, nil
@@ -180,4 +187,25 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 		case <-t.C:
 		}
 	}
+}
+
+// maxRetryAfter bounds a server's Retry-After so a bad header cannot park a fetch for hours.
+const maxRetryAfter = 2 * time.Minute
+
+// isHubHost reports whether u is on the endpoint's host (or huggingface.co).
+func (c *Client) isHubHost(u *url.URL) bool {
+	h := strings.ToLower(u.Hostname())
+	if ep, err := url.Parse(c.Endpoint); err == nil && strings.ToLower(ep.Hostname()) == h {
+		return true
+	}
+	return h == "huggingface.co" || h == "hf.co"
+}
+
+// scrub removes the token from text that came from a server (an echoed header must
+// not carry it into an error message).
+func (c *Client) scrub(s string) string {
+	if c.Token == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, c.Token, "***")
 }

@@ -3,6 +3,8 @@ package hubtest
 import (
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 )
 
 // Server is the test Hub: an http.Handler over a Store.
@@ -13,7 +15,14 @@ type Server struct {
 	// Token, when set, is the only bearer token accepted for private/gated repos and
 	// for every write.
 	Token string
-	mux   *http.ServeMux
+	// CDNHost, when set, is the host[:port] LFS downloads are redirected to; by default
+	// the same listener under another host name (see download.go).
+	CDNHost string
+	mux     *http.ServeMux
+
+	once sync.Once
+	fs   *faultState
+	down atomic.Bool // set by FaultDown: every connection is dropped
 }
 
 // New returns a server over store (a new empty store when nil).
@@ -27,7 +36,15 @@ func New(store *Store) *Server {
 	return s
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP answers the download routes (download.go: serveDownload, dispatched by hand
+// because their path shapes overlap in http.ServeMux), then everything else through
+// the mux (publish routes).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.serveDownload(w, r) {
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // Start runs the server on a loopback port (httptest); Close it when done.
 func (s *Server) Start() *httptest.Server { return httptest.NewServer(s) }

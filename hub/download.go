@@ -1,0 +1,708 @@
+package hub
+
+import (
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The cache layout and the publication order of a blob follow huggingface_hub
+// (file_download.py: _hf_hub_download_to_cache_dir, _download_to_tmp_and_move,
+// _chmod_and_move, _create_symlink, _cache_commit_hash_for_specific_revision):
+//
+//	blobs/<etag>                 LFS: sha256 (X-Linked-Etag), else the git sha1 (ETag)
+//	blobs/<etag>.incomplete      our resumable partial (huggingface_hub 1.x writes
+//	                             <etag>.<uuid8>.incomplete and does not resume; it
+//	                             ignores ours)
+//	.locks/<repo folder>/<etag>.lock
+//	snapshots/<commit>/<path>    relative symlink to ../../blobs/<etag> (one more ../
+//	                             per folder level in path)
+//	refs/<revision>              the commit sha, no newline (Python reads it verbatim)
+//
+// A blob becomes visible only by renaming a verified (size, and sha256 for LFS or git
+// sha1 for regular files when the listing vouches for the etag) and fsynced partial.
+
+// FetchOptions tune Snapshot and Download.
+type FetchOptions struct {
+	// Include and Exclude are fnmatch globs as huggingface_hub's allow_patterns /
+	// ignore_patterns. With no Include, the files a transformers model needs are taken
+	// (config, generation config, tokenizer and processor files, top-level safetensors
+	// and the index).
+	Include, Exclude []string
+	// Workers bounds parallel file downloads; 0 means 8 (snapshot_download's default).
+	Workers int
+	// Progress receives per-file progress; nil for none.
+	Progress ProgressSink
+	// RepoType is "model" (default), "dataset", "space" or "kernel".
+	RepoType string
+	// Warn receives warnings (a cached snapshot used because the Hub is unreachable).
+	Warn func(msg string)
+}
+
+// ErrChecksum marks a download whose content does not match its announced size or hash.
+var ErrChecksum = errors.New("hub: downloaded content does not match its checksum")
+
+var sha256Pattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Snapshot resolves ref to a commit, downloads the selected files into the cache
+// (skipping what is there), records refs/<revision> and returns the snapshot folder.
+// Offline ($HF_HUB_OFFLINE), or when the Hub cannot be reached, it answers from the
+// cache if the snapshot is there and complete for the selection.
+func (c *Client) Snapshot(ctx context.Context, cache Cache, ref Ref, opts FetchOptions) (dir, commit string, err error) {
+	repoType := normType(opts.RepoType)
+	if ref.Revision == "" {
+		ref.Revision = "main"
+	}
+	if err := checkRevision(ref.Revision); err != nil {
+		return "", "", err
+	}
+	if c.Offline {
+		return offlineSnapshot(cache, repoType, ref, opts, ErrOffline)
+	}
+	info, err := c.RevisionInfo(ctx, repoType, ref.Repo, ref.Revision)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", "", ctx.Err()
+		}
+		if isUnreachable(err) || errors.Is(err, ErrAuth) {
+			d, cm, lerr := offlineSnapshot(cache, repoType, ref, opts, err)
+			if lerr == nil {
+				if opts.Warn != nil {
+					opts.Warn(fmt.Sprintf("hub: %s: using the cached snapshot %s: %v", ref, cm, err))
+				}
+				return d, cm, nil
+			}
+			if isUnreachable(err) {
+				return "", "", lerr
+			}
+		}
+		return "", "", err
+	}
+	commit = info.Commit
+	paths := make([]string, len(info.Files))
+	byPath := map[string]RepoFile{}
+	for i, f := range info.Files {
+		paths[i] = f.Path
+		byPath[f.Path] = f
+	}
+	sel := selectFiles(paths, opts.Include, opts.Exclude)
+	if len(sel) == 0 {
+		return "", "", fmt.Errorf("hub: %s (commit %s): no file matches the selection %s; the repository has %s",
+			ref, commit, describeSelection(opts), listSample(paths))
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = 8
+	}
+	ctx2, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, workers)
+	)
+	for _, p := range sel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx2.Done():
+				return
+			}
+			defer func() { <-sem }()
+			err := c.fetchFile(ctx2, cache, repoType, ref.Repo, commit, byPath[p], nil, opts.Progress)
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return "", "", fmt.Errorf("hub: %s: interrupted (partial downloads are kept and resume next time): %w", ref, ctx.Err())
+	}
+	if firstErr != nil {
+		return "", "", firstErr
+	}
+	root := filepath.Join(cache.Dir, RepoFolder(repoType, ref.Repo))
+	if err := writeRef(root, ref.Revision, commit); err != nil {
+		return "", "", err
+	}
+	return filepath.Join(root, "snapshots", commit), commit, nil
+}
+
+// Download fetches one file of ref into the cache and returns its snapshot path.
+func (c *Client) Download(ctx context.Context, cache Cache, ref Ref, path string, opts FetchOptions) (string, error) {
+	repoType := normType(opts.RepoType)
+	if ref.Revision == "" {
+		ref.Revision = "main"
+	}
+	if err := checkRevision(ref.Revision); err != nil {
+		return "", err
+	}
+	if err := checkRepoPath(path); err != nil {
+		return "", fmt.Errorf("hub: %s: %w", ref, err)
+	}
+	local := func(cause error) (string, error) {
+		dir, _, err := cache.LocalSnapshot(repoType, ref.Repo, ref.Revision)
+		if err != nil {
+			return "", fmt.Errorf("hub: %s: %s not cached and the Hub cannot be used (%v): %w", ref, path, cause, err)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(path))
+		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+			return "", fmt.Errorf("%w: %s: %s is not in the cached snapshot %s (the Hub cannot be used: %v)", ErrNotCached, ref, path, dir, cause)
+		}
+		return p, nil
+	}
+	if c.Offline {
+		return local(ErrOffline)
+	}
+	meta, err := c.FileMetadata(ctx, repoType, ref.Repo, ref.Revision, path)
+	if err != nil {
+		if ctx.Err() == nil && (isUnreachable(err) || errors.Is(err, ErrAuth)) {
+			if p, lerr := local(err); lerr == nil {
+				return p, nil
+			}
+		}
+		return "", err
+	}
+	if !commitPattern.MatchString(meta.Commit) {
+		return "", fmt.Errorf("hub: %s: %s: X-Repo-Commit %q is not a commit sha", ref, path, meta.Commit)
+	}
+	f := RepoFile{Path: path, Size: meta.Size, LFS: meta.LFS}
+	if err := c.fetchFile(ctx, cache, repoType, ref.Repo, meta.Commit, f, &meta, opts.Progress); err != nil {
+		return "", err
+	}
+	root := filepath.Join(cache.Dir, RepoFolder(repoType, ref.Repo))
+	if err := writeRef(root, ref.Revision, meta.Commit); err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "snapshots", meta.Commit, filepath.FromSlash(path)), nil
+}
+
+// fetchFile makes snapshots/<commit>/<f.Path> point at a verified blob.
+func (c *Client) fetchFile(ctx context.Context, cache Cache, repoType, repo, commit string, f RepoFile, meta *FileMeta, p ProgressSink) error {
+	if p == nil {
+		p = nopProgress{}
+	}
+	root := filepath.Join(cache.Dir, RepoFolder(repoType, repo))
+	pointer := filepath.Join(root, "snapshots", commit, filepath.FromSlash(f.Path))
+	if st, err := os.Stat(pointer); err == nil && st.Mode().IsRegular() {
+		p.FileStart(f.Path, st.Size(), st.Size())
+		p.FileDone(f.Path, true, nil)
+		return nil
+	}
+	if meta == nil {
+		m, err := c.FileMetadata(ctx, repoType, repo, commit, f.Path)
+		if err != nil {
+			p.FileDone(f.Path, false, err)
+			return err
+		}
+		meta = &m
+	}
+	fail := func(err error) error { p.FileDone(f.Path, false, err); return err }
+	if meta.Commit != commit {
+		return fail(fmt.Errorf("hub: %s@%s: %s: the Hub answered for commit %s", repo, commit, f.Path, meta.Commit))
+	}
+	size := meta.Size
+	if size < 0 {
+		size = f.Size
+	}
+	if f.LFS && f.SHA256 != "" && meta.Etag != f.SHA256 {
+		return fail(fmt.Errorf("hub: %s@%s: %s: X-Linked-Etag %s differs from the listed sha256 %s", repo, commit, f.Path, meta.Etag, f.SHA256))
+	}
+	var want digest
+	switch {
+	case (meta.LFS || f.LFS) && sha256Pattern.MatchString(meta.Etag):
+		want = digest{sha256: meta.Etag}
+	case !meta.LFS && !f.LFS && f.BlobID != "" && f.BlobID == meta.Etag && commitPattern.MatchString(f.BlobID):
+		want = digest{gitSHA1: f.BlobID}
+	}
+	blob := filepath.Join(root, "blobs", meta.Etag)
+	if err := os.MkdirAll(filepath.Dir(blob), 0o755); err != nil {
+		return fail(fmt.Errorf("hub: %w", err))
+	}
+	if !isRegular(blob) {
+		lockDir := filepath.Join(cache.Dir, ".locks", RepoFolder(repoType, repo))
+		if err := os.MkdirAll(lockDir, 0o755); err != nil {
+			return fail(fmt.Errorf("hub: %w", err))
+		}
+		unlock, err := lockFile(ctx, filepath.Join(lockDir, meta.Etag+".lock"))
+		if err != nil {
+			return fail(err)
+		}
+		if !isRegular(blob) {
+			err = c.downloadBlob(ctx, meta.Location, blob, size, want, f.Path, p)
+			if errors.Is(err, ErrChecksum) && ctx.Err() == nil {
+				// The partial was discarded; one fresh attempt, as a bad byte in transit
+				// or a bad cache node deserves a second chance but not a loop.
+				err = c.downloadBlob(ctx, meta.Location, blob, size, want, f.Path, p)
+			}
+		} else {
+			p.FileStart(f.Path, size, size)
+		}
+		unlock()
+		if err != nil {
+			return fail(err)
+		}
+	} else {
+		p.FileStart(f.Path, size, size)
+	}
+	if err := linkPointer(blob, pointer); err != nil {
+		return fail(err)
+	}
+	p.FileDone(f.Path, false, nil)
+	return nil
+}
+
+type digest struct{ sha256, gitSHA1 string }
+
+func isRegular(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// downloadBlob downloads loc into blob+".incomplete", resuming from what is there, and
+// renames it to blob once complete and verified. Cancelling ctx leaves the partial.
+func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64, want digest, name string, p ProgressSink) error {
+	partial := blob + ".incomplete"
+	f, err := os.OpenFile(partial, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return fmt.Errorf("hub: %s: %w", name, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("hub: %s: %w", name, err)
+	}
+	have := st.Size()
+	if size >= 0 && have > size {
+		if err := f.Truncate(0); err != nil {
+			return fmt.Errorf("hub: %s: %w", name, err)
+		}
+		have = 0
+	}
+	hs := newHashes(want, size)
+	if have > 0 {
+		// Hash the part already on disk so the whole blob is verified.
+		if _, err := io.Copy(hs, io.NewSectionReader(f, 0, have)); err != nil {
+			return fmt.Errorf("hub: %s: reading partial %s: %w", name, partial, err)
+		}
+	}
+	p.FileStart(name, size, have)
+	restart := func() error {
+		p.FileAdvance(name, -have)
+		have = 0
+		hs.reset()
+		return f.Truncate(0)
+	}
+	idle := c.IdleTimeout
+	if idle <= 0 {
+		idle = 60 * time.Second
+	}
+	failures := 0
+	var lastErr error
+	for size < 0 || have < size {
+		if failures > c.MaxRetries {
+			return fmt.Errorf("hub: %s: download failed after %d attempts (partial kept at %s): %w", name, failures, partial, lastErr)
+		}
+		if failures > 0 {
+			t := time.NewTimer(c.Backoff(failures))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		req, err := http.NewRequest(http.MethodGet, loc, nil)
+		if err != nil {
+			return fmt.Errorf("hub: %s: %w", name, err)
+		}
+		if have > 0 {
+			req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
+		}
+		rctx, rcancel := context.WithCancel(ctx)
+		resp, err := c.Do(rctx, req)
+		if err != nil {
+			rcancel()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err // Do already retried connection errors, 5xx and 429
+		}
+		switch resp.StatusCode {
+		case http.StatusPartialContent:
+			start, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
+			if !ok || start != have {
+				resp.Body.Close()
+				rcancel()
+				if err := restart(); err != nil {
+					return fmt.Errorf("hub: %s: %w", name, err)
+				}
+				failures++
+				lastErr = fmt.Errorf("server answered range %q to a request from byte %d", resp.Header.Get("Content-Range"), start)
+				continue
+			}
+			if size < 0 && total >= 0 {
+				size = total
+			}
+		case http.StatusOK:
+			if have > 0 { // the server ignored Range: start over (http_get does the same)
+				if err := restart(); err != nil {
+					resp.Body.Close()
+					rcancel()
+					return fmt.Errorf("hub: %s: %w", name, err)
+				}
+			}
+			if size < 0 && resp.ContentLength >= 0 && resp.Header.Get("Content-Encoding") == "" {
+				size = resp.ContentLength
+			}
+		case http.StatusRequestedRangeNotSatisfiable:
+			resp.Body.Close()
+			rcancel()
+			if err := restart(); err != nil {
+				return fmt.Errorf("hub: %s: %w", name, err)
+			}
+			failures++
+			lastErr = errors.New("HTTP 416")
+			continue
+		default:
+			err := c.httpError(resp, name, "", "")
+			resp.Body.Close()
+			rcancel()
+			return fmt.Errorf("hub: %s: download: %w", name, err)
+		}
+		n, cerr := copyWithIdle(f, have, resp.Body, hs, idle, rcancel, func(k int) { p.FileAdvance(name, int64(k)) })
+		resp.Body.Close()
+		rcancel()
+		have += n
+		if size >= 0 && have > size {
+			// More than announced: the content is not what the Hub described.
+			if err := restart(); err != nil {
+				return fmt.Errorf("hub: %s: %w", name, err)
+			}
+			return fmt.Errorf("%w: %s: got more than the announced %d bytes", ErrChecksum, name, size)
+		}
+		if cerr == nil && size < 0 {
+			size = have
+		}
+		if cerr == nil && have == size {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if cerr == nil {
+			cerr = io.ErrUnexpectedEOF
+		}
+		lastErr = cerr
+		if n > 0 {
+			failures = 0 // progress was made: the retry budget is per stall, like http_get's
+		}
+		failures++
+	}
+	if want.sha256 != "" || want.gitSHA1 != "" {
+		got, wantHex, algo := hs.sum(want)
+		if got != wantHex {
+			f.Close()
+			os.Remove(partial)
+			p.FileAdvance(name, -have)
+			return fmt.Errorf("%w: %s: %s is %s, want %s (the download was discarded)", ErrChecksum, name, algo, got, wantHex)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("hub: %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("hub: %s: %w", name, err)
+	}
+	if err := os.Rename(partial, blob); err != nil {
+		return fmt.Errorf("hub: %s: %w", name, err)
+	}
+	return nil
+}
+
+// copyWithIdle copies body to f at off; if no byte arrives for idle, it cancels the
+// request (cancel) and returns the error of the aborted read.
+func copyWithIdle(f *os.File, off int64, body io.Reader, hs *hashes, idle time.Duration, cancel func(), progress func(int)) (int64, error) {
+	timer := time.AfterFunc(idle, cancel)
+	defer timer.Stop()
+	buf := make([]byte, 256<<10)
+	var n int64
+	for {
+		k, err := body.Read(buf)
+		if k > 0 {
+			timer.Reset(idle)
+			if _, werr := f.WriteAt(buf[:k], off+n); werr != nil {
+				return n, werr
+			}
+			hs.Write(buf[:k])
+			n += int64(k)
+			progress(k)
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// parseContentRange parses "bytes a-b/total" (total may be "*", returned as -1).
+func parseContentRange(h string) (start, total int64, ok bool) {
+	spec, found := strings.CutPrefix(h, "bytes ")
+	if !found {
+		return 0, 0, false
+	}
+	rng, tot, found := strings.Cut(spec, "/")
+	if !found {
+		return 0, 0, false
+	}
+	a, _, found := strings.Cut(rng, "-")
+	if !found {
+		return 0, 0, false
+	}
+	start, err := strconv.ParseInt(a, 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	total = -1
+	if tot != "*" {
+		if total, err = strconv.ParseInt(tot, 10, 64); err != nil {
+			return 0, 0, false
+		}
+	}
+	return start, total, true
+}
+
+// hashes computes the digests a blob is verified with while it is written.
+type hashes struct {
+	s256 hash.Hash
+	s1   hash.Hash
+	size int64
+}
+
+func newHashes(want digest, size int64) *hashes {
+	h := &hashes{size: size}
+	if want.sha256 != "" {
+		h.s256 = sha256.New()
+	}
+	if want.gitSHA1 != "" && size >= 0 {
+		h.s1 = sha1.New()
+	}
+	h.reset()
+	return h
+}
+
+func (h *hashes) reset() {
+	if h.s256 != nil {
+		h.s256.Reset()
+	}
+	if h.s1 != nil {
+		h.s1.Reset()
+		fmt.Fprintf(h.s1, "blob %d\x00", h.size)
+	}
+}
+
+func (h *hashes) Write(b []byte) (int, error) {
+	if h.s256 != nil {
+		h.s256.Write(b)
+	}
+	if h.s1 != nil {
+		h.s1.Write(b)
+	}
+	return len(b), nil
+}
+
+func (h *hashes) sum(want digest) (got, wantHex, algo string) {
+	if want.sha256 != "" {
+		return hex.EncodeToString(h.s256.Sum(nil)), want.sha256, "sha256"
+	}
+	if h.s1 == nil {
+		return want.gitSHA1, want.gitSHA1, "git sha1"
+	}
+	return hex.EncodeToString(h.s1.Sum(nil)), want.gitSHA1, "git sha1"
+}
+
+// linkPointer makes pointer a relative symlink to blob, atomically (a temporary link
+// renamed over), so a concurrent fetch never sees a missing or half-made pointer.
+func linkPointer(blob, pointer string) error {
+	dir := filepath.Dir(pointer)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	rel, err := filepath.Rel(dir, blob)
+	if err != nil {
+		rel = blob
+	}
+	if cur, err := os.Readlink(pointer); err == nil && cur == rel {
+		return nil
+	}
+	tmp := fmt.Sprintf("%s.%d.%d.tmp", pointer, os.Getpid(), time.Now().UnixNano())
+	if err := os.Symlink(rel, tmp); err != nil {
+		return fmt.Errorf("hub: snapshot link %s: %w", pointer, err)
+	}
+	if err := os.Rename(tmp, pointer); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("hub: snapshot link %s: %w", pointer, err)
+	}
+	return nil
+}
+
+// checkRevision rejects revisions that would escape refs/ when used as a file name.
+func checkRevision(rev string) error {
+	if rev == "" || strings.HasPrefix(rev, "/") || strings.ContainsAny(rev, "\\\x00") {
+		return fmt.Errorf("%w: bad revision %q", ErrBadRef, rev)
+	}
+	for _, s := range strings.Split(rev, "/") {
+		if s == "" || s == "." || s == ".." {
+			return fmt.Errorf("%w: bad revision %q", ErrBadRef, rev)
+		}
+	}
+	return nil
+}
+
+// writeRef records refs/<revision> = commit atomically, without a newline, and only
+// when it changes (file_download.py: _cache_commit_hash_for_specific_revision).
+func writeRef(root, revision, commit string) error {
+	if revision == commit {
+		return nil
+	}
+	p := filepath.Join(root, "refs", filepath.FromSlash(revision))
+	if b, err := os.ReadFile(p); err == nil && string(b) == commit {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	_, werr := tmp.WriteString(commit)
+	cerr := tmp.Close()
+	if werr != nil || cerr != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("hub: writing %s: %w", p, errors.Join(werr, cerr))
+	}
+	os.Chmod(tmp.Name(), 0o644)
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("hub: %w", err)
+	}
+	return nil
+}
+
+// offlineSnapshot answers from the cache: the snapshot of the revision must exist and
+// hold the selected files. When huggingface_hub cached the commit's tree listing
+// (trees/<commit>.json, _tree_cache.py), every selected file of it must be present;
+// otherwise at least one present file must be selected and none may dangle.
+func offlineSnapshot(cache Cache, repoType string, ref Ref, opts FetchOptions, cause error) (string, string, error) {
+	why := "the Hub cannot be reached: " + cause.Error()
+	if errors.Is(cause, ErrOffline) {
+		why = "offline mode (HF_HUB_OFFLINE is set)"
+	}
+	dir, commit, err := cache.LocalSnapshot(repoType, ref.Repo, ref.Revision)
+	if err != nil {
+		return "", "", fmt.Errorf("%w; %s; fetch it once with network access (xpuinject fetch %s)", err, why, ref)
+	}
+	present := map[string]bool{}
+	var dangling []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		rel = filepath.ToSlash(rel)
+		if isRegular(p) {
+			present[rel] = true
+		} else {
+			dangling = append(dangling, rel)
+		}
+		return nil
+	})
+	var expected []string
+	root := filepath.Join(cache.Dir, RepoFolder(repoType, ref.Repo))
+	if b, err := os.ReadFile(filepath.Join(root, "trees", commit+".json")); err == nil {
+		var tree struct {
+			FormatVersion int                        `json:"format_version"`
+			Files         map[string]json.RawMessage `json:"files"`
+		}
+		if json.Unmarshal(b, &tree) == nil && tree.FormatVersion == 1 {
+			for p := range tree.Files {
+				expected = append(expected, p)
+			}
+			sort.Strings(expected)
+		}
+	}
+	var missing []string
+	if expected != nil {
+		for _, p := range selectFiles(expected, opts.Include, opts.Exclude) {
+			if !present[p] {
+				missing = append(missing, p)
+			}
+		}
+	} else {
+		for _, p := range selectFiles(dangling, opts.Include, opts.Exclude) {
+			missing = append(missing, p)
+		}
+		var names []string
+		for p := range present {
+			names = append(names, p)
+		}
+		if len(missing) == 0 && len(selectFiles(names, opts.Include, opts.Exclude)) == 0 {
+			return "", "", fmt.Errorf("%w: %s: the cached snapshot %s holds no file matching %s; %s",
+				ErrNotCached, ref, dir, describeSelection(opts), why)
+		}
+	}
+	if len(missing) > 0 {
+		return "", "", fmt.Errorf("%w: %s: the cached snapshot %s is missing %s; %s",
+			ErrNotCached, ref, dir, listSample(missing), why)
+	}
+	return dir, commit, nil
+}
+
+func describeSelection(o FetchOptions) string {
+	s := "(default: config, tokenizer, safetensors)"
+	if len(o.Include) > 0 {
+		s = "--include " + strings.Join(o.Include, ",")
+	}
+	if len(o.Exclude) > 0 {
+		s += " --exclude " + strings.Join(o.Exclude, ",")
+	}
+	return s
+}
+
+func listSample(paths []string) string {
+	if len(paths) == 0 {
+		return "no files"
+	}
+	if len(paths) <= 5 {
+		return strings.Join(paths, ", ")
+	}
+	return fmt.Sprintf("%s, … (%d files)", strings.Join(paths[:5], ", "), len(paths))
+}

@@ -1,0 +1,48 @@
+//go:build unix
+
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockFile takes an exclusive flock(2) on path (created if needed), polling so that a
+// cancelled context stops the wait. huggingface_hub locks the same file with filelock's
+// flock-based lock (file_download.py: WeakFileLock on .locks/<repo folder>/<etag>.lock),
+// so a Python download of the same blob waits for ours and the other way round. The
+// lock file is never removed: removing it would let a waiter lock an unlinked inode.
+func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o664)
+	if err != nil {
+		return nil, fmt.Errorf("hub: lock %s: %w", path, err)
+	}
+	delay := 5 * time.Millisecond
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() {
+				unix.Flock(int(f.Fd()), unix.LOCK_UN)
+				f.Close()
+			}, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("hub: lock %s: %w", path, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			f.Close()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		delay = min(delay*2, 200*time.Millisecond)
+	}
+}
