@@ -1,0 +1,499 @@
+// Package kernels holds the Go side of xpuinject's Triton kernels: the registry that says
+// which kernel replaces which layer kind, on which backends, with which dtypes, and under
+// which shape constraints. The kernels themselves are Python (xpuinject_kernels/).
+//
+// The registry is data: one Kernel row per kernel. Adding a kernel is one Python module,
+// one row in Default and its tests.
+package kernels
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/xpuinject/xpuinject/models"
+)
+
+// Backends a kernel package can target (kernel-hub variant folders build/torch-<backend>).
+const (
+	BackendCUDA = "cuda"
+	BackendXPU  = "xpu"
+)
+
+// GEMM epilogues the gemm kernel fuses.
+const (
+	EpilogueNone      = "none"
+	EpilogueBias      = "bias"
+	EpilogueSwiGLU    = "swiglu" // silu(gate) * up over a concatenated [gate | up] output
+	EpilogueHardswish = "hardswish"
+	EpilogueResidual  = "residual"
+)
+
+// AttentionHeadDims are the head_dim values the attention kernels accept.
+var AttentionHeadDims = []int64{16, 32, 64, 80, 96, 128}
+
+// MinGEMMDim is the smallest K and N the gemm kernel accepts (its smallest tile edge and
+// tl.dot's minimum operand size).
+const MinGEMMDim = 16
+
+// descriptorAlign is the byte alignment tensor descriptors need for strides: a bf16 row
+// of K elements is K*2 bytes (DESIGN: misaligned descriptor strides gave silently wrong
+// results on the H200, so kernels check and fall back).
+const descriptorAlign = 16
+
+// Kernel is one registry row.
+type Kernel struct {
+	// Name is the registry name ("gemm"); plans record it.
+	Name string `json:"name"`
+	// Module is the Python module in xpuinject_kernels/ that implements it ("gemm").
+	Module string `json:"module"`
+	// Replaces are the layer kinds the kernel can stand in for.
+	Replaces []models.LayerKind `json:"replaces"`
+	// Layer is the kernel-hub layer class that replaces a module's forward ("RMSNorm").
+	Layer string `json:"layer,omitempty"`
+	// Layers overrides Layer per replaced kind (gemm: SwiGLUMLP, LinearBN, ...).
+	Layers map[models.LayerKind]string `json:"layers,omitempty"`
+	// Function is a function the shim registers instead of (or besides) a layer,
+	// e.g. the transformers attention function "attention_forward".
+	Function string `json:"function,omitempty"`
+	// Epilogues the kernel fuses (gemm only).
+	Epilogues []string `json:"epilogues,omitempty"`
+	// Uses are other kernels a replacement with this one also runs (attention runs rope,
+	// the decode kernel and gemm for its projections); Accepts checks them too.
+	Uses []string `json:"uses,omitempty"`
+	// Backends the kernel has code for.
+	Backends []string `json:"backends"`
+	// ActDTypes are the activation dtypes the kernel computes in.
+	ActDTypes []string `json:"act_dtypes"`
+	// WeightDTypes are the source checkpoint dtypes the planner may convert from.
+	WeightDTypes []models.DType `json:"weight_dtypes"`
+	// Constraints must all hold for a layer to be replaced.
+	Constraints []Constraint `json:"constraints,omitempty"`
+	// Notes are checked too but never reject: they say which code path will run.
+	Notes []Note `json:"notes,omitempty"`
+	// VendorFaster lists shapes for which a measurement showed the vendor path
+	// (cuBLAS, SDPA, ...) faster; the planner keeps those layers (issue 8, seed 000:
+	// never replace a faster vendor primitive for a tiny epilogue). Empty until measured.
+	VendorFaster []Route `json:"vendor_faster,omitempty"`
+}
+
+// Constraint is a checkable condition on a layer.
+type Constraint struct {
+	// Text is the condition in words, as `xpuinject kernels` prints it.
+	Text string `json:"text"`
+	// Check returns nil when the subject satisfies the condition, else an error that
+	// says which value broke it.
+	Check func(s *Subject) error `json:"-"`
+}
+
+// Note is a non-rejecting check: Check returns "" or a remark for the plan's reason.
+type Note struct {
+	Text  string                  `json:"text"`
+	Check func(s *Subject) string `json:"-"`
+}
+
+// Route is a measured "the vendor path is faster here".
+type Route struct {
+	// When describes the shapes in words ("K=2048, N=8192 at M=16384").
+	When string `json:"when"`
+	// Match reports whether a subject falls under the route.
+	Match func(s *Subject) bool `json:"-"`
+	// Measured is the number behind the route ("0.91x torch.matmul, BENCHMARKS.md v3").
+	Measured string `json:"measured"`
+}
+
+// GEMM is one matrix product a layer runs when replaced: x[M, K] @ W[K, N].
+type GEMM struct {
+	Name     string // "qkv_proj", "gate_up_proj", ...
+	K, N     int64
+	Epilogue string
+}
+
+// Subject is what constraints look at: a layer, the dtypes of its source tensors and
+// the GEMMs its replacement runs.
+type Subject struct {
+	Layer  models.Layer
+	DTypes map[string]models.DType // role -> dtype
+	GEMMs  []GEMM
+}
+
+// NewSubject derives a Subject from a layer and the checkpoint's tensor index.
+// It fails when a tensor the layer names is not in tensors.
+func NewSubject(l models.Layer, tensors map[string]*models.Tensor) (*Subject, error) {
+	s := &Subject{Layer: l, DTypes: make(map[string]models.DType, len(l.Tensors)), GEMMs: LayerGEMMs(l)}
+	for _, role := range sortedKeys(l.Tensors) {
+		name := l.Tensors[role]
+		if TrainingOnly(name) {
+			continue
+		}
+		t, ok := tensors[name]
+		if !ok || t == nil {
+			return nil, fmt.Errorf("kernels: layer %s: tensor %q (%s) not in the checkpoint", l.Module, name, role)
+		}
+		s.DTypes[role] = t.DType
+	}
+	return s, nil
+}
+
+// TrainingOnly reports whether a checkpoint tensor is state only training reads:
+// BatchNorm's num_batches_tracked counter (an I64 scalar). Inference never uses it, so
+// it constrains no kernel and is not written to packed checkpoints.
+func TrainingOnly(name string) bool {
+	return name == "num_batches_tracked" || strings.HasSuffix(name, ".num_batches_tracked")
+}
+
+// LayerGEMMs lists the GEMMs a replaced layer runs, from its Dims (nil for kinds that
+// run none). Missing dims read as 0 and fail the size constraint with a clear message.
+func LayerGEMMs(l models.Layer) []GEMM {
+	d := l.Dims
+	switch l.Kind {
+	case models.KindAttention:
+		if _, ok := l.Tensors["q_proj.weight"]; !ok {
+			return nil
+		}
+		ep := EpilogueNone
+		if l.Bias {
+			ep = EpilogueBias
+		}
+		h, kv, hd := d["heads"], d["kv_heads"], d["head_dim"]
+		return []GEMM{
+			{Name: "qkv_proj", K: d["hidden"], N: (h + 2*kv) * hd, Epilogue: ep},
+			{Name: "o_proj", K: h * hd, N: d["hidden"], Epilogue: ep},
+		}
+	case models.KindMLPSwiGLU:
+		return []GEMM{
+			{Name: "gate_up_proj", K: d["hidden"], N: 2 * d["intermediate"], Epilogue: EpilogueSwiGLU},
+			{Name: "down_proj", K: d["intermediate"], N: d["hidden"], Epilogue: EpilogueNone},
+		}
+	case models.KindLinearBN, models.KindBNLinear:
+		return []GEMM{{Name: "linear", K: d["in"], N: d["out"], Epilogue: EpilogueBias}}
+	case models.KindLinear:
+		ep := EpilogueNone
+		if l.Bias {
+			ep = EpilogueBias
+		}
+		return []GEMM{{Name: "linear", K: d["in"], N: d["out"], Epilogue: ep}}
+	}
+	return nil
+}
+
+// Registry is the set of kernels, in a stable order.
+type Registry struct {
+	kernels []*Kernel
+}
+
+// New builds a registry from rows; names must be unique and every Uses must name a row.
+func New(rows ...*Kernel) (*Registry, error) {
+	r := &Registry{}
+	seen := map[string]bool{}
+	for _, k := range rows {
+		if k == nil || k.Name == "" {
+			return nil, fmt.Errorf("kernels: registry row without a name")
+		}
+		if seen[k.Name] {
+			return nil, fmt.Errorf("kernels: kernel %q registered twice", k.Name)
+		}
+		seen[k.Name] = true
+		r.kernels = append(r.kernels, k)
+	}
+	for _, k := range r.kernels {
+		for _, u := range k.Uses {
+			if !seen[u] {
+				return nil, fmt.Errorf("kernels: kernel %q uses unknown kernel %q", k.Name, u)
+			}
+		}
+	}
+	return r, nil
+}
+
+var (
+	allBackends  = []string{BackendCUDA, BackendXPU}
+	actDTypes    = []string{"bf16", "fp16"}
+	weightDTypes = []models.DType{models.F32, models.F16, models.BF16}
+)
+
+// Default is the registry of the kernels in xpuinject_kernels/ (DESIGN "Kernels").
+func Default() *Registry {
+	r, err := New(
+		&Kernel{
+			Name: "rmsnorm", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm},
+			Layer: "RMSNorm", Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
+			Constraints: []Constraint{hiddenPositive},
+		},
+		&Kernel{
+			Name: "add-rmsnorm", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm},
+			Layer: "RMSNorm", Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
+			Constraints: []Constraint{hiddenPositive},
+		},
+		&Kernel{
+			// RoPE has no module of its own: it runs inside the Attention layer, on q and k
+			// in place (transformers names the function "rotary_pos_emb").
+			Name: "rope", Module: "rope", Replaces: []models.LayerKind{models.KindAttention},
+			Function: "rotary_pos_emb", Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
+			Constraints: []Constraint{headDimEven},
+		},
+		&Kernel{
+			Name: "gemm", Module: "gemm",
+			Replaces: []models.LayerKind{models.KindMLPSwiGLU, models.KindLinearBN, models.KindBNLinear, models.KindLinear},
+			Layers: map[models.LayerKind]string{
+				models.KindMLPSwiGLU: "SwiGLUMLP", models.KindLinearBN: "LinearBN",
+				models.KindBNLinear: "BNLinear", models.KindLinear: "Linear",
+			},
+			Epilogues: []string{EpilogueNone, EpilogueBias, EpilogueSwiGLU, EpilogueHardswish, EpilogueResidual},
+			Backends:  allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
+			Constraints: []Constraint{gemmMinDims},
+			Notes:       []Note{gemmAlignment},
+		},
+		&Kernel{
+			Name: "attention-prefill", Module: "attention", Replaces: []models.LayerKind{models.KindAttention},
+			Layer: "Attention", Function: "attention_forward", Uses: []string{"attention-decode", "rope", "gemm"},
+			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
+			Constraints: []Constraint{attentionProjections, attentionHeadDim, attentionGQA},
+		},
+		&Kernel{
+			Name: "attention-decode", Module: "attention", Replaces: []models.LayerKind{models.KindAttention},
+			Layer: "Attention", Function: "attention_forward",
+			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
+			Constraints: []Constraint{attentionProjections, attentionHeadDim, attentionGQA},
+		},
+	)
+	if err != nil {
+		// The rows above are constants of this file; registry_test builds Default.
+		panic(err)
+	}
+	return r
+}
+
+// LayerClass is the kernel-hub layer class the kernel uses for a layer kind.
+func (k *Kernel) LayerClass(kind models.LayerKind) string {
+	if c, ok := k.Layers[kind]; ok {
+		return c
+	}
+	return k.Layer
+}
+
+// Kernels returns the rows in registry order.
+func (r *Registry) Kernels() []*Kernel { return slices.Clone(r.kernels) }
+
+// ByName returns a kernel by registry name.
+func (r *Registry) ByName(name string) (*Kernel, bool) {
+	for _, k := range r.kernels {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return nil, false
+}
+
+// Names lists the kernel names in registry order.
+func (r *Registry) Names() []string {
+	out := make([]string, len(r.kernels))
+	for i, k := range r.kernels {
+		out[i] = k.Name
+	}
+	return out
+}
+
+// For returns the kernels that replace a layer kind, in registry order.
+func (r *Registry) For(kind models.LayerKind) []*Kernel {
+	var out []*Kernel
+	for _, k := range r.kernels {
+		if slices.Contains(k.Replaces, kind) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Accepts reports whether kernel can replace layer l, whose source tensors are described
+// by tensors (the checkpoint's index: name -> tensor). When it cannot, reason says why;
+// when it can, reason carries any note (e.g. which code path runs) or is "".
+// Kernels in the kernel's Uses are checked too, except for the layer kinds they replace.
+func (r *Registry) Accepts(kernel string, l models.Layer, tensors map[string]*models.Tensor) (ok bool, reason string) {
+	k, found := r.ByName(kernel)
+	if !found {
+		return false, fmt.Sprintf("unknown kernel %q (known: %s)", kernel, strings.Join(r.Names(), ", "))
+	}
+	if !slices.Contains(k.Replaces, l.Kind) {
+		return false, fmt.Sprintf("%s does not replace %s layers", k.Name, l.Kind)
+	}
+	s, err := NewSubject(l, tensors)
+	if err != nil {
+		return false, strings.TrimPrefix(err.Error(), "kernels: ")
+	}
+	var notes []string
+	for _, kk := range r.closure(k) {
+		if ok, why := kk.check(s, &notes); !ok {
+			if kk != k {
+				why = kk.Name + " (used by " + k.Name + "): " + why
+			}
+			return false, why
+		}
+	}
+	return true, strings.Join(notes, "; ")
+}
+
+// closure is k followed by the kernels it uses, transitively, each once.
+func (r *Registry) closure(k *Kernel) []*Kernel {
+	out := []*Kernel{k}
+	for i := 0; i < len(out); i++ {
+		for _, u := range out[i].Uses {
+			kk, _ := r.ByName(u)
+			if kk != nil && !slices.Contains(out, kk) {
+				out = append(out, kk)
+			}
+		}
+	}
+	return out
+}
+
+// Closure returns the names of kernel and every kernel it uses, transitively
+// (nil for an unknown name).
+func (r *Registry) Closure(kernel string) []string {
+	k, ok := r.ByName(kernel)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, kk := range r.closure(k) {
+		out = append(out, kk.Name)
+	}
+	return out
+}
+
+func (k *Kernel) check(s *Subject, notes *[]string) (bool, string) {
+	for _, role := range sortedKeys(s.DTypes) {
+		if dt := s.DTypes[role]; !slices.Contains(k.WeightDTypes, dt) {
+			return false, fmt.Sprintf("source dtype %s of %s (%s) not supported (supported: %s)",
+				dt, s.Layer.Tensors[role], role, joinDTypes(k.WeightDTypes))
+		}
+	}
+	for _, c := range k.Constraints {
+		if err := c.Check(s); err != nil {
+			return false, err.Error()
+		}
+	}
+	for _, rt := range k.VendorFaster {
+		if rt.Match(s) {
+			return false, fmt.Sprintf("vendor path faster for %s (%s)", rt.When, rt.Measured)
+		}
+	}
+	for _, n := range k.Notes {
+		if msg := n.Check(s); msg != "" && !slices.Contains(*notes, msg) {
+			*notes = append(*notes, msg)
+		}
+	}
+	return true, ""
+}
+
+// The constraints of Default.
+var (
+	hiddenPositive = Constraint{
+		Text: "hidden >= 1",
+		Check: func(s *Subject) error {
+			if h := s.Layer.Dims["hidden"]; h < 1 {
+				return fmt.Errorf("hidden size %d < 1", h)
+			}
+			return nil
+		},
+	}
+	headDimEven = Constraint{
+		Text: "head_dim even (rotate-half pairs)",
+		Check: func(s *Subject) error {
+			if d := s.Layer.Dims["head_dim"]; d < 2 || d%2 != 0 {
+				return fmt.Errorf("head_dim %d is not even", d)
+			}
+			return nil
+		},
+	}
+	gemmMinDims = Constraint{
+		Text: fmt.Sprintf("K >= %d and N >= %d", MinGEMMDim, MinGEMMDim),
+		Check: func(s *Subject) error {
+			if len(s.GEMMs) == 0 {
+				return fmt.Errorf("no GEMM shape known for a %s layer", s.Layer.Kind)
+			}
+			for _, g := range s.GEMMs {
+				if g.K < MinGEMMDim || g.N < MinGEMMDim {
+					return fmt.Errorf("%s GEMM K=%d, N=%d: K and N must be >= %d", g.Name, g.K, g.N, MinGEMMDim)
+				}
+			}
+			return nil
+		},
+	}
+	gemmAlignment = Note{
+		Text: fmt.Sprintf("tensor-descriptor path when K*2 and N*2 bytes are multiples of %d; fallback path otherwise", descriptorAlign),
+		Check: func(s *Subject) string {
+			var odd []string
+			for _, g := range s.GEMMs {
+				if (g.K*2)%descriptorAlign != 0 || (g.N*2)%descriptorAlign != 0 {
+					odd = append(odd, fmt.Sprintf("%s K=%d N=%d", g.Name, g.K, g.N))
+				}
+			}
+			if len(odd) == 0 {
+				return ""
+			}
+			return fmt.Sprintf("%s: bf16 rows not %d-byte aligned, the fallback (non-descriptor) GEMM path runs",
+				strings.Join(odd, ", "), descriptorAlign)
+		},
+	}
+	attentionProjections = Constraint{
+		Text: "q/k/v/o projections (Llama-family attention)",
+		Check: func(s *Subject) error {
+			var missing []string
+			for _, role := range []string{"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"} {
+				if _, ok := s.Layer.Tensors[role]; !ok {
+					missing = append(missing, role)
+				}
+			}
+			if len(missing) > 0 {
+				return fmt.Errorf("no %s tensors (roles: %s)", strings.Join(missing, ", "),
+					strings.Join(sortedKeys(s.Layer.Tensors), ", "))
+			}
+			return nil
+		},
+	}
+	attentionHeadDim = Constraint{
+		Text: "head_dim in " + formatSet(AttentionHeadDims),
+		Check: func(s *Subject) error {
+			if d := s.Layer.Dims["head_dim"]; !slices.Contains(AttentionHeadDims, d) {
+				return fmt.Errorf("head_dim %d not supported (supported: %s)", d, formatSet(AttentionHeadDims))
+			}
+			return nil
+		},
+	}
+	attentionGQA = Constraint{
+		Text: "heads % kv_heads == 0",
+		Check: func(s *Subject) error {
+			h, kv := s.Layer.Dims["heads"], s.Layer.Dims["kv_heads"]
+			if h < 1 || kv < 1 || h%kv != 0 {
+				return fmt.Errorf("heads %d not a multiple of kv_heads %d", h, kv)
+			}
+			return nil
+		},
+	}
+)
+
+func formatSet(v []int64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return "{" + strings.Join(s, ", ") + "}"
+}
+
+func joinDTypes(v []models.DType) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = string(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,242 @@
+package kernels
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/xpuinject/xpuinject/models"
+)
+
+func tensorsOf(dt models.DType, shapes map[string][]int64) map[string]*models.Tensor {
+	out := map[string]*models.Tensor{}
+	for n, s := range shapes {
+		out[n] = &models.Tensor{Name: n, DType: dt, Shape: s}
+	}
+	return out
+}
+
+// attn builds a Llama-style attention layer and its tensors.
+func attn(hidden, heads, kv, hd int64, dt models.DType) (models.Layer, map[string]*models.Tensor) {
+	l := models.Layer{
+		Module: "model.layers.0.self_attn", Kind: models.KindAttention, Class: "LlamaAttention",
+		Tensors: map[string]string{
+			"q_proj.weight": "q", "k_proj.weight": "k", "v_proj.weight": "v", "o_proj.weight": "o",
+		},
+		Dims: map[string]int64{"hidden": hidden, "heads": heads, "kv_heads": kv, "head_dim": hd},
+	}
+	return l, tensorsOf(dt, map[string][]int64{
+		"q": {heads * hd, hidden}, "k": {kv * hd, hidden}, "v": {kv * hd, hidden}, "o": {hidden, heads * hd},
+	})
+}
+
+func mlp(hidden, inter int64, dt models.DType) (models.Layer, map[string]*models.Tensor) {
+	l := models.Layer{
+		Module: "model.layers.0.mlp", Kind: models.KindMLPSwiGLU, Class: "LlamaMLP",
+		Tensors: map[string]string{"gate_proj.weight": "g", "up_proj.weight": "u", "down_proj.weight": "d"},
+		Dims:    map[string]int64{"hidden": hidden, "intermediate": inter},
+	}
+	return l, tensorsOf(dt, map[string][]int64{"g": {inter, hidden}, "u": {inter, hidden}, "d": {hidden, inter}})
+}
+
+func TestDefaultRegistryRows(t *testing.T) {
+	r := Default()
+	want := []string{"rmsnorm", "add-rmsnorm", "rope", "gemm", "attention-prefill", "attention-decode"}
+	if got := strings.Join(r.Names(), ","); got != strings.Join(want, ",") {
+		t.Fatalf("names = %s, want %s", got, strings.Join(want, ","))
+	}
+	modules := map[string]string{"rmsnorm": "rmsnorm", "add-rmsnorm": "rmsnorm", "rope": "rope", "gemm": "gemm",
+		"attention-prefill": "attention", "attention-decode": "attention"}
+	for _, k := range r.Kernels() {
+		if k.Module != modules[k.Name] {
+			t.Errorf("%s: module %q, want %q", k.Name, k.Module, modules[k.Name])
+		}
+		if strings.Join(k.Backends, ",") != "cuda,xpu" {
+			t.Errorf("%s: backends %v", k.Name, k.Backends)
+		}
+		for _, c := range k.Constraints {
+			if c.Text == "" || c.Check == nil {
+				t.Errorf("%s: constraint without text or check", k.Name)
+			}
+		}
+	}
+	g, _ := r.ByName("gemm")
+	if strings.Join(g.Epilogues, ",") != "none,bias,swiglu,hardswish,residual" {
+		t.Errorf("gemm epilogues %v", g.Epilogues)
+	}
+	for kind, class := range map[models.LayerKind]string{models.KindMLPSwiGLU: "SwiGLUMLP", models.KindLinearBN: "LinearBN",
+		models.KindBNLinear: "BNLinear", models.KindLinear: "Linear"} {
+		if got := g.LayerClass(kind); got != class {
+			t.Errorf("gemm layer class for %s = %q, want %q", kind, got, class)
+		}
+	}
+	a, _ := r.ByName("attention-prefill")
+	if a.Layer != "Attention" || a.Function != "attention_forward" {
+		t.Errorf("attention-prefill layer %q function %q", a.Layer, a.Function)
+	}
+	if got := strings.Join(r.Closure("attention-prefill"), ","); got != "attention-prefill,attention-decode,rope,gemm" {
+		t.Errorf("closure = %s", got)
+	}
+	if r.Closure("nope") != nil {
+		t.Error("closure of unknown kernel not nil")
+	}
+	if _, ok := r.ByName("nope"); ok {
+		t.Error("ByName found a kernel that does not exist")
+	}
+	var forRMS []string
+	for _, k := range r.For(models.KindRMSNorm) {
+		forRMS = append(forRMS, k.Name)
+	}
+	if strings.Join(forRMS, ",") != "rmsnorm,add-rmsnorm" {
+		t.Errorf("For(rmsnorm) = %v", forRMS)
+	}
+	if len(r.For(models.KindEmbedding)) != 0 || len(r.For(models.KindConvBN)) != 0 {
+		t.Error("a kernel claims to replace embeddings or conv-bn")
+	}
+}
+
+func TestNewRejectsBadRows(t *testing.T) {
+	if _, err := New(&Kernel{Name: "a"}, &Kernel{Name: "a"}); err == nil || !strings.Contains(err.Error(), `"a" registered twice`) {
+		t.Errorf("duplicate: %v", err)
+	}
+	if _, err := New(&Kernel{Name: "a", Uses: []string{"b"}}); err == nil || !strings.Contains(err.Error(), `unknown kernel "b"`) {
+		t.Errorf("unknown use: %v", err)
+	}
+	if _, err := New(&Kernel{}); err == nil {
+		t.Error("nameless row accepted")
+	}
+}
+
+func TestAccepts(t *testing.T) {
+	r := Default()
+	type tc struct {
+		name   string
+		kernel string
+		layer  func() (models.Layer, map[string]*models.Tensor)
+		ok     bool
+		reason string // substring (exact "" when empty and ok)
+	}
+	cases := []tc{
+		{"llama attention", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) {
+			return attn(2048, 32, 8, 64, models.BF16)
+		}, true, ""},
+		{"head_dim 16", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F32) }, true, ""},
+		{"head_dim 48", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(192, 4, 2, 48, models.F32) },
+			false, "head_dim 48 not supported (supported: {16, 32, 64, 80, 96, 128})"},
+		{"head_dim 80 odd heads aligned", "attention-decode", func() (models.Layer, map[string]*models.Tensor) {
+			return attn(400, 5, 5, 80, models.F16)
+		}, true, ""},
+		{"gqa mismatch", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(192, 6, 4, 32, models.F32) },
+			false, "heads 6 not a multiple of kv_heads 4"},
+		{"dtype F64", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F64) },
+			false, "source dtype F64 of k (k_proj.weight) not supported (supported: F32, F16, BF16)"},
+		{"gemm via attention: hidden 8", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) {
+			return attn(8, 1, 1, 16, models.F32)
+		}, false, "gemm (used by attention-prefill): qkv_proj GEMM K=8, N=48: K and N must be >= 16"},
+		{"wrong kind", "rmsnorm", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F32) },
+			false, "rmsnorm does not replace attention layers"},
+		{"unknown kernel", "flash", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F32) },
+			false, `unknown kernel "flash" (known: rmsnorm, add-rmsnorm, rope, gemm, attention-prefill, attention-decode)`},
+		{"mlp aligned", "gemm", func() (models.Layer, map[string]*models.Tensor) { return mlp(2048, 8192, models.BF16) }, true, ""},
+		{"mlp misaligned notes fallback", "gemm", func() (models.Layer, map[string]*models.Tensor) { return mlp(70, 123, models.F32) },
+			true, "gate_up_proj K=70 N=246, down_proj K=123 N=70: bf16 rows not 16-byte aligned, the fallback (non-descriptor) GEMM path runs"},
+		{"mlp too small", "gemm", func() (models.Layer, map[string]*models.Tensor) { return mlp(8, 64, models.F32) },
+			false, "gate_up_proj GEMM K=8, N=128: K and N must be >= 16"},
+		{"missing tensor", "gemm", func() (models.Layer, map[string]*models.Tensor) {
+			l, ts := mlp(64, 128, models.F32)
+			delete(ts, "u")
+			return l, ts
+		}, false, `layer model.layers.0.mlp: tensor "u" (up_proj.weight) not in the checkpoint`},
+		{"rmsnorm", "rmsnorm", func() (models.Layer, map[string]*models.Tensor) {
+			return models.Layer{Module: "n", Kind: models.KindRMSNorm, Tensors: map[string]string{"weight": "w"},
+				Dims: map[string]int64{"hidden": 70}}, tensorsOf(models.F16, map[string][]int64{"w": {70}})
+		}, true, ""},
+		{"rmsnorm hidden 0", "add-rmsnorm", func() (models.Layer, map[string]*models.Tensor) {
+			return models.Layer{Module: "n", Kind: models.KindRMSNorm, Tensors: map[string]string{"weight": "w"}},
+				tensorsOf(models.F16, map[string][]int64{"w": {0}})
+		}, false, "hidden size 0 < 1"},
+		{"linear-bn with num_batches_tracked", "gemm", func() (models.Layer, map[string]*models.Tensor) {
+			l := models.Layer{Module: "x", Kind: models.KindLinearBN, Dims: map[string]int64{"in": 32, "out": 64},
+				Tensors: map[string]string{"linear.weight": "x.linear.weight", "bn.weight": "x.bn.weight",
+					"bn.num_batches_tracked": "x.bn.num_batches_tracked"}}
+			ts := tensorsOf(models.F32, map[string][]int64{"x.linear.weight": {64, 32}, "x.bn.weight": {64}})
+			ts["x.bn.num_batches_tracked"] = &models.Tensor{Name: "x.bn.num_batches_tracked", DType: models.I64}
+			return l, ts
+		}, true, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l, ts := c.layer()
+			ok, reason := r.Accepts(c.kernel, l, ts)
+			if ok != c.ok {
+				t.Fatalf("ok = %v (%q), want %v", ok, reason, c.ok)
+			}
+			if c.reason == "" && reason != "" {
+				t.Fatalf("reason = %q, want none", reason)
+			}
+			if c.reason != "" && reason != c.reason {
+				t.Fatalf("reason = %q, want %q", reason, c.reason)
+			}
+		})
+	}
+}
+
+func TestVendorFasterRoute(t *testing.T) {
+	g := *mustKernel(t, Default(), "gemm")
+	g.VendorFaster = []Route{{
+		When:     "gate_up K=2048",
+		Match:    func(s *Subject) bool { return s.GEMMs[0].K == 2048 },
+		Measured: "0.91x torch.matmul at M=16384",
+	}}
+	r, err := New(&g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, ts := mlp(2048, 8192, models.BF16)
+	ok, reason := r.Accepts("gemm", l, ts)
+	if ok || reason != "vendor path faster for gate_up K=2048 (0.91x torch.matmul at M=16384)" {
+		t.Fatalf("ok=%v reason=%q", ok, reason)
+	}
+	l, ts = mlp(1024, 4096, models.BF16)
+	if ok, reason := r.Accepts("gemm", l, ts); !ok {
+		t.Fatalf("other shape rejected: %s", reason)
+	}
+}
+
+func TestLayerGEMMs(t *testing.T) {
+	l, _ := attn(160, 5, 5, 32, models.F16)
+	l.Bias = true
+	g := LayerGEMMs(l)
+	if len(g) != 2 || g[0] != (GEMM{"qkv_proj", 160, 480, EpilogueBias}) || g[1] != (GEMM{"o_proj", 160, 160, EpilogueBias}) {
+		t.Fatalf("attention GEMMs %+v", g)
+	}
+	lb := models.Layer{Kind: models.KindBNLinear, Dims: map[string]int64{"in": 64, "out": 10}}
+	if g := LayerGEMMs(lb); len(g) != 1 || g[0] != (GEMM{"linear", 64, 10, EpilogueBias}) {
+		t.Fatalf("bn-linear GEMMs %+v", g)
+	}
+	if LayerGEMMs(models.Layer{Kind: models.KindEmbedding}) != nil {
+		t.Fatal("embedding has GEMMs")
+	}
+	if LayerGEMMs(models.Layer{Kind: models.KindAttention, Tensors: map[string]string{"attention_biases": "b"}}) != nil {
+		t.Fatal("LeViT attention has GEMMs")
+	}
+}
+
+func TestTrainingOnly(t *testing.T) {
+	for name, want := range map[string]bool{
+		"a.batch_norm.num_batches_tracked": true, "num_batches_tracked": true,
+		"a.batch_norm.running_var": false, "a.xnum_batches_tracked": false,
+	} {
+		if TrainingOnly(name) != want {
+			t.Errorf("TrainingOnly(%q) = %v", name, !want)
+		}
+	}
+}
+
+func mustKernel(t *testing.T, r *Registry, name string) *Kernel {
+	t.Helper()
+	k, ok := r.ByName(name)
+	if !ok {
+		t.Fatalf("no kernel %s", name)
+	}
+	return k
+}
