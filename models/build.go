@@ -1,0 +1,143 @@
+package models
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+)
+
+// Helpers the architecture files share: config decoding and a layer builder that
+// checks every tensor a layer needs and that every tensor belongs to some layer.
+
+var (
+	// ErrUnusedTensor: the checkpoint holds a tensor no layer of the architecture owns,
+	// so the checkpoint is not what the config says (or the architecture file is wrong).
+	ErrUnusedTensor = errors.New("models: tensor belongs to no layer")
+	// ErrUnsupportedHead: config.json's "architectures" names a head class we do not map.
+	ErrUnsupportedHead = errors.New("models: unsupported model class")
+)
+
+// optInt is an integer config field that remembers whether config.json set it and
+// whether it set it to null: transformers config classes default a missing field and a
+// null one differently (e.g. Qwen2Config: num_key_value_heads missing = 32, null =
+// num_attention_heads).
+type optInt struct {
+	Set, Null bool
+	V         int64
+}
+
+func (o *optInt) UnmarshalJSON(b []byte) error {
+	o.Set = true
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		o.Null = true
+		return nil
+	}
+	return json.Unmarshal(b, &o.V)
+}
+
+// decodeConfig decodes config.json into cfg, whose fields hold the config class's
+// defaults beforehand (json leaves absent fields alone).
+func decodeConfig(ck *Checkpoint, cfg any) error {
+	if err := json.Unmarshal(ck.ConfigJSON, cfg); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrBadConfig, filepath.Join(ck.Dir, ConfigFile), err)
+	}
+	return nil
+}
+
+// configError reports an unusable config value.
+func configError(ck *Checkpoint, format string, a ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrBadConfig, filepath.Join(ck.Dir, ConfigFile), fmt.Sprintf(format, a...))
+}
+
+// need is one tensor a layer owns: its role, checkpoint name, the shape the config
+// implies and why. Optional tensors (BatchNorm's num_batches_tracked) may be absent.
+type need struct {
+	role     string
+	name     string
+	shape    []int64
+	because  string
+	optional bool
+}
+
+// builder collects layers, stopping at the first error.
+type builder struct {
+	ck     *Checkpoint
+	layers []Layer
+	err    error
+}
+
+// add appends l after checking each tensor it needs with Checkpoint.Need.
+func (b *builder) add(l Layer, needs ...need) {
+	if b.err != nil {
+		return
+	}
+	if l.Tensors == nil {
+		l.Tensors = map[string]string{}
+	}
+	for _, n := range needs {
+		if n.optional && !b.ck.Has(n.name) {
+			continue
+		}
+		if _, err := b.ck.Need(n.name, n.shape, n.because); err != nil {
+			b.err = fmt.Errorf("%s (layer %s): %w", b.ck.ModelType, l.Module, err)
+			return
+		}
+		l.Tensors[n.role] = n.name
+	}
+	b.layers = append(b.layers, l)
+}
+
+// graph checks that every checkpoint tensor belongs to a layer (except those ignore
+// accepts) and returns the graph.
+func (b *builder) graph(ignore func(name string) bool) (*Graph, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	owned := map[string]bool{}
+	for _, l := range b.layers {
+		for _, name := range l.Tensors {
+			owned[name] = true
+		}
+	}
+	var stray []string
+	for name := range b.ck.Tensors {
+		if !owned[name] && (ignore == nil || !ignore(name)) {
+			stray = append(stray, name)
+		}
+	}
+	if len(stray) > 0 {
+		sort.Strings(stray)
+		more := ""
+		if len(stray) > 1 {
+			more = fmt.Sprintf(" (and %d more)", len(stray)-1)
+		}
+		return nil, fmt.Errorf("%w: %s: tensor %q in %s%s belongs to no %s layer the config describes",
+			ErrUnusedTensor, b.ck.Dir, stray[0], filepath.Base(b.ck.Tensors[stray[0]].File), more, b.ck.ModelType)
+	}
+	return &Graph{Arch: b.ck.ModelType, Checkpoint: b.ck, Layers: b.layers}, nil
+}
+
+// mainClass is the first entry of config.json's "architectures", "" when absent.
+func mainClass(ck *Checkpoint) string {
+	if a, ok := ck.Config["architectures"].([]any); ok && len(a) > 0 {
+		if s, ok := a[0].(string); ok {
+			return s
+		}
+	}
+	return ""
+}
+
+func shapeStr(s ...int64) string {
+	b := []byte{'['}
+	for i, d := range s {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = strconv.AppendInt(b, d, 10)
+	}
+	return string(append(b, ']'))
+}

@@ -1,0 +1,240 @@
+package models
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Llama (model_type "llama") and the base of its relatives (mistral.go, qwen2.go,
+// qwen3.go). Read against transformers 5.17 models/llama/{configuration,modeling}_llama.py.
+//
+// Layers, in execution order (prefix "model." for *ForCausalLM, none for the bare
+// *Model class):
+//
+//	embed_tokens                        embedding  Embedding        weight [vocab, hidden]
+//	layers.i.input_layernorm            rmsnorm    <P>RMSNorm       weight [hidden]
+//	layers.i.self_attn                  attention  <P>Attention     {q,k,v,o}_proj.weight (+ .bias), q_norm/k_norm.weight (qwen3)
+//	layers.i.post_attention_layernorm   rmsnorm    <P>RMSNorm       weight [hidden]
+//	layers.i.mlp                        mlp-swiglu <P>MLP           {gate,up,down}_proj.weight (+ .bias if mlp_bias)
+//	norm                                rmsnorm    <P>RMSNorm       weight [hidden]
+//	lm_head                             lm-head    Linear           weight [vocab, hidden], or the embedding when tied
+//
+// Dims: embedding/lm-head "vocab", "hidden"; rmsnorm "hidden"; attention "hidden",
+// "heads", "kv_heads", "head_dim"; mlp-swiglu "hidden", "intermediate".
+
+// llamaConfig is the part of config.json that shapes the weights (LlamaConfig and the
+// config classes of its relatives). Fields hold the class defaults before decoding.
+type llamaConfig struct {
+	VocabSize         int64   `json:"vocab_size"`
+	HiddenSize        int64   `json:"hidden_size"`
+	IntermediateSize  int64   `json:"intermediate_size"`
+	NumHiddenLayers   int64   `json:"num_hidden_layers"`
+	NumAttentionHeads int64   `json:"num_attention_heads"`
+	NumKeyValueHeads  optInt  `json:"num_key_value_heads"`
+	HeadDim           optInt  `json:"head_dim"`
+	RMSNormEps        float64 `json:"rms_norm_eps"`
+	TieWordEmbeddings bool    `json:"tie_word_embeddings"`
+	AttentionBias     bool    `json:"attention_bias"`
+	MLPBias           bool    `json:"mlp_bias"`
+}
+
+// llamaFamily is what a Llama-like architecture changes: its config defaults and which
+// optional tensors its modules have. Related architectures are a llamaFamily value each.
+type llamaFamily struct {
+	modelType string
+	// class is the transformers class prefix: Llama → LlamaRMSNorm, LlamaForCausalLM.
+	class    string
+	defaults llamaConfig
+	// kvHeadsDefault is num_key_value_heads when config.json leaves it out
+	// (0: num_attention_heads); null always means num_attention_heads.
+	kvHeadsDefault int64
+	// headDimDefault is head_dim when config.json leaves it out (0: hidden/heads).
+	headDimDefault int64
+	// qkvBias, oBias, mlpBias say whether those projections carry a bias.
+	qkvBias, oBias, mlpBias func(c *llamaConfig) bool
+	// qkNorm: the attention has q_norm/k_norm RMSNorms over head_dim (Qwen3).
+	qkNorm bool
+	// ignore lists tensor-name suffixes a checkpoint may hold that no module owns
+	// (rotary inv_freq buffers some older checkpoints saved).
+	ignore []string
+}
+
+func never(*llamaConfig) bool { return false }
+
+// llama: LlamaConfig defaults (configuration_llama.py); attention_bias and mlp_bias
+// switch the biases of all four attention projections and of the MLP.
+var llama = llamaFamily{
+	modelType: "llama",
+	class:     "Llama",
+	defaults: llamaConfig{
+		VocabSize: 32000, HiddenSize: 4096, IntermediateSize: 11008, NumHiddenLayers: 32,
+		NumAttentionHeads: 32, RMSNormEps: 1e-6,
+	},
+	qkvBias: func(c *llamaConfig) bool { return c.AttentionBias },
+	oBias:   func(c *llamaConfig) bool { return c.AttentionBias },
+	mlpBias: func(c *llamaConfig) bool { return c.MLPBias },
+	ignore:  []string{".rotary_emb.inv_freq"},
+}
+
+func init() { registerLlamaFamily(llama) }
+
+func registerLlamaFamily(f llamaFamily) {
+	Register(Architecture{ModelTypes: []string{f.modelType}, Build: f.build})
+}
+
+func (f llamaFamily) config(ck *Checkpoint) (*llamaConfig, error) {
+	c := f.defaults
+	if err := decodeConfig(ck, &c); err != nil {
+		return nil, err
+	}
+	switch {
+	case !c.NumKeyValueHeads.Set:
+		c.NumKeyValueHeads.V = f.kvHeadsDefault
+	case c.NumKeyValueHeads.Null:
+		c.NumKeyValueHeads.V = 0
+	}
+	if c.NumKeyValueHeads.V == 0 {
+		c.NumKeyValueHeads.V = c.NumAttentionHeads
+	}
+	for _, v := range []struct {
+		name string
+		v    int64
+	}{
+		{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
+		{"num_attention_heads", c.NumAttentionHeads}, {"num_key_value_heads", c.NumKeyValueHeads.V},
+	} {
+		if v.v <= 0 {
+			return nil, configError(ck, "%s is %d, must be positive", v.name, v.v)
+		}
+	}
+	if c.NumHiddenLayers < 0 {
+		return nil, configError(ck, "num_hidden_layers is %d", c.NumHiddenLayers)
+	}
+	if c.NumAttentionHeads%c.NumKeyValueHeads.V != 0 {
+		return nil, configError(ck, "num_attention_heads %d is not a multiple of num_key_value_heads %d",
+			c.NumAttentionHeads, c.NumKeyValueHeads.V)
+	}
+	// head_dim: a missing field takes the class default; null (and llama's None
+	// default) means hidden_size / num_attention_heads, as the config's __post_init__
+	// and the attention module's getattr fallback compute it.
+	switch {
+	case !c.HeadDim.Set && f.headDimDefault > 0:
+		c.HeadDim.V = f.headDimDefault
+	case !c.HeadDim.Set || c.HeadDim.Null:
+		c.HeadDim.V = c.HiddenSize / c.NumAttentionHeads
+	}
+	if c.HeadDim.V <= 0 {
+		return nil, configError(ck, "head_dim is %d (hidden_size %d, num_attention_heads %d)",
+			c.HeadDim.V, c.HiddenSize, c.NumAttentionHeads)
+	}
+	return &c, nil
+}
+
+func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
+	c, err := f.config(ck)
+	if err != nil {
+		return nil, err
+	}
+	prefix, lmHead := "model.", true
+	switch cls := mainClass(ck); cls {
+	case "", f.class + "ForCausalLM":
+	case f.class + "Model":
+		prefix, lmHead = "", false
+	default:
+		return nil, fmt.Errorf("%w: %s: %q (supported: %sForCausalLM, %sModel)",
+			ErrUnsupportedHead, ck.Dir, cls, f.class, f.class)
+	}
+	h, heads, kv, hd := c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads.V, c.HeadDim.V
+	inter, vocab := c.IntermediateSize, c.VocabSize
+	hidden := fmt.Sprintf("hidden_size=%d", h)
+	b := &builder{ck: ck}
+
+	emb := prefix + "embed_tokens"
+	b.add(Layer{Module: emb, Kind: KindEmbedding, Class: "Embedding", Block: -1,
+		Dims: map[string]int64{"vocab": vocab, "hidden": h}},
+		need{"weight", emb + ".weight", []int64{vocab, h}, fmt.Sprintf("vocab_size=%d, %s", vocab, hidden), false})
+
+	norm := func(module string, block int) {
+		b.add(Layer{Module: module, Kind: KindRMSNorm, Class: f.class + "RMSNorm", Eps: c.RMSNormEps, Block: block,
+			Dims: map[string]int64{"hidden": h}},
+			need{"weight", module + ".weight", []int64{h}, hidden, false})
+	}
+	qkvBias, oBias, mlpBias := f.qkvBias(c), f.oBias(c), f.mlpBias(c)
+	for i := 0; i < int(c.NumHiddenLayers) && b.err == nil; i++ {
+		blk := fmt.Sprintf("%slayers.%d", prefix, i)
+		norm(blk+".input_layernorm", i)
+
+		attn := blk + ".self_attn"
+		qWhy := fmt.Sprintf("num_attention_heads=%d × head_dim=%d, %s", heads, hd, hidden)
+		kvWhy := fmt.Sprintf("num_key_value_heads=%d × head_dim=%d, %s", kv, hd, hidden)
+		needs := []need{
+			{"q_proj.weight", attn + ".q_proj.weight", []int64{heads * hd, h}, qWhy, false},
+			{"k_proj.weight", attn + ".k_proj.weight", []int64{kv * hd, h}, kvWhy, false},
+			{"v_proj.weight", attn + ".v_proj.weight", []int64{kv * hd, h}, kvWhy, false},
+			{"o_proj.weight", attn + ".o_proj.weight", []int64{h, heads * hd}, qWhy, false},
+		}
+		if qkvBias {
+			needs = append(needs,
+				need{"q_proj.bias", attn + ".q_proj.bias", []int64{heads * hd}, qWhy, false},
+				need{"k_proj.bias", attn + ".k_proj.bias", []int64{kv * hd}, kvWhy, false},
+				need{"v_proj.bias", attn + ".v_proj.bias", []int64{kv * hd}, kvWhy, false})
+		}
+		if oBias {
+			needs = append(needs, need{"o_proj.bias", attn + ".o_proj.bias", []int64{h}, hidden, false})
+		}
+		l := Layer{Module: attn, Kind: KindAttention, Class: f.class + "Attention", Block: i, Bias: qkvBias || oBias,
+			Dims: map[string]int64{"hidden": h, "heads": heads, "kv_heads": kv, "head_dim": hd}}
+		if f.qkNorm {
+			why := fmt.Sprintf("head_dim=%d", hd)
+			needs = append(needs,
+				need{"q_norm.weight", attn + ".q_norm.weight", []int64{hd}, why, false},
+				need{"k_norm.weight", attn + ".k_norm.weight", []int64{hd}, why, false})
+			l.Eps = c.RMSNormEps
+		}
+		b.add(l, needs...)
+
+		norm(blk+".post_attention_layernorm", i)
+
+		mlp := blk + ".mlp"
+		why := fmt.Sprintf("intermediate_size=%d, %s", inter, hidden)
+		needs = []need{
+			{"gate_proj.weight", mlp + ".gate_proj.weight", []int64{inter, h}, why, false},
+			{"up_proj.weight", mlp + ".up_proj.weight", []int64{inter, h}, why, false},
+			{"down_proj.weight", mlp + ".down_proj.weight", []int64{h, inter}, why, false},
+		}
+		if mlpBias {
+			needs = append(needs,
+				need{"gate_proj.bias", mlp + ".gate_proj.bias", []int64{inter}, why, false},
+				need{"up_proj.bias", mlp + ".up_proj.bias", []int64{inter}, why, false},
+				need{"down_proj.bias", mlp + ".down_proj.bias", []int64{h}, hidden, false})
+		}
+		b.add(Layer{Module: mlp, Kind: KindMLPSwiGLU, Class: f.class + "MLP", Block: i, Bias: mlpBias,
+			Dims: map[string]int64{"hidden": h, "intermediate": inter}}, needs...)
+	}
+	norm(prefix+"norm", -1)
+
+	if lmHead {
+		head := Layer{Module: "lm_head", Kind: KindLMHead, Class: "Linear", Block: -1,
+			Dims: map[string]int64{"vocab": vocab, "hidden": h}}
+		why := fmt.Sprintf("vocab_size=%d, %s", vocab, hidden)
+		if c.TieWordEmbeddings {
+			// transformers ties lm_head.weight to the embedding (_tied_weights_keys);
+			// a checkpoint may still carry a copy, which the model ignores.
+			head.Tied = true
+			b.add(head, need{"weight", emb + ".weight", []int64{vocab, h}, why + ", tie_word_embeddings=true", false})
+		} else {
+			b.add(head, need{"weight", "lm_head.weight", []int64{vocab, h}, why, false})
+		}
+	}
+	return b.graph(func(name string) bool {
+		if c.TieWordEmbeddings && name == "lm_head.weight" {
+			return true
+		}
+		for _, s := range f.ignore {
+			if strings.HasSuffix(name, s) {
+				return true
+			}
+		}
+		return false
+	})
+}
