@@ -33,7 +33,10 @@ PROSE = ROOT / "testdata" / "text" / "prose.txt"
 FIXTURES = ROOT / "testdata" / "fixtures"
 
 VOCAB_SIZE = 512  # tokenizer vocab == model vocab_size for every text fixture
-SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2 (added first by the trainer)
+# ids 0..3, added first by the trainer. "<|endoftext|>" is there because AutoTokenizer loads a
+# qwen2 checkpoint with Qwen2Tokenizer, whose default unk token it is; if it were missing that class
+# would append it and the tokenizer would outgrow the model's vocab.
+SPECIAL_TOKENS = ["<s>", "</s>", "<pad>", "<|endoftext|>"]
 BOS_ID, EOS_ID, PAD_ID = 0, 1, 2
 # Larger than transformers' 0.02 so a 64-wide model gives peaked, non-uniform logits
 # (about 1/sqrt(hidden), the scale of trained weights); layout bugs then move top-1 tokens.
@@ -67,7 +70,7 @@ def train_tokenizer():
     tok.train_from_iterator([p for p in text.split("\n") if p.strip()], trainer=trainer)
     if tok.get_vocab_size() != VOCAB_SIZE:
         raise SystemExit(f"make_fixtures: tokenizer vocab is {tok.get_vocab_size()}, want {VOCAB_SIZE}")
-    for want_id, name in zip((BOS_ID, EOS_ID, PAD_ID), SPECIAL_TOKENS):
+    for want_id, name in enumerate(SPECIAL_TOKENS):
         if tok.token_to_id(name) != want_id:
             raise SystemExit(f"make_fixtures: special token {name} got id {tok.token_to_id(name)}, want {want_id}")
     return PreTrainedTokenizerFast(
@@ -83,8 +86,13 @@ def train_tokenizer():
 # weight randomisation
 
 
-def randomize_degenerate(model, seed: int) -> None:
-    """Replace init values that would hide bugs (norm weight 1, bias 0, BN stats 0/1)."""
+def randomize_degenerate(model, seed: int, fan_in_init: bool = False) -> None:
+    """Replace init values that would hide bugs (norm weight 1, bias 0, BN stats 0/1).
+
+    fan_in_init redraws Linear/Conv weights with std 1/sqrt(fan_in): LeViT's stock init (std 0.02)
+    shrinks the signal through its 4 patch convs and ~10 Linear+BN layers until the logits no
+    longer depend on the image, which would let any layer bug pass unnoticed.
+    """
     import torch
     from torch import nn
 
@@ -108,6 +116,15 @@ def randomize_degenerate(model, seed: int) -> None:
                     mod.bias.copy_(uniform(mod.bias, -0.1, 0.1))
             elif isinstance(mod, nn.Linear) and mod.bias is not None:
                 mod.bias.copy_(uniform(mod.bias, -0.1, 0.1))
+            if fan_in_init and isinstance(mod, (nn.Linear, nn.Conv2d)):
+                w = mod.weight
+                fan_in = w[0].numel()
+                w.copy_(torch.randn(w.shape, generator=g, dtype=torch.float32).to(w.dtype) / fan_in**0.5)
+        # LeViT's learned attention biases start at 0; the kernels gather them by index, so they
+        # must differ per position and head for a wrong gather to show.
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            if name.endswith("attention_biases"):
+                p.copy_(uniform(p, -1.0, 1.0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,13 +153,13 @@ def _text_common() -> dict:
     )
 
 
-def _seeded(seed: int, make):
+def _seeded(seed: int, make, fan_in_init: bool = False):
     import torch
 
     torch.manual_seed(seed)
     model = make()
     model.eval()
-    randomize_degenerate(model, seed + 1)
+    randomize_degenerate(model, seed + 1, fan_in_init)
     return model
 
 
@@ -241,7 +258,38 @@ def build_levit_tiny(seed: int):
         attention_ratio=[2, 2, 2],
         num_labels=10,
     )
-    return _seeded(seed, lambda: LevitForImageClassificationWithTeacher(cfg))
+    model = _seeded(seed, lambda: LevitForImageClassificationWithTeacher(cfg), fan_in_init=True)
+    calibrate_batchnorm(model, seed + 2, (3, LEVIT_IMAGE_SIZE, LEVIT_IMAGE_SIZE))
+    return model
+
+
+def calibrate_batchnorm(model, seed: int, image_shape: tuple[int, int, int], batches: int = 4) -> None:
+    """Set BatchNorm running stats to the statistics of the activations they actually see.
+
+    Random running stats (from randomize_degenerate) do not match the activations, so the BN shifts
+    swamp the signal and the logits hardly depend on the image. Running the model in train mode
+    over a few seeded random batches (momentum None = exact average) gives stats that are far from
+    0/1 yet normalise real activations, like a trained checkpoint's. BN weight/bias stay random.
+    """
+    import torch
+    from torch import nn
+
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None
+    g = torch.Generator().manual_seed(seed)
+    channel_mean = torch.tensor([0.4, -0.3, 0.1]).view(1, 3, 1, 1)
+    model.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            # Per-channel offsets (fixed, plus per-image jitter): real normalised images are not
+            # zero-mean, and zero-mean inputs would leave the first BN's running_mean at ~0.
+            offset = channel_mean + 0.3 * torch.randn((16, image_shape[0], 1, 1), generator=g)
+            model(pixel_values=torch.randn((16, *image_shape), generator=g) + offset)
+    model.eval()
+    for m in bns:
+        m.momentum = 0.1  # nn.BatchNorm default, as saved in no file but restored for tidiness
 
 
 FIXTURE_LIST = [
