@@ -1,0 +1,134 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// FindPython picks the interpreter: explicit (--python), else $XPUINJECT_PYTHON, else
+// the project's virtualenv (.venv/bin/python found by walking up from the working
+// directory and from the executable), else python3 on PATH.
+func FindPython(explicit string, getenv func(string) string) (string, error) {
+	if explicit != "" {
+		return checkExe(explicit, "--python")
+	}
+	if p := getenv("XPUINJECT_PYTHON"); p != "" {
+		return checkExe(p, "$XPUINJECT_PYTHON")
+	}
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(exe))
+	}
+	for _, s := range starts {
+		for d := s; ; d = filepath.Dir(d) {
+			cand := filepath.Join(d, ".venv", "bin", "python")
+			if st, err := os.Stat(cand); err == nil && !st.IsDir() {
+				return cand, nil
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		return "", fmt.Errorf("harness: no Python found: pass --python, set XPUINJECT_PYTHON, or run scripts/setup-venv.sh to make .venv")
+	}
+	return p, nil
+}
+
+func checkExe(p, from string) (string, error) {
+	if !strings.ContainsRune(p, os.PathSeparator) {
+		lp, err := exec.LookPath(p)
+		if err != nil {
+			return "", fmt.Errorf("harness: %s %q: not found on PATH", from, p)
+		}
+		return lp, nil
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("harness: %s %q: %w", from, p, err)
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("harness: %s %q: not an executable file", from, p)
+	}
+	return p, nil
+}
+
+// Env describes what an interpreter has.
+type Env struct {
+	Python       string
+	Version      string
+	Torch        string
+	Transformers string
+	Triton       string
+	Kernels      string // "" when not installed (the shim then patches directly)
+	CUDA         bool
+	XPU          bool
+	Device       string // GPU name when there is one
+}
+
+// ErrMissing is returned when the interpreter lacks a required package or device.
+var ErrMissing = errors.New("harness: missing")
+
+const probeScript = `
+import json, sys, importlib
+out = {"version": sys.version.split()[0]}
+for m in ("torch", "transformers", "triton", "kernels", "safetensors"):
+    try:
+        out[m] = importlib.import_module(m).__version__
+    except Exception as e:
+        out[m] = ""
+try:
+    import torch
+    out["cuda"] = bool(torch.cuda.is_available())
+    out["xpu"] = bool(hasattr(torch, "xpu") and torch.xpu.is_available())
+    out["device"] = torch.cuda.get_device_name(0) if out["cuda"] else ""
+except Exception:
+    out["cuda"] = out["xpu"] = False
+print(json.dumps(out))
+`
+
+// Probe runs the interpreter once and reports its packages and devices; a missing
+// torch, transformers, triton or safetensors is an error saying how to install it.
+func Probe(ctx context.Context, python string) (*Env, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-c", probeScript)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("harness: running %s: %w: %s", python, err, strings.TrimSpace(stderr.String()))
+	}
+	var r map[string]any
+	if err := json.Unmarshal(out, &r); err != nil {
+		return nil, fmt.Errorf("harness: %s: unexpected probe output %q", python, out)
+	}
+	s := func(k string) string { v, _ := r[k].(string); return v }
+	b := func(k string) bool { v, _ := r[k].(bool); return v }
+	env := &Env{Python: python, Version: s("version"), Torch: s("torch"), Transformers: s("transformers"),
+		Triton: s("triton"), Kernels: s("kernels"), CUDA: b("cuda"), XPU: b("xpu"), Device: s("device")}
+	var missing []string
+	for _, m := range []struct{ name, ver string }{{"torch", env.Torch}, {"transformers", env.Transformers}, {"triton", env.Triton}, {"safetensors", s("safetensors")}} {
+		if m.ver == "" {
+			missing = append(missing, m.name)
+		}
+	}
+	if len(missing) > 0 {
+		return env, fmt.Errorf("%w: %s lacks %s: run scripts/setup-venv.sh (or pip install -r requirements.txt) and pass --python .venv/bin/python",
+			ErrMissing, python, strings.Join(missing, ", "))
+	}
+	return env, nil
+}

@@ -1,0 +1,528 @@
+"""xpuinject eval driver: whole-model accuracy and latency of an injected model.
+
+Run by the Go harness (`xpuinject eval`), which writes this file and the shim into a work
+folder and reads back the JSON this writes. It loads the checkpoint three times:
+
+- oracle: fp32, stock transformers  (the user's reference quality)
+- stock:  bf16, stock transformers  (what the user runs today)
+- injected: bf16 + the xpuinject package and its packed weights (through xpuinject_shim)
+
+and reports, for injected and stock side by side, their error against the oracle (seed 004:
+cosine, max/mean absolute, max/mean relative error with a printed denominator floor, top-1
+agreement, KL divergence, perplexity, greedy-generation agreement), the same per decoder
+layer / encoder stage, and on a GPU the latency of prefill and decode (device events,
+warm-up, median of many) with peak memory.
+
+Progress goes to stderr as `xpuinject-eval: ...` lines; the result is one JSON file.
+Exit codes: 0 ok, 2 bad arguments / missing input, 3 a missing Python package or device,
+4 injection failed (message names the layer), 5 evaluation failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+SCHEMA = 1
+
+
+def progress(msg: str) -> None:
+    print(f"xpuinject-eval: {msg}", file=sys.stderr, flush=True)
+
+
+def fail(code: int, msg: str):
+    print(f"xpuinject-eval: error: {msg}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="source checkpoint folder (config.json + safetensors)")
+    p.add_argument("--package", required=True, help="kernel package folder (xpuinject package)")
+    p.add_argument("--packed", required=True, help="packed checkpoint folder (xpuinject pack)")
+    p.add_argument("--out", required=True, help="eval.json to write")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "xpu", "cpu"])
+    p.add_argument("--text", help="plain-text file for accuracy and perplexity")
+    p.add_argument("--tokens", type=int, default=0, help="tokens of text to evaluate (0: 2048 on a GPU, 96 on cpu)")
+    p.add_argument("--gen-tokens", type=int, default=0, help="greedy tokens to generate (0: 128 on a GPU, 8 on cpu)")
+    p.add_argument("--images", type=int, default=8, help="generated images for vision models")
+    p.add_argument("--latency", choices=["auto", "on", "off"], default="auto")
+    p.add_argument("--prefill", default="128,512,2048", help="prefill lengths for latency")
+    p.add_argument("--decode-batches", default="1,8", help="batch sizes for per-token decode latency")
+    p.add_argument("--repeats", type=int, default=30, help="timed repeats per latency point (median)")
+    p.add_argument("--floor", type=float, default=0.0, help="relative-error denominator floor (0: 1e-3 * max|ref|)")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+def error_metrics(x, ref, floor=0.0):
+    """Seed 004's metrics of x against ref (float64 on the CPU)."""
+    import torch
+
+    a = x.detach().double().cpu().reshape(-1)
+    e = ref.detach().double().cpu().reshape(-1)
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    nonfinite = int((~finite).sum())
+    a, e = a[finite], e[finite]
+    if floor <= 0:
+        floor = max(1e-6, 1e-3 * float(e.abs().max())) if e.numel() else 1e-6
+    d = (a - e).abs()
+    rel = d / e.abs().clamp_min(floor)
+    na, ne = a.norm(), e.norm()
+    cos = float((a @ e) / (na * ne)) if na > 0 and ne > 0 else float(na == ne)
+    return {
+        "cosine": cos,
+        "max_abs": float(d.max()) if d.numel() else 0.0,
+        "mean_abs": float(d.mean()) if d.numel() else 0.0,
+        "max_rel": float(rel.max()) if rel.numel() else 0.0,
+        "mean_rel": float(rel.mean()) if rel.numel() else 0.0,
+        "rel_floor": floor,
+        "nonfinite": nonfinite,
+    }
+
+
+def logits_metrics(logits, ref_logits, labels=None, floor=0.0):
+    """Error metrics plus top-1 agreement, KL(ref || x) and perplexity (when labels are given)."""
+    import torch
+
+    m = error_metrics(logits, ref_logits, floor)
+    lx = logits.float().cpu().reshape(-1, logits.shape[-1])
+    lr = ref_logits.float().cpu().reshape(-1, ref_logits.shape[-1])
+    m["top1_agreement"] = float((lx.argmax(-1) == lr.argmax(-1)).float().mean())
+    lpx = torch.log_softmax(lx.double(), -1)
+    lpr = torch.log_softmax(lr.double(), -1)
+    m["kl"] = float((lpr.exp() * (lpr - lpx)).sum(-1).mean())
+    if labels is not None:
+        m["perplexity"] = perplexity(logits, labels)
+    return m
+
+
+def perplexity(logits, labels):
+    import torch
+
+    lg = logits.float().cpu()[..., :-1, :].reshape(-1, logits.shape[-1]).double()
+    lb = labels.cpu()[..., 1:].reshape(-1)
+    nll = torch.nn.functional.cross_entropy(lg, lb, reduction="mean")
+    return float(torch.exp(nll))
+
+
+def ratio(a, b):
+    if b == 0:
+        return None if a == 0 else float("inf")
+    return a / b
+
+
+def side_by_side(inj, stock):
+    """For each error metric: injected, stock and injected/stock."""
+    keys = [k for k in inj if isinstance(inj[k], (int, float)) and k in stock]
+    return {k: {"injected": inj[k], "stock": stock[k], "ratio": ratio(inj[k], stock[k])} for k in keys}
+
+
+# ---------------------------------------------------------------------------- models
+
+
+def pick_device(want):
+    import torch
+
+    if want == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if hasattr(torch, "xpu") and torch.xpu.is_available():
+            return torch.device("xpu")
+        return torch.device("cpu")
+    if want == "cuda" and not torch.cuda.is_available():
+        fail(3, "--device cuda: torch sees no CUDA GPU (torch.cuda.is_available() is False)")
+    if want == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        fail(3, "--device xpu: torch sees no XPU (install torch with XPU support and Intel's GPU driver)")
+    return torch.device(want)
+
+
+def model_class(config):
+    import transformers
+
+    for name in config.architectures or []:
+        cls = getattr(transformers, name, None)
+        if cls is not None:
+            return cls
+    if config.model_type == "levit":
+        return transformers.AutoModelForImageClassification
+    return transformers.AutoModelForCausalLM
+
+
+def load(cls, path, dtype, device):
+    import torch
+
+    m = cls.from_pretrained(path, dtype=dtype)
+    m.eval()
+    return m.to(device)
+
+
+def sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elif device.type == "xpu":
+        torch.xpu.synchronize()
+
+
+# ---------------------------------------------------------------------------- text models
+
+
+def text_inputs(args, model_dir, device, n_tokens):
+    import torch
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    text_path = args.text or str(Path(__file__).with_name("prose.txt"))
+    try:
+        text = Path(text_path).read_text(encoding="utf-8")
+    except OSError as e:
+        fail(2, f"--text {text_path}: {e}")
+    ids = tok(text, return_tensors="pt").input_ids[:, :n_tokens]
+    if ids.shape[1] < 8:
+        fail(2, f"{text_path}: only {ids.shape[1]} tokens; need at least 8")
+    return tok, ids.to(device), text_path
+
+
+def forward_text(model, ids):
+    import torch
+
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True, use_cache=False)
+    return out.logits.float(), [h.float() for h in out.hidden_states]
+
+
+def greedy(model, ids, n):
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=n, do_sample=False, min_new_tokens=n, pad_token_id=0)
+    return out[0, ids.shape[1] :].tolist()
+
+
+def agreement(a, b):
+    """Fraction of positions equal up to the first divergence, and overall."""
+    n = min(len(a), len(b))
+    first = next((i for i in range(n) if a[i] != b[i]), n)
+    same = sum(1 for i in range(n) if a[i] == b[i])
+    return {"prefix": first / n if n else 1.0, "positions": same / n if n else 1.0, "tokens": n}
+
+
+# ---------------------------------------------------------------------------- vision models
+
+
+def make_images(n, size, seed):
+    """Deterministic, structured images (gradients, stripes, checkerboards, blobs, noise):
+    never only random or uniform (seed 004)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    ys, xs = torch.meshgrid(torch.linspace(-1, 1, size), torch.linspace(-1, 1, size), indexing="ij")
+    imgs = []
+    for i in range(n):
+        k = i % 4
+        if k == 0:
+            c = torch.stack([xs, ys, xs * ys])
+        elif k == 1:
+            c = torch.stack([torch.sin(6.0 * xs + i), torch.cos(5.0 * ys - i), torch.sin(4.0 * (xs + ys))])
+        elif k == 2:
+            c = torch.stack([((xs * (4 + i)).floor() + (ys * (4 + i)).floor()) % 2 * 2 - 1] * 3)
+            c[1] = c[1] * 0.5
+        else:
+            c = torch.randn(3, size, size, generator=g) * 0.5 + torch.stack([xs, -ys, xs * 0])
+        imgs.append(c)
+    return torch.stack(imgs).float()
+
+
+def forward_vision(model, pixels):
+    import torch
+
+    with torch.no_grad():
+        out = model(pixel_values=pixels, output_hidden_states=True)
+    return out.logits.float(), [h.float() for h in (out.hidden_states or [])]
+
+
+# ---------------------------------------------------------------------------- latency
+
+
+def time_fn(fn, device, repeats, warmup=3):
+    """Median milliseconds of fn() over repeats, with device events (or the host clock
+    after a synchronize on devices without events)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        else:
+            sync(device)
+            t = time.perf_counter()
+            fn()
+            sync(device)
+            times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def latency(models, cfg, device, args):
+    """Prefill at each length (batch 1) and per-token decode (batch 1 and 8) for each model."""
+    import torch
+
+    vocab = cfg.vocab_size
+    g = torch.Generator().manual_seed(args.seed + 1)
+    rows = {"prefill": [], "decode": [], "peak_memory_bytes": {}}
+    lengths = [int(x) for x in args.prefill.split(",") if x]
+    batches = [int(x) for x in args.decode_batches.split(",") if x]
+    for L in lengths:
+        ids = torch.randint(0, vocab, (1, L), generator=g).to(device)
+        row = {"tokens": L, "batch": 1}
+        for name, m in models.items():
+            with torch.no_grad():
+                row[f"{name}_ms"] = time_fn(lambda: m(input_ids=ids, use_cache=False), device, args.repeats)
+        row["ratio"] = ratio(row["injected_ms"], row["stock_ms"])
+        rows["prefill"].append(row)
+        progress(f"latency prefill {L}: stock {row['stock_ms']:.3f} ms, injected {row['injected_ms']:.3f} ms")
+    from transformers import DynamicCache
+
+    ctx = 512
+    for B in batches:
+        ids = torch.randint(0, vocab, (B, ctx), generator=g).to(device)
+        nxt = torch.randint(0, vocab, (B, 1), generator=g).to(device)
+        row = {"batch": B, "context": ctx}
+        for name, m in models.items():
+            with torch.no_grad():
+                cache = DynamicCache(config=cfg)
+                m(input_ids=ids, past_key_values=cache, use_cache=True)
+                base = cache.get_seq_length()
+
+                def step():
+                    # one decode step on a cache of fixed length: crop back after each step
+                    m(input_ids=nxt, past_key_values=cache, use_cache=True)
+                    cache.crop(base)
+
+                row[f"{name}_ms"] = time_fn(step, device, args.repeats)
+        row["ratio"] = ratio(row["injected_ms"], row["stock_ms"])
+        rows["decode"].append(row)
+        progress(f"latency decode batch {B}: stock {row['stock_ms']:.3f} ms/token, injected {row['injected_ms']:.3f}")
+    return rows
+
+
+def peak_memory(device, fn):
+    import torch
+
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated()
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def jsonable(o):
+    """NaN and infinities become null (JSON has neither; the Go side reads null as NaN)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [jsonable(v) for v in o]
+    return o
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    for p in (args.model, args.package, args.packed):
+        if not Path(p).is_dir():
+            fail(2, f"{p}: no such folder")
+    if args.device == "cpu" or (args.device == "auto" and os.environ.get("TRITON_INTERPRET") == "1"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        fail(3, f"python package missing: {e.name} (run scripts/setup-venv.sh, or pip install torch transformers)")
+    try:
+        import safetensors  # noqa: F401
+    except ImportError:
+        fail(3, "python package missing: safetensors (pip install safetensors)")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from xpuinject_shim import InjectError, inject
+
+    torch.manual_seed(args.seed)
+    device = pick_device(args.device)
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        fail(3, "no GPU: the kernels can run on the CPU only under TRITON_INTERPRET=1 (use --device cpu)")
+    on_gpu = device.type in ("cuda", "xpu")
+    cfg = transformers.AutoConfig.from_pretrained(args.model)
+    cls = model_class(cfg)
+    vision = cfg.model_type == "levit"
+    result = {
+        "schema": SCHEMA,
+        "model": {"path": str(Path(args.model).resolve()), "arch": cfg.model_type, "class": cls.__name__},
+        "device": {
+            "type": device.type,
+            "name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or device.type,
+            "interpret": os.environ.get("TRITON_INTERPRET") == "1",
+        },
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    try:
+        import triton
+
+        result["versions"]["triton"] = triton.__version__
+    except ImportError:
+        fail(3, "python package missing: triton (pip install triton)")
+
+    progress(f"loading {cls.__name__} from {args.model}: oracle fp32, stock bf16, injected bf16 on {device}")
+    oracle = load(cls, args.model, torch.float32, device)
+    stock = load(cls, args.model, torch.bfloat16, device)
+    injected = load(cls, args.model, torch.bfloat16, device)
+    try:
+        summary = inject(injected, args.package, packed_dir=args.packed)
+    except InjectError as e:
+        fail(4, f"injection failed: {e}")
+    result["injection"] = summary
+    progress(f"injected via {summary['path']}: " + ", ".join(f"{k}×{v}" for k, v in summary["replaced"].items()))
+
+    try:
+        if vision:
+            evaluate_vision(args, cfg, device, oracle, stock, injected, result)
+        else:
+            evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu)
+    except InjectError as e:
+        fail(4, str(e))
+    except Exception as e:  # name the failing layer when we can
+        traceback.print_exc()
+        fail(5, f"evaluation failed: {type(e).__name__}: {e}")
+
+    want_latency = args.latency == "on" or (args.latency == "auto" and on_gpu)
+    if want_latency and not on_gpu:
+        result["latency"] = {"measured": False, "reason": "latency is measured only on a GPU (the CPU runs the Triton interpreter)"}
+    elif not want_latency:
+        result["latency"] = {
+            "measured": False,
+            "reason": "not measured on the CPU: the kernels ran under the Triton interpreter" if not on_gpu else "disabled (--latency off)",
+        }
+    elif vision:
+        result["latency"] = vision_latency(args, cfg, device, stock, injected)
+    else:
+        del oracle
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        lat = latency({"stock": stock, "injected": injected}, cfg, device, args)
+        ids = torch.randint(0, cfg.vocab_size, (1, max(int(x) for x in args.prefill.split(","))), device=device)
+        for name, m in (("stock", stock), ("injected", injected)):
+            with torch.no_grad():
+                lat["peak_memory_bytes"][name] = peak_memory(device, lambda: m(input_ids=ids, use_cache=False))
+        lat["measured"] = True
+        lat["method"] = f"device events, {args.repeats} timed repeats after 3 warm-ups, median; decode on a 512-token KV cache"
+        result["latency"] = lat
+
+    out = Path(args.out)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(jsonable(result), indent=2, allow_nan=False))
+    os.replace(tmp, out)
+    progress(f"wrote {out}")
+
+
+def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu):
+    import torch
+
+    n_tokens = args.tokens or (2048 if on_gpu else 96)
+    tok, ids, text_path = text_inputs(args, args.model, device, n_tokens)
+    progress(f"accuracy on {ids.shape[1]} tokens of {text_path}")
+    lo, ho = forward_text(oracle, ids)
+    ls, hs = forward_text(stock, ids)
+    li, hi = forward_text(injected, ids)
+    inj = logits_metrics(li, lo, ids, args.floor)
+    stk = logits_metrics(ls, lo, ids, args.floor)
+    result["accuracy"] = {
+        "input": {"kind": "text", "source": text_path, "tokens": int(ids.shape[1])},
+        "oracle_perplexity": perplexity(lo, ids),
+        "injected": inj,
+        "stock": stk,
+        "compare": side_by_side(inj, stk),
+    }
+    layers = []
+    for i in range(1, len(ho)):
+        name = f"model.layers.{i - 1}" if i < len(ho) - 1 else "model.norm"
+        layers.append({"name": name, "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])})
+    result["layers"] = layers
+    n_gen = args.gen_tokens or (128 if on_gpu else 8)
+    progress(f"greedy generation of {n_gen} tokens")
+    prompt = ids[:, : min(32, ids.shape[1])]
+    go = greedy(oracle, prompt, n_gen)
+    gs = greedy(stock, prompt, n_gen)
+    gi = greedy(injected, prompt, n_gen)
+    result["generation"] = {
+        "prompt_tokens": int(prompt.shape[1]),
+        "new_tokens": n_gen,
+        "injected": agreement(gi, go),
+        "stock": agreement(gs, go),
+        "injected_vs_stock": agreement(gi, gs),
+    }
+
+
+def evaluate_vision(args, cfg, device, oracle, stock, injected, result):
+    size = getattr(cfg, "image_size", 224)
+    pixels = make_images(args.images, size, args.seed).to(device)
+    progress(f"accuracy on {args.images} generated {size}x{size} images")
+    lo, ho = forward_vision(oracle, pixels)
+    ls, hs = forward_vision(stock, pixels.bfloat16())
+    li, hi = forward_vision(injected, pixels.bfloat16())
+    inj = logits_metrics(li, lo, None, args.floor)
+    stk = logits_metrics(ls, lo, None, args.floor)
+    result["accuracy"] = {
+        "input": {"kind": "images", "count": args.images, "size": size},
+        "injected": inj,
+        "stock": stk,
+        "compare": side_by_side(inj, stk),
+    }
+    result["layers"] = [
+        {"name": f"stage {i}", "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])}
+        for i in range(1, min(len(ho), len(hi), len(hs)))
+    ]
+
+
+def vision_latency(args, cfg, device, stock, injected):
+    import torch
+
+    size = getattr(cfg, "image_size", 224)
+    rows = []
+    for B in (1, 32):
+        px = make_images(B, size, args.seed + B).to(device).bfloat16()
+        row = {"batch": B}
+        for name, m in (("stock", stock), ("injected", injected)):
+            with torch.no_grad():
+                row[f"{name}_ms"] = time_fn(lambda: m(pixel_values=px), device, args.repeats)
+        row["ratio"] = ratio(row["injected_ms"], row["stock_ms"])
+        rows.append(row)
+        progress(f"latency batch {B}: stock {row['stock_ms']:.3f} ms, injected {row['injected_ms']:.3f} ms")
+    return {"measured": True, "forward": rows, "method": f"device events, {args.repeats} repeats, median"}
+
+
+if __name__ == "__main__":
+    main()

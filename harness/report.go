@@ -1,0 +1,225 @@
+package harness
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// ReportFiles are the artifacts WriteReport produces, by role.
+type ReportFiles struct {
+	Markdown string
+	Plots    []string
+}
+
+// WriteReport renders report.md and the PNG plots for r into dir.
+func WriteReport(r *Result, dir string) (*ReportFiles, error) {
+	files := &ReportFiles{Markdown: filepath.Join(dir, "report.md")}
+	var plots []string
+	if len(r.Layers) > 0 {
+		p := filepath.Join(dir, "layers.png")
+		if err := writePNG(p, LayerErrorChart(r)); err != nil {
+			return nil, err
+		}
+		plots = append(plots, p)
+	}
+	if r.Latency.Measured {
+		p := filepath.Join(dir, "latency.png")
+		if err := writePNG(p, LatencyChart(r)); err != nil {
+			return nil, err
+		}
+		plots = append(plots, p)
+	}
+	files.Plots = plots
+	md := Markdown(r, plots)
+	if err := writeFileAtomic(files.Markdown, md); err != nil {
+		return nil, err
+	}
+	return files, nil
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	return nil
+}
+
+func f(n Num) string {
+	v := float64(n)
+	switch {
+	case math.IsNaN(v):
+		return "NaN"
+	case math.IsInf(v, 0):
+		return "inf"
+	case v == 0:
+		return "0"
+	case math.Abs(v) >= 1e4 || math.Abs(v) < 1e-3:
+		return fmt.Sprintf("%.3e", v)
+	}
+	return fmt.Sprintf("%.5g", v)
+}
+
+func fp(n *Num) string {
+	if n == nil {
+		return "—"
+	}
+	return f(*n)
+}
+
+func ratioStr(a, b Num) string {
+	if float64(b) == 0 || math.IsNaN(float64(a)) || math.IsNaN(float64(b)) {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", float64(a)/float64(b))
+}
+
+func ratioPtr(a, b *Num) string {
+	if a == nil || b == nil {
+		return "—"
+	}
+	return ratioStr(*a, *b)
+}
+
+// Markdown renders the report.
+func Markdown(r *Result, plots []string) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# xpuinject report: %s (%s)\n\n", filepath.Base(r.Model.Path), r.Model.Arch)
+	dev := r.Device.Type
+	if r.Device.Name != "" && r.Device.Name != r.Device.Type {
+		dev += " (" + r.Device.Name + ")"
+	}
+	if r.Device.Interpret {
+		dev += ", Triton interpreter"
+	}
+	var vers []string
+	for _, k := range sortedKeys(r.Versions) {
+		vers = append(vers, k+" "+r.Versions[k])
+	}
+	fmt.Fprintf(&b, "- model: `%s` (%s)\n- device: %s\n- versions: %s\n", r.Model.Path, r.Model.Class, dev, strings.Join(vers, ", "))
+	var rep []string
+	total := 0
+	for _, k := range sortedKeys(r.Injection.Replaced) {
+		rep = append(rep, fmt.Sprintf("%s×%d", k, r.Injection.Replaced[k]))
+		total += r.Injection.Replaced[k]
+	}
+	fmt.Fprintf(&b, "- injected through `%s` on backend `%s`: %d modules (%s); %d kept; %d packed tensors, %.1f MB\n\n",
+		r.Injection.Path, r.Injection.Backend, total, strings.Join(rep, ", "), len(r.Injection.Kept),
+		r.Injection.PackedTensors, float64(r.Injection.PackedBytes)/1e6)
+
+	in := r.Accuracy.Input
+	fmt.Fprintf(&b, "## Accuracy against the fp32 model\n\nInput: %s. Both bf16 models are compared with the fp32 model (the oracle); "+
+		"the last column is injected error over stock error: near 1× means the kernels cost no accuracy beyond bf16 itself.\n\n", describeInput(in))
+	inj, st := r.Accuracy.Injected, r.Accuracy.Stock
+	b.WriteString("| metric | injected bf16 | stock bf16 | injected / stock |\n| --- | --- | --- | --- |\n")
+	row := func(name string, a, s Num, ratio bool) {
+		rs := "—"
+		if ratio {
+			rs = ratioStr(a, s)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, f(a), f(s), rs)
+	}
+	row("logits cosine", inj.Cosine, st.Cosine, false)
+	row("max abs error", inj.MaxAbs, st.MaxAbs, true)
+	row("mean abs error", inj.MeanAbs, st.MeanAbs, true)
+	row(fmt.Sprintf("max rel error (floor %s)", f(inj.RelFloor)), inj.MaxRel, st.MaxRel, true)
+	row(fmt.Sprintf("mean rel error (floor %s)", f(inj.RelFloor)), inj.MeanRel, st.MeanRel, true)
+	fmt.Fprintf(&b, "| top-1 agreement | %s | %s | — |\n", fp(inj.Top1), fp(st.Top1))
+	fmt.Fprintf(&b, "| KL(oracle ‖ model) | %s | %s | %s |\n", fp(inj.KL), fp(st.KL), ratioPtr(inj.KL, st.KL))
+	if inj.Perplexity != nil {
+		fmt.Fprintf(&b, "| perplexity (oracle %s) | %s | %s | %s |\n", fp(r.Accuracy.OraclePerplexity), fp(inj.Perplexity), fp(st.Perplexity), ratioPtr(inj.Perplexity, st.Perplexity))
+	}
+	if g := r.Generation; g != nil {
+		fmt.Fprintf(&b, "\n### Greedy generation (%d new tokens after a %d-token prompt)\n\n", g.NewTokens, g.PromptTokens)
+		b.WriteString("| compared | tokens equal | equal before first divergence |\n| --- | --- | --- |\n")
+		fmt.Fprintf(&b, "| injected vs oracle | %s | %s |\n", pct(g.Injected.Positions), pct(g.Injected.Prefix))
+		fmt.Fprintf(&b, "| stock vs oracle | %s | %s |\n", pct(g.Stock.Positions), pct(g.Stock.Prefix))
+		fmt.Fprintf(&b, "| injected vs stock | %s | %s |\n", pct(g.InjectedVsStock.Positions), pct(g.InjectedVsStock.Prefix))
+	}
+	if len(r.Layers) > 0 {
+		b.WriteString("\n## Per layer: output error against the oracle\n\n")
+		b.WriteString("| layer | injected mean rel | stock mean rel | injected / stock | injected cosine | stock cosine |\n| --- | --- | --- | --- | --- | --- |\n")
+		for _, l := range r.Layers {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", l.Name, f(l.Injected.MeanRel), f(l.Stock.MeanRel),
+				ratioStr(l.Injected.MeanRel, l.Stock.MeanRel), f(l.Injected.Cosine), f(l.Stock.Cosine))
+		}
+	}
+	b.WriteString("\n## Latency\n\n")
+	if !r.Latency.Measured {
+		fmt.Fprintf(&b, "Not measured: %s.\n", r.Latency.Reason)
+	} else {
+		fmt.Fprintf(&b, "%s. Ratio = injected / stock (below 1× is faster).\n\n", r.Latency.Method)
+		if len(r.Latency.Prefill) > 0 {
+			b.WriteString("| prefill tokens | stock ms | injected ms | ratio |\n| --- | --- | --- | --- |\n")
+			for _, x := range r.Latency.Prefill {
+				fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", x.Tokens, f(x.StockMS), f(x.InjectedMS), ratioStr(x.InjectedMS, x.StockMS))
+			}
+			b.WriteString("\n")
+		}
+		if len(r.Latency.Decode) > 0 {
+			b.WriteString("| decode batch (512-token cache) | stock ms/token | injected ms/token | ratio |\n| --- | --- | --- | --- |\n")
+			for _, x := range r.Latency.Decode {
+				fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", x.Batch, f(x.StockMS), f(x.InjectedMS), ratioStr(x.InjectedMS, x.StockMS))
+			}
+			b.WriteString("\n")
+		}
+		if len(r.Latency.Forward) > 0 {
+			b.WriteString("| batch | stock ms | injected ms | ratio |\n| --- | --- | --- | --- |\n")
+			for _, x := range r.Latency.Forward {
+				fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", x.Batch, f(x.StockMS), f(x.InjectedMS), ratioStr(x.InjectedMS, x.StockMS))
+			}
+			b.WriteString("\n")
+		}
+		if len(r.Latency.PeakMemoryBytes) > 0 {
+			fmt.Fprintf(&b, "Peak memory during the longest prefill: stock %.1f MB, injected %.1f MB.\n",
+				float64(r.Latency.PeakMemoryBytes["stock"])/1e6, float64(r.Latency.PeakMemoryBytes["injected"])/1e6)
+		}
+	}
+	if len(r.Injection.Kept) > 0 {
+		b.WriteString("\n## Kept on the stock path\n\n| module | reason |\n| --- | --- |\n")
+		for _, k := range r.Injection.Kept {
+			fmt.Fprintf(&b, "| `%s` | %s |\n", k.Module, k.Reason)
+		}
+	}
+	if len(plots) > 0 {
+		b.WriteString("\n## Plots\n\n")
+		for _, p := range plots {
+			fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(filepath.Base(p), ".png"), filepath.Base(p))
+		}
+	}
+	return b.Bytes()
+}
+
+func describeInput(in map[string]any) string {
+	switch in["kind"] {
+	case "text":
+		return fmt.Sprintf("%v tokens of `%v`", in["tokens"], filepath.Base(fmt.Sprint(in["source"])))
+	case "images":
+		return fmt.Sprintf("%v generated %vx%v images (gradients, stripes, checkerboards, noise)", in["count"], in["size"], in["size"])
+	}
+	return fmt.Sprint(in)
+}
+
+func pct(n Num) string {
+	if math.IsNaN(float64(n)) {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(n))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

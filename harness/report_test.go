@@ -1,0 +1,102 @@
+package harness
+
+import (
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReadResultAndReport(t *testing.T) {
+	r, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := float64(r.Layers[1].Stock.MeanRel); !math.IsNaN(got) {
+		t.Fatalf("null should read as NaN, got %v", got)
+	}
+	dir := t.TempDir()
+	files, err := WriteReport(r, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(files.Markdown)
+	for _, want := range []string{
+		"# xpuinject report: llama-1b (llama)",
+		"| max abs error | 0.31 | 0.35 | 0.89× |",
+		"| max rel error (floor 0.02) | 4.2 | 4 | 1.05× |",
+		"| top-1 agreement | 0.981 | 0.979 | — |",
+		"| perplexity (oracle 12.5) | 12.6 | 12.61 | 1.00× |",
+		"| injected vs oracle | 80.0% | 50.0% |",
+		"| model.layers.1 | 0.008 | NaN | — |",
+		"| 128 | 4.1 | 3.2 | 0.78× |",
+		"| 1 | 6.5 | 4 | 0.62× |",
+		"Peak memory during the longest prefill: stock 3000.0 MB, injected 2900.0 MB.",
+		"| `lm_head` | plain GEMM |",
+		"![layers](layers.png)", "![latency](latency.png)",
+	} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if len(files.Plots) != 2 {
+		t.Fatalf("plots: %v", files.Plots)
+	}
+	for _, p := range files.Plots {
+		fh, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(fh)
+		fh.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		// The chart must contain the injected series colour (bars were drawn).
+		found := false
+		b := img.Bounds()
+		for y := b.Min.Y; y < b.Max.Y && !found; y += 2 {
+			for x := b.Min.X; x < b.Max.X; x += 2 {
+				r, g, bb, _ := img.At(x, y).RGBA()
+				if r>>8 == uint32(colInjected.R) && g>>8 == uint32(colInjected.G) && bb>>8 == uint32(colInjected.B) {
+					found = true
+					break
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no injected bars drawn", filepath.Base(p))
+		}
+	}
+}
+
+func TestReportCPUSaysLatencyNotMeasured(t *testing.T) {
+	r, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Latency.Measured = false
+	r.Latency.Reason = "not measured on the CPU: the kernels ran under the Triton interpreter"
+	md := string(Markdown(r, nil))
+	if !strings.Contains(md, "Not measured: not measured on the CPU") || strings.Contains(md, "prefill tokens") {
+		t.Errorf("latency section wrong:\n%s", md)
+	}
+}
+
+func TestReadResultRejects(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"schema": 2}`), 0o644)
+	if _, err := ReadResult(bad); err == nil || !strings.Contains(err.Error(), "schema 2") {
+		t.Errorf("want schema error, got %v", err)
+	}
+	os.WriteFile(bad, []byte(`{"schema": 1, "accuracy": NaN}`), 0o644)
+	if _, err := ReadResult(bad); err == nil {
+		t.Error("invalid JSON accepted")
+	}
+	if _, err := ReadResult(filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("missing file accepted")
+	}
+}

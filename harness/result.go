@@ -1,0 +1,136 @@
+package harness
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+)
+
+// Num is a float that reads JSON null (the driver's NaN/Inf) as NaN.
+type Num float64
+
+func (n *Num) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(b, []byte("null")) {
+		*n = Num(math.NaN())
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*n = Num(f)
+	return nil
+}
+
+func (n Num) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(f)
+}
+
+// Metrics are seed 004's error metrics of one model against the fp32 oracle; the
+// logits-level ones add top-1 agreement, KL and perplexity.
+type Metrics struct {
+	Cosine     Num  `json:"cosine"`
+	MaxAbs     Num  `json:"max_abs"`
+	MeanAbs    Num  `json:"mean_abs"`
+	MaxRel     Num  `json:"max_rel"`
+	MeanRel    Num  `json:"mean_rel"`
+	RelFloor   Num  `json:"rel_floor"`
+	Nonfinite  int  `json:"nonfinite"`
+	Top1       *Num `json:"top1_agreement,omitempty"`
+	KL         *Num `json:"kl,omitempty"`
+	Perplexity *Num `json:"perplexity,omitempty"`
+}
+
+// Agreement of greedy generations.
+type Agreement struct {
+	Prefix    Num `json:"prefix"`    // fraction of tokens before the first divergence
+	Positions Num `json:"positions"` // fraction of positions equal
+	Tokens    int `json:"tokens"`
+}
+
+// LatencyRow is one measured point; ms are medians.
+type LatencyRow struct {
+	Tokens     int  `json:"tokens,omitempty"`
+	Batch      int  `json:"batch"`
+	Context    int  `json:"context,omitempty"`
+	StockMS    Num  `json:"stock_ms"`
+	InjectedMS Num  `json:"injected_ms"`
+	Ratio      *Num `json:"ratio"`
+}
+
+// Result is eval.json, written by the driver (schema 1; README documents it).
+type Result struct {
+	Schema int `json:"schema"`
+	Model  struct {
+		Path  string `json:"path"`
+		Arch  string `json:"arch"`
+		Class string `json:"class"`
+	} `json:"model"`
+	Device struct {
+		Type      string `json:"type"`
+		Name      string `json:"name"`
+		Interpret bool   `json:"interpret"`
+	} `json:"device"`
+	Versions  map[string]string `json:"versions"`
+	Injection struct {
+		Path            string         `json:"path"`
+		Backend         string         `json:"backend"`
+		Replaced        map[string]int `json:"replaced"`
+		ReplacedModules []string       `json:"replaced_modules"`
+		Kept            []struct {
+			Module string `json:"module"`
+			Reason string `json:"reason"`
+		} `json:"kept"`
+		PackedTensors int   `json:"packed_tensors"`
+		PackedBytes   int64 `json:"packed_bytes"`
+	} `json:"injection"`
+	Accuracy struct {
+		Input            map[string]any `json:"input"`
+		OraclePerplexity *Num           `json:"oracle_perplexity,omitempty"`
+		Injected         Metrics        `json:"injected"`
+		Stock            Metrics        `json:"stock"`
+	} `json:"accuracy"`
+	Layers []struct {
+		Name     string  `json:"name"`
+		Injected Metrics `json:"injected"`
+		Stock    Metrics `json:"stock"`
+	} `json:"layers"`
+	Generation *struct {
+		PromptTokens    int       `json:"prompt_tokens"`
+		NewTokens       int       `json:"new_tokens"`
+		Injected        Agreement `json:"injected"`
+		Stock           Agreement `json:"stock"`
+		InjectedVsStock Agreement `json:"injected_vs_stock"`
+	} `json:"generation,omitempty"`
+	Latency struct {
+		Measured        bool             `json:"measured"`
+		Reason          string           `json:"reason,omitempty"`
+		Method          string           `json:"method,omitempty"`
+		Prefill         []LatencyRow     `json:"prefill,omitempty"`
+		Decode          []LatencyRow     `json:"decode,omitempty"`
+		Forward         []LatencyRow     `json:"forward,omitempty"`
+		PeakMemoryBytes map[string]int64 `json:"peak_memory_bytes,omitempty"`
+	} `json:"latency"`
+}
+
+// ReadResult parses an eval.json.
+func ReadResult(path string) (*Result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("harness: %w", err)
+	}
+	var r Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("harness: %s: %w", path, err)
+	}
+	if r.Schema != 1 {
+		return nil, fmt.Errorf("harness: %s: schema %d, this build reads schema 1", path, r.Schema)
+	}
+	return &r, nil
+}
