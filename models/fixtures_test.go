@@ -1,0 +1,260 @@
+package models
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/golden/*.json from the fixtures")
+
+// golden is what a fixture's golden file records: everything but absolute paths.
+type golden struct {
+	Arch    string
+	Files   []string
+	Tensors int
+	Layers  []Layer
+}
+
+func goldenOf(g *Graph) golden {
+	out := golden{Arch: g.Arch, Tensors: len(g.Checkpoint.Tensors), Layers: g.Layers}
+	for _, f := range g.Checkpoint.Files {
+		out.Files = append(out.Files, filepath.Base(f))
+	}
+	return out
+}
+
+// TestFixturesGolden loads every fixture folder and compares the layers with
+// testdata/golden/<fixture>.json (go test ./models -run TestFixturesGolden -update).
+func TestFixturesGolden(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join(fixtures, "*", ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) < 7 {
+		t.Fatalf("found %d fixtures in %s, want at least 7 (llama-tiny, llama-sharded, llama-odd, mistral-tiny, qwen2-tiny, qwen3-tiny, levit-tiny)", len(dirs), fixtures)
+	}
+	for _, cfg := range dirs {
+		dir := filepath.Dir(cfg)
+		name := filepath.Base(dir)
+		t.Run(name, func(t *testing.T) {
+			g, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := json.MarshalIndent(goldenOf(g), "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			path := filepath.Join("testdata", "golden", name+".json")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("layers differ from %s (run with -update if the change is intended):\n%s", path, firstDiff(string(got), string(want)))
+			}
+		})
+	}
+}
+
+func firstDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(al) && i < len(bl); i++ {
+		if al[i] != bl[i] {
+			return "line " + itoa(i+1) + ":\n got: " + al[i] + "\nwant: " + bl[i]
+		}
+	}
+	return "lengths differ: " + itoa(len(al)) + " vs " + itoa(len(bl)) + " lines"
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestFixtureFacts asserts, independently of the golden files, the facts each fixture
+// was made to exercise (config in testdata/fixtures/*/config.json).
+func TestFixtureFacts(t *testing.T) {
+	type facts struct {
+		layers  int
+		kinds   map[LayerKind]int
+		files   int
+		check   func(t *testing.T, g *Graph)
+		classes []string
+	}
+	llamaKinds := map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMLPSwiGLU: 2, KindLMHead: 1}
+	attn := func(g *Graph, i int) Layer { return layer(t, g, "model.layers."+itoa(i)+".self_attn") }
+	cases := map[string]facts{
+		"llama-tiny": {11, llamaKinds, 1, func(t *testing.T, g *Graph) {
+			a := attn(g, 1)
+			wantDims(t, a, map[string]int64{"hidden": 64, "heads": 4, "kv_heads": 2, "head_dim": 16})
+			wantTensors(t, a, map[string]string{
+				"q_proj.weight": "model.layers.1.self_attn.q_proj.weight", "k_proj.weight": "model.layers.1.self_attn.k_proj.weight",
+				"v_proj.weight": "model.layers.1.self_attn.v_proj.weight", "o_proj.weight": "model.layers.1.self_attn.o_proj.weight"})
+			if a.Bias || a.Block != 1 {
+				t.Errorf("attention Bias %v Block %d", a.Bias, a.Block)
+			}
+			h := layer(t, g, "lm_head")
+			if h.Tied || h.Tensors["weight"] != "lm_head.weight" {
+				t.Errorf("lm_head %+v", h)
+			}
+			n := layer(t, g, "model.layers.0.input_layernorm")
+			if n.Eps != 1e-6 || n.Dims["hidden"] != 64 || n.Block != 0 {
+				t.Errorf("input_layernorm %+v", n)
+			}
+			m := layer(t, g, "model.layers.0.mlp")
+			wantDims(t, m, map[string]int64{"hidden": 64, "intermediate": 160})
+		}, []string{"Embedding", "LlamaRMSNorm", "LlamaAttention", "LlamaMLP", "Linear"}},
+		"llama-sharded": {11, llamaKinds, 4, nil, nil},
+		"llama-odd": {7, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 3, KindAttention: 1, KindMLPSwiGLU: 1, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				wantDims(t, attn(g, 0), map[string]int64{"hidden": 160, "heads": 5, "kv_heads": 5, "head_dim": 32})
+				h := layer(t, g, "lm_head")
+				if !h.Tied || h.Tensors["weight"] != "model.embed_tokens.weight" {
+					t.Errorf("tied lm_head %+v", h)
+				}
+				if dt := g.Checkpoint.Tensors["model.norm.weight"].DType; dt != F16 {
+					t.Errorf("dtype %s, want F16", dt)
+				}
+			}, nil},
+		"mistral-tiny": {11, llamaKinds, 1, nil, []string{"MistralRMSNorm", "MistralAttention", "MistralMLP"}},
+		"qwen2-tiny": {11, llamaKinds, 1, func(t *testing.T, g *Graph) {
+			a := attn(g, 0)
+			if !a.Bias || a.Tensors["q_proj.bias"] == "" || a.Tensors["k_proj.bias"] == "" || a.Tensors["v_proj.bias"] == "" {
+				t.Errorf("qwen2 q/k/v biases missing: %v", a.Tensors)
+			}
+			if _, ok := a.Tensors["o_proj.bias"]; ok {
+				t.Errorf("qwen2 o_proj has no bias")
+			}
+		}, []string{"Qwen2RMSNorm", "Qwen2Attention", "Qwen2MLP"}},
+		"qwen3-tiny": {11, llamaKinds, 1, func(t *testing.T, g *Graph) {
+			a := attn(g, 0)
+			wantDims(t, a, map[string]int64{"hidden": 64, "heads": 4, "kv_heads": 2, "head_dim": 32})
+			if a.Tensors["q_norm.weight"] != "model.layers.0.self_attn.q_norm.weight" || a.Tensors["k_norm.weight"] == "" || a.Eps != 1e-6 {
+				t.Errorf("qwen3 q/k norms: %v eps %g", a.Tensors, a.Eps)
+			}
+			if got := g.Checkpoint.Tensors[a.Tensors["q_proj.weight"]].Shape; !reflect.DeepEqual(got, []int64{128, 64}) {
+				t.Errorf("q_proj shape %v", got)
+			}
+		}, []string{"Qwen3RMSNorm", "Qwen3Attention", "Qwen3MLP"}},
+		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
+			func(t *testing.T, g *Graph) {
+				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")
+				wantDims(t, c, map[string]int64{"in": 4, "out": 8, "kernel": 3, "stride": 2, "padding": 1})
+				if c.Tensors["conv.weight"] != "levit.patch_embeddings.embedding_layer_2.convolution.weight" ||
+					c.Tensors["bn.running_var"] != "levit.patch_embeddings.embedding_layer_2.batch_norm.running_var" ||
+					c.Tensors["bn.num_batches_tracked"] == "" || c.Eps != 1e-5 {
+					t.Errorf("conv-bn %+v", c)
+				}
+				q := layer(t, g, "levit.encoder.stages.0.layers.0.module.queries_keys_values")
+				wantDims(t, q, map[string]int64{"in": 32, "out": 128, "stage": 0})
+				s := layer(t, g, "levit.encoder.stages.0.layers.2")
+				if s.Class != "LevitAttentionSubsample" || s.Tensors["attention_biases"] != "levit.encoder.stages.0.layers.2.attention_biases" {
+					t.Errorf("subsample %+v", s)
+				}
+				wantDims(t, s, map[string]int64{"hidden": 32, "out": 48, "heads": 2, "key_dim": 16, "resolution": 4, "resolution_out": 2, "stride": 2})
+				kv := layer(t, g, "levit.encoder.stages.1.layers.2.keys_values")
+				wantDims(t, kv, map[string]int64{"in": 48, "out": 240})
+				for _, m := range []string{"classifier", "classifier_distill"} {
+					h := layer(t, g, m)
+					wantDims(t, h, map[string]int64{"in": 64, "out": 10})
+					if h.Tensors["linear.bias"] != m+".linear.bias" || h.Tensors["bn.running_mean"] != m+".batch_norm.running_mean" {
+						t.Errorf("%s %+v", m, h)
+					}
+				}
+				if b := layer(t, g, "levit.encoder.stages.2.layers.1.module.linear_down").Block; b != 9 {
+					t.Errorf("last block %d, want 9", b)
+				}
+			}, []string{"LevitConvEmbeddings", "LevitAttention", "LevitAttentionSubsample", "MLPLayerWithBN", "LevitClassificationLayer"}},
+	}
+	for name, want := range cases {
+		t.Run(name, func(t *testing.T) {
+			g, err := Load(filepath.Join(fixtures, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(g.Layers) != want.layers || len(g.Checkpoint.Files) != want.files {
+				t.Errorf("%d layers in %d files, want %d in %d", len(g.Layers), len(g.Checkpoint.Files), want.layers, want.files)
+			}
+			kinds := map[LayerKind]int{}
+			classes := map[string]bool{}
+			owned := map[string]bool{}
+			for _, l := range g.Layers {
+				kinds[l.Kind]++
+				classes[l.Class] = true
+				for _, n := range l.Tensors {
+					if g.Checkpoint.Tensors[n] == nil {
+						t.Errorf("layer %s names tensor %q the checkpoint lacks", l.Module, n)
+					}
+					owned[n] = true
+				}
+			}
+			if !reflect.DeepEqual(kinds, want.kinds) {
+				t.Errorf("kinds %v, want %v", kinds, want.kinds)
+			}
+			for _, c := range want.classes {
+				if !classes[c] {
+					t.Errorf("no layer of class %s (have %v)", c, keys(classes))
+				}
+			}
+			for n := range g.Checkpoint.Tensors {
+				if !owned[n] && n != "lm_head.weight" {
+					t.Errorf("tensor %q belongs to no layer", n)
+				}
+			}
+			if want.check != nil {
+				want.check(t, g)
+			}
+		})
+	}
+}
+
+func layer(t *testing.T, g *Graph, module string) Layer {
+	t.Helper()
+	for _, l := range g.Layers {
+		if l.Module == module {
+			return l
+		}
+	}
+	t.Fatalf("no layer %s", module)
+	return Layer{}
+}
+
+func wantDims(t *testing.T, l Layer, want map[string]int64) {
+	t.Helper()
+	for k, v := range want {
+		if l.Dims[k] != v {
+			t.Errorf("%s: Dims[%s] = %d, want %d (all: %v)", l.Module, k, l.Dims[k], v, l.Dims)
+		}
+	}
+}
+
+func wantTensors(t *testing.T, l Layer, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if l.Tensors[k] != v {
+			t.Errorf("%s: Tensors[%s] = %q, want %q", l.Module, k, l.Tensors[k], v)
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
