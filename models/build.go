@@ -83,7 +83,7 @@ func (b *builder) add(l Layer, needs ...need) {
 			continue
 		}
 		if _, err := b.ck.Need(n.name, n.shape, n.because); err != nil {
-			b.err = fmt.Errorf("%s (layer %s): %w", b.ck.ModelType, l.Module, err)
+			b.err = fmt.Errorf("%w (%s layer %s)", err, b.ck.ModelType, l.Module)
 			return
 		}
 		l.Tensors[n.role] = n.name

@@ -77,8 +77,8 @@ func ReadHeader(r io.ReaderAt, size int64, path string) (*Header, error) {
 		return nil, fmt.Errorf("%w: %s: %d bytes, shorter than the 8-byte header length", ErrTruncated, path, size)
 	}
 	var lenBuf [8]byte
-	if _, err := r.ReadAt(lenBuf[:], 0); err != nil {
-		return nil, fmt.Errorf("models: %s: read header length: %w", path, err)
+	if err := readFull(r, lenBuf[:], 0, path); err != nil {
+		return nil, err
 	}
 	n64 := binary.LittleEndian.Uint64(lenBuf[:])
 	// Bound the untrusted length before allocating anything.
@@ -91,8 +91,8 @@ func ReadHeader(r io.ReaderAt, size int64, path string) (*Header, error) {
 			ErrTruncated, path, n, size-8)
 	}
 	buf := make([]byte, n)
-	if _, err := r.ReadAt(buf, 8); err != nil {
-		return nil, fmt.Errorf("models: %s: read header: %w", path, err)
+	if err := readFull(r, buf, 8, path); err != nil {
+		return nil, err
 	}
 	h, err := parseHeader(buf, path)
 	if err != nil {
@@ -104,6 +104,24 @@ func ReadHeader(r io.ReaderAt, size int64, path string) (*Header, error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// readFull reads len(p) bytes at off. io.ReaderAt may return io.EOF with a full read
+// at the end of the input (bytes.Reader does, even for an empty p at the end); a short
+// read means the file is shorter than the size we were given.
+func readFull(r io.ReaderAt, p []byte, off int64, path string) error {
+	if len(p) == 0 {
+		return nil
+	}
+	n, err := r.ReadAt(p, off)
+	switch {
+	case n == len(p):
+		return nil
+	case err == io.EOF || err == nil:
+		return fmt.Errorf("%w: %s: read %d of %d bytes at offset %d", ErrTruncated, path, n, len(p), off)
+	default:
+		return fmt.Errorf("models: %s: read at offset %d: %w", path, off, err)
+	}
 }
 
 // parseHeader decodes the JSON header into tensors with offsets relative to the data

@@ -298,3 +298,19 @@ func TestReadHeaderIOError(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A size larger than what the reader holds is a truncated file, not a panic or an
+// unexplained EOF.
+func TestReadHeaderSizeLies(t *testing.T) {
+	b := binary.LittleEndian.AppendUint64(nil, 2)
+	b = append(b, "{}"...)
+	for _, size := range []int64{11, 1000} {
+		if _, err := ReadHeader(bytes.NewReader(b[:9]), size, "f"); !errors.Is(err, ErrTruncated) {
+			t.Errorf("size %d: got %v, want ErrTruncated", size, err)
+		}
+	}
+	// An 8-byte file holding header length 0 ends at the empty header: "{}" is missing.
+	if _, err := readBytes(make([]byte, 8), "f"); !errors.Is(err, ErrInvalidHeader) {
+		t.Errorf("zero-length header: %v", err)
+	}
+}
