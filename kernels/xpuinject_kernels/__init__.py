@@ -2,6 +2,19 @@
 
 Importable without a GPU: kernels compile on first launch. Relative imports only (the package is
 copied into kernel-hub variant folders under a model-specific name).
+
+Public ops:
+  rms_norm(x, weight, eps) -> y
+  add_rms_norm(x, residual, weight, eps) -> (new_residual, y)
+  apply_rope(q, k, cos, sin, inplace=False) -> (q_rot, k_rot)
+  gemm(x, w, bias=None, residual=None, epilogue="none", use_descriptors=None) -> out
+      epilogue in GEMM_EPILOGUES = ("none", "bias", "swiglu", "hardswish", "residual")
+`layers` holds the kernel-hub layer classes (RMSNorm, SwiGLUMLP, Linear, LinearBN, BNLinear).
 """
 
 from . import _backend  # noqa: F401
+from . import layers  # noqa: F401
+from .gemm import EPILOGUES as GEMM_EPILOGUES  # noqa: F401
+from .gemm import gemm  # noqa: F401
+from .rmsnorm import add_rms_norm, rms_norm  # noqa: F401
+from .rope import apply_rope  # noqa: F401

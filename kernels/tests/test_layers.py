@@ -1,0 +1,290 @@
+"""Kernel-hub layers bound to real transformers modules (the way kernelize binds them), with the
+packed attributes computed here in torch, compared with the original forward; plus the real
+`kernels` package's layer validation on every class."""
+
+import pytest
+import torch
+from kernels.layer.layer import _replace_forward, _validate_layer
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, Qwen2Config, Qwen3Config
+from transformers.models.levit.modeling_levit import LevitClassificationLayer, MLPLayerWithBN
+from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+from transformers.models.mistral.modeling_mistral import MistralRMSNorm
+from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm
+
+import metrics
+from xpuinject_kernels import _backend, layers
+
+BF16_ULP = 2.0**-7
+
+
+def bind(module, layer_cls):
+    """Exactly what kernels.kernelize does to a module: forward = MethodType(layer.forward, module)."""
+    _replace_forward(module, layer_cls)
+    return module
+
+
+def llama_cfg(**kw):
+    base = dict(hidden_size=64, intermediate_size=88, num_attention_heads=4, num_key_value_heads=2,
+                num_hidden_layers=2, vocab_size=97, max_position_embeddings=64, rms_norm_eps=1e-5)
+    base.update(kw)
+    return LlamaConfig(**base)
+
+
+def coord_like(t, a, b, scale):
+    return (scale * metrics.coord_tensor(tuple(t.shape), a=a, b=b)).to(t.dtype)
+
+
+def pack_mlp(mlp):
+    """What the Go packer writes for a SwiGLU MLP: [gate | up] concatenated on the output dim,
+    transposed to K-major, bf16."""
+    gu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], dim=0)  # [2I, H]
+    mlp.xpuinject_gate_up_weight = gu.t().contiguous().to(torch.bfloat16)
+    mlp.xpuinject_down_weight = mlp.down_proj.weight.t().contiguous().to(torch.bfloat16)
+    if mlp.gate_proj.bias is not None:
+        mlp.xpuinject_gate_up_bias = torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]).to(torch.bfloat16)
+        mlp.xpuinject_down_bias = mlp.down_proj.bias.to(torch.bfloat16)
+
+
+LAYER_TARGETS = [
+    (layers.RMSNorm, LlamaRMSNorm),
+    (layers.RMSNorm, MistralRMSNorm),
+    (layers.RMSNorm, Qwen2RMSNorm),
+    (layers.RMSNorm, Qwen3RMSNorm),
+    (layers.SwiGLUMLP, LlamaMLP),
+    (layers.SwiGLUMLP, Qwen3MLP),
+    (layers.Linear, nn.Linear),
+    (layers.LinearBN, MLPLayerWithBN),
+    (layers.BNLinear, LevitClassificationLayer),
+]
+
+
+@pytest.mark.parametrize("layer_cls,target", LAYER_TARGETS, ids=lambda c: c.__name__)
+def test_kernels_package_validates_layer(layer_cls, target):
+    # raises TypeError on an __init__, extra members or a forward signature mismatch
+    _validate_layer(check_cls=target, cls=layer_cls, repo=f"xpuinject:{layer_cls.__name__}")
+    assert layer_cls.has_backward is False
+
+
+def test_kernels_validation_rejects_bad_layers():
+    """The validator we rely on really checks what we think it checks."""
+
+    class WithInit(nn.Module):
+        def __init__(self):
+            super().__init__()
+
+        def forward(self, hidden_states):
+            return hidden_states
+
+    class WithHelper(nn.Module):
+        def helper(self):
+            return 1
+
+        def forward(self, hidden_states):
+            return hidden_states
+
+    class WrongArity(nn.Module):
+        def forward(self, hidden_states, extra):
+            return hidden_states
+
+    for bad in (WithInit, WithHelper, WrongArity):
+        with pytest.raises(TypeError):
+            _validate_layer(check_cls=LlamaRMSNorm, cls=bad, repo="bad")
+
+
+@pytest.mark.parametrize("norm_cls", [LlamaRMSNorm, MistralRMSNorm, Qwen2RMSNorm, Qwen3RMSNorm])
+def test_rmsnorm_layer(device, norm_cls):
+    torch.manual_seed(1)
+    ref = norm_cls(70, eps=1e-6).to(torch.bfloat16).to(device)
+    with torch.no_grad():
+        ref.weight.copy_(coord_like(ref.weight, 0.0, 0.3, 0.5) + 1.0)
+    mod = norm_cls(70, eps=1e-6).to(torch.bfloat16).to(device)
+    mod.load_state_dict(ref.state_dict())
+    bind(mod, layers.RMSNorm)
+    x = (3.0 * metrics.coord_tensor((2, 5, 70))).to(torch.bfloat16).to(device)
+    before = _backend.launch_counts["rms_norm"]
+    y = mod(x)
+    assert _backend.launch_counts["rms_norm"] == before + 1, "the Triton kernel did not run"
+    metrics.assert_close(f"layer RMSNorm ({norm_cls.__name__})", y, ref(x), atol=1e-6, rtol=BF16_ULP)
+
+
+@pytest.mark.parametrize("mlp_bias", [False, True])
+def test_swiglu_mlp_layer(device, mlp_bias):
+    torch.manual_seed(2)
+    cfg = llama_cfg(mlp_bias=mlp_bias)
+    ref = LlamaMLP(cfg).to(torch.bfloat16).to(device).eval()
+    mod = LlamaMLP(cfg).to(torch.bfloat16).to(device).eval()
+    mod.load_state_dict(ref.state_dict())
+    pack_mlp(mod)
+    bind(mod, layers.SwiGLUMLP)
+    x = torch.randn(3, 7, 64).to(torch.bfloat16).to(device)
+    before = _backend.launch_counts["gemm.swiglu"], _backend.launch_counts["gemm.bias" if mlp_bias else "gemm.none"]
+    with torch.no_grad():
+        y, y_ref = mod(x), ref(x)
+        # fp32 end-to-end reference from the same (bf16) weights and input
+        y32 = nn.functional.linear(
+            nn.functional.silu(nn.functional.linear(x.float(), ref.gate_proj.weight.float(), None if not mlp_bias else ref.gate_proj.bias.float()))
+            * nn.functional.linear(x.float(), ref.up_proj.weight.float(), None if not mlp_bias else ref.up_proj.bias.float()),
+            ref.down_proj.weight.float(), None if not mlp_bias else ref.down_proj.bias.float())
+    after = _backend.launch_counts["gemm.swiglu"], _backend.launch_counts["gemm.bias" if mlp_bias else "gemm.none"]
+    assert after == (before[0] + 1, before[1] + 1), "expected one swiglu GEMM and one down GEMM"
+    assert y.shape == y_ref.shape == (3, 7, 64) and y.dtype == torch.bfloat16
+    scale = y32.abs().max().item()
+    # stock bf16 rounds gate, up, silu and the product; we round the intermediate once: both are
+    # a few bf16 ulps from fp32
+    metrics.assert_close(f"layer SwiGLUMLP bias={mlp_bias} vs LlamaMLP bf16", y, y_ref, atol=2e-2 * scale, rtol=2e-2, min_cosine=0.999)
+    m_ours = metrics.assert_close(f"layer SwiGLUMLP bias={mlp_bias} vs fp32", y, y32, atol=2e-2 * scale, rtol=2e-2, min_cosine=0.9995)
+    m_base = metrics.report(f"stock bf16 LlamaMLP bias={mlp_bias} vs fp32", y_ref, y32)
+    # injected error no worse than ~stock bf16's own error
+    assert m_ours.mean_abs <= 1.5 * m_base.mean_abs + 1e-6, (m_ours.line(), m_base.line())
+
+
+def test_swiglu_mlp_layer_without_packed_weights(device):
+    mod = LlamaMLP(llama_cfg()).to(torch.bfloat16).to(device)
+    mod.xpuinject_name = "model.layers.3.mlp"
+    bind(mod, layers.SwiGLUMLP)
+    with pytest.raises(RuntimeError, match=r"model\.layers\.3\.mlp.*xpuinject_gate_up_weight.*not\s+loaded"):
+        mod(torch.randn(1, 2, 64).to(torch.bfloat16).to(device))
+    mod2 = LlamaMLP(llama_cfg(hidden_act="gelu")).to(torch.bfloat16).to(device)
+    pack_mlp(mod2)
+    bind(mod2, layers.SwiGLUMLP)
+    with pytest.raises(RuntimeError, match="hidden_act='gelu'"):
+        mod2(torch.randn(1, 2, 64).to(torch.bfloat16).to(device))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_layer(device, bias):
+    torch.manual_seed(3)
+    ref = nn.Linear(70, 45, bias=bias).to(torch.bfloat16).to(device)
+    mod = nn.Linear(70, 45, bias=bias).to(torch.bfloat16).to(device)
+    mod.load_state_dict(ref.state_dict())
+    mod.xpuinject_weight = mod.weight.t().contiguous()
+    if bias:
+        mod.xpuinject_bias = mod.bias.detach().clone()
+    bind(mod, layers.Linear)
+    x = (2.0 * metrics.coord_tensor((2, 3, 70))).to(torch.bfloat16).to(device)
+    before = _backend.launch_counts["gemm.blockptr"]  # K=70: misaligned rows -> block pointers
+    with torch.no_grad():
+        y, y_ref = mod(x), ref(x)
+    assert _backend.launch_counts["gemm.blockptr"] == before + 1
+    y32 = nn.functional.linear(x.float(), ref.weight.float(), ref.bias.float() if bias else None)
+    scale = y32.abs().max().item()
+    metrics.assert_close(f"layer Linear bias={bias} vs nn.Linear bf16", y, y_ref, atol=1e-2 * scale, rtol=2 * BF16_ULP)
+    metrics.assert_close(f"layer Linear bias={bias} vs fp32", y, y32, atol=1e-2 * scale, rtol=BF16_ULP, min_cosine=0.9999)
+    del mod.xpuinject_weight
+    with pytest.raises(RuntimeError, match="xpuinject_weight"):
+        mod(x)
+
+
+def random_bn(bn):
+    with torch.no_grad():
+        n = bn.num_features
+        bn.weight.copy_(1.0 + 0.3 * torch.sin(torch.arange(n) * 0.7))
+        bn.bias.copy_(0.2 * torch.cos(torch.arange(n) * 0.3))
+        bn.running_mean.copy_(0.5 * torch.sin(torch.arange(n) * 0.9))
+        bn.running_var.copy_(0.5 + torch.rand(n))
+
+
+def test_linear_bn_layer_levit(device):
+    torch.manual_seed(4)
+    ref = MLPLayerWithBN(48, 80).eval()
+    random_bn(ref.batch_norm)
+    mod = MLPLayerWithBN(48, 80).eval()
+    mod.load_state_dict(ref.state_dict())
+    # BN folded offline (fp32), then packed K-major bf16: what the Go packer writes
+    fused = torch.nn.utils.fuse_linear_bn_eval(ref.linear, ref.batch_norm)
+    mod.xpuinject_weight = fused.weight.detach().t().contiguous().to(torch.bfloat16).to(device)
+    mod.xpuinject_bias = fused.bias.detach().to(torch.bfloat16).to(device)
+    mod.to(device)
+    bind(mod, layers.LinearBN)
+    x = torch.randn(2, 16, 48)
+    before = _backend.launch_counts["gemm.bias"]
+    with torch.no_grad():
+        y = mod(x.to(torch.bfloat16).to(device))
+        y_ref = ref(x)  # fp32 LeViT: the user's quality
+        y_ref_bf16 = ref.to(torch.bfloat16)(x.to(torch.bfloat16)).float()
+    assert _backend.launch_counts["gemm.bias"] == before + 1
+    assert y.shape == (2, 16, 80)
+    scale = y_ref.abs().max().item()
+    m = metrics.assert_close("layer LinearBN vs fp32 MLPLayerWithBN", y, y_ref, atol=3e-2 * scale, rtol=3e-2, min_cosine=0.9995)
+    m_base = metrics.report("stock bf16 MLPLayerWithBN vs fp32", y_ref_bf16, y_ref)
+    assert m.mean_abs <= 2.0 * m_base.mean_abs + 1e-6, (m.line(), m_base.line())
+    mod.train()
+    with pytest.raises(RuntimeError, match="training mode"):
+        mod(x.to(torch.bfloat16).to(device))
+
+
+def test_bn_linear_layer_levit_head(device):
+    torch.manual_seed(5)
+    ref = LevitClassificationLayer(64, 10).eval()
+    random_bn(ref.batch_norm)
+    mod = LevitClassificationLayer(64, 10).eval()
+    mod.load_state_dict(ref.state_dict())
+    # BN then Linear: W' = W diag(s), b' = b + W (beta - s*mu), s = gamma / sqrt(var + eps)
+    bn, lin = ref.batch_norm, ref.linear
+    s = bn.weight.detach().double() / torch.sqrt(bn.running_var.double() + bn.eps)
+    w_f = lin.weight.detach().double() * s[None, :]
+    b_f = lin.bias.detach().double() + lin.weight.detach().double() @ (bn.bias.detach().double() - s * bn.running_mean.double())
+    mod.xpuinject_weight = w_f.t().contiguous().to(torch.bfloat16).to(device)
+    mod.xpuinject_bias = b_f.to(torch.bfloat16).to(device)
+    mod.to(device)
+    bind(mod, layers.BNLinear)
+    x = torch.randn(3, 64)
+    before = _backend.launch_counts["gemm.bias"]
+    with torch.no_grad():
+        y = mod(x.to(torch.bfloat16).to(device))
+        y_ref = ref(x)
+    assert _backend.launch_counts["gemm.bias"] == before + 1
+    assert y.shape == (3, 10)
+    scale = y_ref.abs().max().item()
+    metrics.assert_close("layer BNLinear vs fp32 LevitClassificationLayer", y, y_ref, atol=3e-2 * scale, rtol=3e-2, min_cosine=0.9995)
+
+
+def test_tiny_llama_end_to_end(device):
+    """All RMSNorms and MLPs of a tiny bf16 Llama replaced: logits stay close to stock bf16."""
+    torch.manual_seed(6)
+    cfg = llama_cfg()
+    ref = LlamaForCausalLM(cfg).to(torch.bfloat16).to(device).eval()
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16).to(device).eval()
+    model.load_state_dict(ref.state_dict())
+    n_norm = n_mlp = 0
+    for name, m in model.named_modules():
+        if isinstance(m, LlamaRMSNorm):
+            bind(m, layers.RMSNorm)
+            n_norm += 1
+        elif isinstance(m, LlamaMLP):
+            m.xpuinject_name = name
+            pack_mlp(m)
+            bind(m, layers.SwiGLUMLP)
+            n_mlp += 1
+    assert (n_norm, n_mlp) == (2 * cfg.num_hidden_layers + 1, cfg.num_hidden_layers)
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21, 25, 29]], device=device)
+    before = _backend.launch_counts["rms_norm"], _backend.launch_counts["gemm.swiglu"]
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+        logits_ref = ref(ids).logits.float()
+    assert _backend.launch_counts["rms_norm"] - before[0] == n_norm
+    assert _backend.launch_counts["gemm.swiglu"] - before[1] == n_mlp
+    m = metrics.report("tiny llama logits injected vs stock bf16", logits, logits_ref)
+    assert m.cosine > 0.999, m.line()
+    assert (logits.argmax(-1) == logits_ref.argmax(-1)).float().mean() >= 0.75
+
+
+@pytest.mark.parametrize("cfg_cls,mlp_mod", [(MistralConfig, "mistral"), (Qwen2Config, "qwen2"), (Qwen3Config, "qwen3")])
+def test_swiglu_mlp_other_archs(device, cfg_cls, mlp_mod):
+    import importlib
+
+    modeling = importlib.import_module(f"transformers.models.{mlp_mod}.modeling_{mlp_mod}")
+    mlp_cls = getattr(modeling, f"{mlp_mod.capitalize()}MLP")
+    cfg = cfg_cls(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    ref = mlp_cls(cfg).to(torch.bfloat16).to(device).eval()
+    mod = mlp_cls(cfg).to(torch.bfloat16).to(device).eval()
+    mod.load_state_dict(ref.state_dict())
+    pack_mlp(mod)
+    bind(mod, layers.SwiGLUMLP)
+    x = torch.randn(2, 5, 64).to(torch.bfloat16).to(device)
+    with torch.no_grad():
+        y, y_ref = mod(x), ref(x)
+    scale = y_ref.float().abs().max().item()
+    metrics.assert_close(f"layer SwiGLUMLP vs {mlp_cls.__name__}", y, y_ref, atol=2e-2 * scale, rtol=2e-2, min_cosine=0.999)
