@@ -22,20 +22,25 @@ type Cache struct {
 // DefaultCache returns the cache folder huggingface_hub would use:
 // $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub
 // (XDG_CACHE_HOME honoured as huggingface_hub's constants.py does).
-func DefaultCache() Cache {
-	if d := os.Getenv("HF_HUB_CACHE"); d != "" {
-		return Cache{Dir: d}
+func DefaultCache() Cache { return CacheFromEnv(os.Getenv) }
+
+// CacheFromEnv is DefaultCache with the environment read through getenv.
+func CacheFromEnv(getenv func(string) string) Cache {
+	if d := getenv("HF_HUB_CACHE"); d != "" {
+		return Cache{Dir: expandHome(d)}
 	}
-	return Cache{Dir: filepath.Join(HFHome(), "hub")}
+	return Cache{Dir: filepath.Join(hfHome(getenv), "hub")}
 }
 
 // HFHome is $HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface.
-func HFHome() string {
-	if d := os.Getenv("HF_HOME"); d != "" {
-		return d
+func HFHome() string { return hfHome(os.Getenv) }
+
+func hfHome(getenv func(string) string) string {
+	if d := getenv("HF_HOME"); d != "" {
+		return expandHome(d)
 	}
-	if x := os.Getenv("XDG_CACHE_HOME"); x != "" {
-		return filepath.Join(x, "huggingface")
+	if x := getenv("XDG_CACHE_HOME"); x != "" {
+		return filepath.Join(expandHome(x), "huggingface")
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
@@ -75,4 +80,15 @@ func (c Cache) LocalSnapshot(repoType, repo, revision string) (dir, commit strin
 		return "", "", fmt.Errorf("%w: %s@%s (no snapshot folder %s)", ErrNotCached, repo, revision, dir)
 	}
 	return dir, commit, nil
+}
+
+// expandHome expands a leading "~/" as Python's os.path.expanduser does (constants.py
+// expands HF_HOME and HF_HUB_CACHE).
+func expandHome(p string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, p[1:])
+		}
+	}
+	return p
 }

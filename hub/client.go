@@ -54,7 +54,8 @@ func NewClient(getenv func(string) string) *Client {
 			}
 			return d
 		},
-		Offline: isTrue(getenv("HF_HUB_OFFLINE")),
+		// constants.py: HF_HUB_OFFLINE = _is_true(HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE)
+		Offline: isTrue(firstNonEmpty(getenv("HF_HUB_OFFLINE"), getenv("TRANSFORMERS_OFFLINE"))),
 	}
 	c.HTTP = &http.Client{
 		Transport: &http.Transport{
@@ -93,11 +94,7 @@ func readToken(getenv func(string) string) string {
 	}
 	path := getenv("HF_TOKEN_PATH")
 	if path == "" {
-		home := getenv("HF_HOME")
-		if home == "" {
-			home = HFHome()
-		}
-		path = filepath.Join(home, "token")
+		path = filepath.Join(hfHome(getenv), "token")
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

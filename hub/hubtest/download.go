@@ -525,7 +525,18 @@ func (s *Server) findBlob(sha string) ([]byte, bool) {
 func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, path string, data []byte) {
 	st := s.state()
 	f := st.take(RouteContent, path)
-	if f != nil && s.applyHeaderFault(w, f) && f.Kind == FaultStatus {
+	if f != nil && f.Kind == FaultStatus {
+		s.applyHeaderFault(w, f)
+		return
+	}
+	if f != nil && f.Hook != nil {
+		go f.Hook()
+	}
+	if f != nil && (f.Kind == FaultCut || f.Kind == FaultDown) && f.After == 0 {
+		if f.Kind == FaultDown {
+			s.down.Store(true)
+		}
+		dropConnection(w) // before any answer
 		return
 	}
 	if f != nil && f.Kind == FaultWrongContent {
@@ -608,9 +619,8 @@ func parseRange(h string, size int64) (int64, int64, bool) {
 func dropConnection(w http.ResponseWriter) {
 	if hj, ok := w.(http.Hijacker); ok {
 		if conn, _, err := hj.Hijack(); err == nil {
-			if tc, ok := conn.(*net.TCPConn); ok {
-				tc.SetLinger(0)
-			}
+			// A plain close (FIN after the bytes already written, not an RST that
+			// would discard them) so the client holds exactly what was counted.
 			conn.Close()
 			return
 		}
