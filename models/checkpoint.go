@@ -79,9 +79,16 @@ func Open(dir string) (*Checkpoint, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("models: %s: %w", idxPath, err)
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	// os.ReadDir, not filepath.Glob: the folder name may hold glob metacharacters.
+	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("models: list %s: %w", dir, err)
+		return nil, fmt.Errorf("models: %w", err)
+	}
+	var files []string
+	for _, e := range ents {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".safetensors") {
+			files = append(files, filepath.Join(dir, e.Name()))
+		}
 	}
 	if len(files) == 0 {
 		return nil, fmt.Errorf("%w: %s has neither %s nor *.safetensors files (pickled .bin weights are not read)",

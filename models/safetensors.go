@@ -176,9 +176,18 @@ func parseHeader(buf []byte, path string) (*Header, error) {
 	return h, nil
 }
 
+// parseMetadata reads "__metadata__": an object of strings, or null (the reference's
+// Option<HashMap<String, String>> accepts null as absent).
 func parseMetadata(dec *json.Decoder) (map[string]string, error) {
-	if err := expectDelim(dec, '{'); err != nil {
-		return nil, fmt.Errorf("not an object: %v", err)
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if tok == nil {
+		return nil, nil
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fmt.Errorf("not an object: found %v", describe(tok))
 	}
 	md := map[string]string{}
 	for dec.More() {

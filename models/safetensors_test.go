@@ -189,6 +189,7 @@ func TestReadHeaderAccepts(t *testing.T) {
 		{"empty object", `{}`, 0, 0},
 		{"padded with spaces", `{}      `, 0, 0},
 		{"metadata only", `{"__metadata__":{"format":"pt"}}`, 0, 0},
+		{"null metadata", `{"__metadata__":null}`, 0, 0},
 		{"unknown field ignored", `{"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2],"x":{"y":[1,2]}}}`, 2, 1},
 		{"entries out of data order", `{"b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, 2, 2},
 		{"F8 dtypes", `{"a":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"F8_E5M2","shape":[1],"data_offsets":[1,2]}}`, 2, 2},
