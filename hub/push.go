@@ -283,6 +283,16 @@ func (p *pusher) commitFiles(ctx context.Context, res *PushResult, rev string, f
 	}
 	fmt.Fprintf(p.log, "%s: committing %d addition(s), %d deletion(s)\n", rev, len(changed), len(deleted))
 	sha, err := p.commit(ctx, rev, summary, description, ops)
+	if err != nil && !IsAuthError(err) {
+		// A commit whose answer was lost (connection dropped after the Hub applied it)
+		// is retried by Client.Do; the retry then fails (a deleted file is gone) or the
+		// whole attempt errs. Look at the branch: if it now holds exactly this package,
+		// the commit landed.
+		if landed, head := p.landed(ctx, rev, files, deletePrefix); landed {
+			fmt.Fprintf(p.log, "%s: the commit's answer was lost, but %s now holds the package (head %s)\n", rev, rev, head)
+			sha, err = head, nil
+		}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -296,6 +306,32 @@ func (p *pusher) commitFiles(ctx context.Context, res *PushResult, rev string, f
 	res.Deleted = append(res.Deleted, deleted...)
 	res.Unchanged = append(res.Unchanged, unchanged...)
 	return sha, nil
+}
+
+// landed reports whether rev holds files (same content) and nothing else under
+// deletePrefix, and returns rev's head commit.
+func (p *pusher) landed(ctx context.Context, rev string, files []PackageFile, deletePrefix string) (bool, string) {
+	remote, err := p.listTree(ctx, rev)
+	if err != nil {
+		return false, ""
+	}
+	want := map[string]bool{}
+	for _, f := range files {
+		want[f.Path] = true
+		if e, ok := remote[f.Path]; !ok || !e.sameContent(f) {
+			return false, ""
+		}
+	}
+	for pth := range remote {
+		if deletePrefix != "" && strings.HasPrefix(pth, deletePrefix) && !want[pth] {
+			return false, ""
+		}
+	}
+	head, err := p.revisionSHA(ctx, rev)
+	if err != nil {
+		return false, ""
+	}
+	return true, head
 }
 
 // IsAuthError reports whether err is a 401/403 from publishing.

@@ -256,6 +256,25 @@ func nextLink(resp *http.Response, base string) (string, error) {
 	return "", nil
 }
 
+// revisionSHA is the commit a branch points at: GET /api/kernels/{repo}/revision/{rev}
+// → {"sha"} (hf_api.py repo_info).
+func (p *pusher) revisionSHA(ctx context.Context, rev string) (string, error) {
+	resp, b, err := p.send(ctx, http.MethodGet, p.apiURL("revision", rev), "", nil, nil)
+	if err != nil {
+		return "", err
+	}
+	if !ok2xx(resp) {
+		return "", fmt.Errorf("hub: revision %s of %s: %w", rev, p.repo, p.statusError(resp, b))
+	}
+	var info struct {
+		SHA string `json:"sha"`
+	}
+	if err := json.Unmarshal(b, &info); err != nil || info.SHA == "" {
+		return "", fmt.Errorf("hub: revision %s of %s: answer without sha", rev, p.repo)
+	}
+	return info.SHA, nil
+}
+
 // uploadMode is the preupload answer for one file.
 type uploadMode struct {
 	Path         string `json:"path"`

@@ -564,3 +564,29 @@ func TestPushMultipartLFS(t *testing.T) {
 		t.Errorf("%d multipart part uploads, want 3", parts)
 	}
 }
+
+// The Hub applies the commit but the connection drops before the answer: Client.Do
+// retries, the retry's deletion finds nothing to delete (404), and the push still
+// reports success because the branch holds exactly the package.
+func TestPushCommitAnswerLost(t *testing.T) {
+	e := newPushEnv(t)
+	e.srv.Store.CreateRepo("kernel", pushRepo, false)
+	e.srv.Store.Put("kernel", pushRepo, "v1", map[string]hubtest.File{"build/torch-cuda/stale.py": {Data: []byte("old")}})
+	e.srv.InjectPublish(hubtest.PublishFault{Route: hubtest.PubCommit, DropAfter: true})
+	res, err := e.push(t, pushWritePkg(t, pushPkgFiles("1")), hub.PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.noViolations(t)
+	equalMaps(t, "v1", e.files(t, "v1"), buildOnly(pushPkgFiles("1")))
+	_, head, _ := e.srv.Store.Resolve("kernel", pushRepo, "v1")
+	if res.BuildCommit != head.SHA {
+		t.Errorf("BuildCommit %s, head %s", res.BuildCommit, head.SHA)
+	}
+	if got := strings.Join(e.routes(), ","); !strings.Contains(got, "commit 0,commit 404") {
+		t.Errorf("requests %s: want the lost commit and the retry's 404", got)
+	}
+	if !strings.Contains(e.log.String(), "answer was lost") {
+		t.Errorf("progress %q", e.log.String())
+	}
+}

@@ -85,6 +85,9 @@ type PublishFault struct {
 	Message string
 	// Drop reads half of the request body, then closes the connection without answering.
 	Drop bool
+	// DropAfter handles the request (a commit is applied), then closes the connection
+	// without sending the answer: the client cannot know it succeeded.
+	DropAfter bool
 	// Count is how many requests it affects: 0 means 1, negative means all.
 	Count int
 }
@@ -182,6 +185,13 @@ func (s *Server) LFSObject(oid string) ([]byte, bool) {
 	return b, ok
 }
 
+// discardWriter swallows an answer (for DropAfter).
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
@@ -219,6 +229,11 @@ func (s *Server) pubHandler(route PublishRoute, h func(http.ResponseWriter, *htt
 		}()
 		if f := s.takePublishFault(route); f != nil {
 			entry.Fault = true
+			if f.DropAfter {
+				h(&discardWriter{h: http.Header{}}, r)
+				pubDrop(rec)
+				return
+			}
 			if f.Drop {
 				// Half of the body arrives; the handler never runs.
 				io.Copy(io.Discard, io.LimitReader(r.Body, max(r.ContentLength/2, 1)))
