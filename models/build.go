@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"strconv"
 )
 
 // Helpers the architecture files share: config decoding and a layer builder that
@@ -129,15 +128,4 @@ func mainClass(ck *Checkpoint) string {
 		}
 	}
 	return ""
-}
-
-func shapeStr(s ...int64) string {
-	b := []byte{'['}
-	for i, d := range s {
-		if i > 0 {
-			b = append(b, ' ')
-		}
-		b = strconv.AppendInt(b, d, 10)
-	}
-	return string(append(b, ']'))
 }

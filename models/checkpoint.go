@@ -150,8 +150,8 @@ func (ck *Checkpoint) openSharded(idxPath string) error {
 		names := byShard[s]
 		sort.Strings(names)
 		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: %s names shard %q for %d tensors (e.g. %q), but %s does not exist: %w",
-				ErrMissingShard, idxPath, s, len(names), names[0], p, err)
+			return fmt.Errorf("%w: %s names shard %q for %d tensors (e.g. %q), but it does not exist: %w",
+				ErrMissingShard, idxPath, s, len(names), names[0], err)
 		}
 		h, err := ck.addFile(p)
 		if err != nil {

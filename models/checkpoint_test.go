@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -198,6 +199,7 @@ func TestBadCheckpoints(t *testing.T) {
 				t.Fatalf("got %v, want %v", err, c.want)
 			}
 			msg := err.Error()
+			t.Log(msg)
 			if !strings.HasPrefix(msg, "models: ") || msg != strings.ToLower(msg[:1])+msg[1:] {
 				t.Errorf("error %q: want lowercase, models:-prefixed", msg)
 			}
@@ -439,4 +441,16 @@ func TestFolderNameWithGlobCharacters(t *testing.T) {
 	if len(g.Layers) != 11 || len(g.Checkpoint.Files) != 1 {
 		t.Errorf("%d layers, files %v", len(g.Layers), g.Checkpoint.Files)
 	}
+}
+
+// shapeStr formats a shape as fmt prints []int64: [2 3].
+func shapeStr(s ...int64) string {
+	b := []byte{'['}
+	for i, d := range s {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = strconv.AppendInt(b, d, 10)
+	}
+	return string(append(b, ']'))
 }
