@@ -106,6 +106,13 @@ func (c *Client) Snapshot(ctx context.Context, cache Cache, ref Ref, opts FetchO
 		return "", "", fmt.Errorf("hub: %s (commit %s): no file matches the selection %s; the repository has %s",
 			ref, commit, describeSelection(opts), listSample(paths))
 	}
+	if pl, ok := opts.Progress.(ProgressPlanner); ok {
+		sizes := map[string]int64{}
+		for _, p := range sel {
+			sizes[p] = byPath[p].Size
+		}
+		pl.Plan(sizes)
+	}
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = 8
@@ -150,6 +157,7 @@ func (c *Client) Snapshot(ctx context.Context, cache Cache, ref Ref, opts FetchO
 	if err := writeRef(root, ref.Revision, commit); err != nil {
 		return "", "", err
 	}
+	writeCacheDirTag(cache.Dir)
 	return filepath.Join(root, "snapshots", commit), commit, nil
 }
 
@@ -661,7 +669,12 @@ func offlineSnapshot(cache Cache, repoType string, ref Ref, opts FetchOptions, c
 	}
 	var missing []string
 	if expected != nil {
-		for _, p := range selectFiles(expected, opts.Include, opts.Exclude) {
+		sel := selectFiles(expected, opts.Include, opts.Exclude)
+		if len(sel) == 0 {
+			return "", "", fmt.Errorf("%w: %s: no file of the cached listing of %s matches %s; %s",
+				ErrNotCached, ref, commit, describeSelection(opts), why)
+		}
+		for _, p := range sel {
 			if !present[p] {
 				missing = append(missing, p)
 			}
@@ -705,4 +718,19 @@ func listSample(paths []string) string {
 		return strings.Join(paths, ", ")
 	}
 	return fmt.Sprintf("%s, … (%d files)", strings.Join(paths[:5], ", "), len(paths))
+}
+
+// cacheDirTag is huggingface_hub's CACHEDIR.TAG (_local_folder.py: CACHEDIR_TAG_CONTENT,
+// the Cache Directory Tagging Standard), so backup tools skip the cache.
+const cacheDirTag = "Signature: 8a477f597d28d172789f06886806bc55\n" +
+	"# This file is a cache directory tag created by huggingface_hub.\n" +
+	"# For information about cache directory tags, see:\n" +
+	"#\thttps://bford.info/cachedir/\n"
+
+func writeCacheDirTag(dir string) {
+	p := filepath.Join(dir, "CACHEDIR.TAG")
+	if _, err := os.Lstat(p); err == nil {
+		return
+	}
+	os.WriteFile(p, []byte(cacheDirTag), 0o644) // best effort, as in Python
 }

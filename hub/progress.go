@@ -18,6 +18,12 @@ type ProgressSink interface {
 	FileDone(name string, cached bool, err error)
 }
 
+// ProgressPlanner is optionally implemented by a ProgressSink that wants the whole
+// selection (path -> size, -1 when unknown) before any file starts, for a total.
+type ProgressPlanner interface {
+	Plan(files map[string]int64)
+}
+
 type nopProgress struct{}
 
 func (nopProgress) FileStart(string, int64, int64) {}
@@ -30,6 +36,7 @@ type fileState struct {
 	start       int64 // bytes present when it started (not counted in the rate)
 	began       time.Time
 	finished    bool
+	pending     bool // planned, not started
 }
 
 type tracker struct {
@@ -52,7 +59,28 @@ func (t *tracker) start(name string, total, done int64) {
 		t.files[name] = f
 		t.order = append(t.order, name)
 	}
-	f.total, f.done, f.start, f.began, f.finished = total, done, done, time.Now(), false
+	f.total, f.done, f.start, f.began, f.finished, f.pending = total, done, done, time.Now(), false, false
+}
+
+// plan registers files that have not started yet, so totals cover the whole selection.
+func (t *tracker) plan(files map[string]int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.files == nil {
+		t.files = map[string]*fileState{}
+		t.began = time.Now()
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if _, ok := t.files[n]; !ok {
+			t.files[n] = &fileState{name: n, total: files[n], pending: true}
+			t.order = append(t.order, n)
+		}
+	}
 }
 
 func (t *tracker) advance(name string, n int64) {
@@ -126,7 +154,10 @@ func NewTermProgress(w io.Writer) *TermProgress {
 }
 
 func (p *TermProgress) FileStart(name string, total, done int64) { p.t.start(name, total, done) }
-func (p *TermProgress) FileAdvance(name string, n int64)         { p.t.advance(name, n) }
+
+// Plan implements ProgressPlanner.
+func (p *TermProgress) Plan(files map[string]int64)      { p.t.plan(files) }
+func (p *TermProgress) FileAdvance(name string, n int64) { p.t.advance(name, n) }
 func (p *TermProgress) FileDone(name string, cached bool, err error) {
 	p.t.done(name)
 }
@@ -169,6 +200,9 @@ func (p *TermProgress) draw() {
 		fresh += f.done - f.start
 		if f.finished {
 			finished++
+			continue
+		}
+		if f.pending {
 			continue
 		}
 		lines = append(lines, p.bar(shorten(f.name, 32), f.total, f.done, f.done-f.start, time.Since(f.began)))

@@ -566,9 +566,9 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, path strin
 	if f != nil && (f.Kind == FaultCut || f.Kind == FaultDown || f.Kind == FaultStall) && f.After < limit {
 		limit = f.After
 	}
-	n, _ := w.Write(body[:limit])
+	n := s.write(w, r, body[:limit])
 	st.mu.Lock()
-	st.served[path] += int64(n)
+	st.served[path] += n
 	st.mu.Unlock()
 	if f == nil || limit == int64(len(body)) {
 		return
@@ -626,4 +626,32 @@ func dropConnection(w http.ResponseWriter) {
 		}
 	}
 	panic(http.ErrAbortHandler)
+}
+
+// write sends b, at most Rate bytes per second when Rate is set (progress-bar checks).
+func (s *Server) write(w http.ResponseWriter, r *http.Request, b []byte) int64 {
+	if s.Rate <= 0 {
+		n, _ := w.Write(b)
+		return int64(n)
+	}
+	chunk := max(s.Rate/20, 1)
+	var sent int64
+	for len(b) > 0 {
+		k := min(int64(len(b)), chunk)
+		n, err := w.Write(b[:k])
+		sent += int64(n)
+		if err != nil {
+			return sent
+		}
+		if fl, ok := w.(http.Flusher); ok {
+			fl.Flush()
+		}
+		b = b[k:]
+		select {
+		case <-r.Context().Done():
+			return sent
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return sent
 }

@@ -18,7 +18,9 @@ type Server struct {
 	// CDNHost, when set, is the host[:port] LFS downloads are redirected to; by default
 	// the same listener under another host name (see download.go).
 	CDNHost string
-	mux     *http.ServeMux
+	// Rate, when positive, limits file content to about that many bytes per second.
+	Rate int64
+	mux  *http.ServeMux
 
 	once sync.Once
 	fs   *faultState
