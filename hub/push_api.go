@@ -102,7 +102,11 @@ func (p *pusher) wrapStatus(err error) error {
 // (X-Error-Message header, else the JSON "error" field, else the body start) and
 // what to do about 401/403. The token never appears: it is only in a request header.
 func (p *pusher) statusError(resp *http.Response, body []byte) error {
-	se := &StatusError{Method: resp.Request.Method, URL: resp.Request.URL.Redacted(), Status: resp.StatusCode, Body: hubMessage(resp, body)}
+	msg := hubMessage(resp, body)
+	if p.c.Token != "" { // a server that echoes the request must not put the token in our error
+		msg = strings.ReplaceAll(msg, p.c.Token, "***")
+	}
+	se := &StatusError{Method: resp.Request.Method, URL: resp.Request.URL.Redacted(), Status: resp.StatusCode, Body: msg}
 	switch resp.StatusCode {
 	case http.StatusUnauthorized:
 		if p.c.Token == "" {

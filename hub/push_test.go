@@ -590,3 +590,14 @@ func TestPushCommitAnswerLost(t *testing.T) {
 		t.Errorf("progress %q", e.log.String())
 	}
 }
+
+// A server that echoes the Authorization header into its error must not get the token
+// into ours.
+func TestPushErrorNeverCarriesToken(t *testing.T) {
+	e := newPushEnv(t)
+	e.srv.InjectPublish(hubtest.PublishFault{Route: hubtest.PubCommit, Status: 400, Message: "bad request from Bearer " + pushToken})
+	_, err := e.push(t, pushWritePkg(t, pushPkgFiles("1")), hub.PushOptions{})
+	if err == nil || !strings.Contains(err.Error(), "bad request from Bearer ***") {
+		t.Fatalf("err %v", err)
+	}
+}
