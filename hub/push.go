@@ -46,21 +46,23 @@ type PushOptions struct {
 
 // PushResult says what was (or, for a dry run, would be) published.
 type PushResult struct {
-	RepoID string
-	Branch string // "v<N>"
-	URL    string // the branch on the Hub
-	DryRun bool
+	RepoID string `json:"repo_id"`
+	Branch string `json:"branch"` // "v<N>"
+	URL    string `json:"url"`    // the branch on the Hub
+	DryRun bool   `json:"dry_run"`
 	// RepoCreated / BranchCreated: false when they already existed.
-	RepoCreated, BranchCreated bool
+	RepoCreated   bool `json:"repo_created"`
+	BranchCreated bool `json:"branch_created"`
 	// BuildCommit and CardCommit are the commit ids on Branch and main; "" when that
 	// branch already had exactly this content (no commit was made).
-	BuildCommit, CardCommit string
-	Added                   []string // repository paths added or changed (build files, README.md)
-	Deleted                 []string // stale build/ paths deleted from Branch
-	Unchanged               []string // paths already on the Hub with this content
-	LFS                     []string // paths uploaded through LFS
-	// Operations is the dry-run plan, one line per operation (see DryRunLines).
-	Operations []string
+	BuildCommit string   `json:"build_commit"`
+	CardCommit  string   `json:"card_commit"`
+	Added       []string `json:"added"`     // repository paths added or changed (build files, README.md)
+	Deleted     []string `json:"deleted"`   // stale build/ paths deleted from Branch
+	Unchanged   []string `json:"unchanged"` // paths already on the Hub with this content
+	LFS         []string `json:"lfs"`       // paths uploaded through LFS
+	// Operations is the dry-run plan, one line per operation.
+	Operations []string `json:"operations,omitempty"`
 }
 
 // lfsExtensions are file types the Hub's default .gitattributes stores in LFS; used

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,6 +18,7 @@ type PushOptions struct {
 	Version int
 	DryRun  bool
 	Model   string
+	JSON    bool
 }
 
 func newPushCmd(f *Factory) *cobra.Command {
@@ -58,6 +60,7 @@ another Hub. --dry-run prints the operations and sends nothing.`,
 	fl.BoolVar(&opts.Private, "private", false, "create the repository private (an existing one keeps its visibility)")
 	fl.IntVar(&opts.Version, "version", 0, "kernel major version, published to branch v<N> (default: metadata.json's version, else 1)")
 	fl.BoolVar(&opts.DryRun, "dry-run", false, "print the operations and send nothing")
+	fl.BoolVar(&opts.JSON, "json", false, "print the result (or the dry-run operations) as JSON")
 	fl.StringVar(&opts.Model, "model", "", "model named in the commit message when the package does not record it")
 	return cmd
 }
@@ -75,6 +78,11 @@ func pushRun(cmd *cobra.Command, f *Factory, opts *PushOptions) error {
 	})
 	if err != nil {
 		return fmt.Errorf("push: %w", err)
+	}
+	if opts.JSON {
+		enc := json.NewEncoder(f.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
 	}
 	if res.DryRun {
 		fmt.Fprintln(f.Out, strings.Join(res.Operations, "\n"))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -140,5 +141,40 @@ func TestPushCommandErrors(t *testing.T) {
 	}
 	if srv.Store.Repo("kernel", "a/b") != nil {
 		t.Errorf("a failed push created the repo")
+	}
+}
+
+func TestPushCommandJSON(t *testing.T) {
+	srv := hubtest.New(nil)
+	srv.Token = "hf_jsonTok"
+	ts := srv.Start()
+	defer ts.Close()
+	env := map[string]string{"HF_ENDPOINT": ts.URL, "HF_TOKEN": "hf_jsonTok", "HF_HOME": t.TempDir()}
+	code, out, errOut := runPush(t, env, pushTestPkg(t), "--repo-id", "my-org/tiny-kernels", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var res struct {
+		RepoID, Branch, URL       string
+		BuildCommit               string `json:"build_commit"`
+		CardCommit                string `json:"card_commit"`
+		RepoCreated               bool   `json:"repo_created"`
+		Added, Deleted, Unchanged []string
+		DryRun                    bool `json:"dry_run"`
+		Operations                []string
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
+	}
+	_, v1, _ := srv.Store.Resolve("kernel", "my-org/tiny-kernels", "v1")
+	if res.Branch != "v1" || res.BuildCommit != v1.SHA || res.CardCommit == "" || !res.RepoCreated || len(res.Added) != 4 || res.DryRun || res.Operations != nil {
+		t.Errorf("result %+v", res)
+	}
+	code, out, _ = runPush(t, env, pushTestPkg(t), "--repo-id", "my-org/other", "--json", "--dry-run")
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || !res.DryRun || len(res.Operations) != 13 {
+		t.Errorf("dry-run JSON: exit %d err %v %+v", code, err, res)
+	}
+	if srv.Store.Repo("kernel", "my-org/other") != nil {
+		t.Errorf("--json --dry-run created the repo")
 	}
 }

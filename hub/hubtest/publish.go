@@ -138,7 +138,8 @@ func (s *Server) pub() *pubState {
 	return st.(*pubState)
 }
 
-// ConfigurePublish sets how uploads are answered (zero fields keep their defaults).
+// ConfigurePublish sets how uploads are answered: LFSThreshold 0 keeps the current
+// threshold, MultipartChunk 0 turns multipart off.
 func (s *Server) ConfigurePublish(cfg PublishConfig) {
 	st := s.pub()
 	st.mu.Lock()
