@@ -19,6 +19,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -242,6 +244,9 @@ def test_push_then_download_and_load(binaries, hub_server, tmp_path):
     assert lines[0] == f"create repo kernel {REPO} (public; an existing repo is kept)"
     assert "upload mode build/torch-cpu/table.bin lfs (predicted)" in lines
     assert lines[-1].startswith('commit main "xpuinject ')
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(f"{hub_server}/api/kernels/{REPO}", timeout=10)
+    assert info.value.headers.get("X-Error-Code") == "RepoNotFound"
 
     res = run_push(binaries, hub_server, pkg, tmp_path / "push-home")
     assert res.returncode == 0, res.stderr
