@@ -13,8 +13,6 @@ import (
 	"sort"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/xpuinject/xpuinject/kernels"
 )
 
@@ -172,7 +170,7 @@ func packageFiles(plan *Plan, opts EmitOptions) (map[string][]byte, error) {
 		}
 		files["build/torch-"+be+"/metadata.json"] = append(b, '\n')
 	}
-	planYAML, err := yaml.Marshal(plan)
+	planYAML, err := MarshalPlanYAML(plan)
 	if err != nil {
 		return nil, fmt.Errorf("inject: emit: plan: %w", err)
 	}

@@ -1,0 +1,149 @@
+"""Layers that replace a Llama-family attention block and decoder layer.
+
+`Attention` replaces LlamaAttention.forward (and Mistral/Qwen2/Qwen3's, which share the
+signature): one GEMM over the packed, concatenated QKV weight, RoPE by the rope kernel,
+qwen3's per-head q/k RMSNorm by the rmsnorm kernel, the KV cache update through the
+model's own Cache object, flash-attention prefill or split-K decode, and one GEMM for the
+output projection.
+
+`DecoderLayer` replaces LlamaDecoderLayer.forward to fuse the residual add that precedes
+the post-attention RMSNorm into one kernel (add_rms_norm returns both the new residual
+and the normalized activations), and the residual add after the MLP into the down
+projection's GEMM epilogue.
+
+Packed attributes (attached by the xpuinject shim; all K-major bf16):
+  Attention  xpuinject_qkv_weight [hidden, (H + 2*KV) * D]  (q columns, then k, then v)
+             xpuinject_o_weight   [H * D, hidden]
+             optional xpuinject_qkv_bias [(H + 2*KV) * D], xpuinject_o_bias [hidden]
+
+Rules as in layers.py: no __init__, no members beyond forward / has_backward /
+can_torch_compile; shared code lives in module-level functions.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import attention_forward
+from .gemm import gemm
+from .rmsnorm import add_rms_norm
+from .rope import apply_rope
+
+__all__ = ["Attention", "DecoderLayer"]
+
+
+def _name(module: nn.Module) -> str:
+    return getattr(module, "xpuinject_name", None) or type(module).__name__
+
+
+def _packed(module: nn.Module, attr: str, layer: str) -> torch.Tensor:
+    t = getattr(module, attr, None)
+    if not isinstance(t, torch.Tensor):
+        raise RuntimeError(
+            f"xpuinject_kernels: {layer}: module {_name(module)!r} has no {attr}: the packed weights were not "
+            "loaded (the xpuinject shim attaches them from the packed checkpoint)"
+        )
+    return t
+
+
+def _heads(module: nn.Module):
+    cfg = module.config
+    d = module.head_dim
+    h = cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or h
+    return h, kv, d
+
+
+def _proj(x: torch.Tensor, w: torch.Tensor, b) -> torch.Tensor:
+    return gemm(x, w, bias=b, epilogue="bias" if b is not None else "none")
+
+
+def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs):
+    """The Attention layer's computation (a function so DecoderLayer-free models reuse it)."""
+    h, kv, d = _heads(module)
+    qkv_w = _packed(module, "xpuinject_qkv_weight", "Attention")
+    if qkv_w.shape[1] != (h + 2 * kv) * d:
+        raise RuntimeError(
+            f"xpuinject_kernels: Attention: module {_name(module)!r}: packed qkv weight has {qkv_w.shape[1]} columns, "
+            f"config wants ({h} + 2*{kv}) * {d} = {(h + 2 * kv) * d}"
+        )
+    input_shape = hidden_states.shape[:-1]
+    qkv = _proj(hidden_states, qkv_w, getattr(module, "xpuinject_qkv_bias", None))
+    q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
+    q = q.view(*input_shape, h, d)
+    k = k.view(*input_shape, kv, d)
+    v = v.view(*input_shape, kv, d)
+    q_norm = getattr(module, "q_norm", None)
+    if q_norm is not None:  # qwen3: RMSNorm over head_dim before RoPE (forward patched to our kernel)
+        q = q_norm(q)
+        k = module.k_norm(k)
+    q = q.transpose(1, 2)
+    k = k.transpose(1, 2)
+    v = v.transpose(1, 2)
+    if position_embeddings is None:
+        raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(module)!r} got no position_embeddings")
+    cos, sin = position_embeddings
+    q, k = apply_rope(q, k, cos, sin)
+    if past_key_values is not None:
+        k, v = past_key_values.update(k, v, module.layer_idx)
+    out, _ = attention_forward(
+        module, q, k, v, attention_mask, dropout=0.0, scaling=module.scaling,
+        sliding_window=getattr(module, "sliding_window", None), **kwargs,
+    )
+    out = out.reshape(*input_shape, h * d)
+    return _proj(out, _packed(module, "xpuinject_o_weight", "Attention"), getattr(module, "xpuinject_o_bias", None))
+
+
+class Attention(nn.Module):
+    """Replaces LlamaAttention.forward (Mistral, Qwen2, Qwen3 alike)."""
+
+    has_backward = False
+    can_torch_compile = False
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+        if self.training:
+            raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(self)!r} is in training mode; inference only")
+        return attention_block(self, hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs), None
+
+
+class DecoderLayer(nn.Module):
+    """Replaces LlamaDecoderLayer.forward: the residual add after attention and the
+    post-attention RMSNorm run as one fused add_rms_norm kernel."""
+
+    has_backward = False
+    can_torch_compile = False
+
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values=None,
+        use_cache=False,
+        position_embeddings=None,
+        **kwargs,
+    ):
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _ = self.self_attn(
+            hidden_states=hidden_states,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            position_embeddings=position_embeddings,
+            **kwargs,
+        )
+        norm = self.post_attention_layernorm
+        residual, hidden_states = add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
+        mlp = self.mlp
+        down = getattr(mlp, "xpuinject_down_weight", None)
+        act = getattr(getattr(mlp, "config", None), "hidden_act", "silu")
+        if down is None or getattr(mlp, "xpuinject_down_bias", None) is not None or act not in ("silu", "swish"):
+            return residual + mlp(hidden_states)
+        # The MLP's packed weights are here: run it inline so the final residual add rides
+        # in the down projection's epilogue instead of a separate pass over the activations.
+        gate_up = _packed(mlp, "xpuinject_gate_up_weight", "DecoderLayer")
+        h = gemm(hidden_states, gate_up, bias=getattr(mlp, "xpuinject_gate_up_bias", None), epilogue="swiglu")
+        return gemm(h, down, residual=residual, epilogue="residual")
