@@ -75,7 +75,16 @@ func (c *Client) Snapshot(ctx context.Context, cache Cache, ref Ref, opts FetchO
 	if c.Offline {
 		return offlineSnapshot(cache, repoType, ref, opts, ErrOffline)
 	}
-	info, err := c.RevisionInfo(ctx, repoType, ref.Repo, ref.Revision)
+	// With the revision cached, a Hub that is down should cost a second, not the full
+	// retry budget, before falling back (huggingface_hub does not retry there either:
+	// utils/_http.py, retry_on_errors=False "for fast fallback to cache").
+	probe := c
+	if _, _, lerr := cache.LocalSnapshot(repoType, ref.Repo, ref.Revision); lerr == nil && c.MaxRetries > 1 {
+		cc := *c
+		cc.MaxRetries = 1
+		probe = &cc
+	}
+	info, err := probe.RevisionInfo(ctx, repoType, ref.Repo, ref.Revision)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", "", ctx.Err()
