@@ -23,9 +23,13 @@ type fetchOptions struct {
 	RepoType string
 }
 
-// presetRef maps a preset name ("llama") to "org/name[@rev]"; the presets file sets it
-// (nil: only org/name references are accepted).
-var presetRef func(name string) (string, bool)
+// Other commands turn MODEL into files through resolveModel (resolve.go), which calls
+// fetchSnapshot for a model that is not cached yet: it downloads with fetch's defaults.
+func init() {
+	fetchSnapshot = func(ctx context.Context, f *Factory, ref hub.Ref) (string, string, error) {
+		return snapshot(ctx, f, ref, &fetchOptions{Workers: 8, RepoType: "model"})
+	}
+}
 
 func newFetchCmd(f *Factory) *cobra.Command { return newFetchCmdWith(f, nil) }
 
@@ -39,7 +43,8 @@ func newFetchCmdWith(f *Factory, runF func(context.Context, *fetchOptions) error
 cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub), laid out as
 huggingface_hub lays it out, and print the snapshot folder on stdout.
 
-MODEL is org/name or org/name@revision. $HF_ENDPOINT, $HF_TOKEN (else the token file)
+MODEL is a preset name (see 'xpuinject kernels' / presets), org/name or
+org/name@revision; a local folder is printed as is. $HF_ENDPOINT, $HF_TOKEN (else the token file)
 and $HF_HUB_OFFLINE are honoured; offline, or when the Hub cannot be reached, a cached
 snapshot of the revision is used.`,
 		Args: exactArgs(1),
@@ -66,22 +71,25 @@ snapshot of the revision is used.`,
 
 // parseModelRef turns MODEL (preset or org/name[@rev]) and --revision into a Ref.
 func parseModelRef(model, revision string) (hub.Ref, error) {
-	s := model
-	if presetRef != nil && !strings.Contains(model, "/") {
-		name, rev, _ := strings.Cut(model, "@")
-		if r, ok := presetRef(name); ok {
-			s = r
-			if rev != "" {
-				s = strings.SplitN(r, "@", 2)[0] + "@" + rev
+	name, rev, hasRev := strings.Cut(model, "@")
+	var ref hub.Ref
+	if p, ok := lookupPreset(name); ok {
+		ref = p.Ref()
+		if hasRev {
+			if rev == "" {
+				return hub.Ref{}, &usageError{fmt.Errorf("%q: empty revision after @", model)}
 			}
+			ref.Revision = rev
 		}
-	}
-	ref, err := hub.ParseRef(s)
-	if err != nil {
-		return hub.Ref{}, &usageError{err}
+	} else {
+		r, err := hub.ParseRef(model)
+		if err != nil || (hasRev && rev == "") {
+			return hub.Ref{}, &usageError{fmt.Errorf("%q is neither a preset (%s) nor org/name[@revision]", model, presetNames())}
+		}
+		ref = r
 	}
 	if revision != "" {
-		if strings.Contains(s, "@") && ref.Revision != revision {
+		if hasRev && ref.Revision != revision {
 			return hub.Ref{}, &usageError{fmt.Errorf("revision given twice: %q in MODEL and --revision %q", ref.Revision, revision)}
 		}
 		ref.Revision = revision
@@ -112,6 +120,12 @@ func fetchModel(ctx context.Context, f *Factory, o *fetchOptions) (string, error
 	if err != nil {
 		return "", err
 	}
+	dir, _, err := snapshot(ctx, f, ref, o)
+	return dir, err
+}
+
+// snapshot downloads ref with o's selection, progress on f.ErrOut as o asks.
+func snapshot(ctx context.Context, f *Factory, ref hub.Ref, o *fetchOptions) (string, string, error) {
 	c := hub.NewClient(f.Getenv)
 	opts := hub.FetchOptions{Include: o.Include, Exclude: o.Exclude, Workers: o.Workers, RepoType: o.RepoType}
 	if !o.Quiet {
@@ -124,6 +138,5 @@ func fetchModel(ctx context.Context, f *Factory, o *fetchOptions) (string, error
 			opts.Progress = hub.NewLineProgress(f.ErrOut)
 		}
 	}
-	dir, _, err := c.Snapshot(ctx, hub.CacheFromEnv(f.Getenv), ref, opts)
-	return dir, err
+	return c.Snapshot(ctx, hub.CacheFromEnv(f.Getenv), ref, opts)
 }

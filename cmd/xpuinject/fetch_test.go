@@ -61,6 +61,21 @@ func TestFetchFlags(t *testing.T) {
 	}
 }
 
+func TestParseModelRefPreset(t *testing.T) {
+	p, ok := lookupPreset("llama")
+	if !ok {
+		t.Fatal("no llama preset")
+	}
+	ref, err := parseModelRef("llama", "")
+	if err != nil || ref != p.Ref() {
+		t.Errorf("llama: %v %v, want %v", ref, err, p.Ref())
+	}
+	ref, err = parseModelRef("llama@abc", "")
+	if err != nil || ref.Repo != p.Repo || ref.Revision != "abc" {
+		t.Errorf("llama@abc: %v %v", ref, err)
+	}
+}
+
 func TestParseModelRef(t *testing.T) {
 	for _, c := range []struct {
 		model, rev, want string
@@ -71,8 +86,9 @@ func TestParseModelRef(t *testing.T) {
 		{"org/m", "dev", "org/m@dev", false},
 		{"org/m@v2", "v2", "org/m@v2", false},
 		{"org/m@v2", "v3", "", true},
-		{"llama", "", "", true}, // no presets wired: not a reference
+		{"no-such-preset", "", "", true},
 		{"org/m--x", "", "", true},
+		{"org/m@", "", "", true},
 	} {
 		ref, err := parseModelRef(c.model, c.rev)
 		if (err != nil) != c.bad || (!c.bad && ref.String() != c.want) {
