@@ -361,6 +361,9 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 		if have > 0 {
 			req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
 		}
+		// Bytes on disk are the identity encoding: a compressed transfer would make
+		// offsets and sizes disagree with the Range and the announced size.
+		req.Header.Set("Accept-Encoding", "identity")
 		rctx, rcancel := context.WithCancel(ctx)
 		resp, err := c.Do(rctx, req)
 		if err != nil {

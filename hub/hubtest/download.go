@@ -189,6 +189,17 @@ func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request) bool {
 		segs[i] = u
 	}
 	switch {
+	case len(segs) == 2 && segs[0] == "_hubtest" && segs[1] == "served" && r.Method == http.MethodGet:
+		// Test introspection for out-of-process tests: content bytes sent per path.
+		st := s.state()
+		st.mu.Lock()
+		m := map[string]int64{}
+		for k, v := range st.served {
+			m[k] = v
+		}
+		st.mu.Unlock()
+		writeJSON(w, m)
+		return true
 	case len(segs) == 2 && segs[0] == "cdn-lfs" && r.Method == http.MethodGet:
 		s.serveCDN(w, r, segs[1])
 		return true

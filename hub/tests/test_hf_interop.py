@@ -246,3 +246,39 @@ def test_interrupt_leaves_resumable_partial(bins, tmp_path):
         assert not list(blobdir.glob("*.incomplete"))
     finally:
         slow.stop()
+
+
+def served(srv: HubServer) -> dict[str, int]:
+    import urllib.request
+
+    with urllib.request.urlopen(srv.url + "/_hubtest/served") as r:
+        return json.load(r)
+
+
+def test_concurrent_fetches_share_one_download(bins, tmp_path):
+    """Two xpuinject processes and one huggingface_hub download fill one cache at once."""
+    slow = HubServer(bins["hubtestserver"], "--rate", "300000")
+    try:
+        cache = tmp_path / "hub"
+        env = base_env(cache, slow.url)
+        procs = [subprocess.Popen([str(bins["xpuinject"]), "fetch", "org/llama-tiny", "-q"], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        py = subprocess.Popen([sys.executable, "-c",
+                               "from huggingface_hub import snapshot_download; print(snapshot_download('org/llama-tiny'))"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        outs = [p.communicate(timeout=120) for p in procs]
+        py_out, py_err = py.communicate(timeout=120)
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, err
+        assert py.returncode == 0, py_err
+        snaps = {out.strip() for out, _ in outs} | {py_out.strip().splitlines()[-1]}
+        assert len(snaps) == 1
+        snap = Path(snaps.pop())
+        weights = FIXTURES / "llama-tiny" / "model.safetensors"
+        assert (snap / "model.safetensors").read_bytes() == weights.read_bytes()
+        assert not list(cache.rglob("*.incomplete"))
+        # flock on .locks/<repo>/<sha256>.lock is shared by both tools: the weights
+        # travelled once for the three fetches.
+        assert served(slow)["model.safetensors"] == weights.stat().st_size
+    finally:
+        slow.stop()
