@@ -38,14 +38,13 @@ const (
 	ReasonEmbedding = "a gather; nothing to gain"
 	ReasonLMHead    = "plain GEMM with no epilogue: cuBLAS is as fast " +
 		"(seed 000: never replace a faster vendor GEMM for a tiny epilogue)"
-	ReasonLMHeadTied = ReasonLMHead + "; tied to the embedding, so no tensor of its own is written"
+	ReasonLMHeadTied = ReasonLMHead + "; tied to the embedding: no tensor of its own"
 	ReasonLinear     = "plain GEMM (bias at most): cuBLAS is as fast " +
 		"(seed 000: never replace a faster vendor GEMM for a tiny epilogue)"
 	ReasonConvBN = "no conv kernel; BatchNorm folded into the convolution, stock conv2d runs " +
-		"(on bf16 weights, like the rest of the injected bf16 model)"
-	ReasonLeViTAttention = "attention with learned per-head position biases (attention_biases) over short " +
-		"non-causal sequences: the causal GQA attention kernels do not apply; stock path " +
-		"(its q/k/v and projection Linear+BatchNorm layers are planned on their own)"
+		"(in bf16, like the rest of the injected model)"
+	ReasonLeViTAttention = "learned per-head attention biases over short non-causal sequences: " +
+		"the causal GQA kernels do not apply; stock path (its Linear+BatchNorm layers are planned on their own)"
 	ReasonAddRMSNorm = "fused with the residual add before it; the decoder layer is patched"
 )
 
