@@ -144,7 +144,7 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 && req.Body != nil {
 			if req.GetBody == nil {
-				return nil, fmt.Errorf("hub: %s %s: cannot retry a request whose body cannot be replayed", req.Method, req.URL.Redacted())
+				return nil, fmt.Errorf("hub: %s %s: cannot retry a request whose body cannot be replayed", req.Method, redactURL(req.URL))
 			}
 			b, err := req.GetBody()
 			if err != nil {
@@ -160,14 +160,18 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 				return nil, ctx.Err()
 			}
 			if attempt >= c.MaxRetries {
-				return nil, fmt.Errorf("hub: %s %s: %w", req.Method, req.URL.Redacted(), err)
+				var ue *url.Error
+				if errors.As(err, &ue) {
+					ue.URL = redactURL(req.URL) // url.Error prints the URL, query included
+				}
+				return nil, fmt.Errorf("hub: %s %s: %w", req.Method, redactURL(req.URL), err)
 			}
 			wait = c.Backoff(attempt + 1)
 		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
 			if attempt >= c.MaxRetries {
-				return nil, &StatusError{Method: req.Method, URL: req.URL.Redacted(), Status: resp.StatusCode, Body: c.scrub(strings.TrimSpace(string(body)))}
+				return nil, &StatusError{Method: req.Method, URL: redactURL(req.URL), Status: resp.StatusCode, Body: c.scrub(strings.TrimSpace(string(body)))}
 			}
 			wait = c.Backoff(attempt + 1)
 			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && ra >= 0 {
@@ -205,4 +209,13 @@ func (c *Client) scrub(s string) string {
 		return s
 	}
 	return strings.ReplaceAll(s, c.Token, "***")
+}
+
+// redactURL is the URL for messages: no password and no query (a signed CDN or
+// storage URL carries its credentials in the query).
+func redactURL(u *url.URL) string {
+	c := *u
+	c.RawQuery = ""
+	c.ForceQuery = false
+	return c.Redacted()
 }

@@ -303,13 +303,21 @@ func isRegular(p string) bool {
 
 // downloadBlob downloads loc into blob+".incomplete", resuming from what is there, and
 // renames it to blob once complete and verified. Cancelling ctx leaves the partial.
-func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64, want digest, name string, p ProgressSink) error {
+func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64, want digest, name string, p ProgressSink) (err error) {
 	partial := blob + ".incomplete"
 	f, err := os.OpenFile(partial, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		return fmt.Errorf("hub: %s: %w", name, err)
 	}
 	defer f.Close()
+	defer func() {
+		// An empty partial is worth nothing to a resume: do not leave it behind.
+		if err != nil {
+			if st, serr := os.Stat(partial); serr == nil && st.Size() == 0 {
+				os.Remove(partial)
+			}
+		}
+	}()
 	st, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("hub: %s: %w", name, err)
@@ -371,7 +379,8 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return err // Do already retried connection errors, 5xx and 429
+			// Do already retried connection errors, 5xx and 429.
+			return fmt.Errorf("hub: %s: download: %w", name, err)
 		}
 		switch resp.StatusCode {
 		case http.StatusPartialContent:
@@ -415,7 +424,13 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 			rcancel()
 			return fmt.Errorf("hub: %s: download: %w", name, err)
 		}
-		n, cerr := copyWithIdle(f, have, resp.Body, hs, idle, rcancel, func(k int) { p.FileAdvance(name, int64(k)) })
+		var body io.Reader = resp.Body
+		if size >= 0 {
+			// One byte past the announced size is enough to know the answer is wrong;
+			// a server that never stops must not fill the disk.
+			body = io.LimitReader(resp.Body, size-have+1)
+		}
+		n, cerr := copyWithIdle(f, have, body, hs, idle, rcancel, func(k int) { p.FileAdvance(name, int64(k)) })
 		resp.Body.Close()
 		rcancel()
 		have += n

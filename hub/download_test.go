@@ -218,6 +218,7 @@ func TestSnapshotFaults(t *testing.T) {
 			if len(partials) != 0 {
 				t.Errorf("partials left: %v", partials)
 			}
+			t.Logf("cache after %q: snapshot %v, %d partials, %s bytes sent %d", tc.name, snap, len(partials), model, e.srv.Served(model))
 			if got := e.srv.Served(model); got != tc.served {
 				t.Errorf("server sent %d bytes of %s, want %d", got, model, tc.served)
 			}
@@ -246,6 +247,7 @@ func TestSnapshotPersistentFaultsLeaveNoVisibleFile(t *testing.T) {
 		partial bool
 	}{
 		{"wrong content every time", hubtest.Fault{Kind: hubtest.FaultWrongContent, Path: model, Count: -1}, hub.ErrChecksum, false},
+		{"body longer than announced every time", hubtest.Fault{Kind: hubtest.FaultTooLong, Path: model, Count: -1}, hub.ErrChecksum, false},
 		{"500 forever", hubtest.Fault{Kind: hubtest.FaultStatus, Status: 500, Path: model, Count: -1}, nil, false},
 		{"cut forever", hubtest.Fault{Kind: hubtest.FaultCut, Path: model, After: 0, Count: -1}, nil, false},
 	}
@@ -260,8 +262,11 @@ func TestSnapshotPersistentFaultsLeaveNoVisibleFile(t *testing.T) {
 			if tc.is != nil && !errors.Is(err, tc.is) {
 				t.Errorf("error %v, want %v", err, tc.is)
 			}
-			if !strings.Contains(err.Error(), model) {
+			if !strings.Contains(err.Error(), "hub: "+model) {
 				t.Errorf("error does not name the file: %v", err)
+			}
+			if strings.Contains(err.Error(), "Signature") {
+				t.Errorf("error shows the signed CDN URL's query: %v", err)
 			}
 			snap, partials := checkCache(t, e)
 			for _, s := range snap {
@@ -269,6 +274,7 @@ func TestSnapshotPersistentFaultsLeaveNoVisibleFile(t *testing.T) {
 					t.Errorf("%s is visible after a failed download", model)
 				}
 			}
+			t.Logf("cache after %q: snapshot %v, partials %v, error: %v", tc.name, snap, partials, err)
 			if !tc.partial && partials[e.files[model].SHA256()] > 0 {
 				t.Errorf("non-empty partial left: %v", partials)
 			}
@@ -301,6 +307,7 @@ func TestServerStoppedAndRestarted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fetch after restart: %v", err)
 	}
+	t.Logf("cache after the stop: partial %d bytes, no visible %s; after restart the server sent %d bytes", after, model, e.srv.Served(model))
 	if got, want := e.srv.Served(model), int64(len(e.files[model].Data))-after; got != want {
 		t.Errorf("restarted server sent %d bytes of %s, want only the missing %d", got, model, want)
 	}

@@ -64,6 +64,8 @@ const (
 	FaultDown
 	// FaultStall sends After bytes, then sends nothing until the client goes away.
 	FaultStall
+	// FaultTooLong sends the content followed by extra bytes (Content-Length agrees).
+	FaultTooLong
 )
 
 // Route says which kind of request a fault applies to.
@@ -550,6 +552,9 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, path strin
 		dropConnection(w) // before any answer
 		return
 	}
+	if f != nil && f.Kind == FaultTooLong {
+		data = append(bytes.Clone(data), bytes.Repeat([]byte{'x'}, 4096)...)
+	}
 	if f != nil && f.Kind == FaultWrongContent {
 		data = bytes.Clone(data)
 		if len(data) > 0 {
@@ -577,9 +582,14 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, path strin
 	if f != nil && (f.Kind == FaultCut || f.Kind == FaultDown || f.Kind == FaultStall) && f.After < limit {
 		limit = f.After
 	}
+	// Count before writing (and take back what was not written), so the counter never
+	// lags behind what a client has already received.
+	st.mu.Lock()
+	st.served[path] += limit
+	st.mu.Unlock()
 	n := s.write(w, r, body[:limit])
 	st.mu.Lock()
-	st.served[path] += n
+	st.served[path] -= limit - n
 	st.mu.Unlock()
 	if f == nil || limit == int64(len(body)) {
 		return
