@@ -38,8 +38,8 @@ prepack-kmajor, ...) and, in yaml/json, the tensors the packed checkpoint will h
 (the plan.yaml schema; see inject/PLAN.md).
 
 MODEL is a local folder with config.json and safetensors, a preset name (` + presetNames() + `),
-or org/name[@revision] already in the Hugging Face cache. Nothing is downloaded and no
-tensor data is read.`,
+or org/name[@revision]: read from the Hugging Face cache, downloaded first when it is not
+there. Only config.json and the safetensors headers are read, never tensor data.`,
 		Example: `  xpuinject plan testdata/fixtures/llama-tiny
   xpuinject plan llama --format yaml > plan.yaml
   xpuinject plan Qwen/Qwen2.5-0.5B --disable add-rmsnorm,attention-prefill`,
