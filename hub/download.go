@@ -56,7 +56,7 @@ type FetchOptions struct {
 }
 
 // ErrChecksum marks a download whose content does not match its announced size or hash.
-var ErrChecksum = errors.New("hub: downloaded content does not match its checksum")
+var ErrChecksum = errors.New("hub: checksum mismatch")
 
 var sha256Pattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
@@ -439,7 +439,7 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 			if err := restart(); err != nil {
 				return fmt.Errorf("hub: %s: %w", name, err)
 			}
-			return fmt.Errorf("%w: %s: got more than the announced %d bytes", ErrChecksum, name, size)
+			return fmt.Errorf("hub: %s: the server sent more than the announced %d bytes: %w", name, size, ErrChecksum)
 		}
 		if cerr == nil && size < 0 {
 			size = have
@@ -465,7 +465,7 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 			f.Close()
 			os.Remove(partial)
 			p.FileAdvance(name, -have)
-			return fmt.Errorf("%w: %s: %s is %s, want %s (the download was discarded)", ErrChecksum, name, algo, got, wantHex)
+			return fmt.Errorf("hub: %s: %s of the download is %s, want %s; it was discarded: %w", name, algo, got, wantHex, ErrChecksum)
 		}
 	}
 	if err := f.Sync(); err != nil {
