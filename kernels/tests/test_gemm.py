@@ -73,12 +73,22 @@ def test_gemm_epilogues_both_paths(device, path, epilogue, kind):
 
 
 def test_gemm_auto_picks_descriptors_when_aligned(device):
-    masters, (x, w, b, r) = make_inputs((2, 7), 64, 96, "coord", torch.bfloat16, device, "bias")
+    # M=70 (> CUDA_DESC_MIN_M, so the same holds on a CUDA run)
+    masters, (x, w, b, r) = make_inputs((2, 35), 64, 96, "coord", torch.bfloat16, device, "bias")
     before = _backend.launch_counts["gemm.desc"]
     y = G.gemm(x, w, b, epilogue="bias")
     assert _backend.launch_counts["gemm.desc"] == before + 1, "aligned operands should use tensor descriptors"
-    assert y.shape == (2, 7, 96)
-    check("gemm auto aligned [2,7,64]x[64,96]", y, x, w, b, r, masters, "bias")
+    assert y.shape == (2, 35, 96)
+    check("gemm auto aligned [2,35,64]x[64,96]", y, x, w, b, r, masters, "bias")
+
+
+def test_descriptor_policy():
+    assert not G.prefer_descriptors("cuda", 4096, False)   # misaligned: never
+    assert not G.prefer_descriptors("xpu", 4096, False)
+    assert G.prefer_descriptors("cuda", 4096, True)        # prefill on CUDA: descriptors
+    assert not G.prefer_descriptors("cuda", 16, True)      # decode on CUDA: block pointers
+    assert G.prefer_descriptors("xpu", 1, True)            # XPU: descriptors whenever aligned
+    assert G.prefer_descriptors("cpu", 5, True)            # interpreter: descriptors (tested path)
 
 
 @pytest.mark.parametrize("epilogue", ["bias", "residual"])
