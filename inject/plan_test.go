@@ -39,7 +39,7 @@ type llamaCfg struct {
 	bias, qkNorm, tied                  bool
 }
 
-var tiny = llamaCfg{hidden: 64, heads: 4, kv: 2, hd: 16, inter: 160, vocab: 512, blocks: 2, dt: models.F32}
+var tiny = llamaCfg{hidden: 64, heads: 2, kv: 1, hd: 32, inter: 160, vocab: 512, blocks: 2, dt: models.F32}
 
 // llama builds a Llama-family graph laid out as models lays it out.
 func llama(c llamaCfg) *gb {
@@ -229,7 +229,7 @@ func TestPlanQwen3NormsAndOProjBias(t *testing.T) {
 	}
 	wantOut(t, a.Outputs[1:], []TensorPlan{
 		{Name: pre + "o_proj.weight", Attr: "xpuinject_o_weight", Sources: []string{pre + "o_proj.weight"},
-			Transforms: []string{TCastBF16, TPrepackKMajor}, Shape: []int64{128, 64}, DType: "BF16", Layout: "k-major"},
+			Transforms: []string{TCastBF16, TPrepackKMajor}, Shape: []int64{64, 64}, DType: "BF16", Layout: "k-major"},
 		{Name: pre + "o_proj.bias", Attr: "xpuinject_o_bias", Sources: []string{pre + "o_proj.bias"},
 			Transforms: []string{TCastBF16}, Shape: []int64{64}, DType: "BF16", Layout: "row-major"},
 		{Name: pre + "q_norm.weight", Sources: []string{pre + "q_norm.weight"},
@@ -237,7 +237,7 @@ func TestPlanQwen3NormsAndOProjBias(t *testing.T) {
 		{Name: pre + "k_norm.weight", Sources: []string{pre + "k_norm.weight"},
 			Transforms: []string{TCastBF16}, Shape: []int64{32}, DType: "BF16", Layout: "row-major"},
 	})
-	if !reflect.DeepEqual(a.Outputs[0].Shape, []int64{64, 256}) || !reflect.DeepEqual(a.Outputs[0].Split, []int64{128, 64, 64}) {
+	if !reflect.DeepEqual(a.Outputs[0].Shape, []int64{64, 128}) || !reflect.DeepEqual(a.Outputs[0].Split, []int64{64, 32, 32}) {
 		t.Errorf("qkv shape %v split %v", a.Outputs[0].Shape, a.Outputs[0].Split)
 	}
 }
@@ -264,7 +264,9 @@ func TestPlanKeepReasons(t *testing.T) {
 		reason string
 	}{
 		{name: "head_dim 48", cfg: func(c *llamaCfg) { c.hd = 48 }, module: "model.layers.0.self_attn",
-			reason: "attention-prefill: head_dim 48 not supported (supported: {16, 32, 64, 80, 96, 128})"},
+			reason: "attention-prefill: head_dim 48 not supported (supported: {32, 64, 80, 96, 128})"},
+		{name: "head_dim 16", cfg: func(c *llamaCfg) { c.hd, c.heads, c.kv = 16, 4, 2 }, module: "model.layers.0.self_attn",
+			reason: "attention-prefill: head_dim 16 not supported (supported: {32, 64, 80, 96, 128})"},
 		{name: "gqa", cfg: func(c *llamaCfg) { c.heads, c.kv = 3, 2 }, module: "model.layers.0.self_attn",
 			reason: "attention-prefill: heads 3 not a multiple of kv_heads 2"},
 		{name: "dtype F64", cfg: func(c *llamaCfg) { c.dt = models.F64 }, module: "model.layers.0.mlp",
@@ -382,7 +384,7 @@ func TestPlanDisableAddRMSNormFallsBack(t *testing.T) {
 
 func TestPlanMisalignedNote(t *testing.T) {
 	c := tiny
-	c.hidden, c.heads, c.kv, c.hd, c.inter, c.blocks = 70, 5, 5, 16, 123, 1 // hidden != heads*head_dim is allowed
+	c.hidden, c.heads, c.kv, c.hd, c.inter, c.blocks = 70, 5, 5, 32, 123, 1 // hidden != heads*head_dim is allowed
 	p := mustPlan(t, llama(c).graph(), PlanOptions{})
 	m := layerOf(t, p, "model.layers.0.mlp")
 	want := "gate/up by one GEMM with the swiglu epilogue, down by a plain GEMM; gate_up_proj K=70 N=246, down_proj K=123 N=70: " +
@@ -391,7 +393,7 @@ func TestPlanMisalignedNote(t *testing.T) {
 		t.Fatalf("mlp %s: %q", m.Kernel, m.Reason)
 	}
 	a := layerOf(t, p, "model.layers.0.self_attn")
-	if a.Kernel != "attention-prefill" || !strings.Contains(a.Reason, "qkv_proj K=70 N=240, o_proj K=80 N=70: bf16 rows not 16-byte aligned") {
+	if a.Kernel != "attention-prefill" || !strings.Contains(a.Reason, "qkv_proj K=70 N=480, o_proj K=160 N=70: bf16 rows not 16-byte aligned") {
 		t.Fatalf("attention %s: %q", a.Kernel, a.Reason)
 	}
 }

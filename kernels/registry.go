@@ -29,11 +29,14 @@ const (
 	EpilogueResidual  = "residual"
 )
 
-// AttentionHeadDims are the head_dim values the attention kernels accept.
-var AttentionHeadDims = []int64{16, 32, 64, 80, 96, 128}
+// AttentionHeadDims are the head_dim values the attention kernels accept: exactly
+// attention.py's SUPPORTED_HEAD_DIMS (registry_test checks the two agree). 16 is not
+// there yet, so models with head_dim 16 keep the stock attention.
+var AttentionHeadDims = []int64{32, 64, 80, 96, 128}
 
-// MinGEMMDim is the smallest K and N the gemm kernel accepts (its smallest tile edge and
-// tl.dot's minimum operand size).
+// MinGEMMDim is the smallest K and N the planner gives the gemm kernel: tl.dot's
+// smallest tile edge is 16, so a narrower operand is mostly padding and the vendor GEMM
+// is the better path there (gemm.py itself accepts any K, N >= 1).
 const MinGEMMDim = 16
 
 // descriptorAlign is the byte alignment tensor descriptors need for strides: a bf16 row

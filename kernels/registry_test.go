@@ -1,6 +1,10 @@
 package kernels
 
 import (
+	"io/fs"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -119,19 +123,21 @@ func TestAccepts(t *testing.T) {
 		{"llama attention", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) {
 			return attn(2048, 32, 8, 64, models.BF16)
 		}, true, ""},
-		{"head_dim 16", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F32) }, true, ""},
+		{"head_dim 32", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(128, 4, 2, 32, models.F32) }, true, ""},
+		{"head_dim 16", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F32) },
+			false, "head_dim 16 not supported (supported: {32, 64, 80, 96, 128})"},
 		{"head_dim 48", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(192, 4, 2, 48, models.F32) },
-			false, "head_dim 48 not supported (supported: {16, 32, 64, 80, 96, 128})"},
+			false, "head_dim 48 not supported (supported: {32, 64, 80, 96, 128})"},
 		{"head_dim 80 odd heads aligned", "attention-decode", func() (models.Layer, map[string]*models.Tensor) {
 			return attn(400, 5, 5, 80, models.F16)
 		}, true, ""},
 		{"gqa mismatch", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(192, 6, 4, 32, models.F32) },
 			false, "heads 6 not a multiple of kv_heads 4"},
-		{"dtype F64", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F64) },
+		{"dtype F64", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(128, 4, 2, 32, models.F64) },
 			false, "source dtype F64 of k (k_proj.weight) not supported (supported: F32, F16, BF16)"},
 		{"gemm via attention: hidden 8", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) {
-			return attn(8, 1, 1, 16, models.F32)
-		}, false, "gemm (used by attention-prefill): qkv_proj GEMM K=8, N=48: K and N must be >= 16"},
+			return attn(8, 1, 1, 32, models.F32)
+		}, false, "gemm (used by attention-prefill): qkv_proj GEMM K=8, N=96: K and N must be >= 16"},
 		{"wrong kind", "rmsnorm", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F32) },
 			false, "rmsnorm does not replace attention layers"},
 		{"unknown kernel", "flash", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F32) },
@@ -239,4 +245,55 @@ func mustKernel(t *testing.T, r *Registry, name string) *Kernel {
 		t.Fatalf("no kernel %s", name)
 	}
 	return k
+}
+
+// TestRegistryAgreesWithPython reads the embedded Python sources: every kernel module
+// exists, the layer classes exist in layers.py, and the attention head dims and gemm
+// epilogues are the ones the Python code accepts.
+func TestRegistryAgreesWithPython(t *testing.T) {
+	src := func(name string) string {
+		b, err := fs.ReadFile(Sources, SourceDir+"/"+name)
+		if err != nil {
+			t.Fatalf("embedded %s: %v", name, err)
+		}
+		return string(b)
+	}
+	r := Default()
+	layers := src("layers.py")
+	for _, k := range r.Kernels() {
+		src(k.Module + ".py")
+		for _, kind := range k.Replaces {
+			c := k.LayerClass(kind)
+			if c == "" || c == "Attention" { // Attention is the harness's layer (with attention_forward)
+				continue
+			}
+			if !strings.Contains(layers, "\nclass "+c+"(nn.Module):") {
+				t.Errorf("%s: layer class %s not in layers.py", k.Name, c)
+			}
+		}
+	}
+	tuple := func(file, name string) []string {
+		m := regexp.MustCompile(`(?m)^` + name + ` = \(([^)]*)\)`).FindStringSubmatch(src(file))
+		if m == nil {
+			t.Fatalf("%s: no %s tuple", file, name)
+		}
+		var out []string
+		for _, f := range strings.Split(m[1], ",") {
+			if f = strings.Trim(strings.TrimSpace(f), `"'`); f != "" {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	var dims []string
+	for _, d := range AttentionHeadDims {
+		dims = append(dims, strconv.FormatInt(d, 10))
+	}
+	if py := tuple("attention.py", "SUPPORTED_HEAD_DIMS"); !slices.Equal(py, dims) {
+		t.Errorf("attention.py SUPPORTED_HEAD_DIMS %v, registry %v", py, dims)
+	}
+	g := mustKernel(t, r, "gemm")
+	if py := tuple("gemm.py", "EPILOGUES"); !slices.Equal(py, g.Epilogues) {
+		t.Errorf("gemm.py EPILOGUES %v, registry %v", py, g.Epilogues)
+	}
 }

@@ -19,7 +19,7 @@ func TestKernelsTable(t *testing.T) {
 		"NAME               REPLACES                               LAYER                               BACKENDS  DTYPES                     CONSTRAINTS",
 		"rmsnorm            rmsnorm                                RMSNorm                             cuda,xpu  bf16,fp16 <- F32,F16,BF16  hidden >= 1",
 		"gemm               mlp-swiglu,linear-bn,bn-linear,linear  SwiGLUMLP,LinearBN,BNLinear,Linear  cuda,xpu  bf16,fp16 <- F32,F16,BF16  K >= 16 and N >= 16; note: tensor-descriptor path when K*2 and N*2 bytes are multiples of 16; fallback path otherwise",
-		"attention-prefill  attention                              Attention,attention_forward()       cuda,xpu  bf16,fp16 <- F32,F16,BF16  q/k/v/o projections (Llama-family attention); head_dim in {16, 32, 64, 80, 96, 128}; heads % kv_heads == 0; uses attention-decode, rope, gemm",
+		"attention-prefill  attention                              Attention,attention_forward()       cuda,xpu  bf16,fp16 <- F32,F16,BF16  q/k/v/o projections (Llama-family attention); head_dim in {32, 64, 80, 96, 128}; heads % kv_heads == 0; uses attention-decode, rope, gemm",
 	}
 	for _, w := range want {
 		found := false
@@ -53,7 +53,7 @@ func TestKernelsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(rows) != 6 || rows[3].Name != "gemm" || rows[3].Module != "gemm" || rows[3].Layers["linear-bn"] != "LinearBN" ||
-		rows[4].Constraints[1].Text != "head_dim in {16, 32, 64, 80, 96, 128}" {
+		rows[4].Constraints[1].Text != "head_dim in {32, 64, 80, 96, 128}" {
 		t.Fatalf("rows %+v", rows)
 	}
 	if code, _, errOut := runCLI(t, nil, "kernels", "extra"); code != exitUsage {
