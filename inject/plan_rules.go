@@ -123,11 +123,29 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
 	reason := "prefill runs attention-prefill, generation attention-decode; RoPE by rope; q/k/v and o projections by gemm"
-	if sw := d["sliding_window"]; sw > 0 {
-		reason += fmt.Sprintf("; sliding window %d through the 4-D mask transformers builds", sw)
+	if sw := p.slidingWindow(l); sw > 0 {
+		reason += fmt.Sprintf("; sliding window %d: relies on the 4-D mask transformers passes to attention_forward", sw)
 	}
 	lp.Reason = joinReasons(reason, note)
 	return nil
+}
+
+// slidingWindow is the layer's attention window, 0 for full attention: dims
+// "sliding_window", else config.json's sliding_window unless use_sliding_window is false
+// (Qwen2 configs carry a window they do not use).
+func (p *planner) slidingWindow(l models.Layer) int64 {
+	if sw := l.Dims["sliding_window"]; sw > 0 {
+		return sw
+	}
+	cfg := p.g.Checkpoint.Config
+	sw, ok := cfg["sliding_window"].(float64)
+	if !ok || sw <= 0 || sw > math.MaxInt32 {
+		return 0
+	}
+	if use, ok := cfg["use_sliding_window"].(bool); ok && !use {
+		return 0
+	}
+	return int64(sw)
 }
 
 var mlpRoles = []string{"gate_proj.weight", "up_proj.weight", "down_proj.weight"}

@@ -589,3 +589,24 @@ func TestPlanIsPure(t *testing.T) {
 		t.Fatal("two plans of the same graph differ")
 	}
 }
+
+func TestPlanSlidingWindowNote(t *testing.T) {
+	for _, c := range []struct {
+		cfg  map[string]any
+		want string
+	}{
+		{map[string]any{"sliding_window": 4096.0}, "; sliding window 4096: relies on the 4-D mask transformers passes to attention_forward"},
+		{map[string]any{"sliding_window": 4096.0, "use_sliding_window": false}, ""},
+		{map[string]any{"sliding_window": nil}, ""},
+		{nil, ""},
+	} {
+		b := llama(tiny)
+		b.ck.Config = c.cfg
+		p := mustPlan(t, b.graph(), PlanOptions{})
+		a := layerOf(t, p, "model.layers.0.self_attn")
+		want := "prefill runs attention-prefill, generation attention-decode; RoPE by rope; q/k/v and o projections by gemm" + c.want
+		if a.Reason != want {
+			t.Errorf("config %v: reason %q, want %q", c.cfg, a.Reason, want)
+		}
+	}
+}
