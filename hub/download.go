@@ -43,7 +43,7 @@ type FetchOptions struct {
 	// Include and Exclude are fnmatch globs as huggingface_hub's allow_patterns /
 	// ignore_patterns. With no Include, the files a transformers model needs are taken
 	// (config, generation config, tokenizer and processor files, top-level safetensors
-	// and the index).
+	// and the index); for other repository types, every file.
 	Include, Exclude []string
 	// Workers bounds parallel file downloads; 0 means 8 (snapshot_download's default).
 	Workers int
@@ -110,7 +110,11 @@ func (c *Client) Snapshot(ctx context.Context, cache Cache, ref Ref, opts FetchO
 		paths[i] = f.Path
 		byPath[f.Path] = f
 	}
-	sel := selectFiles(paths, opts.Include, opts.Exclude)
+	include := opts.Include
+	if len(include) == 0 && repoType != "model" {
+		include = []string{"*"} // the model defaults mean nothing for kernels or datasets
+	}
+	sel := selectFiles(paths, include, opts.Exclude)
 	if len(sel) == 0 {
 		return "", "", fmt.Errorf("hub: %s (commit %s): no file matches the selection %s; the repository has %s",
 			ref, commit, describeSelection(opts), listSample(paths))
@@ -693,6 +697,9 @@ func offlineSnapshot(cache Cache, repoType string, ref Ref, opts FetchOptions, c
 			}
 			sort.Strings(expected)
 		}
+	}
+	if len(opts.Include) == 0 && repoType != "model" {
+		opts.Include = []string{"*"}
 	}
 	var missing []string
 	if expected != nil {

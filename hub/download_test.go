@@ -559,6 +559,37 @@ func TestDownloadOneFile(t *testing.T) {
 	if !errors.Is(err, hub.ErrEntryNotFound) {
 		t.Errorf("absent file: %v", err)
 	}
+	e.close()
+	off := e.client("HF_HUB_OFFLINE", "1")
+	if q, err := off.Download(context.Background(), e.cache, hub.Ref{Repo: repoID, Revision: "main"}, "extra/model.safetensors", hub.FetchOptions{}); err != nil || q != p {
+		t.Errorf("offline: %s %v, want %s", q, err, p)
+	}
+	if _, err := off.Download(context.Background(), e.cache, hub.Ref{Repo: repoID, Revision: "main"}, "config.json", hub.FetchOptions{}); !errors.Is(err, hub.ErrNotCached) {
+		t.Errorf("offline, not cached: %v", err)
+	}
+}
+
+// Kernel repositories live under /api/kernels and /kernels/...; every file is taken by default.
+func TestKernelRepoType(t *testing.T) {
+	e := newEnv(t)
+	files := map[string]hubtest.File{
+		"build/torch-cuda/__init__.py":   {Data: []byte("from .layers import *\n")},
+		"build/torch-cuda/metadata.json": {Data: []byte(`{"name":"k"}`)},
+		"README.md":                      {Data: []byte("# k")},
+	}
+	commit := e.store.Put("kernel", "org/k", "v1", files)
+	dir, got, err := e.client().Snapshot(context.Background(), e.cache, hub.Ref{Repo: "org/k", Revision: "v1"}, hub.FetchOptions{RepoType: "kernel"})
+	if err != nil || got != commit || dir != filepath.Join(e.cache.Dir, "kernels--org--k", "snapshots", commit) {
+		t.Fatalf("%s %s %v", dir, got, err)
+	}
+	for p, f := range files {
+		if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || !bytes.Equal(b, f.Data) {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if _, _, err := e.client("HF_HUB_OFFLINE", "1").Snapshot(context.Background(), e.cache, hub.Ref{Repo: "org/k", Revision: "v1"}, hub.FetchOptions{RepoType: "kernel"}); err != nil {
+		t.Errorf("offline: %v", err)
+	}
 }
 
 // TestEtagNaming pins the blob names to huggingface_hub's rules.
