@@ -120,7 +120,7 @@ func checkOwnership(g *models.Graph) error {
 		modules[l.Module] = true
 		for _, role := range sortedKeys(l.Tensors) {
 			name := l.Tensors[role]
-			if _, ok := g.Checkpoint.Tensors[name]; !ok {
+			if t, ok := g.Checkpoint.Tensors[name]; !ok || t == nil {
 				return fmt.Errorf("%w: layer %s: tensor %q (%s) not in the checkpoint", ErrPlan, l.Module, name, role)
 			}
 			if l.Kind == models.KindLMHead && l.Tied {
@@ -134,6 +134,13 @@ func checkOwnership(g *models.Graph) error {
 	}
 	var orphans []string
 	for _, name := range sortedKeys(g.Checkpoint.Tensors) {
+		t := g.Checkpoint.Tensors[name]
+		if t == nil {
+			return fmt.Errorf("%w: checkpoint index has no header for tensor %q", ErrPlan, name)
+		}
+		if slices.ContainsFunc(t.Shape, func(d int64) bool { return d < 0 }) {
+			return fmt.Errorf("%w: tensor %q has shape %v", ErrPlan, name, t.Shape)
+		}
 		if _, ok := owner[name]; !ok && !kernels.TrainingOnly(name) {
 			orphans = append(orphans, name)
 		}

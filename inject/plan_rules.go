@@ -98,7 +98,10 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	}
 	t := l.Tensors
 	m := l.Module
-	total := qn + 2*kvn
+	total, err := sum(qn, kvn, kvn)
+	if err != nil {
+		return fmt.Errorf("%w: layer %s: %v", ErrPlan, l.Module, err)
+	}
 	split := []int64{qn, kvn, kvn}
 	qkv := []string{t["q_proj.weight"], t["k_proj.weight"], t["v_proj.weight"]}
 	lp.Outputs = []TensorPlan{
@@ -174,9 +177,13 @@ func (p *planner) mlp(l models.Layer, lp *LayerPlan) error {
 			return err
 		}
 	}
+	twoI, err := sum(inter, inter)
+	if err != nil {
+		return fmt.Errorf("%w: layer %s: %v", ErrPlan, l.Module, err)
+	}
 	t, m := l.Tensors, l.Module
 	gu := p.out(m+".gate_up_proj.weight", "weight", "xpuinject_gate_up_weight", LayoutKMajor,
-		[]int64{hidden, 2 * inter}, []int64{inter, inter}, t["gate_proj.weight"], t["up_proj.weight"])
+		[]int64{hidden, twoI}, []int64{inter, inter}, t["gate_proj.weight"], t["up_proj.weight"])
 	gu.Transforms = append([]string{TConcatGateUp}, gu.Transforms...)
 	down := p.out(m+".down_proj.weight", "", "xpuinject_down_weight", LayoutKMajor,
 		[]int64{inter, hidden}, nil, t["down_proj.weight"])
@@ -385,6 +392,18 @@ func mul(a, b int64) (int64, error) {
 		return 0, fmt.Errorf("dimension %d x %d overflows", a, b)
 	}
 	return a * b, nil
+}
+
+// sum adds non-negative dims, failing on overflow.
+func sum(v ...int64) (int64, error) {
+	var t int64
+	for _, x := range v {
+		if x < 0 || t > math.MaxInt64-x {
+			return 0, fmt.Errorf("dimension sum %v overflows", v)
+		}
+		t += x
+	}
+	return t, nil
 }
 
 func errors2(a, b error) error {

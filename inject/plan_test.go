@@ -539,6 +539,12 @@ func TestPlanErrors(t *testing.T) {
 			b.add(models.Layer{Module: "x", Kind: models.KindLinear, Block: -1,
 				Tensors: map[string]string{"weight": b.t("model.layers.0.self_attn.qkv_proj.weight", models.F32, 4, 4)}})
 		}, PlanOptions{}, `output tensor "model.layers.0.self_attn.qkv_proj.weight" written by both model.layers.0.self_attn and x`},
+		{"negative shape", func(b *gb) { b.t("model.norm.weight", models.F32, -64) }, PlanOptions{},
+			`tensor "model.norm.weight" has shape [-64]`},
+		{"nil header", func(b *gb) { b.ck.Tensors["stray"] = nil }, PlanOptions{},
+			`checkpoint index has no header for tensor "stray"`},
+		{"nil header in a layer", func(b *gb) { b.ck.Tensors["model.norm.weight"] = nil }, PlanOptions{},
+			`layer model.norm: tensor "model.norm.weight" (weight) not in the checkpoint`},
 		{"negative eps", func(b *gb) { b.layers[1].Eps = -1 }, PlanOptions{}, "layer model.layers.0.input_layernorm: eps -1"},
 		{"unknown disable", nil, PlanOptions{Disable: []string{"flash"}}, `inject: cannot disable unknown kernel "flash"`},
 		{"unknown backend", nil, PlanOptions{Backends: []string{"rocm"}}, `inject: unknown backend "rocm"`},
