@@ -67,11 +67,13 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 	}
 	cache := hub.CacheFromEnv(f.Getenv)
 	dir, commit, err := cache.LocalSnapshot("model", ref.Repo, ref.Revision)
+	fetched := false
 	if errors.Is(err, hub.ErrNotCached) && fetchSnapshot != nil {
 		dir, commit, err = fetchSnapshot(ctx, f, ref)
+		fetched = true
 	}
 	if err != nil {
-		if errors.Is(err, hub.ErrNotCached) {
+		if errors.Is(err, hub.ErrNotCached) && !fetched {
 			return "", src, fmt.Errorf("model %s is not in the local Hugging Face cache (%s); 'xpuinject fetch %s' downloads it: %w",
 				ref, cache.Dir, ref, err)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,6 +62,14 @@ func TestResolveModel(t *testing.T) {
 	if _, _, err := resolveModel(ctx, f, "meta-llama/Llama-3.2-1B"); err == nil ||
 		err.Error() != "model meta-llama/Llama-3.2-1B: hub: 401 Unauthorized" {
 		t.Fatalf("hook error: %v", err)
+	}
+
+	withFetchSnapshot(t, func(context.Context, *Factory, hub.Ref) (string, string, error) {
+		return "", "", fmt.Errorf("%w: offline", hub.ErrNotCached)
+	})
+	if _, _, err := resolveModel(ctx, f, "org/x"); !errors.Is(err, hub.ErrNotCached) ||
+		err.Error() != "model org/x: hub: not in the local cache: offline" {
+		t.Fatalf("hook not-cached error: %v", err)
 	}
 
 	// Cached org/name: refs/main -> snapshot.
