@@ -2,6 +2,7 @@ package inject
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/xpuinject/xpuinject/kernels"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -149,4 +151,33 @@ func firstDiff(a, b []byte) string {
 		}
 	}
 	return ""
+}
+
+// TestPlanPacksEveryFixture hands each fixture's plan (all kernels, and with every
+// kernel disabled, so kept layers too) to Pack: every output the planner writes must be
+// one pack can compute, and VerifyPacked must find the result matching the plan.
+func TestPlanPacksEveryFixture(t *testing.T) {
+	dirs, _ := filepath.Glob(filepath.Join(fixturesDir, "*", "config.json"))
+	for _, cfg := range dirs {
+		dir := filepath.Dir(cfg)
+		for _, disable := range [][]string{nil, kernels.Default().Names()} {
+			t.Run(fmt.Sprintf("%s/disable=%d", filepath.Base(dir), len(disable)), func(t *testing.T) {
+				g, err := models.Load(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := NewPlan(g, nil, PlanOptions{Tool: "xpuinject (test)", Disable: disable})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := filepath.Join(t.TempDir(), "packed")
+				if _, err := Pack(context.Background(), g.Checkpoint, p, out, PackOptions{Tool: "xpuinject (test)"}); err != nil {
+					t.Fatalf("pack: %v", err)
+				}
+				if err := VerifyPacked(p, out); err != nil {
+					t.Fatalf("verify: %v", err)
+				}
+			})
+		}
+	}
 }
