@@ -1,0 +1,187 @@
+"""scripts/bench_kernels.py without a GPU.
+
+* `--interpret-smoke` end to end (CPU, TRITON_INTERPRET=1, tiny shapes, no timing): every kind's
+  cases are built, our kernels and the torch eager competitors run, and each output is checked
+  against the script's fp32 reference; the run writes bench.json / bench.md and exits 0.
+* `--inject-fault`: a corrupted output of ours must fail the check and make the run exit 1 (the
+  check is not vacuous).
+* The pure helpers (rotation sizing, issue-8 target rules, rate formatting, argument errors, the
+  relative-error metric with NaN and shape mismatches) in-process.
+
+The subprocess runs take ~25 s and ~11 s here (most of it importing torch and transformers).
+"""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "bench_kernels.py")
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_kernels_under_test", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bk = _load()
+
+
+def _run(args, tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    p = subprocess.run([sys.executable, SCRIPT, "--interpret-smoke", "--out", str(out), *args],
+                       capture_output=True, text=True, timeout=150, env=env, cwd=ROOT)
+    return p, out
+
+
+@pytest.mark.slow
+def test_interpret_smoke_checks_every_kind(tmp_path):
+    p, out = _run([], tmp_path)
+    assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}"
+    data = json.loads((out / "bench.json").read_text())
+    cases = data["cases"]
+    # 2 token counts x (rmsnorm, add_rmsnorm, rope, swiglu + 7 gemm rows) + 1 prefill + 1 decode
+    n_gemm = sum(len(e) for _, _, _, e in bk.GEMM_PROJ)
+    assert len(bk.M_SMOKE) == 2 and n_gemm == 7
+    assert len(cases) == 2 * (4 + n_gemm) + 1 + 1
+    assert {c["kind"] for c in cases} == set(bk.KINDS)
+    for c in cases:
+        assert c.get("error") is None, c
+        assert c["check_ok"] is True, c
+        assert 0.0 <= c["rel_err"] < bk.REL_TOL, c
+        # the torch eager competitor ran and matched the same reference
+        tc = c["competitors"]["torch"]
+        assert tc["status"] == "checked", c
+        assert tc["variants"] and all(v["check_ok"] for v in tc["variants"]), c
+        assert "ours_us" not in c  # no timing under the interpreter
+    # a nonzero error somewhere: the comparison really compared bf16 outputs with fp32 references
+    assert max(c["rel_err"] for c in cases) > 1e-4
+    # the swiglu rows also checked the cuBLAS-only reference matmul (through silu*mul)
+    for c in cases:
+        if c["kind"] == "swiglu":
+            assert c["competitors"]["mm_only"]["status"] == "checked"
+    s = data["summary"]
+    assert s["checked"] == len(cases) and s["failed"] == 0 and s["skipped"] == 0
+    md = (out / "bench.md").read_text()
+    assert md.count("\n| ") >= len(cases) + 1  # header + one row per case
+    assert "interpreter smoke" in md
+    assert "24 checked, 0 failed" in p.stdout
+
+
+@pytest.mark.slow
+def test_interpret_smoke_detects_wrong_output(tmp_path):
+    p, out = _run(["--only", "rmsnorm", "--m", "3", "--inject-fault", "rmsnorm"], tmp_path)
+    assert p.returncode == 1, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    data = json.loads((out / "bench.json").read_text())
+    (c,) = data["cases"]
+    assert c["kind"] == "rmsnorm" and c["check_ok"] is False
+    # the fault scales our output by 1.05: the error is ~5e-2, far over the tolerance
+    assert 0.04 < c["rel_err"] < 0.06, c["rel_err"]
+    assert "FAIL" in (out / "bench.md").read_text()
+    assert data["summary"]["failed"] == 1
+
+
+def test_rel_err_metric():
+    env = types.SimpleNamespace(torch=torch)
+    ref = torch.randn(4, 8, dtype=torch.float64)
+    assert bk.rel_err(env, ref.clone(), ref) == 0.0
+    e = bk.rel_err(env, (ref * 1.01).to(torch.float32), ref)
+    assert math.isclose(e, 0.01, rel_tol=1e-4)
+    bad = ref.clone()
+    bad[1, 2] = float("nan")
+    assert bk.rel_err(env, bad, ref) == float("inf")
+    bad[1, 2] = float("inf")
+    assert bk.rel_err(env, bad, ref) == float("inf")
+    # the worst of several outputs counts
+    assert math.isclose(bk.rel_err(env, [ref, ref * 1.02], [ref, ref]), 0.02, rel_tol=1e-6)
+    with pytest.raises(ValueError, match="shape"):
+        bk.rel_err(env, ref.t(), ref)
+    with pytest.raises(ValueError, match="outputs"):
+        bk.rel_err(env, [ref], [ref, ref])
+
+
+def test_rotation_sets():
+    l2 = 60 << 20
+    assert bk.rotation_sets(1 << 30, l2) == 1  # one set already 17x the L2
+    assert bk.rotation_sets(60 << 20, l2) == 3
+    assert bk.rotation_sets(1 << 20, l2) == 64  # capped
+    assert bk.rotation_sets(1 << 20, l2, max_sets=200) == 180
+    assert bk.rotation_sets(3 << 30, l2, mem_cap=1 << 30) == 1
+    assert bk.rotation_sets(10 << 20, l2, mem_cap=40 << 20) == 4  # memory cap wins over 18
+    with pytest.raises(ValueError):
+        bk.rotation_sets(0, l2)
+
+
+def test_target_rules():
+    r = bk.target_rule("rmsnorm", {"M": 16384})
+    assert r == (">=90% copy BW", "bw_frac", 0.90)
+    assert bk.target_rule("rmsnorm", {"M": 2048}) is None
+    assert bk.target_rule("gemm", {"M": 2048})[1:] == ("ratio_torch", 0.95)
+    assert bk.target_rule("gemm", {"M": 64}) is None
+    assert bk.target_rule("swiglu", {"M": 16384})[1] == "ratio_mm"
+    assert bk.target_rule("prefill", {"seq": 2048})[1:] == ("ratio_torch", 1.0)
+    assert bk.target_rule("prefill", {"seq": 8192}) is None
+    assert bk.target_rule("decode", {"kv_len": 8192})[1:] == ("ratio_torch", 1.0)
+    with pytest.raises(ValueError):
+        bk.target_rule("softmax", {"M": 1})
+    assert bk.evaluate_target(r, True, {"bw_frac": 0.91}) == "met"
+    assert bk.evaluate_target(r, True, {"bw_frac": 0.89}) == "missed"
+    assert bk.evaluate_target(r, False, {"bw_frac": 0.99}) == "missed (wrong result)"
+    assert bk.evaluate_target(r, True, {}) == "n/a (no timing)"
+    assert bk.evaluate_target(r, True, {"bw_frac": float("nan")}) == "n/a (no timing)"
+    assert bk.evaluate_target(None, True, {"bw_frac": 0.5}) == "-"
+
+
+def test_fmt_rate_picks_the_bounding_side():
+    bw, peak = 4.0e12, 800e12
+    # 4 GB in 1000 us at 4 TB/s: bandwidth side, 100%
+    txt, frac_txt, frac = bk.fmt_rate(4e9, 0, 1000.0, bw, peak)
+    assert txt == "4000 GB/s" and frac_txt == "100%" and math.isclose(frac, 1.0)
+    # 1.6 TFLOP with few bytes in 4000 us: 400 TFLOP/s, half the peak
+    txt, frac_txt, frac = bk.fmt_rate(1e6, 1.6e12, 4000.0, bw, peak)
+    assert txt == "400 TFLOP/s" and frac_txt == "50%" and math.isclose(frac, 0.5)
+    assert bk.fmt_rate(1e6, 0, None, bw, peak) == ("-", "-", None)
+
+
+def test_parse_args():
+    a = bk.parse_args(["--out", "x", "--quick", "--only", "gemm,rope"])
+    assert a.kinds == ["gemm", "rope"] and a.m_list == bk.M_QUICK and a.model_names == list(bk.MODELS)
+    a = bk.parse_args(["--out", "x", "--m", "1,4096", "--models", "llama-3.1-8b"])
+    assert a.m_list == (1, 4096) and a.model_names == ["llama-3.1-8b"]
+    a = bk.parse_args(["--out", "x", "--interpret-smoke"])
+    assert a.model_names == ["tiny"] and a.m_list == bk.M_SMOKE
+    for bad in (["--only", "rmsnorm,softmax"], ["--models", "gpt2"], ["--m", "1,x"], ["--m", "0"],
+                ["--inject-fault", "rope:zero"], ["--timer", "wall"], ["--budget-s", "0"]):
+        with pytest.raises(SystemExit) as ei:
+            bk.parse_args(["--out", "x", *bad])
+        assert ei.value.code == 2, bad
+    with pytest.raises(SystemExit):
+        bk.parse_args([])  # --out is required
+
+
+def test_render_table_marks_states():
+    rows = [
+        dict(kind="gemm", model="m", shape="s", check_ok=True, rel_err=2e-3, ours_us=100.0, achieved="600 TFLOP/s",
+             frac_text="80%", target="met", target_desc=">=0.95x cuBLAS", target_value=1.02,
+             competitors={"torch": dict(status="ok", us=102.0, ratio=1.02), "liger": dict(status="not available")}),
+        dict(kind="rmsnorm", model="m", shape="s2", status="skipped"),
+        dict(kind="rope", model="m", shape="s3", error="boom", check_ok=False, target="error", competitors={}),
+    ]
+    md = bk.render_table(rows, markdown=True)
+    lines = md.splitlines()
+    assert len(lines) == 2 + 3
+    assert "| ok 2.0e-03 | 100.0 | 600 TFLOP/s | 80% | 102.0 (1.02x) | - | not available | met (>=0.95x cuBLAS: 1.02) |" in lines[2]
+    assert "skipped" in lines[3] and "ERROR" in lines[4]
+    txt = bk.render_table(rows, markdown=False)
+    assert len(txt.splitlines()) == 4
