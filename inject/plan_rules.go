@@ -43,6 +43,22 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 	return nil
 }
 
+// decoderPatched reports whether block's post-attention RMSNorm runs add-rmsnorm, which
+// means the decoder layer's forward is replaced (kernels' DecoderLayer) and runs the MLP
+// inline with the residual add in the down projection's epilogue.
+func (p *planner) decoderPatched(block int) bool {
+	if block < 0 {
+		return false
+	}
+	for _, l := range p.g.Layers {
+		if l.Block == block && l.Kind == models.KindRMSNorm && lastPart(l.Module) == postAttentionNorm {
+			k, _, _ := p.choose(l, "add-rmsnorm")
+			return k != nil
+		}
+	}
+	return false
+}
+
 var attentionRoles = []string{"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"}
 var attentionOptional = []string{"q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias", "q_norm.weight", "k_norm.weight"}
 
@@ -189,7 +205,11 @@ func (p *planner) mlp(l models.Layer, lp *LayerPlan) error {
 		[]int64{inter, hidden}, nil, t["down_proj.weight"])
 	lp.Outputs = []TensorPlan{gu, down}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
-	lp.Reason = joinReasons("gate/up by one GEMM with the swiglu epilogue, down by a plain GEMM", note)
+	what := "gate/up by one GEMM with the swiglu epilogue, down by a plain GEMM"
+	if p.decoderPatched(l.Block) {
+		what = "gate/up by one GEMM with the swiglu epilogue, down by a GEMM with the decoder layer's residual add in its epilogue"
+	}
+	lp.Reason = joinReasons(what, note)
 	return nil
 }
 

@@ -380,6 +380,11 @@ func TestPlanDisableAddRMSNormFallsBack(t *testing.T) {
 	if l.Kernel != "rmsnorm" || l.Reason != "kernel add-rmsnorm disabled; so rmsnorm" {
 		t.Fatalf("post norm: %q %q", l.Kernel, l.Reason)
 	}
+	// The decoder layer is not patched then, so the MLP's down projection has no residual epilogue.
+	if m := layerOf(t, p, "model.layers.0.mlp"); m.Kernel != "gemm" ||
+		m.Reason != "gate/up by one GEMM with the swiglu epilogue, down by a plain GEMM" {
+		t.Fatalf("mlp: %q %q", m.Kernel, m.Reason)
+	}
 }
 
 func TestPlanMisalignedNote(t *testing.T) {
@@ -387,7 +392,7 @@ func TestPlanMisalignedNote(t *testing.T) {
 	c.hidden, c.heads, c.kv, c.hd, c.inter, c.blocks = 70, 5, 5, 32, 123, 1 // hidden != heads*head_dim is allowed
 	p := mustPlan(t, llama(c).graph(), PlanOptions{})
 	m := layerOf(t, p, "model.layers.0.mlp")
-	want := "gate/up by one GEMM with the swiglu epilogue, down by a plain GEMM; gate_up_proj K=70 N=246, down_proj K=123 N=70: " +
+	want := "gate/up by one GEMM with the swiglu epilogue, down by a GEMM with the decoder layer's residual add in its epilogue; gate_up_proj K=70 N=246, down_proj K=123 N=70: " +
 		"bf16 rows not 16-byte aligned, the fallback (non-descriptor) GEMM path runs"
 	if m.Kernel != "gemm" || m.Reason != want {
 		t.Fatalf("mlp %s: %q", m.Kernel, m.Reason)

@@ -38,7 +38,7 @@ model.embed_tokens                       embedding   keep               cast-bf1
 model.layers.0.input_layernorm           rmsnorm     rmsnorm            cast-bf16                                -
 model.layers.0.self_attn                 attention   attention-prefill  concat-qkv,cast-bf16,prepack-kmajor      prefill runs attention-prefill, generation attention-decode; RoPE by rope; q/k/v and o projections by gemm
 model.layers.0.post_attention_layernorm  rmsnorm     add-rmsnorm        cast-bf16                                fused with the residual add before it; the decoder layer is patched
-model.layers.0.mlp                       mlp-swiglu  gemm               concat-gate-up,cast-bf16,prepack-kmajor  gate/up by one GEMM with the swiglu epilogue, down by a plain GEMM
+model.layers.0.mlp                       mlp-swiglu  gemm               concat-gate-up,cast-bf16,prepack-kmajor  gate/up by one GEMM with the swiglu epilogue, down by a GEMM with the decoder layer's residual add in its epilogue
 model.norm                               rmsnorm     rmsnorm            cast-bf16                                -
 lm_head                                  lm-head     keep               -                                        plain GEMM with no epilogue: cuBLAS is as fast (seed 000: never replace a faster vendor GEMM for a tiny epilogue); tied to the embedding: no tensor of its own
 7 layers, 5 replaced, 2 kept (llama, ` + abs + `)
