@@ -1,13 +1,158 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
 
-func newEvalCmd(f *Factory) *cobra.Command {
-	return &cobra.Command{
-		Use:   "eval",
-		Short: "whole-model evaluation",
+	"github.com/spf13/cobra"
+
+	"github.com/xpuinject/xpuinject/harness"
+	"github.com/xpuinject/xpuinject/inject"
+)
+
+// evalOptions are the flags of `xpuinject eval`.
+type evalOptions struct {
+	Model      string
+	PackageDir string
+	PackedDir  string
+	Out        string
+	Python     string
+	Device     string
+	Text       string
+	Tokens     int
+	GenTokens  int
+	Latency    string
+	Repeats    int
+}
+
+var evalDevices = []string{"auto", "cuda", "xpu", "cpu"}
+
+func newEvalCmd(f *Factory) *cobra.Command { return newEvalCmdWith(f, nil) }
+
+func newEvalCmdWith(f *Factory, runF func(context.Context, *evalOptions) error) *cobra.Command {
+	o := &evalOptions{}
+	cmd := &cobra.Command{
+		Use:   "eval MODEL --package DIR --packed DIR --out DIR",
+		Short: "whole-model accuracy and latency of the injected model against the original",
+		Long: `Load MODEL three times (fp32 oracle, stock bf16, bf16 with the package injected from
+its packed weights) in a Python subprocess and report accuracy (logits error, top-1, KL,
+perplexity, greedy generation, per-layer error) and, on a GPU, prefill/decode latency and
+peak memory, injected beside stock. Writes eval.json, report.md and PNG plots to --out.
+On the CPU the kernels run under the Triton interpreter: accuracy only, on a short text.`,
+		Example: `  xpuinject eval testdata/fixtures/llama-tiny --package out/package --packed out/packed --out out/eval --device cpu`,
+		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return notAvailable("whole-model evaluation")
+			o.Model = args[0]
+			if o.PackageDir == "" || o.PackedDir == "" || o.Out == "" {
+				return &usageError{fmt.Errorf("--package, --packed and --out are required")}
+			}
+			if err := checkEvalFlags(o); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			_, err := evalRun(cmd.Context(), f, o)
+			return err
 		},
 	}
+	addEvalFlags(cmd, o)
+	cmd.Flags().StringVar(&o.PackageDir, "package", "", "package folder (xpuinject package)")
+	cmd.Flags().StringVar(&o.PackedDir, "packed", "", "packed checkpoint folder (xpuinject pack)")
+	cmd.Flags().StringVar(&o.Out, "out", "", "folder for eval.json, report.md and plots")
+	return cmd
+}
+
+// addEvalFlags registers the flags eval shares with the whole pipeline.
+func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
+	fl := cmd.Flags()
+	fl.StringVar(&o.Python, "python", "", "Python interpreter (default: $XPUINJECT_PYTHON, the project's .venv, python3)")
+	fl.StringVar(&o.Device, "device", "auto", "auto, cuda, xpu or cpu (cpu: Triton interpreter, accuracy only)")
+	fl.StringVar(&o.Text, "text", "", "plain-text file for accuracy and perplexity (default: the shipped prose)")
+	fl.IntVar(&o.Tokens, "tokens", 0, "tokens of text to evaluate (default 2048 on a GPU, 96 on cpu)")
+	fl.IntVar(&o.GenTokens, "gen-tokens", 0, "greedy tokens to generate (default 128 on a GPU, 8 on cpu)")
+	fl.StringVar(&o.Latency, "latency", "auto", "auto (on a GPU), on or off")
+	fl.IntVar(&o.Repeats, "repeats", 0, "timed repeats per latency point (default 30)")
+}
+
+func checkEvalFlags(o *evalOptions) error {
+	if !slices.Contains(evalDevices, o.Device) {
+		return &usageError{fmt.Errorf("--device %q: want one of auto, cuda, xpu, cpu", o.Device)}
+	}
+	if !slices.Contains([]string{"auto", "on", "off"}, o.Latency) {
+		return &usageError{fmt.Errorf("--latency %q: want auto, on or off", o.Latency)}
+	}
+	if o.Text != "" {
+		if _, err := os.Stat(o.Text); err != nil {
+			return &usageError{fmt.Errorf("--text: %w", err)}
+		}
+	}
+	return nil
+}
+
+// evalRun checks that model, package and packed checkpoint belong together, then runs
+// the driver and writes the report.
+func evalRun(ctx context.Context, f *Factory, o *evalOptions) (*harness.ReportFiles, error) {
+	dir, _, err := resolveModel(ctx, f, o.Model)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := inject.ReadPackagePlan(o.PackageDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := inject.VerifyPacked(plan, o.PackedDir); err != nil {
+		return nil, err
+	}
+	return evalWithPlan(ctx, f, o, dir, plan)
+}
+
+func evalWithPlan(ctx context.Context, f *Factory, o *evalOptions, modelDir string, plan *inject.Plan) (*harness.ReportFiles, error) {
+	py, err := harness.FindPython(o.Python, f.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	env, err := harness.Probe(ctx, py)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case o.Device == "cuda" && !env.CUDA:
+		return nil, fmt.Errorf("--device cuda: %s sees no CUDA GPU (torch %s); use --device cpu for an interpreter run", py, env.Torch)
+	case o.Device == "xpu" && !env.XPU:
+		return nil, fmt.Errorf("--device xpu: %s sees no Intel XPU (torch %s needs XPU support and Intel's GPU driver)", py, env.Torch)
+	case o.Device == "auto" && !env.CUDA && !env.XPU:
+		fmt.Fprintln(f.ErrOut, "no GPU: evaluating on the CPU under the Triton interpreter (accuracy only, latency not measured)")
+		o.Device = "cpu"
+	}
+	if env.Kernels == "" {
+		fmt.Fprintln(f.ErrOut, "note: the kernels package is not installed; the shim patches forwards directly")
+	}
+	fmt.Fprintf(f.ErrOut, "eval: %s (torch %s, transformers %s, triton %s) on %s\n", py, env.Torch, env.Transformers, env.Triton, deviceLabel(o.Device, env))
+	res, err := harness.Run(ctx, harness.Options{
+		Python: py, ModelDir: modelDir, PackageDir: o.PackageDir, PackedDir: o.PackedDir, OutDir: o.Out,
+		Device: o.Device, TextFile: o.Text, Tokens: o.Tokens, GenTokens: o.GenTokens, Latency: o.Latency,
+		Repeats: o.Repeats, Progress: f.ErrOut,
+	})
+	if err != nil {
+		return nil, err
+	}
+	files, err := harness.WriteReport(res, o.Out)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(f.Out, "eval.json  %s/eval.json\nreport     %s\n", o.Out, files.Markdown)
+	for _, p := range files.Plots {
+		fmt.Fprintf(f.Out, "plot       %s\n", p)
+	}
+	return files, nil
+}
+
+func deviceLabel(d string, env *harness.Env) string {
+	if d == "cuda" || (d == "auto" && env.CUDA) {
+		return "cuda (" + env.Device + ")"
+	}
+	return d
 }

@@ -1,13 +1,92 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"path/filepath"
 
-func newPackageCmd(f *Factory) *cobra.Command {
-	return &cobra.Command{
-		Use:   "package",
-		Short: "writing the kernel package",
+	"github.com/spf13/cobra"
+
+	"github.com/xpuinject/xpuinject/harness"
+	"github.com/xpuinject/xpuinject/inject"
+)
+
+// packageOptions are the flags of `xpuinject package`.
+type packageOptions struct {
+	Model   string
+	Out     string
+	Name    string
+	Version int
+	License string
+	RepoID  string
+	Force   bool
+	Disable []string
+}
+
+func newPackageCmd(f *Factory) *cobra.Command { return newPackageCmdWith(f, nil) }
+
+func newPackageCmdWith(f *Factory, runF func(context.Context, *packageOptions) error) *cobra.Command {
+	o := &packageOptions{}
+	cmd := &cobra.Command{
+		Use:   "package MODEL --out DIR",
+		Short: "write the kernel-hub package (Triton kernels + layers) and the injection shim for a model",
+		Long: `Write a kernel-hub package for MODEL's plan: build/torch-cuda and build/torch-xpu
+(noarch Triton variants with metadata.json), torch-ext/ sources, build.toml, a card
+README.md, plan.yaml, and xpuinject_shim.py beside them. The folder is assembled aside
+and renamed into place; an existing non-empty DIR needs --force.`,
+		Example: `  xpuinject package testdata/fixtures/llama-tiny --out out/llama-tiny/package`,
+		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return notAvailable("writing the kernel package")
+			o.Model = args[0]
+			if o.Out == "" {
+				return &usageError{fmt.Errorf("--out DIR is required")}
+			}
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			_, err := packageRun(cmd.Context(), f, o)
+			return err
 		},
 	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Out, "out", "", "package folder to write")
+	fl.StringVar(&o.Name, "name", "", "kernel name (default: xpuinject-<model>)")
+	fl.IntVar(&o.Version, "version", 1, "kernel major version (Hub branch v<N>)")
+	fl.StringVar(&o.License, "license", "apache-2.0", "license of the package")
+	fl.StringVar(&o.RepoID, "repo-id", "", "Hub repository the package is for (card, build.toml)")
+	fl.BoolVar(&o.Force, "force", false, "replace a non-empty --out folder")
+	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
+	return cmd
+}
+
+func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*inject.EmitResult, error) {
+	plan, err := buildPlan(ctx, f, o.Model, o.Disable)
+	if err != nil {
+		return nil, err
+	}
+	return emitPackage(f, plan, o)
+}
+
+func emitPackage(f *Factory, plan *inject.Plan, o *packageOptions) (*inject.EmitResult, error) {
+	res, err := inject.Emit(plan, o.Out, inject.EmitOptions{
+		Name: o.Name, Version: o.Version, License: o.License, RepoID: o.RepoID,
+		Model: modelLabel(o.Model, plan), Tool: "xpuinject " + Version, Force: o.Force,
+		Extra: map[string][]byte{"xpuinject_shim.py": harness.ShimSource()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(f.Out, "%s\n", res.Dir)
+	fmt.Fprintf(f.ErrOut, "package %s: %d files (build/torch-cuda, build/torch-xpu, README.md, plan.yaml, xpuinject_shim.py)\n",
+		res.Name, len(res.Files))
+	return res, nil
+}
+
+// modelLabel names the model in cards and commit messages: the Hub repo when there is
+// one, else the folder name.
+func modelLabel(arg string, plan *inject.Plan) string {
+	if plan.Source.Repo != "" {
+		return plan.Source.Repo
+	}
+	return filepath.Base(filepath.Clean(arg))
 }
