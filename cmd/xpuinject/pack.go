@@ -1,13 +1,178 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
-func newPackCmd(f *Factory) *cobra.Command {
-	return &cobra.Command{
-		Use:   "pack",
-		Short: "packing weights",
+	"github.com/spf13/cobra"
+
+	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/kernels"
+	"github.com/xpuinject/xpuinject/models"
+)
+
+// packOptions are the flags and argument of `xpuinject pack`.
+type packOptions struct {
+	Model        string
+	Out          string
+	MaxShardSize string
+	Disable      []string
+	PlanFile     string // pack an existing plan.yaml instead of planning
+}
+
+func newPackCmd(f *Factory) *cobra.Command { return newPackCmdWith(f, nil) }
+
+// newPackCmdWith takes runF so tests can capture the parsed options.
+func newPackCmdWith(f *Factory, runF func(context.Context, *packOptions) error) *cobra.Command {
+	o := &packOptions{}
+	cmd := &cobra.Command{
+		Use:   "pack MODEL --out DIR",
+		Short: "write the folded, bf16 and pre-packed weights the plan asks for, and plan.yaml",
+		Long: `Plan MODEL (as 'xpuinject plan' does) and write the packed checkpoint into DIR:
+model.safetensors (or model-0000i-of-0000N.safetensors shards and
+model.safetensors.index.json) holding exactly the plan's output tensors (BatchNorm
+folded, q/k/v and gate/up concatenated, cast to bf16, K-major where a kernel reads
+[K, N]), and plan.yaml. Layers the plan keeps use the model's own weights and are not
+copied. Every shard's __metadata__ names the source, its sha256s, the transforms, this
+tool's version and the plan's sha256. Tensors stream through in row blocks: memory stays
+near the largest output tensor whatever the model size.
+
+Files are written to a temporary folder inside DIR and renamed at the end, plan.yaml
+last: a DIR with plan.yaml is complete.`,
+		Example: `  xpuinject pack testdata/fixtures/llama-tiny --out /tmp/llama-packed
+  xpuinject pack Qwen/Qwen2.5-0.5B --out packed --max-shard-size 2GB
+  xpuinject pack llama --out packed --plan edited-plan.yaml`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return notAvailable("packing weights")
+			o.Model = args[0]
+			if o.Out == "" {
+				return &usageError{fmt.Errorf("--out DIR is required")}
+			}
+			if _, err := inject.ParseSize(o.MaxShardSize); err != nil {
+				return &usageError{fmt.Errorf("--max-shard-size: %w", err)}
+			}
+			if o.PlanFile != "" && len(o.Disable) > 0 {
+				return &usageError{fmt.Errorf("--disable and --plan exclude each other (the plan file already says which kernels run)")}
+			}
+			reg := kernels.Default()
+			for _, d := range o.Disable {
+				if _, ok := reg.ByName(d); !ok {
+					return &usageError{fmt.Errorf("--disable %q: no such kernel (kernels: %s)", d, strings.Join(reg.Names(), ", "))}
+				}
+			}
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return packRun(cmd.Context(), f, o)
 		},
 	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Out, "out", "", "output folder (created if missing)")
+	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", `largest shard: bytes, or with a unit ("500MB", "2GiB")`)
+	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated (see 'xpuinject kernels')")
+	fl.StringVar(&o.PlanFile, "plan", "", "pack this plan.yaml (e.g. an edited one) instead of planning MODEL")
+	return cmd
+}
+
+func packRun(ctx context.Context, f *Factory, o *packOptions) error {
+	maxShard, err := inject.ParseSize(o.MaxShardSize)
+	if err != nil {
+		return &usageError{err}
+	}
+	dir, src, err := resolveModel(ctx, f, o.Model)
+	if err != nil {
+		return err
+	}
+	var ck *models.Checkpoint
+	var plan *inject.Plan
+	if o.PlanFile != "" {
+		b, err := os.ReadFile(o.PlanFile)
+		if err != nil {
+			return fmt.Errorf("pack: --plan: %w", err)
+		}
+		if plan, err = inject.UnmarshalPlanYAML(b); err != nil {
+			return fmt.Errorf("pack: --plan %s: %w", o.PlanFile, err)
+		}
+		if ck, err = models.Open(dir); err != nil {
+			return err
+		}
+	} else {
+		g, err := models.Load(dir)
+		if err != nil {
+			return err
+		}
+		plan, err = inject.NewPlan(g, kernels.Default(), inject.PlanOptions{
+			Source: src, Tool: "xpuinject " + Version, Disable: o.Disable,
+		})
+		if err != nil {
+			return err
+		}
+		ck = g.Checkpoint
+	}
+	prog := newPackProgress(f)
+	res, err := inject.Pack(ctx, ck, plan, o.Out, inject.PackOptions{
+		MaxShardSize: maxShard,
+		Tool:         "xpuinject " + Version,
+		Progress:     prog.report,
+	})
+	prog.done()
+	if err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(res.Dir)
+	if err != nil {
+		abs = res.Dir
+	}
+	fmt.Fprintf(f.ErrOut, "packed %d tensors, %s from %s of source tensors\n",
+		res.Tensors, humanBytes(res.OutputBytes), humanBytes(res.InputBytes))
+	fmt.Fprintln(f.Out, abs)
+	for _, name := range res.Files {
+		fmt.Fprintln(f.Out, "  "+name)
+	}
+	return nil
+}
+
+// packProgress prints "[i/N] tensor (bytes)" on stderr: one updating line on a
+// terminal, one line per tensor otherwise (logs).
+type packProgress struct {
+	f    *Factory
+	last int
+}
+
+func newPackProgress(f *Factory) *packProgress { return &packProgress{f: f} }
+
+func (p *packProgress) report(ev inject.PackProgress) {
+	line := fmt.Sprintf("pack [%d/%d] %s  %s / %s", ev.Index, ev.Total, ev.Name, humanBytes(ev.Bytes), humanBytes(ev.TotalBytes))
+	if p.f.IsTerminal {
+		pad := ""
+		if n := p.last - len(line); n > 0 {
+			pad = strings.Repeat(" ", n)
+		}
+		fmt.Fprint(p.f.ErrOut, "\r"+line+pad)
+		p.last = len(line)
+		return
+	}
+	fmt.Fprintln(p.f.ErrOut, line)
+}
+
+func (p *packProgress) done() {
+	if p.f.IsTerminal && p.last > 0 {
+		fmt.Fprintln(p.f.ErrOut)
+	}
+}
+
+// humanBytes formats n in decimal units, as sizes are given to --max-shard-size.
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d B", n)
 }
