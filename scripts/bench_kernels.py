@@ -981,7 +981,9 @@ def run_case(env, case: Case, idx: int, total: int) -> Dict:
     if env.smoke:
         for col, c in row["competitors"].items():
             if "variants" in c:
-                c["status"] = "checked" if all(v.get("check_ok") for v in c["variants"]) else "WRONG"
+                bad = [v for v in c["variants"] if not v.get("check_ok")]
+                errs = sorted({v["error"].split(":")[0] for v in bad if v.get("error")})
+                c["status"] = "checked" if not bad else ("error: " + ",".join(errs) if errs else "wrong result")
         row["target"] = "-"
         return row
 

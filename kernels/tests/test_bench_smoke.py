@@ -185,3 +185,76 @@ def test_render_table_marks_states():
     assert "skipped" in lines[3] and "ERROR" in lines[4]
     txt = bk.render_table(rows, markdown=False)
     assert len(txt.splitlines()) == 4
+
+
+class _FakeCuda:
+    """Just enough of torch.cuda for time_calls: a device clock that fn calls advance (or, while a
+    graph is captured, add to the graph's cost), events that read it, graphs that replay the cost."""
+
+    def __init__(self, fail_capture=False):
+        self.now = 0.0  # ms
+        self.capturing = None
+        self.fail_capture = fail_capture
+        self.calls = 0
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing=True):
+                self.t = None
+
+            def record(self):
+                self.t = cuda.now
+
+            def elapsed_time(self, other):
+                return other.t - self.t
+
+        class CUDAGraph:
+            def __init__(self):
+                self.cost = 0.0
+
+            def replay(self):
+                cuda.now += self.cost
+
+        class graph:  # noqa: N801 - mirrors torch.cuda.graph
+            def __init__(self, g):
+                self.g = g
+
+            def __enter__(self):
+                if cuda.fail_capture:
+                    raise RuntimeError("operation not permitted when stream is capturing")
+                cuda.capturing = self.g
+
+            def __exit__(self, *exc):
+                cuda.capturing = None
+                return False
+
+        self.Event, self.CUDAGraph, self.graph = Event, CUDAGraph, graph
+
+    def synchronize(self):
+        pass
+
+    def work(self, ms):
+        self.calls += 1
+        if self.capturing is not None:
+            self.capturing.cost += ms
+        else:
+            self.now += ms
+
+
+@pytest.mark.parametrize("timer,fail,want_timer", [("graph", False, "graph"), ("events", False, "events"),
+                                                    ("graph", True, "events (graph capture failed")])
+def test_time_calls_control_flow(timer, fail, want_timer):
+    cuda = _FakeCuda(fail_capture=fail)
+    env = types.SimpleNamespace(torch=types.SimpleNamespace(cuda=cuda), smoke=False,
+                                args=types.SimpleNamespace(timer=timer, rep_ms=60.0))
+    cost = {0: 0.010, 1: 0.030, 2: 0.020}  # ms per call, by input set: the median call is 20 us
+    sets = [dict(i=i) for i in range(3)]
+    r = bk.time_calls(env, lambda s: cuda.work(cost[s["i"]]), sets)
+    assert r["timer"].startswith(want_timer), r
+    assert r["sets"] == 3 and r["calls"] % 3 == 0 and r["calls"] >= 3
+    # every sweep covers the sets equally, so the time per call is the mean cost: 20 us
+    assert math.isclose(r["us"], 20.0, rel_tol=1e-9), r
+    assert r["p20"] <= r["us"] <= r["p80"]
+    # ~2 ms of work per sweep (the 20 us estimate gives 100 calls, rounded to 102 for 3 sets)
+    assert r["calls"] == 102
+    assert r["reps"] >= 10

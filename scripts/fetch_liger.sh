@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Put Liger-Kernel's source into .device-carry/liger/ so the GPU benchmark can compare with it.
+#
+#   scripts/fetch_liger.sh [VERSION]        (default 0.8.5, the version bench_kernels.py was read against)
+#
+# The GPU machine has no network, so Liger travels with the repo in an ignored folder: its wheel is
+# pure Python (liger_kernel-<v>-py3-none-any.whl, needs only torch and triton, both on the device
+# image; ops/utils.py also imports `packaging`, also there), so unpacking it is all the install it
+# needs. bench_kernels.py puts the folder on sys.path with `--liger .device-carry/liger`.
+#
+# Then, on the device (the lead's run):  carry [".device-carry/liger"], command
+#   scripts/bench-kernels.sh            (picks up .device-carry/liger by itself)
+#
+# NEVER commit it: .gitignore has /.device-carry/ and this script refuses to run if that rule is gone.
+set -euo pipefail
+
+VERSION="${1:-0.8.5}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+DEST=".device-carry/liger"
+
+if ! git check-ignore -q "$DEST"; then
+  echo "fetch_liger: $DEST is not git-ignored (want /.device-carry/ in .gitignore); refusing to fetch" >&2
+  exit 1
+fi
+
+PY="${PYTHON:-}"
+if [[ -z "$PY" ]]; then
+  if [[ -x "$ROOT/.venv/bin/python" ]]; then PY="$ROOT/.venv/bin/python"; else PY=python3; fi
+fi
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+"$PY" -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" "liger-kernel==$VERSION"
+shopt -s nullglob
+wheels=("$tmp"/liger_kernel-*.whl)
+if [[ ${#wheels[@]} -ne 1 ]]; then
+  echo "fetch_liger: expected one liger_kernel wheel, got ${#wheels[@]}: ${wheels[*]:-none}" >&2
+  exit 1
+fi
+"$PY" -m zipfile -e "${wheels[0]}" "$tmp/x"
+for f in liger_kernel/ops/rms_norm.py liger_kernel/ops/fused_add_rms_norm.py liger_kernel/ops/rope.py liger_kernel/ops/swiglu.py; do
+  if [[ ! -f "$tmp/x/$f" ]]; then
+    echo "fetch_liger: $f missing from ${wheels[0]##*/}" >&2
+    exit 1
+  fi
+done
+rm -rf "$DEST.tmp"
+mkdir -p "$(dirname "$DEST")"
+mv "$tmp/x" "$DEST.tmp"
+rm -rf "$DEST"
+mv "$DEST.tmp" "$DEST"
+echo "fetch_liger: liger-kernel $VERSION unpacked into $DEST ($(du -sh "$DEST" | cut -f1)); carry it as \".device-carry/liger\""
