@@ -55,6 +55,10 @@ type FetchOptions struct {
 	Warn func(msg string)
 }
 
+// errLocationRefused marks a CDN answer of 401/403/410: the signed URL from the HEAD
+// expired or was refused, and the Hub can be asked for a new one.
+var errLocationRefused = errors.New("hub: download location refused (expired signed URL?)")
+
 // ErrChecksum marks a download whose content does not match its announced size or hash.
 var ErrChecksum = errors.New("hub: checksum mismatch")
 
@@ -276,6 +280,17 @@ func (c *Client) fetchFile(ctx context.Context, cache Cache, repoType, repo, com
 		}
 		if !isRegular(blob) {
 			err = c.downloadBlob(ctx, meta.Location, blob, size, want, f.Path, p)
+			if errors.Is(err, errLocationRefused) && ctx.Err() == nil {
+				// Signed CDN URLs expire: ask the Hub for a fresh one, once.
+				var m FileMeta
+				if m, err = c.FileMetadata(ctx, repoType, repo, commit, f.Path); err == nil {
+					if m.Etag != meta.Etag {
+						err = fmt.Errorf("hub: %s@%s: %s: etag changed from %s to %s during the download", repo, commit, f.Path, meta.Etag, m.Etag)
+					} else {
+						err = c.downloadBlob(ctx, m.Location, blob, size, want, f.Path, p)
+					}
+				}
+			}
 			if errors.Is(err, ErrChecksum) && ctx.Err() == nil {
 				// The partial was discarded; one fresh attempt, as a bad byte in transit
 				// or a bad cache node deserves a second chance but not a loop.
@@ -423,7 +438,17 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 			lastErr = errors.New("HTTP 416")
 			continue
 		default:
-			err := c.httpError(resp, name, "", "")
+			var err error
+			if c.isHubHost(resp.Request.URL) {
+				err = c.httpError(resp, name, "", "")
+			} else {
+				// A CDN or storage host: its 403 means an expired or bad signed URL, not
+				// a missing token (the token is never sent there).
+				err = &StatusError{Method: "GET", URL: redactURL(resp.Request.URL), Status: resp.StatusCode}
+				if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusGone {
+					err = fmt.Errorf("%w: %w", errLocationRefused, err)
+				}
+			}
 			resp.Body.Close()
 			rcancel()
 			return fmt.Errorf("hub: %s: download: %w", name, err)

@@ -192,6 +192,7 @@ func TestSnapshotFaults(t *testing.T) {
 			{Kind: hubtest.FaultCut, Path: model, After: 200_000},
 			{Kind: hubtest.FaultIgnoreRange, Path: model}}, served: 200_000 + size},
 		{name: "stalled body (idle timeout) then resume", faults: []hubtest.Fault{{Kind: hubtest.FaultStall, Path: model, After: 50_000}}, served: size},
+		{name: "CDN 403 (expired signed URL) then a fresh HEAD", faults: []hubtest.Fault{{Kind: hubtest.FaultStatus, Status: 403, Path: model}}, served: size},
 		{name: "connection dropped before headers", faults: []hubtest.Fault{{Kind: hubtest.FaultCut, Path: model, After: 0}}, served: size},
 	}
 	for _, tc := range cases {
