@@ -25,9 +25,11 @@ type Cache struct {
 func DefaultCache() Cache { return CacheFromEnv(os.Getenv) }
 
 // CacheFromEnv is DefaultCache with the environment read through getenv.
+// As constants.py, the legacy HUGGINGFACE_HUB_CACHE is read when HF_HUB_CACHE is unset,
+// and "~" and $VARS are expanded.
 func CacheFromEnv(getenv func(string) string) Cache {
-	if d := getenv("HF_HUB_CACHE"); d != "" {
-		return Cache{Dir: expandHome(d)}
+	if d := firstNonEmpty(getenv("HF_HUB_CACHE"), getenv("HUGGINGFACE_HUB_CACHE")); d != "" {
+		return Cache{Dir: expandPath(d, getenv)}
 	}
 	return Cache{Dir: filepath.Join(hfHome(getenv), "hub")}
 }
@@ -37,10 +39,10 @@ func HFHome() string { return hfHome(os.Getenv) }
 
 func hfHome(getenv func(string) string) string {
 	if d := getenv("HF_HOME"); d != "" {
-		return expandHome(d)
+		return expandPath(d, getenv)
 	}
 	if x := getenv("XDG_CACHE_HOME"); x != "" {
-		return filepath.Join(expandHome(x), "huggingface")
+		return filepath.Join(expandPath(x, getenv), "huggingface")
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
@@ -82,13 +84,22 @@ func (c Cache) LocalSnapshot(repoType, repo, revision string) (dir, commit strin
 	return dir, commit, nil
 }
 
-// expandHome expands a leading "~/" as Python's os.path.expanduser does (constants.py
-// expands HF_HOME and HF_HUB_CACHE).
-func expandHome(p string) string {
+// expandPath expands a leading "~/" and then $VAR / ${VAR}, as constants.py does with
+// os.path.expandvars(os.path.expanduser(...)) for HF_HOME, HF_HUB_CACHE, HF_TOKEN_PATH.
+// Unset variables stay as written, as in expandvars.
+func expandPath(p string, getenv func(string) string) string {
 	if p == "~" || strings.HasPrefix(p, "~/") {
 		if home, err := os.UserHomeDir(); err == nil {
-			return filepath.Join(home, p[1:])
+			p = filepath.Join(home, p[1:])
 		}
 	}
-	return p
+	if !strings.Contains(p, "$") {
+		return p
+	}
+	return os.Expand(p, func(k string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return "${" + k + "}"
+	})
 }

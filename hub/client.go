@@ -89,10 +89,11 @@ func isTrue(v string) bool {
 }
 
 func readToken(getenv func(string) string) string {
-	if t := strings.TrimSpace(getenv("HF_TOKEN")); t != "" {
+	// utils/_auth.py: HF_TOKEN, then the legacy HUGGING_FACE_HUB_TOKEN, then the file.
+	if t := strings.TrimSpace(firstNonEmpty(getenv("HF_TOKEN"), getenv("HUGGING_FACE_HUB_TOKEN"))); t != "" {
 		return t
 	}
-	path := getenv("HF_TOKEN_PATH")
+	path := expandPath(getenv("HF_TOKEN_PATH"), getenv)
 	if path == "" {
 		path = filepath.Join(hfHome(getenv), "token")
 	}

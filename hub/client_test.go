@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -72,8 +74,26 @@ func TestEnvironment(t *testing.T) {
 	if got := CacheFromEnv(func(k string) string { return env[k] }).Dir; got != home+"/hub" {
 		t.Errorf("cache %s", got)
 	}
-	env["HF_HUB_CACHE"] = "/x/cache"
-	if got := CacheFromEnv(func(k string) string { return env[k] }).Dir; got != "/x/cache" {
+	env["HUGGINGFACE_HUB_CACHE"] = "/legacy"
+	if got := CacheFromEnv(func(k string) string { return env[k] }).Dir; got != "/legacy" {
+		t.Errorf("legacy cache %s", got)
+	}
+	env["HF_HUB_CACHE"] = "$BASE/x/${NAME}"
+	env["BASE"], env["NAME"] = "/b", "c"
+	if got := CacheFromEnv(func(k string) string { return env[k] }).Dir; got != "/b/x/c" {
 		t.Errorf("cache %s", got)
+	}
+	os.WriteFile(filepath.Join(home, "tok"), []byte(" hf_file \n"), 0o600)
+	env["HF_TOKEN_PATH"] = "$HF_HOME/tok"
+	if c := NewClient(func(k string) string { return env[k] }); c.Token != "hf_file" {
+		t.Errorf("token from HF_TOKEN_PATH: %q", c.Token)
+	}
+	env["HUGGING_FACE_HUB_TOKEN"] = "hf_legacy"
+	if c := NewClient(func(k string) string { return env[k] }); c.Token != "hf_legacy" {
+		t.Errorf("legacy token: %q", c.Token)
+	}
+	env["HF_TOKEN"] = "hf_new"
+	if c := NewClient(func(k string) string { return env[k] }); c.Token != "hf_new" {
+		t.Errorf("HF_TOKEN: %q", c.Token)
 	}
 }
