@@ -278,6 +278,11 @@ def _planned_bindings(plan: dict):
             layer = layer or "RMSNorm"
         if layer and lp.get("kernel") != "keep":
             out.append((lp["module"], layer, lp))
+        if layer == "Attention":
+            # qwen3's per-head q/k RMSNorms run inside the attention layer: same kernel
+            for role in ("q_norm", "k_norm"):
+                if f"{role}.weight" in (lp.get("tensors") or {}):
+                    out.append((f"{lp['module']}.{role}", "RMSNorm", lp))
     return out
 
 
@@ -319,7 +324,7 @@ def inject(model: nn.Module, package_dir, packed_dir=None, *, use_kernels="auto"
         if path not in named:
             raise InjectError(f"plan names module {path!r} (layer {layer}), which the model does not have")
         cls = type(named[path]).__name__
-        if path == lp["module"] and lp.get("class") and cls != lp["class"]:
+        if path == lp["module"] and layer == lp.get("layer") and lp.get("class") and cls != lp["class"]:
             raise InjectError(f"module {path!r} is a {cls}, plan expected {lp['class']}")
 
     replaced_layers = [lp for lp in plan["layers"] if lp.get("outputs") and (lp.get("layer") or lp["kind"] == "conv-bn")]
@@ -328,6 +333,10 @@ def inject(model: nn.Module, package_dir, packed_dir=None, *, use_kernels="auto"
     tensors = _load_outputs(replaced_layers, Path(packed_dir), device) if replaced_layers else {}
 
     kmod = load_kernel_package(package_dir, backend, api)
+    if backend == "cpu":
+        # Triton's CPU interpreter needs the package's emulation fixes (bf16 rounding and
+        # dot, numpy 2 indices) to compute what the compiled kernels compute.
+        importlib.import_module(kmod.__name__ + "._interpret").apply()
     layers_ns = getattr(kmod, "layers", None)
     if layers_ns is None:
         raise InjectError(f"{package_dir}: the kernel package exposes no `layers`")
@@ -366,10 +375,12 @@ def inject(model: nn.Module, package_dir, packed_dir=None, *, use_kernels="auto"
                 api.replace_kernel_forward_from_hub(
                     cls, marker, condition=lambda m, marker=marker: getattr(m, "_xpuinject_layer", None) == marker
                 )
-            dev_key = "cuda" if backend == "cpu" else backend
-            mapping[marker] = {dev_key: api.LocalLayerRepository(repo_path=package_dir.resolve(), layer_name=layer)}
+            # On the CPU (interpreter runs) kernelize is asked for the "cpu" device; the
+            # LocalLayerRepository then loads the variant for torch's own backend (the
+            # CUDA build's torch-cuda), whose Triton source the interpreter runs.
+            mapping[marker] = {backend: api.LocalLayerRepository(repo_path=package_dir.resolve(), layer_name=layer)}
         with api.use_kernel_mapping(mapping, inherit_mapping=False):
-            api.kernelize(model, mode=api.Mode.INFERENCE, device="cuda" if backend == "cpu" else backend)
+            api.kernelize(model, mode=api.Mode.INFERENCE, device=backend)
     else:
         for layer, paths in by_layer.items():
             cls = getattr(layers_ns, layer)
