@@ -1010,6 +1010,11 @@ def run_case(env, case: Case, idx: int, total: int) -> Dict:
                 else "error"
             continue
         c.update(status="ok", us=best["us"], best_variant=best["variant"], ratio=best["us"] / ours_us)
+    # ours once more, after the competitors: the spread between the two is the noise floor of this
+    # row (METHOD.md: a difference smaller than that is noise)
+    again = time_calls(env, case.ours, sets)
+    row["ours_again_us"] = again["us"]
+    row["ours_drift"] = again["us"] / ours_us - 1.0
     del sets, inp0
     if not env.smoke:
         torch.cuda.empty_cache()
@@ -1200,7 +1205,8 @@ def progress_line(i, total, el, row) -> str:
         return f"{head} ERROR {row['error']}"
     parts = [f"check {'ok' if row['check_ok'] else 'FAIL'} {row['rel_err']:.1e}", f"first call {row.get('first_call_s')}s"]
     if row.get("ours_us") is not None:
-        parts.append(f"ours {fmt_us(row['ours_us'])}us {row.get('achieved', '')} ({row.get('frac_text', '-')})")
+        parts.append(f"ours {fmt_us(row['ours_us'])}us (again {fmt_us(row.get('ours_again_us'))}us) "
+                     f"{row.get('achieved', '')} ({row.get('frac_text', '-')})")
     for col in COMPETITORS:
         c = row["competitors"].get(col)
         if c and c.get("status") == "ok":
