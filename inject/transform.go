@@ -79,7 +79,9 @@ func FoldBias(b, a, beta, mean []float64) []float64 {
 		if b != nil {
 			bi = b[i]
 		}
-		out[i] = a[i]*(bi-mean[i]) + beta[i]
+		// float64(...) forbids fusing into an FMA (Go spec, Floating-point operators), so
+		// results are the same on every architecture and match numpy/torch's float64.
+		out[i] = float64(a[i]*(bi-mean[i])) + beta[i]
 	}
 	return out
 }
@@ -88,7 +90,7 @@ func FoldBias(b, a, beta, mean []float64) []float64 {
 func BNInputShift(s, beta, mean []float64) []float64 {
 	t := make([]float64, len(s))
 	for j := range s {
-		t[j] = beta[j] - s[j]*mean[j]
+		t[j] = beta[j] - float64(s[j]*mean[j]) // no FMA, see FoldBias
 	}
 	return t
 }
@@ -102,7 +104,7 @@ func AddRowDots(out []float64, w []float64, row0 int, t []float64) {
 		row := w[r*cols : (r+1)*cols]
 		var sum float64
 		for j, x := range row {
-			sum += x * t[j]
+			sum += float64(x * t[j]) // no FMA, see FoldBias
 		}
 		out[row0+r] += sum
 	}
