@@ -1,17 +1,201 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
 
-func newPipelineCmd(f *Factory) *cobra.Command {
-	return &cobra.Command{
+	"github.com/spf13/cobra"
+
+	"github.com/xpuinject/xpuinject/harness"
+	"github.com/xpuinject/xpuinject/hub"
+	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/kernels"
+	"github.com/xpuinject/xpuinject/models"
+)
+
+// pipelineOptions are the flags of `xpuinject MODEL`.
+type pipelineOptions struct {
+	Model        string
+	Out          string
+	SkipEval     bool
+	Push         bool
+	RepoID       string
+	Private      bool
+	Force        bool
+	MaxShardSize string
+	Disable      []string
+	Eval         evalOptions
+}
+
+func newPipelineCmd(f *Factory) *cobra.Command { return newPipelineCmdWith(f, nil) }
+
+func newPipelineCmdWith(f *Factory, runF func(context.Context, *pipelineOptions) error) *cobra.Command {
+	o := &pipelineOptions{}
+	cmd := &cobra.Command{
 		Use:   "xpuinject MODEL",
 		Short: "fetch, plan, pack, package, evaluate (and with --push publish) a model's kernel package",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `xpuinject takes a Hugging Face model, finds the layers optimized Triton kernels can
+replace, folds and pre-packs their weights offline, writes a kernel-hub package with a
+transformers injection shim, and measures the injected model against the original.
+
+  xpuinject MODEL        fetch (when needed) -> plan -> pack -> package -> eval -> report
+  xpuinject MODEL --push ... then publish the package, only after a successful eval
+
+MODEL is a local folder (config.json + safetensors), a preset (` + presetNames() + `) or
+org/name[@revision]. Artifacts go under --out (default out/<kernel name>):
+packed/ (weights + plan.yaml), package/ (the kernel-hub repo + shim), eval/ (eval.json,
+report.md, plots).`,
+		Example: `  xpuinject testdata/fixtures/llama-tiny --device cpu        # offline, on a shipped fixture
+  xpuinject llama --out out/llama                            # Llama-3.2-1B on the GPU
+  xpuinject llama --push --repo-id my-org/llama-xpu-kernels  # and publish`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			return notAvailable("the whole pipeline (plan -> pack -> package -> eval)")
+			o.Model = args[0]
+			if o.Push && o.RepoID == "" {
+				return &usageError{fmt.Errorf("--push needs --repo-id ORG/NAME")}
+			}
+			if o.Push && o.SkipEval {
+				return &usageError{fmt.Errorf("--push publishes only after a successful eval; drop --skip-eval (or publish by hand with 'xpuinject push')")}
+			}
+			if err := checkEvalFlags(&o.Eval); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return pipelineRun(cmd.Context(), f, o)
 		},
 	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Out, "out", "", "output folder (default out/<kernel name>)")
+	fl.BoolVar(&o.SkipEval, "skip-eval", false, "stop after writing the package")
+	fl.BoolVar(&o.Push, "push", false, "publish the package to the Hub after a successful eval")
+	fl.StringVar(&o.RepoID, "repo-id", "", "Hub repository to publish to (with --push)")
+	fl.BoolVar(&o.Private, "private", false, "create the Hub repository private (with --push)")
+	fl.BoolVar(&o.Force, "force", false, "replace the artifacts of an earlier run in --out")
+	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", "largest packed shard")
+	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
+	addEvalFlags(cmd, &o.Eval)
+	return cmd
 }
+
+func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
+	start := time.Now()
+	step := func(format string, a ...any) {
+		fmt.Fprintf(f.ErrOut, "[%5.1fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
+	}
+	maxShard, err := inject.ParseSize(o.MaxShardSize)
+	if err != nil {
+		return &usageError{err}
+	}
+	step("resolve %s", o.Model)
+	dir, src, err := resolveModel(ctx, f, o.Model)
+	if err != nil {
+		return err
+	}
+	g, err := models.Load(dir)
+	if err != nil {
+		return err
+	}
+	plan, err := inject.NewPlan(g, kernels.Default(), inject.PlanOptions{Source: src, Tool: "xpuinject " + Version, Disable: o.Disable})
+	if err != nil {
+		return err
+	}
+	replaced := 0
+	for _, l := range plan.Layers {
+		if l.Kernel != inject.KernelKeep {
+			replaced++
+		}
+	}
+	step("plan: %s, %d layers, %d replaced, %d kept", plan.Arch, len(plan.Layers), replaced, len(plan.Layers)-replaced)
+
+	name := inject.KernelName(modelLabel(o.Model, plan))
+	out := o.Out
+	if out == "" {
+		out = filepath.Join("out", name)
+	}
+	packedDir, packageDir, evalDir := filepath.Join(out, "packed"), filepath.Join(out, "package"), filepath.Join(out, "eval")
+	for _, d := range []string{packedDir, packageDir, evalDir} {
+		if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 && !o.Force {
+			return fmt.Errorf("%s holds an earlier run's artifacts; pass --force to replace them or --out for another folder", d)
+		}
+	}
+	if o.Force {
+		// Pack writes into its folder; clear the earlier run's so nothing stale remains.
+		if err := os.RemoveAll(packedDir); err != nil {
+			return err
+		}
+	}
+	step("pack -> %s", packedDir)
+	prog := newPackProgress(f)
+	pres, err := inject.Pack(ctx, g.Checkpoint, plan, packedDir, inject.PackOptions{MaxShardSize: maxShard, Tool: "xpuinject " + Version, Progress: prog.report})
+	prog.done()
+	if err != nil {
+		return err
+	}
+	step("packed %d tensors, %s", pres.Tensors, humanBytes(pres.OutputBytes))
+
+	step("package -> %s", packageDir)
+	emitted, err := inject.Emit(plan, packageDir, inject.EmitOptions{
+		Name: name, RepoID: o.RepoID, Model: modelLabel(o.Model, plan), Tool: "xpuinject " + Version, Force: true,
+		Extra: map[string][]byte{"xpuinject_shim.py": harness.ShimSource()},
+	})
+	if err != nil {
+		return err
+	}
+
+	var report *harness.ReportFiles
+	if !o.SkipEval {
+		ev := o.Eval
+		ev.Model, ev.PackageDir, ev.PackedDir, ev.Out = dir, packageDir, packedDir, evalDir
+		step("eval -> %s", evalDir)
+		if err := inject.VerifyPacked(plan, packedDir); err != nil {
+			return err
+		}
+		if report, err = evalWithPlan(ctx, &Factory{In: f.In, Out: discard{}, ErrOut: f.ErrOut, Getenv: f.Getenv}, &ev, dir, plan); err != nil {
+			return fmt.Errorf("eval: %w (the package in %s was written; nothing was published)", err, packageDir)
+		}
+	}
+
+	var pushed *hub.PushResult
+	if o.Push {
+		step("push -> %s", o.RepoID)
+		pushed, err = hub.Push(ctx, hub.NewClient(f.Getenv), packageDir, hub.PushOptions{
+			RepoID: o.RepoID, Private: o.Private, Model: modelLabel(o.Model, plan), ToolVersion: Version, Progress: f.ErrOut,
+		})
+		if err != nil {
+			return err
+		}
+	}
+
+	step("done")
+	fmt.Fprintf(f.Out, "model      %s\n", dir)
+	fmt.Fprintf(f.Out, "plan       %s\n", filepath.Join(packedDir, "plan.yaml"))
+	fmt.Fprintf(f.Out, "packed     %s (%d tensors, %s)\n", packedDir, pres.Tensors, humanBytes(pres.OutputBytes))
+	fmt.Fprintf(f.Out, "package    %s (%s, %d files)\n", packageDir, emitted.Name, len(emitted.Files))
+	fmt.Fprintf(f.Out, "shim       %s\n", filepath.Join(packageDir, "xpuinject_shim.py"))
+	if report != nil {
+		fmt.Fprintf(f.Out, "eval       %s\n", filepath.Join(evalDir, "eval.json"))
+		fmt.Fprintf(f.Out, "report     %s\n", report.Markdown)
+		for _, p := range report.Plots {
+			fmt.Fprintf(f.Out, "plot       %s\n", p)
+		}
+	} else {
+		fmt.Fprintf(f.Out, "eval       skipped (--skip-eval)\n")
+	}
+	if pushed != nil {
+		fmt.Fprintf(f.Out, "published  %s (branch %s)\n", pushed.URL, pushed.Branch)
+	}
+	return nil
+}
+
+// discard swallows eval's own artifact lines: the pipeline prints its own summary.
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }

@@ -9,7 +9,9 @@ Public ops:
   apply_rope(q, k, cos, sin, inplace=False) -> (q_rot, k_rot)
   gemm(x, w, bias=None, residual=None, epilogue="none", use_descriptors=None) -> out
       epilogue in GEMM_EPILOGUES = ("none", "bias", "swiglu", "hardswish", "residual")
-`layers` holds the kernel-hub layer classes (RMSNorm, SwiGLUMLP, Linear, LinearBN, BNLinear).
+`layers` holds the kernel-hub layer classes (RMSNorm, SwiGLUMLP, Linear, LinearBN, BNLinear,
+Attention, DecoderLayer).
+  flash_attention_prefill, decode_attention, attention_forward (transformers AttentionInterface)
 """
 
 from . import _backend  # noqa: F401
@@ -18,3 +20,4 @@ from .gemm import EPILOGUES as GEMM_EPILOGUES  # noqa: F401
 from .gemm import gemm  # noqa: F401
 from .rmsnorm import add_rms_norm, rms_norm  # noqa: F401
 from .rope import apply_rope  # noqa: F401
+from .attention import attention_forward, decode_attention, flash_attention_prefill  # noqa: F401

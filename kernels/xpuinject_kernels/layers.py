@@ -29,7 +29,7 @@ from torch import nn
 from .gemm import gemm
 from .rmsnorm import rms_norm
 
-__all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LinearBN", "BNLinear"]
+__all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LinearBN", "BNLinear", "Attention", "DecoderLayer"]
 
 
 def _name(module: nn.Module) -> str:
@@ -127,3 +127,8 @@ class BNLinear(nn.Module):
 
     def forward(self, hidden_state: torch.Tensor) -> torch.Tensor:
         return _folded_bn(self, hidden_state, "BNLinear")
+
+
+# The attention block and decoder layer of the Llama family live in decoder.py (they need
+# the attention and rope kernels); kernelize finds every layer class here.
+from .decoder import Attention, DecoderLayer  # noqa: E402,F401
