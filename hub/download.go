@@ -546,17 +546,21 @@ func parseContentRange(h string) (start, total int64, ok bool) {
 	if !found {
 		return 0, 0, false
 	}
-	a, _, found := strings.Cut(rng, "-")
+	a, b, found := strings.Cut(rng, "-")
 	if !found {
 		return 0, 0, false
 	}
 	start, err := strconv.ParseInt(a, 10, 64)
-	if err != nil {
+	if err != nil || start < 0 {
+		return 0, 0, false
+	}
+	end, err := strconv.ParseInt(b, 10, 64)
+	if err != nil || end < start {
 		return 0, 0, false
 	}
 	total = -1
 	if tot != "*" {
-		if total, err = strconv.ParseInt(tot, 10, 64); err != nil {
+		if total, err = strconv.ParseInt(tot, 10, 64); err != nil || total <= end {
 			return 0, 0, false
 		}
 	}

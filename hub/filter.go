@@ -3,6 +3,7 @@ package hub
 import (
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // matchGlob reports whether name matches pattern with Python's fnmatch.fnmatchcase rules,
@@ -10,6 +11,9 @@ import (
 // run of characters including '/', '?' one character, "[seq]" / "[!seq]" a class; a
 // pattern ending in "/" matches everything under that folder.
 func matchGlob(pattern, name string) bool {
+	if !utf8.ValidString(pattern) {
+		return pattern == name // Hub paths are UTF-8; such a pattern can only be literal
+	}
 	re, err := globRegexp(pattern)
 	if err != nil {
 		return false
@@ -55,7 +59,7 @@ func globRegexp(pattern string) (*regexp.Regexp, error) {
 			b.WriteString("[" + class + "]")
 			i = j
 		default:
-			b.WriteString(regexp.QuoteMeta(string(ch)))
+			b.WriteString(regexp.QuoteMeta(pattern[i : i+1])) // a byte, not a rune: UTF-8 passes through
 		}
 	}
 	b.WriteString(`\z`)

@@ -282,3 +282,19 @@ def test_concurrent_fetches_share_one_download(bins, tmp_path):
         assert served(slow)["model.safetensors"] == weights.stat().st_size
     finally:
         slow.stop()
+
+
+def test_both_tools_agree_on_hf_home(bins, hub_server, tmp_path):
+    """With only HF_HOME set, both put the cache in $HF_HOME/hub."""
+    home = tmp_path / "home"
+    env = base_env(tmp_path / "unused", hub_server.url)
+    del env["HF_HUB_CACHE"]
+    env["HF_HOME"] = str(home)
+    p = xpuinject(bins, env, "fetch", "org/llama-tiny", "--include", "*.json")
+    snap = p.stdout.strip()
+    assert snap.startswith(str(home / "hub" / "models--org--llama-tiny" / "snapshots"))
+    env["HF_HUB_OFFLINE"] = "1"
+    env["HF_ENDPOINT"] = dead_endpoint()
+    got = python(env, READ_OFFLINE.format(repo="org/llama-tiny", files=["config.json", "tokenizer.json"]))
+    assert got["snapshot"] == snap
+    assert bytes.fromhex(got["files"]["config.json"]) == (FIXTURES / "llama-tiny" / "config.json").read_bytes()
