@@ -135,8 +135,11 @@ func (p *LineProgress) FileDone(name string, cached bool, err error) {
 // TermProgress draws a bar per active file and a total line on a terminal,
 // redrawing in place every Interval.
 type TermProgress struct {
-	W        io.Writer
-	Width    int
+	W     io.Writer
+	Width int // bar width in cells
+	// Columns, when positive, is the terminal width: lines are cut to fit, since a
+	// wrapped line would break the in-place redraw.
+	Columns  int
 	Interval time.Duration
 	t        tracker
 	lines    int // lines drawn last time
@@ -226,6 +229,9 @@ func (p *TermProgress) draw() {
 		fmt.Fprintf(&b, "\r\x1b[%dA", p.lines)
 	}
 	for _, l := range lines {
+		if r := []rune(l); p.Columns > 1 && len(r) >= p.Columns {
+			l = string(r[:p.Columns-1])
+		}
 		b.WriteString("\r\x1b[2K" + l + "\n")
 	}
 	// clear lines left from a taller previous frame

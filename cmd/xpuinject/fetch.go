@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/xpuinject/xpuinject/hub"
 )
@@ -133,6 +134,11 @@ func snapshot(ctx context.Context, f *Factory, ref hub.Ref, o *fetchOptions) (st
 		if f.IsTerminal {
 			tp := hub.NewTermProgress(f.ErrOut)
 			defer tp.Close()
+			if fi, ok := f.ErrOut.(*os.File); ok {
+				if w, _, err := term.GetSize(int(fi.Fd())); err == nil {
+					tp.Columns = w
+				}
+			}
 			opts.Progress = tp
 		} else {
 			opts.Progress = hub.NewLineProgress(f.ErrOut)
