@@ -403,7 +403,7 @@ def main(argv=None):
     try:
         summary = inject(injected, args.package, packed_dir=args.packed)
     except InjectError as e:
-        fail(4, f"injection failed: {e}")
+        fail(4, str(e))
     result["injection"] = summary
     progress(f"injected via {summary['path']}: " + ", ".join(f"{k}×{v}" for k, v in summary["replaced"].items()))
 
@@ -420,11 +420,11 @@ def main(argv=None):
 
     want_latency = args.latency == "on" or (args.latency == "auto" and on_gpu)
     if want_latency and not on_gpu:
-        result["latency"] = {"measured": False, "reason": "latency is measured only on a GPU (the CPU runs the Triton interpreter)"}
+        result["latency"] = {"measured": False, "reason": "latency is measured only on a GPU (the CPU runs the kernels under the Triton interpreter)"}
     elif not want_latency:
         result["latency"] = {
             "measured": False,
-            "reason": "not measured on the CPU: the kernels ran under the Triton interpreter" if not on_gpu else "disabled (--latency off)",
+            "reason": "the kernels ran on the CPU under the Triton interpreter, whose timings say nothing about a GPU" if not on_gpu else "disabled (--latency off)",
         }
     elif vision:
         result["latency"] = vision_latency(args, cfg, device, stock, injected)
@@ -468,7 +468,9 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu):
     }
     layers = []
     for i in range(1, len(ho)):
-        name = f"model.layers.{i - 1}" if i < len(ho) - 1 else "model.norm"
+        # hidden_states: embeddings, each layer's output, and the last layer's output
+        # after the final norm
+        name = f"model.layers.{i - 1}" if i < len(ho) - 1 else f"model.layers.{i - 1} + norm"
         layers.append({"name": name, "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])})
     result["layers"] = layers
     n_gen = args.gen_tokens or (128 if on_gpu else 8)

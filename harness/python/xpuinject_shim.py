@@ -387,6 +387,10 @@ def inject(model: nn.Module, package_dir, packed_dir=None, *, use_kernels="auto"
             for p in paths:
                 named[p].forward = types.MethodType(cls.forward, named[p])
 
+    folded_convs = sum(1 for lp in replaced_layers if lp["kind"] == "conv-bn")
+    replaced = {k: len(v) for k, v in sorted(by_layer.items())}
+    if folded_convs:
+        replaced["ConvBN(folded, stock conv2d)"] = folded_convs
     kept = [
         {"module": lp["module"], "reason": lp.get("reason", "")}
         for lp in plan["layers"]
@@ -395,7 +399,7 @@ def inject(model: nn.Module, package_dir, packed_dir=None, *, use_kernels="auto"
     return {
         "path": used,
         "backend": backend,
-        "replaced": {k: len(v) for k, v in sorted(by_layer.items())},
+        "replaced": replaced,
         "replaced_modules": sorted(p for ps in by_layer.values() for p in ps),
         "kept": kept,
         "packed_tensors": sum(len(lp["outputs"]) for lp in replaced_layers),

@@ -1,0 +1,83 @@
+"""Random-weight models shaped like Llama-3.2-1B and LeViT-128S, made by transformers from
+configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
+
+    python scripts/make_gpu_models.py OUT_DIR [--only llama1b,levit128s]
+
+Llama-3.2-1B's published config (hidden 2048, 16 layers, 32 heads, 8 KV heads, head_dim 64,
+intermediate 8192, vocab 128256, llama3 rope scaling, tied embeddings), saved in bf16 like the
+real checkpoint; the fixture tokenizer (vocab 512) is copied in, its ids are valid inputs.
+LeViT-128S is LevitConfig's default shape (hidden [128, 256, 384], heads [4, 6, 8], depths
+[4, 4, 4], 224x224, 1000 labels) with the distillation head, in fp32, BatchNorm statistics
+and affine parameters randomized (not 0/1) so folding is exercised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def llama1b(out: Path):
+    cfg = transformers.LlamaConfig(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, vocab_size=128256, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=0, eos_token_id=1,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    )
+    torch.manual_seed(0)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(dev):
+        model = transformers.LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("norm.weight"):
+                p.uniform_(0.8, 1.2)
+    model = model.to(torch.bfloat16).eval()
+    model.save_pretrained(out)
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        src = ROOT / "testdata" / "fixtures" / "llama-tiny" / f
+        if src.exists():
+            shutil.copy(src, out / f)
+
+
+def levit128s(out: Path):
+    cfg = transformers.LevitConfig(num_labels=1000)
+    torch.manual_seed(0)
+    model = transformers.LevitForImageClassificationWithTeacher(cfg).eval()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
+                n = m.num_features
+                m.running_mean.copy_(torch.randn(n, generator=g) * 0.2)
+                m.running_var.copy_(torch.rand(n, generator=g) * 1.5 + 0.5)
+                m.weight.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
+                m.bias.copy_(torch.randn(n, generator=g) * 0.1)
+    model.save_pretrained(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--only", default="llama1b,levit128s")
+    a = ap.parse_args()
+    makers = {"llama1b": llama1b, "levit128s": levit128s}
+    for name in a.only.split(","):
+        t = time.time()
+        d = Path(a.out) / name
+        d.mkdir(parents=True, exist_ok=True)
+        makers[name](d)
+        print(f"made {name} in {d} ({time.time() - t:.1f}s)", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()
