@@ -198,6 +198,19 @@ def render_table(rows: List[Dict], markdown: bool) -> str:
     return "\n".join(lines)
 
 
+def render_targets(rows: List[Dict]) -> str:
+    """Compact text table of the rows that carry a target (printed last: the device reply keeps
+    only the end of the output)."""
+    lines = []
+    for r in rows:
+        short = r["model"].replace("llama-", "")
+        tc = r.get("competitors", {}).get("torch", {})
+        vs = f"torch x{tc['ratio']:.2f}" if tc.get("status") == "ok" else "torch -"
+        lines.append(f"{r['kind']:<11} {short:<6} {r['shape']:<34} ours {fmt_us(r.get('ours_us')):>8}us "
+                     f"{r.get('frac_text', '-'):>4} {vs:<11} {target_cell(r)}")
+    return "\n".join(lines)
+
+
 def target_cell(r: Dict) -> str:
     t = r.get("target", "-")
     if not r.get("target_desc"):
@@ -519,7 +532,7 @@ class Case:
 
 def build_cases(env) -> List[Case]:
     args = env.args
-    models = SMOKE_MODEL if env.smoke else MODELS
+    models = SMOKE_MODEL if args.interpret_smoke else MODELS
     cases: List[Case] = []
     for kind in args.kinds:
         for name in args.model_names:
@@ -834,6 +847,18 @@ def _sdpa(torch, q, k, v, causal):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
 
 
+def _attn_ref(env, inp, causal):
+    """fp32 attention on K/V repeated to every query head (plain SDPA, no GQA: the fp32
+    memory-efficient kernel instead of a math fallback that would build the [S, S] scores), as
+    [b, s, h, d]."""
+    g = inp["q"].shape[1] // inp["k"].shape[1]
+    q = inp["q"].float()
+    k = inp["k"].float().repeat_interleave(g, dim=1)
+    v = inp["v"].float().repeat_interleave(g, dim=1)
+    o = env.torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return o.transpose(1, 2)
+
+
 def _sdpa_rep(env, inp, causal):
     """SDPA with K/V expanded to every query head once per set (transformers' repeat_kv, cached in
     the set so the expansion is not timed): the strongest plain-SDPA baseline whichever backend
@@ -857,8 +882,7 @@ def case_prefill(env, name, cfg, s):
         return xk.attention.flash_attention_prefill(inp["q"], inp["k"], inp["v"], causal=True)  # [b, s, h, d]
 
     def ref(inp):
-        o = _sdpa(torch, inp["q"].float(), inp["k"].float(), inp["v"].float(), True)
-        return [o.transpose(1, 2)]
+        return [_attn_ref(env, inp, True)]
 
     comps = {"torch": [("SDPA(is_causal, enable_gqa)", lambda inp: _sdpa(torch, inp["q"], inp["k"], inp["v"], True),
                         lambda o: o.transpose(1, 2)),
@@ -884,8 +908,7 @@ def case_decode(env, name, cfg, batch, kv_len):
         return xk.attention.decode_attention(inp["q"], inp["k"], inp["v"])  # [b, 1, h, d]
 
     def ref(inp):
-        o = _sdpa(torch, inp["q"].float(), inp["k"].float(), inp["v"].float(), False)
-        return [o.transpose(1, 2)]
+        return [_attn_ref(env, inp, False)]
 
     comps = {"torch": [("SDPA(enable_gqa)", lambda inp: _sdpa(torch, inp["q"], inp["k"], inp["v"], False),
                         lambda o: o.transpose(1, 2)),
@@ -1193,6 +1216,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     log("")
     log("\n".join(header))
     log(render_table(rows, markdown=False))
+    tgt = [r for r in rows if r.get("target_desc")]
+    if tgt:
+        log("")
+        log("targets (issue 8):")
+        log(render_targets(tgt))
     s = result["summary"]
     log(f"[bench] {s['checked']} checked, {s['failed']} failed, {s['skipped']} skipped; targets met {s['targets_met']}, "
         f"missed {s['targets_missed']}; {s['wall_s']} s; wrote {out_json} and {out_md}")
