@@ -312,12 +312,11 @@ def latency(models, cfg, device, args):
             with torch.no_grad():
                 cache = DynamicCache(config=cfg)
                 m(input_ids=ids, past_key_values=cache, use_cache=True)
-                base = cache.get_seq_length()
 
                 def step():
                     # one decode step on a cache of fixed length: crop back after each step
                     m(input_ids=nxt, past_key_values=cache, use_cache=True)
-                    cache.crop(base)
+                    cache.crop(-1)
 
                 row[f"{name}_ms"] = time_fn(step, device, args.repeats)
         row["ratio"] = ratio(row["injected_ms"], row["stock_ms"])

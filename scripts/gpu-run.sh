@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One batched GPU session on the lent H200 (device tool): the kernel tests on the real device,
+# the whole pipeline on Llama-3.2-1B- and LeViT-128S-shaped random models, and the kernel
+# benchmark. Each step has its own time limit so an overrun never costs the others; logs
+# and reports land in $OUT (the device tool brings that folder back).
+#
+#   run on the device (repo root), with bin/xpuinject built here for linux/amd64 and carried:
+#     bash scripts/gpu-run.sh
+#   env: STEPS="tests llama levit bench" (default all), T_TESTS/T_LLAMA/T_LEVIT/T_BENCH seconds.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+# The device tool returns at most 8 files: everything is written under $RES and re-packed
+# into $OUT/results.tgz after every step (a later overrun still leaves the earlier results).
+RES=/tmp/xpi-results
+mkdir -p "$OUT" "$RES"
+pack() { tar czf "$OUT/results.tgz" -C "$(dirname "$RES")" "$(basename "$RES")"; cp "$RES/summary.txt" "$OUT/"; }
+STEPS=${STEPS:-"tests llama levit bench"}
+export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1
+log() { echo "== $(date +%T) $*" | tee -a "$RES/summary.txt"; }
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)'
+} 2>&1 | tee -a "$RES/summary.txt"
+WORK=/tmp/xpi; mkdir -p "$WORK"
+for s in $STEPS; do
+  case $s in
+  tests)
+    log "kernel tests on the GPU"
+    timeout "${T_TESTS:-150}" python3 -m pytest kernels/tests -q -p no:cacheprovider -x \
+      --ignore=kernels/tests/test_bench_smoke.py >"$RES/kernel-tests.log" 2>&1
+    log "kernel tests rc=$? : $(tail -1 "$RES/kernel-tests.log")" ;;
+  llama|levit)
+    name=$([ "$s" = llama ] && echo llama1b || echo levit128s)
+    log "make $name"
+    python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" >>"$RES/$s.log" 2>&1
+    log "pipeline $name"
+    timeout "$([ "$s" = llama ] && echo "${T_LLAMA:-240}" || echo "${T_LEVIT:-90}")" \
+      bin/xpuinject "$WORK/models/$name" --out "$WORK/run-$s" --device cuda --repeats 20 >>"$RES/$s.log" 2>&1
+    rc=$?
+    log "pipeline $name rc=$rc"
+    cp "$WORK/run-$s/eval/report.md" "$RES/$s-report.md" 2>/dev/null
+    cp "$WORK/run-$s/eval/eval.json" "$RES/$s-eval.json" 2>/dev/null
+    cp "$WORK/run-$s/eval/latency.png" "$RES/$s-latency.png" 2>/dev/null
+    cp "$WORK/run-$s/eval/layers.png" "$RES/$s-layers.png" 2>/dev/null
+    ;;
+  bench)
+    log "kernel benchmark"
+    timeout "${T_BENCH:-150}" python3 scripts/bench_kernels.py --out "$RES/bench" --quick \
+      ${LIGER:+--liger "$LIGER"} >"$RES/bench.log" 2>&1
+    log "bench rc=$?" ;;
+  esac
+  pack
+done
+log "done"
+pack
