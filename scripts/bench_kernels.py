@@ -172,7 +172,8 @@ def render_table(rows: List[Dict], markdown: bool) -> str:
             if c.get("status") != "ok":
                 return c.get("status", "-")
             ratio = c.get("ratio")
-            return f"{fmt_us(c.get('us'))} ({ratio:.2f}x)" if ratio is not None else fmt_us(c.get("us"))
+            us = fmt_us(c.get("us")) + _fallback_mark(c.get("timer"))
+            return f"{us} ({ratio:.2f}x)" if ratio is not None else us
         if r.get("status") == "skipped":
             check = "skipped"
         elif r.get("error"):
@@ -181,7 +182,8 @@ def render_table(rows: List[Dict], markdown: bool) -> str:
             check = "-"
         else:
             check = ("ok " if r["check_ok"] else "FAIL ") + f"{r.get('rel_err', float('nan')):.1e}"
-        cells_all.append([r["kind"], r["model"], r["shape"], check, fmt_us(r.get("ours_us")),
+        ours_us = fmt_us(r.get("ours_us")) + (_fallback_mark(r["ours"].get("timer")) if r.get("ours") else "")
+        cells_all.append([r["kind"], r["model"], r["shape"], check, ours_us,
                           r.get("achieved", "-"), r.get("frac_text", "-"), comp("torch"), comp("compile"),
                           comp("liger"), target_cell(r)])
     if markdown:
@@ -196,6 +198,12 @@ def render_table(rows: List[Dict], markdown: bool) -> str:
     for c in cells_all:
         lines.append(fmt.format(*[str(x) for x in c]))
     return "\n".join(lines)
+
+
+def _fallback_mark(timer: Optional[str]) -> str:
+    """'*' on a time that was taken with eager events because its graph capture failed (it then
+    includes host launch overhead; the JSON says why)."""
+    return "*" if timer and "capture failed" in timer else ""
 
 
 def render_targets(rows: List[Dict]) -> str:
@@ -1032,7 +1040,8 @@ def run_case(env, case: Case, idx: int, total: int) -> Dict:
             c["status"] = "wrong result" if any(v.get("check_ok") is False and "error" not in v for v in c["variants"]) \
                 else "error"
             continue
-        c.update(status="ok", us=best["us"], best_variant=best["variant"], ratio=best["us"] / ours_us)
+        c.update(status="ok", us=best["us"], best_variant=best["variant"], ratio=best["us"] / ours_us,
+                 timer=best.get("timer"))
     # ours once more, after the competitors: the spread between the two is the noise floor of this
     # row (METHOD.md: a difference smaller than that is noise)
     again = time_calls(env, case.ours, sets)
@@ -1210,7 +1219,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"eager: {env.hf_note}; timer: {args.timer}  "]
     if result["ceilings"]:
         c = result["ceilings"]
-        header.append(f"ceilings (this run): copy {c['copy_GBps']:.0f} GB/s, torch.matmul bf16 {c['matmul_TFLOPs']:.0f} TFLOP/s")
+        header.append(f"ceilings (this run): copy {c['copy_GBps']:.0f} GB/s, torch.matmul bf16 {c['matmul_TFLOPs']:.0f} TFLOP/s  ")
+        header.append("times: median us per call; ratio = competitor time / ours (>1: ours faster); "
+                      "* = CUDA-graph capture failed, timed eagerly (host overhead included)")
     md = "\n".join(header) + "\n\n" + render_table(rows, markdown=True) + "\n"
     write_atomic(out_md, md)
     log("")

@@ -310,3 +310,13 @@ def test_run_case_timing_bookkeeping(monkeypatch, tmp_path):
     line = bk.render_table([row], markdown=True).splitlines()[2]
     assert "3.00 (3.00x)" in line and "missed (>=90% copy BW: 0.50)" in line
     assert "ours 1.00us" in bk.progress_line(0, 1, 1.0, row)
+
+
+def test_fallback_timer_is_marked():
+    row = dict(kind="rope", model="m", shape="s", check_ok=True, rel_err=1e-3, ours_us=5.0,
+               ours=dict(timer="events (graph capture failed: RuntimeError: x)"),
+               competitors={"torch": dict(status="ok", us=10.0, ratio=2.0, timer="graph")})
+    line = bk.render_table([row], markdown=True).splitlines()[2]
+    assert "| 5.00* |" in line and "| 10.0 (2.00x) |" in line
+    row["ours"]["timer"] = "graph"
+    assert "| 5.00 |" in bk.render_table([row], markdown=True).splitlines()[2]
