@@ -252,16 +252,17 @@ def _prefill_kernel(
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, M, LENS, PM, PL, PACC,
+    Q, K, V, M, LENS, PM, PL, PACC, O,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_mb, stride_mh, stride_mn,
+    stride_ob, stride_oh, stride_od,
     H, H_KV, GROUP, SEQ_K, SPLIT_SIZE, NUM_SPLITS, qk_scale, mask_min,
     SPLIT_BUCKET,  # autotune key only
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr,
     HAS_LENS: tl.constexpr, MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, SINGLE: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     pid_s = tl.program_id(0)
@@ -318,12 +319,20 @@ def _decode_split_kernel(
         acc = _mma(p.to(v.dtype), v, acc, DOT_PREC, UPCAST)
         m_i = m_new
 
-    # Partials: PM/PL [B, H, NUM_SPLITS], PACC [B, H, NUM_SPLITS, HEAD_DIM], contiguous fp32.
-    # An empty split (past a sequence's valid length) writes m = -inf, l = 0, acc = 0.
-    row = (off_b * H + heads) * NUM_SPLITS + pid_s
-    tl.store(PM + row, m_i, mask=g_ok)
-    tl.store(PL + row, l_i, mask=g_ok)
-    tl.store(PACC + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
+    if SINGLE:
+        # One split covers the cache: normalize here and skip the reduce launch (a launch costs
+        # ~25 us of host time on the H200 machine, as much as the kernel for short caches).
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+        out = acc / l_safe[:, None]
+        tl.store(O + off_b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :] * stride_od,
+                 out.to(O.dtype.element_ty), mask=g_ok[:, None] & d_ok[None, :])
+    else:
+        # Partials: PM/PL [B, H, NUM_SPLITS], PACC [B, H, NUM_SPLITS, HEAD_DIM], contiguous fp32.
+        # An empty split (past a sequence's valid length) writes m = -inf, l = 0, acc = 0.
+        row = (off_b * H + heads) * NUM_SPLITS + pid_s
+        tl.store(PM + row, m_i, mask=g_ok)
+        tl.store(PL + row, l_i, mask=g_ok)
+        tl.store(PACC + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
 
 
 @triton.jit
@@ -442,19 +451,34 @@ def _decode_configs(be: str):
     return [triton.Config(kw, num_warps=w, num_stages=s) for kw, w, s in cfgs]
 
 
+_FNS = {}
+
+
 def _prefill_fn(be: str):
-    return _backend.autotuned(
+    # Built once per (backend, interpreter) by _backend.autotuned; the local cache also skips
+    # rebuilding the config lists on every call (host time matters for decode).
+    key = ("prefill", be, _backend.is_interpret())
+    fn = _FNS.get(key)
+    if fn is not None:
+        return fn
+    fn = _FNS[key] = _backend.autotuned(
         "attention.prefill", _prefill_kernel, be, _prefill_configs(be),
         key=["SEQ_Q_BUCKET", "SEQ_K_BUCKET", "HEAD_DIM", "IS_CAUSAL", "MASK_KIND"],
         prune=_prefill_prune(be),
     )
+    return fn
 
 
 def _decode_fn(be: str):
-    return _backend.autotuned(
+    key = ("decode", be, _backend.is_interpret())
+    fn = _FNS.get(key)
+    if fn is not None:
+        return fn
+    fn = _FNS[key] = _backend.autotuned(
         "attention.decode", _decode_split_kernel, be, _decode_configs(be),
-        key=["SPLIT_BUCKET", "HEAD_DIM", "BLOCK_G", "MASK_KIND"],
+        key=["SPLIT_BUCKET", "HEAD_DIM", "BLOCK_G", "MASK_KIND", "SINGLE"],
     )
+    return fn
 
 
 # ---------------------------------------------------------------------------------------------
@@ -602,7 +626,18 @@ def flash_attention_prefill(
     return out
 
 
+_CU_CACHE = {}
+
+
 def _num_compute_units(device: torch.device) -> int:
+    key = (device.type, device.index)
+    n = _CU_CACHE.get(key)
+    if n is None:
+        n = _CU_CACHE[key] = _query_compute_units(device)
+    return n
+
+
+def _query_compute_units(device: torch.device) -> int:
     try:
         if device.type == "cuda":
             return int(torch.cuda.get_device_properties(device).multi_processor_count)
@@ -687,22 +722,31 @@ def decode_attention(
 
     block_d = max(16, triton.next_power_of_2(d))
     block_g = max(16, triton.next_power_of_2(group))  # tl.dot wants >= 16 rows
-    pm = _backend.empty((b, h, num_splits), torch.float32, q.device)
-    pl = _backend.empty((b, h, num_splits), torch.float32, q.device)
-    pacc = _backend.empty((b, h, num_splits, d), torch.float32, q.device)
+    single = num_splits == 1
+    out = _backend.empty((b, 1, h, d), q.dtype, q.device)
+    if single:
+        pm = pl = pacc = out  # unused (SINGLE writes out directly)
+    else:
+        # One workspace for the partials (one allocation instead of three): m, l, acc.
+        n = b * h * num_splits
+        ws = _backend.empty((n * (d + 2),), torch.float32, q.device)
+        pm, pl, pacc = ws[:n], ws[n:2 * n], ws[2 * n:]
     fn = _decode_fn(be)
     fn[(num_splits, b * hk)](
-        q, k, v, m_t, lens_t, pm, pl, pacc,
+        q, k, v, m_t, lens_t, pm, pl, pacc, out,
         q.stride(0), q.stride(1), q.stride(3),
         *k.stride(), *v.stride(),
         *sm,
+        out.stride(0), out.stride(2), out.stride(3),
         h, hk, group, sk, split_size, num_splits, float(scaling) * _LOG2E, mask_min,
         _bucket(split_size),
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g,
         HAS_LENS=has_lens, MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
-        UPCAST=_upcast(q.dtype),
+        UPCAST=_upcast(q.dtype), SINGLE=single,
     )
-    out = _backend.empty((b, 1, h, d), q.dtype, q.device)
+    _backend.count("attention.decode")
+    if single:
+        return out
     _decode_reduce_kernel[(b * h,)](
         pm, pl, pacc, out,
         out.stride(0), out.stride(2), out.stride(3),
@@ -710,9 +754,7 @@ def decode_attention(
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
         num_warps=4,
     )
-    _backend.count("attention.decode")
-    if num_splits > 1:
-        _backend.count("attention.decode.split")
+    _backend.count("attention.decode.split")
     return out
 
 
