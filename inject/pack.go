@@ -143,13 +143,28 @@ func Pack(ctx context.Context, ck *models.Checkpoint, plan *Plan, outDir string,
 		return nil, err
 	}
 	planSum := sha256.Sum256(planYAML)
-	meta, err := packMetadata(ck, plan, recipes, opts, hex.EncodeToString(planSum[:]))
+	// The source files are hashed while the tensors are computed: the shards' headers are
+	// written first with a same-length placeholder for the digests and rewritten once the
+	// digests are known (hex digests have a fixed length, so the header length and every
+	// tensor offset stay put). Hashing a 2.5 GB checkpoint costs ~1.5 CPU-seconds; doing
+	// it up front would add that to the wall time.
+	hashCtx, stopHash := context.WithCancel(ctx)
+	defer stopHash()
+	hashes := startSourceSHA256(hashCtx, ck, opts.Workers)
+	meta, err := packMetadata(ck, plan, recipes, opts, hex.EncodeToString(planSum[:]), hashes.placeholder)
 	if err != nil {
 		return nil, err
 	}
 	shards := assignShards(recipes, opts.MaxShardSize)
 
-	px := &packer{ctx: ctx, ck: ck, opts: opts, files: map[string]*os.File{}}
+	px := &packer{ctx: ctx, ck: ck, opts: opts, files: map[string]*os.File{}, hashes: hashes,
+		finalMeta: func() (map[string]string, error) {
+			sums, err := hashes.wait()
+			if err != nil {
+				return nil, err
+			}
+			return packMetadata(ck, plan, recipes, opts, hex.EncodeToString(planSum[:]), sums)
+		}}
 	defer px.close()
 	for _, r := range recipes { // every source file open and every extent checked before writing
 		if err := px.open(r); err != nil {
@@ -166,7 +181,7 @@ func Pack(ctx context.Context, ck *models.Checkpoint, plan *Plan, outDir string,
 	defer os.RemoveAll(tmp)
 
 	px.kbuf = make([]byte, 0, maxKMajor(recipes))
-	res := &PackResult{Dir: outDir, Tensors: len(recipes), PlanSHA256: hex.EncodeToString(planSum[:]), Metadata: meta}
+	res := &PackResult{Dir: outDir, Tensors: len(recipes), PlanSHA256: hex.EncodeToString(planSum[:])}
 	for _, r := range recipes {
 		px.totalBytes += r.outBytes()
 	}
@@ -201,6 +216,9 @@ func Pack(ctx context.Context, ck *models.Checkpoint, plan *Plan, outDir string,
 	}
 	res.Files = append(res.Files, PlanFile)
 	if err := commitOutputs(tmp, outDir, res.Files); err != nil {
+		return nil, err
+	}
+	if res.Metadata, err = px.finalMeta(); err != nil {
 		return nil, err
 	}
 	res.OutputBytes = px.totalBytes
@@ -292,11 +310,7 @@ var dtypeRank = map[models.DType]int{
 }
 
 // packMetadata builds the __metadata__ every shard carries.
-func packMetadata(ck *models.Checkpoint, plan *Plan, rs []*recipe, opts PackOptions, planSHA string) (map[string]string, error) {
-	sums, err := sourceSHA256(ck, opts.Workers)
-	if err != nil {
-		return nil, err
-	}
+func packMetadata(ck *models.Checkpoint, plan *Plan, rs []*recipe, opts PackOptions, planSHA string, sums map[string]string) (map[string]string, error) {
 	sj, err := json.Marshal(sums) // map keys sorted
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPack, err)
@@ -335,50 +349,85 @@ func packMetadata(ck *models.Checkpoint, plan *Plan, rs []*recipe, opts PackOpti
 
 var hexSHA256 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// sourceSHA256 returns the sha256 of each safetensors file of ck, keyed by its path
-// relative to ck.Dir. A file that is a symlink into an HF cache blob named by its sha256
-// (how LFS files are stored, and checked on download) is not read again.
-func sourceSHA256(ck *models.Checkpoint, workers int) (map[string]string, error) {
-	out := map[string]string{}
-	var mu sync.Mutex
-	var firstErr error
-	sem := make(chan struct{}, workers)
-	var wg sync.WaitGroup
+// sourceHashes is the sha256 of each safetensors file of a checkpoint, keyed by its
+// path relative to the checkpoint folder, computed in the background.
+type sourceHashes struct {
+	placeholder map[string]string // same keys, 64 zeros each
+	done        chan struct{}
+	sums        map[string]string
+	err         error
+}
+
+func (h *sourceHashes) wait() (map[string]string, error) {
+	<-h.done
+	return h.sums, h.err
+}
+
+// startSourceSHA256 starts hashing ck's files. A file that is a symlink into an HF cache
+// blob named by its sha256 (how LFS files are stored, and checked on download) is not
+// read again.
+func startSourceSHA256(ctx context.Context, ck *models.Checkpoint, workers int) *sourceHashes {
+	h := &sourceHashes{placeholder: map[string]string{}, done: make(chan struct{}), sums: map[string]string{}}
+	type job struct{ path, rel string }
+	var jobs []job
 	for _, f := range ck.Files {
 		rel, err := filepath.Rel(ck.Dir, f)
 		if err != nil || strings.HasPrefix(rel, "..") {
 			rel = f
 		}
+		h.placeholder[rel] = strings.Repeat("0", sha256.Size*2)
 		if target, err := os.Readlink(f); err == nil && hexSHA256.MatchString(filepath.Base(target)) {
-			out[rel] = filepath.Base(target)
+			h.sums[rel] = filepath.Base(target)
 			continue
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(f, rel string) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			sum, err := fileSHA256(f)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = fmt.Errorf("%w: source file %s: %w", ErrPack, f, err)
-			}
-			out[rel] = sum
-		}(f, rel)
+		jobs = append(jobs, job{f, rel})
 	}
-	wg.Wait()
-	return out, firstErr
+	go func() {
+		defer close(h.done)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, max(1, workers))
+		for _, j := range jobs {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(j job) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				sum, err := fileSHA256(ctx, j.path)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil && h.err == nil {
+					h.err = fmt.Errorf("%w: hash source file %s: %w", ErrPack, j.path, err)
+				}
+				h.sums[j.rel] = sum
+			}(j)
+		}
+		wg.Wait()
+	}()
+	return h
 }
 
-func fileSHA256(path string) (string, error) {
+// ctxReader stops a long read when ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func fileSHA256(ctx context.Context, path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.CopyBuffer(h, f, make([]byte, 1<<20)); err != nil {
+	if _, err := io.CopyBuffer(h, ctxReader{ctx, f}, make([]byte, 1<<20)); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
@@ -503,6 +552,8 @@ type packer struct {
 	written    int64
 	totalBytes int64
 	inputBytes atomic.Int64
+	hashes     *sourceHashes
+	finalMeta  func() (map[string]string, error) // the metadata with the real digests
 }
 
 // scratch is one worker's reusable buffers.
@@ -618,11 +669,27 @@ func (p *packer) writeShard(path string, rs []*recipe, meta map[string]string) e
 		if err := p.writeTensor(r, f, ts[i].Offset); err != nil {
 			return fail(err)
 		}
+		startWriteback(f, ts[i].Offset, ts[i].Size)
 		p.done++
 		p.written += r.outBytes()
 		if p.opts.Progress != nil {
 			p.opts.Progress(PackProgress{Index: p.done, Total: p.total, Name: r.Out.Name, Bytes: p.written, TotalBytes: p.totalBytes})
 		}
+	}
+	final, err := p.finalMeta()
+	if err != nil {
+		return fail(err)
+	}
+	var hdr2 bytes.Buffer
+	if _, err := models.WriteHeader(&hdr2, ts, final); err != nil {
+		return fail(fmt.Errorf("%w: %s: %w", ErrPack, path, err))
+	}
+	if hdr2.Len() != hdr.Len() {
+		return fail(fmt.Errorf("%w: %s: header with the source digests is %d bytes, the placeholder was %d",
+			ErrPack, path, hdr2.Len(), hdr.Len()))
+	}
+	if err := writeAt(f, hdr2.Bytes(), 0, "header"); err != nil {
+		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
 		return fail(fmt.Errorf("%w: sync %s: %w", ErrPack, path, err))

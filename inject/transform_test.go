@@ -191,3 +191,52 @@ func TestNewRecipeRoles(t *testing.T) {
 		}
 	}
 }
+
+// TestCastToBF16Lengths checks the 4-at-a-time F32 loop and its tail against the scalar
+// rounding, NaNs included, for every length 0..19.
+func TestCastToBF16Lengths(t *testing.T) {
+	bits := []uint32{0x3f808000, 0x7fc00001, 0xff800001, 0x7f7fffff, 0x00018000, 0x80000001, 0x3f818000, 0x12345678,
+		0x7f800000, 0x3f808001, 0xc0490fdb, 0x00000000, 0x80000000, 0x7f7f8000, 0x41c80000, 0xdeadbeef, 0x7fbfffff, 1, 2}
+	for n := 0; n <= len(bits); n++ {
+		src := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint32(src[4*i:], bits[i])
+		}
+		dst := make([]byte, 2*n+2)
+		if err := CastToBF16(dst, src, models.F32, n); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			if got, want := binary.LittleEndian.Uint16(dst[2*i:]), BF16FromF32(math.Float32frombits(bits[i])); got != want {
+				t.Errorf("n=%d [%d] %#08x -> %#04x, want %#04x", n, i, bits[i], got, want)
+			}
+		}
+		if dst[2*n] != 0 || dst[2*n+1] != 0 {
+			t.Errorf("n=%d: wrote past the end", n)
+		}
+	}
+}
+
+func BenchmarkCastToBF16(b *testing.B) {
+	const n = 1 << 18
+	src := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(src[4*i:], math.Float32bits(float32(i)*0.001))
+	}
+	dst := make([]byte, 2*n)
+	b.SetBytes(4 * n)
+	for i := 0; i < b.N; i++ {
+		_ = CastToBF16(dst, src, models.F32, n)
+	}
+}
+
+// BenchmarkTransposeInto: a 128-row block of a [3072, 2048] bf16 matrix (a Llama qkv).
+func BenchmarkTransposeInto(b *testing.B) {
+	rows, cols, n := 128, 2048, 3072
+	src := make([]byte, 2*rows*cols)
+	dst := make([]byte, 2*cols*n)
+	b.SetBytes(int64(2 * rows * cols))
+	for i := 0; i < b.N; i++ {
+		TransposeInto(dst, src, 2, rows, cols, n, 0)
+	}
+}
