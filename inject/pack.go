@@ -852,9 +852,43 @@ func (p *packer) writeTensor(r *recipe, f packFile, off int64) error {
 		return err
 	}
 	if r.KMajor {
-		return writeAt(f, kout, off, r.Out.Name)
+		return p.writeParallel(f, kout, off, r.Out.Name)
 	}
 	return nil
+}
+
+// writeParallel writes b at off in 8 MiB chunks spread over the workers: one pwrite of a
+// 100+ MiB K-major tensor is a single-threaded copy into the page cache that would
+// otherwise leave the other cores idle.
+func (p *packer) writeParallel(f packFile, b []byte, off int64, name string) error {
+	const chunk = 8 << 20
+	nchunks := (len(b) + chunk - 1) / chunk
+	workers := min(p.opts.Workers, nchunks)
+	if workers <= 1 {
+		return writeAt(f, b, off, name)
+	}
+	var next atomic.Int64
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= nchunks {
+					return
+				}
+				lo, hi := c*chunk, min((c+1)*chunk, len(b))
+				if err := writeAt(f, b[lo:hi], off+int64(lo), name); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // writeBias computes a folded bias (small: one value per output channel).
