@@ -171,6 +171,13 @@ func Pack(ctx context.Context, ck *models.Checkpoint, plan *Plan, outDir string,
 			return nil, err
 		}
 	}
+	// Packing into the source folder would replace (and then delete as stale) the very
+	// model*.safetensors being read.
+	if a, err := os.Stat(outDir); err == nil {
+		if b, err := os.Stat(ck.Dir); err == nil && os.SameFile(a, b) {
+			return nil, fmt.Errorf("%w: output folder %s is the source checkpoint folder; choose another --out", ErrPack, outDir)
+		}
+	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: output folder: %w", ErrPack, err)
 	}

@@ -792,6 +792,14 @@ func TestPackUnwritableOutput(t *testing.T) {
 	if err == nil || !errors.Is(err, ErrPack) || !strings.Contains(err.Error(), "output folder") {
 		t.Errorf("error %v, want ErrPack naming the output folder", err)
 	}
+	// the source folder itself
+	_, err = Pack(context.Background(), f.ck, f.plan, filepath.Join(dir, "src", "."), PackOptions{})
+	if err == nil || !strings.Contains(err.Error(), "is the source checkpoint folder") {
+		t.Errorf("packing into the source folder: error %v", err)
+	}
+	if _, err := os.Stat(f.ck.Files[0]); err != nil {
+		t.Errorf("source file gone: %v", err)
+	}
 	// a read-only folder (meaningful when not root: root writes anyway)
 	ro := filepath.Join(dir, "ro")
 	if err := os.Mkdir(ro, 0o555); err != nil {
