@@ -42,6 +42,7 @@ from . import _backend
 __all__ = [
     "flash_attention_prefill",
     "decode_attention",
+    "decode_num_splits",
     "attention_forward",
     "attention_ref",
     "register_transformers",
