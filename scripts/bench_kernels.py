@@ -1123,14 +1123,11 @@ def environment(env) -> Dict:
 
 
 def _apply_smoke_patches() -> None:
-    """The interpreter fixes the kernel tests use (bf16 RTNE rounding, bf16 dot, numpy>=2.4 loop
-    bounds) live in kernels/tests/conftest.py and are applied when it is imported."""
-    import importlib.util
+    """The interpreter fixes the kernel tests and the shim use (bf16 RTNE rounding, bf16 dot,
+    numpy>=2.4 loop bounds): xpuinject_kernels._interpret."""
+    from xpuinject_kernels import _interpret
 
-    path = os.path.join(KERNELS_DIR, "tests", "conftest.py")
-    spec = importlib.util.spec_from_file_location("_xpuinject_kernel_conftest", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    _interpret.apply()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -25,40 +25,8 @@ BF16_ULP = 2.0**-7  # relative spacing of bf16 (upper bound of 1 ulp)
 FP16_ULP = 2.0**-10
 
 
-# ---------------------------------------------------------------------------------------------
-# numpy >= 2.4 vs triton 3.6's interpreter: loop bounds that are runtime values (every flash loop)
-# go through `int(handle.data)` on a 1-element 1-D array, which numpy 2.4 turned into a TypeError
-# (triton-lang/triton#9171, fixed upstream by #9172: squeeze before int()). Apply that one-line
-# fix for this module's kernels only, and only when the installed numpy needs it.
-# ---------------------------------------------------------------------------------------------
-
-
-def _numpy_needs_index_fix() -> bool:
-    try:
-        int(np.array([1]))
-        return False
-    except TypeError:
-        return True
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _interpreter_index_fix():
-    if not (_backend.is_interpret() and _numpy_needs_index_fix()):
-        yield
-        return
-    import triton.runtime.interpreter as interp
-
-    orig = interp._patch_lang_tensor
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
-
-    interp._patch_lang_tensor = patched
-    try:
-        yield
-    finally:
-        interp._patch_lang_tensor = orig
+# (The interpreter fixes these kernels need under TRITON_INTERPRET=1 -- numpy >= 2.4 loop bounds,
+# bf16 rounding and dot -- are applied for every test by conftest.py via xpuinject_kernels._interpret.)
 
 
 # ---------------------------------------------------------------------------------------------
