@@ -14,7 +14,6 @@ whose logits must match the sdpa model's.
 import copy
 import math
 
-import numpy as np
 import pytest
 import torch
 
