@@ -3,7 +3,7 @@
 
 Every fixture is built by transformers' own model classes from a small config, with fixed seeds,
 and written with ``save_pretrained`` (safetensors). Text fixtures share one byte-level BPE
-tokenizer trained on testdata/text/prose.txt. Run from anywhere:
+tokenizer trained on harness/python/prose.txt (the project's own text, also the eval's default). Run from anywhere:
 
     .venv/bin/python scripts/make_fixtures.py            # (re)write testdata/fixtures/
     .venv/bin/python scripts/make_fixtures.py --check    # regenerate into a temp dir, compare
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-PROSE = ROOT / "testdata" / "text" / "prose.txt"
+PROSE = ROOT / "harness" / "python" / "prose.txt"
 FIXTURES = ROOT / "testdata" / "fixtures"
 
 VOCAB_SIZE = 512  # tokenizer vocab == model vocab_size for every text fixture

@@ -21,7 +21,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "testdata" / "fixtures"
-PROSE = ROOT / "testdata" / "text" / "prose.txt"
+PROSE = ROOT / "harness" / "python" / "prose.txt"
 
 # name -> (model_type, architecture class, safetensors dtype of the weights)
 TEXT = {
