@@ -35,11 +35,6 @@ func NewFactory(in io.Reader, out, errOut io.Writer) *Factory {
 	return f
 }
 
-// ErrNotAvailable marks a command whose capability is not built yet.
-var ErrNotAvailable = errors.New("not available yet")
-
-func notAvailable(what string) error { return fmt.Errorf("%w: %s", ErrNotAvailable, what) }
-
 // exitError carries a specific exit code.
 type exitError struct {
 	code int
@@ -51,11 +46,10 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // Exit codes, decided here only.
 const (
-	exitOK           = 0
-	exitError1       = 1 // any failure
-	exitUsage        = 2 // bad flags or arguments
-	exitNotAvailable = 3 // capability not built yet
-	exitInterrupted  = 130
+	exitOK          = 0
+	exitError1      = 1 // any failure
+	exitUsage       = 2 // bad flags or arguments
+	exitInterrupted = 130
 )
 
 // Main runs the CLI with args and returns the process exit code.
@@ -76,8 +70,6 @@ func Main(args []string, f *Factory) int {
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.Is(err, ErrNotAvailable):
-		return exitNotAvailable
 	case errors.Is(err, context.Canceled):
 		return exitInterrupted
 	case isUsageError(err):
