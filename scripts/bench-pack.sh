@@ -9,7 +9,10 @@
 # --plan so neither pays for planning) and read the checkpoint from the page cache (it is
 # read once before timing). Each is run ROUNDS times, alternating; the table reports every
 # run and the best. Throughput is GB of source tensor bytes the plan reads, per second of
-# wall time; peak RSS is GNU time's %M (max resident set, KB) of the process.
+# wall time; peak RSS is GNU time's %M (max resident set, KB) of the process. `sync` runs
+# (untimed) before each run so no run pays for the previous one's writeback. xpuinject
+# fsyncs each shard before renaming it into place (part of its atomicity contract);
+# safetensors' save_file does not, so the Python time excludes the disk write.
 # Environment: PYTHON (default .venv/bin/python), ROUNDS (default 3), GO (default go).
 set -euo pipefail
 
@@ -59,6 +62,7 @@ run() { # name outdir cmd...
   local name=$1 out=$2
   shift 2
   rm -rf "$out"
+  sync # untimed: no dirty pages of the previous run compete for the disk
   "$timebin" -f "%e %M" -o "$work/time.txt" "$@" >/dev/null 2>"$work/$name.stderr"
   read -r secs rss_kb <"$work/time.txt"
   echo "$name $secs $rss_kb" >>"$results"
