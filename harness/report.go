@@ -157,24 +157,22 @@ func Markdown(r *Result, plots []string) []byte {
 		fmt.Fprintf(&b, "Not measured: %s.\n", r.Latency.Reason)
 	} else {
 		fmt.Fprintf(&b, "%s. Ratio = injected / stock (below 1× is faster).\n\n", r.Latency.Method)
-		if len(r.Latency.Prefill) > 0 {
-			b.WriteString("| prefill tokens | stock ms | injected ms | ratio |\n| --- | --- | --- | --- |\n")
-			for _, x := range r.Latency.Prefill {
-				fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", x.Tokens, f(x.StockMS), f(x.InjectedMS), ratioStr(x.InjectedMS, x.StockMS))
-			}
-			b.WriteString("\n")
+		tables := []struct {
+			head string
+			rows []LatencyRow
+			key  func(LatencyRow) int
+		}{
+			{"prefill tokens | stock ms | injected ms", r.Latency.Prefill, func(x LatencyRow) int { return x.Tokens }},
+			{"decode batch (512-token cache) | stock ms/token | injected ms/token", r.Latency.Decode, func(x LatencyRow) int { return x.Batch }},
+			{"batch | stock ms | injected ms", r.Latency.Forward, func(x LatencyRow) int { return x.Batch }},
 		}
-		if len(r.Latency.Decode) > 0 {
-			b.WriteString("| decode batch (512-token cache) | stock ms/token | injected ms/token | ratio |\n| --- | --- | --- | --- |\n")
-			for _, x := range r.Latency.Decode {
-				fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", x.Batch, f(x.StockMS), f(x.InjectedMS), ratioStr(x.InjectedMS, x.StockMS))
+		for _, t := range tables {
+			if len(t.rows) == 0 {
+				continue
 			}
-			b.WriteString("\n")
-		}
-		if len(r.Latency.Forward) > 0 {
-			b.WriteString("| batch | stock ms | injected ms | ratio |\n| --- | --- | --- | --- |\n")
-			for _, x := range r.Latency.Forward {
-				fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", x.Batch, f(x.StockMS), f(x.InjectedMS), ratioStr(x.InjectedMS, x.StockMS))
+			fmt.Fprintf(&b, "| %s | ratio |\n| --- | --- | --- | --- |\n", t.head)
+			for _, x := range t.rows {
+				fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", t.key(x), f(x.StockMS), f(x.InjectedMS), ratioStr(x.InjectedMS, x.StockMS))
 			}
 			b.WriteString("\n")
 		}
