@@ -667,7 +667,7 @@ func (p *packer) writeShard(path string, rs []*recipe, meta map[string]string) e
 		return err
 	}
 	if _, err := f.WriteAt(hdr.Bytes(), 0); err != nil {
-		return fail(fmt.Errorf("%w: write %s: %w", ErrPack, path, err))
+		return fail(fmt.Errorf("%w: write the header of %s: %w", ErrPack, path, err))
 	}
 	for i, r := range order {
 		if err := p.ctx.Err(); err != nil {
@@ -695,8 +695,8 @@ func (p *packer) writeShard(path string, rs []*recipe, meta map[string]string) e
 		return fail(fmt.Errorf("%w: %s: header with the source digests is %d bytes, the placeholder was %d",
 			ErrPack, path, hdr2.Len(), hdr.Len()))
 	}
-	if err := writeAt(f, hdr2.Bytes(), 0, "header"); err != nil {
-		return fail(err)
+	if _, err := f.WriteAt(hdr2.Bytes(), 0); err != nil {
+		return fail(fmt.Errorf("%w: write the header of %s: %w", ErrPack, path, err))
 	}
 	if err := f.Sync(); err != nil {
 		return fail(fmt.Errorf("%w: sync %s: %w", ErrPack, path, err))
