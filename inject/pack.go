@@ -157,7 +157,7 @@ func Pack(ctx context.Context, ck *models.Checkpoint, plan *Plan, outDir string,
 	}
 	shards := assignShards(recipes, opts.MaxShardSize)
 
-	px := &packer{ctx: ctx, ck: ck, opts: opts, files: map[string]*os.File{}, hashes: hashes,
+	px := &packer{ctx: ctx, ck: ck, opts: opts, files: map[string]*os.File{},
 		finalMeta: func() (map[string]string, error) {
 			sums, err := hashes.wait()
 			if err != nil {
@@ -559,7 +559,6 @@ type packer struct {
 	written    int64
 	totalBytes int64
 	inputBytes atomic.Int64
-	hashes     *sourceHashes
 	finalMeta  func() (map[string]string, error) // the metadata with the real digests
 }
 
