@@ -90,6 +90,7 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	if k == nil {
 		return p.keep(l, lp, why)
 	}
+	lp.Vendor = p.reg.VendorOps(k.Name, l, p.tensors)
 	d := l.Dims
 	hidden, h, kv, hd := d["hidden"], d["heads"], d["kv_heads"], d["head_dim"]
 	qn, err1 := mul(h, hd)
@@ -144,6 +145,9 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	reason := "prefill runs attention-prefill, generation attention-decode; RoPE by rope; q/k/v and o projections by gemm"
 	if sw := p.slidingWindow(l); sw > 0 {
 		reason += fmt.Sprintf("; sliding window %d: relies on the 4-D mask transformers passes to attention_forward", sw)
+	}
+	for _, op := range sortedKeys(lp.Vendor) {
+		reason += "; " + op + " on the " + lp.Vendor[op]
 	}
 	lp.Reason = joinReasons(reason, note)
 	return nil

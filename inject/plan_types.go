@@ -59,6 +59,10 @@ type LayerPlan struct {
 	// Dims are the shape facts of the layer (hidden, heads, ...).
 	Dims map[string]int64 `yaml:"dims,omitempty" json:"dims,omitempty"`
 	Eps  float64          `yaml:"eps,omitempty" json:"eps,omitempty"`
+	// Vendor lists sub-operations of a replaced layer that run on the vendor path
+	// (cuBLAS, SDPA) because a measurement showed it faster for this layer's shapes, with
+	// the measurement: op ("attention-prefill", "qkv_proj", "o_proj", ...) -> reason.
+	Vendor map[string]string `yaml:"vendor,omitempty" json:"vendor,omitempty"`
 	// Outputs are the tensors pack writes for this layer.
 	Outputs []TensorPlan `yaml:"outputs,omitempty" json:"outputs,omitempty"`
 }

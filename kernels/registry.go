@@ -78,6 +78,19 @@ type Kernel struct {
 	// (cuBLAS, SDPA, ...) faster; the planner keeps those layers (issue 8, seed 000:
 	// never replace a faster vendor primitive for a tiny epilogue). Empty until measured.
 	VendorFaster []Route `json:"vendor_faster,omitempty"`
+	// VendorOps are measured routes for one sub-operation of a replacement: the layer stays
+	// replaced (its fusions still pay) but that operation runs on the vendor path for the
+	// shapes Match selects. The planner records them in LayerPlan.Vendor; the layer reads
+	// them from the module (xpuinject_vendor).
+	VendorOps []OpRoute `json:"vendor_ops,omitempty"`
+}
+
+// OpRoute is a measured "the vendor path is faster for this sub-operation here".
+type OpRoute struct {
+	Op       string                `json:"op"` // "attention-prefill", or a GEMM name ("qkv_proj")
+	When     string                `json:"when"`
+	Match    func(s *Subject) bool `json:"-"`
+	Measured string                `json:"measured"`
 }
 
 // Constraint is a checkable condition on a layer.
@@ -215,6 +228,42 @@ var (
 	weightDTypes = []models.DType{models.F32, models.F16, models.BF16}
 )
 
+// Measured vendor routes (issue 8; seed 000: never replace a faster vendor primitive).
+// Each names its measurement: scripts/bench_kernels.py --quick on the H200, 2026-11-29,
+// BENCHMARKS.md. Shapes not measured keep our kernels. Not routed: the swiglu gate_up GEMM
+// (0.86x a bare cuBLAS matmul of the same weight, but 1.11x the vendor path a model
+// actually runs: two matmuls and silu*mul), decode at batch 8 (0.91x SDPA; batch is not
+// known at plan time).
+var (
+	prefillVendorOps = []OpRoute{{
+		Op: "attention-prefill", When: "causal prefill at head_dim 64 and 128",
+		Measured: "flash prefill 0.78x SDPA at S=2048, head_dim 64; 0.70x at head_dim 128; H200, BENCHMARKS.md 2026-11-29",
+		Match: func(s *Subject) bool {
+			hd := s.Layer.Dims["head_dim"]
+			return hd == 64 || hd == 128
+		},
+	}}
+	gemmVendorOps = []OpRoute{
+		gemmRoute("qkv_proj", 2048, 3072, "0.74x cuBLAS at M=2048 (Llama-3.2-1B qkv)"),
+		gemmRoute("o_proj", 2048, 2048, "0.93x cuBLAS at M=2048 (Llama-3.2-1B o_proj)"),
+	}
+)
+
+func gemmRoute(name string, k, n int64, measured string) OpRoute {
+	return OpRoute{
+		Op: name, When: fmt.Sprintf("%s K=%d N=%d", name, k, n),
+		Measured: measured + "; H200, BENCHMARKS.md 2026-11-29",
+		Match: func(s *Subject) bool {
+			for _, g := range s.GEMMs {
+				if g.Name == name && g.K == k && g.N == n {
+					return true
+				}
+			}
+			return false
+		},
+	}
+}
+
 // Default is the registry of the kernels in xpuinject_kernels/ (DESIGN "Kernels").
 func Default() *Registry {
 	r, err := New(
@@ -246,12 +295,14 @@ func Default() *Registry {
 			Backends:  allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{gemmMinDims},
 			Notes:       []Note{gemmAlignment},
+			VendorOps:   gemmVendorOps,
 		},
 		&Kernel{
 			Name: "attention-prefill", Module: "attention", Replaces: []models.LayerKind{models.KindAttention},
 			Layer: "Attention", Function: "attention_forward", Uses: []string{"attention-decode", "rope", "gemm"},
 			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{attentionProjections, attentionHeadDim, attentionGQA},
+			VendorOps:   prefillVendorOps,
 		},
 		&Kernel{
 			Name: "attention-decode", Module: "attention", Replaces: []models.LayerKind{models.KindAttention},
@@ -334,6 +385,32 @@ func (r *Registry) Accepts(kernel string, l models.Layer, tensors map[string]*mo
 		}
 	}
 	return true, strings.Join(notes, "; ")
+}
+
+// VendorOps evaluates the measured sub-operation routes of kernel and the kernels it
+// uses for layer l: op -> "vendor path faster for <when> (<measured>)". Nil when none match.
+func (r *Registry) VendorOps(kernel string, l models.Layer, tensors map[string]*models.Tensor) map[string]string {
+	k, found := r.ByName(kernel)
+	if !found {
+		return nil
+	}
+	s, err := NewSubject(l, tensors)
+	if err != nil {
+		return nil
+	}
+	var out map[string]string
+	for _, kk := range r.closure(k) {
+		for _, rt := range kk.VendorOps {
+			if _, done := out[rt.Op]; done || !rt.Match(s) {
+				continue
+			}
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[rt.Op] = fmt.Sprintf("vendor path faster for %s (%s)", rt.When, rt.Measured)
+		}
+	}
+	return out
 }
 
 // closure is k followed by the kernels it uses, transitively, each once.

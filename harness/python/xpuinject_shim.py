@@ -346,7 +346,10 @@ def inject(model: nn.Module, package_dir, packed_dir=None, *, use_kernels="auto"
     if check_only:
         return {"checked": True, "bindings": len(bindings), "tensors": len(tensors)}
 
-    # 1. weights
+    # 1. weights, and the sub-operations the plan sends to the vendor path (measured faster)
+    for lp in plan["layers"]:
+        if lp.get("vendor") and lp["module"] in named:
+            named[lp["module"]].xpuinject_vendor = frozenset(lp["vendor"])
     nbytes = 0
     for lp in replaced_layers:
         module = named[lp["module"]]

@@ -123,3 +123,18 @@ def test_cpu_without_interpreter_is_refused(built, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(shim.InjectError, match="TRITON_INTERPRET=1"):
         shim.inject(load(), built / "package", packed_dir=built / "packed")
+
+
+def test_plan_vendor_routes_reach_the_module(built, tmp_path):
+    pkg = copy_package(built, tmp_path)
+
+    def route(plan):
+        for lp in plan["layers"]:
+            if lp["kind"] == "attention":
+                lp["vendor"] = {"attention-prefill": "vendor path faster for ... (measured)"}
+
+    edit_plan(pkg, route)
+    model = load()
+    shim.inject(model, pkg, packed_dir=built / "packed", use_kernels=False)
+    assert model.model.layers[1].self_attn.xpuinject_vendor == frozenset({"attention-prefill"})
+    assert not hasattr(model.model.layers[1].mlp, "xpuinject_vendor")

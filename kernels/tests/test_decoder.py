@@ -105,3 +105,32 @@ def test_attention_requires_packed_weights():
     with pytest.raises(RuntimeError, match="xpuinject_qkv_weight"):
         with torch.no_grad():
             model(input_ids=torch.tensor([[1, 2, 3]]))
+
+
+def test_vendor_routes_run_torch_for_the_routed_ops_only():
+    """With the plan's measured routes set on the module, qkv/o go through cuBLAS (torch.matmul)
+    and prefill through SDPA; the output still matches stock and decode stays on our kernel."""
+    stock = _tiny("llama")
+    injected = _inject(_tiny("llama"))
+    for layer in injected.model.layers:
+        layer.self_attn.xpuinject_vendor = frozenset({"qkv_proj", "o_proj", "attention-prefill"})
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, 97, (2, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    before = dict(_backend.launch_counts)
+    with torch.no_grad():
+        ref = stock(input_ids=ids, attention_mask=mask).logits.float()
+        out = injected(input_ids=ids, attention_mask=mask).logits.float()
+    after = _backend.launch_counts
+    ran = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    assert ran.get("attention.prefill", 0) == 0, ran
+    # per layer: gate_up (swiglu) + down (residual) still on our gemm, qkv and o not
+    assert ran.get("gemm.swiglu", 0) == 2 and ran.get("gemm.residual", 0) == 2 and ran.get("gemm.none", 0) == 0, ran
+    valid = mask.bool()
+    m = metrics.report("llama with vendor routes (valid positions)", out[valid], ref[valid])
+    assert m.cosine > 0.999, m.line()
+    with torch.no_grad():
+        before = _backend.launch_counts["attention.decode"]
+        injected.generate(ids[:1, 3:], max_new_tokens=2, do_sample=False, min_new_tokens=2)
+    assert _backend.launch_counts["attention.decode"] > before  # decode is not routed

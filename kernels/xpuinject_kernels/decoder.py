@@ -11,6 +11,11 @@ the post-attention RMSNorm into one kernel (add_rms_norm returns both the new re
 and the normalized activations), and the residual add after the MLP into the down
 projection's GEMM epilogue.
 
+Vendor routes: where a measurement showed cuBLAS or SDPA faster for a sub-operation at this
+model's shapes, the plan says so and the shim sets `xpuinject_vendor` on the module (a set of
+op names: "qkv_proj", "o_proj", "attention-prefill"); those operations then run through
+torch (cuBLAS / SDPA) on the same packed weights, while the rest of the layer stays fused.
+
 Packed attributes (attached by the xpuinject shim; all K-major bf16):
   Attention  xpuinject_qkv_weight [hidden, (H + 2*KV) * D]  (q columns, then k, then v)
              xpuinject_o_weight   [H * D, hidden]
@@ -55,8 +60,31 @@ def _heads(module: nn.Module):
     return h, kv, d
 
 
-def _proj(x: torch.Tensor, w: torch.Tensor, b) -> torch.Tensor:
+def _vendor(module: nn.Module, op: str) -> bool:
+    return op in getattr(module, "xpuinject_vendor", ())
+
+
+def _proj(x: torch.Tensor, w: torch.Tensor, b, vendor: bool = False) -> torch.Tensor:
+    if vendor:  # cuBLAS on the same packed K-major weight
+        out = torch.matmul(x, w)
+        return out + b if b is not None else out
     return gemm(x, w, bias=b, epilogue="bias" if b is not None else "none")
+
+
+def _sdpa_prefill(module: nn.Module, q, k, v, attention_mask, scaling):
+    """Causal prefill through torch SDPA, with transformers' sdpa_attention_forward semantics
+    (the mask is a 4-D bool/additive mask or None; no mask means causal when q_len > 1)."""
+    q_len = q.shape[2]
+    causal = attention_mask is None and q_len > 1 and getattr(module, "is_causal", True)
+    if causal and k.shape[2] > q_len:  # empty static cache prefill: valid keys are the first q_len
+        k, v = k[:, :, :q_len], v[:, :, :q_len]
+    mask = attention_mask
+    if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
+        mask = mask.to(q.dtype)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
+    )
+    return out.transpose(1, 2)
 
 
 def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs):
@@ -69,7 +97,7 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
             f"config wants ({h} + 2*{kv}) * {d} = {(h + 2 * kv) * d}"
         )
     input_shape = hidden_states.shape[:-1]
-    qkv = _proj(hidden_states, qkv_w, getattr(module, "xpuinject_qkv_bias", None))
+    qkv = _proj(hidden_states, qkv_w, getattr(module, "xpuinject_qkv_bias", None), _vendor(module, "qkv_proj"))
     q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
     q = q.view(*input_shape, h, d)
     k = k.view(*input_shape, kv, d)
@@ -87,12 +115,16 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     q, k = apply_rope(q, k, cos, sin)
     if past_key_values is not None:
         k, v = past_key_values.update(k, v, module.layer_idx)
-    out, _ = attention_forward(
-        module, q, k, v, attention_mask, dropout=0.0, scaling=module.scaling,
-        sliding_window=getattr(module, "sliding_window", None), **kwargs,
-    )
+    if q.shape[2] > 1 and _vendor(module, "attention-prefill"):
+        out = _sdpa_prefill(module, q, k, v, attention_mask, module.scaling)
+    else:
+        out, _ = attention_forward(
+            module, q, k, v, attention_mask, dropout=0.0, scaling=module.scaling,
+            sliding_window=getattr(module, "sliding_window", None), **kwargs,
+        )
     out = out.reshape(*input_shape, h * d)
-    return _proj(out, _packed(module, "xpuinject_o_weight", "Attention"), getattr(module, "xpuinject_o_bias", None))
+    return _proj(out, _packed(module, "xpuinject_o_weight", "Attention"), getattr(module, "xpuinject_o_bias", None),
+                 _vendor(module, "o_proj"))
 
 
 class Attention(nn.Module):
