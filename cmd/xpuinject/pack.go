@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/inject"
-	"github.com/xpuinject/xpuinject/kernels"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -57,11 +56,8 @@ last: a DIR with plan.yaml is complete.`,
 			if o.PlanFile != "" && len(o.Disable) > 0 {
 				return &usageError{fmt.Errorf("--disable and --plan exclude each other (the plan file already says which kernels run)")}
 			}
-			reg := kernels.Default()
-			for _, d := range o.Disable {
-				if _, ok := reg.ByName(d); !ok {
-					return &usageError{fmt.Errorf("--disable %q: no such kernel (kernels: %s)", d, strings.Join(reg.Names(), ", "))}
-				}
+			if err := checkDisable(o.Disable); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(cmd.Context(), o)
@@ -82,13 +78,13 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 	if err != nil {
 		return &usageError{err}
 	}
-	dir, src, err := resolveModel(ctx, f, o.Model)
-	if err != nil {
-		return err
-	}
 	var ck *models.Checkpoint
 	var plan *inject.Plan
 	if o.PlanFile != "" {
+		dir, _, err := resolveModel(ctx, f, o.Model)
+		if err != nil {
+			return err
+		}
 		b, err := os.ReadFile(o.PlanFile)
 		if err != nil {
 			return fmt.Errorf("pack: --plan: %w", err)
@@ -100,17 +96,11 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 			return err
 		}
 	} else {
-		g, err := models.Load(dir)
+		_, g, p, err := loadPlan(ctx, f, o.Model, o.Disable)
 		if err != nil {
 			return err
 		}
-		plan, err = inject.NewPlan(g, kernels.Default(), inject.PlanOptions{
-			Source: src, Tool: "xpuinject " + Version, Disable: o.Disable,
-		})
-		if err != nil {
-			return err
-		}
-		ck = g.Checkpoint
+		ck, plan = g.Checkpoint, p
 	}
 	prog := newPackProgress(f)
 	res, err := inject.Pack(ctx, ck, plan, o.Out, inject.PackOptions{

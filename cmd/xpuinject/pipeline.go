@@ -12,8 +12,6 @@ import (
 	"github.com/xpuinject/xpuinject/harness"
 	"github.com/xpuinject/xpuinject/hub"
 	"github.com/xpuinject/xpuinject/inject"
-	"github.com/xpuinject/xpuinject/kernels"
-	"github.com/xpuinject/xpuinject/models"
 )
 
 // pipelineOptions are the flags of `xpuinject MODEL`.
@@ -66,6 +64,9 @@ report.md, plots).`,
 			if err := checkEvalFlags(&o.Eval); err != nil {
 				return err
 			}
+			if err := checkDisable(o.Disable); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(cmd.Context(), o)
 			}
@@ -95,15 +96,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
 		return &usageError{err}
 	}
 	step("resolve %s", o.Model)
-	dir, src, err := resolveModel(ctx, f, o.Model)
-	if err != nil {
-		return err
-	}
-	g, err := models.Load(dir)
-	if err != nil {
-		return err
-	}
-	plan, err := inject.NewPlan(g, kernels.Default(), inject.PlanOptions{Source: src, Tool: "xpuinject " + Version, Disable: o.Disable})
+	dir, g, plan, err := loadPlan(ctx, f, o.Model, o.Disable)
 	if err != nil {
 		return err
 	}

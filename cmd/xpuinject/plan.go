@@ -49,11 +49,8 @@ there. Only config.json and the safetensors headers are read, never tensor data.
 			if !slices.Contains(planFormats, o.Format) {
 				return &usageError{fmt.Errorf("--format %q: want one of %s", o.Format, strings.Join(planFormats, ", "))}
 			}
-			reg := kernels.Default()
-			for _, d := range o.Disable {
-				if _, ok := reg.ByName(d); !ok {
-					return &usageError{fmt.Errorf("--disable %q: no such kernel (kernels: %s)", d, strings.Join(reg.Names(), ", "))}
-				}
+			if err := checkDisable(o.Disable); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(cmd.Context(), o)
@@ -67,20 +64,37 @@ there. Only config.json and the safetensors headers are read, never tensor data.
 	return cmd
 }
 
-// buildPlan resolves MODEL, reads its tensor headers and plans it; pack and the
-// pipeline call it too.
-func buildPlan(ctx context.Context, f *Factory, model string, disable []string) (*inject.Plan, error) {
+// checkDisable validates --disable: every name must be a registry kernel.
+func checkDisable(disable []string) error {
+	reg := kernels.Default()
+	for _, d := range disable {
+		if _, ok := reg.ByName(d); !ok {
+			return &usageError{fmt.Errorf("--disable %q: no such kernel (kernels: %s)", d, strings.Join(reg.Names(), ", "))}
+		}
+	}
+	return nil
+}
+
+// loadPlan resolves MODEL, reads its tensor headers and plans it: the first steps of
+// plan, pack, package and the whole pipeline.
+func loadPlan(ctx context.Context, f *Factory, model string, disable []string) (dir string, g *models.Graph, p *inject.Plan, err error) {
 	dir, src, err := resolveModel(ctx, f, model)
 	if err != nil {
-		return nil, err
+		return "", nil, nil, err
 	}
-	g, err := models.Load(dir)
-	if err != nil {
-		return nil, err
+	if g, err = models.Load(dir); err != nil {
+		return "", nil, nil, err
 	}
-	return inject.NewPlan(g, kernels.Default(), inject.PlanOptions{
+	p, err = inject.NewPlan(g, kernels.Default(), inject.PlanOptions{
 		Source: src, Tool: "xpuinject " + Version, Disable: disable,
 	})
+	return dir, g, p, err
+}
+
+// buildPlan is loadPlan for callers that need only the plan.
+func buildPlan(ctx context.Context, f *Factory, model string, disable []string) (*inject.Plan, error) {
+	_, _, p, err := loadPlan(ctx, f, model, disable)
+	return p, err
 }
 
 func planRun(ctx context.Context, f *Factory, o *planOptions) error {
