@@ -286,6 +286,12 @@ def autotuned(name: str, jit_fn, be: str, configs: List[triton.Config], key: Lis
     fn = _autotuned.get(k)
     if fn is None:
         prune_by = {"early_config_prune": prune} if prune is not None else None
-        fn = triton.autotune(configs=configs, key=key, prune_configs_by=prune_by)(jit_fn)
+        # cache_results: the winning config per key is stored in Triton's on-disk cache
+        # (TRITON_CACHE_DIR), so a shape is tuned once per machine, not once per process --
+        # the eval of a model with many GEMM shapes (LeViT-128S: ~60) otherwise spends its
+        # first minute tuning (BENCHMARKS.md 2026-11-29). Keys are bucketed (M to a power of
+        # 2), so the number of tunings per model is bounded too.
+        fn = triton.autotune(configs=configs, key=key, prune_configs_by=prune_by,
+                             cache_results=not is_interpret())(jit_fn)
         _autotuned[k] = fn
     return fn
