@@ -141,3 +141,35 @@ def test_eval_names_missing_python(tmp_path):
         capture_output=True, text=True, timeout=60,
     )
     assert r.returncode == 1 and "lacks torch" in r.stderr and "setup-venv" in r.stderr
+
+
+def test_pipeline_fetches_from_the_hub_then_runs_offline(tmp_path):
+    """`xpuinject org/name` downloads the checkpoint into the HF cache (test Hub via HF_ENDPOINT)
+    before planning; a second run with HF_HUB_OFFLINE=1 works from that cache alone."""
+    hubbin = tmp_path / "hubtestserver"
+    subprocess.run(["go", "build", "-o", str(hubbin), "./cmd/hubtestserver"], cwd=ROOT, check=True,
+                   env=dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=vendor -buildvcs=false"))
+    srv = subprocess.Popen([str(hubbin), "--repo", f"org/llama-odd={FIXTURES / 'llama-odd'}"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = srv.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), srv.stderr.read()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+        env.update(HF_ENDPOINT=url, HF_HUB_CACHE=str(tmp_path / "cache"), HF_HOME=str(tmp_path / "hf"),
+                   TRITON_INTERPRET="1")
+        cmd = [str(BIN), "org/llama-odd", "--out", str(tmp_path / "run"), "--device", "cpu"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        assert r.returncode == 0, r.stderr[-4000:]
+        snap = next((tmp_path / "cache" / "models--org--llama-odd" / "snapshots").iterdir())
+        assert r.stdout.startswith(f"model      {snap}")
+        ev = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+        check_accuracy(ev)
+    finally:
+        srv.stdin.close()
+        srv.wait(timeout=10)
+    env["HF_HUB_OFFLINE"] = "1"
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens: any network use would fail
+    r = subprocess.run(cmd + ["--force", "--skip-eval"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    plan = (tmp_path / "run" / "packed" / "plan.yaml").read_text()
+    assert "repo: org/llama-odd" in plan  # the packed checkpoint names where it came from
