@@ -72,11 +72,26 @@ func kernelsRun(w io.Writer, reg *kernels.Registry, o *kernelsOptions) error {
 		if len(k.Uses) > 0 {
 			cons = append(cons, "uses "+strings.Join(k.Uses, ", "))
 		}
+
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Name, strings.Join(replaces, ","), strings.Join(layers, ","),
 			strings.Join(k.Backends, ","), strings.Join(k.ActDTypes, ",")+" <- "+strings.Join(weights, ","),
 			dash(strings.Join(cons, "; ")))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// Measured vendor routes: sub-operations a replaced layer hands to cuBLAS/SDPA.
+	first := true
+	for _, k := range reg.Kernels() {
+		for _, r := range k.VendorOps {
+			if first {
+				fmt.Fprintln(w, "\nvendor routes (the layer stays replaced; this operation runs on the vendor path):")
+				first = false
+			}
+			fmt.Fprintf(w, "  %s: %s: %s\n", k.Name, r.When, r.Measured)
+		}
+	}
+	return nil
 }
 
 func contains(v []string, s string) bool {

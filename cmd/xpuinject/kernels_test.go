@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/xpuinject/xpuinject/kernels"
 )
 
 func TestKernelsTable(t *testing.T) {
@@ -11,7 +14,8 @@ func TestKernelsTable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	// the table, then a blank line and the vendor routes (TestKernelsListsVendorRoutes)
+	lines := strings.Split(strings.SplitN(out, "\n\n", 2)[0], "\n")
 	if len(lines) != 7 {
 		t.Fatalf("%d lines:\n%s", len(lines), out)
 	}
@@ -58,5 +62,21 @@ func TestKernelsJSON(t *testing.T) {
 	}
 	if code, _, errOut := runCLI(t, nil, "kernels", "extra"); code != exitUsage {
 		t.Fatalf("kernels extra: exit %d (%s)", code, errOut)
+	}
+}
+
+func TestKernelsListsVendorRoutes(t *testing.T) {
+	var out bytes.Buffer
+	if err := kernelsRun(&out, kernels.Default(), &kernelsOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"\nvendor routes (the layer stays replaced; this operation runs on the vendor path):\n",
+		"  gemm: qkv_proj K=2048 N=3072: 0.74x cuBLAS at M=2048 (Llama-3.2-1B qkv); H200, BENCHMARKS.md 2026-11-29\n",
+		"  attention-prefill: causal prefill at head_dim 64 and 128: ",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("missing %q in\n%s", want, out.String())
+		}
 	}
 }
