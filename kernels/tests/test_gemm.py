@@ -225,6 +225,12 @@ def test_config_builders_and_pruning(monkeypatch):
     c256 = [c for c in cuda if c.kwargs["BLOCK_N"] == 256][0]
     assert c256 in _backend.gemm_prune("cuda", 1)(cuda, {"M": 4096})
     assert c256 not in _backend.gemm_prune("cuda", 2)(cuda, {"M": 4096})
+    # N/K-aware: a small projection (LeViT-like N=K=128) keeps no tile wider or deeper than it
+    small = _backend.gemm_prune("cuda", 1)(cuda, {"M": 2048, "N": 128, "K": 128})
+    assert small and all(c.kwargs["BLOCK_N"] <= 256 and c.kwargs["BLOCK_K"] <= 128 for c in small)
+    assert len(small) < len(_backend.gemm_prune("cuda", 1)(cuda, {"M": 2048, "N": 4096, "K": 4096}))
+    # every config is deeper than K=16: the smallest-footprint one is kept, never none
+    assert len(_backend.gemm_prune("cuda", 1)(cuda, {"M": 2048, "N": 16, "K": 16})) == 1
     # never empty
     huge = [triton.Config({"BLOCK_M": 512, "BLOCK_N": 512, "BLOCK_K": 128, "GROUP_SIZE_M": 8}, num_warps=4, num_stages=4),
             triton.Config({"BLOCK_M": 256, "BLOCK_N": 512, "BLOCK_K": 128, "GROUP_SIZE_M": 8}, num_warps=4, num_stages=4)]

@@ -251,6 +251,8 @@ def gemm_prune(be: str, n_b_tiles: int) -> Callable:
         if len(configs) <= 1:
             return configs
         m = named_args.get("M", kwargs.get("M"))
+        n = named_args.get("N", kwargs.get("N"))
+        k = named_args.get("K", kwargs.get("K"))
         keep = []
         for c in configs:
             need = gemm_tile_bytes(c, be, n_b_tiles)
@@ -263,6 +265,14 @@ def gemm_prune(be: str, n_b_tiles: int) -> Callable:
             # M-aware: a tile more than 4x taller than the (power-of-2 rounded) M only burns
             # bandwidth and registers on masked rows.
             if isinstance(m, int) and c.kwargs["BLOCK_M"] > 4 * max(16, triton.next_power_of_2(m)):
+                continue
+            # N- and K-aware likewise: small layers (LeViT's 128..768-wide projections) gain
+            # nothing from tiles wider than the matrix, and every surviving config is one more
+            # compile + benchmark on first call (the LeViT-128S eval ran out of its 70 s step
+            # while tuning, BENCHMARKS.md 2026-11-29).
+            if isinstance(n, int) and c.kwargs["BLOCK_N"] > 2 * max(16, triton.next_power_of_2(n)):
+                continue
+            if isinstance(k, int) and c.kwargs["BLOCK_K"] > max(16, triton.next_power_of_2(k)):
                 continue
             keep.append(c)
         if not keep:
