@@ -21,6 +21,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import torch
 import triton
+import triton.language as tl
 
 __all__ = [
     "backend",
@@ -103,6 +104,13 @@ def require_runnable(t: torch.Tensor, what: str) -> str:
             "or TRITON_INTERPRET=1 (set before triton is imported) to run in the interpreter"
         )
     return be
+
+
+def has_descriptors() -> bool:
+    """Whether this Triton has device-side tensor descriptors (`tl.make_tensor_descriptor`,
+    Triton >= 3.4). Older releases -- PyPI's triton-xpu 3.3 among them, whose XPU lowering
+    rejects even the experimental form (scripts/xpu_compile_check.py) -- use block pointers."""
+    return hasattr(tl, "make_tensor_descriptor")
 
 
 def tma_ok(t: torch.Tensor) -> bool:

@@ -94,6 +94,18 @@ def _mma(a, b, acc, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def _score(a, b, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
+    """a @ b with a fresh fp32 result (the scores). A separate function rather than
+    _mma(a, b, None, ...): passing None through a jit parameter is rejected by older Triton
+    releases (PyPI's triton-xpu 3.3: "'constexpr' object has no attribute 'handle'"), which
+    scripts/xpu_compile_check.py compiles these kernels with."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=DOT_PREC)
+
+
+@triton.jit
 def _prefill_block(
     acc, l_i, m_i, q, k_base, v_base, m_base,
     offs_m, offs_d, start_n,
@@ -151,7 +163,7 @@ def _prefill_block(
             k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
         else:
             k = tl.load(k_ptrs)
-        s = _mma(q, k, None, DOT_PREC, UPCAST) * qk_scale + bias
+        s = _score(q, k, DOT_PREC, UPCAST) * qk_scale + bias
         s = tl.where(keep, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # A row with nothing attended so far keeps m = -inf; shift by 0 so exp2 gives 0, not NaN.
@@ -298,7 +310,7 @@ def _decode_split_kernel(
         n_ok = offs_n < end
         k = tl.load(k_base + offs_n64[None, :] * stride_kn + offs_d[:, None] * stride_kd,
                     mask=n_ok[None, :] & d_ok[:, None], other=0.0)
-        s = _mma(q, k, None, DOT_PREC, UPCAST) * qk_scale  # [BLOCK_G, BLOCK_N]
+        s = _score(q, k, DOT_PREC, UPCAST) * qk_scale  # [BLOCK_G, BLOCK_N]
         keep = n_ok[None, :] & g_ok[:, None]
         if MASK_KIND == 1:
             mv = tl.load(m_base[:, None] + offs_n64[None, :] * stride_mn, mask=keep, other=0)

@@ -155,7 +155,7 @@ CUDA_DESC_MIN_M = 65
 
 def prefer_descriptors(be: str, m: int, aligned: bool) -> bool:
     """The automatic memory-path choice (use_descriptors=None)."""
-    if not aligned:
+    if not aligned or not _backend.has_descriptors():
         return False
     if be == "cuda" and m < CUDA_DESC_MIN_M:
         return False
@@ -267,6 +267,8 @@ def gemm(
     elif use_descriptors:
         if not aligned:
             raise _err("use_descriptors=True but an operand is not 16-byte aligned (base or row stride)")
+        if not _backend.has_descriptors():
+            raise _err(f"use_descriptors=True but triton {triton.__version__} has no tl.make_tensor_descriptor")
         use_desc = True
     else:
         use_desc = False

@@ -1,0 +1,163 @@
+"""Compile every xpuinject Triton kernel for an Intel XPU target, offline, with the XPU autotune
+configs: Triton source -> TTIR -> TTGIR -> LLVM IR -> SPIR-V, no XPU device needed.
+
+No XPU exists on our machines, so this is how the XPU paths are checked: the Intel XPU backend
+for Triton (the `triton-xpu` wheel) lowers each kernel at each config it would autotune over, and
+every failure is printed with the config. Native code (`ocloc`) and running are not covered.
+
+    scripts/xpu-compile-check.sh          # makes .xpu-venv (triton-xpu, intel-sycl-rt) and runs this
+
+It runs under the XPU Triton, with torch taken from the project's .venv (only for dtypes).
+Arguments are mocked from dtypes (JITFunction.warmup), and a stand-in Triton driver reports the
+XPU target (Data Center GPU Max, subgroup 16, 2D block I/O and DPAS), so nothing needs a device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "kernels"))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+
+# Intel Data Center GPU Max (PVC) properties, as the XPU driver would report them.
+PVC = {
+    "architecture": 0, "name": "Intel(R) Data Center GPU Max 1550", "max_work_group_size": 1024,
+    "max_num_sub_groups": 64, "sub_group_sizes": [16, 32], "has_fp64": True,
+    "has_subgroup_matrix_multiply_accumulate": True, "has_subgroup_2d_block_io": True,
+    "has_bfloat16_conversions": True,
+}
+
+
+class XPUTargetDriver:
+    """Just enough of a Triton driver for JITFunction.warmup: the target, device 0, stream 0."""
+
+    def __init__(self, warp_size: int):
+        self.target = GPUTarget("xpu", PVC, warp_size)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+def grf_option(value: str) -> str:
+    """Our configs say grf_mode "256" (seed 000, newer Intel Triton); older triton-xpu releases
+    spell the same 256-register mode "large"."""
+    from triton.backends.intel.compiler import XPUOptions
+
+    default = XPUOptions.__dataclass_fields__["grf_mode"].default
+    if isinstance(default, tuple) and value == "256" and "256" not in default:
+        return "large"
+    return value
+
+
+FLOATS = {"eps", "qk_scale", "mask_min"}
+FP32_PTRS = {"PM", "PL", "PACC"}
+INT_PTRS = {"LENS"}
+PTR_NAMES = {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC"}
+
+
+def mock_args(fn, act, constexprs):
+    # attention names its pointers Q, K, V, O, M (mask), ...; elsewhere M, N, K are sizes
+    ptr_names = PTR_NAMES if fn.fn.__module__.endswith("attention") else set()
+    args = []
+    for p in fn.params:
+        if p.is_constexpr:
+            args.append(constexprs[p.name])
+        elif p.name.endswith("_ptr") or p.name in ptr_names:
+            args.append(torch.float32 if p.name in FP32_PTRS else torch.int32 if p.name in INT_PTRS else act)
+        elif p.name in FLOATS:
+            args.append(0.125)
+        else:
+            args.append(64)  # sizes and strides: 16-divisible, as real ones mostly are
+    return args
+
+
+DESC_PATHS = (True, False)
+
+
+def cases():
+    import importlib
+
+    from xpuinject_kernels import _backend, attention, rmsnorm, rope
+
+    gemm = importlib.import_module("xpuinject_kernels.gemm")  # the package exports gemm() itself
+
+    bf16 = torch.bfloat16
+    yield "rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16, dict(HAS_RESIDUAL=False, BLOCK=2048, SINGLE=True)
+    yield "add-rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16, dict(HAS_RESIDUAL=True, BLOCK=4096, SINGLE=True)
+    yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_H=32, BLOCK_HALF=32)
+    gcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in _backend.gemm_configs("xpu")]
+    # gemm() takes the descriptor path only where this Triton has tl.make_tensor_descriptor
+    # (_backend.has_descriptors); elsewhere only block pointers are ever compiled.
+    for epi in ("none", "bias", "swiglu", "hardswish", "residual"):
+        for desc in DESC_PATHS:
+            yield (f"gemm {epi} {'desc' if desc else 'blockptr'}", gemm._gemm_kernel, gcfgs, bf16,
+                   dict(HAS_BIAS=epi == "bias", EPILOGUE=gemm._EPI_CODE[epi], USE_DESC=desc))
+    pcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in attention._prefill_configs("xpu")]
+    dcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in attention._decode_configs("xpu")]
+    for hd in (64, 128):
+        for mask_kind in (0, 1, 2):
+            yield (f"attention prefill d{hd} mask{mask_kind}", attention._prefill_kernel, pcfgs, bf16,
+                   dict(HEAD_DIM=hd, BLOCK_D=hd, IS_CAUSAL=mask_kind == 0, MASK_KIND=mask_kind, MASK_ADD=False,
+                        DOT_PREC="tf32", UPCAST=False))
+        yield (f"attention decode d{hd}", attention._decode_split_kernel, dcfgs, bf16,
+               dict(HEAD_DIM=hd, BLOCK_D=hd, BLOCK_G=16, HAS_LENS=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32",
+                    UPCAST=False, SINGLE=False))
+    yield "attention decode reduce", attention._decode_reduce_kernel, [({}, 4, 1)], bf16, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--warp-size", type=int, default=16, help="XPU subgroup size (16 on PVC)")
+    a = ap.parse_args()
+    triton.runtime.driver.set_active(XPUTargetDriver(a.warp_size))
+    print(f"triton {triton.__version__} ({Path(triton.__file__).parent}), target xpu {PVC['name']}, subgroup {a.warp_size}")
+    from xpuinject_kernels import _backend
+
+    global DESC_PATHS
+    if not _backend.has_descriptors():
+        import triton.language as tl
+
+        DESC_PATHS = (False,)
+        print("this Triton has no tl.make_tensor_descriptor (Triton < 3.4): gemm() takes the block-pointer path "
+              "here, so only that path is compiled; the name is aliased to the experimental one only so this "
+              "Triton's source hasher resolves the (never compiled) descriptor branch")
+        tl.make_tensor_descriptor = tl._experimental_make_tensor_descriptor
+    ok = failed = 0
+    for name, fn, cfgs, act, consts in cases():
+        for kw, warps, stages in cfgs:
+            kw = dict(kw)
+            grf = kw.pop("grf_mode", None)
+            opts = dict(num_warps=warps, num_stages=stages)
+            if grf is not None:
+                opts["grf_mode"] = grf_option(grf)
+            label = f"{name} {kw} warps={warps} stages={stages}" + (f" grf={grf}" if grf else "")
+            try:
+                k = fn.warmup(*mock_args(fn, act, {**consts, **kw}), grid=(1,), **opts)
+                spv = k.asm.get("spv", b"")
+                print(f"ok    {label}: {len(spv)} bytes of SPIR-V, build flags {k.metadata.build_flags!r}")
+                ok += 1
+            except Exception as e:  # report every failure, keep going
+                failed += 1
+                msg = [ln for ln in "".join(traceback.format_exception_only(type(e), e)).strip().splitlines() if ln.strip()]
+                cause = e.__cause__ or e.__context__
+                why = f"{type(cause).__name__}: {cause}" if cause is not None else msg[-1]
+                print(f"FAIL  {label}: {why.splitlines()[0] if why else msg[-1]}")
+    print(f"{ok} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
