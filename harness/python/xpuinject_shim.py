@@ -346,6 +346,9 @@ def inject(model: nn.Module, package_dir, packed_dir=None, *, use_kernels="auto"
     if check_only:
         return {"checked": True, "bindings": len(bindings), "tensors": len(tensors)}
 
+    # 0. every module we touch knows its path, so a kernel error names the layer
+    for path, _, _ in bindings:
+        named[path].xpuinject_name = path
     # 1. weights, and the sub-operations the plan sends to the vendor path (measured faster)
     for lp in plan["layers"]:
         if lp.get("vendor") and lp["module"] in named:

@@ -138,3 +138,14 @@ def test_plan_vendor_routes_reach_the_module(built, tmp_path):
     shim.inject(model, pkg, packed_dir=built / "packed", use_kernels=False)
     assert model.model.layers[1].self_attn.xpuinject_vendor == frozenset({"attention-prefill"})
     assert not hasattr(model.model.layers[1].mlp, "xpuinject_vendor")
+
+
+def test_a_failing_layer_is_named(built):
+    """A kernel error inside the injected model says which module it came from."""
+    model = load()
+    shim.inject(model, built / "package", packed_dir=built / "packed", use_kernels=False)
+    at = model.model.layers[1].self_attn
+    at.xpuinject_qkv_weight = at.xpuinject_qkv_weight[:, :100].contiguous()  # a wrongly packed weight
+    with pytest.raises(RuntimeError, match=r"model\.layers\.1\.self_attn.*packed qkv weight has 100 columns"):
+        with torch.no_grad():
+            model(input_ids=torch.tensor([[1, 2, 3]]))
