@@ -10,6 +10,7 @@ import (
 
 	"github.com/xpuinject/xpuinject/harness"
 	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/models"
 )
 
 // evalOptions are the flags of `xpuinject eval`.
@@ -102,6 +103,13 @@ func evalRun(ctx context.Context, f *Factory, o *evalOptions) (*harness.ReportFi
 	plan, err := inject.ReadPackagePlan(o.PackageDir)
 	if err != nil {
 		return nil, err
+	}
+	g, err := models.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := inject.CheckPlanMatches(plan, g); err != nil {
+		return nil, fmt.Errorf("%w (package %s, model %s)", err, o.PackageDir, dir)
 	}
 	if err := inject.VerifyPacked(plan, o.PackedDir); err != nil {
 		return nil, err

@@ -173,3 +173,16 @@ def test_pipeline_fetches_from_the_hub_then_runs_offline(tmp_path):
     assert r.returncode == 0, r.stderr[-4000:]
     plan = (tmp_path / "run" / "packed" / "plan.yaml").read_text()
     assert "repo: org/llama-odd" in plan  # the packed checkpoint names where it came from
+
+
+def test_eval_catches_package_for_another_model(tmp_path):
+    """eval refuses a package whose plan was made for a model of another shape, before Python runs."""
+    a = run_pipeline("llama-tiny", tmp_path / "a", "--skip-eval")
+    assert a.returncode == 0
+    r = subprocess.run(
+        [str(BIN), "eval", str(FIXTURES / "llama-odd"), "--package", str(tmp_path / "a" / "package"),
+         "--packed", str(tmp_path / "a" / "packed"), "--out", str(tmp_path / "e"), "--device", "cpu"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 1 and "made for another model" in r.stderr and "hidden is 160 in the model, 64 in the plan" in r.stderr
+    assert not (tmp_path / "e").exists()
