@@ -26,5 +26,11 @@ def bench(name, fn, n=20000):
     for _ in range(n): fn()
     print(f"{name}: {(time.perf_counter()-t)/n*1e6:.1f} us/call (Python wrapper only)")
 bench("gemm M=1", lambda: gemm.gemm(x, w))
+attention._decode_fn = lambda be: NoLaunch()
+attention._decode_reduce_kernel = NoLaunch()
+attention._num_compute_units = lambda d: 132
+q = torch.randn(1, 32, 1, 64, dtype=torch.bfloat16)
+kc = torch.randn(1, 8, 2048, 64, dtype=torch.bfloat16)
+bench("decode_attention B=1 H=32 KV=8 L=2048", lambda: attention.decode_attention(q, kc, kc, scaling=0.125), n=5000)
 nw = torch.randn(2048, dtype=torch.bfloat16)
 bench("rms_norm M=1", lambda: rmsnorm.rms_norm(x, nw, 1e-5))

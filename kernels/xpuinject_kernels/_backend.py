@@ -106,6 +106,18 @@ def require_runnable(t: torch.Tensor, what: str) -> str:
     return be
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for host code. triton.cdiv is a constexpr_function in Triton 3.6: ~5 us per
+    call from Python (argument unwrapping), and a decode step's launchers made about nine such
+    calls (scripts/bench_host_overhead.py)."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of 2 >= n (0 for 0, like triton.next_power_of_2), for host code."""
+    return 0 if n <= 0 else 1 << (int(n) - 1).bit_length()
+
+
 def has_descriptors() -> bool:
     """Whether this Triton has device-side tensor descriptors (`tl.make_tensor_descriptor`,
     Triton >= 3.4). Older releases -- PyPI's triton-xpu 3.3 among them, whose XPU lowering
@@ -272,15 +284,15 @@ def gemm_prune(be: str, n_b_tiles: int) -> Callable:
                 continue
             # M-aware: a tile more than 4x taller than the (power-of-2 rounded) M only burns
             # bandwidth and registers on masked rows.
-            if isinstance(m, int) and c.kwargs["BLOCK_M"] > 4 * max(16, triton.next_power_of_2(m)):
+            if isinstance(m, int) and c.kwargs["BLOCK_M"] > 4 * max(16, next_pow2(m)):
                 continue
             # N- and K-aware likewise: small layers (LeViT's 128..768-wide projections) gain
             # nothing from tiles wider than the matrix, and every surviving config is one more
             # compile + benchmark on first call (the LeViT-128S eval ran out of its 70 s step
             # while tuning, BENCHMARKS.md 2026-11-29).
-            if isinstance(n, int) and c.kwargs["BLOCK_N"] > 2 * max(16, triton.next_power_of_2(n)):
+            if isinstance(n, int) and c.kwargs["BLOCK_N"] > 2 * max(16, next_pow2(n)):
                 continue
-            if isinstance(k, int) and c.kwargs["BLOCK_K"] > max(16, triton.next_power_of_2(k)):
+            if isinstance(k, int) and c.kwargs["BLOCK_K"] > max(16, next_pow2(k)):
                 continue
             keep.append(c)
         if not keep:

@@ -74,7 +74,7 @@ _DECODE_PROGRAMS_PER_SM = 2
 
 
 def _bucket(n: int) -> int:
-    return triton.next_power_of_2(max(1, int(n)))
+    return _backend.next_pow2(max(1, int(n)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -619,9 +619,9 @@ def flash_attention_prefill(
         mask_kind = _MASK_FULL
 
     out = _backend.empty((b, sq, h, d), q.dtype, q.device)
-    block_d = max(16, triton.next_power_of_2(d))
+    block_d = max(16, _backend.next_pow2(d))
     fn = _prefill_fn(be)
-    grid = lambda meta: (triton.cdiv(sq, meta["BLOCK_M"]), b * h)  # noqa: E731
+    grid = lambda meta: (_backend.cdiv(sq, meta["BLOCK_M"]), b * h)  # noqa: E731
     fn[grid](
         q, k, v, out, m_t,
         *q.stride(), *k.stride(), *v.stride(),
@@ -668,8 +668,8 @@ def _query_compute_units(device: torch.device) -> int:
 def decode_num_splits(batch: int, kv_heads: int, seq_k: int, device: torch.device) -> int:
     """How many KV splits a decode step uses: ~2 programs per SM overall, >= 256 keys per split."""
     target = _DECODE_PROGRAMS_PER_SM * _num_compute_units(device)
-    want = triton.cdiv(target, max(1, batch * kv_heads))
-    cap = triton.cdiv(seq_k, _DECODE_MIN_KEYS_PER_SPLIT)
+    want = _backend.cdiv(target, max(1, batch * kv_heads))
+    cap = _backend.cdiv(seq_k, _DECODE_MIN_KEYS_PER_SPLIT)
     return max(1, min(want, cap, _DECODE_MAX_SPLITS))
 
 
@@ -729,12 +729,12 @@ def decode_attention(
         num_splits = decode_num_splits(b, hk, sk, q.device)
     if not (1 <= int(num_splits) <= _DECODE_MAX_SPLITS):
         raise ValueError(f"attention: {where}: num_splits {num_splits} outside [1, {_DECODE_MAX_SPLITS}]")
-    split_size = triton.cdiv(sk, int(num_splits))
-    split_size = triton.cdiv(split_size, 16) * 16  # whole 16-key groups per split
-    num_splits = triton.cdiv(sk, split_size)
+    split_size = _backend.cdiv(sk, int(num_splits))
+    split_size = _backend.cdiv(split_size, 16) * 16  # whole 16-key groups per split
+    num_splits = _backend.cdiv(sk, split_size)
 
-    block_d = max(16, triton.next_power_of_2(d))
-    block_g = max(16, triton.next_power_of_2(group))  # tl.dot wants >= 16 rows
+    block_d = max(16, _backend.next_pow2(d))
+    block_g = max(16, _backend.next_pow2(group))  # tl.dot wants >= 16 rows
     single = num_splits == 1
     out = _backend.empty((b, 1, h, d), q.dtype, q.device)
     if single:
@@ -764,7 +764,7 @@ def decode_attention(
         pm, pl, pacc, out,
         out.stride(0), out.stride(2), out.stride(3),
         h, num_splits,
-        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=max(2, _backend.next_pow2(num_splits)),
         num_warps=4,
     )
     _backend.count("attention.decode.split")

@@ -280,7 +280,7 @@ def gemm(
     if use_desc:
         _backend.ensure_allocator(x.device)
 
-    m_bucket = triton.next_power_of_2(m)
+    m_bucket = _backend.next_pow2(m)
     args = (
         x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2,
         m, n, k, m_bucket,
@@ -296,14 +296,14 @@ def gemm(
             None if residual is None else residual.dtype, m_bucket, n, k, flags["HAS_BIAS"], flags["EPILOGUE"], use_desc)
     cfg = _BEST.get(lkey)
     if cfg is not None:
-        grid = (triton.cdiv(m, cfg.kwargs["BLOCK_M"]) * triton.cdiv(n, cfg.kwargs["BLOCK_N"]),)
+        grid = (_backend.cdiv(m, cfg.kwargs["BLOCK_M"]) * _backend.cdiv(n, cfg.kwargs["BLOCK_N"]),)
         _gemm_kernel[grid](*args, **flags, **cfg.all_kwargs())
         _backend.count("gemm.launch_cached")
     else:
         kern = _autotuner(be, swiglu)
 
         def grid(meta):
-            return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+            return (_backend.cdiv(m, meta["BLOCK_M"]) * _backend.cdiv(n, meta["BLOCK_N"]),)
 
         kern[grid](*args, **flags)
         if getattr(kern, "best_config", None) is not None:

@@ -121,7 +121,7 @@ def _check(x: torch.Tensor, weight: torch.Tensor, eps: float, what: str) -> None
 
 def _launch(x2, r2, w, out2, rout2, eps):
     n = x2.shape[1]
-    block = min(triton.next_power_of_2(n), MAX_BLOCK)
+    block = min(_backend.next_pow2(n), MAX_BLOCK)
     has_res = r2 is not None
     _rms_norm_kernel[(x2.shape[0],)](
         x2, r2 if has_res else x2, w, out2, rout2 if has_res else out2,

@@ -160,11 +160,11 @@ def apply_rope(
         return qo, ko
 
     half = d // 2
-    block_half = triton.next_power_of_2(half)
+    block_half = _backend.next_pow2(half)
     # heads per program: ~2K elements per program (a 128-dim head is 64 x 2 halves), so a whole
     # 32-head Llama token is 2 programs for q; fewer heads are padded with masks.
-    block_h = max(1, min(triton.next_power_of_2(max(hq, hk)), max(1, 2048 // block_half)))
-    grid = (bq * sq, triton.cdiv(hq, block_h) + triton.cdiv(hk, block_h))
+    block_h = max(1, min(_backend.next_pow2(max(hq, hk)), max(1, 2048 // block_half)))
+    grid = (bq * sq, _backend.cdiv(hq, block_h) + _backend.cdiv(hk, block_h))
     # cos/sin with batch 1 broadcast over the batch: stride 0
     scb = cos.stride(0) if cos.shape[0] == bq and bq > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] == bq and bq > 1 else 0
