@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ type pipelineOptions struct {
 	Force        bool
 	MaxShardSize string
 	Disable      []string
+	JSON         bool
 	Eval         evalOptions
 }
 
@@ -82,6 +84,7 @@ report.md, plots).`,
 	fl.BoolVar(&o.Force, "force", false, "replace the artifacts of an earlier run in --out")
 	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", "largest packed shard")
 	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
+	fl.BoolVar(&o.JSON, "json", false, "print where every artifact went as one JSON object")
 	addEvalFlags(cmd, &o.Eval)
 	return cmd
 }
@@ -168,15 +171,33 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
 	}
 
 	step("done")
-	fmt.Fprintf(f.Out, "model      %s\n", dir)
-	fmt.Fprintf(f.Out, "plan       %s\n", filepath.Join(packedDir, "plan.yaml"))
+	arts := pipelineArtifacts{
+		Model: dir, Plan: filepath.Join(packedDir, "plan.yaml"), Packed: packedDir, Package: packageDir,
+		Kernel: emitted.Name, Shim: filepath.Join(packageDir, "xpuinject_shim.py"),
+	}
+	if report != nil {
+		arts.Eval, arts.Report, arts.Plots = filepath.Join(evalDir, "eval.json"), report.Markdown, report.Plots
+	}
+	if pushed != nil {
+		arts.Published = pushed.URL
+	}
+	if o.JSON {
+		b, err := json.MarshalIndent(arts, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = f.Out.Write(append(b, '\n'))
+		return err
+	}
+	fmt.Fprintf(f.Out, "model      %s\n", arts.Model)
+	fmt.Fprintf(f.Out, "plan       %s\n", arts.Plan)
 	fmt.Fprintf(f.Out, "packed     %s (%d tensors, %s)\n", packedDir, pres.Tensors, humanBytes(pres.OutputBytes))
 	fmt.Fprintf(f.Out, "package    %s (%s, %d files)\n", packageDir, emitted.Name, len(emitted.Files))
-	fmt.Fprintf(f.Out, "shim       %s\n", filepath.Join(packageDir, "xpuinject_shim.py"))
+	fmt.Fprintf(f.Out, "shim       %s\n", arts.Shim)
 	if report != nil {
-		fmt.Fprintf(f.Out, "eval       %s\n", filepath.Join(evalDir, "eval.json"))
-		fmt.Fprintf(f.Out, "report     %s\n", report.Markdown)
-		for _, p := range report.Plots {
+		fmt.Fprintf(f.Out, "eval       %s\n", arts.Eval)
+		fmt.Fprintf(f.Out, "report     %s\n", arts.Report)
+		for _, p := range arts.Plots {
 			fmt.Fprintf(f.Out, "plot       %s\n", p)
 		}
 	} else {
@@ -186,6 +207,20 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
 		fmt.Fprintf(f.Out, "published  %s (branch %s)\n", pushed.URL, pushed.Branch)
 	}
 	return nil
+}
+
+// pipelineArtifacts is the --json summary of a pipeline run (empty fields: not produced).
+type pipelineArtifacts struct {
+	Model     string   `json:"model"`
+	Plan      string   `json:"plan"`
+	Packed    string   `json:"packed"`
+	Package   string   `json:"package"`
+	Kernel    string   `json:"kernel"`
+	Shim      string   `json:"shim"`
+	Eval      string   `json:"eval,omitempty"`
+	Report    string   `json:"report,omitempty"`
+	Plots     []string `json:"plots,omitempty"`
+	Published string   `json:"published,omitempty"`
 }
 
 // discard swallows eval's own artifact lines: the pipeline prints its own summary.

@@ -102,6 +102,11 @@ def test_pipeline_refuses_to_clobber_and_reports_bad_input(tmp_path):
     r = run_pipeline("llama-tiny", out, "--skip-eval", "--force")
     assert r.returncode == 0, r.stderr
     assert "eval       skipped" in r.stdout
+    r = run_pipeline("llama-tiny", out, "--skip-eval", "--force", "--json")
+    arts = json.loads(r.stdout)
+    assert arts["kernel"] == "xpuinject-llama-tiny" and "eval" not in arts
+    for key in ("plan", "packed", "package", "shim"):
+        assert Path(arts[key]).exists(), key
     r = run_pipeline("llama-tiny", tmp_path / "x", "--push")
     assert r.returncode == 2 and "--repo-id" in r.stderr
     r = subprocess.run([str(BIN), str(tmp_path / "nope")], capture_output=True, text=True)
