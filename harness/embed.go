@@ -20,12 +20,3 @@ func ShimSource() []byte {
 	}
 	return b
 }
-
-// Prose is the project's own plain-English text used for accuracy and perplexity.
-func Prose() []byte {
-	b, err := Python.ReadFile("python/prose.txt")
-	if err != nil {
-		panic("harness: embedded prose missing: " + err.Error())
-	}
-	return b
-}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // Options configure one evaluation run.
@@ -113,12 +112,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	var lastErr string
 	var tail []string
-	var mu sync.Mutex
 	sc := bufio.NewScanner(stderr)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		mu.Lock()
 		if strings.HasPrefix(line, "xpuinject-eval: error: ") {
 			lastErr = strings.TrimPrefix(line, "xpuinject-eval: error: ")
 		}
@@ -126,7 +123,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if len(tail) > 30 {
 			tail = tail[1:]
 		}
-		mu.Unlock()
 		if o.Progress != nil && strings.HasPrefix(line, "xpuinject-eval: ") {
 			fmt.Fprintln(o.Progress, "  "+strings.TrimPrefix(line, "xpuinject-eval: "))
 		}

@@ -114,10 +114,11 @@ func evalRun(ctx context.Context, f *Factory, o *evalOptions) (*harness.ReportFi
 	if err := inject.VerifyPacked(plan, o.PackedDir); err != nil {
 		return nil, err
 	}
-	return evalWithPlan(ctx, f, o, dir, plan)
+	return runEval(ctx, f, o, dir)
 }
 
-func evalWithPlan(ctx context.Context, f *Factory, o *evalOptions, modelDir string, plan *inject.Plan) (*harness.ReportFiles, error) {
+// runEval runs the driver on an already checked model/package/packed triple and writes the report.
+func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (*harness.ReportFiles, error) {
 	py, err := harness.FindPython(o.Python, f.Getenv)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -151,10 +152,9 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
 		ev := o.Eval
 		ev.Model, ev.PackageDir, ev.PackedDir, ev.Out = dir, packageDir, packedDir, evalDir
 		step("eval -> %s", evalDir)
-		if err := inject.VerifyPacked(plan, packedDir); err != nil {
-			return err
-		}
-		if report, err = evalWithPlan(ctx, &Factory{In: f.In, Out: discard{}, ErrOut: f.ErrOut, Getenv: f.Getenv}, &ev, dir, plan); err != nil {
+		// eval's own artifact lines go nowhere: the pipeline prints its own summary. (No
+		// plan/package/packed check here: all three were just made from this model.)
+		if report, err = runEval(ctx, &Factory{In: f.In, Out: io.Discard, ErrOut: f.ErrOut, Getenv: f.Getenv}, &ev, dir); err != nil {
 			return fmt.Errorf("eval: %w (the package in %s was written; nothing was published)", err, packageDir)
 		}
 	}
@@ -222,8 +222,3 @@ type pipelineArtifacts struct {
 	Plots     []string `json:"plots,omitempty"`
 	Published string   `json:"published,omitempty"`
 }
-
-// discard swallows eval's own artifact lines: the pipeline prints its own summary.
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }

@@ -193,7 +193,7 @@ def text_inputs(args, model_dir, device, n_tokens):
     ids = tok(text, return_tensors="pt").input_ids[:, :n_tokens]
     if ids.shape[1] < 8:
         fail(2, f"{text_path}: only {ids.shape[1]} tokens; need at least 8")
-    return tok, ids.to(device), text_path
+    return ids.to(device), text_path
 
 
 def forward_text(model, ids):
@@ -451,7 +451,7 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu):
     import torch
 
     n_tokens = args.tokens or (2048 if on_gpu else 96)
-    tok, ids, text_path = text_inputs(args, args.model, device, n_tokens)
+    ids, text_path = text_inputs(args, args.model, device, n_tokens)
     progress(f"accuracy on {ids.shape[1]} tokens of {text_path}")
     lo, ho = forward_text(oracle, ids)
     ls, hs = forward_text(stock, ids)

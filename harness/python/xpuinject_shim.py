@@ -223,9 +223,9 @@ def _attach(module: nn.Module, lp: dict, tensors: dict):
             module.register_buffer(attr, t, persistent=False)
         else:
             # Replaces the module's own tensor of the same name (e.g. an RMSNorm weight).
-            leaf = out["name"].rsplit(".", 1)[-1]
             sub = module
-            rel = out["name"][len(lp["module"]) + 1 :] if out["name"].startswith(lp["module"] + ".") else leaf
+            prefix = lp["module"] + "."
+            rel = out["name"][len(prefix):] if out["name"].startswith(prefix) else out["name"].rsplit(".", 1)[-1]
             parts = rel.split(".")
             for p in parts[:-1]:
                 sub = getattr(sub, p)

@@ -32,24 +32,13 @@ from torch import nn
 
 from .attention import attention_forward
 from .gemm import gemm
+# layers.py defines these before it imports this module at its end, so the names exist here
+# whichever module is imported first (the package imports layers first).
+from .layers import _name, _packed
 from .rmsnorm import add_rms_norm
 from .rope import apply_rope
 
 __all__ = ["Attention", "DecoderLayer"]
-
-
-def _name(module: nn.Module) -> str:
-    return getattr(module, "xpuinject_name", None) or type(module).__name__
-
-
-def _packed(module: nn.Module, attr: str, layer: str) -> torch.Tensor:
-    t = getattr(module, attr, None)
-    if not isinstance(t, torch.Tensor):
-        raise RuntimeError(
-            f"xpuinject_kernels: {layer}: module {_name(module)!r} has no {attr}: the packed weights were not "
-            "loaded (the xpuinject shim attaches them from the packed checkpoint)"
-        )
-    return t
 
 
 def _heads(module: nn.Module):
