@@ -15,7 +15,7 @@ from xpuinject_kernels import _backend, decoder, layers
 transformers = pytest.importorskip("transformers")
 
 
-def _tiny(arch: str):
+def _tiny(arch: str, device: str = "cpu"):
     common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=32, vocab_size=97, max_position_embeddings=128)
     if arch == "llama":
@@ -34,7 +34,7 @@ def _tiny(arch: str):
         for n, p in model.named_parameters():
             if n.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
-    return model.to(torch.bfloat16)
+    return model.to(torch.bfloat16).to(device)
 
 
 def _kmajor(w: torch.Tensor) -> torch.Tensor:
@@ -62,11 +62,11 @@ def _inject(model):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
-def test_decoder_layers_match_stock(arch):
-    stock = _tiny(arch)
-    injected = _inject(_tiny(arch))
+def test_decoder_layers_match_stock(arch, device):
+    stock = _tiny(arch, device)
+    injected = _inject(_tiny(arch, device))
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, 97, (2, 13), generator=g)
+    ids = torch.randint(0, 97, (2, 13), generator=g).to(device)
     mask = torch.ones_like(ids)
     mask[1, :4] = 0  # left padding in the second row
     _backend.reset_counts() if hasattr(_backend, "reset_counts") else None
@@ -81,11 +81,11 @@ def test_decoder_layers_match_stock(arch):
     assert (out[valid].argmax(-1) == ref[valid].argmax(-1)).float().mean() > 0.9
 
 
-def test_decode_with_cache_matches_stock():
-    stock = _tiny("llama")
-    injected = _inject(_tiny("llama"))
+def test_decode_with_cache_matches_stock(device):
+    stock = _tiny("llama", device)
+    injected = _inject(_tiny("llama", device))
     g = torch.Generator().manual_seed(2)
-    ids = torch.randint(0, 97, (1, 9), generator=g)
+    ids = torch.randint(0, 97, (1, 9), generator=g).to(device)
     with torch.no_grad():
         a = stock.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4)
         b = injected.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4)
@@ -98,24 +98,24 @@ def test_decode_with_cache_matches_stock():
     assert a[0, 9] == b[0, 9]
 
 
-def test_attention_requires_packed_weights():
-    model = _tiny("llama")
+def test_attention_requires_packed_weights(device):
+    model = _tiny("llama", device)
     at = model.model.layers[0].self_attn
     at.forward = types.MethodType(decoder.Attention.forward, at)
     with pytest.raises(RuntimeError, match="xpuinject_qkv_weight"):
         with torch.no_grad():
-            model(input_ids=torch.tensor([[1, 2, 3]]))
+            model(input_ids=torch.tensor([[1, 2, 3]], device=device))
 
 
-def test_vendor_routes_run_torch_for_the_routed_ops_only():
+def test_vendor_routes_run_torch_for_the_routed_ops_only(device):
     """With the plan's measured routes set on the module, qkv/o go through cuBLAS (torch.matmul)
     and prefill through SDPA; the output still matches stock and decode stays on our kernel."""
-    stock = _tiny("llama")
-    injected = _inject(_tiny("llama"))
+    stock = _tiny("llama", device)
+    injected = _inject(_tiny("llama", device))
     for layer in injected.model.layers:
         layer.self_attn.xpuinject_vendor = frozenset({"qkv_proj", "o_proj", "attention-prefill"})
     g = torch.Generator().manual_seed(5)
-    ids = torch.randint(0, 97, (2, 12), generator=g)
+    ids = torch.randint(0, 97, (2, 12), generator=g).to(device)
     mask = torch.ones_like(ids)
     mask[0, :3] = 0
     before = dict(_backend.launch_counts)
