@@ -73,6 +73,15 @@ def empty(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> tor
     return t
 
 
+def empty_like(t: torch.Tensor) -> torch.Tensor:
+    """torch.empty_like (same dimension order as t: a transposed view gets a transposed result,
+    so a kernel writes it in the order it reads t), NaN-filled when poisoning is enabled."""
+    o = torch.empty_like(t, memory_format=torch.preserve_format)
+    if _POISON:
+        o.fill_(float("nan"))
+    return o
+
+
 def is_interpret() -> bool:
     """True when TRITON_INTERPRET is set (read the way triton itself reads it)."""
     try:

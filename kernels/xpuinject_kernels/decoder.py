@@ -101,7 +101,9 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     if position_embeddings is None:
         raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(module)!r} got no position_embeddings")
     cos, sin = position_embeddings
-    q, k = apply_rope(q, k, cos, sin)
+    # In place: q and k are views of this call's own qkv projection (or of q_norm's output), so
+    # rotating them in place saves two allocations and writes in the order the rows are read.
+    q, k = apply_rope(q, k, cos, sin, inplace=True)
     if past_key_values is not None:
         k, v = past_key_values.update(k, v, module.layer_idx)
     if q.shape[2] > 1 and _vendor(module, "attention-prefill"):
