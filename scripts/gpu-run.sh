@@ -30,7 +30,10 @@ for s in $STEPS; do
     # GPU image has no `kernels` (carry its wheel to run it there; note the repo's own kernels/
     # folder imports as an empty namespace package, hence the check of kernels.layer.layer). The bench smoke test is
     # CPU-only. No -x: one failure must not hide the others.
+    # pytest-xdist (in the device image) spreads the tests' Triton compiles over the CPU cores:
+    # serially they took 170+ s on the H200 machine, mostly compiling.
     timeout "${T_TESTS:-150}" python3 -m pytest kernels/tests -q -p no:cacheprovider \
+      $(python3 -c 'import xdist' 2>/dev/null && echo "-n ${XDIST:-8}") \
       --ignore=kernels/tests/test_bench_smoke.py \
       $(python3 -c 'import kernels.layer.layer' 2>/dev/null || echo --ignore=kernels/tests/test_layers.py) \
       >"$RES/kernel-tests.log" 2>&1

@@ -12,7 +12,7 @@ sets rotating past 3x L2, median). It prints one line per candidate and writes s
 winners go into the kernels by hand, with the number in a comment.
 
   rmsnorm  num_warps of the one-row-per-program RMSNorm / add+RMSNorm at M = 2048, 16384
-  rope     num_warps and heads per program of apply_rope at M = 2048, 16384, out of place and in place
+  rope     num_warps and heads per tile of apply_rope at M = 2048, 16384, out of place and in place
   gemm     every CUDA config candidate below, launched directly (no autotuner), at the issue-8
            shapes the 2026-11-29 bench missed, beside cuBLAS on the nn.Linear weight and on the
            packed K-major weight (what a vendor route runs)
@@ -81,7 +81,12 @@ def main() -> int:
         return 2
     import bench_kernels as bk
     import xpuinject_kernels as xk
-    from xpuinject_kernels import _backend, gemm as gm, rmsnorm as rn, rope as rp
+    import importlib
+
+    from xpuinject_kernels import _backend
+
+    # the package re-exports the functions under the module names: import the modules themselves
+    gm, rn, rp = (importlib.import_module(f"xpuinject_kernels.{m}") for m in ("gemm", "rmsnorm", "rope"))
 
     torch.backends.cuda.matmul.allow_tf32 = False
     env = types.SimpleNamespace(torch=torch, smoke=False, args=types.SimpleNamespace(timer="graph", rep_ms=args.rep_ms))
@@ -173,29 +178,29 @@ def main() -> int:
                     s0 = make()
                     refq, refk = xk.apply_rope(s0["q"], s0["k"], s0["cos"], s0["sin"])
                     for inplace in (False, True):
-                        for bh in (4, 8, 16, 32):
+                        for cap in (512, 1024, 2048):
                             for warps in (1, 2, 4, 8):
                                 if over_budget():
                                     break
+                                bhq = min(triton.next_power_of_2(h), max(1, cap // triton.next_power_of_2(half)))
+                                bhk = min(triton.next_power_of_2(kv), max(1, cap // triton.next_power_of_2(half)))
 
-                                def fn(s, inplace=inplace, bh=bh, warps=warps):
+                                def fn(s, inplace=inplace, bhq=bhq, bhk=bhk, warps=warps):
                                     q, k = s["q"], s["k"]
                                     qo, ko = (q, k) if inplace else (torch.empty_like(q), torch.empty_like(k))
-                                    grid = (m, triton.cdiv(h, bh) + triton.cdiv(kv, bh))
-                                    rp._rope_kernel[grid](
+                                    rp._rope_kernel[(m,)](
                                         q, k, qo, ko, s["cos"], s["sin"], m, h, kv, half,
                                         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                                         qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
                                         0, s["cos"].stride(1), 0, s["sin"].stride(1),
-                                        BLOCK_H=bh, BLOCK_HALF=triton.next_power_of_2(half), num_warps=warps)
+                                        BLOCK_HQ=bhq, BLOCK_HK=bhk, BLOCK_HALF=triton.next_power_of_2(half), num_warps=warps)
                                     return qo, ko
                                 s1 = {kk: (vv.clone() if kk in ("q", "k") else vv) for kk, vv in s0.items()}
-                                s1["q"] = s0["q"].transpose(1, 2).contiguous().transpose(1, 2)
-                                s1["k"] = s0["k"].transpose(1, 2).contiguous().transpose(1, 2)
                                 qo, ko = fn(s1)
                                 err = max(rel(qo, refq), rel(ko, refk))
                                 us = timed(fn, make, nbytes)
-                                record("rope", f"rope {name} M={m}", f"{'inplace' if inplace else 'new'} BLOCK_H={bh} warps={warps}",
+                                record("rope", f"rope {name} M={m}",
+                                       f"{'inplace' if inplace else 'new'} BLOCK_HQ={bhq} BLOCK_HK={bhk} warps={warps}",
                                        us, err, dict(GBps=round(nbytes / us / 1e3), frac=round(nbytes / (us * 1e-6) / bw, 3)))
         if "gemm" in only:
             _backend.ensure_allocator(torch.device("cuda"))

@@ -97,7 +97,7 @@ def cases():
     bf16 = torch.bfloat16
     yield "rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16, dict(HAS_RESIDUAL=False, BLOCK=2048, SINGLE=True)
     yield "add-rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16, dict(HAS_RESIDUAL=True, BLOCK=4096, SINGLE=True)
-    yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_H=32, BLOCK_HALF=32)
+    yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=32)
     gcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in _backend.gemm_configs("xpu")]
     # gemm() takes the descriptor path only where this Triton has tl.make_tensor_descriptor
     # (_backend.has_descriptors); elsewhere only block pointers are ever compiled.

@@ -134,3 +134,32 @@ def test_vendor_routes_run_torch_for_the_routed_ops_only(device):
         before = _backend.launch_counts["attention.decode"]
         injected.generate(ids[:1, 3:], max_new_tokens=2, do_sample=False, min_new_tokens=2)
     assert _backend.launch_counts["attention.decode"] > before  # decode is not routed
+
+
+def test_decode_routes_apply_to_decode_steps_only(device):
+    """":decode" GEMM routes and the attention-decode route send a one-token step to cuBLAS/SDPA
+    and leave the prefill on our kernels; generation still matches stock greedy decoding."""
+    stock = _tiny("llama", device)
+    injected = _inject(_tiny("llama", device))
+    for layer in injected.model.layers:
+        routes = frozenset({"qkv_proj:decode", "o_proj:decode", "gate_up_proj:decode", "down_proj:decode", "attention-decode"})
+        layer.self_attn.xpuinject_vendor = routes
+        layer.mlp.xpuinject_vendor = routes
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randint(0, 97, (1, 70), generator=g).to(device)  # 70 > DECODE_MAX_M tokens
+    with torch.no_grad():
+        before = dict(_backend.launch_counts)
+        injected(input_ids=ids)  # prefill: all ours
+        after = dict(_backend.launch_counts)
+        ran = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+        assert ran.get("gemm.none", 0) == 4 and ran.get("gemm.swiglu", 0) == 2 and ran.get("gemm.residual", 0) == 2, ran
+        assert ran.get("attention.prefill", 0) == 2, ran
+        a = stock.generate(ids, max_new_tokens=3, do_sample=False, min_new_tokens=3)
+        before = dict(_backend.launch_counts)
+        b = injected.generate(ids, max_new_tokens=3, do_sample=False, min_new_tokens=3)
+        after = dict(_backend.launch_counts)
+    ran = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    # one prefill (2 layers) on our kernels, then 2 decode steps with no GEMM or attention of ours
+    assert ran.get("gemm.none", 0) == 4 and ran.get("gemm.swiglu", 0) == 2 and ran.get("gemm.residual", 0) == 2, ran
+    assert ran.get("attention.decode", 0) == 0 and ran.get("attention.prefill", 0) == 2, ran
+    assert a[0, 70] == b[0, 70]

@@ -225,6 +225,14 @@ def test_config_builders_and_pruning(monkeypatch):
     c256 = [c for c in cuda if c.kwargs["BLOCK_N"] == 256][0]
     assert c256 in _backend.gemm_prune("cuda", 1)(cuda, {"M": 4096})
     assert c256 not in _backend.gemm_prune("cuda", 2)(cuda, {"M": 4096})
+    # CUDA registers: a 128x128 tile at 4 warps holds 128 fp32 accumulators per thread (kept),
+    # two of them for swiglu hold 256 (dropped: it would spill); at 8 warps both fit
+    w4 = [c for c in cuda if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps) == (128, 128, 4)]
+    w8 = [c for c in cuda if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps) == (128, 128, 64, 8)]
+    assert w4 and w8
+    assert all(c in _backend.gemm_prune("cuda", 1)(cuda, {"M": 4096}) for c in w4)
+    assert not any(c in _backend.gemm_prune("cuda", 2)(cuda, {"M": 4096}) for c in w4)
+    assert all(c in _backend.gemm_prune("cuda", 2)(cuda, {"M": 4096}) for c in w8)
     # N/K-aware: a small projection (LeViT-like N=K=128) keeps no tile wider or deeper than it
     small = _backend.gemm_prune("cuda", 1)(cuda, {"M": 2048, "N": 128, "K": 128})
     assert small and all(c.kwargs["BLOCK_N"] <= 256 and c.kwargs["BLOCK_K"] <= 128 for c in small)

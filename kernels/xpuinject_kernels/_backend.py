@@ -245,18 +245,38 @@ def gemm_configs(be: str, *, n_b_tiles: int = 1) -> List[triton.Config]:
             ({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 1}, 4, 3),
         ]
         return [_cfg({**kw, "grf_mode": "256"}, w, s) for kw, w, s in big]
-    # CUDA, sized for Hopper (132 SMs, 227 KiB smem): 128x128 / 128x256 tiles with 3-4 stages for
-    # prefill, narrow-M tiles for decode (M <= 16 would waste 7/8 of a 128-row tile).
+    # CUDA, sized for Hopper (132 SMs, 227 KiB smem): 128x128 / 128x256 / 256x128 tiles with 3-4
+    # stages for prefill, narrow-M tiles for decode (M <= 16 would waste 7/8 of a 128-row tile).
+    # Session 1's five prefill configs reached 0.72-0.94x cuBLAS on Llama-3.2-1B's K=2048
+    # projections and 0.80-0.95x at M=16384 (BENCHMARKS.md, H200 session 2 v1 table); the
+    # 128x256/s4, 256x128, 128x128/w4/s4, 128x128x128 and 64x256 tiles were added for those
+    # shapes. Decode (M <= 64) reached 0.46-0.78x cuBLAS on the deep-K down and o projections
+    # with at most N/64 programs (K=8192, N=2048: 32 programs for 132 SMs): the 16- and 32-wide
+    # N tiles with 256-512-deep K steps give 64-128 programs, each streaming its weight columns.
     cfgs = [
         ({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 8, 3),
+        ({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 8, 4),
+        ({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 8, 3),
         ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 8, 4),
         ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 4, 3),
+        ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 4, 4),
+        ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_SIZE_M": 8}, 8, 3),
+        ({"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 4, 4),
+        ({"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 8, 3),
         ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 4, 4),
         ({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_SIZE_M": 8}, 4, 4),
         ({"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_SIZE_M": 1}, 4, 4),
         ({"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP_SIZE_M": 1}, 4, 3),
+        ({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "GROUP_SIZE_M": 1}, 4, 4),
+        ({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 512, "GROUP_SIZE_M": 1}, 4, 3),
+        ({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 512, "GROUP_SIZE_M": 1}, 4, 4),
     ]
     return [_cfg(kw, w, s) for kw, w, s in cfgs]
+
+
+# fp32 accumulator elements one CUDA thread may hold: beyond 128 (of 255 registers) the tile
+# spills (a 128x128 swiglu tile at 4 warps holds two accumulators: 256 per thread).
+CUDA_ACC_PER_THREAD = 128
 
 
 def gemm_tile_bytes(cfg: triton.Config, be: str, n_b_tiles: int, elem_bytes: int = 2) -> int:
@@ -290,6 +310,8 @@ def gemm_prune(be: str, n_b_tiles: int) -> Callable:
             else:
                 budget = CUDA_SMEM_BYTES
             if need > budget:
+                continue
+            if be != "xpu" and n_b_tiles * c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] > CUDA_ACC_PER_THREAD * 32 * c.num_warps:
                 continue
             # M-aware: a tile more than 4x taller than the (power-of-2 rounded) M only burns
             # bandwidth and registers on masked rows.

@@ -13,8 +13,11 @@ projection's GEMM epilogue.
 
 Vendor routes: where a measurement showed cuBLAS or SDPA faster for a sub-operation at this
 model's shapes, the plan says so and the shim sets `xpuinject_vendor` on the module (a set of
-op names: "qkv_proj", "o_proj", "attention-prefill"); those operations then run through
-torch (cuBLAS / SDPA) on the same packed weights, while the rest of the layer stays fused.
+op names: "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention-prefill",
+"attention-decode"; a GEMM name may carry ":decode" (M <= DECODE_MAX_M tokens) or ":prefill"
+(more) when the measurement favoured the vendor at one of the two only); those operations then
+run through torch (cuBLAS / SDPA) on the same packed weights, while the rest of the layer stays
+fused.
 
 Packed attributes (attached by the xpuinject shim; all K-major bf16):
   Attention  xpuinject_qkv_weight [hidden, (H + 2*KV) * D]  (q columns, then k, then v)
@@ -38,7 +41,7 @@ from .layers import _name, _packed
 from .rmsnorm import add_rms_norm
 from .rope import apply_rope
 
-__all__ = ["Attention", "DecoderLayer"]
+__all__ = ["Attention", "DecoderLayer", "mlp_block"]
 
 
 def _heads(module: nn.Module):
@@ -49,8 +52,23 @@ def _heads(module: nn.Module):
     return h, kv, d
 
 
-def _vendor(module: nn.Module, op: str) -> bool:
-    return op in getattr(module, "xpuinject_vendor", ())
+# Token counts up to this are a "decode" step for the ":decode" GEMM routes (the bench's M=1
+# and M=64 rows; gemm.CUDA_DESC_MIN_M draws the same line for the memory path).
+DECODE_MAX_M = 64
+
+
+def _vendor(module: nn.Module, op: str, m: int = -1) -> bool:
+    """Whether the plan routes op to the vendor path; m (tokens) selects ":decode"/":prefill" routes."""
+    routes = getattr(module, "xpuinject_vendor", ())
+    if not routes:
+        return False
+    if op in routes:
+        return True
+    return m >= 0 and f"{op}:{'decode' if m <= DECODE_MAX_M else 'prefill'}" in routes
+
+
+def _rows(x: torch.Tensor) -> int:
+    return x.numel() // x.shape[-1] if x.shape[-1] else 0
 
 
 def _proj(x: torch.Tensor, w: torch.Tensor, b, vendor: bool = False) -> torch.Tensor:
@@ -60,9 +78,38 @@ def _proj(x: torch.Tensor, w: torch.Tensor, b, vendor: bool = False) -> torch.Te
     return gemm(x, w, bias=b, epilogue="bias" if b is not None else "none")
 
 
-def _sdpa_prefill(module: nn.Module, q, k, v, attention_mask, scaling):
-    """Causal prefill through torch SDPA, with transformers' sdpa_attention_forward semantics
-    (the mask is a 4-D bool/additive mask or None; no mask means causal when q_len > 1)."""
+def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None, layer: str = "SwiGLUMLP") -> torch.Tensor:
+    """down(silu(gate(x)) * up(x)) [+ residual] on the packed gate|up and down weights: our GEMMs
+    with the swiglu and residual epilogues, or cuBLAS where the plan routes gate_up_proj /
+    down_proj to the vendor path (the epilogue then runs as torch ops)."""
+    gate_up = _packed(mlp, "xpuinject_gate_up_weight", layer)
+    down = _packed(mlp, "xpuinject_down_weight", layer)
+    gu_b = getattr(mlp, "xpuinject_gate_up_bias", None)
+    d_b = getattr(mlp, "xpuinject_down_bias", None)
+    m = _rows(x)
+    if _vendor(mlp, "gate_up_proj", m):
+        gu = torch.matmul(x, gate_up)
+        if gu_b is not None:
+            gu = gu + gu_b
+        g, u = gu.chunk(2, dim=-1)
+        h = torch.nn.functional.silu(g) * u
+    else:
+        h = gemm(x, gate_up, bias=gu_b, epilogue="swiglu")
+    if _vendor(mlp, "down_proj", m):
+        out = torch.matmul(h, down)
+        if d_b is not None:
+            out = out + d_b
+        return out + residual if residual is not None else out
+    if residual is not None and d_b is None:
+        return gemm(h, down, residual=residual, epilogue="residual")
+    out = gemm(h, down, bias=d_b, epilogue="bias" if d_b is not None else "none")
+    return out + residual if residual is not None else out
+
+
+def _sdpa(module: nn.Module, q, k, v, attention_mask, scaling):
+    """Attention through torch SDPA, with transformers' sdpa_attention_forward semantics (the
+    mask is a 4-D bool/additive mask or None; no mask means causal when q_len > 1, and a decode
+    step of one query attends to every cached key)."""
     q_len = q.shape[2]
     causal = attention_mask is None and q_len > 1 and getattr(module, "is_causal", True)
     if causal and k.shape[2] > q_len:  # empty static cache prefill: valid keys are the first q_len
@@ -86,7 +133,8 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
             f"config wants ({h} + 2*{kv}) * {d} = {(h + 2 * kv) * d}"
         )
     input_shape = hidden_states.shape[:-1]
-    qkv = _proj(hidden_states, qkv_w, getattr(module, "xpuinject_qkv_bias", None), _vendor(module, "qkv_proj"))
+    m = _rows(hidden_states)
+    qkv = _proj(hidden_states, qkv_w, getattr(module, "xpuinject_qkv_bias", None), _vendor(module, "qkv_proj", m))
     q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
     q = q.view(*input_shape, h, d)
     k = k.view(*input_shape, kv, d)
@@ -106,8 +154,8 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     q, k = apply_rope(q, k, cos, sin, inplace=True)
     if past_key_values is not None:
         k, v = past_key_values.update(k, v, module.layer_idx)
-    if q.shape[2] > 1 and _vendor(module, "attention-prefill"):
-        out = _sdpa_prefill(module, q, k, v, attention_mask, module.scaling)
+    if _vendor(module, "attention-prefill" if q.shape[2] > 1 else "attention-decode"):
+        out = _sdpa(module, q, k, v, attention_mask, module.scaling)
     else:
         out, _ = attention_forward(
             module, q, k, v, attention_mask, dropout=0.0, scaling=module.scaling,
@@ -115,7 +163,7 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         )
     out = out.reshape(*input_shape, h * d)
     return _proj(out, _packed(module, "xpuinject_o_weight", "Attention"), getattr(module, "xpuinject_o_bias", None),
-                 _vendor(module, "o_proj"))
+                 _vendor(module, "o_proj", m))
 
 
 class Attention(nn.Module):
@@ -163,10 +211,8 @@ class DecoderLayer(nn.Module):
         mlp = self.mlp
         down = getattr(mlp, "xpuinject_down_weight", None)
         act = getattr(getattr(mlp, "config", None), "hidden_act", "silu")
-        if down is None or getattr(mlp, "xpuinject_down_bias", None) is not None or act not in ("silu", "swish"):
+        if down is None or act not in ("silu", "swish"):
             return residual + mlp(hidden_states)
         # The MLP's packed weights are here: run it inline so the final residual add rides
         # in the down projection's epilogue instead of a separate pass over the activations.
-        gate_up = _packed(mlp, "xpuinject_gate_up_weight", "DecoderLayer")
-        h = gemm(hidden_states, gate_up, bias=getattr(mlp, "xpuinject_gate_up_bias", None), epilogue="swiglu")
-        return gemm(h, down, residual=residual, epilogue="residual")
+        return mlp_block(mlp, hidden_states, residual=residual, layer="DecoderLayer")

@@ -84,17 +84,12 @@ class SwiGLUMLP(nn.Module):
     can_torch_compile = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = _packed(self, "xpuinject_gate_up_weight", "SwiGLUMLP")
-        down = _packed(self, "xpuinject_down_weight", "SwiGLUMLP")
         act = getattr(getattr(self, "config", None), "hidden_act", "silu")
         if act not in ("silu", "swish"):
             raise RuntimeError(
                 f"xpuinject_kernels: SwiGLUMLP: module {_name(self)!r} uses hidden_act={act!r}; the fused kernel computes silu"
             )
-        gu_b = getattr(self, "xpuinject_gate_up_bias", None)
-        h = gemm(x, gate_up, bias=gu_b, epilogue="swiglu")
-        d_b = getattr(self, "xpuinject_down_bias", None)
-        return gemm(h, down, bias=d_b, epilogue="bias" if d_b is not None else "none")
+        return decoder.mlp_block(self, x)
 
 
 class Linear(nn.Module):
@@ -131,4 +126,5 @@ class BNLinear(nn.Module):
 
 # The attention block and decoder layer of the Llama family live in decoder.py (they need
 # the attention and rope kernels); kernelize finds every layer class here.
+from . import decoder  # noqa: E402
 from .decoder import Attention, DecoderLayer  # noqa: E402,F401

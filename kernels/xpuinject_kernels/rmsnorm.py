@@ -128,8 +128,19 @@ def _launch(x2, r2, w, out2, rout2, eps):
         n, x2.stride(0), r2.stride(0) if has_res else 0, out2.stride(0), rout2.stride(0) if has_res else 0,
         float(eps),
         HAS_RESIDUAL=has_res, BLOCK=block, SINGLE=n <= block,
-        num_warps=_backend.rowwise_num_warps(block),
+        num_warps=num_warps(block),
     )
+
+
+def num_warps(block: int) -> int:
+    """Warps of the one-row-per-program kernel. H200 sweep (scripts/sweep_kernels.py, BENCHMARKS.md
+    session 2), M=16384, fraction of the measured copy bandwidth: N=2048 RMSNorm 4 warps 91.8%
+    (2: 91.1%, 8: 87.8%, 16: 62.1%), N=4096 4 warps 92.8% (2: 94.5%, 8: 93.4%, 16: 86.4% -- the
+    old block//256 rule's pick); add+RMSNorm 94.4-95.5% at 2-8 warps. Short rows (q/k norms
+    over one head) keep ~256 elements per warp."""
+    if block <= 1024:
+        return _backend.rowwise_num_warps(block)
+    return min(8, max(4, block // 1024))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -70,22 +70,29 @@ def _rope_kernel(
     sqb, sqh, sqs, skb, skh, sks,
     sqob, sqoh, sqos, skob, skoh, skos,
     scb, scs, ssb, sss,
-    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
 ):
-    # grid: (batch * seq, head blocks of q followed by head blocks of k)
+    # grid: (batch * seq,). One program rotates every q head and every k head of one token:
+    # cos/sin are read once per token, and q and k get tiles of their own height (a separate
+    # k program padded to q's head block left 3/4 of its lanes idle on Llama's 32/8 heads).
     tok = tl.program_id(0).to(tl.int64)
-    hb = tl.program_id(1)
     b = tok // S
     s = tok % S
     cos_row = cos_ptr + b * scb + s * scs
     sin_row = sin_ptr + b * ssb + s * sss
-    nq = tl.cdiv(HQ, BLOCK_H)
-    if hb < nq:
-        _rope_one(q_ptr, qo_ptr, cos_row, sin_row, b, s, hb * BLOCK_H, HQ,
-                  sqb, sqh, sqs, sqob, sqoh, sqos, HALF, BLOCK_H, BLOCK_HALF)
-    else:
-        _rope_one(k_ptr, ko_ptr, cos_row, sin_row, b, s, (hb - nq) * BLOCK_H, HK,
-                  skb, skh, sks, skob, skoh, skos, HALF, BLOCK_H, BLOCK_HALF)
+    for h0 in range(0, HQ, BLOCK_HQ):
+        _rope_one(q_ptr, qo_ptr, cos_row, sin_row, b, s, h0, HQ,
+                  sqb, sqh, sqs, sqob, sqoh, sqos, HALF, BLOCK_HQ, BLOCK_HALF)
+    for h0 in range(0, HK, BLOCK_HK):
+        _rope_one(k_ptr, ko_ptr, cos_row, sin_row, b, s, h0, HK,
+                  skb, skh, sks, skob, skoh, skos, HALF, BLOCK_HK, BLOCK_HALF)
+
+
+# num_warps of the one-token-per-program kernel. H200 sweep of the previous (q and k in
+# separate programs) layout, scripts/sweep_kernels.py, M=16384: 2-4 warps were best (1B: 32
+# heads x 32 half-columns per program, 2 warps 83% of copy BW, 8 warps 60%; 8B: 8 heads x 64,
+# 4 warps 86%, 8 warps 57%); 8-16 warps, the old rule's choice, lost up to 30 points.
+ROPE_NUM_WARPS = 4
 
 
 def _check_qk(t: torch.Tensor, name: str) -> None:
@@ -166,10 +173,10 @@ def apply_rope(
 
     half = d // 2
     block_half = _backend.next_pow2(half)
-    # heads per program: ~2K elements per program (a 128-dim head is 64 x 2 halves), so a whole
-    # 32-head Llama token is 2 programs for q; fewer heads are padded with masks.
-    block_h = max(1, min(_backend.next_pow2(max(hq, hk)), max(1, 2048 // block_half)))
-    grid = (bq * sq, _backend.cdiv(hq, block_h) + _backend.cdiv(hk, block_h))
+    # heads per tile: up to ~2K elements per half-tile (a 128-dim head is 2 halves of 64); a
+    # whole Llama token's q (32 heads) and k (8 heads) are then one tile each.
+    cap = max(1, 2048 // block_half)
+    grid = (bq * sq,)
     # cos/sin with batch 1 broadcast over the batch: stride 0
     scb = cos.stride(0) if cos.shape[0] == bq and bq > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] == bq and bq > 1 else 0
@@ -179,8 +186,8 @@ def apply_rope(
         qi.stride(0), qi.stride(1), qi.stride(2), ki.stride(0), ki.stride(1), ki.stride(2),
         qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
         scb, cos.stride(1), ssb, sin.stride(1),
-        BLOCK_H=block_h, BLOCK_HALF=block_half,
-        num_warps=_backend.rowwise_num_warps(block_h * block_half * 2),
+        BLOCK_HQ=min(_backend.next_pow2(hq), cap), BLOCK_HK=min(_backend.next_pow2(hk), cap), BLOCK_HALF=block_half,
+        num_warps=ROPE_NUM_WARPS,
     )
     _backend.count("apply_rope.inplace" if inplace else "apply_rope")
     return qo, ko
