@@ -146,10 +146,7 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	if sw := p.slidingWindow(l); sw > 0 {
 		reason += fmt.Sprintf("; sliding window %d: relies on the 4-D mask transformers passes to attention_forward", sw)
 	}
-	for _, op := range sortedKeys(lp.Vendor) {
-		reason += "; " + op + " on the " + lp.Vendor[op]
-	}
-	lp.Reason = joinReasons(reason, note)
+	lp.Reason = joinReasons(reason+vendorReason(lp.Vendor), note)
 	return nil
 }
 
@@ -169,6 +166,16 @@ func (p *planner) slidingWindow(l models.Layer) int64 {
 		return 0
 	}
 	return int64(sw)
+}
+
+// vendorReason is the reason's part for a layer's vendor routes, "" when none:
+// "; <op> on the vendor path faster for <when> (<measured>)" per op, in op order.
+func vendorReason(vendor map[string]string) string {
+	var b strings.Builder
+	for _, op := range sortedKeys(vendor) {
+		b.WriteString("; " + op + " on the " + vendor[op])
+	}
+	return b.String()
 }
 
 var mlpRoles = []string{"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
@@ -209,11 +216,12 @@ func (p *planner) mlp(l models.Layer, lp *LayerPlan) error {
 		[]int64{inter, hidden}, nil, t["down_proj.weight"])
 	lp.Outputs = []TensorPlan{gu, down}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
+	lp.Vendor = p.reg.VendorOps(k.Name, l, p.tensors)
 	what := "gate/up by one GEMM with the swiglu epilogue, down by a plain GEMM"
 	if p.decoderPatched(l.Block) {
 		what = "gate/up by one GEMM with the swiglu epilogue, down by a GEMM with the decoder layer's residual add in its epilogue"
 	}
-	lp.Reason = joinReasons(what, note)
+	lp.Reason = joinReasons(what+vendorReason(lp.Vendor), note)
 	return nil
 }
 

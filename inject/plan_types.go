@@ -61,7 +61,8 @@ type LayerPlan struct {
 	Eps  float64          `yaml:"eps,omitempty" json:"eps,omitempty"`
 	// Vendor lists sub-operations of a replaced layer that run on the vendor path
 	// (cuBLAS, SDPA) because a measurement showed it faster for this layer's shapes, with
-	// the measurement: op ("attention-prefill", "qkv_proj", "o_proj", ...) -> reason.
+	// the measurement: op ("attention-prefill", "attention-decode", "qkv_proj",
+	// "down_proj:decode", ...; PLAN.md lists the forms) -> reason.
 	Vendor map[string]string `yaml:"vendor,omitempty" json:"vendor,omitempty"`
 	// Outputs are the tensors pack writes for this layer.
 	Outputs []TensorPlan `yaml:"outputs,omitempty" json:"outputs,omitempty"`

@@ -8,57 +8,90 @@ import (
 	"github.com/xpuinject/xpuinject/models"
 )
 
-// attentionGraph is one Llama attention layer with the given shape (F32 tensors).
-func attentionGraph(hidden, heads, kvHeads, headDim int64) *models.Graph {
-	m := "model.layers.0.self_attn"
+// blockGraph is one Llama decoder block's attention and SwiGLU MLP with the given shape
+// (F32 tensors).
+func blockGraph(hidden, heads, kvHeads, headDim, inter int64) *models.Graph {
 	ts := map[string]*models.Tensor{}
-	add := func(role string, shape ...int64) string {
+	add := func(m, role string, shape ...int64) string {
 		n := m + "." + role
 		ts[n] = &models.Tensor{Name: n, DType: models.F32, Shape: shape}
 		return n
 	}
-	l := models.Layer{
-		Module: m, Kind: models.KindAttention, Class: "LlamaAttention", Block: 0,
+	a, f := "model.layers.0.self_attn", "model.layers.0.mlp"
+	attn := models.Layer{
+		Module: a, Kind: models.KindAttention, Class: "LlamaAttention", Block: 0,
 		Dims: map[string]int64{"hidden": hidden, "heads": heads, "kv_heads": kvHeads, "head_dim": headDim},
 		Tensors: map[string]string{
-			"q_proj.weight": add("q_proj.weight", heads*headDim, hidden),
-			"k_proj.weight": add("k_proj.weight", kvHeads*headDim, hidden),
-			"v_proj.weight": add("v_proj.weight", kvHeads*headDim, hidden),
-			"o_proj.weight": add("o_proj.weight", hidden, heads*headDim),
+			"q_proj.weight": add(a, "q_proj.weight", heads*headDim, hidden),
+			"k_proj.weight": add(a, "k_proj.weight", kvHeads*headDim, hidden),
+			"v_proj.weight": add(a, "v_proj.weight", kvHeads*headDim, hidden),
+			"o_proj.weight": add(a, "o_proj.weight", hidden, heads*headDim),
 		},
 	}
-	return &models.Graph{Arch: "llama", Checkpoint: &models.Checkpoint{Tensors: ts}, Layers: []models.Layer{l}}
+	mlp := models.Layer{
+		Module: f, Kind: models.KindMLPSwiGLU, Class: "LlamaMLP", Block: 0,
+		Dims: map[string]int64{"hidden": hidden, "intermediate": inter},
+		Tensors: map[string]string{
+			"gate_proj.weight": add(f, "gate_proj.weight", inter, hidden),
+			"up_proj.weight":   add(f, "up_proj.weight", inter, hidden),
+			"down_proj.weight": add(f, "down_proj.weight", hidden, inter),
+		},
+	}
+	return &models.Graph{Arch: "llama", Checkpoint: &models.Checkpoint{Tensors: ts}, Layers: []models.Layer{attn, mlp}}
 }
 
-// The measured routes (BENCHMARKS.md 2026-11-29) send exactly the slower sub-operations of
-// Llama-3.2-1B's attention to the vendor path, keep the layer replaced, and say why.
+// The measured routes (BENCHMARKS.md session 2) send exactly the slower sub-operations of
+// Llama-3.2-1B's and Llama-3.1-8B's blocks to the vendor path, at the token counts they
+// were slower at, keep the layers replaced, and say why.
 func TestPlanVendorRoutes(t *testing.T) {
 	cases := []struct {
-		name              string
-		hidden, h, kv, hd int64
-		want              []string
+		name                     string
+		hidden, h, kv, hd, inter int64
+		attn, mlp                []string
 	}{
-		{"llama-3.2-1b", 2048, 32, 8, 64, []string{"attention-prefill", "o_proj", "qkv_proj"}},
-		{"llama-3.1-8b", 4096, 32, 8, 128, []string{"attention-prefill"}},
-		{"unmeasured head_dim 32", 1024, 32, 8, 32, nil},
+		{"llama-3.2-1b", 2048, 32, 8, 64, 8192,
+			[]string{"attention-decode", "attention-prefill", "o_proj", "qkv_proj"}, []string{"down_proj:decode"}},
+		{"llama-3.1-8b", 4096, 32, 8, 128, 14336,
+			[]string{"attention-decode", "attention-prefill", "o_proj:decode", "qkv_proj:decode"}, []string{"down_proj:decode"}},
+		{"unmeasured head_dim 32", 1024, 32, 8, 32, 4096, nil, nil},
+		{"tiny fixture shape", 64, 4, 2, 16, 128, nil, nil},
 	}
 	for _, c := range cases {
-		p, err := NewPlan(attentionGraph(c.hidden, c.h, c.kv, c.hd), kernels.Default(), PlanOptions{})
+		p, err := NewPlan(blockGraph(c.hidden, c.h, c.kv, c.hd, c.inter), kernels.Default(), PlanOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		lp := p.Layers[0]
-		if lp.Kernel != "attention-prefill" || lp.Layer != "Attention" {
-			t.Fatalf("%s: layer not replaced: %s (%s)", c.name, lp.Kernel, lp.Reason)
-		}
-		got := sortedKeys(lp.Vendor)
-		if strings.Join(got, ",") != strings.Join(c.want, ",") {
-			t.Errorf("%s: vendor ops %v, want %v", c.name, got, c.want)
-		}
-		for _, op := range got {
-			if !strings.Contains(lp.Vendor[op], "BENCHMARKS.md 2026-11-29") || !strings.Contains(lp.Reason, op+" on the vendor path faster") {
-				t.Errorf("%s: %s: reason does not carry the measurement: %q / %q", c.name, op, lp.Vendor[op], lp.Reason)
+		for i, want := range []struct {
+			kernel, layer string
+			ops           []string
+		}{{"attention-prefill", "Attention", c.attn}, {"gemm", "SwiGLUMLP", c.mlp}} {
+			lp := p.Layers[i]
+			if c.hd < 32 && i == 0 {
+				if lp.Kernel != KernelKeep || lp.Vendor != nil {
+					t.Errorf("%s: head_dim %d attention: %s %v", c.name, c.hd, lp.Kernel, lp.Vendor)
+				}
+				continue
+			}
+			if lp.Kernel != want.kernel || lp.Layer != want.layer {
+				t.Fatalf("%s: %s not replaced: %s (%s)", c.name, lp.Module, lp.Kernel, lp.Reason)
+			}
+			got := sortedKeys(lp.Vendor)
+			if strings.Join(got, ",") != strings.Join(want.ops, ",") {
+				t.Errorf("%s: %s: vendor ops %v, want %v", c.name, lp.Module, got, want.ops)
+			}
+			for _, op := range got {
+				if !strings.Contains(lp.Vendor[op], "BENCHMARKS.md session 2") || !strings.Contains(lp.Reason, op+" on the vendor path faster") {
+					t.Errorf("%s: %s: reason does not carry the measurement: %q / %q", c.name, op, lp.Vendor[op], lp.Reason)
+				}
 			}
 		}
+	}
+	// the decode-only route says so in the plan, with the token bound
+	p, err := NewPlan(blockGraph(2048, 32, 8, 64, 8192), kernels.Default(), PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Layers[1].Vendor["down_proj:decode"]; !strings.HasPrefix(got, "vendor path faster for down_proj K=8192 N=2048 at decode (M <= 64 tokens) (0.46x cuBLAS at M=1") {
+		t.Errorf("down_proj:decode reason %q", got)
 	}
 }

@@ -86,12 +86,38 @@ type Kernel struct {
 }
 
 // OpRoute is a measured "the vendor path is faster for this sub-operation here".
+//
+// The match data is structured (GEMM, K, N, Tokens, HeadDims) so tools reading
+// `xpuinject kernels --json` can match routes without Go code; Match is built from those
+// fields by gemmRoute and attentionRoute, so data and behaviour cannot disagree.
 type OpRoute struct {
-	Op       string                `json:"op"` // "attention-prefill", or a GEMM name ("qkv_proj")
-	When     string                `json:"when"`
+	// Op is the name the plan's vendor map carries and the layer looks up: a GEMM name
+	// ("qkv_proj": every token count), a GEMM name with ":decode" (M <= DecodeMaxM tokens)
+	// or ":prefill" (more), or "attention-prefill" / "attention-decode".
+	Op   string `json:"op"`
+	When string `json:"when"`
+	// GEMM, K and N select a GEMM route: the layer runs a GEMM of that name and shape.
+	GEMM string `json:"gemm,omitempty"`
+	K    int64  `json:"k,omitempty"`
+	N    int64  `json:"n,omitempty"`
+	// Tokens is "" (every token count), TokensDecode or TokensPrefill.
+	Tokens string `json:"tokens,omitempty"`
+	// HeadDims select an attention route: the layer's head_dim is one of them.
+	HeadDims []int64               `json:"head_dims,omitempty"`
 	Match    func(s *Subject) bool `json:"-"`
 	Measured string                `json:"measured"`
 }
+
+// Token-count classes of a GEMM route: the layer picks the route per call from M, the
+// number of tokens (rows) of the GEMM's input.
+const (
+	TokensDecode  = "decode"  // M <= DecodeMaxM
+	TokensPrefill = "prefill" // M > DecodeMaxM
+)
+
+// DecodeMaxM is the largest token count a ":decode" route covers: decoder.py's
+// DECODE_MAX_M (registry_test checks the two agree).
+const DecodeMaxM = 64
 
 // Constraint is a checkable condition on a layer.
 type Constraint struct {
@@ -198,7 +224,8 @@ type Registry struct {
 	kernels []*Kernel
 }
 
-// New builds a registry from rows; names must be unique and every Uses must name a row.
+// New builds a registry from rows; names must be unique, every Uses must name a row and
+// every vendor route needs an Op and a Match.
 func New(rows ...*Kernel) (*Registry, error) {
 	r := &Registry{}
 	seen := map[string]bool{}
@@ -208,6 +235,11 @@ func New(rows ...*Kernel) (*Registry, error) {
 		}
 		if seen[k.Name] {
 			return nil, fmt.Errorf("kernels: kernel %q registered twice", k.Name)
+		}
+		for _, rt := range k.VendorOps {
+			if rt.Op == "" || rt.Match == nil {
+				return nil, fmt.Errorf("kernels: kernel %q: vendor route %q without an op or a Match", k.Name, rt.When)
+			}
 		}
 		seen[k.Name] = true
 		r.kernels = append(r.kernels, k)
@@ -229,39 +261,85 @@ var (
 )
 
 // Measured vendor routes (issue 8; seed 000: never replace a faster vendor primitive).
-// Each names its measurement: scripts/bench_kernels.py --quick on the H200, 2026-11-29,
-// BENCHMARKS.md. Shapes not measured keep our kernels. Not routed: the swiglu gate_up GEMM
-// (0.86x a bare cuBLAS matmul of the same weight, but 1.11x the vendor path a model
-// actually runs: two matmuls and silu*mul), decode at batch 8 (0.91x SDPA; batch is not
-// known at plan time).
+// Numbers: scripts/bench_kernels.py full run on the H200, BENCHMARKS.md session 2
+// (docs/gpu-runs/2026-11-29-s2/bench-v1.md); "0.72x cuBLAS" is the vendor's time over ours
+// (below 1: ours is slower). They may be re-measured: a later bench run may change
+// this list, so it is one line per route. Shapes not measured keep our kernels. Not routed:
+// the swiglu gate_up GEMM (1.06x-1.30x the torch path a model runs, two matmuls and
+// silu*mul, except 0.99x at M=16384 on Llama-3.2-1B), down_proj at prefill (0.98x-1.10x),
+// Llama-3.1-8B's o_proj at prefill (1.01x-1.14x) and qkv_proj at prefill (0.97x at M=2048,
+// 0.91x at M=16384). Decode attention goes to SDPA at both head_dims although batch 1,
+// KV 8192, head_dim 128 measured 1.07x: batch and KV length are not known at plan time and
+// the other 7 of 8 shapes measured 0.90-0.99x.
+const benchS2 = "; H200, BENCHMARKS.md session 2"
+
 var (
-	prefillVendorOps = []OpRoute{{
-		Op: "attention-prefill", When: "causal prefill at head_dim 64 and 128",
-		Measured: "flash prefill 0.78x SDPA at S=2048, head_dim 64; 0.70x at head_dim 128; H200, BENCHMARKS.md 2026-11-29",
-		Match: func(s *Subject) bool {
-			hd := s.Layer.Dims["head_dim"]
-			return hd == 64 || hd == 128
-		},
-	}}
 	gemmVendorOps = []OpRoute{
-		gemmRoute("qkv_proj", 2048, 3072, "0.74x cuBLAS at M=2048 (Llama-3.2-1B qkv)"),
-		gemmRoute("o_proj", 2048, 2048, "0.93x cuBLAS at M=2048 (Llama-3.2-1B o_proj)"),
+		gemmRoute("qkv_proj", 2048, 3072, "", "0.72x cuBLAS at M=2048, 0.93x at M=16384, 0.73x at M=1, 0.75x at M=64"+benchS2),
+		gemmRoute("o_proj", 2048, 2048, "", "0.89x cuBLAS at M=2048, 0.94x at M=16384, 0.70x at M=1, 0.78x at M=64"+benchS2),
+		gemmRoute("down_proj", 8192, 2048, TokensDecode, "0.46x cuBLAS at M=1, 0.57x at M=64 (0.98x at M=2048, 1.08x at M=16384: prefill kept)"+benchS2),
+		gemmRoute("down_proj", 14336, 4096, TokensDecode, "0.68x cuBLAS at M=1, 0.76x at M=64"+benchS2),
+		gemmRoute("o_proj", 4096, 4096, TokensDecode, "0.84x cuBLAS at M=1, 0.74x at M=64"+benchS2),
+		gemmRoute("qkv_proj", 4096, 6144, TokensDecode, "0.95x cuBLAS at M=1, 0.94x at M=64"+benchS2),
+	}
+	prefillVendorOps = []OpRoute{
+		attentionRoute("attention-prefill", []int64{64, 128}, "flash prefill 0.79x SDPA at S=2048, head_dim 64; 0.69x at head_dim 128"+benchS2),
+	}
+	decodeVendorOps = []OpRoute{
+		attentionRoute("attention-decode", []int64{64, 128}, "split-K decode 0.90-0.99x SDPA at 7 of 8 shapes (batch 1/8 x KV 2048/8192); 1.07x only at batch 1, KV 8192, head_dim 128; batch is unknown at plan time"+benchS2),
 	}
 )
 
-func gemmRoute(name string, k, n int64, measured string) OpRoute {
-	return OpRoute{
-		Op: name, When: fmt.Sprintf("%s K=%d N=%d", name, k, n),
-		Measured: measured + "; H200, BENCHMARKS.md 2026-11-29",
-		Match: func(s *Subject) bool {
-			for _, g := range s.GEMMs {
-				if g.Name == name && g.K == k && g.N == n {
-					return true
-				}
-			}
-			return false
-		},
+// gemmRoute routes the GEMM name of shape K x N to the vendor path at the token counts
+// tokens selects ("" for all): Op is name, or name+":"+tokens.
+func gemmRoute(name string, k, n int64, tokens, measured string) OpRoute {
+	op, when := name, fmt.Sprintf("%s K=%d N=%d", name, k, n)
+	switch tokens {
+	case "":
+	case TokensDecode:
+		op, when = name+":"+tokens, when+fmt.Sprintf(" at decode (M <= %d tokens)", DecodeMaxM)
+	case TokensPrefill:
+		op, when = name+":"+tokens, when+fmt.Sprintf(" at prefill (M > %d tokens)", DecodeMaxM)
+	default:
+		panic(fmt.Sprintf("kernels: gemmRoute %s: tokens %q is not \"\", %q or %q", name, tokens, TokensDecode, TokensPrefill))
 	}
+	rt := OpRoute{Op: op, When: when, GEMM: name, K: k, N: n, Tokens: tokens, Measured: measured}
+	rt.Match = func(s *Subject) bool {
+		for _, g := range s.GEMMs {
+			if g.Name == rt.GEMM && g.K == rt.K && g.N == rt.N {
+				return true
+			}
+		}
+		return false
+	}
+	return rt
+}
+
+// attentionRoute routes op ("attention-prefill" or "attention-decode") of an attention
+// layer whose head_dim is in headDims to SDPA.
+func attentionRoute(op string, headDims []int64, measured string) OpRoute {
+	var when string
+	switch op {
+	case "attention-prefill":
+		when = "causal prefill"
+	case "attention-decode":
+		when = "decode (one query token per sequence)"
+	default:
+		panic(fmt.Sprintf("kernels: attentionRoute: op %q is not attention-prefill or attention-decode", op))
+	}
+	dims := make([]string, len(headDims))
+	for i, d := range headDims {
+		dims[i] = fmt.Sprint(d)
+	}
+	if n := len(dims); n > 1 {
+		dims = []string{strings.Join(dims[:n-1], ", "), dims[n-1]}
+	}
+	when += " at head_dim " + strings.Join(dims, " and ")
+	rt := OpRoute{Op: op, When: when, HeadDims: slices.Clone(headDims), Measured: measured}
+	rt.Match = func(s *Subject) bool {
+		return s.Layer.Kind == models.KindAttention && slices.Contains(rt.HeadDims, s.Layer.Dims["head_dim"])
+	}
+	return rt
 }
 
 // Default is the registry of the kernels in xpuinject_kernels/ (DESIGN "Kernels").
@@ -309,6 +387,7 @@ func Default() *Registry {
 			Layer: "Attention", Function: "attention_forward",
 			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{attentionProjections, attentionHeadDim, attentionGQA},
+			VendorOps:   decodeVendorOps,
 		},
 	)
 	if err != nil {

@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"encoding/json"
+	"fmt"
 	"io/fs"
 	"regexp"
 	"slices"
@@ -107,6 +109,121 @@ func TestNewRejectsBadRows(t *testing.T) {
 	}
 	if _, err := New(&Kernel{}); err == nil {
 		t.Error("nameless row accepted")
+	}
+	if _, err := New(&Kernel{Name: "a", VendorOps: []OpRoute{{Op: "qkv_proj", When: "w"}}}); err == nil ||
+		!strings.Contains(err.Error(), `vendor route "w" without an op or a Match`) {
+		t.Errorf("route without Match: %v", err)
+	}
+}
+
+// The measured routes of Default per Llama shape: which ops each layer hands to the vendor.
+func TestDefaultVendorOps(t *testing.T) {
+	r := Default()
+	keys := func(m map[string]string) string { return strings.Join(sortedKeys(m), ",") }
+	for _, c := range []struct {
+		name                     string
+		hidden, h, kv, hd, inter int64
+		attn, mlp                string
+	}{
+		{"llama-3.2-1b", 2048, 32, 8, 64, 8192, "attention-decode,attention-prefill,o_proj,qkv_proj", "down_proj:decode"},
+		{"llama-3.1-8b", 4096, 32, 8, 128, 14336, "attention-decode,attention-prefill,o_proj:decode,qkv_proj:decode", "down_proj:decode"},
+		{"head_dim 32", 1024, 32, 8, 32, 4096, "", ""},
+		// gate_up K=2048 N=3072 is Llama-3.2-1B's qkv_proj shape: routes match by GEMM name too
+		{"names differ", 2048, 16, 16, 32, 1536, "", ""},
+	} {
+		l, ts := attn(c.hidden, c.h, c.kv, c.hd, models.BF16)
+		if got := keys(r.VendorOps("attention-prefill", l, ts)); got != c.attn {
+			t.Errorf("%s attention: %q, want %q", c.name, got, c.attn)
+		}
+		l, ts = mlp(c.hidden, c.inter, models.BF16)
+		if got := keys(r.VendorOps("gemm", l, ts)); got != c.mlp {
+			t.Errorf("%s mlp: %q, want %q", c.name, got, c.mlp)
+		}
+	}
+	// attention routes never reach a layer of another kind, whatever its dims say
+	l, ts := mlp(2048, 8192, models.BF16)
+	l.Dims["head_dim"] = 64
+	for _, k := range []string{"attention-prefill", "attention-decode"} {
+		for _, rt := range mustKernel(t, r, k).VendorOps {
+			if rt.Match(&Subject{Layer: l, GEMMs: LayerGEMMs(l)}) {
+				t.Errorf("%s route %s matches an MLP", k, rt.Op)
+			}
+		}
+	}
+	if r.VendorOps("nope", l, ts) != nil {
+		t.Error("unknown kernel has routes")
+	}
+}
+
+// Every route's structured fields agree with its Op and When, and its Match is theirs.
+func TestVendorRouteFields(t *testing.T) {
+	for _, k := range Default().Kernels() {
+		for _, rt := range k.VendorOps {
+			if !strings.Contains(rt.Measured, "BENCHMARKS.md") {
+				t.Errorf("%s: %s: measured %q names no benchmark", k.Name, rt.Op, rt.Measured)
+			}
+			switch {
+			case rt.GEMM != "":
+				if k.Name != "gemm" || rt.K < MinGEMMDim || rt.N < MinGEMMDim || len(rt.HeadDims) != 0 {
+					t.Errorf("%s: GEMM route %+v", k.Name, rt)
+				}
+				op := rt.GEMM
+				if rt.Tokens != "" {
+					op += ":" + rt.Tokens
+				}
+				if rt.Op != op || !strings.HasPrefix(rt.When, fmt.Sprintf("%s K=%d N=%d", rt.GEMM, rt.K, rt.N)) {
+					t.Errorf("%s: op %q / when %q disagree with %s K=%d N=%d tokens %q", k.Name, rt.Op, rt.When, rt.GEMM, rt.K, rt.N, rt.Tokens)
+				}
+				if !rt.Match(&Subject{GEMMs: []GEMM{{Name: rt.GEMM, K: rt.K, N: rt.N}}}) ||
+					rt.Match(&Subject{GEMMs: []GEMM{{Name: rt.GEMM, K: rt.K, N: rt.N + 1}}}) {
+					t.Errorf("%s: %s: Match disagrees with K, N", k.Name, rt.Op)
+				}
+			case len(rt.HeadDims) > 0:
+				if rt.Op != k.Name || rt.Tokens != "" {
+					t.Errorf("%s: attention route %+v", k.Name, rt)
+				}
+				for _, hd := range AttentionHeadDims {
+					l, _ := attn(2048, 32, 8, hd, models.BF16)
+					if got, want := rt.Match(&Subject{Layer: l}), slices.Contains(rt.HeadDims, hd); got != want {
+						t.Errorf("%s: head_dim %d: Match %v, HeadDims %v", rt.Op, hd, got, rt.HeadDims)
+					}
+				}
+			default:
+				t.Errorf("%s: route %q without match data", k.Name, rt.Op)
+			}
+		}
+	}
+	rt := gemmRoute("down_proj", 8192, 2048, TokensPrefill, "m")
+	if rt.Op != "down_proj:prefill" || rt.When != "down_proj K=8192 N=2048 at prefill (M > 64 tokens)" {
+		t.Errorf("prefill route %+v", rt)
+	}
+	rt = gemmRoute("down_proj", 8192, 2048, TokensDecode, "m")
+	if rt.Op != "down_proj:decode" || rt.When != "down_proj K=8192 N=2048 at decode (M <= 64 tokens)" {
+		t.Errorf("decode route %+v", rt)
+	}
+	if rt := attentionRoute("attention-decode", []int64{32, 64, 128}, "m"); rt.When != "decode (one query token per sequence) at head_dim 32, 64 and 128" {
+		t.Errorf("attention route when %q", rt.When)
+	}
+	b, err := json.Marshal(gemmRoute("qkv_proj", 4096, 6144, TokensDecode, "m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"op":"qkv_proj:decode","when":"qkv_proj K=4096 N=6144 at decode (M \u003c= 64 tokens)","gemm":"qkv_proj","k":4096,"n":6144,"tokens":"decode","measured":"m"}`
+	if string(b) != want {
+		t.Errorf("json %s\nwant %s", b, want)
+	}
+	for _, bad := range []func(){
+		func() { gemmRoute("o_proj", 1, 1, "decoding", "m") },
+		func() { attentionRoute("attention", nil, "m") },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("bad route built")
+				}
+			}()
+			bad()
+		}()
 	}
 }
 
@@ -295,5 +412,8 @@ func TestRegistryAgreesWithPython(t *testing.T) {
 	g := mustKernel(t, r, "gemm")
 	if py := tuple("gemm.py", "EPILOGUES"); !slices.Equal(py, g.Epilogues) {
 		t.Errorf("gemm.py EPILOGUES %v, registry %v", py, g.Epilogues)
+	}
+	if m := regexp.MustCompile(`(?m)^DECODE_MAX_M = (\d+)$`).FindStringSubmatch(src("decoder.py")); m == nil || m[1] != strconv.Itoa(DecodeMaxM) {
+		t.Errorf("decoder.py DECODE_MAX_M %v, registry DecodeMaxM %d", m, DecodeMaxM)
 	}
 }

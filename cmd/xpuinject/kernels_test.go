@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -60,6 +61,48 @@ func TestKernelsJSON(t *testing.T) {
 		rows[4].Constraints[1].Text != "head_dim in {32, 64, 80, 96, 128}" {
 		t.Fatalf("rows %+v", rows)
 	}
+	// the vendor routes carry their match data, so tools can match them without Go code
+	var routes []struct {
+		Name      string `json:"name"`
+		VendorOps []struct {
+			Op       string  `json:"op"`
+			GEMM     string  `json:"gemm"`
+			K        int64   `json:"k"`
+			N        int64   `json:"n"`
+			Tokens   string  `json:"tokens"`
+			HeadDims []int64 `json:"head_dims"`
+			Measured string  `json:"measured"`
+		} `json:"vendor_ops"`
+	}
+	if err := json.Unmarshal([]byte(out), &routes); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, k := range routes {
+		for _, r := range k.VendorOps {
+			got[fmt.Sprintf("%s %s K=%d", k.Name, r.Op, r.K)] = fmt.Sprintf("%s %d %d %q %v", r.GEMM, r.K, r.N, r.Tokens, r.HeadDims)
+			if !strings.Contains(r.Measured, "BENCHMARKS.md") {
+				t.Errorf("%s %s: measured %q", k.Name, r.Op, r.Measured)
+			}
+		}
+	}
+	for key, want := range map[string]string{
+		"gemm qkv_proj K=2048":                    `qkv_proj 2048 3072 "" []`,
+		"gemm down_proj:decode K=8192":            `down_proj 8192 2048 "decode" []`,
+		"gemm down_proj:decode K=14336":           `down_proj 14336 4096 "decode" []`,
+		"gemm qkv_proj:decode K=4096":             `qkv_proj 4096 6144 "decode" []`,
+		"attention-prefill attention-prefill K=0": ` 0 0 "" [64 128]`,
+		"attention-decode attention-decode K=0":   ` 0 0 "" [64 128]`,
+	} {
+		if got[key] != want {
+			t.Errorf("%s: %q, want %q", key, got[key], want)
+		}
+	}
+	for _, field := range []string{`"gemm": "o_proj"`, `"k": 14336`, `"tokens": "decode"`, `"head_dims": [`} {
+		if !strings.Contains(out, field) {
+			t.Errorf("no %s in --json output", field)
+		}
+	}
 	if code, _, errOut := runCLI(t, nil, "kernels", "extra"); code != exitUsage {
 		t.Fatalf("kernels extra: exit %d (%s)", code, errOut)
 	}
@@ -72,8 +115,10 @@ func TestKernelsListsVendorRoutes(t *testing.T) {
 	}
 	for _, want := range []string{
 		"\nvendor routes (the layer stays replaced; this operation runs on the vendor path):\n",
-		"  gemm: qkv_proj K=2048 N=3072: 0.74x cuBLAS at M=2048 (Llama-3.2-1B qkv); H200, BENCHMARKS.md 2026-11-29\n",
+		"  gemm: qkv_proj K=2048 N=3072: 0.72x cuBLAS at M=2048, 0.93x at M=16384, 0.73x at M=1, 0.75x at M=64; H200, BENCHMARKS.md session 2\n",
+		"  gemm: down_proj K=8192 N=2048 at decode (M <= 64 tokens): 0.46x cuBLAS at M=1, ",
 		"  attention-prefill: causal prefill at head_dim 64 and 128: ",
+		"  attention-decode: decode (one query token per sequence) at head_dim 64 and 128: split-K decode ",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in\n%s", want, out.String())
