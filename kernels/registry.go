@@ -261,32 +261,32 @@ var (
 )
 
 // Measured vendor routes (issue 8; seed 000: never replace a faster vendor primitive).
-// Numbers: scripts/bench_kernels.py full run on the H200, BENCHMARKS.md session 2
-// (docs/gpu-runs/2026-11-29-s2/bench-v1.md); "0.72x cuBLAS" is the vendor's time over ours
-// (below 1: ours is slower). They may be re-measured: a later bench run may change
-// this list, so it is one line per route. Shapes not measured keep our kernels. Not routed:
-// the swiglu gate_up GEMM (1.06x-1.30x the torch path a model runs, two matmuls and
-// silu*mul, except 0.99x at M=16384 on Llama-3.2-1B), down_proj at prefill (0.98x-1.10x),
-// Llama-3.1-8B's o_proj at prefill (1.01x-1.14x) and qkv_proj at prefill (0.97x at M=2048,
-// 0.91x at M=16384). Decode attention goes to SDPA at both head_dims although batch 1,
-// KV 8192, head_dim 128 measured 1.07x: batch and KV length are not known at plan time and
-// the other 7 of 8 shapes measured 0.90-0.99x.
+// Numbers: scripts/bench_kernels.py full run on the H200 against the final kernels,
+// BENCHMARKS.md session 2 (docs/gpu-runs/2026-11-29-s2/bench-v2.md); "0.71x cuBLAS" is the
+// vendor's time over ours (below 1: ours is slower). A later bench run may change this list,
+// so it is one line per route. Shapes not measured keep our kernels. Not routed: the swiglu
+// gate_up GEMM (1.05x-1.32x the torch path a model runs -- two matmuls and silu*mul -- and
+// 0.99-1.15x Liger; only a bare matmul with no activation, which no model can use, is faster:
+// 0.82x at M=2048 on Llama-3.2-1B), down_proj at prefill (1.01x-1.17x), Llama-3.1-8B's
+// o_proj and qkv_proj at prefill (1.01x-1.11x). Decode attention goes to SDPA at both
+// head_dims although batch 1, KV 8192, head_dim 128 measured 1.08x: batch and KV length are
+// not known at plan time and the other 7 of 8 shapes measured 0.90-0.99x.
 const benchS2 = "; H200, BENCHMARKS.md session 2"
 
 var (
 	gemmVendorOps = []OpRoute{
-		gemmRoute("qkv_proj", 2048, 3072, "", "0.72x cuBLAS at M=2048, 0.93x at M=16384, 0.73x at M=1, 0.75x at M=64"+benchS2),
-		gemmRoute("o_proj", 2048, 2048, "", "0.89x cuBLAS at M=2048, 0.94x at M=16384, 0.70x at M=1, 0.78x at M=64"+benchS2),
-		gemmRoute("down_proj", 8192, 2048, TokensDecode, "0.46x cuBLAS at M=1, 0.57x at M=64 (0.98x at M=2048, 1.08x at M=16384: prefill kept)"+benchS2),
-		gemmRoute("down_proj", 14336, 4096, TokensDecode, "0.68x cuBLAS at M=1, 0.76x at M=64"+benchS2),
-		gemmRoute("o_proj", 4096, 4096, TokensDecode, "0.84x cuBLAS at M=1, 0.74x at M=64"+benchS2),
-		gemmRoute("qkv_proj", 4096, 6144, TokensDecode, "0.95x cuBLAS at M=1, 0.94x at M=64"+benchS2),
+		gemmRoute("qkv_proj", 2048, 3072, "", "0.71x cuBLAS at M=2048, 0.83x at M=16384, 0.77x at M=1, 0.75x at M=64"+benchS2),
+		gemmRoute("o_proj", 2048, 2048, "", "0.91x cuBLAS at M=2048, 0.84x at M=16384, 0.88x at M=1, 0.77x at M=64"+benchS2),
+		gemmRoute("down_proj", 8192, 2048, TokensDecode, "with the fused residual 0.75x cuBLAS+add at M=1, 0.56x at M=64 (1.08x at M=2048, 1.01x at M=16384: prefill kept)"+benchS2),
+		gemmRoute("down_proj", 14336, 4096, TokensDecode, "with the fused residual 0.95x cuBLAS+add at M=1, 0.83x at M=64"+benchS2),
+		gemmRoute("o_proj", 4096, 4096, TokensDecode, "0.93x cuBLAS at M=1, 0.75x at M=64 (1.01x at M=2048, 1.11x at M=16384: prefill kept)"+benchS2),
+		gemmRoute("qkv_proj", 4096, 6144, TokensDecode, "0.95x cuBLAS at M=1, 0.93x at M=64 (1.04x at M=2048, 1.05x at M=16384: prefill kept)"+benchS2),
 	}
 	prefillVendorOps = []OpRoute{
-		attentionRoute("attention-prefill", []int64{64, 128}, "flash prefill 0.79x SDPA at S=2048, head_dim 64; 0.69x at head_dim 128"+benchS2),
+		attentionRoute("attention-prefill", []int64{64, 128}, "flash prefill 0.78x SDPA at S=2048, head_dim 64; 0.69x at head_dim 128"+benchS2),
 	}
 	decodeVendorOps = []OpRoute{
-		attentionRoute("attention-decode", []int64{64, 128}, "split-K decode 0.90-0.99x SDPA at 7 of 8 shapes (batch 1/8 x KV 2048/8192); 1.07x only at batch 1, KV 8192, head_dim 128; batch is unknown at plan time"+benchS2),
+		attentionRoute("attention-decode", []int64{64, 128}, "split-K decode 0.90-0.99x SDPA at 7 of 8 shapes (batch 1/8 x KV 2048/8192); 1.08x only at batch 1, KV 8192, head_dim 128; batch is unknown at plan time"+benchS2),
 	}
 )
 

@@ -224,7 +224,42 @@ def target_cell(r: Dict) -> str:
     if not r.get("target_desc"):
         return t
     v = r.get("target_value")
-    return f"{t} ({r['target_desc']}: {v:.2f})" if v is not None else f"{t} ({r['target_desc']})"
+    cell = f"{t} ({r['target_desc']}: {v:.2f})" if v is not None else f"{t} ({r['target_desc']})"
+    if str(t).startswith("missed") and "route" in r:
+        cell += f"; vendor route: {r['route']}" if r["route"] else "; not routed"
+    return cell
+
+
+DECODE_MAX_M = 64  # kernels/xpuinject_kernels/decoder.py: ":decode" routes apply up to this many tokens
+
+
+def load_routes(path: str) -> List[Dict]:
+    """The measured vendor routes from `xpuinject kernels --json` (registry VendorOps): a list of
+    {op, when, measured, gemm?, k?, n?, tokens?, head_dims?}."""
+    with open(path, encoding="utf-8") as f:
+        reg = json.load(f)
+    if not isinstance(reg, list):
+        raise ValueError(f"{path}: want the JSON list `xpuinject kernels --json` prints")
+    return [dict(rt, kernel=k.get("name", "?")) for k in reg for rt in (k.get("vendor_ops") or [])]
+
+
+def route_for(row: Dict, routes: List[Dict]) -> str:
+    """The registry route that sends this benchmark row's operation to the vendor path, as
+    "op (when)", or "" when none does. gemm rows name their projection (qkv -> qkv_proj), the
+    swiglu rows are the gate_up_proj GEMM; attention rows match by op and head_dim."""
+    p = row.get("params", {})
+    kind = row.get("kind")
+    for rt in routes:
+        if kind in ("gemm", "swiglu") and rt.get("gemm"):
+            name = "gate_up_proj" if kind == "swiglu" else f"{p.get('proj')}_proj"
+            tokens = rt.get("tokens") or ""
+            m_class = "decode" if p.get("M", 0) <= DECODE_MAX_M else "prefill"
+            if (rt["gemm"] == name and rt.get("k") == p.get("K") and rt.get("n") == p.get("N")
+                    and tokens in ("", m_class)):
+                return f"{rt['op']} ({rt['when']})"
+        if kind in ("prefill", "decode") and rt.get("op") == f"attention-{kind}" and p.get("D") in (rt.get("head_dims") or []):
+            return f"{rt['op']} ({rt['when']})"
+    return ""
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -253,6 +288,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="also torch.compile the plain/bias/residual GEMMs (off: default-mode inductor calls "
                         "the same cuBLAS kernel and the compiles cost minutes)")
     p.add_argument("--cache-dir", default="", help="TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR (kept between warm calls)")
+    p.add_argument("--routes", default="",
+                   help="JSON of `xpuinject kernels --json`: missed targets say whether the planner routes them to the vendor path")
+    p.add_argument("--render", default="",
+                   help="re-render DIR/bench.json (or a bench.json) of an earlier run into --out, with --routes; no GPU")
     p.add_argument("--interpret-smoke", action="store_true",
                    help="CPU, TRITON_INTERPRET=1, tiny shapes, correctness only (no timing)")
     p.add_argument("--inject-fault", default="",
@@ -1142,6 +1181,14 @@ def _apply_smoke_patches() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    if args.routes:
+        try:
+            load_routes(args.routes)
+        except (OSError, ValueError) as e:
+            print(f"bench: --routes {args.routes}: {e}", file=sys.stderr)
+            return 2
+    if args.render:
+        return render(args)
     if args.interpret_smoke:
         os.environ["TRITON_INTERPRET"] = "1"
     if args.cache_dir:
@@ -1216,38 +1263,74 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             log(progress_line(i, len(cases), time.time() - t_start, row))
 
     result["cases"].sort(key=lambda r: r.pop("_order", 0))
+    return finish(result, args, out_json, out_md, smoke=env.smoke, wall_s=round(time.time() - t_start, 1))
+
+
+def finish(result: Dict, args, out_json: str, out_md: str, smoke: bool, wall_s: Optional[float]) -> int:
+    """Routes, summary, bench.json, bench.md and the printed tables of a run (or a re-render)."""
     rows = result["cases"]
+    if args.routes:
+        routes = load_routes(args.routes)
+        result["routes_from"] = args.routes
+        for r in rows:
+            if str(r.get("target", "")).startswith("missed"):
+                r["route"] = route_for(r, routes)
     failed = [r for r in rows if r.get("check_ok") is False]
     checked = [r for r in rows if r.get("check_ok") is not None]
+    missed = [r for r in rows if str(r.get("target", "")).startswith("missed")]
     result["summary"] = dict(cases=len(rows), checked=len(checked), failed=len(failed),
                              skipped=sum(1 for r in rows if r.get("status") == "skipped"),
                              targets_met=sum(1 for r in rows if r.get("target") == "met"),
-                             targets_missed=sum(1 for r in rows if str(r.get("target", "")).startswith("missed")),
-                             wall_s=round(time.time() - t_start, 1))
-    flush_json()
-    header = [f"# Kernel benchmark ({'interpreter smoke, no timing' if env.smoke else result['env'].get('device', '?')})", "",
-              f"command: `{result['command']}`  ", f"date: {result['env']['date_utc']}  ",
-              f"torch {result['env']['torch']}, triton {result['env']['triton']}; liger: {env.liger_note}; "
-              f"eager: {env.hf_note}; timer: {args.timer}  "]
+                             targets_missed=len(missed),
+                             missed_routed=sum(1 for r in missed if r.get("route")) if args.routes else None,
+                             wall_s=wall_s if wall_s is not None else result.get("summary", {}).get("wall_s"))
+    write_atomic(out_json, json.dumps(result, indent=1, default=str) + "\n")
+    e = result["env"]
+    header = [f"# Kernel benchmark ({'interpreter smoke, no timing' if smoke else e.get('device', '?')})", "",
+              f"command: `{result['command']}`  ", f"date: {e['date_utc']}  ",
+              f"torch {e['torch']}, triton {e['triton']}; liger: {e.get('liger')}; "
+              f"eager: {e.get('eager_reference')}; timer: {e.get('timer')}  "]
+    if args.routes:
+        header.append(f"vendor routes: `{os.path.basename(args.routes)}` (`xpuinject kernels --json`); a missed target "
+                      "names the route that sends that operation to cuBLAS/SDPA in a plan, or says it is not routed  ")
     if result["ceilings"] and "copy_GBps" in result["ceilings"]:
         c = result["ceilings"]
         header.append(f"ceilings (this run): copy {c['copy_GBps']:.0f} GB/s, torch.matmul bf16 {c['matmul_TFLOPs']:.0f} TFLOP/s  ")
         header.append("times: median us per call; ratio = competitor time / ours (>1: ours faster); "
                       "* = CUDA-graph capture failed, timed eagerly (host overhead included)")
     md = "\n".join(header) + "\n\n" + render_table(rows, markdown=True) + "\n"
+    tgt = [r for r in rows if r.get("target_desc")]
+    if tgt:
+        md += "\n## Targets (issue 8)\n\n```\n" + render_targets(tgt) + "\n```\n"
     write_atomic(out_md, md)
     log("")
     log("\n".join(header))
     log(render_table(rows, markdown=False))
-    tgt = [r for r in rows if r.get("target_desc")]
     if tgt:
         log("")
         log("targets (issue 8):")
         log(render_targets(tgt))
     s = result["summary"]
+    routed = f" ({s['missed_routed']} routed to the vendor path)" if s["missed_routed"] is not None else ""
     log(f"[bench] {s['checked']} checked, {s['failed']} failed, {s['skipped']} skipped; targets met {s['targets_met']}, "
-        f"missed {s['targets_missed']}; {s['wall_s']} s; wrote {out_json} and {out_md}")
+        f"missed {s['targets_missed']}{routed}; {s['wall_s']} s; wrote {out_json} and {out_md}")
     return 1 if failed else 0
+
+
+def render(args) -> int:
+    """--render: the tables of an earlier run's bench.json, with --routes applied; no GPU."""
+    src = os.path.join(args.render, "bench.json") if os.path.isdir(args.render) else args.render
+    try:
+        with open(src, encoding="utf-8") as f:
+            result = json.load(f)
+        if not isinstance(result, dict) or not isinstance(result.get("cases"), list) or "env" not in result:
+            raise ValueError("not a bench.json (want an object with env and cases)")
+    except (OSError, ValueError) as e:
+        print(f"bench: --render {src}: {e}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    return finish(result, args, os.path.join(args.out, "bench.json"), os.path.join(args.out, "bench.md"),
+                  smoke=bool(result["env"].get("smoke")), wall_s=None)
 
 
 def progress_line(i, total, el, row) -> str:

@@ -320,3 +320,79 @@ def test_fallback_timer_is_marked():
     assert "| 5.00* |" in line and "| 10.0 (2.00x) |" in line
     row["ours"]["timer"] = "graph"
     assert "| 5.00 |" in bk.render_table([row], markdown=True).splitlines()[2]
+
+
+ROUTES = [  # the shape of `xpuinject kernels --json` (registry VendorOps), trimmed
+    {"name": "gemm", "vendor_ops": [
+        {"op": "qkv_proj", "when": "qkv_proj K=2048 N=3072", "measured": "0.71x", "gemm": "qkv_proj", "k": 2048, "n": 3072},
+        {"op": "down_proj:decode", "when": "down_proj K=8192 N=2048 at decode", "measured": "0.75x",
+         "gemm": "down_proj", "k": 8192, "n": 2048, "tokens": "decode"}]},
+    {"name": "attention-decode", "vendor_ops": [
+        {"op": "attention-decode", "when": "decode at head_dim 64 and 128", "measured": "0.9x", "head_dims": [64, 128]}]},
+    {"name": "rmsnorm"},
+]
+
+
+def test_route_for_matches_op_shape_and_token_class(tmp_path):
+    p = tmp_path / "routes.json"
+    p.write_text(json.dumps(ROUTES))
+    routes = bk.load_routes(str(p))
+    assert len(routes) == 3
+
+    def gemm(proj, m, k, n):
+        return {"kind": "gemm", "params": {"M": m, "K": k, "N": n, "proj": proj, "epilogue": "none"}}
+
+    assert bk.route_for(gemm("qkv", 2048, 2048, 3072), routes).startswith("qkv_proj (")
+    assert bk.route_for(gemm("qkv", 1, 2048, 3072), routes).startswith("qkv_proj (")      # every token count
+    assert bk.route_for(gemm("qkv", 2048, 4096, 3072), routes) == ""                      # other K
+    assert bk.route_for(gemm("o", 2048, 2048, 3072), routes) == ""                        # other projection
+    assert bk.route_for(gemm("down", 64, 8192, 2048), routes).startswith("down_proj:decode")
+    assert bk.route_for(gemm("down", 65, 8192, 2048), routes) == ""                       # prefill: not routed
+    dec = {"kind": "decode", "params": {"batch": 1, "kv_len": 2048, "H": 32, "KV": 8, "D": 64}}
+    assert bk.route_for(dec, routes).startswith("attention-decode")
+    assert bk.route_for(dict(dec, params=dict(dec["params"], D=96)), routes) == ""
+    assert bk.route_for({"kind": "prefill", "params": {"seq": 2048, "D": 64}}, routes) == ""  # no prefill route here
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a list"}')
+    with pytest.raises(ValueError, match="kernels --json"):
+        bk.load_routes(str(bad))
+
+
+def test_render_marks_missed_targets_routed_or_not(tmp_path):
+    """--render re-draws an earlier run's tables with the routes (no GPU), and refuses bad input."""
+    rows = [
+        {"kind": "gemm", "model": "llama-3.2-1b", "shape": "qkv:none M=2048", "check_ok": True, "rel_err": 1e-3,
+         "ours_us": 50.0, "params": {"M": 2048, "K": 2048, "N": 3072, "proj": "qkv", "epilogue": "none"},
+         "competitors": {"torch": {"status": "ok", "us": 35.0, "ratio": 0.7}}, "target": "missed",
+         "target_desc": ">=0.95x cuBLAS", "target_value": 0.7},
+        {"kind": "gemm", "model": "llama-3.2-1b", "shape": "gate_up:none M=2048", "check_ok": True, "rel_err": 1e-3,
+         "ours_us": 210.0, "params": {"M": 2048, "K": 2048, "N": 16384, "proj": "gate_up", "epilogue": "none"},
+         "competitors": {"torch": {"status": "ok", "us": 200.0, "ratio": 0.93}}, "target": "missed",
+         "target_desc": ">=0.95x cuBLAS", "target_value": 0.93},
+    ]
+    run = {"command": "python3 scripts/bench_kernels.py --out x", "ceilings": None, "cases": rows,
+           "env": {"device": "NVIDIA H200", "date_utc": "2026-11-29T16:02:23Z", "torch": "2.11", "triton": "3.6",
+                   "liger": "liger_kernel 0.8.5", "eager_reference": "transformers 5.17.0", "timer": "graph", "smoke": False}}
+    src = tmp_path / "bench.json"
+    src.write_text(json.dumps(run))
+    routes = tmp_path / "routes.json"
+    routes.write_text(json.dumps(ROUTES))
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, SCRIPT, "--render", str(src), "--routes", str(routes), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    md = (out / "bench.md").read_text()
+    assert "vendor route: qkv_proj (qkv_proj K=2048 N=3072)" in md
+    assert "0.93); not routed" in md
+    res = json.loads((out / "bench.json").read_text())
+    assert res["summary"]["targets_missed"] == 2 and res["summary"]["missed_routed"] == 1
+    assert "missed 2 (1 routed to the vendor path)" in r.stdout
+    # bad inputs: a --routes file that is not the registry list, a --render file that is not a run
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    r = subprocess.run([sys.executable, SCRIPT, "--render", str(src), "--routes", str(bad), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--routes" in r.stderr
+    r = subprocess.run([sys.executable, SCRIPT, "--render", str(routes), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "not a bench.json" in r.stderr
