@@ -163,3 +163,29 @@ def test_decode_routes_apply_to_decode_steps_only(device):
     assert ran.get("gemm.none", 0) == 4 and ran.get("gemm.swiglu", 0) == 2 and ran.get("gemm.residual", 0) == 2, ran
     assert ran.get("attention.decode", 0) == 0 and ran.get("attention.prefill", 0) == 2, ran
     assert a[0, 70] == b[0, 70]
+
+
+def test_sdpa_route_repeats_kv_heads_when_masked(monkeypatch):
+    """The SDPA route asks for enable_gqa only without a mask: with one, CUDA's SDPA would fall
+    back to its math kernel, so the KV heads are repeated (transformers' rule); same numbers."""
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        calls.append((q.shape[1], k.shape[1], kw.get("enable_gqa"), kw.get("attn_mask") is not None))
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    mod = types.SimpleNamespace(is_causal=True)
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(2, 4, 1, 8, generator=g)
+    k = torch.randn(2, 2, 5, 8, generator=g)
+    v = torch.randn(2, 2, 5, 8, generator=g)
+    mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    mask[1, :, :, :2] = False
+    out_masked = decoder._sdpa(mod, q, k, v, mask, 0.35)
+    out_plain = decoder._sdpa(mod, q, k, v, None, 0.35)
+    assert calls == [(4, 4, False, True), (4, 2, True, False)], calls
+    ref = real(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), attn_mask=mask, scale=0.35)
+    assert torch.allclose(out_masked, ref.transpose(1, 2), atol=1e-6)
+    assert torch.allclose(out_plain[0], out_masked[0], atol=1e-6)  # row 0 has no masked keys

@@ -117,8 +117,18 @@ def _sdpa(module: nn.Module, q, k, v, attention_mask, scaling):
     mask = attention_mask
     if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
         mask = mask.to(q.dtype)
+    gqa = q.shape[1] != k.shape[1]
+    if gqa and mask is not None and q.device.type != "xpu":
+        # With a mask, CUDA's SDPA serves enable_gqa only from its math kernel (materialized
+        # scores): repeat the KV heads instead, as transformers does (integrations/sdpa_attention.py
+        # use_gqa_in_sdpa / repeat_kv, 5.17), so the memory-efficient kernel takes the call.
+        b, hk, length, d = k.shape
+        rep = q.shape[1] // hk
+        k = k[:, :, None].expand(b, hk, rep, length, d).reshape(b, hk * rep, length, d)
+        v = v[:, :, None].expand(b, hk, rep, length, v.shape[-1]).reshape(b, hk * rep, length, v.shape[-1])
+        gqa = False
     out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=causal, scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
+        q, k, v, attn_mask=mask, is_causal=causal, scale=scaling, enable_gqa=gqa
     )
     return out.transpose(1, 2)
 
