@@ -16,7 +16,6 @@ plumbing on a tiny model.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -39,6 +38,7 @@ def main() -> int:
     from torch.profiler import ProfilerActivity, profile
 
     import xpuinject_shim
+    from eval_driver import time_fn
 
     dev = torch.device(args.device)
     run = Path(args.run)
@@ -64,22 +64,8 @@ def main() -> int:
                     m(input_ids=nxt, past_key_values=cache, use_cache=True)
                     cache.crop(-1)
 
-                for _ in range(3):
-                    step()
-                times = []
-                for _ in range(args.steps):
-                    if dev.type == "cuda":
-                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        e0.record()
-                        step()
-                        e1.record()
-                        e1.synchronize()
-                        times.append(e0.elapsed_time(e1))
-                    else:
-                        step()
-                if times:
-                    print(f"\n=== batch {b} {name}: decode step median {statistics.median(times):.3f} ms "
-                          f"(min {min(times):.3f}, max {max(times):.3f}, {len(times)} steps)", flush=True)
+                ms = time_fn(step, dev, args.steps)  # the eval driver's timer: 3 warm-ups, events, median
+                print(f"\n=== batch {b} {name}: decode step median {ms:.3f} ms ({args.steps} steps)", flush=True)
                 with profile(activities=acts) as prof:
                     for _ in range(args.steps):
                         step()
