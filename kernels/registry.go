@@ -372,7 +372,7 @@ func Default() *Registry {
 			Epilogues: []string{EpilogueNone, EpilogueBias, EpilogueSwiGLU, EpilogueHardswish, EpilogueResidual},
 			Backends:  allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{gemmMinDims},
-			Notes:       []Note{gemmAlignment},
+			Notes:       []Note{gemmAlignment, swigluKept},
 			VendorOps:   gemmVendorOps,
 		},
 		&Kernel{
@@ -593,6 +593,26 @@ var (
 			}
 			return fmt.Sprintf("%s: bf16 rows not %d-byte aligned, the fallback (non-descriptor) GEMM path runs",
 				strings.Join(odd, ", "), descriptorAlign)
+		},
+	}
+	// swigluKept: the one issue-8 target the planner neither meets nor routes. Llama-3.2-1B's
+	// gate_up GEMM with the swiglu epilogue reached 0.82x (M=2048) and 0.89x (M=16384) of a bare
+	// cuBLAS matmul of the concatenated weight, but that matmul has no activation and no model
+	// can run it alone; every path a model can run measured slower than ours in the same run:
+	// the stock MLP (two F.linear + silu*mul) 1.05x / 1.08x, cuBLAS on the packed weight +
+	// silu*mul 1.28x / 1.32x (H200, BENCHMARKS.md session 2). So the layer keeps our kernel
+	// and its plan reason says why.
+	swigluKept = Note{
+		Text: "swiglu gate_up K=2048 N=16384 kept: faster than every vendor path a model runs",
+		Check: func(s *Subject) string {
+			for _, g := range s.GEMMs {
+				if g.Name == "gate_up_proj" && g.K == 2048 && g.N == 16384 && g.Epilogue == EpilogueSwiGLU {
+					return "gate_up_proj K=2048 N=16384 stays on our swiglu GEMM: 0.82x a bare cuBLAS matmul at M=2048, " +
+						"0.89x at M=16384 (issue 8 asks 0.95x), but the paths a model can run are slower: " +
+						"stock MLP 1.05x / 1.08x, cuBLAS on the packed weight + silu*mul 1.28x / 1.32x" + benchS2
+				}
+			}
+			return ""
 		},
 	}
 	attentionProjections = Constraint{
