@@ -5,6 +5,9 @@ sweep names the measurement behind it; this is the script that makes those measu
 One process, run on the device machine (repo root):
 
     python3 scripts/sweep_kernels.py --out $OUT/sweep [--only rmsnorm,rope,gemm] [--budget-s 240]
+    python scripts/sweep_kernels.py --smoke --out DIR   # CPU, TRITON_INTERPRET=1: tiny shapes, a few
+        candidates each, checks only (kernels/tests/test_sweep_smoke.py; a GPU run is too dear to
+        find a Python error in)
 
 For each candidate it checks the output against torch (fp32 reference, rel err < 1e-2) and times
 it with the benchmark's timer (scripts/bench_kernels.py `time_calls`: CUDA-graph replays over input
@@ -49,8 +52,14 @@ MODELS = {"1b": dict(hidden=2048, heads=32, kv=8, hd=64, inter=8192),
           "8b": dict(hidden=4096, heads=32, kv=8, hd=128, inter=14336)}
 
 
-def gemm_shapes():
+SMOKE_MODELS = {"tiny": dict(hidden=64, heads=4, kv=2, hd=32, inter=48)}
+
+
+def gemm_shapes(smoke: bool = False):
     """(label, M, K, N, epilogue) for the sweep."""
+    if smoke:
+        return [("tiny qkv M=17", 17, 64, 256, "none"), ("tiny swiglu M=17", 17, 64, 96, "swiglu"),
+                ("tiny down M=1", 1, 48, 64, "none")]
     out = []
     for m in (2048, 16384):
         c = MODELS["1b"]
@@ -71,34 +80,41 @@ def main() -> int:
     p.add_argument("--only", default="rmsnorm,rope,gemm")
     p.add_argument("--budget-s", type=float, default=240.0)
     p.add_argument("--rep-ms", type=float, default=30.0)
+    p.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes, checks only (no timing)")
     args = p.parse_args()
-    os.environ.setdefault("TRITON_INTERPRET", "0")
+    os.environ["TRITON_INTERPRET"] = "1" if args.smoke else os.environ.get("TRITON_INTERPRET", "0")
     import torch
     import triton
 
-    if not torch.cuda.is_available():
-        print("sweep: no CUDA device", file=sys.stderr)
+    if not args.smoke and not torch.cuda.is_available():
+        print("sweep: no CUDA device (--smoke checks the plumbing on the CPU)", file=sys.stderr)
         return 2
+    dev = "cpu" if args.smoke else "cuda"
+    models = SMOKE_MODELS if args.smoke else MODELS
+    m_rows = (17,) if args.smoke else (2048, 16384)
     import bench_kernels as bk
     import xpuinject_kernels as xk
     import importlib
 
-    from xpuinject_kernels import _backend
+    from xpuinject_kernels import _backend, _interpret
+
+    if args.smoke:
+        _interpret.apply()  # the interpreter fixes the kernel tests use (bf16 rounding, dot, loop bounds)
 
     # the package re-exports the functions under the module names: import the modules themselves
     gm, rn, rp = (importlib.import_module(f"xpuinject_kernels.{m}") for m in ("gemm", "rmsnorm", "rope"))
 
     torch.backends.cuda.matmul.allow_tf32 = False
     env = types.SimpleNamespace(torch=torch, smoke=False, args=types.SimpleNamespace(timer="graph", rep_ms=args.rep_ms))
-    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (60 << 20))
+    l2 = 60 << 20 if args.smoke else int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (60 << 20))
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     rows = []
-    g = torch.Generator(device="cuda")
+    g = torch.Generator(device=dev)
     g.manual_seed(7)
 
     def randn(shape, scale=1.0):
-        return (torch.randn(shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+        return (torch.randn(shape, generator=g, device=dev) * scale).to(torch.bfloat16)
 
     def rel(out, ref):
         out, ref = out.float(), ref.float()
@@ -107,6 +123,8 @@ def main() -> int:
         return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
 
     def timed(fn, make, set_bytes):
+        if args.smoke:
+            return None
         n = bk.rotation_sets(set_bytes, l2, max_sets=32)
         sets = [make() for _ in range(n)]
         return bk.time_calls(env, fn, sets)["us"]
@@ -114,27 +132,35 @@ def main() -> int:
     def record(part, label, cand, us, err, extra=None):
         r = dict(part=part, shape=label, cand=cand, us=us, rel_err=err, **(extra or {}))
         rows.append(r)
+        shown = "%9.2f us" % us if us is not None else ("  checked" if args.smoke and err < 1e-2 else "   failed")
         print(f"[sweep +{time.time() - t0:.0f}s] {part:7s} {label:22s} {cand:40s} "
-              f"{'%9.2f us' % us if us is not None else '   failed'}  err {err:.1e}" + (f"  {extra}" if extra else ""), flush=True)
+              f"{shown}  err {err:.1e}" + (f"  {extra}" if extra else ""), flush=True)
+
+    def rate(nbytes, us):
+        if us is None:
+            return {}
+        return dict(GBps=round(nbytes / us / 1e3), frac=round(nbytes / (us * 1e-6) / bw, 3) if bw else None)
 
     def over_budget():
         return time.time() - t0 > args.budget_s
 
     only = set(args.only.split(","))
-    # Copy ceiling as in the bench (SM-kernel copy; memcpy nodes in a graph read ~2.7 TB/s).
-    src = randn((1 << 30,))
-    dst = torch.empty_like(src)
-    us = bk.time_calls(env, lambda s: torch.neg(s["src"], out=dst), [dict(src=src)])["us"]
-    bw = 4 * (1 << 30) / (us * 1e-6)
-    del src, dst
-    torch.cuda.empty_cache()
-    print(f"[sweep] copy ceiling {bw / 1e9:.0f} GB/s", flush=True)
+    bw = None
+    if not args.smoke:
+        # Copy ceiling as in the bench (SM-kernel copy; memcpy nodes in a graph read ~2.7 TB/s).
+        src = randn((1 << 30,))
+        dst = torch.empty_like(src)
+        us = bk.time_calls(env, lambda s: torch.neg(s["src"], out=dst), [dict(src=src)])["us"]
+        bw = 4 * (1 << 30) / (us * 1e-6)
+        del src, dst
+        torch.cuda.empty_cache()
+        print(f"[sweep] copy ceiling {bw / 1e9:.0f} GB/s", flush=True)
 
     with torch.inference_mode():
         if "rmsnorm" in only:
-            for name, c in MODELS.items():
+            for name, c in models.items():
                 n = c["hidden"]
-                for m in (2048, 16384):
+                for m in m_rows:
                     for res in (False, True):
                         def make(m=m, n=n, res=res):
                             d = dict(x=randn((m, n)), w=randn((n,), 0.1) + 1)
@@ -142,7 +168,7 @@ def main() -> int:
                                 d["r"] = randn((m, n))
                             return d
                         nbytes = (4 if res else 2) * m * n * 2
-                        for warps in (2, 4, 8, 16, 32):
+                        for warps in ((2, 4) if args.smoke else (2, 4, 8, 16, 32)):
                             def fn(s, warps=warps, res=res, n=n):
                                 x2 = s["x"]
                                 out = torch.empty_like(x2)
@@ -152,7 +178,7 @@ def main() -> int:
                                     x2, s["r"] if res else x2, s["w"], out, rout if res else out,
                                     n, x2.stride(0), s["r"].stride(0) if res else 0, out.stride(0), rout.stride(0) if res else 0,
                                     1e-5, HAS_RESIDUAL=res, BLOCK=blk, SINGLE=True, num_warps=warps)
-                                return (out, rout) if res else out
+                                return (rout, out) if res else out  # add_rms_norm's order: (residual, normed)
                             s0 = make()
                             got = fn(s0)
                             if res:
@@ -162,24 +188,23 @@ def main() -> int:
                                 err = rel(got, xk.rms_norm(s0["x"], s0["w"], 1e-5))
                             us = timed(fn, make, nbytes)
                             label = f"{'add_' if res else ''}rms {name} M={m}"
-                            record("rmsnorm", label, f"num_warps={warps}", us, err,
-                                   dict(GBps=round(nbytes / us / 1e3), frac=round(nbytes / (us * 1e-6) / bw, 3)))
+                            record("rmsnorm", label, f"num_warps={warps}", us, err, rate(nbytes, us))
         if "rope" in only:
-            for name, c in MODELS.items():
+            for name, c in models.items():
                 h, kv, d = c["heads"], c["kv"], c["hd"]
                 half = d // 2
-                for m in (2048, 16384):
+                for m in m_rows:
                     def make(m=m, h=h, kv=kv, d=d):
                         q = randn((1, m, h, d)).transpose(1, 2)
                         k = randn((1, m, kv, d)).transpose(1, 2)
-                        ang = torch.rand((1, m, d), generator=g, device="cuda") * 6.28
+                        ang = torch.rand((1, m, d), generator=g, device=dev) * 6.28
                         return dict(q=q, k=k, cos=ang.cos().to(torch.bfloat16), sin=ang.sin().to(torch.bfloat16))
                     nbytes = 2 * (h + kv) * m * d * 2 + 2 * m * d * 2
                     s0 = make()
                     refq, refk = xk.apply_rope(s0["q"], s0["k"], s0["cos"], s0["sin"])
                     for inplace in (False, True):
-                        for cap in (512, 1024, 2048):
-                            for warps in (1, 2, 4, 8):
+                        for cap in ((64, 2048) if args.smoke else (512, 1024, 2048)):
+                            for warps in ((4,) if args.smoke else (1, 2, 4, 8)):
                                 if over_budget():
                                     break
                                 bhq = min(triton.next_power_of_2(h), max(1, cap // triton.next_power_of_2(half)))
@@ -201,10 +226,10 @@ def main() -> int:
                                 us = timed(fn, make, nbytes)
                                 record("rope", f"rope {name} M={m}",
                                        f"{'inplace' if inplace else 'new'} BLOCK_HQ={bhq} BLOCK_HK={bhk} warps={warps}",
-                                       us, err, dict(GBps=round(nbytes / us / 1e3), frac=round(nbytes / (us * 1e-6) / bw, 3)))
+                                       us, err, rate(nbytes, us))
         if "gemm" in only:
-            _backend.ensure_allocator(torch.device("cuda"))
-            for label, m, k, n_w, epi in gemm_shapes():
+            _backend.ensure_allocator(torch.device(dev))
+            for label, m, k, n_w, epi in gemm_shapes(args.smoke):
                 if over_budget():
                     print(f"[sweep] budget spent before {label}", flush=True)
                     break
@@ -228,16 +253,19 @@ def main() -> int:
                         d["wn"] = d["w"].t().contiguous()
                         return d
                     us = timed(fn, mk, set_bytes + k * n_w * 2)
-                    record("gemm", label, cand, us, 0.0, dict(TFLOPs=round(flops / us / 1e6, 1)))
+                    record("gemm", label, cand, us, 0.0, dict(TFLOPs=round(flops / us / 1e6, 1)) if us else {})
                 del w_nk
                 use_desc = m >= gm.CUDA_DESC_MIN_M
-                for cfg in (GEMM_BIG if m >= 2048 else GEMM_SMALL):
+                cands = GEMM_BIG if m >= 2048 else GEMM_SMALL
+                if args.smoke:  # one big-tile and two narrow candidates: the plumbing, not the tuning
+                    cands = [(32, 64, 32, 8, 4, 3), (16, 32, 32, 1, 4, 3), (16, 16, 64, 1, 2, 4)]
+                for cfg in cands:
                     bm, bn, bk_, gsm, warps, stages = cfg
                     cand = f"{bm}x{bn}x{bk_} g{gsm} w{warps} s{stages}"
 
                     def fn(s, bm=bm, bn=bn, bk_=bk_, gsm=gsm, warps=warps, stages=stages):
                         x, w = s["x"], s["w"]
-                        out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+                        out = torch.empty((m, n), device=dev, dtype=torch.bfloat16)
                         grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
                         gm._gemm_kernel[grid](
                             x, w, w, out, out, m, n, k, triton.next_power_of_2(m),
@@ -252,12 +280,13 @@ def main() -> int:
                         record("gemm", label, cand, None, float("inf"), dict(error=f"{type(e).__name__}: {str(e)[:120]}"))
                         continue
                     record("gemm", label, cand, us, err,
-                           dict(TFLOPs=round(flops / us / 1e6, 1)) if us else dict(error="check failed"))
+                           dict(TFLOPs=round(flops / us / 1e6, 1)) if us else ({} if err < 1e-2 else dict(error="check failed")))
                 del s0, ref
-                torch.cuda.empty_cache()
+                if not args.smoke:
+                    torch.cuda.empty_cache()
 
     with open(os.path.join(args.out, "sweep.json.tmp"), "w") as f:
-        json.dump(dict(copy_GBps=bw / 1e9, rows=rows, wall_s=time.time() - t0), f, indent=1)
+        json.dump(dict(copy_GBps=bw / 1e9 if bw else None, smoke=args.smoke, rows=rows, wall_s=time.time() - t0), f, indent=1)
     os.replace(os.path.join(args.out, "sweep.json.tmp"), os.path.join(args.out, "sweep.json"))
     # summary: best candidate per shape
     print("\nbest per shape:")
@@ -272,7 +301,10 @@ def main() -> int:
         cub = [x for x in rows if x["shape"] == shape and x["cand"].startswith("cuBLAS") and x["us"]]
         ratio = "  ".join(f"{x['cand'][:14]} x{x['us'] / r['us']:.2f}" for x in cub)
         print(f"  {part:7s} {shape:22s} {r['cand']:40s} {r['us']:9.2f} us  {ratio}  {r.get('frac', '')}")
-    return 0
+    bad = [r for r in rows if not r["rel_err"] < 1e-2]
+    print(f"[sweep] {len(rows)} candidates, {len(bad)} failed their check or did not run; wrote {args.out}/sweep.json")
+    # A real sweep may meet configs that do not fit (recorded, not fatal); the smoke run must be clean.
+    return 1 if (args.smoke and bad) else 0
 
 
 if __name__ == "__main__":
