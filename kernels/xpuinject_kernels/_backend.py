@@ -253,6 +253,9 @@ def gemm_configs(be: str, *, n_b_tiles: int = 1) -> List[triton.Config]:
     # shapes. Decode (M <= 64) reached 0.46-0.78x cuBLAS on the deep-K down and o projections
     # with at most N/64 programs (K=8192, N=2048: 32 programs for 132 SMs): the 16- and 32-wide
     # N tiles with 256-512-deep K steps give 64-128 programs, each streaming its weight columns.
+    # Outcome (bench v2, BENCHMARKS.md session 2): 8B qkv M=16384 0.91x -> 1.05x cuBLAS, 1B swiglu
+    # M=16384 0.75x -> 0.89x of a bare matmul, 1B down M=1 0.46x -> 0.69x; 1B qkv/o at M=2048 did
+    # not move (0.71x, 0.91x) and are routed to cuBLAS by the planner instead.
     cfgs = [
         ({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 8, 3),
         ({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, 8, 4),
