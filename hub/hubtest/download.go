@@ -157,19 +157,30 @@ func (st *faultState) take(r Route, path string) *Fault {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.reqs[fmt.Sprint(r, " ", path)]++
-	for i, f := range st.faults {
-		if f.Route != r || (f.Path != "" && f.Path != path) {
+	var f *Fault
+	f, st.faults = takeFault(st.faults, func(f *Fault) *int { return &f.Count },
+		func(f *Fault) bool { return f.Route == r && (f.Path == "" || f.Path == path) })
+	return f
+}
+
+// takeFault consumes one use of the first fault match accepts and returns it with the list
+// left after it: a positive count is decremented and the fault dropped at zero, a negative
+// count never runs out (registration turns a 0 count into 1). Shared by the download and
+// publish fault lists.
+func takeFault[F any](faults []*F, count func(*F) *int, match func(*F) bool) (*F, []*F) {
+	for i, f := range faults {
+		if !match(f) {
 			continue
 		}
-		if f.Count > 0 {
-			f.Count--
-			if f.Count == 0 {
-				st.faults = append(st.faults[:i:i], st.faults[i+1:]...)
+		if c := count(f); *c > 0 {
+			*c--
+			if *c == 0 {
+				faults = append(faults[:i:i], faults[i+1:]...)
 			}
 		}
-		return f
+		return f, faults
 	}
-	return nil
+	return nil, faults
 }
 
 // serveDownload answers the download routes; false means "not mine".

@@ -252,19 +252,10 @@ func (s *Server) takePublishFault(route PublishRoute) *PublishFault {
 	st := s.pub()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for i, f := range st.faults {
-		if f.Route != route {
-			continue
-		}
-		if f.Count > 0 {
-			f.Count--
-			if f.Count == 0 {
-				st.faults = append(st.faults[:i:i], st.faults[i+1:]...)
-			}
-		}
-		return f
-	}
-	return nil
+	var f *PublishFault
+	f, st.faults = takeFault(st.faults, func(f *PublishFault) *int { return &f.Count },
+		func(f *PublishFault) bool { return f.Route == route })
+	return f
 }
 
 // pubDrop closes the connection without an answer.
@@ -417,6 +408,25 @@ func validRepoPath(p string) error {
 }
 
 // validRevision: a kernel repo's branches are main and v<N>.
+// writeTarget checks what the preupload and commit handlers check first -- the write token,
+// the repository in the path, a revision a kernel repo can have -- and answers the request
+// itself when one fails (ok false).
+func (s *Server) writeTarget(w http.ResponseWriter, r *http.Request) (repoType, id, rev string, ok bool) {
+	if !s.writeAuth(w, r) {
+		return "", "", "", false
+	}
+	t, id, _, ok := s.repoFromPath(w, r, r.PathValue("types"), r.PathValue("org"), r.PathValue("name"))
+	if !ok {
+		return "", "", "", false
+	}
+	rev = r.PathValue("rev")
+	if !validRevision(t, rev) {
+		s.violation(w, r, "revision %q: kernel repos have main and v<N>", rev)
+		return "", "", "", false
+	}
+	return t, id, rev, true
+}
+
 func validRevision(repoType, rev string) bool {
 	return repoType != "kernel" || rev == "main" || kernelBranch.MatchString(rev)
 }
@@ -532,16 +542,8 @@ func (s *Server) handleBranch(w http.ResponseWriter, r *http.Request) {
 // --- preupload -----------------------------------------------------------------------
 
 func (s *Server) handlePreupload(w http.ResponseWriter, r *http.Request) {
-	if !s.writeAuth(w, r) {
-		return
-	}
-	t, id, _, ok := s.repoFromPath(w, r, r.PathValue("types"), r.PathValue("org"), r.PathValue("name"))
+	t, id, rev, ok := s.writeTarget(w, r)
 	if !ok {
-		return
-	}
-	rev := r.PathValue("rev")
-	if !validRevision(t, rev) {
-		s.violation(w, r, "revision %q: kernel repos have main and v<N>", rev)
 		return
 	}
 	_, head, err := s.Store.Resolve(t, id, rev)
@@ -623,16 +625,8 @@ type commitLine struct {
 }
 
 func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request) {
-	if !s.writeAuth(w, r) {
-		return
-	}
-	t, id, _, ok := s.repoFromPath(w, r, r.PathValue("types"), r.PathValue("org"), r.PathValue("name"))
+	t, id, rev, ok := s.writeTarget(w, r)
 	if !ok {
-		return
-	}
-	rev := r.PathValue("rev")
-	if !validRevision(t, rev) {
-		s.violation(w, r, "revision %q: kernel repos have main and v<N>", rev)
 		return
 	}
 	if !mediaType(r, "Content-Type", ndjsonMedia) {
