@@ -72,9 +72,10 @@ def _rope_kernel(
     scb, scs, ssb, sss,
     BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
 ):
-    # grid: (batch * seq,). One program rotates every q head and every k head of one token:
-    # cos/sin are read once per token, and q and k get tiles of their own height (a separate
-    # k program padded to q's head block left 3/4 of its lanes idle on Llama's 32/8 heads).
+    # grid: (batch * seq,). One program rotates every q head and every k head of one token, so
+    # the token's cos/sin row is fetched from memory once (each tile's load after the first hits
+    # the cache), and q and k get tiles of their own height (a separate k program padded to q's
+    # head block left 3/4 of its lanes idle on Llama's 32/8 heads).
     tok = tl.program_id(0).to(tl.int64)
     b = tok // S
     s = tok % S
