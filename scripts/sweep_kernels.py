@@ -169,15 +169,11 @@ def main() -> int:
                             return d
                         nbytes = (4 if res else 2) * m * n * 2
                         for warps in ((2, 4) if args.smoke else (2, 4, 8, 16, 32)):
-                            def fn(s, warps=warps, res=res, n=n):
+                            def fn(s, warps=warps, res=res):
                                 x2 = s["x"]
                                 out = torch.empty_like(x2)
                                 rout = torch.empty_like(x2) if res else None
-                                blk = triton.next_power_of_2(n)
-                                rn._rms_norm_kernel[(x2.shape[0],)](
-                                    x2, s["r"] if res else x2, s["w"], out, rout if res else out,
-                                    n, x2.stride(0), s["r"].stride(0) if res else 0, out.stride(0), rout.stride(0) if res else 0,
-                                    1e-5, HAS_RESIDUAL=res, BLOCK=blk, SINGLE=True, num_warps=warps)
+                                rn._launch(x2, s["r"] if res else None, s["w"], out, rout, 1e-5, warps=warps)
                                 return (rout, out) if res else out  # add_rms_norm's order: (residual, normed)
                             s0 = make()
                             got = fn(s0)
@@ -210,15 +206,10 @@ def main() -> int:
                                 bhq = min(triton.next_power_of_2(h), max(1, cap // triton.next_power_of_2(half)))
                                 bhk = min(triton.next_power_of_2(kv), max(1, cap // triton.next_power_of_2(half)))
 
-                                def fn(s, inplace=inplace, bhq=bhq, bhk=bhk, warps=warps):
+                                def fn(s, inplace=inplace, cap=cap, warps=warps):
                                     q, k = s["q"], s["k"]
                                     qo, ko = (q, k) if inplace else (torch.empty_like(q), torch.empty_like(k))
-                                    rp._rope_kernel[(m,)](
-                                        q, k, qo, ko, s["cos"], s["sin"], m, h, kv, half,
-                                        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                                        qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
-                                        0, s["cos"].stride(1), 0, s["sin"].stride(1),
-                                        BLOCK_HQ=bhq, BLOCK_HK=bhk, BLOCK_HALF=triton.next_power_of_2(half), num_warps=warps)
+                                    rp._launch(q, k, qo, ko, s["cos"], s["sin"], tile_elems=cap, num_warps=warps)
                                     return qo, ko
                                 s1 = {kk: (vv.clone() if kk in ("q", "k") else vv) for kk, vv in s0.items()}
                                 qo, ko = fn(s1)

@@ -119,7 +119,9 @@ def _check(x: torch.Tensor, weight: torch.Tensor, eps: float, what: str) -> None
         raise ValueError(f"xpuinject_kernels: {what}: eps must be >= 0, got {eps}")
 
 
-def _launch(x2, r2, w, out2, rout2, eps):
+def _launch(x2, r2, w, out2, rout2, eps, warps=None):
+    """The kernel launch on validated [rows, N] operands; warps overrides num_warps(block)
+    (scripts/sweep_kernels.py varies it)."""
     n = x2.shape[1]
     block = min(_backend.next_pow2(n), MAX_BLOCK)
     has_res = r2 is not None
@@ -128,7 +130,7 @@ def _launch(x2, r2, w, out2, rout2, eps):
         n, x2.stride(0), r2.stride(0) if has_res else 0, out2.stride(0), rout2.stride(0) if has_res else 0,
         float(eps),
         HAS_RESIDUAL=has_res, BLOCK=block, SINGLE=n <= block,
-        num_warps=num_warps(block),
+        num_warps=warps or num_warps(block),
     )
 
 

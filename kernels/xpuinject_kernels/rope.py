@@ -173,26 +173,34 @@ def apply_rope(
     if q.numel() == 0 and k.numel() == 0:
         return qo, ko
 
+    _launch(qi, ki, qo, ko, cos, sin)
+    _backend.count("apply_rope.inplace" if inplace else "apply_rope")
+    return qo, ko
+
+
+def _launch(qi, ki, qo, ko, cos, sin, tile_elems: int = 2048, num_warps: int = ROPE_NUM_WARPS) -> None:
+    """The kernel launch of apply_rope on validated operands. tile_elems (elements per half-tile,
+    which sets the heads per tile) and num_warps are the launch constants
+    scripts/sweep_kernels.py varies."""
+    bq, hq, sq, d = qi.shape
+    hk = ki.shape[1]
     half = d // 2
     block_half = _backend.next_pow2(half)
     # heads per tile: up to ~2K elements per half-tile (a 128-dim head is 2 halves of 64); a
     # whole Llama token's q (32 heads) and k (8 heads) are then one tile each.
-    cap = max(1, 2048 // block_half)
-    grid = (bq * sq,)
+    cap = max(1, tile_elems // block_half)
     # cos/sin with batch 1 broadcast over the batch: stride 0
     scb = cos.stride(0) if cos.shape[0] == bq and bq > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] == bq and bq > 1 else 0
-    _rope_kernel[grid](
+    _rope_kernel[(bq * sq,)](
         qi, ki, qo, ko, cos, sin,
         sq, hq, hk, half,
         qi.stride(0), qi.stride(1), qi.stride(2), ki.stride(0), ki.stride(1), ki.stride(2),
         qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
         scb, cos.stride(1), ssb, sin.stride(1),
         BLOCK_HQ=min(_backend.next_pow2(hq), cap), BLOCK_HK=min(_backend.next_pow2(hk), cap), BLOCK_HALF=block_half,
-        num_warps=ROPE_NUM_WARPS,
+        num_warps=num_warps,
     )
-    _backend.count("apply_rope.inplace" if inplace else "apply_rope")
-    return qo, ko
 
 
 def rotate_half_ref(x: torch.Tensor) -> torch.Tensor:
