@@ -396,3 +396,11 @@ def test_render_marks_missed_targets_routed_or_not(tmp_path):
     r = subprocess.run([sys.executable, SCRIPT, "--render", str(routes), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "not a bench.json" in r.stderr
+
+
+def test_decode_token_bound_matches_the_layers():
+    """route_for's ":decode" bound is the one the layers apply (decoder.DECODE_MAX_M; the Go
+    registry's copy is checked against the same constant by kernels/registry_test.go)."""
+    from xpuinject_kernels import decoder
+
+    assert bk.DECODE_MAX_M == decoder.DECODE_MAX_M
