@@ -267,7 +267,7 @@ var (
 // so it is one line per route. Shapes not measured keep our kernels. Not routed: the swiglu
 // gate_up GEMM (1.05x-1.32x the torch path a model runs -- two matmuls and silu*mul -- and
 // 0.99-1.15x Liger; only a bare matmul with no activation, which no model can use, is faster:
-// 0.82x at M=2048 on Llama-3.2-1B), down_proj at prefill (1.01x-1.17x), Llama-3.1-8B's
+// 0.82x at M=2048 on Llama-3.2-1B), down_proj at prefill (0.96x-1.17x), Llama-3.1-8B's
 // o_proj and qkv_proj at prefill (1.01x-1.11x). Decode attention goes to SDPA at both
 // head_dims although batch 1, KV 8192, head_dim 128 measured 1.08x: batch and KV length are
 // not known at plan time and the other 7 of 8 shapes measured 0.90-0.99x.
