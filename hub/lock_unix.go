@@ -1,4 +1,4 @@
-//go:build unix
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
 package hub
 
@@ -7,9 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // lockFile takes an exclusive flock(2) on path (created if needed), polling so that a
@@ -24,14 +23,14 @@ func lockFile(ctx context.Context, path string) (unlock func(), err error) {
 	}
 	delay := 5 * time.Millisecond
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
 			return func() {
-				unix.Flock(int(f.Fd()), unix.LOCK_UN)
+				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 				f.Close()
 			}, nil
 		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
 			f.Close()
 			return nil, fmt.Errorf("hub: lock %s: %w", path, err)
 		}

@@ -1,0 +1,193 @@
+"""The whole pipeline, `xpuinject MODEL --device cpu`, on shipped fixtures: plan -> pack ->
+package -> eval (our Triton kernels under TRITON_INTERPRET=1, injected through the real
+`kernels` package) -> report. The accuracy numbers must be within thresholds, not only present.
+
+Thresholds, all against the fp32 model (the oracle): the injected bf16 model's error may exceed
+stock bf16's by at most 50% (mean abs error, KL, mean relative error): the kernels accumulate in
+fp32 like cuBLAS, so a layout or fold bug shows up as many times stock's error, while rounding
+order differences move it by a few percent; logits cosine >= 0.999; top-1 agreement at most 5
+points below stock's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+BIN = ROOT / "bin" / "xpuinject"
+FIXTURES = ROOT / "testdata" / "fixtures"
+
+
+def run_pipeline(fixture: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    if not BIN.is_file():
+        pytest.fail(f"{BIN} is missing: scripts/test builds it (go build -o bin/xpuinject ./cmd/xpuinject)")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRITON_INTERPRET="1")
+    return subprocess.run(
+        [str(BIN), str(FIXTURES / fixture), "--out", str(out), "--device", "cpu", *extra],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+
+
+def check_accuracy(ev: dict):
+    inj, st = ev["accuracy"]["injected"], ev["accuracy"]["stock"]
+    assert inj["nonfinite"] == 0
+    assert inj["cosine"] >= 0.999, inj
+    for k in ("mean_abs", "kl", "mean_rel"):
+        assert inj[k] <= 1.5 * st[k] + 1e-9, f"{k}: injected {inj[k]} vs stock {st[k]}"
+    assert inj["top1_agreement"] >= st["top1_agreement"] - 0.05
+    # the injected model is not the stock model: our kernels computed something different
+    assert inj["max_abs"] != st["max_abs"]
+    for layer in ev["layers"]:
+        assert layer["injected"]["mean_rel"] <= 1.5 * layer["stock"]["mean_rel"] + 1e-6, layer["name"]
+
+
+@pytest.mark.parametrize(
+    "fixture, replaced",
+    [
+        # llama-odd: hidden 160 (not a power of two), 5 heads, head_dim 32, tied embeddings,
+        # fp16 source: attention, decoder layer, norms and MLP all replaced
+        ("llama-odd", {"Attention", "DecoderLayer", "RMSNorm", "SwiGLUMLP"}),
+        # llama-tiny: head_dim 16 keeps attention on the stock path (planned, with a reason)
+        ("llama-tiny", {"DecoderLayer", "RMSNorm", "SwiGLUMLP"}),
+    ],
+)
+def test_pipeline_llama_cpu(tmp_path, fixture, replaced):
+    r = run_pipeline(fixture, tmp_path / "run")
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = tmp_path / "run"
+    # every artifact the summary names exists
+    for line in r.stdout.splitlines():
+        kind, _, rest = line.partition(" ")
+        path = rest.strip().split(" (")[0]
+        if kind in ("plan", "shim", "eval", "report", "plot"):
+            assert Path(path).exists(), line
+    ev = json.loads((out / "eval" / "eval.json").read_text())
+    assert ev["schema"] == 1 and ev["device"]["type"] == "cpu" and ev["device"]["interpret"] is True
+    assert ev["injection"]["path"] == "kernels"  # the real kernels package bound our layers
+    assert set(ev["injection"]["replaced"]) == replaced
+    assert ev["latency"]["measured"] is False and "interpreter" in ev["latency"]["reason"]
+    check_accuracy(ev)
+    assert ev["accuracy"]["input"]["tokens"] >= 64
+    assert ev["generation"]["new_tokens"] == 8
+    report = (out / "eval" / "report.md").read_text()
+    assert "## Accuracy against the fp32 model" in report and "Not measured" in report
+    assert (out / "eval" / "layers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the package on disk is the one the eval used
+    assert (out / "package" / "build" / "torch-cuda" / "metadata.json").exists()
+    assert (out / "package" / "xpuinject_shim.py").exists()
+
+
+def test_pipeline_levit_cpu(tmp_path):
+    r = run_pipeline("levit-tiny", tmp_path / "run")
+    assert r.returncode == 0, r.stderr[-4000:]
+    ev = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    assert ev["accuracy"]["input"]["kind"] == "images"
+    rep = ev["injection"]["replaced"]
+    assert rep.get("LinearBN", 0) >= 10 and rep.get("ConvBN(folded, stock conv2d)") == 4
+    check_accuracy(ev)
+
+
+def test_pipeline_refuses_to_clobber_and_reports_bad_input(tmp_path):
+    out = tmp_path / "run"
+    (out / "package").mkdir(parents=True)
+    (out / "package" / "mine.txt").write_text("user data")
+    r = run_pipeline("llama-tiny", out, "--skip-eval")
+    assert r.returncode == 1 and "--force" in r.stderr
+    assert (out / "package" / "mine.txt").read_text() == "user data"
+    r = run_pipeline("llama-tiny", out, "--skip-eval", "--force")
+    assert r.returncode == 0, r.stderr
+    assert "eval       skipped" in r.stdout
+    r = run_pipeline("llama-tiny", out, "--skip-eval", "--force", "--json")
+    arts = json.loads(r.stdout)
+    assert arts["kernel"] == "xpuinject-llama-tiny" and "eval" not in arts
+    for key in ("plan", "packed", "package", "shim"):
+        assert Path(arts[key]).exists(), key
+    r = run_pipeline("llama-tiny", tmp_path / "x", "--push")
+    assert r.returncode == 2 and "--repo-id" in r.stderr
+    r = subprocess.run([str(BIN), str(tmp_path / "nope")], capture_output=True, text=True)
+    assert r.returncode != 0 and "nope" in r.stderr
+
+
+def test_eval_catches_mismatched_checkpoint_before_gpu_work(tmp_path):
+    """A packed checkpoint from another model is refused before Python starts."""
+    a = run_pipeline("llama-tiny", tmp_path / "a", "--skip-eval")
+    b = run_pipeline("llama-odd", tmp_path / "b", "--skip-eval")
+    assert a.returncode == 0 and b.returncode == 0
+    r = subprocess.run(
+        [str(BIN), "eval", str(FIXTURES / "llama-tiny"), "--package", str(tmp_path / "a" / "package"),
+         "--packed", str(tmp_path / "b" / "packed"), "--out", str(tmp_path / "e"), "--device", "cpu"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 1
+    assert "does not match the plan" in r.stderr
+    assert not (tmp_path / "e" / "eval.json").exists()
+
+
+def test_eval_names_missing_python(tmp_path):
+    a = run_pipeline("llama-tiny", tmp_path / "a", "--skip-eval")
+    assert a.returncode == 0
+    r = subprocess.run(
+        [str(BIN), "eval", str(FIXTURES / "llama-tiny"), "--package", str(tmp_path / "a" / "package"),
+         "--packed", str(tmp_path / "a" / "packed"), "--out", str(tmp_path / "e"), "--python", "/no/such/python"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 1 and "/no/such/python" in r.stderr
+    empty = tmp_path / "py"
+    empty.write_text("#!/bin/sh\nexec /usr/bin/env python3 -I -S \"$@\"\n")
+    empty.chmod(0o755)
+    r = subprocess.run(
+        [str(BIN), "eval", str(FIXTURES / "llama-tiny"), "--package", str(tmp_path / "a" / "package"),
+         "--packed", str(tmp_path / "a" / "packed"), "--out", str(tmp_path / "e"), "--python", str(empty)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 1 and "lacks torch" in r.stderr and "setup-venv" in r.stderr
+
+
+def test_pipeline_fetches_from_the_hub_then_runs_offline(tmp_path):
+    """`xpuinject org/name` downloads the checkpoint into the HF cache (test Hub via HF_ENDPOINT)
+    before planning; a second run with HF_HUB_OFFLINE=1 works from that cache alone."""
+    hubbin = tmp_path / "hubtestserver"
+    subprocess.run(["go", "build", "-o", str(hubbin), "./cmd/hubtestserver"], cwd=ROOT, check=True,
+                   env=dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-buildvcs=false"))
+    srv = subprocess.Popen([str(hubbin), "--repo", f"org/llama-odd={FIXTURES / 'llama-odd'}"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = srv.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), srv.stderr.read()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+        env.update(HF_ENDPOINT=url, HF_HUB_CACHE=str(tmp_path / "cache"), HF_HOME=str(tmp_path / "hf"),
+                   TRITON_INTERPRET="1")
+        cmd = [str(BIN), "org/llama-odd", "--out", str(tmp_path / "run"), "--device", "cpu"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        assert r.returncode == 0, r.stderr[-4000:]
+        snap = next((tmp_path / "cache" / "models--org--llama-odd" / "snapshots").iterdir())
+        assert r.stdout.startswith(f"model      {snap}")
+        ev = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+        check_accuracy(ev)
+    finally:
+        srv.stdin.close()
+        srv.wait(timeout=10)
+    env["HF_HUB_OFFLINE"] = "1"
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens: any network use would fail
+    r = subprocess.run(cmd + ["--force", "--skip-eval"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    plan = (tmp_path / "run" / "packed" / "plan.yaml").read_text()
+    assert "repo: org/llama-odd" in plan  # the packed checkpoint names where it came from
+
+
+def test_eval_catches_package_for_another_model(tmp_path):
+    """eval refuses a package whose plan was made for a model of another shape, before Python runs."""
+    a = run_pipeline("llama-tiny", tmp_path / "a", "--skip-eval")
+    assert a.returncode == 0
+    r = subprocess.run(
+        [str(BIN), "eval", str(FIXTURES / "llama-odd"), "--package", str(tmp_path / "a" / "package"),
+         "--packed", str(tmp_path / "a" / "packed"), "--out", str(tmp_path / "e"), "--device", "cpu"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 1 and "made for another model" in r.stderr and "hidden is 160 in the model, 64 in the plan" in r.stderr
+    assert not (tmp_path / "e").exists()
