@@ -6,7 +6,7 @@ import (
 	"sort"
 )
 
-// Sources holds the Python kernel package (kernels/xpuinject_kernels) that every
+// Sources holds the Python kernel package (kernels/python/xpuinject_kernels) that every
 // emitted kernel-hub package carries.
 //
 // The pattern is an explicit glob on purpose: a bare directory pattern silently skips
@@ -14,11 +14,11 @@ import (
 // "all:" would drag in __pycache__. embed_test.go checks the embedded set equals the
 // .py files on disk.
 //
-//go:embed xpuinject_kernels/*.py
+//go:embed python/xpuinject_kernels/*.py
 var Sources embed.FS
 
 // SourceDir is the folder inside Sources that holds the package.
-const SourceDir = "xpuinject_kernels"
+const SourceDir = "python/xpuinject_kernels"
 
 // SourceFiles lists the embedded package's file names (base names), sorted.
 func SourceFiles() []string {

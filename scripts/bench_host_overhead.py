@@ -6,7 +6,7 @@ overhead. CPU only, no GPU needed; numbers are for the machine it runs on.
 """
 import os, sys, time, importlib
 os.environ.pop("TRITON_INTERPRET", None)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "python"))
 import torch
 from xpuinject_kernels import _backend, rmsnorm, rope, attention
 gemm = importlib.import_module("xpuinject_kernels.gemm")

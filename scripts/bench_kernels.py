@@ -29,7 +29,7 @@ Usage (device; the repo is the working directory):
   python3 scripts/bench_kernels.py --out $OUT [--quick] [--only rmsnorm,gemm,...]
         [--liger .device-carry/liger] [--models llama-3.2-1b] [--m 1,2048] [--budget-s 450]
   python3 scripts/bench_kernels.py --interpret-smoke --out DIR   # CPU, TRITON_INTERPRET=1:
-        tiny shapes, correctness checks only, no timing (kernels/tests/test_bench_smoke.py)
+        tiny shapes, correctness checks only, no timing (tests/kernels/test_bench_smoke.py)
 
 Writes DIR/bench.json (rewritten atomically after every case, so a cut run keeps its data),
 DIR/bench.md (the table) and prints the table last. Exit status: 0 when every check of ours
@@ -48,7 +48,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KERNELS_DIR = os.path.join(ROOT, "kernels")
+KERNELS_DIR = os.path.join(ROOT, "kernels", "python")
 
 KINDS = ("rmsnorm", "add_rmsnorm", "rope", "swiglu", "gemm", "prefill", "decode")
 
@@ -79,7 +79,7 @@ COMPETITORS = ("torch", "compile", "liger")
 
 
 # ---------------------------------------------------------------------------------------------
-# Pure helpers (no torch; unit-tested by kernels/tests/test_bench_smoke.py)
+# Pure helpers (no torch; unit-tested by tests/kernels/test_bench_smoke.py)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -230,7 +230,7 @@ def target_cell(r: Dict) -> str:
     return cell
 
 
-DECODE_MAX_M = 64  # kernels/xpuinject_kernels/decoder.py: ":decode" routes apply up to this many tokens
+DECODE_MAX_M = 64  # kernels/python/xpuinject_kernels/decoder.py: ":decode" routes apply up to this many tokens
 
 
 def load_routes(path: str) -> List[Dict]:

@@ -16,7 +16,7 @@ RES=/tmp/xpi-results
 mkdir -p "$OUT" "$RES"
 pack() { tar czf "$OUT/results.tgz" -C "$(dirname "$RES")" "$(basename "$RES")"; cp "$RES/summary.txt" "$OUT/"; }
 STEPS=${STEPS:-"tests llama levit bench"}
-export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1
+export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1 PYTHONPATH="$PWD/kernels/python${PYTHONPATH:+:$PYTHONPATH}"
 log() { echo "== $(date +%T) $*" | tee -a "$RES/summary.txt"; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)'
@@ -32,10 +32,10 @@ for s in $STEPS; do
     # CPU-only. No -x: one failure must not hide the others.
     # pytest-xdist (in the device image) spreads the tests' Triton compiles over the CPU cores:
     # serially they took 170+ s on the H200 machine, mostly compiling.
-    timeout "${T_TESTS:-150}" python3 -m pytest kernels/tests -q -p no:cacheprovider \
+    timeout "${T_TESTS:-150}" python3 -m pytest tests/kernels -q -p no:cacheprovider \
       $(python3 -c 'import xdist' 2>/dev/null && echo "-n ${XDIST:-8}") \
-      --ignore=kernels/tests/test_bench_smoke.py \
-      $(python3 -c 'import kernels.layer.layer' 2>/dev/null || echo --ignore=kernels/tests/test_layers.py) \
+      --ignore=tests/kernels/test_bench_smoke.py \
+      $(python3 -c 'import kernels.layer.layer' 2>/dev/null || echo --ignore=tests/kernels/test_layers.py) \
       >"$RES/kernel-tests.log" 2>&1
     log "kernel tests rc=$? : $(tail -1 "$RES/kernel-tests.log")" ;;
   llama|levit)

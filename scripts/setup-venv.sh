@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Create or refresh the repo's Python virtualenv (.venv at the repo root) from requirements.txt.
+# Create or refresh the repo's Python virtualenv (.venv at the repo root) from requirements.txt,
+# plus the kernel package (kernels/python) installed in editable mode.
 #
 # - Uses $PYTHON if set, else python3; it must be Python >= 3.10.
-# - Reuses .venv when .venv/.requirements.sha256 equals the sha256 of requirements.txt and the
-#   venv's python runs; otherwise (re)installs. The stamp is written only after a successful
+# - Reuses .venv when .venv/.requirements.sha256 equals the sha256 of requirements.txt and
+#   kernels/python/pyproject.toml and the venv's python runs; otherwise (re)installs. The stamp is written only after a successful
 #   install, so an interrupted install is redone on the next run.
 # - Safe to run concurrently (flock on .venv-setup.lock); idempotent.
 # - Says what it does on stderr; stdout stays empty. Exits non-zero on any failure.
@@ -12,6 +13,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 REQ="$ROOT/requirements.txt"
+PKG="$ROOT/kernels/python"
 STAMP="$VENV/.requirements.sha256"
 LOCK="$ROOT/.venv-setup.lock"
 PY="${PYTHON:-python3}"
@@ -24,7 +26,7 @@ command -v "$PY" >/dev/null 2>&1 || die "python interpreter '$PY' not found on P
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
   || die "$("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])') is older than 3.10"
 
-want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+want="$(cat "$REQ" "$PKG/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 
 # Serialize concurrent runs (several tests/helpers may call this at once).
 if command -v flock >/dev/null 2>&1; then
@@ -35,7 +37,7 @@ fi
 venv_ok() { [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; }
 
 if venv_ok && [[ -f "$STAMP" ]] && [[ "$(cat "$STAMP")" == "$want" ]]; then
-  log "reusing $VENV (requirements.txt sha256 ${want:0:12} unchanged)"
+  log "reusing $VENV (requirements sha256 ${want:0:12} unchanged)"
   exit 0
 fi
 
@@ -48,16 +50,24 @@ if [[ ! -e "$VENV" ]]; then
   log "creating $VENV with $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
   "$PY" -m venv "$VENV" || die "python -m venv $VENV failed"
 else
-  log "requirements.txt changed (stamp $(cat "$STAMP" 2>/dev/null | cut -c1-12 || true) -> ${want:0:12}); reinstalling into $VENV"
+  log "requirements changed (stamp $(cat "$STAMP" 2>/dev/null | cut -c1-12 || true) -> ${want:0:12}); reinstalling into $VENV"
 fi
 
 rm -f "$STAMP"
-log "installing $REQ (this takes a minute or two from a cold pip cache)"
+# torch and triton bring about 5 GB of CUDA wheels: about 3 minutes from a cold pip cache on a fast
+# link (170 s measured), seconds from a warm one. pip's own lines show what it is fetching.
+log "installing $REQ: about 5 GB from a cold pip cache, ~3 minutes on a fast link; pip reports each package"
 start=$SECONDS
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ" >&2 \
-  || die "pip install -r $REQ into $VENV failed (see pip output above)"
-"$VENV/bin/python" -c 'import torch, triton, transformers, safetensors, pytest, yaml, numpy' \
-  || die "packages from $REQ installed but do not import in $VENV"
+PIPLOG="$VENV/.pip-install.log"
+{ "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -r "$REQ" 2>&1 \
+    || echo "pip-failed: exit $?"; } \
+  | tee "$PIPLOG" | grep --line-buffered -E '^(Collecting|Downloading|Installing|Successfully|ERROR|pip-failed)' >&2 \
+  || true
+grep -q '^pip-failed' "$PIPLOG" && die "pip install -r $REQ into $VENV failed (full output: $PIPLOG)"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e "$PKG" >&2 \
+  || die "pip install -e $PKG into $VENV failed (see pip output above)"
+"$VENV/bin/python" -c 'import torch, triton, transformers, safetensors, pytest, yaml, numpy, xpuinject_kernels' \
+  || die "packages from $REQ installed but do not import in $VENV (see pip output above)"
 
 tmp="$(mktemp "$VENV/.requirements.sha256.XXXXXX")"
 echo "$want" >"$tmp"

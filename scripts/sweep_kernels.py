@@ -6,7 +6,7 @@ One process, run on the device machine (repo root):
 
     python3 scripts/sweep_kernels.py --out $OUT/sweep [--only rmsnorm,rope,gemm] [--budget-s 240]
     python scripts/sweep_kernels.py --smoke --out DIR   # CPU, TRITON_INTERPRET=1: tiny shapes, a few
-        candidates each, checks only (kernels/tests/test_sweep_smoke.py; a GPU run is too dear to
+        candidates each, checks only (tests/kernels/test_sweep_smoke.py; a GPU run is too dear to
         find a Python error in)
 
 For each candidate it checks the output against torch (fp32 reference, rel err < 1e-2) and times
@@ -32,7 +32,7 @@ import time
 import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "kernels"))
+sys.path.insert(0, os.path.join(ROOT, "kernels", "python"))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_SIZE_M, num_warps, num_stages)

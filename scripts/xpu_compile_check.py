@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "kernels"))
+sys.path.insert(0, str(ROOT / "kernels" / "python"))
 
 import torch  # noqa: E402
 import triton  # noqa: E402

@@ -1,21 +1,15 @@
 """pytest setup for the Triton kernel tests.
 
 TRITON_INTERPRET must be set before triton is imported, so it is set here (setdefault: a GPU run
-may export TRITON_INTERPRET=0 to run the same tests on cuda/xpu). `kernels/` goes on sys.path so
-tests `import xpuinject_kernels`, and NaN poisoning of kernel outputs is switched on for every test.
+may export TRITON_INTERPRET=0 to run the same tests on cuda/xpu). `xpuinject_kernels` is the
+editable install of kernels/python (scripts/setup-venv.sh), and NaN poisoning of kernel outputs is
+switched on for every test.
 """
 
 import os
-import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("XPUINJECT_POISON", "1")
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_KERNELS = os.path.dirname(_HERE)
-for p in (_HERE, _KERNELS):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

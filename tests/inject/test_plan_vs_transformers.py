@@ -18,7 +18,7 @@ import transformers
 from safetensors import safe_open
 from transformers import AutoConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "testdata" / "fixtures"
 BIN = ROOT / "bin" / "xpuinject"
 

@@ -19,7 +19,7 @@ import transformers
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "testdata" / "fixtures"
 PROSE = ROOT / "harness" / "python" / "prose.txt"
 
