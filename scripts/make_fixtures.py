@@ -280,14 +280,16 @@ def calibrate_batchnorm(model, seed: int, image_shape: tuple[int, int, int], bat
         m.momentum = None
     g = torch.Generator().manual_seed(seed)
     channel_mean = torch.tensor([0.4, -0.3, 0.1]).view(1, 3, 1, 1)
-    model.train()
+    # In float64, rounded once at the end: float32 convolutions round differently on different
+    # CPUs (oneDNN picks its code path by instruction set), which would make the bytes machine-made.
+    model.double().train()
     with torch.no_grad():
         for _ in range(batches):
             # Per-channel offsets (fixed, plus per-image jitter): real normalised images are not
             # zero-mean, and zero-mean inputs would leave the first BN's running_mean at ~0.
             offset = channel_mean + 0.3 * torch.randn((16, image_shape[0], 1, 1), generator=g)
-            model(pixel_values=torch.randn((16, *image_shape), generator=g) + offset)
-    model.eval()
+            model(pixel_values=(torch.randn((16, *image_shape), generator=g) + offset).double())
+    model.float().eval()
     for m in bns:
         m.momentum = 0.1  # nn.BatchNorm default, as saved in no file but restored for tidiness
 
