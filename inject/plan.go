@@ -36,9 +36,11 @@ var ErrPlan = errors.New("inject: cannot plan")
 // Keep reasons that do not depend on the layer (PLAN.md lists every reason).
 const (
 	ReasonEmbedding = "a gather; nothing to gain"
-	ReasonLMHead    = "plain GEMM with no epilogue: cuBLAS is as fast " +
-		"(seed 000: never replace a faster vendor GEMM for a tiny epilogue)"
-	ReasonLMHeadTied = ReasonLMHead + "; tied to the embedding: no tensor of its own"
+	// bf16 logits round to 0.125 at |logit| 16-32, so candidates closer than that tie and argmax
+	// takes the lower token id; the fp32 accumulator keeps their order.
+	ReasonLMHead = "fp32 logits: the GEMM writes its fp32 accumulator, so near-equal logits keep their " +
+		"order instead of tying in bf16 (greedy decoding then follows the fp32 model further)"
+	ReasonLMHeadTied = "reads the embedding table it is tied to (no tensor of its own)"
 	ReasonLinear     = "plain GEMM (bias at most): cuBLAS is as fast " +
 		"(seed 000: never replace a faster vendor GEMM for a tiny epilogue)"
 	ReasonConvBN = "no conv kernel; BatchNorm folded into the convolution, stock conv2d runs " +
@@ -195,11 +197,7 @@ func (p *planner) layer(l models.Layer) (LayerPlan, error) {
 	case models.KindEmbedding:
 		err = p.keep(l, &lp, ReasonEmbedding)
 	case models.KindLMHead:
-		if l.Tied {
-			lp.Kernel, lp.Reason = KernelKeep, ReasonLMHeadTied
-			return lp, nil
-		}
-		err = p.keep(l, &lp, ReasonLMHead)
+		err = p.lmHead(l, &lp)
 	case models.KindLinear:
 		err = p.keep(l, &lp, ReasonLinear)
 	default:
@@ -266,6 +264,32 @@ func joinReasons(parts ...string) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// lmHead replaces the logits projection by the gemm kernel with fp32 output (ReasonLMHead).
+// It reads the module's own weight, row-major: an untied head writes it under its own name
+// (as a kept layer does), a tied head reads the embedding table and writes nothing.
+func (p *planner) lmHead(l models.Layer, lp *LayerPlan) error {
+	k, note, why := p.choose(l, "gemm")
+	if k == nil {
+		if l.Tied {
+			lp.Kernel, lp.Reason = KernelKeep, joinReasons(why, ReasonLMHeadTied)
+			return nil
+		}
+		return p.keep(l, lp, why)
+	}
+	if !l.Tied {
+		if err := p.keep(l, lp, ""); err != nil {
+			return err
+		}
+	}
+	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
+	lp.Reason = ReasonLMHead
+	if l.Tied {
+		lp.Reason = joinReasons(ReasonLMHead, ReasonLMHeadTied)
+	}
+	lp.Reason = joinReasons(lp.Reason, note)
+	return nil
 }
 
 // keep marks l as kept on the stock path and writes its tensors under their own names

@@ -176,7 +176,8 @@ func TestPlanLlamaF32(t *testing.T) {
 	})
 
 	h := layerOf(t, p, "lm_head")
-	if h.Kernel != "keep" || h.Reason != ReasonLMHead || len(h.Outputs) != 1 || h.Outputs[0].Name != "lm_head.weight" {
+	if h.Kernel != "gemm" || h.Layer != "LMHead" || h.Reason != ReasonLMHead || len(h.Outputs) != 1 ||
+		h.Outputs[0].Name != "lm_head.weight" || h.Outputs[0].Attr != "" || h.Outputs[0].Layout != LayoutRowMajor {
 		t.Errorf("lm_head: %+v", h)
 	}
 }
@@ -247,7 +248,7 @@ func TestPlanTiedHead(t *testing.T) {
 	c.tied = true
 	p := mustPlan(t, llama(c).graph(), PlanOptions{})
 	h := layerOf(t, p, "lm_head")
-	if h.Kernel != "keep" || h.Reason != ReasonLMHeadTied || len(h.Outputs) != 0 ||
+	if h.Kernel != "gemm" || h.Layer != "LMHead" || h.Reason != ReasonLMHead+"; "+ReasonLMHeadTied || len(h.Outputs) != 0 ||
 		h.Tensors["weight"] != "model.embed_tokens.weight" {
 		t.Fatalf("tied head: %+v", h)
 	}

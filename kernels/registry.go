@@ -209,6 +209,8 @@ func LayerGEMMs(l models.Layer) []GEMM {
 		}
 	case models.KindLinearBN, models.KindBNLinear:
 		return []GEMM{{Name: "linear", K: d["in"], N: d["out"], Epilogue: EpilogueBias}}
+	case models.KindLMHead:
+		return []GEMM{{Name: "lm_head", K: d["hidden"], N: d["vocab"], Epilogue: EpilogueNone}}
 	case models.KindLinear:
 		ep := EpilogueNone
 		if l.Bias {
@@ -364,10 +366,10 @@ func Default() *Registry {
 		},
 		&Kernel{
 			Name: "gemm", Module: "gemm",
-			Replaces: []models.LayerKind{models.KindMLPSwiGLU, models.KindLinearBN, models.KindBNLinear, models.KindLinear},
+			Replaces: []models.LayerKind{models.KindMLPSwiGLU, models.KindLinearBN, models.KindBNLinear, models.KindLinear, models.KindLMHead},
 			Layers: map[models.LayerKind]string{
 				models.KindMLPSwiGLU: "SwiGLUMLP", models.KindLinearBN: "LinearBN",
-				models.KindBNLinear: "BNLinear", models.KindLinear: "Linear",
+				models.KindBNLinear: "BNLinear", models.KindLinear: "Linear", models.KindLMHead: "LMHead",
 			},
 			Epilogues: []string{EpilogueNone, EpilogueBias, EpilogueSwiGLU, EpilogueHardswish, EpilogueResidual},
 			Backends:  allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,

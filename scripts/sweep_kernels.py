@@ -260,8 +260,8 @@ def main() -> int:
                         grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
                         gm._gemm_kernel[grid](
                             x, w, w, out, out, m, n, k, triton.next_power_of_2(m),
-                            x.stride(0), w.stride(0), 0, out.stride(0), n if swiglu else 0,
-                            HAS_BIAS=False, EPILOGUE=1 if swiglu else 0, USE_DESC=use_desc,
+                            x.stride(0), w.stride(0), w.stride(1), 0, out.stride(0), n if swiglu else 0,
+                            HAS_BIAS=False, EPILOGUE=1 if swiglu else 0, USE_DESC=use_desc, W_KMAJOR=True,
                             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk_, GROUP_SIZE_M=gsm, num_warps=warps, num_stages=stages)
                         return out
                     try:

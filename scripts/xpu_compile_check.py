@@ -104,7 +104,9 @@ def cases():
     for epi in ("none", "bias", "swiglu", "hardswish", "residual"):
         for desc in DESC_PATHS:
             yield (f"gemm {epi} {'desc' if desc else 'blockptr'}", gemm._gemm_kernel, gcfgs, bf16,
-                   dict(HAS_BIAS=epi == "bias", EPILOGUE=gemm._EPI_CODE[epi], USE_DESC=desc))
+                   dict(HAS_BIAS=epi == "bias", EPILOGUE=gemm._EPI_CODE[epi], USE_DESC=desc, W_KMAJOR=True))
+    yield ("gemm none weight.t() blockptr", gemm._gemm_kernel, gcfgs, bf16,
+           dict(HAS_BIAS=False, EPILOGUE=0, USE_DESC=False, W_KMAJOR=False))
     pcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in attention._prefill_configs("xpu")]
     dcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in attention._decode_configs("xpu")]
     for hd in (64, 128):

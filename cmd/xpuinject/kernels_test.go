@@ -21,10 +21,10 @@ func TestKernelsTable(t *testing.T) {
 		t.Fatalf("%d lines:\n%s", len(lines), out)
 	}
 	want := []string{
-		"NAME               REPLACES                               LAYER                               BACKENDS  DTYPES                     CONSTRAINTS",
-		"rmsnorm            rmsnorm                                RMSNorm                             cuda,xpu  bf16,fp16 <- F32,F16,BF16  hidden >= 1",
-		"gemm               mlp-swiglu,linear-bn,bn-linear,linear  SwiGLUMLP,LinearBN,BNLinear,Linear  cuda,xpu  bf16,fp16 <- F32,F16,BF16  K >= 16 and N >= 16; note: tensor-descriptor path when K*2 and N*2 bytes are multiples of 16; fallback path otherwise; note: swiglu gate_up K=2048 N=16384 kept: faster than every vendor path a model runs",
-		"attention-prefill  attention                              Attention,attention_forward()       cuda,xpu  bf16,fp16 <- F32,F16,BF16  q/k/v/o projections (Llama-family attention); head_dim in {32, 64, 80, 96, 128}; heads % kv_heads == 0; uses attention-decode, rope, gemm",
+		"NAME               REPLACES                                       LAYER                                      BACKENDS  DTYPES                     CONSTRAINTS",
+		"rmsnorm            rmsnorm                                        RMSNorm                                    cuda,xpu  bf16,fp16 <- F32,F16,BF16  hidden >= 1",
+		"gemm               mlp-swiglu,linear-bn,bn-linear,linear,lm-head  SwiGLUMLP,LinearBN,BNLinear,Linear,LMHead  cuda,xpu  bf16,fp16 <- F32,F16,BF16  K >= 16 and N >= 16; note: tensor-descriptor path when K*2 and N*2 bytes are multiples of 16; fallback path otherwise; note: swiglu gate_up K=2048 N=16384 kept: faster than every vendor path a model runs",
+		"attention-prefill  attention                                      Attention,attention_forward()              cuda,xpu  bf16,fp16 <- F32,F16,BF16  q/k/v/o projections (Llama-family attention); head_dim in {32, 64, 80, 96, 128}; heads % kv_heads == 0; uses attention-decode, rope, gemm",
 	}
 	for _, w := range want {
 		found := false

@@ -253,3 +253,29 @@ def test_tma_ok_rules():
     assert _backend.tma_ok(torch.zeros(8, 72, dtype=torch.bfloat16)[:, :70])  # 144-byte rows, aligned base
     assert not _backend.tma_ok(t.t())             # last stride not 1
     assert not _backend.tma_ok(torch.zeros(64, dtype=torch.bfloat16))  # 1-D
+
+
+@pytest.mark.parametrize("epilogue", ["none", "bias", "swiglu"])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_gemm_reads_a_transposed_weight_in_place(device, epilogue, out_dtype):
+    """w = weight.t() of a row-major [N, K] nn.Linear weight: block pointers read it without a copy,
+    with the same result as the packed K-major copy; out_dtype=float32 is the unrounded accumulator."""
+    m_shape, k, n = (3, 7), 72, 40  # partial tiles in M, N and K
+    n_w = 2 * n if epilogue == "swiglu" else n
+    masters, (x, w, b, r) = make_inputs(m_shape, k, n_w, "random", torch.bfloat16, device, epilogue)
+    wt = w.t().contiguous().t()  # same values, [N, K] storage seen as [K, N]
+    assert wt.stride() == (1, k)
+    before = _backend.launch_counts["gemm.blockptr"]
+    y = G.gemm(x, wt, b, None, epilogue, out_dtype=out_dtype)
+    assert _backend.launch_counts["gemm.blockptr"] == before + 1
+    assert y.dtype == out_dtype and y.shape == tuple(m_shape) + (n,)
+    ref = G.gemm_ref(x.to(w.dtype), w, b, None, epilogue)
+    if out_dtype == torch.float32:
+        # no output rounding: fp32 summation order is the only difference
+        metrics.assert_close("gemm weight.t() fp32 out", y, ref, atol=1e-4 * ref.abs().max().item() + 1e-6, rtol=1e-5)
+    else:
+        check(f"gemm {epilogue} weight.t()", y, x, wt, b, None, masters, epilogue)
+    with pytest.raises(ValueError, match="transposed"):
+        G.gemm(x, wt, b, None, epilogue, use_descriptors=True)
+    with pytest.raises(ValueError, match="out_dtype"):
+        G.gemm(x, w, b, None, epilogue, out_dtype=torch.int32)

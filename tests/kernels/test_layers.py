@@ -55,6 +55,7 @@ LAYER_TARGETS = [
     (layers.SwiGLUMLP, LlamaMLP),
     (layers.SwiGLUMLP, Qwen3MLP),
     (layers.Linear, nn.Linear),
+    (layers.LMHead, nn.Linear),
     (layers.LinearBN, MLPLayerWithBN),
     (layers.BNLinear, LevitClassificationLayer),
 ]
@@ -175,6 +176,49 @@ def test_linear_layer(device, bias):
     del mod.xpuinject_weight
     with pytest.raises(RuntimeError, match="xpuinject_weight"):
         mod(x)
+
+
+def test_lm_head_layer_returns_fp32_logits(device):
+    """LMHead reads the nn.Linear weight in place (weight.t(): a tied embedding needs no copy) and
+    returns the fp32 accumulator: within fp32 summation noise of the exact product of its bf16
+    operands, where stock's bf16 logits are a rounding away."""
+    torch.manual_seed(5)
+    head = nn.Linear(72, 300, bias=False).to(torch.bfloat16).to(device)
+    ref = nn.Linear(72, 300, bias=False).to(torch.bfloat16).to(device)
+    ref.load_state_dict(head.state_dict())
+    bind(head, layers.LMHead)
+    x = (3.0 * metrics.coord_tensor((2, 5, 72))).to(torch.bfloat16).to(device)
+    with torch.no_grad():
+        y, y_stock = head(x), ref(x)
+    assert y.dtype == torch.float32 and y.shape == (2, 5, 300)
+    exact = x.double() @ head.weight.double().t()
+    scale = exact.abs().max().item()
+    metrics.assert_close("LMHead vs exact", y, exact, atol=1e-5 * scale, rtol=1e-5)
+    assert (y_stock.double() - exact).abs().max().item() > 10 * (y.double() - exact).abs().max().item()
+
+
+def test_lm_head_keeps_the_order_of_logits_that_bf16_ties(device):
+    """The greedy-divergence mechanism on real weights, reduced to one position: two candidates
+    the exact product orders 0.06 apart at |logit| ~ 20, where bf16's spacing is 0.125. Stock's
+    bf16 logits tie, and argmax takes the lower token id (the wrong one); LMHead's fp32 logits
+    keep the exact order."""
+    hidden = 64
+    x = torch.zeros(1, hidden, dtype=torch.bfloat16)
+    x[0, 0] = 1.0
+    x[0, 1] = 1.0 / 64
+    w = torch.zeros(8, hidden, dtype=torch.bfloat16)
+    w[3, 0] = 20.0  # token 3: 20.0
+    w[5, 0], w[5, 1] = 20.0, 4.0  # token 5: 20.0 + 4/64 = 20.0625, the true argmax
+    x = x.to(device)
+    head = nn.Linear(hidden, 8, bias=False).to(torch.bfloat16).to(device)
+    with torch.no_grad():
+        head.weight.copy_(w)
+        stock = head(x)
+    assert stock[0, 3] == stock[0, 5] and int(stock.argmax()) == 3  # the bf16 tie, lower id wins
+    bind(head, layers.LMHead)
+    with torch.no_grad():
+        y = head(x)
+    assert float(y[0, 5] - y[0, 3]) == pytest.approx(0.0625) and int(y.argmax()) == 5
 
 
 def random_bn(bn):

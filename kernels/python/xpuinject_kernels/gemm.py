@@ -2,11 +2,13 @@
 
     out[M, N] = epilogue(x[M, K] @ W[K, N] (+ bias[N]))
 
-W is the transposed nn.Linear weight, [K, N] with unit column stride (packed offline by Go,
-seed 000 "Level 2": bf16, K-major so each program streams contiguous [BLOCK_K, BLOCK_N] tiles).
-x is bf16/fp16 (fp32 accepted), any leading dims (flattened to M). Accumulation is fp32; the dot
-runs in W's dtype (an fp16/fp32 activation tile is rounded to W's dtype if they differ); the output
-is x's dtype, rounded once after the epilogue.
+W is the transposed nn.Linear weight, [K, N] with unit column stride (packed offline: bf16,
+K-major so each program streams contiguous [BLOCK_K, BLOCK_N] tiles), or the nn.Linear weight
+itself seen as `weight.t()` (unit row stride), read in place through block pointers; the lm_head
+uses this on the embedding table it is tied to. x is bf16/fp16 (fp32 accepted), any leading dims
+(flattened to M). Accumulation is fp32; the dot runs in W's dtype (an fp16/fp32 activation tile is
+rounded to W's dtype if they differ); the output is x's dtype, or `out_dtype`, rounded once after
+the epilogue.
 
 Epilogues (constexpr EPILOGUE, bias independent of it via HAS_BIAS):
   "none"       out = x@W
@@ -81,9 +83,9 @@ def _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS: tl.constexpr, EPI
 def _gemm_kernel(
     x_ptr, w_ptr, b_ptr, r_ptr, o_ptr,
     M, N, K, M_BUCKET,
-    stride_xm, stride_wk, stride_rm, stride_om,
+    stride_xm, stride_wk, stride_wn, stride_rm, stride_om,
     UP_OFF,
-    HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr,
+    HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr, W_KMAJOR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
 ):
     # M_BUCKET (next power of 2 of M) is only an autotune key: one tuning per size class, not per M.
@@ -110,11 +112,20 @@ def _gemm_kernel(
     else:
         x_bp = tl.make_block_ptr(x_ptr, shape=(M, K), strides=(stride_xm, 1), offsets=(off_m, 0),
                                  block_shape=(BLOCK_M, BLOCK_K), order=(1, 0))
-        w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, 1), offsets=(0, off_n),
-                                 block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+        # order names the contiguous dimension: N for a packed K-major W, K for weight.t()
+        if W_KMAJOR:
+            w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn), offsets=(0, off_n),
+                                     block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+        else:
+            w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn), offsets=(0, off_n),
+                                     block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
         if EPILOGUE == 1:
-            wu_bp = tl.make_block_ptr(w_ptr + UP_OFF, shape=(K, N), strides=(stride_wk, 1), offsets=(0, off_n),
-                                      block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+            if W_KMAJOR:
+                wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
+                                          offsets=(0, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+            else:
+                wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
+                                          offsets=(0, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
         for kk in range(0, tl.cdiv(K, BLOCK_K)):
             a = tl.load(x_bp, boundary_check=(0, 1), padding_option="zero").to(wty)
             acc = tl.dot(a, tl.load(w_bp, boundary_check=(0, 1), padding_option="zero"), acc)
@@ -167,7 +178,7 @@ def _autotuner(be: str, swiglu: bool):
     return _backend.autotuned(
         "gemm.swiglu" if swiglu else "gemm", _gemm_kernel, be,
         _backend.gemm_configs(be, n_b_tiles=n_b),
-        key=["M_BUCKET", "N", "K", "HAS_BIAS", "EPILOGUE", "USE_DESC"],
+        key=["M_BUCKET", "N", "K", "HAS_BIAS", "EPILOGUE", "USE_DESC", "W_KMAJOR"],
         prune=_backend.gemm_prune(be, n_b),
     )
 
@@ -196,13 +207,16 @@ def gemm(
     residual: Optional[torch.Tensor] = None,
     epilogue: str = "none",
     use_descriptors: Optional[bool] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
-    """out = epilogue(x @ w (+ bias)) with w pre-packed K-major [K, N] (see module docstring).
+    """out = epilogue(x @ w (+ bias)) with w [K, N]: pre-packed K-major, or a weight.t() view.
 
     x: [..., K]; w: [K, N] (swiglu: [K, 2I], gate | up); bias: [N] (swiglu: [2I]); residual:
-    [..., N] for epilogue "residual". Returns [..., N] (swiglu: [..., I]) in x.dtype.
+    [..., N] for epilogue "residual". Returns [..., N] (swiglu: [..., I]) in out_dtype (default
+    x.dtype; torch.float32 keeps the accumulator unrounded).
     use_descriptors: None = tensor descriptors when every operand is aligned, else block pointers;
-    False forces block pointers; True requires descriptors (ValueError if an operand is misaligned).
+    False forces block pointers; True requires descriptors (ValueError if an operand is misaligned
+    or w is a weight.t() view, which block pointers read).
     """
     if epilogue not in _EPI_CODE:
         raise _err(f"unknown epilogue {epilogue!r} (want one of {', '.join(EPILOGUES)})")
@@ -218,8 +232,16 @@ def gemm(
         raise _err(f"x shape {tuple(x.shape)} does not match weight [K, N] = {tuple(w.shape)} (x's last dim must be K)")
     if w.shape[0] == 0 or w.shape[1] == 0:
         raise _err(f"weight shape {tuple(w.shape)} has an empty dimension")
-    if w.stride(-1) != 1:
-        raise _err(f"weight strides {tuple(w.stride())}: want unit column stride (K-major [K, N] rows)")
+    if w.stride(-1) == 1:
+        kmajor = True
+    elif w.stride(0) == 1:
+        kmajor = False  # weight.t() of a row-major nn.Linear weight
+    else:
+        raise _err(f"weight strides {tuple(w.stride())}: want K-major [K, N] rows or a transposed [N, K] weight")
+    if out_dtype is None:
+        out_dtype = x.dtype
+    elif out_dtype not in _X_DTYPES:
+        raise _err(f"out_dtype {out_dtype} not supported (want bfloat16, float16 or float32)")
     if w.device != x.device:
         raise _err(f"weight on {w.device}, x on {x.device}")
     k, n_w = w.shape
@@ -251,7 +273,7 @@ def gemm(
         raise _err(f"a residual was given with epilogue {epilogue!r} (use epilogue='residual')")
     be = _backend.require_runnable(x, "gemm")
 
-    out = _backend.empty(out_shape, x.dtype, x.device)
+    out = _backend.empty(out_shape, out_dtype, x.device)
     x2 = _as_rows(x)
     m = x2.shape[0]
     if m == 0:
@@ -268,8 +290,10 @@ def gemm(
     if use_descriptors is None:
         # The cheap conditions first: a CUDA decode step never takes descriptors, so it skips
         # the alignment checks (~10 us of host time per call on the dev VM, of ~27 us).
-        use_desc = prefer_descriptors(be, m, True) and aligned()
+        use_desc = kmajor and prefer_descriptors(be, m, True) and aligned()
     elif use_descriptors:
+        if not kmajor:
+            raise _err("use_descriptors=True but the weight is a transposed [N, K] view (block pointers read it)")
         if not aligned():
             raise _err("use_descriptors=True but an operand is not 16-byte aligned (base or row stride)")
         if not _backend.has_descriptors():
@@ -284,16 +308,17 @@ def gemm(
     args = (
         x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2,
         m, n, k, m_bucket,
-        x2.stride(0), w.stride(0), r2.stride(0) if r2 is not None else 0, o2.stride(0),
+        x2.stride(0), w.stride(0), w.stride(1), r2.stride(0) if r2 is not None else 0, o2.stride(0),
         up_off,
     )
-    flags = dict(HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue], USE_DESC=use_desc)
+    flags = dict(HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue], USE_DESC=use_desc, W_KMAJOR=kmajor)
     # Launch cache: once the autotuner picked a config for this problem class, launch the jit
     # function with it directly. The autotuner's per-call bookkeeping cost ~40% of a ~120 us
     # launch on the H200 host (cProfile, M=16 decode GEMM); any config is correct, so a stale
     # entry could only cost speed.
     lkey = (be, _backend.is_interpret(), x.dtype, w.dtype, None if bias is None else bias.dtype,
-            None if residual is None else residual.dtype, m_bucket, n, k, flags["HAS_BIAS"], flags["EPILOGUE"], use_desc)
+            None if residual is None else residual.dtype, m_bucket, n, k, flags["HAS_BIAS"], flags["EPILOGUE"], use_desc,
+            kmajor, out_dtype)
     cfg = _BEST.get(lkey)
     if cfg is not None:
         grid = (_backend.cdiv(m, cfg.kwargs["BLOCK_M"]) * _backend.cdiv(n, cfg.kwargs["BLOCK_N"]),)

@@ -14,6 +14,8 @@ the Go-packed checkpoint; all weights K-major [in, out], bf16):
                      xpuinject_down_weight    [intermediate, hidden]
                      optional xpuinject_gate_up_bias [2*intermediate], xpuinject_down_bias [hidden]
   Linear      reads  xpuinject_weight [in, out], optional xpuinject_bias [out]
+  LMHead      reads  weight [vocab, hidden] (transformers' own attribute, or the embedding table it
+                     is tied to) through weight.t(), optional bias; returns fp32 logits
   LinearBN    reads  xpuinject_weight [in, out], xpuinject_bias [out]  (Linear then BatchNorm1d
                      folded offline: W' = diag(a) W, b' = a (b - mu) + beta, a = gamma/sqrt(var+eps))
   BNLinear    reads  xpuinject_weight [in, out], xpuinject_bias [out]  (BatchNorm1d then Linear
@@ -29,7 +31,7 @@ from torch import nn
 from .gemm import gemm
 from .rmsnorm import rms_norm
 
-__all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LinearBN", "BNLinear", "Attention", "DecoderLayer"]
+__all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LMHead", "LinearBN", "BNLinear", "Attention", "DecoderLayer"]
 
 
 def _name(module: nn.Module) -> str:
@@ -100,6 +102,25 @@ class Linear(nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (nn.Linear's parameter name)
         return _linear(self, input, "Linear")
+
+
+class LMHead(nn.Module):
+    """Replaces the lm_head nn.Linear.forward(input): the same GEMM, with fp32 logits.
+
+    bf16 logits are spaced 0.125 apart at |logit| 16-32, so two candidates the fp32 model orders
+    0.06 apart come out equal and argmax takes the lower token id: greedy decoding leaves the
+    fp32 path at the first such near-tie. The GEMM accumulates in fp32 anyway; writing that
+    accumulator keeps the order, and costs 4 bytes a logit instead of 2. The weight is read in
+    place (weight.t()), so a head tied to the embedding table needs no second copy.
+    """
+
+    has_backward = False
+    can_torch_compile = False
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (nn.Linear's parameter name)
+        w = self.weight
+        b = getattr(self, "bias", None)
+        return gemm(input, w.t(), bias=b, epilogue="bias" if b is not None else "none", out_dtype=torch.float32)
 
 
 class LinearBN(nn.Module):
