@@ -364,7 +364,7 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 	}
 	idle := c.IdleTimeout
 	if idle <= 0 {
-		idle = 60 * time.Second
+		idle = c.waitFor(withKind(ctx, kindDownload)).d
 	}
 	failures := 0
 	var lastErr error
@@ -391,7 +391,7 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 		// Bytes on disk are the identity encoding: a compressed transfer would make
 		// offsets and sizes disagree with the Range and the announced size.
 		req.Header.Set("Accept-Encoding", "identity")
-		rctx, rcancel := context.WithCancel(ctx)
+		rctx, rcancel := context.WithCancel(withKind(ctx, kindDownload))
 		resp, err := c.Do(rctx, req)
 		if err != nil {
 			rcancel()
