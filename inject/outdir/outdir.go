@@ -22,6 +22,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -36,6 +37,8 @@ const (
 	KindEval     = "eval"     // xpuinject eval: eval.json, report.md, plots
 	KindPipeline = "pipeline" // xpuinject MODEL: packed/, package/, eval/
 )
+
+var kinds = []string{KindPacked, KindPackage, KindEval, KindPipeline}
 
 // Marker is the content of MarkerFile.
 type Marker struct {
@@ -158,7 +161,7 @@ func ReadMarker(dir string) (*Marker, error) {
 	var m Marker
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil || m.Kind == "" || !strings.HasPrefix(m.Tool, "xpuinject") {
+	if err := dec.Decode(&m); err != nil || !slices.Contains(kinds, m.Kind) {
 		return nil, fmt.Errorf("%s is not a marker xpuinject writes", MarkerFile)
 	}
 	return &m, nil
@@ -195,11 +198,11 @@ func checkInputs(dest, abs string, inputs []Input) error {
 			for _, i := range ins {
 				switch {
 				case o == i:
-					return refuse("output %s is %s (%s); choose another --out", dest, in.What, in.Path)
+					return refuse("output folder %s is %s, which this run reads; choose another --out", dest, in.What)
 				case within(o, i):
-					return refuse("output %s is inside %s (%s); choose another --out", dest, in.What, in.Path)
+					return refuse("output folder %s is inside %s %s, which this run reads; choose another --out", dest, in.What, in.Path)
 				case within(i, o):
-					return refuse("output %s contains %s (%s); choose another --out", dest, in.What, in.Path)
+					return refuse("output folder %s contains %s %s, which this run reads; choose another --out", dest, in.What, in.Path)
 				}
 			}
 		}
