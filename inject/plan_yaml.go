@@ -112,10 +112,10 @@ func yamlError(err error) string {
 // yamlWant names what a Go type (as yaml.v3 prints it) expects, in YAML's words.
 func yamlWant(goType string) string {
 	switch {
-	case strings.HasPrefix(goType, "map["), strings.Contains(goType, "."):
-		return "a mapping"
 	case strings.HasPrefix(goType, "[]"):
 		return "a list"
+	case strings.HasPrefix(goType, "map["), strings.Contains(goType, "."):
+		return "a mapping"
 	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"):
 		return "an integer"
 	case strings.HasPrefix(goType, "float"):
