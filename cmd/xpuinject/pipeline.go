@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -100,7 +101,7 @@ report.md, plots).`,
 	return cmd
 }
 
-func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
+func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error) {
 	start := time.Now()
 	step := func(format string, a ...any) {
 		fmt.Fprintf(f.ErrOut, "[%5.1fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
@@ -143,8 +144,17 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
 			return err
 		}
 	}
+	_, statErr := os.Lstat(out)
 	if err := outdir.EnsureDir(out, outdir.Options{Kind: outdir.KindPipeline, Tool: tool(), Inputs: inputs}); err != nil {
 		return err
+	}
+	if os.IsNotExist(statErr) {
+		// A run that fails before writing any part leaves no run folder behind.
+		defer func() {
+			if err != nil {
+				removeIfBare(out, inputs)
+			}
+		}()
 	}
 	step("pack -> %s", packedDir)
 	prog := newPackProgress(f)
@@ -245,4 +255,11 @@ type pipelineArtifacts struct {
 	Report    string   `json:"report,omitempty"`
 	Plots     []string `json:"plots,omitempty"`
 	Published string   `json:"published,omitempty"`
+}
+
+// removeIfBare removes a run folder that holds nothing but its marker.
+func removeIfBare(dir string, inputs []outdir.Input) {
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) == 1 && ents[0].Name() == outdir.MarkerFile {
+		outdir.Remove(dir, outdir.Options{Kind: outdir.KindPipeline, Inputs: inputs})
+	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,6 +46,10 @@ func newHubClient(f *Factory) *hub.Client {
 func checkTextFile(p string) (string, error) {
 	f, st, err := models.OpenRegular(p)
 	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is already in the message
+		}
 		return "", &usageError{fmt.Errorf("--text %s: %w", p, err)}
 	}
 	f.Close()
