@@ -124,13 +124,13 @@ func TestKillPipeline(t *testing.T) {
 	root := t.TempDir()
 	pids := filepath.Join(root, "driver.pids")
 	env := func(sleep string) []string {
-		return []string{fakePythonEnv + "=1", fakePythonPIDs + "=" + pids, fakePythonSleep + "=" + sleep}
+		return []string{fakePythonPIDs + "=" + pids, fakePythonSleep + "=" + sleep}
 	}
 	args := func(out string) []string {
 		return []string{src, "--out", out, "--force", "--device", "cpu", "--python", fakePythonExe(t)}
 	}
 	clean := filepath.Join(root, "clean", "run")
-	took, _ := runBin(t, env("100ms"), args(clean)...)
+	took, _ := runBin(t, env("300ms"), args(clean)...)
 	want := treeState(t, clean)
 	for _, p := range []string{".xpuinject-output", "packed/plan.yaml", "package/plan.yaml", "eval/eval.json", "eval/report.md", "eval/layers.png"} {
 		if _, ok := want[filepath.FromSlash(p)]; !ok {
@@ -179,11 +179,11 @@ func TestInterruptPipeline(t *testing.T) {
 	pids := filepath.Join(root, "driver.pids")
 	out := filepath.Join(root, "run")
 	args := []string{src, "--out", out, "--force", "--device", "cpu", "--python", fakePythonExe(t)}
-	runBin(t, []string{fakePythonEnv + "=1", fakePythonSleep + "=10ms"}, args...)
+	runBin(t, []string{fakePythonSleep + "=10ms"}, args...)
 	before := treeState(t, root)
 
 	cmd := exec.Command(cliBinary(t), args...)
-	cmd.Env = append(os.Environ(), fakePythonEnv+"=1", fakePythonPIDs+"="+pids, fakePythonSleep+"=60s")
+	cmd.Env = append(os.Environ(), fakePythonPIDs+"="+pids, fakePythonSleep+"=60s")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -15,25 +15,19 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/xpuinject/xpuinject/models"
 )
 
-// The test binary doubles as a fake Python interpreter when fakePythonEnv is set: it
-// answers the probe, and as the eval driver records its pid, writes a fixed eval.json and
-// sleeps. The fault and kill tests run the CLI with --python pointing here, so that an
-// eval can be interrupted (or observed) without torch.
+// The eval tests run the CLI with --python pointing at testdata/fakepython, built next
+// to the CLI: it answers the probe and, as the eval driver, records its pid, sleeps and
+// writes a fixed eval.json, so that an eval can be interrupted or observed without torch.
 const (
-	fakePythonEnv   = "XPUINJECT_FAKE_PYTHON"       // set: act as the interpreter
 	fakePythonPIDs  = "XPUINJECT_FAKE_PYTHON_PIDS"  // file the driver appends its pid to
 	fakePythonSleep = "XPUINJECT_FAKE_PYTHON_SLEEP" // how long the driver runs (a Go duration)
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(fakePythonEnv) != "" {
-		os.Exit(fakePython(os.Args[1:]))
-	}
 	code := m.Run()
 	if cliDir != "" {
 		os.RemoveAll(cliDir)
@@ -41,94 +35,45 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// fakeEvalJSON is what the fake driver writes: a CPU run with two layers (one plot).
-const fakeEvalJSON = `{"schema": 1,
- "model": {"path": "/models/synthetic", "arch": "llama", "class": "LlamaForCausalLM"},
- "device": {"type": "cpu", "name": "cpu", "interpret": true},
- "versions": {"torch": "2.11.0", "transformers": "5.17.0", "triton": "3.6.0"},
- "injection": {"path": "direct", "backend": "cpu", "replaced": {"RMSNorm": 2}, "replaced_modules": [], "kept": [], "packed_tensors": 2, "packed_bytes": 256},
- "accuracy": {"input": {"kind": "text", "source": "prose.txt (shipped with xpuinject)", "tokens": 96}, "oracle_perplexity": 12.5,
-  "injected": {"cosine": 0.9999, "max_abs": 0.3, "mean_abs": 0.02, "max_rel": 4, "mean_rel": 0.01, "rel_floor": 0.02, "nonfinite": 0, "top1_agreement": 0.98, "kl": 0.001, "perplexity": 12.6},
-  "stock": {"cosine": 0.9999, "max_abs": 0.3, "mean_abs": 0.02, "max_rel": 4, "mean_rel": 0.01, "rel_floor": 0.02, "nonfinite": 0, "top1_agreement": 0.98, "kl": 0.001, "perplexity": 12.6}},
- "layers": [
-  {"name": "model.layers.0", "injected": {"cosine": 1, "max_abs": 0.1, "mean_abs": 0.01, "max_rel": 1, "mean_rel": 0.004, "rel_floor": 0.01, "nonfinite": 0}, "stock": {"cosine": 1, "max_abs": 0.1, "mean_abs": 0.01, "max_rel": 1, "mean_rel": 0.004, "rel_floor": 0.01, "nonfinite": 0}},
-  {"name": "model.layers.1", "injected": {"cosine": 1, "max_abs": 0.1, "mean_abs": 0.01, "max_rel": 1, "mean_rel": 0.005, "rel_floor": 0.01, "nonfinite": 0}, "stock": {"cosine": 1, "max_abs": 0.1, "mean_abs": 0.01, "max_rel": 1, "mean_rel": 0.005, "rel_floor": 0.01, "nonfinite": 0}}],
- "generation": {"prompt_tokens": 8, "new_tokens": 8, "injected": {"prefix": 1, "positions": 1, "tokens": 8}, "stock": {"prefix": 1, "positions": 1, "tokens": 8}, "injected_vs_stock": {"prefix": 1, "positions": 1, "tokens": 8}},
- "latency": {"measured": false, "reason": "the kernels ran under the Triton interpreter"}}
-`
-
-func fakePython(args []string) int {
-	if len(args) >= 2 && args[0] == "-c" { // the probe
-		fmt.Println(`{"version": "3.11.0", "torch": "2.11.0", "transformers": "5.17.0", "triton": "3.6.0", "kernels": "", "safetensors": "0.6.0", "cuda": false, "xpu": false, "device": ""}`)
-		return 0
-	}
-	var out string
-	for i, a := range args {
-		if a == "--out" && i+1 < len(args) {
-			out = args[i+1]
-		}
-	}
-	if p := os.Getenv(fakePythonPIDs); p != "" {
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err == nil {
-			fmt.Fprintln(f, os.Getpid())
-			f.Close()
-		}
-	}
-	fmt.Fprintln(os.Stderr, "xpuinject-eval: fake driver running")
-	if d, err := time.ParseDuration(os.Getenv(fakePythonSleep)); err == nil {
-		time.Sleep(d)
-	}
-	if out == "" {
-		fmt.Fprintln(os.Stderr, "xpuinject-eval: error: no --out")
-		return 2
-	}
-	if err := os.WriteFile(out+".tmp", []byte(fakeEvalJSON), 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "xpuinject-eval: error:", err)
-		return 5
-	}
-	if err := os.Rename(out+".tmp", out); err != nil {
-		fmt.Fprintln(os.Stderr, "xpuinject-eval: error:", err)
-		return 5
-	}
-	return 0
-}
-
 var (
 	cliOnce sync.Once
 	cliDir  string
-	cliPath string
 	cliErr  error
 )
 
-// cliBinary builds xpuinject once per test run (without the race detector, whatever
-// this test binary was built with: the kill tests need it fast) and returns its path.
-func cliBinary(t *testing.T) string {
+// buildOnce builds xpuinject and the fake Python once per test run, without the race
+// detector whatever this test binary was built with (the kill tests need them fast).
+func buildOnce(t *testing.T) {
 	t.Helper()
 	cliOnce.Do(func() {
 		if cliDir, cliErr = os.MkdirTemp("", "xpuinject-cli-"); cliErr != nil {
 			return
 		}
-		cliPath = filepath.Join(cliDir, "xpuinject")
-		out, err := exec.Command("go", "build", "-o", cliPath, ".").CombinedOutput()
-		if err != nil {
-			cliErr = fmt.Errorf("go build: %v\n%s", err, out)
+		for _, b := range [][2]string{{"xpuinject", "."}, {"python", "./testdata/fakepython"}} {
+			out, err := exec.Command("go", "build", "-o", filepath.Join(cliDir, b[0]), b[1]).CombinedOutput()
+			if err != nil {
+				cliErr = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
+				return
+			}
 		}
 	})
 	if cliErr != nil {
 		t.Fatal(cliErr)
 	}
-	return cliPath
 }
 
-// fakePythonExe is this test binary, to pass as --python (with fakePythonEnv set).
+// cliBinary is the built xpuinject.
+func cliBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce(t)
+	return filepath.Join(cliDir, "xpuinject")
+}
+
+// fakePythonExe is the built fake interpreter, to pass as --python.
 func fakePythonExe(t *testing.T) string {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return exe
+	buildOnce(t)
+	return filepath.Join(cliDir, "python")
 }
 
 // treeState describes every entry under root (type, mode, content hash or link
