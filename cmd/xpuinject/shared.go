@@ -104,3 +104,36 @@ func readSmallFile(p string) ([]byte, error) {
 	}
 	return io.ReadAll(f)
 }
+
+// nearestPreset is the preset within two edits of name ("lama" -> "llama"), "" if none.
+func nearestPreset(name string) string {
+	ps, _ := Presets()
+	best, bestD := "", 3
+	for _, p := range ps {
+		if d := editDistance(strings.ToLower(name), p.Name); d < bestD {
+			best, bestD = p.Name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

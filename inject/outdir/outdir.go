@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -154,7 +155,16 @@ func ReadMarker(dir string) (*Marker, error) {
 	if !fi.Mode().IsRegular() || fi.Size() > 4096 {
 		return nil, fmt.Errorf("%s is not a marker xpuinject writes", MarkerFile)
 	}
-	b, err := os.ReadFile(p)
+	// O_NONBLOCK: a pipe swapped in after the Lstat must not block the open.
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", MarkerFile, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a marker xpuinject writes", MarkerFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", MarkerFile, err)
 	}
