@@ -77,7 +77,6 @@ func (c *Client) send(ctx context.Context, req *http.Request, w wait, attempt in
 	actx, cancel := context.WithCancelCause(ctx)
 	tm := &attemptTimer{d: w.d, cancel: cancel}
 	tm.arm()
-	defer tm.stop()
 	after := min(noteAfter, w.d/2)
 	note := time.AfterFunc(after, func() {
 		if c.Notify == nil {
@@ -103,12 +102,16 @@ func (c *Client) send(ctx context.Context, req *http.Request, w wait, attempt in
 		r.Body = &rearmingBody{ReadCloser: req.Body, t: tm}
 	}
 	resp, err := c.HTTP.Do(r)
-	if err != nil {
-		if context.Cause(actx) == errNoAnswer && ctx.Err() == nil {
-			cancel(nil)
-			return nil, errNoAnswer
+	tm.stop() // the answer's headers are in (or the attempt failed): the body has its own bounds
+	noAnswer := context.Cause(actx) == errNoAnswer && ctx.Err() == nil
+	if err != nil || noAnswer {
+		if resp != nil {
+			resp.Body.Close() // the timer fired as the headers came: the body is cut off anyway
 		}
 		cancel(nil)
+		if noAnswer {
+			return nil, errNoAnswer
+		}
 		return nil, err
 	}
 	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: func() { cancel(nil) }}
