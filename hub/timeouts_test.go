@@ -70,14 +70,18 @@ func TestSilentHubDownloadTimeout(t *testing.T) {
 	srv := silentHub(t)
 	env := map[string]string{"HF_ENDPOINT": srv.URL, "HF_HUB_ETAG_TIMEOUT": "30", "HF_HUB_DOWNLOAD_TIMEOUT": "1"}
 	c := NewClient(func(k string) string { return env[k] })
+	if c.DownloadTimeout != time.Second || c.MetadataTimeout != 30*time.Second {
+		t.Fatalf("timeouts %s, %s from the environment", c.DownloadTimeout, c.MetadataTimeout)
+	}
+	c.DownloadTimeout = 200 * time.Millisecond // the variable takes whole seconds; be quick
 	c.Backoff = func(int) time.Duration { return 0 }
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/org/name/resolve/main/model.safetensors", nil)
 	start := time.Now()
 	_, err := c.Do(withKind(context.Background(), kindDownload), req)
-	if err == nil || !strings.Contains(err.Error(), "no answer within 1s (HF_HUB_DOWNLOAD_TIMEOUT)") {
+	if err == nil || !strings.Contains(err.Error(), "no answer within 200ms (HF_HUB_DOWNLOAD_TIMEOUT)") {
 		t.Fatalf("error %v", err)
 	}
-	if took := time.Since(start); took > 6*time.Second {
+	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("took %s", took)
 	}
 }
@@ -134,9 +138,9 @@ func TestMovingUploadNotCut(t *testing.T) {
 		w.Write(bytes.ToUpper(b))
 	}))
 	defer srv.Close()
-	env := map[string]string{"HF_ENDPOINT": srv.URL, "HF_HUB_ETAG_TIMEOUT": "1"}
-	c := NewClient(func(k string) string { return env[k] })
-	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/upload", &slowBody{chunks: 5, gap: 400 * time.Millisecond})
+	c := NewClient(func(k string) string { return map[string]string{"HF_ENDPOINT": srv.URL}[k] })
+	c.MetadataTimeout = 300 * time.Millisecond
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/upload", &slowBody{chunks: 5, gap: 150 * time.Millisecond})
 	resp, err := c.Do(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
