@@ -172,7 +172,8 @@ func TestKillPipeline(t *testing.T) {
 }
 
 // TestInterruptPipeline: Ctrl-C during the eval stops the driver (its whole process
-// group), exits 130, and leaves the earlier output as it was.
+// group) and exits 130. The parts written before it stay, the earlier run's eval/ (which
+// measured the replaced weights) is gone, nothing else is left; a run again restores all.
 func TestInterruptPipeline(t *testing.T) {
 	src := copyFixture(t, "llama-tiny", filepath.Join(t.TempDir(), "m"))
 	root := t.TempDir()
@@ -211,7 +212,17 @@ func TestInterruptPipeline(t *testing.T) {
 		t.Errorf("the eval driver (pid %d) outlived the interrupted CLI", pid)
 	}
 	os.Remove(pids)
+	want := map[string]string{}
+	for k, v := range before {
+		if k != "run/eval" && !strings.HasPrefix(k, "run/eval/") {
+			want[k] = v
+		}
+	}
+	if d := diffTrees(want, treeState(t, root)); d != "" {
+		t.Errorf("after the interrupted run:\n%s", d)
+	}
+	runBin(t, []string{fakePythonSleep + "=10ms"}, args...)
 	if d := diffTrees(before, treeState(t, root)); d != "" {
-		t.Errorf("the interrupted run changed the folder:\n%s", d)
+		t.Errorf("a run after the interrupted one differs from the first:\n%s", d)
 	}
 }

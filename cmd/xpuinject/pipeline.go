@@ -175,14 +175,14 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		return err
 	}
 
+	// An earlier run's eval/ measured the weights just replaced: it goes now (the check
+	// above asked for --force when there is one), so that a skipped or failed eval never
+	// leaves it beside weights it did not measure.
+	if err := outdir.Remove(evalDir, outdir.Options{Kind: outdir.KindEval, Inputs: inputs}); err != nil {
+		return err
+	}
 	var report *harness.ReportFiles
-	if o.SkipEval {
-		// An earlier run's eval/ measured other weights: it goes (only with --force, which
-		// the check above asked for when it exists).
-		if err := outdir.Remove(evalDir, outdir.Options{Kind: outdir.KindEval, Inputs: inputs}); err != nil {
-			return err
-		}
-	} else {
+	if !o.SkipEval {
 		ev := o.Eval
 		ev.Model, ev.PackageDir, ev.PackedDir, ev.Out = dir, packageDir, packedDir, evalDir
 		step("eval -> %s", evalDir)
