@@ -79,13 +79,14 @@ func (c *Client) Snapshot(ctx context.Context, cache Cache, ref Ref, opts FetchO
 	if c.Offline {
 		return offlineSnapshot(cache, repoType, ref, opts, ErrOffline)
 	}
-	// With the revision cached, a Hub that is down should cost a second, not the full
-	// retry budget, before falling back (huggingface_hub does not retry there either:
-	// utils/_http.py, retry_on_errors=False "for fast fallback to cache").
+	// With the revision cached, a Hub that is down should cost one attempt (one timeout
+	// when it does not answer at all), not the full retry budget, before falling back
+	// (huggingface_hub does not retry there either: utils/_http.py, retry_on_errors=False
+	// "for fast fallback to cache").
 	probe := c
-	if _, _, lerr := cache.LocalSnapshot(repoType, ref.Repo, ref.Revision); lerr == nil && c.MaxRetries > 1 {
+	if _, _, lerr := cache.LocalSnapshot(repoType, ref.Repo, ref.Revision); lerr == nil && c.MaxRetries > 0 {
 		cc := *c
-		cc.MaxRetries = 1
+		cc.MaxRetries = 0
 		probe = &cc
 	}
 	info, err := probe.RevisionInfo(ctx, repoType, ref.Repo, ref.Revision)
