@@ -280,7 +280,11 @@ func TestFaultMatrix(t *testing.T) {
 			if c.ulimitBlocks > 0 {
 				code, stderr = runLimited(t, c.ulimitBlocks, args...)
 			} else {
-				code, _, stderr = runCLI(t, c.env, args...)
+				env := map[string]string{"HF_HOME": filepath.Join(root, "hf")} // a cache inside the hashed tree
+				for k, v := range c.env {
+					env[k] = v
+				}
+				code, _, stderr = runCLI(t, env, args...)
 			}
 			took := time.Since(start)
 			if code != c.code {
