@@ -93,7 +93,7 @@ report.md, plots).`,
 	fl.BoolVar(&o.Push, "push", false, "publish the package to the Hub after a successful eval")
 	fl.StringVar(&o.RepoID, "repo-id", "", "Hub repository to publish to (with --push)")
 	fl.BoolVar(&o.Private, "private", false, "create the Hub repository private (with --push)")
-	fl.BoolVar(&o.Force, "force", false, "replace the artifacts of an earlier run in --out")
+	fl.BoolVar(&o.Force, "force", false, "replace an earlier run's outputs in --out (never other files)")
 	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", "largest packed shard")
 	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
 	fl.BoolVar(&o.JSON, "json", false, "print where every artifact went as one JSON object")
