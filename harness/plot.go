@@ -1,18 +1,20 @@
 package harness
 
 import (
+	"bytes"
 	"fmt"
 	"image"
 	"image/color"
 	"image/draw"
 	"image/png"
 	"math"
-	"os"
 	"strings"
 
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/basicfont"
 	"golang.org/x/image/math/fixed"
+
+	"github.com/xpuinject/xpuinject/inject/outdir"
 )
 
 // A small raster chart renderer: grouped bars with a linear or log axis, a legend and
@@ -225,21 +227,15 @@ func fill(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
 func hline(img *image.RGBA, x0, x1, y int, c color.Color) { fill(img, x0, y, x1, y, c) }
 func vline(img *image.RGBA, x, y0, y1 int, c color.Color) { fill(img, x, y0, x, y1, c) }
 
-func writePNG(path string, img image.Image) error {
-	tmp := path + ".tmp"
-	fh, err := os.Create(tmp)
-	if err != nil {
+func writePNG(tx *outdir.Tx, name string, img image.Image) error {
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		return fmt.Errorf("harness: %s: %w", name, err)
+	}
+	if err := tx.WriteFile(name, b.Bytes()); err != nil {
 		return fmt.Errorf("harness: %w", err)
 	}
-	if err := png.Encode(fh, img); err != nil {
-		fh.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("harness: %s: %w", path, err)
-	}
-	if err := fh.Close(); err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	return os.Rename(tmp, path)
+	return nil
 }
 
 // LayerErrorChart plots each layer's mean relative error against the oracle, stock beside

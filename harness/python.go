@@ -108,7 +108,9 @@ func Probe(ctx context.Context, python string) (*Env, error) {
 	cmd := exec.CommandContext(ctx, python, "-c", probeScript)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	child := startChild(cmd)
 	out, err := cmd.Output()
+	child.done()
 	if err != nil {
 		return nil, fmt.Errorf("harness: running %s: %w: %s", python, err, strings.TrimSpace(stderr.String()))
 	}

@@ -55,7 +55,7 @@ func TestProbeNamesMissingPackages(t *testing.T) {
 
 func TestRunRefusesMissingFolders(t *testing.T) {
 	dir := t.TempDir()
-	_, err := Run(context.Background(), Options{Python: "python3", ModelDir: dir, PackageDir: filepath.Join(dir, "nope"), PackedDir: dir, OutDir: dir})
+	_, _, err := Run(context.Background(), Options{Python: "python3", ModelDir: dir, PackageDir: filepath.Join(dir, "nope"), PackedDir: dir, OutDir: dir})
 	if err == nil || !strings.Contains(err.Error(), "package folder") {
 		t.Fatalf("got %v", err)
 	}

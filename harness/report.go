@@ -4,53 +4,42 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/xpuinject/xpuinject/inject/outdir"
 )
 
-// ReportFiles are the artifacts WriteReport produces, by role.
+// ReportFiles are the artifacts WriteReport produces, by role: paths relative to the
+// eval folder (Run joins them with it).
 type ReportFiles struct {
 	Markdown string
 	Plots    []string
 }
 
-// WriteReport renders report.md and the PNG plots for r into dir.
-func WriteReport(r *Result, dir string) (*ReportFiles, error) {
-	files := &ReportFiles{Markdown: filepath.Join(dir, "report.md")}
+// WriteReport renders report.md and the PNG plots for r into the eval folder being
+// written.
+func WriteReport(r *Result, tx *outdir.Tx) (*ReportFiles, error) {
+	files := &ReportFiles{Markdown: "report.md"}
 	var plots []string
 	if len(r.Layers) > 0 {
-		p := filepath.Join(dir, "layers.png")
-		if err := writePNG(p, LayerErrorChart(r)); err != nil {
+		if err := writePNG(tx, "layers.png", LayerErrorChart(r)); err != nil {
 			return nil, err
 		}
-		plots = append(plots, p)
+		plots = append(plots, "layers.png")
 	}
 	if r.Latency.Measured {
-		p := filepath.Join(dir, "latency.png")
-		if err := writePNG(p, LatencyChart(r)); err != nil {
+		if err := writePNG(tx, "latency.png", LatencyChart(r)); err != nil {
 			return nil, err
 		}
-		plots = append(plots, p)
+		plots = append(plots, "latency.png")
 	}
 	files.Plots = plots
-	md := Markdown(r, plots)
-	if err := writeFileAtomic(files.Markdown, md); err != nil {
-		return nil, err
+	if err := tx.WriteFile(files.Markdown, Markdown(r, plots)); err != nil {
+		return nil, fmt.Errorf("harness: %w", err)
 	}
 	return files, nil
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("harness: %w", err)
-	}
-	return nil
 }
 
 func f(n Num) string {

@@ -5,8 +5,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xpuinject/xpuinject/inject/outdir"
 )
 
 func TestReadResultAndReport(t *testing.T) {
@@ -17,12 +20,22 @@ func TestReadResultAndReport(t *testing.T) {
 	if got := float64(r.Layers[1].Stock.MeanRel); !math.IsNaN(got) {
 		t.Fatalf("null should read as NaN, got %v", got)
 	}
-	dir := t.TempDir()
-	files, err := WriteReport(r, dir)
+	dir := filepath.Join(t.TempDir(), "eval")
+	tx, err := outdir.Begin(dir, outdir.Options{Kind: outdir.KindEval, Tool: "xpuinject test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, _ := os.ReadFile(files.Markdown)
+	files, err := WriteReport(r, tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if files.Markdown != "report.md" || !slices.Equal(files.Plots, []string{"layers.png", "latency.png"}) {
+		t.Fatalf("files %+v, want names relative to the eval folder", files)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, files.Markdown))
 	for _, want := range []string{
 		"# xpuinject report: llama-1b (llama)",
 		"| max abs error | 0.31 | 0.35 | 0.89× |",
@@ -45,7 +58,7 @@ func TestReadResultAndReport(t *testing.T) {
 		t.Fatalf("plots: %v", files.Plots)
 	}
 	for _, p := range files.Plots {
-		fh, err := os.Open(p)
+		fh, err := os.Open(filepath.Join(dir, p))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+
+	"github.com/xpuinject/xpuinject/models"
 )
 
 // Num is a float that reads JSON null (the driver's NaN/Inf) as NaN.
@@ -127,7 +129,7 @@ func ReadResult(path string) (*Result, error) {
 	}
 	var r Result
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("harness: %s: %w", path, err)
+		return nil, fmt.Errorf("harness: %s: %s", path, models.JSONError(err))
 	}
 	if r.Schema != 1 {
 		return nil, fmt.Errorf("harness: %s: schema %d, this build reads schema 1", path, r.Schema)

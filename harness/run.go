@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/xpuinject/xpuinject/inject/outdir"
 )
 
 // Options configure one evaluation run.
@@ -19,7 +21,8 @@ type Options struct {
 	ModelDir   string // source checkpoint
 	PackageDir string // xpuinject package
 	PackedDir  string // xpuinject pack output
-	OutDir     string // where eval.json (and the report) go
+	OutDir     string // the eval folder: eval.json, report.md, plots (an outdir output)
+	Tool       string // "xpuinject <version>", recorded in the folder's marker
 	Device     string // auto|cuda|xpu|cpu
 	TextFile   string // "" = the shipped prose
 	Tokens     int    // 0 = driver default
@@ -44,40 +47,42 @@ const (
 // names the layer).
 var ErrInjection = errors.New("harness: injection failed")
 
-// Run writes the driver, shim and text into OutDir/.eval, runs the driver and reads
-// OutDir/eval.json back.
-func Run(ctx context.Context, o Options) (*Result, error) {
+// Run evaluates and writes the eval folder OutDir: the driver, shim and text under
+// .eval/, the driver's eval.json, report.md and the plots. The folder is assembled aside
+// and put in place only when all of it is written (package outdir); an earlier eval
+// there is replaced, any other folder refused. The driver runs in its own process group
+// and dies with this process, also when this process is killed.
+func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 	for _, d := range []struct{ flag, path string }{{"model", o.ModelDir}, {"package", o.PackageDir}, {"packed", o.PackedDir}} {
 		if st, err := os.Stat(d.path); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("harness: %s folder %q does not exist", d.flag, d.path)
+			return nil, nil, fmt.Errorf("harness: %s folder %q does not exist", d.flag, d.path)
 		}
 	}
-	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
-		return nil, fmt.Errorf("harness: %w", err)
+	tx, err := outdir.Begin(o.OutDir, outdir.Options{Kind: outdir.KindEval, Tool: o.Tool, Replace: true, Inputs: []outdir.Input{
+		{Path: o.ModelDir, What: "the model"}, {Path: o.PackageDir, What: "the package"},
+		{Path: o.PackedDir, What: "the packed checkpoint"}, {Path: o.TextFile, What: "the --text file"},
+	}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("harness: %w", err)
 	}
-	work := filepath.Join(o.OutDir, ".eval")
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		return nil, fmt.Errorf("harness: %w", err)
-	}
+	defer tx.Abort() // nothing once committed
 	for _, name := range []string{"eval_driver.py", "xpuinject_shim.py", "prose.txt"} {
 		b, err := Python.ReadFile("python/" + name)
 		if err != nil {
-			return nil, fmt.Errorf("harness: embedded %s: %w", name, err)
+			return nil, nil, fmt.Errorf("harness: embedded %s: %w", name, err)
 		}
-		if err := os.WriteFile(filepath.Join(work, name), b, 0o644); err != nil {
-			return nil, fmt.Errorf("harness: %w", err)
+		if err := tx.WriteFile(".eval/"+name, b); err != nil {
+			return nil, nil, fmt.Errorf("harness: %w", err)
 		}
 	}
-	out := filepath.Join(o.OutDir, "eval.json")
-	os.Remove(out) // never read a stale result
-	text := o.TextFile
-	if text == "" {
-		text = filepath.Join(work, "prose.txt")
-	}
-	args := []string{filepath.Join(work, "eval_driver.py"),
+	out := tx.Path("eval.json")
+	args := []string{tx.Path(".eval/eval_driver.py"),
 		"--model", o.ModelDir, "--package", o.PackageDir, "--packed", o.PackedDir,
-		"--out", out, "--device", firstNonEmpty(o.Device, "auto"), "--text", text,
+		"--out", out, "--device", firstNonEmpty(o.Device, "auto"),
 		"--latency", firstNonEmpty(o.Latency, "auto")}
+	if o.TextFile != "" {
+		args = append(args, "--text", o.TextFile)
+	}
 	if o.Tokens > 0 {
 		args = append(args, "--tokens", strconv.Itoa(o.Tokens))
 	}
@@ -101,14 +106,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	cmd.Env = env
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cmd.Stdout = o.Progress
 	if cmd.Stdout == nil {
 		cmd.Stdout = io.Discard
 	}
+	child := startChild(cmd)
+	defer child.done()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("harness: starting %s: %w", o.Python, err)
+		return nil, nil, fmt.Errorf("harness: starting %s: %w", o.Python, err)
 	}
 	var lastErr string
 	var tail []string
@@ -129,7 +136,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	werr := cmd.Wait()
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 	if werr != nil {
 		code := -1
@@ -143,16 +150,31 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		switch code {
 		case driverMissing:
-			return nil, fmt.Errorf("%w: %s", ErrMissing, msg)
+			return nil, nil, fmt.Errorf("%w: %s", ErrMissing, msg)
 		case driverInjection:
-			return nil, fmt.Errorf("%w: %s", ErrInjection, msg)
+			return nil, nil, fmt.Errorf("%w: %s", ErrInjection, msg)
 		case driverBadArgs:
-			return nil, fmt.Errorf("harness: bad input: %s", msg)
+			return nil, nil, fmt.Errorf("harness: bad input: %s", msg)
 		default:
-			return nil, fmt.Errorf("harness: eval driver failed (exit %d): %s", code, msg)
+			return nil, nil, fmt.Errorf("harness: eval driver failed (exit %d): %s", code, msg)
 		}
 	}
-	return ReadResult(out)
+	res, err := ReadResult(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	files, err := WriteReport(res, tx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, fmt.Errorf("harness: %w", err)
+	}
+	files.Markdown = filepath.Join(o.OutDir, files.Markdown)
+	for i, p := range files.Plots {
+		files.Plots[i] = filepath.Join(o.OutDir, p)
+	}
+	return res, files, nil
 }
 
 func firstNonEmpty(s ...string) string {

@@ -257,7 +257,7 @@ func (c *Client) httpError(resp *http.Response, repo, revision, path string) err
 // (connection errors, timeouts, 5xx/429 after retries, offline mode), so a cached
 // snapshot may be used instead.
 func isUnreachable(err error) bool {
-	if errors.Is(err, ErrOffline) {
+	if errors.Is(err, ErrOffline) || errors.Is(err, errNoAnswer) {
 		return true
 	}
 	var se *StatusError

@@ -31,8 +31,39 @@ type Client struct {
 	// Offline forbids network access ($HF_HUB_OFFLINE).
 	Offline bool
 	// IdleTimeout aborts a download whose body sends nothing for this long (then it is
-	// resumed like any dropped connection). Zero means 60s.
+	// resumed like any dropped connection). Zero means DownloadTimeout.
 	IdleTimeout time.Duration
+	// MetadataTimeout bounds each attempt of a metadata request (API calls, HEAD of a
+	// file) from the start of the connection to the answer's headers, and for a request
+	// with a body the pause between two sent chunks: $HF_HUB_ETAG_TIMEOUT, as
+	// huggingface_hub reads it (constants.py). Zero means DefaultTimeout.
+	MetadataTimeout time.Duration
+	// DownloadTimeout is the same bound for file downloads, and the default IdleTimeout:
+	// $HF_HUB_DOWNLOAD_TIMEOUT. Zero means DefaultTimeout.
+	DownloadTimeout time.Duration
+	// Notify, when set, receives one line when an answer is slow in coming, saying
+	// what is waited for (the CLI prints it on stderr).
+	Notify func(msg string)
+
+	notes *noteState // shared by copies of the client
+}
+
+// DefaultTimeout is huggingface_hub's DEFAULT_ETAG_TIMEOUT and DEFAULT_DOWNLOAD_TIMEOUT.
+const DefaultTimeout = 10 * time.Second
+
+// maxNoAnswer bounds the attempts of a request that got no answer in its timeout: an
+// unresponsive Hub fails in 3 timeouts plus 1.5 s of backoff (31.5 s by default),
+// instead of using the whole retry budget meant for errors it answers with.
+const maxNoAnswer = 3
+
+// envTimeout reads a timeout variable as huggingface_hub does (_as_int(value) or the
+// default): whole seconds; empty, zero or unreadable means the default.
+func envTimeout(getenv func(string) string, name string) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(getenv(name)))
+	if err != nil || n <= 0 {
+		return DefaultTimeout
+	}
+	return time.Duration(n) * time.Second
 }
 
 // NewClient builds a client from the environment as huggingface_hub does:
@@ -55,16 +86,20 @@ func NewClient(getenv func(string) string) *Client {
 			return d
 		},
 		// constants.py: HF_HUB_OFFLINE = _is_true(HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE)
-		Offline: isTrue(firstNonEmpty(getenv("HF_HUB_OFFLINE"), getenv("TRANSFORMERS_OFFLINE"))),
+		Offline:         isTrue(firstNonEmpty(getenv("HF_HUB_OFFLINE"), getenv("TRANSFORMERS_OFFLINE"))),
+		MetadataTimeout: envTimeout(getenv, "HF_HUB_ETAG_TIMEOUT"),
+		DownloadTimeout: envTimeout(getenv, "HF_HUB_DOWNLOAD_TIMEOUT"),
+		notes:           &noteState{},
 	}
+	// Connect and header waits are bounded per attempt by Do (timeouts.go); the dialer's
+	// own limit only backs that up.
 	c.HTTP = &http.Client{
 		Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ResponseHeaderTimeout: 30 * time.Second,
-			IdleConnTimeout:       90 * time.Second,
-			MaxIdleConnsPerHost:   16,
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: max(c.MetadataTimeout, c.DownloadTimeout), KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout: max(c.MetadataTimeout, c.DownloadTimeout),
+			IdleConnTimeout:     90 * time.Second,
+			MaxIdleConnsPerHost: 16,
 		},
 	}
 	return c
@@ -142,6 +177,8 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", c.UserAgent)
 	}
+	wait := c.waitFor(ctx)
+	noAnswer := 0
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 && req.Body != nil {
 			if req.GetBody == nil {
@@ -153,12 +190,20 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 			}
 			req.Body = b
 		}
-		resp, err := c.HTTP.Do(req)
-		var wait time.Duration
+		resp, err := c.send(ctx, req, wait, attempt)
+		var pause time.Duration
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
+			}
+			if errors.Is(err, errNoAnswer) {
+				if noAnswer++; noAnswer >= maxNoAnswer || attempt >= c.MaxRetries {
+					return nil, fmt.Errorf("hub: %s %s: no answer within %s (%s), %d attempts: %w",
+						req.Method, redactURL(req.URL), wait.d, wait.env, attempt+1, err)
+				}
+				pause = c.Backoff(attempt + 1)
+				break
 			}
 			if attempt >= c.MaxRetries {
 				var ue *url.Error
@@ -167,21 +212,21 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 				}
 				return nil, fmt.Errorf("hub: %s %s: %w", req.Method, redactURL(req.URL), err)
 			}
-			wait = c.Backoff(attempt + 1)
+			pause = c.Backoff(attempt + 1)
 		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
 			if attempt >= c.MaxRetries {
 				return nil, &StatusError{Method: req.Method, URL: redactURL(req.URL), Status: resp.StatusCode, Body: c.scrub(strings.TrimSpace(string(body)))}
 			}
-			wait = c.Backoff(attempt + 1)
+			pause = c.Backoff(attempt + 1)
 			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && ra >= 0 {
-				wait = min(time.Duration(ra)*time.Second, maxRetryAfter)
+				pause = min(time.Duration(ra)*time.Second, maxRetryAfter)
 			}
 		default:
 			return resp, nil
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -79,13 +79,14 @@ func (c *Client) Snapshot(ctx context.Context, cache Cache, ref Ref, opts FetchO
 	if c.Offline {
 		return offlineSnapshot(cache, repoType, ref, opts, ErrOffline)
 	}
-	// With the revision cached, a Hub that is down should cost a second, not the full
-	// retry budget, before falling back (huggingface_hub does not retry there either:
-	// utils/_http.py, retry_on_errors=False "for fast fallback to cache").
+	// With the revision cached, a Hub that is down should cost one attempt (one timeout
+	// when it does not answer at all), not the full retry budget, before falling back
+	// (huggingface_hub does not retry there either: utils/_http.py, retry_on_errors=False
+	// "for fast fallback to cache").
 	probe := c
-	if _, _, lerr := cache.LocalSnapshot(repoType, ref.Repo, ref.Revision); lerr == nil && c.MaxRetries > 1 {
+	if _, _, lerr := cache.LocalSnapshot(repoType, ref.Repo, ref.Revision); lerr == nil && c.MaxRetries > 0 {
 		cc := *c
-		cc.MaxRetries = 1
+		cc.MaxRetries = 0
 		probe = &cc
 	}
 	info, err := probe.RevisionInfo(ctx, repoType, ref.Repo, ref.Revision)
@@ -364,7 +365,7 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 	}
 	idle := c.IdleTimeout
 	if idle <= 0 {
-		idle = 60 * time.Second
+		idle = c.waitFor(withKind(ctx, kindDownload)).d
 	}
 	failures := 0
 	var lastErr error
@@ -391,7 +392,7 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 		// Bytes on disk are the identity encoding: a compressed transfer would make
 		// offsets and sizes disagree with the Range and the announced size.
 		req.Header.Set("Accept-Encoding", "identity")
-		rctx, rcancel := context.WithCancel(ctx)
+		rctx, rcancel := context.WithCancel(withKind(ctx, kindDownload))
 		resp, err := c.Do(rctx, req)
 		if err != nil {
 			rcancel()

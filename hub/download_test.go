@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -616,5 +618,30 @@ func TestEtagNaming(t *testing.T) {
 	h.Write(e.files["config.json"].Data)
 	if m.Etag != hex.EncodeToString(h.Sum(nil)) || m.LFS {
 		t.Errorf("regular metadata %+v", m)
+	}
+}
+
+// TestSilentHubFallsBackToCache: with the revision cached, a Hub that accepts the
+// connection and never answers costs one HF_HUB_ETAG_TIMEOUT, then the cache answers.
+func TestSilentHubFallsBackToCache(t *testing.T) {
+	e := newEnv(t)
+	want, _, err := e.snapshot(context.Background(), e.client(), hub.FetchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer silent.Close()
+	c := hub.NewClient(func(k string) string {
+		return map[string]string{"HF_ENDPOINT": silent.URL, "HF_HUB_ETAG_TIMEOUT": "1"}[k]
+	})
+	var warned string
+	start := time.Now()
+	dir, _, err := c.Snapshot(context.Background(), e.cache, hub.Ref{Repo: repoID, Revision: "main"},
+		hub.FetchOptions{Warn: func(s string) { warned = s }})
+	if err != nil || dir != want || !strings.Contains(warned, "no answer within 1s") {
+		t.Fatalf("dir %s, err %v, warning %q", dir, err, warned)
+	}
+	if took := time.Since(start); took > 2500*time.Millisecond {
+		t.Errorf("fell back after %s, want one timeout", took)
 	}
 }

@@ -377,7 +377,7 @@ func commitPayload(summary, description string, ops []commitOp) []byte {
 // a commit whole or not at all, so nothing of it is published.
 func (p *pusher) commit(ctx context.Context, rev, summary, description string, ops []commitOp) (string, error) {
 	body := commitPayload(summary, description, ops)
-	resp, b, err := p.send(ctx, http.MethodPost, p.apiURL("commit", rev), "application/x-ndjson", body, nil)
+	resp, b, err := p.send(withKind(ctx, kindCommit), http.MethodPost, p.apiURL("commit", rev), "application/x-ndjson", body, nil)
 	if err != nil {
 		return "", fmt.Errorf("%w: committing to %s@%s: %w", ErrCommitRejected, p.repo, rev, err)
 	}

@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/xpuinject/xpuinject/models"
 )
 
 // ErrNotPackage is returned when a folder does not look like a kernel-hub package.
@@ -194,7 +196,7 @@ func readVariantMetadata(file, rel string) (VariantMetadata, error) {
 		return m, err
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return m, fmt.Errorf("%w: %s: %w", ErrNotPackage, rel, err)
+		return m, fmt.Errorf("%w: %s: %s", ErrNotPackage, rel, models.JSONError(err))
 	}
 	if !kernelName.MatchString(m.Name) {
 		return m, fmt.Errorf("%w: %s: name %q does not match %s", ErrNotPackage, rel, m.Name, kernelName)

@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"os"
+	"maps"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/kernels"
 )
 
@@ -32,8 +34,12 @@ type EmitOptions struct {
 	Tool string
 	// Extra files written at the package root (e.g. the shim), by relative path.
 	Extra map[string][]byte
-	// Force replaces a non-empty output folder.
+	// Force replaces an earlier package in the output folder; any other non-empty
+	// folder is refused whatever Force says (package outdir).
 	Force bool
+	// Inputs are what the run reads (the source checkpoint): the output may not be, hold
+	// or sit inside one.
+	Inputs []outdir.Input
 }
 
 // The variants a package carries: pure-Python ("noarch") Triton kernels, one folder
@@ -41,6 +47,10 @@ type EmitOptions struct {
 // (kernels/variants.py: noarch variants match by backend name; torch-universal is the
 // legacy any-backend name).
 var emitBackends = []string{"cuda", "xpu"}
+
+// MetadataKey is the key of xpuinject's own object in each variant's metadata.json
+// ({"plan_sha256": ...}); the kernels library ignores keys it does not know.
+const MetadataKey = "xpuinject"
 
 var kernelNameRE = regexp.MustCompile(`^[a-z][-a-z0-9]*[a-z0-9]$`)
 
@@ -89,8 +99,8 @@ type EmitResult struct {
 //	build/torch-<backend>/*.py     the loadable variants (+ metadata.json)
 //	<Extra...>                     e.g. xpuinject_shim.py
 //
-// The tree is assembled in a temporary folder beside outDir and renamed into place,
-// so a failed or interrupted emit never leaves a half-written package.
+// The folder is an xpuinject output (package outdir): assembled aside and renamed into
+// place, so a failed or interrupted emit never leaves a half-written package.
 func Emit(plan *Plan, outDir string, opts EmitOptions) (*EmitResult, error) {
 	if plan == nil {
 		return nil, fmt.Errorf("inject: emit: no plan")
@@ -115,15 +125,21 @@ func Emit(plan *Plan, outDir string, opts EmitOptions) (*EmitResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeTreeAtomically(outDir, files, opts.Force); err != nil {
-		return nil, err
+	tx, err := outdir.Begin(outDir, outdir.Options{Kind: outdir.KindPackage, Tool: opts.Tool, Replace: opts.Force, Inputs: opts.Inputs})
+	if err != nil {
+		return nil, fmt.Errorf("inject: emit: %w", err)
 	}
-	res := &EmitResult{Dir: outDir, Name: opts.Name}
-	for p := range files {
-		res.Files = append(res.Files, p)
+	defer tx.Abort() // nothing once committed
+	paths := slices.Sorted(maps.Keys(files))
+	for _, p := range paths {
+		if err := tx.WriteFile(p, files[p]); err != nil {
+			return nil, fmt.Errorf("inject: emit: %w", err)
+		}
 	}
-	sort.Strings(res.Files)
-	return res, nil
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("inject: emit: %w", err)
+	}
+	return &EmitResult{Dir: outDir, Name: opts.Name, Files: paths}, nil
 }
 
 func firstNonEmpty(s ...string) string {
@@ -153,6 +169,11 @@ func packageFiles(plan *Plan, opts EmitOptions) (map[string][]byte, error) {
 		}
 	}
 	digest := hex.EncodeToString(srcHash.Sum(nil))[:7]
+	planYAML, err := MarshalPlanYAML(plan)
+	if err != nil {
+		return nil, fmt.Errorf("inject: emit: plan: %w", err)
+	}
+	planSum := sha256.Sum256(planYAML)
 	for _, be := range emitBackends {
 		meta := map[string]any{
 			"name": opts.Name,
@@ -163,6 +184,8 @@ func packageFiles(plan *Plan, opts EmitOptions) (map[string][]byte, error) {
 			"license":        opts.License,
 			"python-depends": []string{},
 			"backend":        map[string]any{"type": be},
+			// the plan this package was written for (PLAN.md, "Plan digest")
+			MetadataKey: map[string]any{"plan_sha256": hex.EncodeToString(planSum[:])},
 		}
 		b, err := json.MarshalIndent(meta, "", "  ")
 		if err != nil {
@@ -170,11 +193,7 @@ func packageFiles(plan *Plan, opts EmitOptions) (map[string][]byte, error) {
 		}
 		files["build/torch-"+be+"/metadata.json"] = append(b, '\n')
 	}
-	planYAML, err := MarshalPlanYAML(plan)
-	if err != nil {
-		return nil, fmt.Errorf("inject: emit: plan: %w", err)
-	}
-	files["plan.yaml"] = planYAML
+	files[PlanFile] = planYAML
 	files["build.toml"] = buildTOML(opts)
 	files["README.md"] = card(plan, opts)
 	for p, b := range opts.Extra {
@@ -276,63 +295,4 @@ func card(plan *Plan, opts EmitOptions) []byte {
 	}
 	fmt.Fprintf(&b, "k = get_kernel(%q, version=%d)\nprint(k.layers)\n```\n", repo, opts.Version)
 	return b.Bytes()
-}
-
-// writeTreeAtomically writes files under a temporary sibling of dir and renames it to
-// dir. An existing non-empty dir is replaced only with force (it is moved aside first
-// and removed after the new tree is in place).
-func writeTreeAtomically(dir string, files map[string][]byte, force bool) error {
-	dir = filepath.Clean(dir)
-	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 && !force {
-		return fmt.Errorf("inject: emit: %s exists and is not empty (use --force to replace it)", dir)
-	}
-	parent := filepath.Dir(dir)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("inject: emit: %w", err)
-	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".tmp-")
-	if err != nil {
-		return fmt.Errorf("inject: emit: %w", err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			os.RemoveAll(tmp)
-		}
-	}()
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		full := filepath.Join(tmp, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return fmt.Errorf("inject: emit: %w", err)
-		}
-		if err := os.WriteFile(full, files[p], 0o644); err != nil {
-			return fmt.Errorf("inject: emit: %s: %w", p, err)
-		}
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("inject: emit: %w", err)
-	}
-	var old string
-	if _, err := os.Stat(dir); err == nil {
-		old = tmp + ".old"
-		if err := os.Rename(dir, old); err != nil {
-			return fmt.Errorf("inject: emit: moving the old %s aside: %w", dir, err)
-		}
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if old != "" {
-			os.Rename(old, dir)
-		}
-		return fmt.Errorf("inject: emit: %w", err)
-	}
-	ok = true
-	if old != "" {
-		os.RemoveAll(old)
-	}
-	return nil
 }

@@ -1,12 +1,16 @@
 package inject
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/kernels"
 )
 
@@ -50,7 +54,7 @@ func TestEmitTreeComplete(t *testing.T) {
 		t.Errorf("name %q", res.Name)
 	}
 	module := ModuleName(res.Name)
-	want := []string{"README.md", "build.toml", "plan.yaml", "xpuinject_shim.py"}
+	want := []string{"README.md", "build.toml", "plan.yaml", "xpuinject_shim.py", outdir.MarkerFile}
 	for _, f := range kernels.SourceFiles() {
 		want = append(want, "build/torch-cuda/"+f, "build/torch-xpu/"+f, "torch-ext/"+module+"/"+f)
 	}
@@ -82,6 +86,9 @@ func TestEmitTreeComplete(t *testing.T) {
 			Version           int
 			PythonDepends     []string `json:"python-depends"`
 			Backend           struct{ Type string }
+			XPUInject         struct {
+				PlanSHA256 string `json:"plan_sha256"`
+			} `json:"xpuinject"`
 		}
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
@@ -89,6 +96,10 @@ func TestEmitTreeComplete(t *testing.T) {
 		if m.Name != res.Name || m.Version != 1 || m.Backend.Type != be || m.PythonDepends == nil ||
 			!strings.HasPrefix(m.ID, "_"+module+"_"+be+"_") || m.License != "apache-2.0" {
 			t.Errorf("%s metadata: %+v", be, m)
+		}
+		py, _ := os.ReadFile(filepath.Join(out, "plan.yaml"))
+		if sum := sha256.Sum256(py); m.XPUInject.PlanSHA256 != hex.EncodeToString(sum[:]) {
+			t.Errorf("%s metadata: plan_sha256 %q, sha256 of plan.yaml is %x", be, m.XPUInject.PlanSHA256, sum)
 		}
 	}
 	readme, _ := os.ReadFile(filepath.Join(out, "README.md"))
@@ -105,24 +116,41 @@ func TestEmitTreeComplete(t *testing.T) {
 }
 
 func TestEmitRefusesNonEmptyWithoutForce(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "pkg")
-	os.MkdirAll(out, 0o755)
-	os.WriteFile(filepath.Join(out, "keep.txt"), []byte("user data"), 0o644)
-	if _, err := Emit(emitTestPlan(), out, EmitOptions{}); err == nil || !strings.Contains(err.Error(), "not empty") {
-		t.Fatalf("want a not-empty error, got %v", err)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "pkg")
+	if _, err := Emit(emitTestPlan(), out, EmitOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(out, "keep.txt")); string(b) != "user data" {
-		t.Fatal("existing file was touched")
+	if _, err := Emit(emitTestPlan(), out, EmitOptions{}); !errors.Is(err, outdir.ErrExists) || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("want an earlier-output error naming --force, got %v", err)
 	}
 	if _, err := Emit(emitTestPlan(), out, EmitOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(out, "keep.txt")); !os.IsNotExist(err) {
-		t.Fatal("forced emit should replace the folder")
+	// a folder of someone else's files: never replaced, --force or not
+	user := filepath.Join(dir, "user")
+	os.MkdirAll(user, 0o755)
+	os.WriteFile(filepath.Join(user, "keep.txt"), []byte("user data"), 0o644)
+	for _, force := range []bool{false, true} {
+		if _, err := Emit(emitTestPlan(), user, EmitOptions{Force: force}); !errors.Is(err, outdir.ErrRefused) {
+			t.Fatalf("force=%v over a user folder: %v", force, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(user, "keep.txt")); string(b) != "user data" {
+		t.Fatal("existing file was touched")
+	}
+	// a regular file: refused, unchanged
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	if _, err := Emit(emitTestPlan(), file, EmitOptions{Force: true}); !errors.Is(err, outdir.ErrRefused) {
+		t.Fatalf("over a regular file: %v", err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "x" {
+		t.Fatal("the file was replaced")
 	}
 	// no temporary folders left beside it
-	ents, _ := os.ReadDir(filepath.Dir(out))
-	if len(ents) != 1 {
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 3 {
 		t.Fatalf("leftovers beside the package: %v", ents)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -34,10 +35,10 @@ import (
 //     transformers' save_pretrained writes);
 //   - plan.yaml, the plan the tensors were computed from.
 //
-// Every file is written under a temporary folder inside the output folder and renamed
-// into place at the end, the index and then plan.yaml last: a folder with plan.yaml is a
-// complete packed checkpoint; an interrupted run leaves at most a ".xpuinject-pack-*"
-// folder and, when it replaced an earlier pack, no plan.yaml.
+// The folder is an xpuinject output (package outdir): assembled aside, renamed into
+// place when complete, an earlier pack replaced only when it is one, and never the
+// source checkpoint or a folder holding it. An interrupted run leaves the earlier pack as
+// it was and at most a temporary sibling that the next run removes.
 
 // DefaultMaxShardSize is transformers' save_pretrained default, "5GB" (10^9 bytes).
 const DefaultMaxShardSize = 5_000_000_000
@@ -74,6 +75,13 @@ type PackOptions struct {
 	// Progress, when set, is called after each tensor is written.
 	Progress func(PackProgress)
 
+	// NoReplace refuses to replace an earlier pack in the output folder (by default
+	// pack recomputes its own earlier output; anything else is always refused).
+	NoReplace bool
+	// Inputs are files the run reads besides the checkpoint (a plan file): the output
+	// may not be, hold or sit inside one. The checkpoint folder and files always count.
+	Inputs []outdir.Input
+
 	// create opens an output file for writing (tests substitute failing files).
 	create func(path string) (packFile, error)
 }
@@ -104,8 +112,16 @@ type packFile interface {
 	Close() error
 }
 
-func createFile(path string) (packFile, error) {
-	return os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+func createFile(path string) (packFile, error) { return outdir.Create(path) }
+
+// packInputs are what a pack reads: the checkpoint folder and each of its files (in an
+// HF snapshot these are links into blobs/, which count too), plus the caller's.
+func packInputs(ck *models.Checkpoint, extra []outdir.Input) []outdir.Input {
+	in := []outdir.Input{{Path: ck.Dir, What: "the source checkpoint"}}
+	for _, f := range ck.Files {
+		in = append(in, outdir.Input{Path: f, What: "a source checkpoint file"})
+	}
+	return append(in, extra...)
 }
 
 // packBlockBytes bounds the source bytes one worker reads per row block (at least one row).
@@ -171,21 +187,12 @@ func Pack(ctx context.Context, ck *models.Checkpoint, plan *Plan, outDir string,
 			return nil, err
 		}
 	}
-	// Packing into the source folder would replace (and then delete as stale) the very
-	// model*.safetensors being read.
-	if a, err := os.Stat(outDir); err == nil {
-		if b, err := os.Stat(ck.Dir); err == nil && os.SameFile(a, b) {
-			return nil, fmt.Errorf("%w: output folder %s is the source checkpoint folder; choose another --out", ErrPack, outDir)
-		}
-	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return nil, fmt.Errorf("%w: output folder: %w", ErrPack, err)
-	}
-	tmp, err := os.MkdirTemp(outDir, ".xpuinject-pack-")
+	tx, err := outdir.Begin(outDir, outdir.Options{Kind: outdir.KindPacked, Tool: opts.Tool,
+		Replace: !opts.NoReplace, Inputs: packInputs(ck, opts.Inputs)})
 	if err != nil {
-		return nil, fmt.Errorf("%w: output folder %s is not writable: %w", ErrPack, outDir, err)
+		return nil, fmt.Errorf("%w: %w", ErrPack, err)
 	}
-	defer os.RemoveAll(tmp)
+	defer tx.Abort() // nothing once committed
 
 	px.kbuf = make([]byte, 0, maxKMajor(recipes))
 	res := &PackResult{Dir: outDir, Tensors: len(recipes), PlanSHA256: hex.EncodeToString(planSum[:])}
@@ -200,7 +207,7 @@ func Pack(ctx context.Context, ck *models.Checkpoint, plan *Plan, outDir string,
 		if len(shards) > 1 {
 			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
 		}
-		if err := px.writeShard(filepath.Join(tmp, name), sh, meta); err != nil {
+		if err := px.writeShard(tx.Path(name), sh, meta); err != nil {
 			return nil, err
 		}
 		for _, r := range sh {
@@ -213,17 +220,17 @@ func Pack(ctx context.Context, ck *models.Checkpoint, plan *Plan, outDir string,
 		if err != nil {
 			return nil, err
 		}
-		if err := writeSmall(filepath.Join(tmp, PackedIndexFile), idx); err != nil {
-			return nil, err
+		if err := tx.WriteFile(PackedIndexFile, idx); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrPack, err)
 		}
 		res.Files = append(res.Files, PackedIndexFile)
 	}
-	if err := writeSmall(filepath.Join(tmp, PlanFile), planYAML); err != nil {
-		return nil, err
+	if err := tx.WriteFile(PlanFile, planYAML); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPack, err)
 	}
 	res.Files = append(res.Files, PlanFile)
-	if err := commitOutputs(tmp, outDir, res.Files); err != nil {
-		return nil, err
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPack, err)
 	}
 	if res.Metadata, err = px.finalMeta(); err != nil {
 		return nil, err
@@ -428,7 +435,7 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 func fileSHA256(ctx context.Context, path string) (string, error) {
-	f, err := os.Open(path)
+	f, _, err := models.OpenRegular(path)
 	if err != nil {
 		return "", err
 	}
@@ -452,64 +459,6 @@ func indexJSON(weightMap map[string]string, total int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: index: %w", ErrPack, err)
 	}
 	return append(b, '\n'), nil
-}
-
-func writeSmall(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrPack, err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("%w: write %s: %w", ErrPack, path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("%w: write %s: %w", ErrPack, path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("%w: write %s: %w", ErrPack, path, err)
-	}
-	return nil
-}
-
-// packedName matches the files a pack writes, so an earlier pack's leftovers can go.
-var packedName = regexp.MustCompile(`^model(-\d{5}-of-\d{5})?\.safetensors$`)
-
-// commitOutputs moves files from tmp into outDir. First the completeness markers of any
-// earlier pack go (plan.yaml, then the index), then stale shards, then the new shards,
-// the new index, and plan.yaml last.
-func commitOutputs(tmp, outDir string, files []string) error {
-	for _, n := range []string{PlanFile, PackedIndexFile} {
-		if err := os.Remove(filepath.Join(outDir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%w: replace %s: %w", ErrPack, n, err)
-		}
-	}
-	keep := map[string]bool{}
-	for _, f := range files {
-		keep[f] = true
-	}
-	ents, err := os.ReadDir(outDir)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrPack, err)
-	}
-	for _, e := range ents {
-		if !e.IsDir() && packedName.MatchString(e.Name()) && !keep[e.Name()] {
-			if err := os.Remove(filepath.Join(outDir, e.Name())); err != nil {
-				return fmt.Errorf("%w: remove stale %s: %w", ErrPack, e.Name(), err)
-			}
-		}
-	}
-	for _, f := range files { // files ends with the index (if any) and plan.yaml
-		if err := os.Rename(filepath.Join(tmp, f), filepath.Join(outDir, f)); err != nil {
-			return fmt.Errorf("%w: %w", ErrPack, err)
-		}
-	}
-	if d, err := os.Open(outDir); err == nil { // make the renames durable
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 // ParseSize reads a shard size: plain bytes ("1000000"), or a number with a unit, decimal
@@ -606,7 +555,7 @@ func (p *packer) open(r *recipe) error {
 		if p.files[t.File] != nil {
 			continue
 		}
-		f, err := os.Open(t.File)
+		f, _, err := models.OpenRegular(t.File)
 		if err != nil {
 			return fmt.Errorf("%w: tensor %q: %w", ErrPack, n, err)
 		}

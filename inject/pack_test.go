@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -461,8 +462,11 @@ func TestPackMatchesReference(t *testing.T) {
 				progress[len(progress)-1].Bytes != res.OutputBytes {
 				t.Errorf("progress %+v", progress[len(progress)-1])
 			}
-			if ents, _ := os.ReadDir(out); len(ents) != 2 {
-				t.Errorf("output folder holds %d entries, want 2 (no temp leftovers)", len(ents))
+			if ents, _ := os.ReadDir(out); len(ents) != 3 {
+				t.Errorf("output folder holds %d entries, want the shard, plan.yaml and the marker", len(ents))
+			}
+			if ents, _ := os.ReadDir(filepath.Dir(out)); len(ents) != 2 {
+				t.Errorf("%d entries beside the output, want src and out (no temporaries)", len(ents))
 			}
 		})
 	}
@@ -581,7 +585,7 @@ func TestPackShardsAndDeterminism(t *testing.T) {
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	if !slices.Equal(names, []string{"model.safetensors", "plan.yaml"}) {
+	if !slices.Equal(names, []string{outdir.MarkerFile, "model.safetensors", "plan.yaml"}) {
 		t.Errorf("after re-pack unsharded, folder holds %v", names)
 	}
 }
@@ -794,7 +798,7 @@ func TestPackUnwritableOutput(t *testing.T) {
 	}
 	// the source folder itself
 	_, err = Pack(context.Background(), f.ck, f.plan, filepath.Join(dir, "src", "."), PackOptions{})
-	if err == nil || !strings.Contains(err.Error(), "is the source checkpoint folder") {
+	if !errors.Is(err, outdir.ErrRefused) || !strings.Contains(err.Error(), "is the source checkpoint") {
 		t.Errorf("packing into the source folder: error %v", err)
 	}
 	if _, err := os.Stat(f.ck.Files[0]); err != nil {
@@ -840,8 +844,43 @@ func TestPackInterrupted(t *testing.T) {
 		t.Error("the earlier pack was changed by the interrupted run")
 	}
 	ents, _ := os.ReadDir(out)
-	if len(ents) != 2 {
-		t.Errorf("folder holds %d entries after the interrupted run, want the earlier 2", len(ents))
+	if len(ents) != 3 {
+		t.Errorf("folder holds %d entries after the interrupted run, want the earlier 3", len(ents))
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("%d entries beside the output after the interrupted run, want src and out", len(ents))
+	}
+}
+
+// TestPackRefusesForeignFolder: a folder xpuinject did not write is never replaced, nor
+// one of another kind, nor an earlier pack when NoReplace is set; nothing in it changes.
+func TestPackRefusesForeignFolder(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, filepath.Join(dir, "src"))
+	other := filepath.Join(dir, "other-model")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", PackedIndexFile} {
+		if err := os.WriteFile(filepath.Join(other, n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Pack(context.Background(), f.ck, f.plan, other, PackOptions{})
+	if !errors.Is(err, outdir.ErrRefused) || !strings.Contains(err.Error(), "did not write") {
+		t.Fatalf("error %v, want a refusal", err)
+	}
+	for _, n := range []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", PackedIndexFile} {
+		if b, err := os.ReadFile(filepath.Join(other, n)); err != nil || string(b) != n {
+			t.Errorf("%s changed: %q, %v", n, b, err)
+		}
+	}
+	out := filepath.Join(dir, "out")
+	if _, err := Pack(context.Background(), f.ck, f.plan, out, PackOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Pack(context.Background(), f.ck, f.plan, out, PackOptions{NoReplace: true}); !errors.Is(err, outdir.ErrExists) {
+		t.Errorf("NoReplace over an earlier pack: %v", err)
 	}
 }
 

@@ -86,7 +86,11 @@ func NewPlan(g *models.Graph, reg *kernels.Registry, opts PlanOptions) (*Plan, e
 		Source:   opts.Source,
 		Arch:     g.Arch,
 		Backends: slices.Clone(backends),
+		Disable:  slices.Sorted(maps.Keys(disabled)),
 		Layers:   make([]LayerPlan, 0, len(g.Layers)),
+	}
+	if len(plan.Disable) == 0 {
+		plan.Disable = nil
 	}
 	writer := map[string]string{} // output name -> module
 	for _, l := range g.Layers {

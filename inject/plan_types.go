@@ -30,8 +30,11 @@ type Plan struct {
 	Source Source `yaml:"source" json:"source"`
 	Arch   string `yaml:"arch" json:"arch"` // config.json model_type
 	// Backends the package targets, e.g. ["cuda", "xpu"].
-	Backends []string    `yaml:"backends" json:"backends"`
-	Layers   []LayerPlan `yaml:"layers" json:"layers"`
+	Backends []string `yaml:"backends" json:"backends"`
+	// Disable lists the kernels planning was told not to use (--disable), sorted; with
+	// the model it is all that re-planning needs to give the same plan.
+	Disable []string    `yaml:"disable,omitempty" json:"disable,omitempty"`
+	Layers  []LayerPlan `yaml:"layers" json:"layers"`
 }
 
 // Source says where the checkpoint came from.

@@ -1,8 +1,12 @@
 package inject
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,23 +15,117 @@ import (
 	"github.com/xpuinject/xpuinject/models"
 )
 
-// ReadPackagePlan reads the plan.yaml of a package written by Emit and checks the
-// package has its variants.
-func ReadPackagePlan(dir string) (*Plan, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "plan.yaml"))
+// maxPlanFile bounds plan.yaml and metadata.json reads; real ones are kilobytes.
+const maxPlanFile = 64 << 20
+
+// ErrDigest marks a package and a packed checkpoint (or a package and its own plan)
+// that do not carry the same plan digest (PLAN.md, "Plan digest").
+var ErrDigest = errors.New("inject: plan digest mismatch")
+
+// PackagePlan is a package's plan and the sha256 of its plan.yaml bytes.
+type PackagePlan struct {
+	Plan   *Plan
+	File   string // the plan.yaml read
+	SHA256 string // hex sha256 of its bytes as read
+}
+
+// ReadPackagePlan reads the plan.yaml of a package written by Emit, checks that the
+// package has its variants and that each variant's metadata.json records the digest of
+// exactly these bytes.
+func ReadPackagePlan(dir string) (*PackagePlan, error) {
+	file := filepath.Join(dir, PlanFile)
+	b, err := readBounded(file)
 	if err != nil {
 		return nil, fmt.Errorf("inject: package %s: %w (is it a folder written by 'xpuinject package'?)", dir, err)
 	}
 	p, err := UnmarshalPlanYAML(b)
 	if err != nil {
-		return nil, fmt.Errorf("inject: package %s: %w", dir, err)
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
+	sum := sha256.Sum256(b)
+	pp := &PackagePlan{Plan: p, File: file, SHA256: hex.EncodeToString(sum[:])}
+	return pp, nil
+}
+
+// CheckDigests checks that plan.yaml is the plan the package was written for (every
+// variant's metadata.json records its sha256) and the one the packed checkpoint in
+// packedDir was packed from (its plan.yaml has the same sha256, and so does every
+// shard's __metadata__).
+func (pp *PackagePlan) CheckDigests(packedDir string) error {
+	dir := filepath.Dir(pp.File)
 	for _, be := range emitBackends {
-		if _, err := os.Stat(filepath.Join(dir, "build", "torch-"+be, "metadata.json")); err != nil {
-			return nil, fmt.Errorf("inject: package %s: no build/torch-%s/metadata.json", dir, be)
+		rel := filepath.Join("build", "torch-"+be, "metadata.json")
+		b, err := readBounded(filepath.Join(dir, rel))
+		if err != nil {
+			return fmt.Errorf("inject: package %s: %w", dir, err)
+		}
+		var m struct {
+			X struct {
+				PlanSHA256 string `json:"plan_sha256"`
+			} `json:"xpuinject"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil {
+			return fmt.Errorf("inject: package %s: %s: %s", dir, rel, models.JSONError(err))
+		}
+		switch m.X.PlanSHA256 {
+		case pp.SHA256:
+		case "":
+			return fmt.Errorf("%w: %s records no xpuinject.plan_sha256 (written by an older xpuinject?); re-run 'xpuinject package'", ErrDigest, filepath.Join(dir, rel))
+		default:
+			return fmt.Errorf("%w: %s was changed after the package was written (its sha256 is %s, %s records %s); re-run 'xpuinject package'",
+				ErrDigest, pp.File, pp.SHA256, rel, m.X.PlanSHA256)
 		}
 	}
-	return p, nil
+	packedPlan := filepath.Join(packedDir, PlanFile)
+	b, err := readBounded(packedPlan)
+	if err != nil {
+		return fmt.Errorf("inject: packed checkpoint %s: %w (is it a folder written by 'xpuinject pack'?)", packedDir, err)
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != pp.SHA256 {
+		return fmt.Errorf("%w: the packed checkpoint %s was packed from another plan (%s has sha256 %s, the package's plan.yaml %s); re-run 'xpuinject pack' or pass the matching --packed",
+			ErrDigest, packedDir, packedPlan, hex.EncodeToString(sum[:]), pp.SHA256)
+	}
+	files, err := packedFiles(packedDir)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		h, err := readHeaderOf(f)
+		if err != nil {
+			return err
+		}
+		if got := h.Metadata[MetaPlanSHA256]; got != pp.SHA256 {
+			return fmt.Errorf("%w: %s was packed from another plan (%s %q, the package's plan.yaml has sha256 %s); re-run 'xpuinject pack'",
+				ErrDigest, f, MetaPlanSHA256, got, pp.SHA256)
+		}
+	}
+	return nil
+}
+
+func readHeaderOf(p string) (*models.Header, error) {
+	fh, st, err := models.OpenRegular(p)
+	if err != nil {
+		return nil, fmt.Errorf("inject: packed checkpoint: %w", err)
+	}
+	defer fh.Close()
+	h, err := models.ReadHeader(fh, st.Size(), p)
+	if err != nil {
+		return nil, fmt.Errorf("inject: packed checkpoint: %w", err)
+	}
+	return h, nil
+}
+
+// readBounded reads a small regular file (never a pipe or device).
+func readBounded(p string) ([]byte, error) {
+	f, st, err := models.OpenRegular(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st.Size() > maxPlanFile {
+		return nil, fmt.Errorf("%s is %d bytes, more than a plan or metadata file can be", p, st.Size())
+	}
+	return io.ReadAll(io.LimitReader(f, maxPlanFile))
 }
 
 // VerifyPacked checks that the packed checkpoint in dir holds every output tensor of
@@ -40,19 +138,9 @@ func VerifyPacked(plan *Plan, dir string) error {
 	}
 	have := map[string]*models.Tensor{}
 	for _, p := range files {
-		fh, err := os.Open(p)
+		h, err := readHeaderOf(p)
 		if err != nil {
-			return fmt.Errorf("inject: packed checkpoint: %w", err)
-		}
-		st, err := fh.Stat()
-		if err != nil {
-			fh.Close()
-			return fmt.Errorf("inject: packed checkpoint: %w", err)
-		}
-		h, err := models.ReadHeader(fh, st.Size(), p)
-		fh.Close()
-		if err != nil {
-			return fmt.Errorf("inject: packed checkpoint: %w", err)
+			return err
 		}
 		for _, t := range h.Tensors {
 			have[t.Name] = t
@@ -85,12 +173,12 @@ func VerifyPacked(plan *Plan, dir string) error {
 
 func packedFiles(dir string) ([]string, error) {
 	idx := filepath.Join(dir, "model.safetensors.index.json")
-	if b, err := os.ReadFile(idx); err == nil {
+	if b, err := readBounded(idx); err == nil {
 		var ix struct {
 			WeightMap map[string]string `json:"weight_map"`
 		}
 		if err := json.Unmarshal(b, &ix); err != nil {
-			return nil, fmt.Errorf("inject: %s: %w", idx, err)
+			return nil, fmt.Errorf("inject: %s: %s", idx, models.JSONError(err))
 		}
 		seen := map[string]bool{}
 		var out []string

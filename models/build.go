@@ -42,7 +42,7 @@ func (o *optInt) UnmarshalJSON(b []byte) error {
 // defaults beforehand (json leaves absent fields alone).
 func decodeConfig(ck *Checkpoint, cfg any) error {
 	if err := json.Unmarshal(ck.ConfigJSON, cfg); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrBadConfig, filepath.Join(ck.Dir, ConfigFile), err)
+		return fmt.Errorf("%w: %s: %s", ErrBadConfig, filepath.Join(ck.Dir, ConfigFile), JSONError(err))
 	}
 	return nil
 }

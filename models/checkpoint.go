@@ -46,12 +46,14 @@ func Open(dir string) (*Checkpoint, error) {
 	raw, err := readSmall(cfgPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w in %s (is it a transformers checkpoint folder?): %w", ErrNoConfig, dir, err)
-	} else if err != nil {
+	} else if err != nil && !errors.Is(err, ErrNotRegular) {
 		return nil, fmt.Errorf("models: %w", err)
+	} else if err != nil {
+		return nil, err
 	}
 	var cfg map[string]any
 	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadConfig, cfgPath, err)
+		return nil, fmt.Errorf("%w: %s: %s", ErrBadConfig, cfgPath, JSONError(err))
 	}
 	if cfg == nil {
 		return nil, fmt.Errorf("%w: %s: not a JSON object", ErrBadConfig, cfgPath)
@@ -120,14 +122,16 @@ func Load(dir string) (*Graph, error) {
 // index and shards agree tensor by tensor.
 func (ck *Checkpoint) openSharded(idxPath string) error {
 	raw, err := readSmall(idxPath)
-	if err != nil {
+	if errors.Is(err, ErrNotRegular) {
+		return err
+	} else if err != nil {
 		return fmt.Errorf("models: %w", err)
 	}
 	var idx struct {
 		WeightMap map[string]string `json:"weight_map"`
 	}
 	if err := json.Unmarshal(raw, &idx); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrBadIndex, idxPath, err)
+		return fmt.Errorf("%w: %s: %s", ErrBadIndex, idxPath, JSONError(err))
 	}
 	if len(idx.WeightMap) == 0 {
 		return fmt.Errorf("%w: %s: no \"weight_map\" entries", ErrBadIndex, idxPath)
@@ -176,18 +180,14 @@ func (ck *Checkpoint) openSharded(idxPath string) error {
 
 // addFile reads one safetensors header and adds its tensors.
 func (ck *Checkpoint) addFile(path string) (*Header, error) {
-	f, err := os.Open(path)
+	f, st, err := OpenRegular(path)
 	if err != nil {
+		if errors.Is(err, ErrNotRegular) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("models: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("models: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("models: %s is not a regular file", path)
-	}
 	h, err := ReadHeader(f, st.Size(), path)
 	if err != nil {
 		return nil, err
@@ -234,13 +234,8 @@ func (ck *Checkpoint) Has(name string) bool {
 // OpenTensor opens the file holding t and returns a reader over exactly its bytes and
 // the file to close when done. It checks that the file still holds t's extent.
 func OpenTensor(t *Tensor) (*io.SectionReader, io.Closer, error) {
-	f, err := os.Open(t.File)
+	f, st, err := OpenRegular(t.File)
 	if err != nil {
-		return nil, nil, fmt.Errorf("models: tensor %q: %w", t.Name, err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return nil, nil, fmt.Errorf("models: tensor %q: %w", t.Name, err)
 	}
 	if t.Offset < 0 || t.Size < 0 || t.Offset > st.Size()-t.Size {
@@ -265,7 +260,7 @@ func equalShape(a, b []int64) bool {
 
 // readSmall reads a JSON side file, bounded by maxJSONFile. Errors are unprefixed.
 func readSmall(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, _, err := OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}

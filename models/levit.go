@@ -125,7 +125,7 @@ func (c *levitConfig) validate(ck *Checkpoint) ([]downOp, error) {
 		for i, raw := range c.DownOps {
 			var entry []any
 			if err := json.Unmarshal(raw, &entry); err != nil {
-				return nil, configError(ck, "down_ops[%d]: %v", i, err)
+				return nil, configError(ck, "down_ops[%d]: %s", i, JSONError(err))
 			}
 			if len(entry) == 0 || entry[0] != "Subsample" {
 				ops = append(ops, downOp{})

@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/harness"
 	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/outdir"
+	"github.com/xpuinject/xpuinject/kernels"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -78,6 +79,8 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.IntVar(&o.Repeats, "repeats", 0, "timed repeats per latency point (default 30)")
 }
 
+// checkEvalFlags validates the flags eval shares with the pipeline, before any work;
+// --text becomes absolute.
 func checkEvalFlags(o *evalOptions) error {
 	if !slices.Contains(evalDevices, o.Device) {
 		return &usageError{fmt.Errorf("--device %q: want one of auto, cuda, xpu, cpu", o.Device)}
@@ -85,22 +88,28 @@ func checkEvalFlags(o *evalOptions) error {
 	if !slices.Contains([]string{"auto", "on", "off"}, o.Latency) {
 		return &usageError{fmt.Errorf("--latency %q: want auto, on or off", o.Latency)}
 	}
-	if o.Text != "" {
-		if _, err := os.Stat(o.Text); err != nil {
-			return &usageError{fmt.Errorf("--text: %w", err)}
+	for _, c := range []struct {
+		flag string
+		n    int
+	}{{"tokens", o.Tokens}, {"gen-tokens", o.GenTokens}, {"repeats", o.Repeats}} {
+		if err := checkCount(c.flag, c.n); err != nil {
+			return err
 		}
+	}
+	if o.Text != "" {
+		abs, err := checkTextFile(o.Text)
+		if err != nil {
+			return err
+		}
+		o.Text = abs
 	}
 	return nil
 }
 
-// evalRun checks that model, package and packed checkpoint belong together, then runs
-// the driver and writes the report.
+// evalRun checks that model, package and packed checkpoint belong together (PLAN.md,
+// "Plan digest"), then runs the driver and writes the report.
 func evalRun(ctx context.Context, f *Factory, o *evalOptions) (*harness.ReportFiles, error) {
 	dir, _, err := resolveModel(ctx, f, o.Model)
-	if err != nil {
-		return nil, err
-	}
-	plan, err := inject.ReadPackagePlan(o.PackageDir)
 	if err != nil {
 		return nil, err
 	}
@@ -108,10 +117,26 @@ func evalRun(ctx context.Context, f *Factory, o *evalOptions) (*harness.ReportFi
 	if err != nil {
 		return nil, err
 	}
-	if err := inject.CheckPlanMatches(plan, g); err != nil {
+	inputs := append(modelInputs(dir, g.Checkpoint),
+		outdir.Input{Path: o.PackageDir, What: "the package"}, outdir.Input{Path: o.PackedDir, What: "the packed checkpoint"},
+		outdir.Input{Path: o.Text, What: "the --text file"})
+	if err := outdir.Check(o.Out, outdir.Options{Kind: outdir.KindEval, Replace: true, Inputs: inputs}); err != nil {
+		return nil, err
+	}
+	pp, err := inject.ReadPackagePlan(o.PackageDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := inject.CheckPlanMatches(pp.Plan, g); err != nil {
 		return nil, fmt.Errorf("%w (package %s, model %s)", err, o.PackageDir, dir)
 	}
-	if err := inject.VerifyPacked(plan, o.PackedDir); err != nil {
+	if err := inject.CheckPlanFields(pp.Plan, g, kernels.Default(), pp.File); err != nil {
+		return nil, err
+	}
+	if err := pp.CheckDigests(o.PackedDir); err != nil {
+		return nil, err
+	}
+	if err := inject.VerifyPacked(pp.Plan, o.PackedDir); err != nil {
 		return nil, err
 	}
 	return runEval(ctx, f, o, dir)
@@ -140,15 +165,11 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 		fmt.Fprintln(f.ErrOut, "note: the kernels package is not installed; the shim patches forwards directly")
 	}
 	fmt.Fprintf(f.ErrOut, "eval: %s (torch %s, transformers %s, triton %s) on %s\n", py, env.Torch, env.Transformers, env.Triton, deviceLabel(o.Device, env))
-	res, err := harness.Run(ctx, harness.Options{
-		Python: py, ModelDir: modelDir, PackageDir: o.PackageDir, PackedDir: o.PackedDir, OutDir: o.Out,
+	_, files, err := harness.Run(ctx, harness.Options{
+		Python: py, ModelDir: modelDir, PackageDir: o.PackageDir, PackedDir: o.PackedDir, OutDir: o.Out, Tool: tool(),
 		Device: o.Device, TextFile: o.Text, Tokens: o.Tokens, GenTokens: o.GenTokens, Latency: o.Latency,
 		Repeats: o.Repeats, Progress: f.ErrOut,
 	})
-	if err != nil {
-		return nil, err
-	}
-	files, err := harness.WriteReport(res, o.Out)
 	if err != nil {
 		return nil, err
 	}

@@ -127,7 +127,7 @@ func fetchModel(ctx context.Context, f *Factory, o *fetchOptions) (string, error
 
 // snapshot downloads ref with o's selection, progress on f.ErrOut as o asks.
 func snapshot(ctx context.Context, f *Factory, ref hub.Ref, o *fetchOptions) (string, string, error) {
-	c := hub.NewClient(f.Getenv)
+	c := newHubClient(f)
 	opts := hub.FetchOptions{Include: o.Include, Exclude: o.Exclude, Workers: o.Workers, RepoType: o.RepoType}
 	if !o.Quiet {
 		opts.Warn = func(msg string) { fmt.Fprintln(f.ErrOut, "warning: "+msg) }

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -39,8 +39,9 @@ copied. Every shard's __metadata__ names the source, its sha256s, the transforms
 tool's version and the plan's sha256. Tensors stream through in row blocks: memory stays
 near the largest output tensor whatever the model size.
 
-Files are written to a temporary folder inside DIR and renamed at the end, plan.yaml
-last: a DIR with plan.yaml is complete.`,
+DIR is assembled aside and renamed into place when complete: an interrupted run leaves
+an earlier pack in DIR as it was. An earlier pack is replaced; any other non-empty DIR,
+a file, or a DIR holding or inside MODEL is refused.`,
 		Example: `  xpuinject pack testdata/fixtures/llama-tiny --out /tmp/llama-packed
   xpuinject pack Qwen/Qwen2.5-0.5B --out packed --max-shard-size 2GB
   xpuinject pack llama --out packed --plan edited-plan.yaml`,
@@ -85,7 +86,7 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 		if err != nil {
 			return err
 		}
-		b, err := os.ReadFile(o.PlanFile)
+		b, err := readSmallFile(o.PlanFile)
 		if err != nil {
 			return fmt.Errorf("pack: --plan: %w", err)
 		}
@@ -103,10 +104,15 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 		ck, plan = g.Checkpoint, p
 	}
 	prog := newPackProgress(f)
+	var inputs []outdir.Input
+	if o.PlanFile != "" {
+		inputs = append(inputs, outdir.Input{Path: o.PlanFile, What: "the --plan file"})
+	}
 	res, err := inject.Pack(ctx, ck, plan, o.Out, inject.PackOptions{
 		MaxShardSize: maxShard,
-		Tool:         "xpuinject " + Version,
+		Tool:         tool(),
 		Progress:     prog.report,
+		Inputs:       inputs,
 	})
 	prog.done()
 	if err != nil {

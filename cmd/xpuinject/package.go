@@ -33,13 +33,20 @@ func newPackageCmdWith(f *Factory, runF func(context.Context, *packageOptions) e
 		Long: `Write a kernel-hub package for MODEL's plan: build/torch-cuda and build/torch-xpu
 (noarch Triton variants with metadata.json), torch-ext/ sources, build.toml, a card
 README.md, plan.yaml, and xpuinject_shim.py beside them. The folder is assembled aside
-and renamed into place; an existing non-empty DIR needs --force.`,
+and renamed into place. An earlier package in DIR is replaced only with --force; any
+other non-empty DIR, a file, or a DIR holding or inside MODEL is refused.`,
 		Example: `  xpuinject package testdata/fixtures/llama-tiny --out out/llama-tiny/package`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Model = args[0]
 			if o.Out == "" {
 				return &usageError{fmt.Errorf("--out DIR is required")}
+			}
+			if o.Version < 1 {
+				return &usageError{fmt.Errorf("--version %d: want a major version of 1 or more", o.Version)}
+			}
+			if err := checkDisable(o.Disable); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(cmd.Context(), o)
@@ -54,23 +61,19 @@ and renamed into place; an existing non-empty DIR needs --force.`,
 	fl.IntVar(&o.Version, "version", 1, "kernel major version (Hub branch v<N>)")
 	fl.StringVar(&o.License, "license", "apache-2.0", "license of the package")
 	fl.StringVar(&o.RepoID, "repo-id", "", "Hub repository the package is for (card, build.toml)")
-	fl.BoolVar(&o.Force, "force", false, "replace a non-empty --out folder")
+	fl.BoolVar(&o.Force, "force", false, "replace an earlier package in --out (never other files)")
 	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
 	return cmd
 }
 
 func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*inject.EmitResult, error) {
-	plan, err := buildPlan(ctx, f, o.Model, o.Disable)
+	dir, g, plan, err := loadPlan(ctx, f, o.Model, o.Disable)
 	if err != nil {
 		return nil, err
 	}
-	return emitPackage(f, plan, o)
-}
-
-func emitPackage(f *Factory, plan *inject.Plan, o *packageOptions) (*inject.EmitResult, error) {
 	res, err := inject.Emit(plan, o.Out, inject.EmitOptions{
 		Name: o.Name, Version: o.Version, License: o.License, RepoID: o.RepoID,
-		Model: modelLabel(o.Model, plan), Tool: "xpuinject " + Version, Force: o.Force,
+		Model: modelLabel(o.Model, plan), Tool: tool(), Force: o.Force, Inputs: modelInputs(dir, g.Checkpoint),
 		Extra: map[string][]byte{"xpuinject_shim.py": harness.ShimSource()},
 	})
 	if err != nil {

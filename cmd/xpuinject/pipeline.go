@@ -14,6 +14,7 @@ import (
 	"github.com/xpuinject/xpuinject/harness"
 	"github.com/xpuinject/xpuinject/hub"
 	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/outdir"
 )
 
 // pipelineOptions are the flags of `xpuinject MODEL`.
@@ -52,7 +53,17 @@ report.md, plots).`,
 		Example: `  xpuinject testdata/fixtures/llama-tiny --device cpu        # offline, on a shipped fixture
   xpuinject llama --out out/llama                            # Llama-3.2-1B on the GPU
   xpuinject llama --push --repo-id my-org/llama-xpu-kernels  # and publish`,
-		Args: cobra.MaximumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				if err := mistypedCommand(cmd.Root(), args[0]); err != nil {
+					return err
+				}
+			}
+			if err := cobra.MaximumNArgs(1)(cmd, args); err != nil {
+				return &usageError{err}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return cmd.Help()
@@ -82,7 +93,7 @@ report.md, plots).`,
 	fl.BoolVar(&o.Push, "push", false, "publish the package to the Hub after a successful eval")
 	fl.StringVar(&o.RepoID, "repo-id", "", "Hub repository to publish to (with --push)")
 	fl.BoolVar(&o.Private, "private", false, "create the Hub repository private (with --push)")
-	fl.BoolVar(&o.Force, "force", false, "replace the artifacts of an earlier run in --out")
+	fl.BoolVar(&o.Force, "force", false, "replace an earlier run's outputs in --out (never other files)")
 	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", "largest packed shard")
 	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
 	fl.BoolVar(&o.JSON, "json", false, "print where every artifact went as one JSON object")
@@ -90,7 +101,7 @@ report.md, plots).`,
 	return cmd
 }
 
-func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
+func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error) {
 	start := time.Now()
 	step := func(format string, a ...any) {
 		fmt.Fprintf(f.ErrOut, "[%5.1fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
@@ -118,20 +129,37 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
 		out = filepath.Join("out", name)
 	}
 	packedDir, packageDir, evalDir := filepath.Join(out, "packed"), filepath.Join(out, "package"), filepath.Join(out, "eval")
-	for _, d := range []string{packedDir, packageDir, evalDir} {
-		if ents, err := os.ReadDir(d); err == nil && len(ents) > 0 && !o.Force {
-			return fmt.Errorf("%s holds an earlier run's artifacts; pass --force to replace them or --out for another folder", d)
-		}
+	inputs := modelInputs(dir, g.Checkpoint)
+	if o.Eval.Text != "" {
+		inputs = append(inputs, outdir.Input{Path: o.Eval.Text, What: "the --text file"})
 	}
-	if o.Force {
-		// Pack writes into its folder; clear the earlier run's so nothing stale remains.
-		if err := os.RemoveAll(packedDir); err != nil {
+	// Every output is checked before any work: the run folder is xpuinject's (or new),
+	// each part is missing, empty, or an earlier run's, replaced only with --force.
+	if err := outdir.Check(out, outdir.Options{Kind: outdir.KindPipeline, Replace: true, Inputs: inputs}); err != nil {
+		return err
+	}
+	parts := []struct{ dir, kind string }{{packedDir, outdir.KindPacked}, {packageDir, outdir.KindPackage}, {evalDir, outdir.KindEval}}
+	for _, p := range parts {
+		if err := outdir.Check(p.dir, outdir.Options{Kind: p.kind, Replace: o.Force, Inputs: inputs}); err != nil {
 			return err
 		}
 	}
+	_, statErr := os.Lstat(out)
+	if err := outdir.EnsureDir(out, outdir.Options{Kind: outdir.KindPipeline, Tool: tool(), Inputs: inputs}); err != nil {
+		return err
+	}
+	if os.IsNotExist(statErr) {
+		// A run that fails before writing any part leaves no run folder behind.
+		defer func() {
+			if err != nil {
+				removeIfBare(out, inputs)
+			}
+		}()
+	}
 	step("pack -> %s", packedDir)
 	prog := newPackProgress(f)
-	pres, err := inject.Pack(ctx, g.Checkpoint, plan, packedDir, inject.PackOptions{MaxShardSize: maxShard, Tool: "xpuinject " + Version, Progress: prog.report})
+	pres, err := inject.Pack(ctx, g.Checkpoint, plan, packedDir, inject.PackOptions{MaxShardSize: maxShard, Tool: tool(),
+		Progress: prog.report, NoReplace: !o.Force, Inputs: inputs})
 	prog.done()
 	if err != nil {
 		return err
@@ -140,13 +168,19 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
 
 	step("package -> %s", packageDir)
 	emitted, err := inject.Emit(plan, packageDir, inject.EmitOptions{
-		Name: name, RepoID: o.RepoID, Model: modelLabel(o.Model, plan), Tool: "xpuinject " + Version, Force: true,
+		Name: name, RepoID: o.RepoID, Model: modelLabel(o.Model, plan), Tool: tool(), Force: o.Force, Inputs: inputs,
 		Extra: map[string][]byte{"xpuinject_shim.py": harness.ShimSource()},
 	})
 	if err != nil {
 		return err
 	}
 
+	// An earlier run's eval/ measured the weights just replaced: it goes now (the check
+	// above asked for --force when there is one), so that a skipped or failed eval never
+	// leaves it beside weights it did not measure.
+	if err := outdir.Remove(evalDir, outdir.Options{Kind: outdir.KindEval, Inputs: inputs}); err != nil {
+		return err
+	}
 	var report *harness.ReportFiles
 	if !o.SkipEval {
 		ev := o.Eval
@@ -162,7 +196,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) error {
 	var pushed *hub.PushResult
 	if o.Push {
 		step("push -> %s", o.RepoID)
-		pushed, err = hub.Push(ctx, hub.NewClient(f.Getenv), packageDir, hub.PushOptions{
+		pushed, err = hub.Push(ctx, newHubClient(f), packageDir, hub.PushOptions{
 			RepoID: o.RepoID, Private: o.Private, Model: modelLabel(o.Model, plan), ToolVersion: Version, Progress: f.ErrOut,
 		})
 		if err != nil {
@@ -221,4 +255,11 @@ type pipelineArtifacts struct {
 	Report    string   `json:"report,omitempty"`
 	Plots     []string `json:"plots,omitempty"`
 	Published string   `json:"published,omitempty"`
+}
+
+// removeIfBare removes a run folder that holds nothing but its marker.
+func removeIfBare(dir string, inputs []outdir.Input) {
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) == 1 && ents[0].Name() == outdir.MarkerFile {
+		outdir.Remove(dir, outdir.Options{Kind: outdir.KindPipeline, Inputs: inputs})
+	}
 }

@@ -46,6 +46,9 @@ another Hub. --dry-run prints the operations and sends nothing.`,
 			if opts.RepoID == "" {
 				return &usageError{errors.New("push: --repo-id ORG/NAME is required")}
 			}
+			if _, err := hub.ParseRef(opts.RepoID); err != nil || strings.Contains(opts.RepoID, "@") {
+				return &usageError{fmt.Errorf("push: --repo-id %q: want ORG/NAME (a Hub repository id, no revision)", opts.RepoID)}
+			}
 			if opts.Version < 0 {
 				return &usageError{fmt.Errorf("push: --version %d: want a non-negative integer", opts.Version)}
 			}
@@ -66,7 +69,7 @@ another Hub. --dry-run prints the operations and sends nothing.`,
 }
 
 func pushRun(cmd *cobra.Command, f *Factory, opts *PushOptions) error {
-	c := hub.NewClient(f.Getenv)
+	c := newHubClient(f)
 	res, err := hub.Push(cmd.Context(), c, opts.Dir, hub.PushOptions{
 		RepoID:      opts.RepoID,
 		Private:     opts.Private,

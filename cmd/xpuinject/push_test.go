@@ -123,7 +123,8 @@ func TestPushCommandErrors(t *testing.T) {
 		{"no dir", []string{"--repo-id", "a/b"}, exitUsage, "accepts 1 arg"},
 		{"negative version", []string{pkg, "--repo-id", "a/b", "--version", "-1"}, exitUsage, "--version -1"},
 		{"not a package", []string{notPkg, "--repo-id", "a/b"}, exitError1, "not a kernel-hub package: " + notPkg + " has no build/ folder"},
-		{"bad repo id", []string{pkg, "--repo-id", "a/b@v1"}, exitError1, `--repo-id "a/b@v1": want ORG/NAME`},
+		{"bad repo id", []string{pkg, "--repo-id", "a/b@v1"}, exitUsage, `--repo-id "a/b@v1": want ORG/NAME`},
+		{"repo id without org", []string{pkg, "--repo-id", "notvalid"}, exitUsage, `--repo-id "notvalid": want ORG/NAME`},
 		{"wrong token", []string{pkg, "--repo-id", "a/b"}, exitError1, "HTTP 401"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -60,8 +60,12 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 			if looksLikePath(arg) {
 				return "", src, fmt.Errorf("model %s: %s", arg, tried[0])
 			}
-			return "", src, &usageError{fmt.Errorf("%w: %q: %s, and not org/name[@revision]",
-				errModelArg, arg, strings.Join(tried, ", "))}
+			hint := ""
+			if p := nearestPreset(name); p != "" {
+				hint = fmt.Sprintf("; did you mean %s?", p)
+			}
+			return "", src, &usageError{fmt.Errorf("%w: %q: %s, and not org/name[@revision]%s",
+				errModelArg, arg, strings.Join(tried, ", "), hint)}
 		}
 		ref = r
 	}

@@ -135,3 +135,19 @@ func TestParsePresetsRejects(t *testing.T) {
 		t.Fatalf("%+v %v", ps, err)
 	}
 }
+
+func TestNearMissesSuggest(t *testing.T) {
+	for name, want := range map[string]string{"lama": "llama", "Llama": "llama", "mistrall": "mistral", "gpt": ""} {
+		if got := nearestPreset(name); got != want {
+			t.Errorf("nearestPreset(%q) = %q, want %q", name, got, want)
+		}
+	}
+	code, _, stderr := runCLI(t, nil, "lama")
+	if code != exitUsage || !strings.Contains(stderr, "did you mean llama?") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runCLI(t, nil, "packge", "x", "--out", "y")
+	if code != exitUsage || !strings.Contains(stderr, "Did you mean this?\n\tpack\n\tpackage\n") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}

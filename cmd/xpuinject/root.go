@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/xpuinject/xpuinject/inject/outdir"
 )
 
 // Version is the xpuinject version, recorded in plans, packed checkpoints and packages.
@@ -48,13 +51,14 @@ func (e *exitError) Unwrap() error { return e.err }
 const (
 	exitOK          = 0
 	exitError1      = 1 // any failure
-	exitUsage       = 2 // bad flags or arguments
+	exitUsage       = 2 // bad flags or arguments, an unknown command, an --out that may not be written
 	exitInterrupted = 130
 )
 
 // Main runs the CLI with args and returns the process exit code.
 func Main(args []string, f *Factory) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGTERM too: a cancelled run removes its temporaries and stops its Python child.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := NewRootCmd(f)
 	root.SetArgs(args)
@@ -72,7 +76,8 @@ func Main(args []string, f *Factory) int {
 		return ee.code
 	case errors.Is(err, context.Canceled):
 		return exitInterrupted
-	case isUsageError(err):
+	case isUsageError(err), errors.Is(err, outdir.ErrRefused), errors.Is(err, outdir.ErrExists):
+		// An --out that may not be written is a bad argument, like a bad flag value.
 		return exitUsage
 	}
 	return exitError1
@@ -85,6 +90,7 @@ func NewRootCmd(f *Factory) *cobra.Command {
 	root.SilenceErrors = true
 	root.Version = Version
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{err} })
+	root.SuggestionsMinimumDistance = 2
 	root.AddCommand(
 		newFetchCmd(f),
 		newPlanCmd(f),

@@ -206,7 +206,8 @@ def text_inputs(args, model_dir, device, n_tokens):
     ids = tok(text, return_tensors="pt").input_ids[:, :n_tokens]
     if ids.shape[1] < 8:
         fail(2, f"{text_path}: only {ids.shape[1]} tokens; need at least 8")
-    return ids.to(device), text_path
+    # The shipped text is named, not located: its copy sits in a scratch folder.
+    return ids.to(device), args.text or "prose.txt (shipped with xpuinject)"
 
 
 def forward_text(model, ids):

@@ -96,9 +96,18 @@ def test_pipeline_refuses_to_clobber_and_reports_bad_input(tmp_path):
     out = tmp_path / "run"
     (out / "package").mkdir(parents=True)
     (out / "package" / "mine.txt").write_text("user data")
+    # a folder xpuinject did not write is refused, --force or not (exit 2: a bad --out)
+    for extra in ([], ["--force"]):
+        r = run_pipeline("llama-tiny", out, "--skip-eval", *extra)
+        assert r.returncode == 2 and "did not write" in r.stderr, r.stderr
+        assert (out / "package" / "mine.txt").read_text() == "user data"
+    (out / "package" / "mine.txt").unlink()
+    (out / "package").rmdir()
     r = run_pipeline("llama-tiny", out, "--skip-eval")
-    assert r.returncode == 1 and "--force" in r.stderr
-    assert (out / "package" / "mine.txt").read_text() == "user data"
+    assert r.returncode == 0, r.stderr
+    # an earlier run's output is replaced only with --force
+    r = run_pipeline("llama-tiny", out, "--skip-eval")
+    assert r.returncode == 2 and "--force" in r.stderr
     r = run_pipeline("llama-tiny", out, "--skip-eval", "--force")
     assert r.returncode == 0, r.stderr
     assert "eval       skipped" in r.stdout
@@ -124,8 +133,8 @@ def test_eval_catches_mismatched_checkpoint_before_gpu_work(tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert r.returncode == 1
-    assert "does not match the plan" in r.stderr
-    assert not (tmp_path / "e" / "eval.json").exists()
+    assert "was packed from another plan" in r.stderr
+    assert not (tmp_path / "e").exists()
 
 
 def test_eval_names_missing_python(tmp_path):

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xpuinject/xpuinject/inject/outdir"
+)
+
+// The fault matrix: bad inputs and failures of the world, each run through the CLI.
+// Every case asserts the exit code, the message, and that every file that existed
+// before the run is byte-identical afterwards and nothing was added (the whole test
+// folder is hashed before and after).
+
+type faultCase struct {
+	name  string
+	setup func(t *testing.T, root string) []string // prepares root, returns the CLI args
+	env   map[string]string
+	code  int
+	want  []string // in stderr
+	// sub runs the built binary under `ulimit -f blocks` instead of in-process.
+	ulimitBlocks int
+	// readOnly names a folder (relative to root) made read-only before the run.
+	readOnly string
+	maxTime  time.Duration
+}
+
+func copyFixture(t *testing.T, name, to string) string {
+	t.Helper()
+	copyDir(t, filepath.Join(fixtures, name), to)
+	return to
+}
+
+// prepared makes root/m (llama-tiny), root/pkg and root/packed (written by the CLI)
+// and returns their paths.
+func prepared(t *testing.T, root string, packArgs ...string) (m, pkg, packed string) {
+	t.Helper()
+	m = copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+	pkg, packed = filepath.Join(root, "pkg"), filepath.Join(root, "packed")
+	if code, _, errOut := runCLI(t, nil, "package", m, "--out", pkg); code != 0 {
+		t.Fatalf("package: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, nil, append([]string{"pack", m, "--out", packed}, packArgs...)...); code != 0 {
+		t.Fatalf("pack: exit %d: %s", code, errOut)
+	}
+	return m, pkg, packed
+}
+
+// editFile replaces the first from in p with to.
+func editFile(t *testing.T, p, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(from)) {
+		t.Fatalf("%s has no %q", p, from)
+	}
+	if err := os.WriteFile(p, bytes.Replace(b, []byte(from), []byte(to), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func evalArgs(m, pkg, packed, out string) []string {
+	// a Python that does not exist: the checks must fail before one is looked for
+	return []string{"eval", m, "--package", pkg, "--packed", packed, "--out", out, "--python", "/nonexistent/python", "--device", "cpu"}
+}
+
+func TestFaultMatrix(t *testing.T) {
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer silent.Close()
+
+	cases := []faultCase{
+		{name: "pack into another model's folder", code: exitUsage,
+			want: []string{"other holds files xpuinject did not write", "choose another --out"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				other := copyFixture(t, "llama-sharded", filepath.Join(root, "other"))
+				return []string{"pack", m, "--out", other}
+			}},
+		{name: "package over its own source with --force", code: exitUsage,
+			want: []string{"m is the source checkpoint, which this run reads"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				return []string{"package", m, "--out", m, "--force"}
+			}},
+		{name: "package over a regular file", code: exitUsage,
+			want: []string{"notes.txt is a regular file"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				os.WriteFile(filepath.Join(root, "notes.txt"), []byte("mine"), 0o644)
+				return []string{"package", m, "--out", filepath.Join(root, "notes.txt")}
+			}},
+		{name: "package over a symlink to a folder", code: exitUsage,
+			want: []string{"link is a symlink"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				os.Mkdir(filepath.Join(root, "target"), 0o755)
+				os.Symlink("target", filepath.Join(root, "link"))
+				return []string{"package", m, "--out", filepath.Join(root, "link"), "--force"}
+			}},
+		{name: "pack inside the source", code: exitUsage,
+			want: []string{"is inside the source checkpoint"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				return []string{"pack", m, "--out", filepath.Join(m, "packed")}
+			}},
+		{name: "pipeline into a folder holding the source", code: exitUsage,
+			want: []string{"contains the source checkpoint"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				return []string{m, "--out", root, "--force", "--skip-eval"}
+			}},
+		{name: "pipeline over a folder of user files with --force", code: exitUsage,
+			want: []string{"run holds files xpuinject did not write"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				os.MkdirAll(filepath.Join(root, "run", "package"), 0o755)
+				os.WriteFile(filepath.Join(root, "run", "package", "mine.txt"), []byte("user data"), 0o644)
+				return []string{m, "--out", filepath.Join(root, "run"), "--force", "--skip-eval"}
+			}},
+		{name: "eval into the package", code: exitUsage,
+			want: []string{"pkg is the package, which this run reads"},
+			setup: func(t *testing.T, root string) []string {
+				m, pkg, packed := prepared(t, root)
+				return evalArgs(m, pkg, packed, pkg)
+			}},
+		{name: "a shard that is a named pipe", code: exitError1, maxTime: 10 * time.Second,
+			want: []string{"model.safetensors is a named pipe (FIFO), not a regular file"},
+			setup: func(t *testing.T, root string) []string {
+				m := filepath.Join(root, "m")
+				os.Mkdir(m, 0o755)
+				b, _ := os.ReadFile(filepath.Join(fixtures, "llama-tiny", "config.json"))
+				os.WriteFile(filepath.Join(m, "config.json"), b, 0o644)
+				if err := syscall.Mkfifo(filepath.Join(m, "model.safetensors"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return []string{"plan", m}
+			}},
+		{name: "a Hub that never answers", code: exitError1, maxTime: 10 * time.Second,
+			env: map[string]string{"HF_ENDPOINT": silent.URL, "HF_HUB_ETAG_TIMEOUT": "1"},
+			want: []string{"hub: waiting for " + strings.TrimPrefix(silent.URL, "http://") + " to answer GET",
+				"no answer within 1s (HF_HUB_ETAG_TIMEOUT), 3 attempts"},
+			setup: func(t *testing.T, root string) []string {
+				return []string{"fetch", "org/name"}
+			}},
+		{name: "plan edited: unknown kernel", code: exitError1,
+			want: []string{`plan.yaml: layers[1] (model.layers.0.input_layernorm): kernel "fancynorm" is not a known kernel`},
+			setup: func(t *testing.T, root string) []string {
+				m, pkg, packed := prepared(t, root)
+				editFile(t, filepath.Join(pkg, "plan.yaml"), "kernel: rmsnorm\n", "kernel: fancynorm\n")
+				return evalArgs(m, pkg, packed, filepath.Join(root, "eval"))
+			}},
+		{name: "plan edited: k-major to row-major", code: exitError1,
+			want: []string{`(model.layers.0.mlp.gate_up_proj.weight): layout "row-major", re-planning the model gives "k-major"`},
+			setup: func(t *testing.T, root string) []string {
+				m, pkg, packed := prepared(t, root)
+				editFile(t, filepath.Join(pkg, "plan.yaml"), "layout: k-major\n", "layout: row-major\n")
+				return evalArgs(m, pkg, packed, filepath.Join(root, "eval"))
+			}},
+		{name: "plan edited: eps", code: exitError1,
+			want: []string{`layers[1] (model.layers.0.input_layernorm): eps 0.5, re-planning the model gives 1e-06`},
+			setup: func(t *testing.T, root string) []string {
+				m, pkg, packed := prepared(t, root)
+				editFile(t, filepath.Join(pkg, "plan.yaml"), "eps: 1e-06\n", "eps: 0.5\n")
+				return evalArgs(m, pkg, packed, filepath.Join(root, "eval"))
+			}},
+		{name: "plan edited: a reason only", code: exitError1,
+			want: []string{"plan.yaml was changed after the package was written", "build/torch-cuda/metadata.json records"},
+			setup: func(t *testing.T, root string) []string {
+				m, pkg, packed := prepared(t, root)
+				editFile(t, filepath.Join(pkg, "plan.yaml"), "reason: a gather", "reason: my gather")
+				return evalArgs(m, pkg, packed, filepath.Join(root, "eval"))
+			}},
+		{name: "packed from another plan", code: exitError1,
+			want: []string{"was packed from another plan", "re-run 'xpuinject pack'"},
+			setup: func(t *testing.T, root string) []string {
+				m, pkg, packed := prepared(t, root, "--disable", "add-rmsnorm")
+				return evalArgs(m, pkg, packed, filepath.Join(root, "eval"))
+			}},
+		{name: "config.json is an array", code: exitError1,
+			want: []string{"config.json: expected a JSON object, got an array"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				os.WriteFile(filepath.Join(m, "config.json"), []byte("[1,2]"), 0o644)
+				return []string{"plan", m}
+			}},
+		{name: "mistyped command", code: exitUsage,
+			want: []string{`unknown command "pakc" for "xpuinject"`, "Did you mean this?\n\tpack\n"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				return []string{"pakc", m, "--out", filepath.Join(root, "x")}
+			}},
+		{name: "malformed repo id", code: exitUsage,
+			want: []string{`--repo-id "notvalid": want ORG/NAME`},
+			setup: func(t *testing.T, root string) []string {
+				_, pkg, _ := prepared(t, root)
+				return []string{"push", pkg, "--repo-id", "notvalid"}
+			}},
+		{name: "negative token count", code: exitUsage,
+			want: []string{"--tokens -5: want a positive number"},
+			setup: func(t *testing.T, root string) []string {
+				m, pkg, packed := prepared(t, root)
+				return append(evalArgs(m, pkg, packed, filepath.Join(root, "eval")), "--tokens", "-5")
+			}},
+		{name: "empty text file", code: exitUsage,
+			want: []string{"empty.txt is empty"},
+			setup: func(t *testing.T, root string) []string {
+				m, pkg, packed := prepared(t, root)
+				os.WriteFile(filepath.Join(root, "empty.txt"), nil, 0o644)
+				return append(evalArgs(m, pkg, packed, filepath.Join(root, "eval")), "--text", filepath.Join(root, "empty.txt"))
+			}},
+		{name: "missing text file", code: exitUsage,
+			want: []string{"nope.txt: no such file or directory"},
+			setup: func(t *testing.T, root string) []string {
+				m, pkg, packed := prepared(t, root)
+				return append(evalArgs(m, pkg, packed, filepath.Join(root, "eval")), "--text", filepath.Join(root, "nope.txt"))
+			}},
+		{name: "disk full during pack", code: exitError1, ulimitBlocks: 16,
+			want: []string{"write tensor", ".safetensors: file too large"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				return []string{"pack", m, "--out", filepath.Join(root, "packed")}
+			}},
+		{name: "disk full during package", code: exitError1, ulimitBlocks: 1,
+			want: []string{"file too large"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				return []string{"package", m, "--out", filepath.Join(root, "pkg")}
+			}},
+		{name: "disk full during the pipeline", code: exitError1, ulimitBlocks: 16,
+			want: []string{"file too large"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				return []string{m, "--out", filepath.Join(root, "run"), "--skip-eval"}
+			}},
+		{name: "pack into a read-only folder", code: exitError1, readOnly: "ro",
+			want: []string{"cannot write in", "permission denied"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				os.Mkdir(filepath.Join(root, "ro"), 0o755)
+				return []string{"pack", m, "--out", filepath.Join(root, "ro", "packed")}
+			}},
+		{name: "package over a read-only empty folder", code: exitUsage, readOnly: "ro",
+			want: []string{"ro is not writable", "permission denied"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				os.Mkdir(filepath.Join(root, "ro"), 0o755)
+				return []string{"package", m, "--out", filepath.Join(root, "ro")}
+			}},
+		{name: "pipeline into a read-only folder", code: exitError1, readOnly: "ro",
+			want: []string{"cannot write in", "permission denied"},
+			setup: func(t *testing.T, root string) []string {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				os.Mkdir(filepath.Join(root, "ro"), 0o755)
+				return []string{m, "--out", filepath.Join(root, "ro", "run"), "--skip-eval"}
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			args := c.setup(t, root)
+			if c.readOnly != "" {
+				defer readOnly(t, filepath.Join(root, c.readOnly))()
+			}
+			before := treeState(t, root)
+			start := time.Now()
+			var code int
+			var stderr string
+			if c.ulimitBlocks > 0 {
+				code, stderr = runLimited(t, c.ulimitBlocks, args...)
+			} else {
+				env := map[string]string{"HF_HOME": filepath.Join(root, "hf")} // a cache inside the hashed tree
+				for k, v := range c.env {
+					env[k] = v
+				}
+				code, _, stderr = runCLI(t, env, args...)
+			}
+			took := time.Since(start)
+			if code != c.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, c.code, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			for _, gotype := range []string{"interface {}", "map[string]", "Go value", "Go struct"} {
+				if strings.Contains(stderr, gotype) {
+					t.Errorf("stderr shows a Go type (%s):\n%s", gotype, stderr)
+				}
+			}
+			if c.maxTime > 0 && took > c.maxTime {
+				t.Errorf("took %s, want under %s", took, c.maxTime)
+			}
+			if d := diffTrees(before, treeState(t, root)); d != "" {
+				t.Errorf("the run changed the folder:\n%s", d)
+			}
+		})
+	}
+}
+
+// readOnly makes dir read-only and returns the undo. Root writes through file modes, so
+// as root the same refusal is made by outdir's fault hook: every change inside dir, and
+// the writability check of dir itself, fail with EACCES as the kernel would answer.
+func readOnly(t *testing.T, dir string) func() {
+	t.Helper()
+	if err := os.Chmod(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	undo := func() { os.Chmod(dir, 0o755) }
+	if os.Geteuid() != 0 {
+		return undo
+	}
+	t.Logf("running as root, where modes do not stop writes: %s is made read-only through outdir's fault hook", dir)
+	restore := outdir.SetFault(func(op, path string) error {
+		inside := strings.HasPrefix(path, dir+string(filepath.Separator))
+		if inside || (op == "access" && path == dir) {
+			return &fs.PathError{Op: op, Path: path, Err: syscall.EACCES}
+		}
+		return nil
+	})
+	return func() { restore(); undo() }
+}
+
+// runLimited runs the built CLI with the file-size limit at blocks of 512 bytes: a
+// write past it fails with EFBIG, as a full disk fails one with ENOSPC.
+func runLimited(t *testing.T, blocks int, args ...string) (int, string) {
+	t.Helper()
+	bin := cliBinary(t)
+	cmd := exec.Command("sh", append([]string{"-c", `ulimit -f "$0" && exec "$@"`, strconv.Itoa(blocks), bin}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), stderr.String()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, stderr.String()
+}
