@@ -3,8 +3,10 @@ package harness
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -127,11 +129,38 @@ func Markdown(r *Result, plots []string) []byte {
 		fmt.Fprintf(&b, "| perplexity (oracle %s) | %s | %s | %s |\n", fp(r.Accuracy.OraclePerplexity), fp(inj.Perplexity), fp(st.Perplexity), ratioPtr(inj.Perplexity, st.Perplexity))
 	}
 	if g := r.Generation; g != nil {
-		fmt.Fprintf(&b, "\n### Greedy generation (%d new tokens after a %d-token prompt)\n\n", g.NewTokens, g.PromptTokens)
-		b.WriteString("| compared | tokens equal | equal before first divergence |\n| --- | --- | --- |\n")
-		fmt.Fprintf(&b, "| injected vs oracle | %s | %s |\n", pct(g.Injected.Positions), pct(g.Injected.Prefix))
-		fmt.Fprintf(&b, "| stock vs oracle | %s | %s |\n", pct(g.Stock.Positions), pct(g.Stock.Prefix))
-		fmt.Fprintf(&b, "| injected vs stock | %s | %s |\n", pct(g.InjectedVsStock.Positions), pct(g.InjectedVsStock.Prefix))
+		fmt.Fprintf(&b, "\n### Greedy generation (%d new tokens after each of %d %d-token prompts)\n\n",
+			g.NewTokens, max(g.Prompts, 1), g.PromptTokens)
+		b.WriteString("| compared | tokens equal | equal before first divergence | divergences: ties / not ties |\n| --- | --- | --- | --- |\n")
+		pairs := []struct {
+			name string
+			a    Agreement
+		}{{"injected vs oracle", g.Injected}, {"stock vs oracle", g.Stock}, {"injected vs stock", g.InjectedVsStock}}
+		for _, p := range pairs {
+			fmt.Fprintf(&b, "| %s | %s | %s | %d / %d |\n", p.name, pct(p.a.Positions), pct(p.a.Prefix), p.a.Ties, p.a.NonTies)
+		}
+		var rows []string
+		for _, p := range pairs {
+			for _, d := range p.a.Divergences {
+				var own []string
+				for _, m := range slices.Sorted(maps.Keys(d.ModelMargins)) {
+					own = append(own, fmt.Sprintf("%s %s", m, f(d.ModelMargins[m])))
+				}
+				verdict := "not a tie"
+				if d.Tie {
+					verdict = "tie"
+				}
+				rows = append(rows, fmt.Sprintf("| %s | %d | %d | %v | %s | %s | %s | %s |", p.name, d.Prompt, d.Position,
+					d.Tokens, f(d.OracleTop2Margin), f(d.OraclePickMargin), strings.Join(own, ", "), verdict))
+			}
+		}
+		if len(rows) > 0 {
+			fmt.Fprintf(&b, "\nEach first divergence. It is a tie when the fp32 model rates the two tokens less than %s apart: "+
+				"the most stock bf16 moves the fp32 model's top-1 − top-2 logit margin anywhere on the teacher-forced text. "+
+				"A model's own margin of 0 means its logits for the two tokens were equal.\n\n", f(g.TieBound))
+			b.WriteString("| compared | prompt | position | tokens | oracle top-2 margin | oracle margin between the two | models' own margins | verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+			b.WriteString(strings.Join(rows, "\n") + "\n")
+		}
 	}
 	if len(r.Layers) > 0 {
 		b.WriteString("\n## Per layer: output error against the oracle\n\n")

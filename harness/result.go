@@ -49,11 +49,25 @@ type Metrics struct {
 	Perplexity *Num `json:"perplexity,omitempty"`
 }
 
-// Agreement of greedy generations.
+// Agreement of two models' greedy generations over the prompts (fractions are means over them).
 type Agreement struct {
-	Prefix    Num `json:"prefix"`    // fraction of tokens before the first divergence
-	Positions Num `json:"positions"` // fraction of positions equal
-	Tokens    int `json:"tokens"`
+	Prefix      Num          `json:"prefix"`    // fraction of tokens before the first divergence
+	Positions   Num          `json:"positions"` // fraction of positions equal
+	Tokens      int          `json:"tokens"`
+	Divergences []Divergence `json:"divergences,omitempty"`
+	Ties        int          `json:"ties"`
+	NonTies     int          `json:"non_ties"`
+}
+
+// Divergence is the first position where two greedy runs from one prompt differ.
+type Divergence struct {
+	Prompt           int            `json:"prompt"`
+	Position         int            `json:"position"`
+	Tokens           []int          `json:"tokens"`
+	OracleTop2Margin Num            `json:"oracle_top2_margin"`
+	OraclePickMargin Num            `json:"oracle_pick_margin"`
+	ModelMargins     map[string]Num `json:"model_margins,omitempty"`
+	Tie              bool           `json:"tie"`
 }
 
 // LatencyRow is one measured point; ms are medians.
@@ -104,6 +118,8 @@ type Result struct {
 		Stock    Metrics `json:"stock"`
 	} `json:"layers"`
 	Generation *struct {
+		Prompts         int       `json:"prompts"`
+		TieBound        Num       `json:"tie_bound"`
 		PromptTokens    int       `json:"prompt_tokens"`
 		NewTokens       int       `json:"new_tokens"`
 		Injected        Agreement `json:"injected"`
