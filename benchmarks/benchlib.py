@@ -219,7 +219,7 @@ def csv_text(rows: List[Dict]) -> str:
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
     w.writeheader()
 
-    def num(v, nd=4):
+    def num(v, nd=5):
         return "" if v is None else (f"{v:.{nd}g}" if isinstance(v, float) else v)
 
     for r in rows:
@@ -228,7 +228,7 @@ def csv_text(rows: List[Dict]) -> str:
                    rel_err=num(r.get("rel_err"), 3), ours_us=num(r.get("ours_us")),
                    ours_again_us=num(r.get("ours_again_us")), achieved=r.get("achieved", ""),
                    frac=num(r.get("frac"), 3), target=r.get("target", ""), target_desc=r.get("target_desc", ""),
-                   target_value=num(r.get("target_value"), 3), route=r.get("route", ""))
+                   target_value=num(r.get("target_value")), route=r.get("route", ""))
         comps = dict(r.get("competitors", {}))
         if r.get("cublas_mm_only"):
             comps["mm_only"] = r["cublas_mm_only"]
@@ -236,7 +236,7 @@ def csv_text(rows: List[Dict]) -> str:
             c = comps.get(col) or {}
             if c.get("status") == "ok":
                 out[f"{col}_us"] = num(c.get("us"))
-                out[f"{col}_ratio"] = num(c.get("ratio"), 3)
+                out[f"{col}_ratio"] = num(c.get("ratio"))
                 if f"{col}_variant" in CSV_FIELDS:
                     out[f"{col}_variant"] = c.get("best_variant", "")
         w.writerow(out)
