@@ -4,16 +4,17 @@
 # benchmarks, the launch-constant sweep and the launchers' host time. Each step has its own time
 # limit, so one overrun never costs the others, and its log lands beside its results.
 #
-#   run from the repo root on the GPU machine, with bin/xpuinject built for it:
+#   on the GPU machine, with bin/xpuinject built for it:
 #     scripts/gpu-run.sh
-#   env: OUT (default out/gpu-run), STEPS (default "tests llama levit bench tune host"),
+#   env: OUT (default out/gpu-run under the repo root), STEPS (default "tests llama levit bench tune host"),
 #        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST seconds, BENCH_ARGS (default --quick; empty
 #        for the full matrix), LIGER (a folder holding the liger_kernel package; default
 #        .device-carry/liger when present, see scripts/fetch_liger.sh)
 set -uo pipefail
-OUT=${OUT:-out/gpu-run}
+OUT=${OUT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/out/gpu-run}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 STEPS=${STEPS:-"tests llama levit bench tune host"}
 LIGER=${LIGER:-$([ -d .device-carry/liger/liger_kernel ] && echo "$PWD/.device-carry/liger")}
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1
