@@ -40,7 +40,7 @@ func blockGraph(hidden, heads, kvHeads, headDim, inter int64) *models.Graph {
 	return &models.Graph{Arch: "llama", Checkpoint: &models.Checkpoint{Tensors: ts}, Layers: []models.Layer{attn, mlp}}
 }
 
-// The measured routes (BENCHMARKS.md session 2) send exactly the slower sub-operations of
+// The measured routes (docs/results/2026-11-29-h200/bench-v2.csv) send exactly the slower sub-operations of
 // Llama-3.2-1B's and Llama-3.1-8B's blocks to the vendor path, at the token counts they
 // were slower at, keep the layers replaced, and say why.
 func TestPlanVendorRoutes(t *testing.T) {
@@ -80,7 +80,7 @@ func TestPlanVendorRoutes(t *testing.T) {
 				t.Errorf("%s: %s: vendor ops %v, want %v", c.name, lp.Module, got, want.ops)
 			}
 			for _, op := range got {
-				if !strings.Contains(lp.Vendor[op], "BENCHMARKS.md session 2") || !strings.Contains(lp.Reason, op+" on the vendor path faster") {
+				if !strings.Contains(lp.Vendor[op], "H200 2026-11-29, BENCHMARKS.md") || !strings.Contains(lp.Reason, op+" on the vendor path faster") {
 					t.Errorf("%s: %s: reason does not carry the measurement: %q / %q", c.name, op, lp.Vendor[op], lp.Reason)
 				}
 			}
@@ -108,7 +108,7 @@ func TestPlanSaysWhySwiGLUIsKept(t *testing.T) {
 		t.Fatalf("mlp not replaced: %s", mlp.Reason)
 	}
 	for _, want := range []string{"gate_up_proj K=2048 N=16384 stays on our swiglu GEMM", "0.82x a bare cuBLAS matmul at M=2048",
-		"stock MLP 1.05x / 1.08x", "BENCHMARKS.md session 2"} {
+		"stock MLP 1.05x / 1.08x", "H200 2026-11-29, BENCHMARKS.md"} {
 		if !strings.Contains(mlp.Reason, want) {
 			t.Errorf("reason lacks %q: %s", want, mlp.Reason)
 		}

@@ -263,8 +263,8 @@ var (
 )
 
 // Measured vendor routes (issue 8; seed 000: never replace a faster vendor primitive).
-// Numbers: scripts/bench_kernels.py full run on the H200 against the final kernels,
-// BENCHMARKS.md session 2 (docs/gpu-runs/2026-11-29-s2/bench-v2.md); "0.71x cuBLAS" is the
+// Numbers: the full kernel benchmark (benchmarks/run_all.py) on the H200 against the final kernels,
+// docs/results/2026-11-29-h200/bench-v2.csv (BENCHMARKS.md); "0.71x cuBLAS" is the
 // vendor's time over ours (below 1: ours is slower). A later bench run may change this list,
 // so it is one line per route. Shapes not measured keep our kernels. Not routed: the swiglu
 // gate_up GEMM (1.05x-1.32x the torch path a model runs -- two matmuls and silu*mul -- and
@@ -273,7 +273,7 @@ var (
 // o_proj and qkv_proj at prefill (1.01x-1.11x). Decode attention goes to SDPA at both
 // head_dims although batch 1, KV 8192, head_dim 128 measured 1.08x: batch and KV length are
 // not known at plan time and the other 7 of 8 shapes measured 0.90-0.99x.
-const benchS2 = "; H200, BENCHMARKS.md session 2"
+const benchS2 = "; H200 2026-11-29, BENCHMARKS.md"
 
 var (
 	gemmVendorOps = []OpRoute{
@@ -602,7 +602,7 @@ var (
 	// cuBLAS matmul of the concatenated weight, but that matmul has no activation and no model
 	// can run it alone; every path a model can run measured slower than ours in the same run:
 	// the stock MLP (two F.linear + silu*mul) 1.05x / 1.08x, cuBLAS on the packed weight +
-	// silu*mul 1.28x / 1.32x (H200, BENCHMARKS.md session 2). So the layer keeps our kernel
+	// silu*mul 1.28x / 1.32x (H200, docs/results/2026-11-29-h200/bench-v2.csv). So the layer keeps our kernel
 	// and its plan reason says why.
 	swigluKept = Note{
 		Text: "swiglu gate_up K=2048 N=16384 kept: faster than every vendor path a model runs",

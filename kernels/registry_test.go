@@ -263,7 +263,7 @@ func TestAccepts(t *testing.T) {
 		{"mlp kept below its issue-8 target says why", "gemm", func() (models.Layer, map[string]*models.Tensor) { return mlp(2048, 8192, models.BF16) },
 			true, "gate_up_proj K=2048 N=16384 stays on our swiglu GEMM: 0.82x a bare cuBLAS matmul at M=2048, 0.89x at M=16384 " +
 				"(issue 8 asks 0.95x), but the paths a model can run are slower: stock MLP 1.05x / 1.08x, cuBLAS on the packed " +
-				"weight + silu*mul 1.28x / 1.32x; H200, BENCHMARKS.md session 2"},
+				"weight + silu*mul 1.28x / 1.32x; H200 2026-11-29, BENCHMARKS.md"},
 		{"mlp misaligned notes fallback", "gemm", func() (models.Layer, map[string]*models.Tensor) { return mlp(70, 123, models.F32) },
 			true, "gate_up_proj K=70 N=246, down_proj K=123 N=70: bf16 rows not 16-byte aligned, the fallback (non-descriptor) GEMM path runs"},
 		{"mlp too small", "gemm", func() (models.Layer, map[string]*models.Tensor) { return mlp(8, 64, models.F32) },

@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
-# Put Liger-Kernel's source into .device-carry/liger/ so the GPU benchmark can compare with it.
+# Put Liger-Kernel's source into .device-carry/liger/ so the GPU benchmarks can compare with it
+# on a machine without network.
 #
-#   scripts/fetch_liger.sh [VERSION]        (default 0.8.5, the version bench_kernels.py was read against)
+#   scripts/fetch_liger.sh [VERSION]        (default 0.8.5, the version benchmarks/ was read against)
 #
-# The GPU machine has no network, so Liger travels with the repo in an ignored folder: its wheel is
-# pure Python (liger_kernel-<v>-py3-none-any.whl, needs only torch and triton, both on the device
-# image; ops/utils.py also imports `packaging`, also there), so unpacking it is all the install it
-# needs. bench_kernels.py puts the folder on sys.path with `--liger .device-carry/liger`.
+# Its wheel is pure Python (liger_kernel-<v>-py3-none-any.whl, needs only torch and triton;
+# ops/utils.py also imports `packaging`), so unpacking it is all the install it needs: copy the
+# repo with .device-carry/liger to the GPU machine and scripts/gpu-run.sh puts the folder on
+# PYTHONPATH (or set PYTHONPATH=.device-carry/liger yourself for benchmarks/run_all.py).
 #
-# Then, on the device (the lead's run):  carry [".device-carry/liger"], command
-#   scripts/bench-kernels.sh            (picks up .device-carry/liger by itself)
-#
-# NEVER commit it: .gitignore has /.device-carry/ and this script refuses to run if that rule is gone.
+# Never commit it: .gitignore has /.device-carry/ and this script refuses to run if that rule is gone.
 set -euo pipefail
 
 VERSION="${1:-0.8.5}"

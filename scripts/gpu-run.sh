@@ -1,66 +1,69 @@
 #!/usr/bin/env bash
-# One batched GPU session on the lent H200 (device tool): the kernel tests on the real device,
-# the whole pipeline on Llama-3.2-1B- and LeViT-128S-shaped random models, and the kernel
-# benchmark. Each step has its own time limit so an overrun never costs the others; logs
-# and reports land in $OUT (the device tool brings that folder back).
+# Run everything that needs a GPU and collect the results in one folder: the kernel tests on the
+# device, the whole pipeline on Llama-3.2-1B- and LeViT-128S-shaped random models, the kernel
+# benchmarks, the launch-constant sweep and the launchers' host time. Each step has its own time
+# limit, so one overrun never costs the others, and its log lands beside its results.
 #
-#   run on the device (repo root), with bin/xpuinject built here for linux/amd64 and carried:
-#     bash scripts/gpu-run.sh
-#   env: STEPS="tests llama levit bench" (default all), T_TESTS/T_LLAMA/T_LEVIT/T_BENCH seconds,
-#        BENCH_ARGS (default --quick; empty for the full matrix), LIGER (liger_kernel folder).
+#   on the GPU machine, with bin/xpuinject built for it:
+#     scripts/gpu-run.sh
+#   env: OUT (default out/gpu-run under the repo root), STEPS (default "tests llama levit bench tune host"),
+#        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST seconds, BENCH_ARGS (default --quick; empty
+#        for the full matrix), LIGER (a folder holding the liger_kernel package; default
+#        .device-carry/liger when present, see scripts/fetch_liger.sh)
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-# The device tool returns at most 8 files: everything is written under $RES and re-packed
-# into $OUT/results.tgz after every step (a later overrun still leaves the earlier results).
-RES=/tmp/xpi-results
-mkdir -p "$OUT" "$RES"
-pack() { tar czf "$OUT/results.tgz" -C "$(dirname "$RES")" "$(basename "$RES")"; cp "$RES/summary.txt" "$OUT/"; }
-STEPS=${STEPS:-"tests llama levit bench"}
-export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1 PYTHONPATH="$PWD/kernels/python${PYTHONPATH:+:$PYTHONPATH}"
-log() { echo "== $(date +%T) $*" | tee -a "$RES/summary.txt"; }
+OUT=${OUT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/out/gpu-run}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+STEPS=${STEPS:-"tests llama levit bench tune host"}
+LIGER=${LIGER:-$([ -d .device-carry/liger/liger_kernel ] && echo "$PWD/.device-carry/liger")}
+export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1
+export PYTHONPATH="$PWD/kernels/python${LIGER:+:$LIGER}${PYTHONPATH:+:$PYTHONPATH}"
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)'
-} 2>&1 | tee -a "$RES/summary.txt"
-WORK=/tmp/xpi; mkdir -p "$WORK"
+} 2>&1 | tee -a "$OUT/summary.txt"
+WORK=${WORK:-$(mktemp -d)}
 for s in $STEPS; do
   case $s in
   tests)
     log "kernel tests on the GPU"
-    # test_layers.py checks our layer classes with the `kernels` package's own validator; the
-    # GPU image has no `kernels` (carry its wheel to run it there; note the repo's own kernels/
-    # folder imports as an empty namespace package, hence the check of kernels.layer.layer). The bench smoke test is
-    # CPU-only. No -x: one failure must not hide the others.
-    # pytest-xdist (in the device image) spreads the tests' Triton compiles over the CPU cores:
-    # serially they took 170+ s on the H200 machine, mostly compiling.
+    # No -x: one failure must not hide the others. pytest-xdist, when installed, spreads the
+    # Triton compiles over the CPU cores. test_layers.py needs the `kernels` package (note the
+    # repo's own kernels/ folder imports as an empty namespace package, hence kernels.layer.layer).
     timeout "${T_TESTS:-150}" python3 -m pytest tests/kernels -q -p no:cacheprovider \
       $(python3 -c 'import xdist' 2>/dev/null && echo "-n ${XDIST:-8}") \
-      --ignore=tests/kernels/test_bench_smoke.py \
+      --ignore=tests/kernels/test_bench_smoke.py --ignore=tests/kernels/test_tune_smoke.py \
       $(python3 -c 'import kernels.layer.layer' 2>/dev/null || echo --ignore=tests/kernels/test_layers.py) \
-      >"$RES/kernel-tests.log" 2>&1
-    log "kernel tests rc=$? : $(tail -1 "$RES/kernel-tests.log")" ;;
+      >"$OUT/kernel-tests.log" 2>&1
+    log "kernel tests rc=$? : $(tail -1 "$OUT/kernel-tests.log")" ;;
   llama|levit)
     name=$([ "$s" = llama ] && echo llama1b || echo levit128s)
     log "make $name"
-    python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" >>"$RES/$s.log" 2>&1
+    python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" >>"$OUT/$s.log" 2>&1
     log "pipeline $name"
     timeout "$([ "$s" = llama ] && echo "${T_LLAMA:-240}" || echo "${T_LEVIT:-90}")" \
-      bin/xpuinject "$WORK/models/$name" --out "$WORK/run-$s" --device cuda --repeats 20 >>"$RES/$s.log" 2>&1
-    rc=$?
-    log "pipeline $name rc=$rc"
-    cp "$WORK/run-$s/eval/report.md" "$RES/$s-report.md" 2>/dev/null
-    cp "$WORK/run-$s/eval/eval.json" "$RES/$s-eval.json" 2>/dev/null
-    cp "$WORK/run-$s/eval/latency.png" "$RES/$s-latency.png" 2>/dev/null
-    cp "$WORK/run-$s/eval/layers.png" "$RES/$s-layers.png" 2>/dev/null
-    ;;
+      bin/xpuinject "$WORK/models/$name" --out "$WORK/run-$s" --device cuda --repeats 20 >>"$OUT/$s.log" 2>&1
+    log "pipeline $name rc=$?"
+    mkdir -p "$OUT/$s"
+    cp "$WORK/run-$s"/eval/{report.md,eval.json,latency.png,layers.png} "$OUT/$s/" 2>/dev/null ;;
   bench)
-    log "kernel benchmark"
-    # BENCH_ARGS: "--quick" (default) or "" for the full issue-8 matrix; the script's own
-    # --budget-s stops starting new cases in time to write its table before T_BENCH runs out.
-    timeout "${T_BENCH:-150}" python3 scripts/bench_kernels.py --out "$RES/bench" ${BENCH_ARGS---quick} \
-      --budget-s $(( ${T_BENCH:-150} - 45 )) ${LIGER:+--liger "$LIGER"} >"$RES/bench.log" 2>&1
+    log "kernel benchmarks"
+    # --budget-s stops starting new cases in time to write the table before T_BENCH runs out.
+    timeout "${T_BENCH:-150}" python3 benchmarks/run_all.py --out "$OUT/bench" ${BENCH_ARGS---quick} \
+      --budget-s $(( ${T_BENCH:-150} - 45 )) >"$OUT/bench.log" 2>&1
     log "bench rc=$?" ;;
+  tune)
+    log "launch-constant sweep"
+    timeout "${T_TUNE:-300}" python3 benchmarks/tune.py --out "$OUT/tune" --budget-s $(( ${T_TUNE:-300} - 60 )) \
+      >"$OUT/tune.log" 2>&1
+    log "tune rc=$?" ;;
+  host)
+    log "launcher host time"
+    timeout "${T_HOST:-120}" python3 benchmarks/bench_host.py --out "$OUT/host" >"$OUT/host.log" 2>&1
+    log "host rc=$?" ;;
+  *)
+    log "unknown step $s (want tests, llama, levit, bench, tune, host)" ;;
   esac
-  pack
 done
-log "done"
-pack
+log "done: $OUT"

@@ -52,7 +52,7 @@ class XPUTargetDriver:
 
 
 def grf_option(value: str) -> str:
-    """Our configs say grf_mode "256" (seed 000, newer Intel Triton); older triton-xpu releases
+    """Our configs say grf_mode "256" (newer Intel Triton); older triton-xpu releases
     spell the same 256-register mode "large"."""
     from triton.backends.intel.compiler import XPUOptions
 

@@ -115,7 +115,7 @@ func TestKernelsListsVendorRoutes(t *testing.T) {
 	}
 	for _, want := range []string{
 		"\nvendor routes (the layer stays replaced; this operation runs on the vendor path):\n",
-		"  gemm: qkv_proj K=2048 N=3072: 0.71x cuBLAS at M=2048, 0.83x at M=16384, 0.77x at M=1, 0.75x at M=64; H200, BENCHMARKS.md session 2\n",
+		"  gemm: qkv_proj K=2048 N=3072: 0.71x cuBLAS at M=2048, 0.83x at M=16384, 0.77x at M=1, 0.75x at M=64; H200 2026-11-29, BENCHMARKS.md\n",
 		"  gemm: down_proj K=8192 N=2048 at decode (M <= 64 tokens): with the fused residual 0.75x cuBLAS+add at M=1, ",
 		"  attention-prefill: causal prefill at head_dim 64 and 128: ",
 		"  attention-decode: decode (one query token per sequence) at head_dim 64 and 128: split-K decode ",

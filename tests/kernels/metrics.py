@@ -1,5 +1,5 @@
-"""Accuracy metrics shared by the kernel tests (seed 004: cosine, max/mean abs error, max/mean rel
-error with a printed nonzero denominator floor).
+"""Accuracy metrics shared by the kernel tests, the accuracy-oracle method: cosine, max/mean abs
+error, max/mean rel error with a printed nonzero denominator floor.
 
     m = metrics.assert_close("rmsnorm bf16 70", out, oracle, atol=1e-2, rtol=1e-2)
 

@@ -1,16 +1,17 @@
-"""scripts/bench_kernels.py without a GPU.
+"""The kernel benchmarks (benchmarks/) without a GPU.
 
-* `--interpret-smoke` end to end (CPU, TRITON_INTERPRET=1, tiny shapes, no timing): every kind's
-  cases are built, our kernels and the torch eager competitors run, and each output is checked
-  against the script's fp32 reference; the run writes bench.json / bench.md and exits 0.
+* `--smoke` end to end (CPU, TRITON_INTERPRET=1, tiny shapes, no timing), for run_all.py and each
+  bench_<kernel>.py: every kind's cases are built, our kernels and the torch eager competitors
+  run, and each output is checked against the bench file's fp32 reference; the run writes
+  bench.json / bench.csv / bench.md and exits 0.
 * `--inject-fault`: a corrupted output of ours must fail the check and make the run exit 1 (the
   check is not vacuous).
-* The pure helpers (rotation sizing, issue-8 target rules, rate formatting, argument errors, the
-  relative-error metric with NaN and shape mismatches) in-process.
-
-The subprocess runs take ~25 s and ~11 s here (most of it importing torch and transformers).
+* The harness's pure helpers (rotation sizing, target rules, rate formatting, argument errors, the
+  relative-error metric with NaN and shape mismatches, the timer's control flow, the tables, the
+  vendor-route matching) in-process.
 """
 
+import csv
 import importlib.util
 import json
 import math
@@ -23,43 +24,52 @@ import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "scripts", "bench_kernels.py")
+BENCH = os.path.join(ROOT, "benchmarks")
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_kernels_under_test", SCRIPT)
+def load(name):
+    """A module of benchmarks/ by file; registered under its name because the bench files import
+    `benchlib` by name (as they do when run from that folder)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH, f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
 
-bk = _load()
+bl = load("benchlib")
+b_rms, b_rope, b_gemm, b_attn = (load(n) for n in ("bench_rmsnorm", "bench_rope", "bench_gemm", "bench_attention"))
 
 
-def _run(args, tmp_path):
+def _run(script, args, tmp_path):
     out = tmp_path / "out"
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    p = subprocess.run([sys.executable, SCRIPT, "--interpret-smoke", "--out", str(out), *args],
-                       capture_output=True, text=True, timeout=150, env=env, cwd=ROOT)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    p = subprocess.run([sys.executable, os.path.join(BENCH, script), "--smoke", "--out", str(out), *args],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     return p, out
 
 
-@pytest.mark.slow
-def test_interpret_smoke_checks_every_kind(tmp_path):
-    p, out = _run([], tmp_path)
+def _main(mod, args, tmp_path, capsys):
+    """A bench file's main in this process (torch is already imported: seconds instead of a
+    subprocess's start), as a CompletedProcess-like result."""
+    out = tmp_path / "out"
+    rc = mod.main(["--smoke", "--out", str(out), *args])
+    cap = capsys.readouterr()
+    return types.SimpleNamespace(returncode=rc, stdout=cap.out, stderr=cap.err), out
+
+
+def _check_smoke_run(p, out, n_cases, kinds):
     assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}"
     data = json.loads((out / "bench.json").read_text())
     cases = data["cases"]
-    # 2 token counts x (rmsnorm, add_rmsnorm, rope, swiglu + 7 gemm rows) + 1 prefill + 1 decode
-    n_gemm = sum(len(e) for _, _, _, e in bk.GEMM_PROJ)
-    assert len(bk.M_SMOKE) == 2 and n_gemm == 7
-    assert len(cases) == 2 * (4 + n_gemm) + 1 + 1
-    assert {c["kind"] for c in cases} == set(bk.KINDS)
+    assert len(cases) == n_cases
+    assert {c["kind"] for c in cases} == set(kinds)
     for c in cases:
         assert c.get("error") is None, c
         assert c["check_ok"] is True, c
-        assert 0.0 <= c["rel_err"] < bk.REL_TOL, c
+        assert 0.0 <= c["rel_err"] < bl.REL_TOL, c
         # the torch eager competitor ran and matched the same reference
         tc = c["competitors"]["torch"]
         assert tc["status"] == "checked", c
@@ -76,12 +86,34 @@ def test_interpret_smoke_checks_every_kind(tmp_path):
     md = (out / "bench.md").read_text()
     assert md.count("\n| ") >= len(cases) + 1  # header + one row per case
     assert "interpreter smoke" in md
-    assert "24 checked, 0 failed" in p.stdout
+    rows = list(csv.DictReader((out / "bench.csv").open()))
+    assert len(rows) == len(cases) and all(r["check_ok"] == "1" for r in rows)
+    assert f"{len(cases)} checked, 0 failed" in p.stdout
+    return cases
 
 
 @pytest.mark.slow
-def test_interpret_smoke_detects_wrong_output(tmp_path):
-    p, out = _run(["--only", "rmsnorm", "--m", "3", "--inject-fault", "rmsnorm"], tmp_path)
+def test_run_all_smoke_checks_every_kind(tmp_path):
+    p, out = _run("run_all.py", [], tmp_path)
+    # 2 token counts x (rmsnorm, add_rmsnorm, rope, swiglu + 7 gemm rows) + 1 prefill + 1 decode
+    n_gemm = sum(len(e) for _, _, _, e in b_gemm.PROJECTIONS)
+    assert len(bl.M_SMOKE) == 2 and n_gemm == 7
+    _check_smoke_run(p, out, 2 * (4 + n_gemm) + 1 + 1, bl.KINDS)
+
+
+@pytest.mark.parametrize("mod, n_cases", [
+    (b_rms, 2),     # rmsnorm, add_rmsnorm at one M
+    (b_rope, 1),
+    (b_gemm, 1 + 7),   # swiglu + the 7 projection rows
+    (b_attn, 2),  # one prefill, one decode
+], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_each_bench_file_smoke(tmp_path, capsys, mod, n_cases):
+    p, out = _main(mod, ["--m", "5"], tmp_path, capsys)
+    _check_smoke_run(p, out, n_cases, mod.KINDS)
+
+
+def test_smoke_detects_wrong_output(tmp_path, capsys):
+    p, out = _main(b_rms, ["--only", "rmsnorm", "--m", "3", "--inject-fault", "rmsnorm"], tmp_path, capsys)
     assert p.returncode == 1, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     data = json.loads((out / "bench.json").read_text())
     (c,) = data["cases"]
@@ -95,79 +127,85 @@ def test_interpret_smoke_detects_wrong_output(tmp_path):
 def test_rel_err_metric():
     env = types.SimpleNamespace(torch=torch)
     ref = torch.randn(4, 8, dtype=torch.float64)
-    assert bk.rel_err(env, ref.clone(), ref) == 0.0
-    e = bk.rel_err(env, (ref * 1.01).to(torch.float32), ref)
+    assert bl.rel_err(env, ref.clone(), ref) == 0.0
+    e = bl.rel_err(env, (ref * 1.01).to(torch.float32), ref)
     assert math.isclose(e, 0.01, rel_tol=1e-4)
     bad = ref.clone()
     bad[1, 2] = float("nan")
-    assert bk.rel_err(env, bad, ref) == float("inf")
+    assert bl.rel_err(env, bad, ref) == float("inf")
     bad[1, 2] = float("inf")
-    assert bk.rel_err(env, bad, ref) == float("inf")
+    assert bl.rel_err(env, bad, ref) == float("inf")
     # the worst of several outputs counts
-    assert math.isclose(bk.rel_err(env, [ref, ref * 1.02], [ref, ref]), 0.02, rel_tol=1e-6)
+    assert math.isclose(bl.rel_err(env, [ref, ref * 1.02], [ref, ref]), 0.02, rel_tol=1e-6)
     with pytest.raises(ValueError, match="shape"):
-        bk.rel_err(env, ref.t(), ref)
+        bl.rel_err(env, ref.t(), ref)
     with pytest.raises(ValueError, match="outputs"):
-        bk.rel_err(env, [ref], [ref, ref])
+        bl.rel_err(env, [ref], [ref, ref])
 
 
 def test_rotation_sets():
     l2 = 60 << 20
-    assert bk.rotation_sets(1 << 30, l2) == 1  # one set already 17x the L2
-    assert bk.rotation_sets(60 << 20, l2) == 3
-    assert bk.rotation_sets(1 << 20, l2) == 64  # capped
-    assert bk.rotation_sets(1 << 20, l2, max_sets=200) == 180
-    assert bk.rotation_sets(3 << 30, l2, mem_cap=1 << 30) == 1
-    assert bk.rotation_sets(10 << 20, l2, mem_cap=40 << 20) == 4  # memory cap wins over 18
+    assert bl.rotation_sets(1 << 30, l2) == 1  # one set already 17x the L2
+    assert bl.rotation_sets(60 << 20, l2) == 3
+    assert bl.rotation_sets(1 << 20, l2) == 64  # capped
+    assert bl.rotation_sets(1 << 20, l2, max_sets=200) == 180
+    assert bl.rotation_sets(3 << 30, l2, mem_cap=1 << 30) == 1
+    assert bl.rotation_sets(10 << 20, l2, mem_cap=40 << 20) == 4  # memory cap wins over 18
     with pytest.raises(ValueError):
-        bk.rotation_sets(0, l2)
+        bl.rotation_sets(0, l2)
 
 
 def test_target_rules():
-    r = bk.target_rule("rmsnorm", {"M": 16384})
+    r = b_rms.target(16384)
     assert r == (">=90% copy BW", "bw_frac", 0.90)
-    assert bk.target_rule("rmsnorm", {"M": 2048}) is None
-    assert bk.target_rule("gemm", {"M": 2048})[1:] == ("ratio_torch", 0.95)
-    assert bk.target_rule("gemm", {"M": 64}) is None
-    assert bk.target_rule("swiglu", {"M": 16384})[1] == "ratio_mm"
-    assert bk.target_rule("prefill", {"seq": 2048})[1:] == ("ratio_torch", 1.0)
-    assert bk.target_rule("prefill", {"seq": 8192}) is None
-    assert bk.target_rule("decode", {"kv_len": 8192})[1:] == ("ratio_torch", 1.0)
+    assert b_rms.target(2048) is None
+    assert b_rope.target(16384) == r and b_rope.target(2048) is None
+    assert b_gemm.target("gemm", 2048)[1:] == ("ratio_torch", 0.95)
+    assert b_gemm.target("gemm", 64) is None
+    assert b_gemm.target("swiglu", 16384)[1] == "ratio_mm"
+    assert b_attn.target("prefill", {"seq": 2048})[1:] == ("ratio_torch", 1.0)
+    assert b_attn.target("prefill", {"seq": 8192}) is None
+    assert b_attn.target("decode", {"kv_len": 8192})[1:] == ("ratio_torch", 1.0)
     with pytest.raises(ValueError):
-        bk.target_rule("softmax", {"M": 1})
-    assert bk.evaluate_target(r, True, {"bw_frac": 0.91}) == "met"
-    assert bk.evaluate_target(r, True, {"bw_frac": 0.89}) == "missed"
-    assert bk.evaluate_target(r, False, {"bw_frac": 0.99}) == "missed (wrong result)"
-    assert bk.evaluate_target(r, True, {}) == "n/a (no timing)"
-    assert bk.evaluate_target(r, True, {"bw_frac": float("nan")}) == "n/a (no timing)"
-    assert bk.evaluate_target(None, True, {"bw_frac": 0.5}) == "-"
+        b_gemm.target("softmax", 2048)
+    with pytest.raises(ValueError):
+        b_attn.target("softmax", {"seq": 2048})
+    assert bl.evaluate_target(r, True, {"bw_frac": 0.91}) == "met"
+    assert bl.evaluate_target(r, True, {"bw_frac": 0.89}) == "missed"
+    assert bl.evaluate_target(r, False, {"bw_frac": 0.99}) == "missed (wrong result)"
+    assert bl.evaluate_target(r, True, {}) == "n/a (no timing)"
+    assert bl.evaluate_target(r, True, {"bw_frac": float("nan")}) == "n/a (no timing)"
+    assert bl.evaluate_target(None, True, {"bw_frac": 0.5}) == "-"
 
 
 def test_fmt_rate_picks_the_bounding_side():
     bw, peak = 4.0e12, 800e12
     # 4 GB in 1000 us at 4 TB/s: bandwidth side, 100%
-    txt, frac_txt, frac = bk.fmt_rate(4e9, 0, 1000.0, bw, peak)
+    txt, frac_txt, frac = bl.fmt_rate(4e9, 0, 1000.0, bw, peak)
     assert txt == "4000 GB/s" and frac_txt == "100%" and math.isclose(frac, 1.0)
     # 1.6 TFLOP with few bytes in 4000 us: 400 TFLOP/s, half the peak
-    txt, frac_txt, frac = bk.fmt_rate(1e6, 1.6e12, 4000.0, bw, peak)
+    txt, frac_txt, frac = bl.fmt_rate(1e6, 1.6e12, 4000.0, bw, peak)
     assert txt == "400 TFLOP/s" and frac_txt == "50%" and math.isclose(frac, 0.5)
-    assert bk.fmt_rate(1e6, 0, None, bw, peak) == ("-", "-", None)
+    assert bl.fmt_rate(1e6, 0, None, bw, peak) == ("-", "-", None)
 
 
 def test_parse_args():
-    a = bk.parse_args(["--out", "x", "--quick", "--only", "gemm,rope"])
-    assert a.kinds == ["gemm", "rope"] and a.m_list == bk.M_QUICK and a.model_names == list(bk.MODELS)
-    a = bk.parse_args(["--out", "x", "--m", "1,4096", "--models", "llama-3.1-8b"])
+    a = bl.parse_args(["--out", "x", "--quick", "--only", "gemm,rope"])
+    assert a.kinds == ["gemm", "rope"] and a.m_list == bl.M_QUICK and a.model_names == list(bl.MODELS)
+    a = bl.parse_args(["--out", "x", "--m", "1,4096", "--models", "llama-3.1-8b"])
     assert a.m_list == (1, 4096) and a.model_names == ["llama-3.1-8b"]
-    a = bk.parse_args(["--out", "x", "--interpret-smoke"])
-    assert a.model_names == ["tiny"] and a.m_list == bk.M_SMOKE
+    a = bl.parse_args(["--out", "x", "--smoke"])
+    assert a.model_names == ["tiny"] and a.m_list == bl.M_SMOKE
     for bad in (["--only", "rmsnorm,softmax"], ["--models", "gpt2"], ["--m", "1,x"], ["--m", "0"],
                 ["--inject-fault", "rope:zero"], ["--timer", "wall"], ["--budget-s", "0"]):
         with pytest.raises(SystemExit) as ei:
-            bk.parse_args(["--out", "x", *bad])
+            bl.parse_args(["--out", "x", *bad])
         assert ei.value.code == 2, bad
     with pytest.raises(SystemExit):
-        bk.parse_args([])  # --out is required
+        bl.parse_args([])  # --out is required
+    # a bench file accepts only its own kinds
+    with pytest.raises(SystemExit):
+        bl.parse_args(["--out", "x", "--only", "gemm"], kinds=b_rms.KINDS)
 
 
 def test_render_table_marks_states():
@@ -178,13 +216,18 @@ def test_render_table_marks_states():
         dict(kind="rmsnorm", model="m", shape="s2", status="skipped"),
         dict(kind="rope", model="m", shape="s3", error="boom", check_ok=False, target="error", competitors={}),
     ]
-    md = bk.render_table(rows, markdown=True)
+    md = bl.render_table(rows, markdown=True)
     lines = md.splitlines()
     assert len(lines) == 2 + 3
     assert "| ok 2.0e-03 | 100.0 | 600 TFLOP/s | 80% | 102.0 (1.02x) | - | not available | met (>=0.95x cuBLAS: 1.02) |" in lines[2]
     assert "skipped" in lines[3] and "ERROR" in lines[4]
-    txt = bk.render_table(rows, markdown=False)
+    txt = bl.render_table(rows, markdown=False)
     assert len(txt.splitlines()) == 4
+    # the CSV: one line per row, numbers where they exist
+    got = list(csv.DictReader(bl.csv_text(rows).splitlines()))
+    assert len(got) == 3
+    assert got[0]["ours_us"] == "100" and got[0]["torch_ratio"] == "1.02" and got[0]["target"] == "met"
+    assert got[1]["check_ok"] == "" and got[2]["check_ok"] == "0"
 
 
 class _FakeCuda:
@@ -249,7 +292,7 @@ def test_time_calls_control_flow(timer, fail, want_timer):
                                 args=types.SimpleNamespace(timer=timer, rep_ms=60.0))
     cost = {0: 0.010, 1: 0.030, 2: 0.020}  # ms per call, by input set: the median call is 20 us
     sets = [dict(i=i) for i in range(3)]
-    r = bk.time_calls(env, lambda s: cuda.work(cost[s["i"]]), sets)
+    r = bl.time_calls(env, lambda s: cuda.work(cost[s["i"]]), sets)
     assert r["timer"].startswith(want_timer), r
     assert r["sets"] == 3 and r["calls"] % 3 == 0 and r["calls"] >= 3
     # every sweep covers the sets equally, so the time per call is the mean cost: 20 us
@@ -264,7 +307,7 @@ def test_render_targets_compact():
     rows = [dict(kind="decode", model="llama-3.1-8b", shape="B=8 L=8192 H=32 KV=8 D=128", ours_us=41.5,
                  frac_text="91%", target="missed", target_desc=">= SDPA", target_value=0.97,
                  competitors={"torch": dict(status="ok", us=40.3, ratio=0.97)})]
-    line = bk.render_targets(rows)
+    line = bl.render_targets(rows)
     assert "3.1-8b" in line and "41.5us" in line and "torch x0.97" in line and "missed (>= SDPA: 0.97)" in line
     assert len(line) < 130
 
@@ -273,11 +316,10 @@ def test_run_case_timing_bookkeeping(monkeypatch, tmp_path):
     """The GPU half of run_case (rotation sets, best variant per column, ratios, bandwidth fraction,
     targets, the second timing of ours) with the interpreter for the kernel and a fake timer."""
     import xpuinject_kernels as xk
-    import xpuinject_kernels.attention  # noqa: F401
 
-    args = bk.parse_args(["--out", str(tmp_path), "--interpret-smoke", "--no-compile", "--only", "rmsnorm",
-                          "--m", "5"])
-    env = bk.Env(args)
+    args = bl.parse_args(["--out", str(tmp_path), "--smoke", "--no-compile", "--only", "rmsnorm", "--m", "5"],
+                         kinds=b_rms.KINDS)
+    env = bl.Env(args)
     env.xk = xk
     env.hf = None  # inline LlamaRMSNorm expression: no transformers import needed here
     env.smoke = False  # take the timing path
@@ -289,12 +331,18 @@ def test_run_case_timing_bookkeeping(monkeypatch, tmp_path):
         us = {0: 1.0, 1: 3.0, 2: 1.05}.get(len(calls) - 1, 9.0)  # ours, torch, ours again
         return dict(us=us, p20=us, p80=us, timer="fake", calls=len(sets), sets=len(sets))
 
-    monkeypatch.setattr(bk, "time_calls", fake_time)
-    monkeypatch.setattr(bk, "sync", lambda env_: None)
-    # the issue-8 rule applies from M = 4096 (tested above); a tiny M keeps the interpreter quick
-    monkeypatch.setattr(bk, "target_rule", lambda kind, params: (">=90% copy BW", "bw_frac", 0.90))
-    (case,) = bk.build_cases(env)
-    row = bk.run_case(env, case, 0, 1)
+    monkeypatch.setattr(bl, "time_calls", fake_time)
+    monkeypatch.setattr(bl, "sync", lambda env_: None)
+    poisoned = xk.set_poison(True)
+    (case,) = b_rms.cases(env, "rmsnorm", "tiny", bl.SMOKE_MODELS["tiny"])
+    # the rule applies from M = 4096 (tested above); a tiny M keeps the interpreter quick
+    case.target = (">=90% copy BW", "bw_frac", 0.90)
+    try:
+        row = bl.run_case(env, case)
+        # run_case poisons the check call and restores the setting it found
+        assert xk.set_poison(poisoned) is True
+    finally:
+        xk.set_poison(poisoned)
     assert row["check_ok"] is True and row["rel_err"] < 1e-2
     # 5 x 64 bf16 in + out + weight = 1408 bytes a set: 3 x 60 MiB of L2 wants far more, capped at 64
     assert row["sets"] == 64 and calls[0][1] == 64
@@ -307,26 +355,29 @@ def test_run_case_timing_bookkeeping(monkeypatch, tmp_path):
     assert math.isclose(row["metrics"]["bw_frac"], 0.5)
     assert row["frac_text"] == "50%" and row["achieved"] == "1 GB/s"
     assert row["target"] == "missed" and row["target_desc"] == ">=90% copy BW"
-    line = bk.render_table([row], markdown=True).splitlines()[2]
+    line = bl.render_table([row], markdown=True).splitlines()[2]
     assert "3.00 (3.00x)" in line and "missed (>=90% copy BW: 0.50)" in line
-    assert "ours 1.00us" in bk.progress_line(0, 1, 1.0, row)
+    assert "ours 1.00us" in bl.progress_line(0, 1, 1.0, row)
 
 
 def test_fallback_timer_is_marked():
     row = dict(kind="rope", model="m", shape="s", check_ok=True, rel_err=1e-3, ours_us=5.0,
                ours=dict(timer="events (graph capture failed: RuntimeError: x)"),
                competitors={"torch": dict(status="ok", us=10.0, ratio=2.0, timer="graph")})
-    line = bk.render_table([row], markdown=True).splitlines()[2]
+    line = bl.render_table([row], markdown=True).splitlines()[2]
     assert "| 5.00* |" in line and "| 10.0 (2.00x) |" in line
     row["ours"]["timer"] = "graph"
-    assert "| 5.00 |" in bk.render_table([row], markdown=True).splitlines()[2]
+    assert "| 5.00 |" in bl.render_table([row], markdown=True).splitlines()[2]
 
 
 ROUTES = [  # the shape of `xpuinject kernels --json` (registry VendorOps), trimmed
     {"name": "gemm", "vendor_ops": [
         {"op": "qkv_proj", "when": "qkv_proj K=2048 N=3072", "measured": "0.71x", "gemm": "qkv_proj", "k": 2048, "n": 3072},
         {"op": "down_proj:decode", "when": "down_proj K=8192 N=2048 at decode", "measured": "0.75x",
-         "gemm": "down_proj", "k": 8192, "n": 2048, "tokens": "decode"}]},
+         "gemm": "down_proj", "k": 8192, "n": 2048, "tokens": "decode"},
+        # token bounds as numbers (the same route written with min/max tokens)
+        {"op": "o_proj", "when": "o_proj K=4096 N=4096 at prefill", "measured": "0.9x",
+         "gemm": "o_proj", "k": 4096, "n": 4096, "min_tokens": 65}]},
     {"name": "attention-decode", "vendor_ops": [
         {"op": "attention-decode", "when": "decode at head_dim 64 and 128", "measured": "0.9x", "head_dims": [64, 128]}]},
     {"name": "rmsnorm"},
@@ -336,26 +387,28 @@ ROUTES = [  # the shape of `xpuinject kernels --json` (registry VendorOps), trim
 def test_route_for_matches_op_shape_and_token_class(tmp_path):
     p = tmp_path / "routes.json"
     p.write_text(json.dumps(ROUTES))
-    routes = bk.load_routes(str(p))
-    assert len(routes) == 3
+    routes = bl.load_routes(str(p))
+    assert len(routes) == 4
 
     def gemm(proj, m, k, n):
         return {"kind": "gemm", "params": {"M": m, "K": k, "N": n, "proj": proj, "epilogue": "none"}}
 
-    assert bk.route_for(gemm("qkv", 2048, 2048, 3072), routes).startswith("qkv_proj (")
-    assert bk.route_for(gemm("qkv", 1, 2048, 3072), routes).startswith("qkv_proj (")      # every token count
-    assert bk.route_for(gemm("qkv", 2048, 4096, 3072), routes) == ""                      # other K
-    assert bk.route_for(gemm("o", 2048, 2048, 3072), routes) == ""                        # other projection
-    assert bk.route_for(gemm("down", 64, 8192, 2048), routes).startswith("down_proj:decode")
-    assert bk.route_for(gemm("down", 65, 8192, 2048), routes) == ""                       # prefill: not routed
+    assert bl.route_for(gemm("qkv", 2048, 2048, 3072), routes).startswith("qkv_proj (")
+    assert bl.route_for(gemm("qkv", 1, 2048, 3072), routes).startswith("qkv_proj (")      # every token count
+    assert bl.route_for(gemm("qkv", 2048, 4096, 3072), routes) == ""                      # other K
+    assert bl.route_for(gemm("o", 2048, 2048, 3072), routes) == ""                        # other projection
+    assert bl.route_for(gemm("down", 64, 8192, 2048), routes).startswith("down_proj:decode")
+    assert bl.route_for(gemm("down", 65, 8192, 2048), routes) == ""                       # prefill: not routed
+    assert bl.route_for(gemm("o", 64, 4096, 4096), routes) == ""                          # below min_tokens
+    assert bl.route_for(gemm("o", 65, 4096, 4096), routes).startswith("o_proj (")
     dec = {"kind": "decode", "params": {"batch": 1, "kv_len": 2048, "H": 32, "KV": 8, "D": 64}}
-    assert bk.route_for(dec, routes).startswith("attention-decode")
-    assert bk.route_for(dict(dec, params=dict(dec["params"], D=96)), routes) == ""
-    assert bk.route_for({"kind": "prefill", "params": {"seq": 2048, "D": 64}}, routes) == ""  # no prefill route here
+    assert bl.route_for(dec, routes).startswith("attention-decode")
+    assert bl.route_for(dict(dec, params=dict(dec["params"], D=96)), routes) == ""
+    assert bl.route_for({"kind": "prefill", "params": {"seq": 2048, "D": 64}}, routes) == ""  # no prefill route here
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a list"}')
     with pytest.raises(ValueError, match="kernels --json"):
-        bk.load_routes(str(bad))
+        bl.load_routes(str(bad))
 
 
 def test_render_marks_missed_targets_routed_or_not(tmp_path):
@@ -370,7 +423,7 @@ def test_render_marks_missed_targets_routed_or_not(tmp_path):
          "competitors": {"torch": {"status": "ok", "us": 200.0, "ratio": 0.93}}, "target": "missed",
          "target_desc": ">=0.95x cuBLAS", "target_value": 0.93},
     ]
-    run = {"command": "python3 scripts/bench_kernels.py --out x", "ceilings": None, "cases": rows,
+    run = {"command": "python3 benchmarks/run_all.py --out x", "ceilings": None, "cases": rows,
            "env": {"device": "NVIDIA H200", "date_utc": "2026-11-29T16:02:23Z", "torch": "2.11", "triton": "3.6",
                    "liger": "liger_kernel 0.8.5", "eager_reference": "transformers 5.17.0", "timer": "graph", "smoke": False}}
     src = tmp_path / "bench.json"
@@ -378,22 +431,27 @@ def test_render_marks_missed_targets_routed_or_not(tmp_path):
     routes = tmp_path / "routes.json"
     routes.write_text(json.dumps(ROUTES))
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, SCRIPT, "--render", str(src), "--routes", str(routes), "--out", str(out)],
+    script = os.path.join(BENCH, "run_all.py")
+    r = subprocess.run([sys.executable, script, "--render", str(src), "--routes", str(routes), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     md = (out / "bench.md").read_text()
     assert "vendor route: qkv_proj (qkv_proj K=2048 N=3072)" in md
     assert "0.93); not routed" in md
+    # the view of every missed target and the route that covers it
+    assert "| gemm | llama-3.2-1b | qkv:none M=2048 | >=0.95x cuBLAS: 0.70 | qkv_proj (qkv_proj K=2048 N=3072) |" in md
+    assert "| >=0.95x cuBLAS: 0.93 | not routed |" in md
     res = json.loads((out / "bench.json").read_text())
     assert res["summary"]["targets_missed"] == 2 and res["summary"]["missed_routed"] == 1
+    assert [row["route"] for row in csv.DictReader((out / "bench.csv").open())] == ["qkv_proj (qkv_proj K=2048 N=3072)", ""]
     assert "missed 2 (1 routed to the vendor path)" in r.stdout
     # bad inputs: a --routes file that is not the registry list, a --render file that is not a run
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2")
-    r = subprocess.run([sys.executable, SCRIPT, "--render", str(src), "--routes", str(bad), "--out", str(out)],
+    r = subprocess.run([sys.executable, script, "--render", str(src), "--routes", str(bad), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--routes" in r.stderr
-    r = subprocess.run([sys.executable, SCRIPT, "--render", str(routes), "--out", str(out)],
+    r = subprocess.run([sys.executable, script, "--render", str(routes), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "not a bench.json" in r.stderr
 
@@ -403,4 +461,15 @@ def test_decode_token_bound_matches_the_layers():
     registry's copy is checked against the same constant by kernels/registry_test.go)."""
     from xpuinject_kernels import decoder
 
-    assert bk.DECODE_MAX_M == decoder.DECODE_MAX_M
+    assert bl.DECODE_MAX_M == decoder.DECODE_MAX_M
+
+
+@pytest.mark.slow
+def test_host_bench_smoke(tmp_path):
+    """bench_host.py --smoke: each launcher and the torch call beside it run once and agree."""
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "bench_host.py"), "--smoke", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = json.loads((tmp_path / "host.json").read_text())["rows"]
+    assert len(rows) == 6 and all(row["check_ok"] and "ours_us" not in row for row in rows)
+    assert r.stdout.count("checked") == 6

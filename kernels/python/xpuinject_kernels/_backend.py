@@ -1,12 +1,13 @@
 """Backend detection, alignment checks and autotune config builders shared by every kernel.
 
 Only stdlib, torch and triton are imported here (the package is copied verbatim into kernel-hub
-variant folders, see DESIGN "Kernel hub package").
+variant folders by inject/emit.go).
 
 Backends:
   "cuda"  NVIDIA (Hopper-sized configs, TMA tensor descriptors need `ensure_allocator()`),
-  "xpu"   Intel GPUs through the Intel XPU backend for Triton (configs per seed 000: grf_mode "256",
-          GROUP_SIZE_M swizzling, register-file-aware pruning),
+  "xpu"   Intel GPUs through the Intel XPU backend for Triton (configs after the huggingface/kernels
+          xpu-kernels skill, https://github.com/huggingface/kernels, skills/xpu-kernels: grf_mode
+          "256", GROUP_SIZE_M swizzling, register-file-aware pruning),
   "cpu"   the Triton interpreter; kernels run on CPU tensors only when TRITON_INTERPRET=1.
 
 Under the interpreter every autotuned kernel gets ONE small config: the interpreter executes each
@@ -31,6 +32,7 @@ __all__ = [
     "ensure_allocator",
     "empty",
     "set_poison",
+    "launch_config",
     "poison_enabled",
     "launch_counts",
     "count",
@@ -56,9 +58,11 @@ def count(name: str) -> None:
 _POISON = os.environ.get("XPUINJECT_POISON", "0") == "1"
 
 
-def set_poison(on: bool) -> None:
+def set_poison(on: bool) -> bool:
+    """Turn poisoning on or off; returns the previous setting (to restore it)."""
     global _POISON
-    _POISON = bool(on)
+    prev, _POISON = _POISON, bool(on)
+    return prev
 
 
 def poison_enabled() -> bool:
@@ -118,8 +122,25 @@ def require_runnable(t: torch.Tensor, what: str) -> str:
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for host code. triton.cdiv is a constexpr_function in Triton 3.6: ~5 us per
     call from Python (argument unwrapping), and a decode step's launchers made about nine such
-    calls (scripts/bench_host_overhead.py)."""
+    calls (benchmarks/bench_host.py measures the launchers' host time)."""
     return -(-a // b)
+
+
+def launch_config(config: Optional[Dict], allowed: Sequence[str], what: str) -> Dict[str, int]:
+    """Validate a kernel function's `config=` argument: launch constants (positive ints) keyed by
+    names in `allowed`, or None (the kernel's own choice) which gives {}. benchmarks/tune.py
+    passes one to time that configuration."""
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise ValueError(f"xpuinject_kernels: {what}: config must be a dict of launch constants, got {type(config).__name__}")
+    bad = sorted(set(config) - set(allowed))
+    if bad:
+        raise ValueError(f"xpuinject_kernels: {what}: unknown config key(s) {', '.join(bad)} (want {', '.join(allowed)})")
+    for k, v in config.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"xpuinject_kernels: {what}: config {k}={v!r}: want a positive integer")
+    return dict(config)
 
 
 def next_pow2(n: int) -> int:
@@ -137,7 +158,7 @@ def has_descriptors() -> bool:
 def tma_ok(t: torch.Tensor) -> bool:
     """Whether a tensor can back a tensor descriptor (`tl.make_tensor_descriptor`).
 
-    Rules (triton's make_tensor_descriptor docstring + DESIGN "Kernels"): base pointer 16-byte
+    Rules (triton's make_tensor_descriptor docstring): base pointer 16-byte
     aligned, last stride 1, every other stride a multiple of 16 bytes. On the H200 a misaligned
     stride gave SILENTLY WRONG results and the interpreter asserted, so callers must fall back to
     block pointers when this says False. A tensor with fewer than 2 dims never qualifies (descriptors
@@ -205,11 +226,12 @@ def rowwise_num_warps(block: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 # XPU register file: grf_mode "256" gives each hardware thread 256 GRFs of 64 bytes on Xe-HPC
-# (Data Center GPU Max); seed 000 asks for large GRF mode on every GEMM config. A Triton warp maps
-# to one hardware thread, so a program of num_warps warps owns num_warps * 16 KiB of registers.
+# (Data Center GPU Max); the xpu-kernels skill asks for large GRF mode on every GEMM config. A
+# Triton warp maps to one hardware thread, so a program of num_warps warps owns num_warps * 16 KiB
+# of registers.
 XPU_GRF_BYTES_PER_THREAD = 256 * 64
 # Only part of the register file can hold tiles: addresses, loop state and the epilogue need the
-# rest. 0.75 keeps the 256x256x32/32-warp config (seed 000's largest, 288 KiB of tiles vs 512 KiB)
+# rest. 0.75 keeps the 256x256x32/32-warp config (the skill's largest, 288 KiB of tiles vs 512 KiB)
 # and drops the 256x256 swiglu variant (two accumulators, 544 KiB) that would spill.
 XPU_TILE_FRACTION = 0.75
 
@@ -245,9 +267,10 @@ def gemm_configs(be: str, *, n_b_tiles: int = 1) -> List[triton.Config]:
         # One small config: tl.dot needs every dim >= 16; 16x32x32 keeps programs few on tiny tests.
         return [_cfg({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_SIZE_M": 2}, 4, 1)]
     if be == "xpu":
-        # Seed 000: large tiles + grf_mode "256" + many warps for big M; 32/64-row tiles for skinny M
-        # (decode); GROUP_SIZE_M 4 swizzling. grf_mode is a compiler option of the XPU backend only:
-        # on CUDA it would be rejected as an unknown kernel argument, hence XPU-only.
+        # The xpu-kernels skill: large tiles + grf_mode "256" + many warps for big M; 32/64-row
+        # tiles for skinny M (decode); GROUP_SIZE_M 4 swizzling. grf_mode is a compiler option of
+        # the XPU backend only: on CUDA it would be rejected as an unknown kernel argument, hence
+        # XPU-only.
         big = [
             ({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 32, "GROUP_SIZE_M": 4}, 32, 4),
             ({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_SIZE_M": 4}, 32, 4),
@@ -261,13 +284,13 @@ def gemm_configs(be: str, *, n_b_tiles: int = 1) -> List[triton.Config]:
         return [_cfg({**kw, "grf_mode": "256"}, w, s) for kw, w, s in big]
     # CUDA, sized for Hopper (132 SMs, 227 KiB smem): 128x128 / 128x256 / 256x128 tiles with 3-4
     # stages for prefill, narrow-M tiles for decode (M <= 16 would waste 7/8 of a 128-row tile).
-    # Session 1's five prefill configs reached 0.72-0.94x cuBLAS on Llama-3.2-1B's K=2048
-    # projections and 0.80-0.95x at M=16384 (BENCHMARKS.md, H200 session 2 v1 table); the
+    # The first five prefill configs reached 0.72-0.94x cuBLAS on Llama-3.2-1B's K=2048
+    # projections and 0.80-0.95x at M=16384 (docs/results/2026-11-29-h200/bench-v1.csv); the
     # 128x256/s4, 256x128, 128x128/w4/s4, 128x128x128 and 64x256 tiles were added for those
     # shapes. Decode (M <= 64) reached 0.46-0.78x cuBLAS on the deep-K down and o projections
     # with at most N/64 programs (K=8192, N=2048: 32 programs for 132 SMs): the 16- and 32-wide
     # N tiles with 256-512-deep K steps give 64-128 programs, each streaming its weight columns.
-    # Outcome (bench v2, BENCHMARKS.md session 2): 8B qkv M=16384 0.91x -> 1.05x cuBLAS, 1B swiglu
+    # Outcome (bench-v2.csv, same folder): 8B qkv M=16384 0.91x -> 1.05x cuBLAS, 1B swiglu
     # M=16384 0.75x -> 0.89x of a bare matmul, 1B down M=1 0.46x -> 0.69x; 1B qkv/o at M=2048 did
     # not move (0.71x, 0.91x) and are routed to cuBLAS by the planner instead.
     cfgs = [

@@ -206,7 +206,7 @@ def _prefill_kernel(
     else:
         start_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    # int64 before multiplying by strides (seed 000: batch*stride can pass 2^31).
+    # int64 before multiplying by strides: batch*stride can pass 2^31.
     off_b = (pid_bh // H).to(tl.int64)
     off_h = (pid_bh % H).to(tl.int64)
     off_kvh = off_h // GROUP
@@ -395,10 +395,11 @@ def _prefill_configs(be: str):
         # (all dims >= 16) and makes a seq of 33 cross several blocks, exercising the tails.
         return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
     if be == "xpu":
-        # Seed 000: grf_mode "256" (large register file) on every config; Intel's Triton FA
-        # tutorial shape (128x64, 16 warps) for head_dim 128, 8 warps for the smaller head dims,
-        # a 64-row tile for short prompts. The pruner drops configs whose live tiles exceed the
-        # register file (spills cost more than a smaller tile).
+        # grf_mode "256" (large register file) on every config, as the huggingface/kernels
+        # xpu-kernels skill asks (https://github.com/huggingface/kernels, skills/xpu-kernels);
+        # Intel's Triton FA tutorial shape (128x64, 16 warps) for head_dim 128, 8 warps for the
+        # smaller head dims, a 64-row tile for short prompts. The pruner drops configs whose live
+        # tiles exceed the register file (spills cost more than a smaller tile).
         cfgs = [
             ({"BLOCK_M": 128, "BLOCK_N": 64}, 16, 3),
             ({"BLOCK_M": 128, "BLOCK_N": 64}, 8, 3),
@@ -456,7 +457,7 @@ def _decode_configs(be: str):
         return [triton.Config({"BLOCK_N": 16}, num_warps=4, num_stages=1)]
     if be == "xpu":
         # Memory bound: the group's q tile is tiny, K/V blocks stream through; grf_mode "256"
-        # per seed 000 so 128-key blocks of head_dim 128 stay in registers.
+        # (the xpu-kernels skill) so 128-key blocks of head_dim 128 stay in registers.
         cfgs = [({"BLOCK_N": 64}, 4, 2), ({"BLOCK_N": 128}, 8, 2), ({"BLOCK_N": 32}, 4, 3)]
         return [triton.Config({**kw, "grf_mode": "256"}, num_warps=w, num_stages=s) for kw, w, s in cfgs]
     # CUDA: 64/128-key blocks with 2-3 stages to keep loads in flight (bandwidth bound).

@@ -22,8 +22,10 @@ Epilogues (constexpr EPILOGUE, bias independent of it via HAS_BIAS):
 
 Memory access: tensor descriptors (`tl.make_tensor_descriptor`) when every operand passes
 `_backend.tma_ok` (16-byte aligned base and row strides), else block pointers with boundary
-checks — a misaligned descriptor gave silently wrong results on the H200 (DESIGN). One 1-D grid
-with GROUP_SIZE_M swizzling (seed 000) so consecutive programs reuse the same W column panel.
+checks — a misaligned descriptor gave silently wrong results on the H200. One 1-D grid with
+GROUP_SIZE_M swizzling (Triton's matrix-multiplication tutorial, "L2 cache optimizations":
+https://triton-lang.org/main/getting-started/tutorials/03-matrix-multiplication.html) so
+consecutive programs reuse the same W column panel.
 """
 
 from __future__ import annotations
@@ -160,7 +162,8 @@ _BEST: dict = {}  # launch cache: problem class -> autotuned triton.Config
 # descriptor path cost ~45 us more host time per launch (in-kernel TMA descriptors need a scratch
 # allocation per launch) for no GPU-time gain (M=16 K=4096 N=6144: 18.0 us desc vs 14.3-15.4 us
 # block pointers, CUDA-graph timed). Prefill shapes gain from descriptors (M=4096 swiglu 1587 us vs
-# 1861 us). XPU keeps descriptors everywhere (seed 000: they lower to 2D block loads).
+# 1861 us). XPU keeps descriptors everywhere: they lower to 2D block loads there (the
+# huggingface/kernels xpu-kernels skill, https://github.com/huggingface/kernels, skills/xpu-kernels).
 CUDA_DESC_MIN_M = 65
 
 
@@ -200,6 +203,18 @@ def _err(msg: str) -> ValueError:
     return ValueError(f"xpuinject_kernels: gemm: {msg}")
 
 
+_CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+
+
+def _fixed_config(config: dict) -> triton.Config:
+    """gemm's `config=` as a triton.Config (every key required)."""
+    c = _backend.launch_config(config, _CONFIG_KEYS, "gemm")
+    missing = [k for k in _CONFIG_KEYS if k not in c]
+    if missing:
+        raise _err(f"config lacks {', '.join(missing)} (want all of {', '.join(_CONFIG_KEYS)})")
+    return triton.Config({k: c[k] for k in _CONFIG_KEYS[:4]}, num_warps=c["num_warps"], num_stages=c["num_stages"])
+
+
 def gemm(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -208,6 +223,7 @@ def gemm(
     epilogue: str = "none",
     use_descriptors: Optional[bool] = None,
     out_dtype: Optional[torch.dtype] = None,
+    config: Optional[dict] = None,
 ) -> torch.Tensor:
     """out = epilogue(x @ w (+ bias)) with w [K, N]: pre-packed K-major, or a weight.t() view.
 
@@ -217,7 +233,10 @@ def gemm(
     use_descriptors: None = tensor descriptors when every operand is aligned, else block pointers;
     False forces block pointers; True requires descriptors (ValueError if an operand is misaligned
     or w is a weight.t() view, which block pointers read).
+    config: launch constants {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps",
+    "num_stages"}, all six, used instead of the autotuner's pick (for tuning); None autotunes.
     """
+    fixed = _fixed_config(config) if config is not None else None
     if epilogue not in _EPI_CODE:
         raise _err(f"unknown epilogue {epilogue!r} (want one of {', '.join(EPILOGUES)})")
     if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
@@ -319,7 +338,7 @@ def gemm(
     lkey = (be, _backend.is_interpret(), x.dtype, w.dtype, None if bias is None else bias.dtype,
             None if residual is None else residual.dtype, m_bucket, n, k, flags["HAS_BIAS"], flags["EPILOGUE"], use_desc,
             kmajor, out_dtype)
-    cfg = _BEST.get(lkey)
+    cfg = fixed if fixed is not None else _BEST.get(lkey)
     if cfg is not None:
         grid = (_backend.cdiv(m, cfg.kwargs["BLOCK_M"]) * _backend.cdiv(n, cfg.kwargs["BLOCK_N"]),)
         _gemm_kernel[grid](*args, **flags, **cfg.all_kwargs())

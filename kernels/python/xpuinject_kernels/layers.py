@@ -1,6 +1,6 @@
 """Kernel-hub layer classes.
 
-Rules (kernels 0.17 `kernels/layer/layer.py::_validate_layer`, DESIGN "Kernel hub package"): each
+Rules (kernels 0.17 `kernels/layer/layer.py::_validate_layer`): each
 class subclasses nn.Module, defines no `__init__` and no members beyond nn.Module's except
 `has_backward` and `can_torch_compile`; `forward` takes the same parameters as the forward it
 replaces. kernelize binds `forward` to the ORIGINAL module (`MethodType(layer.forward, module)`),

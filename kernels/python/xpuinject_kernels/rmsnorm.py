@@ -15,7 +15,7 @@ bf16 tensors), normed = rmsnorm(new_residual).
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import triton
@@ -39,7 +39,7 @@ def _rms_norm_kernel(
     N, stride_x, stride_res, stride_out, stride_res_out, eps,
     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr,
 ):
-    # int64 row offsets: rows * stride can pass 2^31 elements for long prefills (seed 000).
+    # int64 row offsets: rows * stride can pass 2^31 elements for long prefills.
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x
     out_row = out_ptr + row * stride_out
@@ -120,8 +120,7 @@ def _check(x: torch.Tensor, weight: torch.Tensor, eps: float, what: str) -> None
 
 
 def _launch(x2, r2, w, out2, rout2, eps, warps=None):
-    """The kernel launch on validated [rows, N] operands; warps overrides num_warps(block)
-    (scripts/sweep_kernels.py varies it)."""
+    """The kernel launch on validated [rows, N] operands; warps overrides num_warps(block)."""
     n = x2.shape[1]
     block = min(_backend.next_pow2(n), MAX_BLOCK)
     has_res = r2 is not None
@@ -135,22 +134,28 @@ def _launch(x2, r2, w, out2, rout2, eps, warps=None):
 
 
 def num_warps(block: int) -> int:
-    """Warps of the one-row-per-program kernel. H200 sweep (scripts/sweep_kernels.py, BENCHMARKS.md
-    session 2), M=16384, fraction of the measured copy bandwidth: N=2048 RMSNorm 4 warps 91.8%
-    (2: 91.1%, 8: 87.8%, 16: 62.1%), N=4096 4 warps 92.8% (2: 94.5%, 8: 93.4%, 16: 86.4% -- the
-    old block//256 rule's pick); add+RMSNorm 94.4-95.5% at 2-8 warps. Short rows (q/k norms
-    over one head) keep ~256 elements per warp."""
+    """Warps of the one-row-per-program kernel. H200 sweep (benchmarks/tune.py;
+    docs/results/2026-11-29-h200/sweep-rmsnorm-rope.csv), M=16384, fraction of the measured copy
+    bandwidth: N=2048 RMSNorm 4 warps 91.8% (2: 91.1%, 8: 87.8%, 16: 62.1%), N=4096 4 warps 92.8%
+    (2: 94.5%, 8: 93.4%, 16: 86.4% -- the old block//256 rule's pick); add+RMSNorm 94.4-95.5% at 2-8
+    warps. Short rows (q/k norms over one head) keep ~256 elements per warp."""
     if block <= 1024:
         return _backend.rowwise_num_warps(block)
     return min(8, max(4, block // 1024))
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+_CONFIG_KEYS = ("num_warps",)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, config: Optional[dict] = None) -> torch.Tensor:
     """y = weight * (x * rsqrt(mean(x^2, -1) + eps)).to(x.dtype), LlamaRMSNorm numerics.
 
     x: [..., N] bf16/fp16/fp32, any leading shape and row stride; weight: [N]. Returns a new
     contiguous tensor of x's shape in promote(weight.dtype, x.dtype).
+    config: {"num_warps": n} launches with n warps instead of `num_warps(block)` (for tuning);
+    None (default) uses the rule.
     """
+    cfg = _backend.launch_config(config, _CONFIG_KEYS, "rms_norm")
     _check(x, weight, eps, "rms_norm")
     _backend.require_runnable(x, "rms_norm")
     out_dtype = torch.promote_types(weight.dtype, x.dtype)
@@ -158,17 +163,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if x.numel() == 0:
         return out
     x2 = _rows(x, "x")
-    _launch(x2, None, weight.contiguous(), out.view(-1, x.shape[-1]), None, eps)
+    _launch(x2, None, weight.contiguous(), out.view(-1, x.shape[-1]), None, eps, warps=cfg.get("num_warps"))
     _backend.count("rms_norm")
     return out
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, config: Optional[dict] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """Fused residual add + RMSNorm: returns (new_residual, normed) with
     new_residual = (x + residual) in x.dtype and normed = rms_norm(new_residual, weight, eps).
 
-    x and residual: same shape and dtype, any row strides.
+    x and residual: same shape and dtype, any row strides. config: as for rms_norm.
     """
+    cfg = _backend.launch_config(config, _CONFIG_KEYS, "add_rms_norm")
     _check(x, weight, eps, "add_rms_norm")
     if not isinstance(residual, torch.Tensor) or residual.shape != x.shape:
         raise ValueError(
@@ -184,7 +192,8 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
     if x.numel() == 0:
         return new_res, out
     n = x.shape[-1]
-    _launch(_rows(x, "x"), _rows(residual, "residual"), weight.contiguous(), out.view(-1, n), new_res.view(-1, n), eps)
+    _launch(_rows(x, "x"), _rows(residual, "residual"), weight.contiguous(), out.view(-1, n), new_res.view(-1, n), eps,
+            warps=cfg.get("num_warps"))
     _backend.count("add_rms_norm")
     return new_res, out
 

@@ -20,7 +20,7 @@ and their sum separately in bf16; we are at least as close to the fp32 reference
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import triton
@@ -49,7 +49,7 @@ def _rope_one(
     c2 = tl.load(cos_row + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
     s1 = tl.load(sin_row + cols, mask=cmask, other=0.0).to(tl.float32)
     s2 = tl.load(sin_row + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
-    # int64 offsets: batch*stride can exceed 2^31 for long KV (seed 000)
+    # int64 offsets: batch*stride can exceed 2^31 for long KV
     hx = heads.to(tl.int64)[:, None] * sxh
     xrow = x_ptr + b * sxb + s * sxs
     x1 = tl.load(xrow + hx + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -90,10 +90,11 @@ def _rope_kernel(
 
 
 # num_warps of the one-token-per-program kernel. H200 sweep of the previous (q and k in
-# separate programs) layout, scripts/sweep_kernels.py, M=16384: 2-4 warps were best (1B: 32
-# heads x 32 half-columns per program, 2 warps 83% of copy BW, 8 warps 60%; 8B: 8 heads x 64,
-# 4 warps 86%, 8 warps 57%); 8-16 warps, the old rule's choice, lost up to 30 points. Outcome
-# with this kernel at 4 warps (bench v2, same card): 92% (1B) and 93% (8B) of the copy bandwidth.
+# separate programs) layout (docs/results/2026-11-29-h200/sweep-rmsnorm-rope.csv), M=16384:
+# 2-4 warps were best (1B: 32 heads x 32 half-columns per program, 2 warps 83% of copy BW,
+# 8 warps 60%; 8B: 8 heads x 64, 4 warps 86%, 8 warps 57%); 8-16 warps, the old rule's choice,
+# lost up to 30 points. Outcome with this kernel at 4 warps (bench-v2.csv there, same card):
+# 92% (1B) and 93% (8B) of the copy bandwidth.
 ROPE_NUM_WARPS = 4
 
 
@@ -128,14 +129,18 @@ def _cs(t: torch.Tensor, name: str, batch: int, seq: int, d: int) -> torch.Tenso
 
 
 def apply_rope(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inplace: bool = False
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inplace: bool = False,
+    config: Optional[dict] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Rotate q [B, Hq, S, D] and k [B, Hk, S, D] by cos/sin [B or 1, S, D] (rotate-half).
 
     Returns (q_rot, k_rot): new tensors in q/k's dimension order, or q and k themselves when
     inplace=True.
     q/k may be non-contiguous views (unit last stride is not required: it is handled by a copy).
+    config: launch constants {"tile_elems": elements per half-tile (sets the heads per tile),
+    "num_warps": n}, either or both, instead of the defaults (for tuning); None uses them.
     """
+    cfg = _backend.launch_config(config, ("tile_elems", "num_warps"), "apply_rope")
     _check_qk(q, "q")
     _check_qk(k, "k")
     bq, hq, sq, d = q.shape
@@ -167,21 +172,20 @@ def apply_rope(
         # Outputs in q/k's own dimension order: transformers' q/k are [B, S, H, D] projections viewed
         # as [B, H, S, D], and a contiguous [B, H, S, D] output made every token's heads land
         # S*D apart -- scattered 128-256-byte writes: 58% of the copy bandwidth at M=16384 on the
-        # H200 against Liger's in-place 90% (BENCHMARKS.md, session 2).
+        # H200 against Liger's in-place 90% (docs/results/2026-11-29-h200/bench-v1.csv).
         qo = _backend.empty_like(qi)
         ko = _backend.empty_like(ki)
     if q.numel() == 0 and k.numel() == 0:
         return qo, ko
 
-    _launch(qi, ki, qo, ko, cos, sin)
+    _launch(qi, ki, qo, ko, cos, sin, **cfg)
     _backend.count("apply_rope.inplace" if inplace else "apply_rope")
     return qo, ko
 
 
 def _launch(qi, ki, qo, ko, cos, sin, tile_elems: int = 2048, num_warps: int = ROPE_NUM_WARPS) -> None:
     """The kernel launch of apply_rope on validated operands. tile_elems (elements per half-tile,
-    which sets the heads per tile) and num_warps are the launch constants
-    scripts/sweep_kernels.py varies."""
+    which sets the heads per tile) and num_warps are the launch constants `config` sets."""
     bq, hq, sq, d = qi.shape
     hk = ki.shape[1]
     half = d // 2

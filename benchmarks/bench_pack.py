@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark helpers for `xpuinject pack` (driven by scripts/bench-pack.sh).
+"""Benchmark helpers for `xpuinject pack` (driven by benchmarks/bench-pack.sh).
 
   bench_pack.py gen DIR            synthetic Llama-shaped fp32 checkpoint (random weights)
   bench_pack.py pack SRC PLAN OUT  the same packing in Python: safetensors + torch

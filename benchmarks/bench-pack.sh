@@ -3,7 +3,7 @@
 # synthetic Llama-shaped fp32 checkpoint (hidden 2048, intermediate 8192, 8 layers, vocab
 # 32000: 2.4 GB), in one run, and check both wrote the same checkpoint.
 #
-#   scripts/bench-pack.sh [WORKDIR]      (default /tmp/xpuinject-bench-pack; ~6 GB of disk)
+#   benchmarks/bench-pack.sh [WORKDIR]      (default /tmp/xpuinject-bench-pack; ~6 GB of disk)
 #
 # Both packers get the same plan.yaml (`xpuinject plan --format yaml`; xpuinject runs with
 # --plan so neither pays for planning) and read the checkpoint from the page cache (it is
@@ -31,7 +31,7 @@ bin="$work/xpuinject"
 
 if [[ ! -f $src/model.safetensors.index.json ]]; then
   echo "generating $src ..." >&2
-  "$py" "$repo/scripts/bench_pack.py" gen "$src" >&2
+  "$py" "$repo/benchmarks/bench_pack.py" gen "$src" >&2
 fi
 "$bin" plan "$src" --format yaml >"$work/plan.yaml"
 cat "$src"/*.safetensors >/dev/null # into the page cache, for both packers alike
@@ -69,10 +69,10 @@ run() { # name outdir cmd...
 }
 for ((i = 1; i <= rounds; i++)); do
   run xpuinject "$work/out-go" "$bin" pack "$src" --out "$work/out-go" --plan "$work/plan.yaml"
-  run python "$work/out-py" "$py" "$repo/scripts/bench_pack.py" pack "$src" "$work/plan.yaml" "$work/out-py"
+  run python "$work/out-py" "$py" "$repo/benchmarks/bench_pack.py" pack "$src" "$work/plan.yaml" "$work/out-py"
 done
 
-same=$("$py" "$repo/scripts/bench_pack.py" compare "$work/out-go" "$work/out-py")
+same=$("$py" "$repo/benchmarks/bench_pack.py" compare "$work/out-go" "$work/out-py")
 largest=$("$py" - "$work/plan.yaml" <<'EOF'
 import sys, yaml
 plan = yaml.safe_load(open(sys.argv[1]))

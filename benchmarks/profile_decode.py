@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
-"""Where a decode step's time goes, stock vs injected, at several batch sizes (issue 8 follow-up:
-the Llama-3.2-1B-shaped pipeline measured injected decode at 0.71x stock for batch 1 but 1.11x
-for batch 8, with stock flat; this script says which calls grow with the batch).
+"""Where a decode step's time goes, stock vs injected, at several batch sizes: device time per
+kernel and host time per op under torch.profiler, beside an event-timed median step.
 
-    python3 scripts/profile_decode.py MODEL_DIR RUN_DIR [--device cuda] [--batches 1,8] [--steps 10]
+    PYTHONPATH=kernels/python:harness/python \
+      python3 benchmarks/profile_decode.py MODEL_DIR RUN_DIR [--device cuda] [--batches 1,8] [--steps 10]
 
 MODEL_DIR is a checkpoint, RUN_DIR the --out of `xpuinject MODEL_DIR --skip-eval` (package/ and
-packed/ inside). For each model and batch: decode steps on a 512-token DynamicCache (cropped back
-after every step, like the eval driver), timed with device events, then the same steps under
-torch.profiler: the top device kernels by total time and the top host-side ops by CPU time.
-Prints text tables; run it on the GPU machine. On CPU (TRITON_INTERPRET=1) it only checks the
-plumbing on a tiny model.
+packed/ inside); the shim and the eval driver's timer come from harness/python. For each model
+and batch: decode steps on a 512-token DynamicCache (cropped back after every step, like the eval
+driver), timed with device events, then the same steps under torch.profiler: the top device
+kernels by total time and the top host-side ops by CPU time. Prints text tables; run it on a GPU.
 """
 
 from __future__ import annotations
@@ -18,9 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "harness" / "python"))
 
 
 def main() -> int:
