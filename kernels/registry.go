@@ -29,15 +29,15 @@ const (
 	EpilogueResidual  = "residual"
 )
 
-// AttentionHeadDims are the head_dim values the attention kernels accept: exactly
-// attention.py's SUPPORTED_HEAD_DIMS (registry_test checks the two agree). 16 is not
-// there yet, so models with head_dim 16 keep the stock attention.
-var AttentionHeadDims = []int64{32, 64, 80, 96, 128}
+// AttentionHeadDims are the head_dim values the attention kernels accept (contract.json,
+// which attention.py reads too). 16 is not there yet, so models with head_dim 16 keep the
+// stock attention.
+var AttentionHeadDims = slices.Clone(contract.AttentionHeadDims)
 
-// MinGEMMDim is the smallest K and N the planner gives the gemm kernel: tl.dot's
-// smallest tile edge is 16, so a narrower operand is mostly padding and the vendor GEMM
-// is the better path there (gemm.py itself accepts any K, N >= 1).
-const MinGEMMDim = 16
+// MinGEMMDim is the smallest K and N the planner gives the gemm kernel (contract.json):
+// tl.dot's smallest tile edge is 16, so a narrower operand is mostly padding and the
+// vendor GEMM is the better path there (gemm.py itself accepts any K, N >= 1).
+var MinGEMMDim = contract.MinGEMMDim
 
 // descriptorAlign is the byte alignment tensor descriptors need for strides: a bf16 row
 // of K elements is K*2 bytes (DESIGN: misaligned descriptor strides gave silently wrong
@@ -115,9 +115,9 @@ const (
 	TokensPrefill = "prefill" // M > DecodeMaxM
 )
 
-// DecodeMaxM is the largest token count a ":decode" route covers: decoder.py's
-// DECODE_MAX_M (registry_test checks the two agree).
-const DecodeMaxM = 64
+// DecodeMaxM is the largest token count a decode route covers (contract.json's
+// decode_max_tokens; the bench reads the routes' bounds from `xpuinject kernels --json`).
+var DecodeMaxM = contract.DecodeMaxTokens
 
 // Constraint is a checkable condition on a layer.
 type Constraint struct {
@@ -369,7 +369,7 @@ func Default() *Registry {
 				models.KindMLPSwiGLU: "SwiGLUMLP", models.KindLinearBN: "LinearBN",
 				models.KindBNLinear: "BNLinear", models.KindLinear: "Linear",
 			},
-			Epilogues: []string{EpilogueNone, EpilogueBias, EpilogueSwiGLU, EpilogueHardswish, EpilogueResidual},
+			Epilogues: slices.Clone(contract.GEMMEpilogues),
 			Backends:  allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{gemmMinDims},
 			Notes:       []Note{gemmAlignment, swigluKept},

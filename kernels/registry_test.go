@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -368,56 +366,48 @@ func mustKernel(t *testing.T, r *Registry, name string) *Kernel {
 	return k
 }
 
-// TestRegistryAgreesWithPython reads the embedded Python sources: every kernel module
-// exists, the layer classes exist in layers.py, and the attention head dims and gemm
-// epilogues are the ones the Python code accepts.
+// TestRegistryAgreesWithPython checks the registry against the Python package it describes:
+// every kernel module is embedded, and every layer class the registry names, the head dims,
+// the epilogues and the decode bound are contract.json's (which the Python side reads; its
+// tests check the Python values against the same file).
 func TestRegistryAgreesWithPython(t *testing.T) {
-	src := func(name string) string {
-		b, err := fs.ReadFile(Sources, SourceDir+"/"+name)
-		if err != nil {
-			t.Fatalf("embedded %s: %v", name, err)
-		}
-		return string(b)
+	b, err := fs.ReadFile(Sources, SourceDir+"/"+ContractFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		DecodeMaxTokens   int64                      `json:"decode_max_tokens"`
+		MinGEMMDim        int64                      `json:"min_gemm_dim"`
+		AttentionHeadDims []int64                    `json:"attention_head_dims"`
+		GEMMEpilogues     []string                   `json:"gemm_epilogues"`
+		Layers            map[string]json.RawMessage `json:"layers"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
 	}
 	r := Default()
-	layers := src("layers.py")
 	for _, k := range r.Kernels() {
-		src(k.Module + ".py")
+		if _, err := fs.Stat(Sources, SourceDir+"/"+k.Module+".py"); err != nil {
+			t.Errorf("%s: module %s.py not embedded: %v", k.Name, k.Module, err)
+		}
 		for _, kind := range k.Replaces {
-			c := k.LayerClass(kind)
-			if c == "" || c == "Attention" { // Attention is the harness's layer (with attention_forward)
-				continue
-			}
-			if !strings.Contains(layers, "\nclass "+c+"(nn.Module):") {
-				t.Errorf("%s: layer class %s not in layers.py", k.Name, c)
+			if c := k.LayerClass(kind); c != "" && raw.Layers[c] == nil {
+				t.Errorf("%s: layer class %s (for %s) is not in %s", k.Name, c, kind, ContractFile)
 			}
 		}
 	}
-	tuple := func(file, name string) []string {
-		m := regexp.MustCompile(`(?m)^` + name + ` = \(([^)]*)\)`).FindStringSubmatch(src(file))
-		if m == nil {
-			t.Fatalf("%s: no %s tuple", file, name)
+	if !slices.Equal(AttentionHeadDims, raw.AttentionHeadDims) {
+		t.Errorf("registry head dims %v, %s %v", AttentionHeadDims, ContractFile, raw.AttentionHeadDims)
+	}
+	if g := mustKernel(t, r, "gemm"); !slices.Equal(g.Epilogues, raw.GEMMEpilogues) {
+		t.Errorf("gemm epilogues %v, %s %v", g.Epilogues, ContractFile, raw.GEMMEpilogues)
+	}
+	for _, e := range []string{EpilogueNone, EpilogueBias, EpilogueSwiGLU, EpilogueHardswish, EpilogueResidual} {
+		if !slices.Contains(raw.GEMMEpilogues, e) {
+			t.Errorf("epilogue %q is not in %s", e, ContractFile)
 		}
-		var out []string
-		for _, f := range strings.Split(m[1], ",") {
-			if f = strings.Trim(strings.TrimSpace(f), `"'`); f != "" {
-				out = append(out, f)
-			}
-		}
-		return out
 	}
-	var dims []string
-	for _, d := range AttentionHeadDims {
-		dims = append(dims, strconv.FormatInt(d, 10))
-	}
-	if py := tuple("attention.py", "SUPPORTED_HEAD_DIMS"); !slices.Equal(py, dims) {
-		t.Errorf("attention.py SUPPORTED_HEAD_DIMS %v, registry %v", py, dims)
-	}
-	g := mustKernel(t, r, "gemm")
-	if py := tuple("gemm.py", "EPILOGUES"); !slices.Equal(py, g.Epilogues) {
-		t.Errorf("gemm.py EPILOGUES %v, registry %v", py, g.Epilogues)
-	}
-	if m := regexp.MustCompile(`(?m)^DECODE_MAX_M = (\d+)$`).FindStringSubmatch(src("decoder.py")); m == nil || m[1] != strconv.Itoa(DecodeMaxM) {
-		t.Errorf("decoder.py DECODE_MAX_M %v, registry DecodeMaxM %d", m, DecodeMaxM)
+	if DecodeMaxM != raw.DecodeMaxTokens || MinGEMMDim != raw.MinGEMMDim {
+		t.Errorf("DecodeMaxM %d / MinGEMMDim %d, %s %d / %d", DecodeMaxM, MinGEMMDim, ContractFile, raw.DecodeMaxTokens, raw.MinGEMMDim)
 	}
 }
