@@ -273,7 +273,7 @@ func joinReasons(parts ...string) string {
 // torch would round the same way at load; other dtypes are copied unchanged).
 func (p *planner) keep(l models.Layer, lp *LayerPlan, reason string) error {
 	lp.Kernel, lp.Layer, lp.Reason = KernelKeep, "", reason
-	lp.Outputs = lp.Outputs[:0]
+	lp.Outputs, lp.Bindings = lp.Outputs[:0], nil
 	for _, role := range sortedKeys(l.Tensors) {
 		name := l.Tensors[role]
 		if kernels.TrainingOnly(name) {

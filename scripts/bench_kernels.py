@@ -230,12 +230,9 @@ def target_cell(r: Dict) -> str:
     return cell
 
 
-DECODE_MAX_M = 64  # kernels/python/xpuinject_kernels/decoder.py: ":decode" routes apply up to this many tokens
-
-
 def load_routes(path: str) -> List[Dict]:
     """The measured vendor routes from `xpuinject kernels --json` (registry VendorOps): a list of
-    {op, when, measured, gemm?, k?, n?, tokens?, head_dims?}."""
+    {op, when, measured, gemm?, k?, n?, min_tokens?, max_tokens?, head_dims?}."""
     with open(path, encoding="utf-8") as f:
         reg = json.load(f)
     if not isinstance(reg, list):
@@ -246,16 +243,16 @@ def load_routes(path: str) -> List[Dict]:
 def route_for(row: Dict, routes: List[Dict]) -> str:
     """The registry route that sends this benchmark row's operation to the vendor path, as
     "op (when)", or "" when none does. gemm rows name their projection (qkv -> qkv_proj), the
-    swiglu rows are the gate_up_proj GEMM; attention rows match by op and head_dim."""
+    swiglu rows are the gate_up_proj GEMM, and a route's min_tokens / max_tokens (absent: open)
+    bound the row's M; attention rows match by op and head_dim."""
     p = row.get("params", {})
     kind = row.get("kind")
     for rt in routes:
         if kind in ("gemm", "swiglu") and rt.get("gemm"):
             name = "gate_up_proj" if kind == "swiglu" else f"{p.get('proj')}_proj"
-            tokens = rt.get("tokens") or ""
-            m_class = "decode" if p.get("M", 0) <= DECODE_MAX_M else "prefill"
-            if (rt["gemm"] == name and rt.get("k") == p.get("K") and rt.get("n") == p.get("N")
-                    and tokens in ("", m_class)):
+            m = p.get("M", 0)
+            in_bounds = m >= (rt.get("min_tokens") or 0) and (not rt.get("max_tokens") or m <= rt["max_tokens"])
+            if rt["gemm"] == name and rt.get("k") == p.get("K") and rt.get("n") == p.get("N") and in_bounds:
                 return f"{rt['op']} ({rt['when']})"
         if kind in ("prefill", "decode") and rt.get("op") == f"attention-{kind}" and p.get("D") in (rt.get("head_dims") or []):
             return f"{rt['op']} ({rt['when']})"
