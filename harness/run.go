@@ -40,11 +40,11 @@ const (
 	driverEval      = 5
 )
 
-// ErrInjection is returned when the shim could not inject the package (the message
-// names the layer).
+// ErrInjection is returned when the package could not inject itself (the message names
+// the layer).
 var ErrInjection = errors.New("harness: injection failed")
 
-// Run writes the driver, shim and text into OutDir/.eval, runs the driver and reads
+// Run writes the driver and text into OutDir/.eval, runs the driver and reads
 // OutDir/eval.json back.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, d := range []struct{ flag, path string }{{"model", o.ModelDir}, {"package", o.PackageDir}, {"packed", o.PackedDir}} {
@@ -59,7 +59,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
-	for _, name := range []string{"eval_driver.py", "xpuinject_shim.py", "prose.txt"} {
+	for _, name := range []string{"eval_driver.py", "prose.txt"} {
 		b, err := Python.ReadFile("python/" + name)
 		if err != nil {
 			return nil, fmt.Errorf("harness: embedded %s: %w", name, err)

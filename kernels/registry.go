@@ -56,8 +56,8 @@ type Kernel struct {
 	Layer string `json:"layer,omitempty"`
 	// Layers overrides Layer per replaced kind (gemm: SwiGLUMLP, LinearBN, ...).
 	Layers map[models.LayerKind]string `json:"layers,omitempty"`
-	// Function is a function the shim registers instead of (or besides) a layer,
-	// e.g. the transformers attention function "attention_forward".
+	// Function is the function the kernel stands in for or its layer calls, e.g. the
+	// transformers attention function "attention_forward".
 	Function string `json:"function,omitempty"`
 	// Epilogues the kernel fuses (gemm only).
 	Epilogues []string `json:"epilogues,omitempty"`
