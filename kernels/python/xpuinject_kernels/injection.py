@@ -49,7 +49,9 @@ __all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "InjectErro
 # The plan.yaml schema this package reads (inject/PLAN.md).
 PLAN_SCHEMA = 2
 PLAN_FILE = "plan.yaml"
-_HERE = Path(__file__).resolve().parent
+# Not resolve(): in the HF cache a snapshot's files are symlinks into blobs/, and the plan
+# and metadata are found beside the snapshot path, not beside the blob.
+_HERE = Path(os.path.abspath(__file__)).parent
 # What `packed=` downloads from a Hub repo: the plan and the tensors, not the tokenizer or card.
 _PACKED_PATTERNS = [PLAN_FILE, "*.safetensors", "model.safetensors.index.json"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
