@@ -1169,7 +1169,7 @@ def environment(env) -> Dict:
 
 
 def _apply_smoke_patches() -> None:
-    """The interpreter fixes the kernel tests and the shim use (bf16 RTNE rounding, bf16 dot,
+    """The interpreter fixes the kernel tests and the package's injection use (bf16 RTNE rounding, bf16 dot,
     numpy>=2.4 loop bounds): xpuinject_kernels._interpret."""
     from xpuinject_kernels import _interpret
 
