@@ -12,7 +12,7 @@ import torch
 
 import metrics
 from xpuinject_kernels import _backend, decoder, layers, packing
-from xpuinject_kernels.contract import DECODE_MAX_TOKENS
+from xpuinject_kernels.contract import DECODE_MAX_TOKENS, packed_attr
 
 transformers = pytest.importorskip("transformers")
 
@@ -60,13 +60,14 @@ def _inject(model):
     """What injection does with the Go-packed checkpoint, done here with torch."""
     for layer in model.model.layers:
         at = layer.self_attn
-        at.register_buffer("xpuinject_qkv_weight", _kmajor(torch.cat([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight])), persistent=False)
+        a = lambda role: packed_attr("Attention", role)  # noqa: E731
+        at.register_buffer(a("qkv_weight"), _kmajor(torch.cat([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight])), persistent=False)
         if at.q_proj.bias is not None:
-            at.register_buffer("xpuinject_qkv_bias", torch.cat([at.q_proj.bias, at.k_proj.bias, at.v_proj.bias]).detach(), persistent=False)
-        at.register_buffer("xpuinject_o_weight", _kmajor(at.o_proj.weight), persistent=False)
+            at.register_buffer(a("qkv_bias"), torch.cat([at.q_proj.bias, at.k_proj.bias, at.v_proj.bias]).detach(), persistent=False)
+        at.register_buffer(a("o_weight"), _kmajor(at.o_proj.weight), persistent=False)
         mlp = layer.mlp
-        mlp.register_buffer("xpuinject_gate_up_weight", _kmajor(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])), persistent=False)
-        mlp.register_buffer("xpuinject_down_weight", _kmajor(mlp.down_proj.weight), persistent=False)
+        mlp.register_buffer(packed_attr("SwiGLUMLP", "gate_up_weight"), _kmajor(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])), persistent=False)
+        mlp.register_buffer(packed_attr("SwiGLUMLP", "down_weight"), _kmajor(mlp.down_proj.weight), persistent=False)
     return _bind(model)
 
 

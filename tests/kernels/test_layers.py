@@ -16,6 +16,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm
 
 import metrics
 from xpuinject_kernels import _backend, layers
+from xpuinject_kernels.contract import packed_attr
 
 BF16_ULP = 2.0**-7
 
@@ -41,11 +42,16 @@ def pack_mlp(mlp):
     """What the Go packer writes for a SwiGLU MLP: [gate | up] concatenated on the output dim,
     transposed to K-major, bf16."""
     gu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], dim=0)  # [2I, H]
-    mlp.xpuinject_gate_up_weight = gu.t().contiguous().to(torch.bfloat16)
-    mlp.xpuinject_down_weight = mlp.down_proj.weight.t().contiguous().to(torch.bfloat16)
+    attach(mlp, "SwiGLUMLP", "gate_up_weight", gu.t().contiguous().to(torch.bfloat16))
+    attach(mlp, "SwiGLUMLP", "down_weight", mlp.down_proj.weight.t().contiguous().to(torch.bfloat16))
     if mlp.gate_proj.bias is not None:
-        mlp.xpuinject_gate_up_bias = torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]).to(torch.bfloat16)
-        mlp.xpuinject_down_bias = mlp.down_proj.bias.to(torch.bfloat16)
+        attach(mlp, "SwiGLUMLP", "gate_up_bias", torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]).to(torch.bfloat16))
+        attach(mlp, "SwiGLUMLP", "down_bias", mlp.down_proj.bias.to(torch.bfloat16))
+
+
+def attach(module, layer, role, t):
+    """What injection does with an offline-packed tensor: the attribute contract.json names."""
+    setattr(module, packed_attr(layer, role), t)
 
 
 LAYER_TARGETS = [
@@ -172,9 +178,9 @@ def test_linear_layer(device, bias):
     ref = nn.Linear(70, 45, bias=bias).to(torch.bfloat16).to(device)
     mod = nn.Linear(70, 45, bias=bias).to(torch.bfloat16).to(device)
     mod.load_state_dict(ref.state_dict())
-    mod.xpuinject_weight = mod.weight.t().contiguous()
+    attach(mod, "Linear", "weight", mod.weight.t().contiguous())
     if bias:
-        mod.xpuinject_bias = mod.bias.detach().clone()
+        attach(mod, "Linear", "bias", mod.bias.detach().clone())
     bind(mod, layers.Linear)
     x = (2.0 * metrics.coord_tensor((2, 3, 70))).to(torch.bfloat16).to(device)
     before = _backend.launch_counts["gemm.blockptr"]  # K=70: misaligned rows -> block pointers
@@ -186,9 +192,9 @@ def test_linear_layer(device, bias):
     metrics.assert_close(f"layer Linear bias={bias} vs nn.Linear bf16", y, y_ref, atol=1e-2 * scale, rtol=2 * BF16_ULP)
     metrics.assert_close(f"layer Linear bias={bias} vs fp32", y, y32, atol=1e-2 * scale, rtol=BF16_ULP, min_cosine=0.9999)
     # without the packed tensor the layer packs it from the module's own weight: same output
-    del mod.xpuinject_weight
+    delattr(mod, packed_attr("Linear", "weight"))
     if bias:
-        del mod.xpuinject_bias
+        delattr(mod, packed_attr("Linear", "bias"))
     with torch.no_grad():
         assert torch.equal(mod(x), y)
 
@@ -210,8 +216,8 @@ def test_linear_bn_layer_levit(device):
     mod.load_state_dict(ref.state_dict())
     # BN folded offline (fp32), then packed K-major bf16: what the Go packer writes
     fused = torch.nn.utils.fuse_linear_bn_eval(ref.linear, ref.batch_norm)
-    mod.xpuinject_weight = fused.weight.detach().t().contiguous().to(torch.bfloat16).to(device)
-    mod.xpuinject_bias = fused.bias.detach().to(torch.bfloat16).to(device)
+    attach(mod, "LinearBN", "weight", fused.weight.detach().t().contiguous().to(torch.bfloat16).to(device))
+    attach(mod, "LinearBN", "bias", fused.bias.detach().to(torch.bfloat16).to(device))
     mod.to(device)
     bind(mod, layers.LinearBN)
     x = torch.randn(2, 16, 48)
@@ -254,8 +260,8 @@ def test_conv_bn_layer_levit_embedding(device):
     fused = torch.nn.utils.fuse_conv_bn_eval(ref.convolution, ref.batch_norm)
     attached = LevitConvEmbeddings(3, 16, kernel_size=3, stride=2, padding=1).eval()
     attached.load_state_dict(ref.state_dict())
-    attached.xpuinject_weight = fused.weight.detach().to(torch.bfloat16).to(device)
-    attached.xpuinject_bias = fused.bias.detach().to(torch.bfloat16).to(device)
+    attach(attached, "ConvBN", "weight", fused.weight.detach().to(torch.bfloat16).to(device))
+    attach(attached, "ConvBN", "bias", fused.bias.detach().to(torch.bfloat16).to(device))
     own = LevitConvEmbeddings(3, 16, kernel_size=3, stride=2, padding=1).eval()
     own.load_state_dict(ref.state_dict())
     m_base = metrics.report("stock bf16 LevitConvEmbeddings vs fp32", y_ref_bf16, y_ref)
@@ -283,8 +289,8 @@ def test_bn_linear_layer_levit_head(device):
     s = bn.weight.detach().double() / torch.sqrt(bn.running_var.double() + bn.eps)
     w_f = lin.weight.detach().double() * s[None, :]
     b_f = lin.bias.detach().double() + lin.weight.detach().double() @ (bn.bias.detach().double() - s * bn.running_mean.double())
-    mod.xpuinject_weight = w_f.t().contiguous().to(torch.bfloat16).to(device)
-    mod.xpuinject_bias = b_f.to(torch.bfloat16).to(device)
+    attach(mod, "BNLinear", "weight", w_f.t().contiguous().to(torch.bfloat16).to(device))
+    attach(mod, "BNLinear", "bias", b_f.to(torch.bfloat16).to(device))
     mod.to(device)
     bind(mod, layers.BNLinear)
     x = torch.randn(3, 64)
