@@ -58,7 +58,6 @@ DECODE_SMOKE = ((2, 40),)
 
 REL_TOL = 1e-2  # bf16 operands: relative errors of 1e-3..1e-2 are rounding
 COMPETITORS = ("torch", "compile", "liger")
-DECODE_MAX_M = 64  # kernels/python/xpuinject_kernels/decoder.py: ":decode" routes apply up to this many tokens
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,18 +253,15 @@ def load_routes(path: str) -> List[Dict]:
 
 
 def _tokens_match(rt: Dict, m: int) -> bool:
-    """A GEMM route's token bound: `tokens` "decode" (M <= DECODE_MAX_M) / "prefill", or
-    min_tokens / max_tokens (absent: open)."""
-    tokens = rt.get("tokens") or ""
-    if tokens:
-        return tokens == ("decode" if m <= DECODE_MAX_M else "prefill")
+    """A GEMM route's token bound: min_tokens / max_tokens (absent: open on that side)."""
     return m >= (rt.get("min_tokens") or 0) and (not rt.get("max_tokens") or m <= rt["max_tokens"])
 
 
 def route_for(row: Dict, routes: List[Dict]) -> str:
     """The registry route that sends this benchmark row's operation to the vendor path, as
     "op (when)", or "" when none does. gemm rows name their projection (qkv -> qkv_proj), the
-    swiglu rows are the gate_up_proj GEMM; attention rows match by op and head_dim."""
+    swiglu rows are the gate_up_proj GEMM, and a route's min_tokens / max_tokens (absent: open)
+    bound the row's M; attention rows match by op and head_dim."""
     p = row.get("params", {})
     kind = row.get("kind")
     for rt in routes:

@@ -33,18 +33,18 @@ def main() -> int:
     import transformers
     from torch.profiler import ProfilerActivity, profile
 
-    import xpuinject_shim
-    from eval_driver import time_fn
+    from eval_driver import load_package, time_fn
 
     dev = torch.device(args.device)
     run = Path(args.run)
+    pkg, loaded_by = load_package(run / "package", dev)
     cfg = transformers.AutoConfig.from_pretrained(args.model)
     models = {}
     for name in ("stock", "injected"):
         m = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(dev).eval()
         if name == "injected":
-            s = xpuinject_shim.inject(m, run / "package", packed_dir=run / "packed")
-            print(f"injected via {s['path']}: {s['replaced']}", flush=True)
+            s = pkg.inject(m, packed=run / "packed")
+            print(f"injected ({loaded_by}): {s['replaced']}", flush=True)
         models[name] = m
     g = torch.Generator().manual_seed(3)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])

@@ -73,7 +73,7 @@ type Env struct {
 	Torch        string
 	Transformers string
 	Triton       string
-	Kernels      string // "" when not installed (the shim then patches directly)
+	Kernels      string // "" when not installed (the driver then imports the package's variant folder itself)
 	CUDA         bool
 	XPU          bool
 	Device       string // GPU name when there is one

@@ -70,6 +70,13 @@ type Divergence struct {
 	Tie              bool           `json:"tie"`
 }
 
+// Compared is one metric of the injected model beside stock's (accuracy.compare).
+type Compared struct {
+	Injected Num  `json:"injected"`
+	Stock    Num  `json:"stock"`
+	Ratio    *Num `json:"ratio"`
+}
+
 // LatencyRow is one measured point; ms are medians.
 type LatencyRow struct {
 	Tokens     int  `json:"tokens,omitempty"`
@@ -111,6 +118,8 @@ type Result struct {
 		OraclePerplexity *Num           `json:"oracle_perplexity,omitempty"`
 		Injected         Metrics        `json:"injected"`
 		Stock            Metrics        `json:"stock"`
+		// Compare is, per metric, injected, stock and injected / stock.
+		Compare map[string]Compared `json:"compare,omitempty"`
 	} `json:"accuracy"`
 	Layers []struct {
 		Name     string  `json:"name"`

@@ -43,11 +43,11 @@ const (
 	driverEval      = 5
 )
 
-// ErrInjection is returned when the shim could not inject the package (the message
-// names the layer).
+// ErrInjection is returned when the package could not inject itself (the message names
+// the layer).
 var ErrInjection = errors.New("harness: injection failed")
 
-// Run evaluates and writes the eval folder OutDir: the driver, shim and text under
+// Run evaluates and writes the eval folder OutDir: the driver and text under
 // .eval/, the driver's eval.json, report.md and the plots. The folder is assembled aside
 // and put in place only when all of it is written (package outdir); an earlier eval
 // there is replaced, any other folder refused. The driver runs in its own process group
@@ -66,7 +66,7 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		return nil, nil, fmt.Errorf("harness: %w", err)
 	}
 	defer tx.Abort() // nothing once committed
-	for _, name := range []string{"eval_driver.py", "xpuinject_shim.py", "prose.txt"} {
+	for _, name := range []string{"eval_driver.py", "prose.txt"} {
 		b, err := Python.ReadFile("python/" + name)
 		if err != nil {
 			return nil, nil, fmt.Errorf("harness: embedded %s: %w", name, err)

@@ -41,10 +41,14 @@ type lfsBatchObject struct {
 }
 
 // lfsBatchURL is {endpoint}/{prefix}{repo}.git/info/lfs/objects/batch with the repo
-// type's URL prefix, "kernels/" for kernels (lfs.py post_lfs_batch_info,
-// constants.py REPO_TYPES_URL_PREFIXES).
+// type's URL prefix, "kernels/" for kernels and none for models (lfs.py
+// post_lfs_batch_info, constants.py REPO_TYPES_URL_PREFIXES).
 func (p *pusher) lfsBatchURL() string {
-	return p.c.Endpoint + "/" + kernelsSegment + "/" + p.repo + ".git/info/lfs/objects/batch"
+	prefix := ""
+	if p.repoType != repoTypeModel {
+		prefix = p.segment() + "/"
+	}
+	return p.c.Endpoint + "/" + prefix + p.repo + ".git/info/lfs/objects/batch"
 }
 
 // uploadLFS uploads the content of files (all in LFS mode) before the commit that
@@ -56,7 +60,7 @@ func (p *pusher) uploadLFS(ctx context.Context, rev string, files []PackageFile)
 		byOid := map[string]PackageFile{}
 		type obj struct {
 			Oid  string `json:"oid"`
-			Size int    `json:"size"`
+			Size int64  `json:"size"`
 		}
 		objs := []obj{}
 		for _, f := range chunk {
@@ -65,7 +69,7 @@ func (p *pusher) uploadLFS(ctx context.Context, rev string, files []PackageFile)
 				continue // same content twice: one object
 			}
 			byOid[oid] = f
-			objs = append(objs, obj{Oid: oid, Size: len(f.Data)})
+			objs = append(objs, obj{Oid: oid, Size: f.Size()})
 		}
 		body, _ := json.Marshal(map[string]any{
 			"operation": "upload",
@@ -90,7 +94,7 @@ func (p *pusher) uploadLFS(ctx context.Context, rev string, files []PackageFile)
 		var errs []string
 		for _, o := range ans.Objects {
 			f, ok := byOid[o.Oid]
-			if !ok || o.Size != int64(len(f.Data)) {
+			if !ok || o.Size != f.Size() {
 				return fmt.Errorf("hub: LFS batch answer for %s names object %s (size %d) that was not asked for", p.repo, o.Oid, o.Size)
 			}
 			if o.Error != nil {
@@ -136,7 +140,7 @@ func (p *pusher) lfsTransfer(ctx context.Context, f PackageFile, o lfsBatchObjec
 		if v.Href == "" {
 			return fmt.Errorf("hub: LFS batch answer for %s has a verify action without href", f.Path)
 		}
-		body, _ := json.Marshal(map[string]any{"oid": f.SHA256(), "size": len(f.Data)})
+		body, _ := json.Marshal(map[string]any{"oid": f.SHA256(), "size": f.Size()})
 		resp, b, err := p.storage(v.Href).send(ctx, http.MethodPost, p.fixEndpoint(v.Href), lfsMediaType, body, map[string]string{"Accept": lfsMediaType})
 		if err != nil {
 			return fmt.Errorf("hub: verifying LFS upload of %s: %w", f.Path, err)
@@ -145,7 +149,7 @@ func (p *pusher) lfsTransfer(ctx context.Context, f PackageFile, o lfsBatchObjec
 			return fmt.Errorf("hub: verifying LFS upload of %s: %w", f.Path, p.statusError(resp, b))
 		}
 	}
-	fmt.Fprintf(p.log, "lfs: uploaded %s (%d bytes)\n", f.Path, len(f.Data))
+	fmt.Fprintf(p.log, "lfs: uploaded %s (%d bytes)\n", f.Path, f.Size())
 	return nil
 }
 
@@ -157,7 +161,7 @@ func (p *pusher) lfsBasic(ctx context.Context, f PackageFile, href string, heade
 	for k, v := range header {
 		hdr[k] = fmt.Sprint(v)
 	}
-	resp, b, err := p.anonymous().send(ctx, http.MethodPut, href, "application/octet-stream", f.Data, hdr)
+	resp, b, err := p.anonymous().sendFrom(ctx, http.MethodPut, href, "application/octet-stream", f.open(0, f.Size()), f.Size(), hdr)
 	if err != nil {
 		return fmt.Errorf("hub: uploading LFS object for %s: %w", f.Path, err)
 	}
@@ -189,7 +193,7 @@ func (p *pusher) lfsMultipart(ctx context.Context, f PackageFile, href string, h
 		parts = append(parts, part{n, p.fixEndpoint(s)})
 	}
 	sort.Slice(parts, func(i, j int) bool { return parts[i].n < parts[j].n })
-	size := int64(len(f.Data))
+	size := f.Size()
 	if want := (size + chunk - 1) / chunk; int64(len(parts)) != want {
 		return fmt.Errorf("hub: LFS multipart answer for %s: %d part URLs for %d bytes in %d-byte chunks (want %d)", f.Path, len(parts), size, chunk, want)
 	}
@@ -202,7 +206,7 @@ func (p *pusher) lfsMultipart(ctx context.Context, f PackageFile, href string, h
 	for i, pt := range parts {
 		lo := int64(i) * chunk
 		hi := min(lo+chunk, size)
-		resp, b, err := anon.send(ctx, http.MethodPut, pt.url, "", f.Data[lo:hi], nil)
+		resp, b, err := anon.sendFrom(ctx, http.MethodPut, pt.url, "", f.open(lo, hi-lo), hi-lo, nil)
 		if err != nil {
 			return fmt.Errorf("hub: uploading part %d of %s: %w", i+1, f.Path, err)
 		}
@@ -230,7 +234,7 @@ func (p *pusher) lfsMultipart(ctx context.Context, f PackageFile, href string, h
 func (p *pusher) anonymous() *pusher {
 	c := *p.c
 	c.Token = ""
-	return &pusher{c: &c, repo: p.repo, log: p.log}
+	return &pusher{c: &c, repo: p.repo, repoType: p.repoType, log: p.log}
 }
 
 // storage picks the pusher for an LFS action URL: with the token only when the URL is

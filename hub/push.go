@@ -78,9 +78,9 @@ var lfsExtensions = map[string]bool{
 // types; "regular" otherwise and always for empty files.
 func PredictUploadMode(f PackageFile) string {
 	switch {
-	case len(f.Data) == 0:
+	case f.Size() == 0:
 		return "regular"
-	case bytes.IndexByte(f.Sample(), 0) >= 0, len(f.Data) >= 10<<20, lfsExtensions[strings.ToLower(path.Ext(f.Path))]:
+	case bytes.IndexByte(f.Sample(), 0) >= 0, f.Size() >= 10<<20, lfsExtensions[strings.ToLower(path.Ext(f.Path))]:
 		return "lfs"
 	}
 	return "regular"
@@ -128,7 +128,7 @@ func Push(ctx context.Context, c *Client, dir string, opts PushOptions) (*PushRe
 	if c.Token == "" {
 		return nil, fmt.Errorf("%w: no Hub token found: %s", ErrUnauthorized, authHint)
 	}
-	p := &pusher{c: c, repo: ref.Repo, log: log}
+	p := &pusher{c: c, repo: ref.Repo, repoType: repoTypeKernel, log: log}
 
 	if res.RepoCreated, err = p.createRepo(ctx, opts.Private); err != nil {
 		return nil, err
@@ -139,11 +139,11 @@ func Push(ctx context.Context, c *Client, dir string, opts PushOptions) (*PushRe
 	}
 	fmt.Fprintf(log, "branch %s: %s\n", branch, map[bool]string{true: "created", false: "exists"}[res.BranchCreated])
 
-	res.BuildCommit, err = p.commitFiles(ctx, res, branch, pkg.Build, "build/", buildSummary, description)
+	res.BuildCommit, err = p.commitFiles(ctx, res, branch, pkg.Build, underBuild, buildSummary, description)
 	if err != nil {
 		return nil, err
 	}
-	res.CardCommit, err = p.commitFiles(ctx, res, "main", []PackageFile{pkg.Card}, "", cardSummary, description)
+	res.CardCommit, err = p.commitFiles(ctx, res, "main", []PackageFile{pkg.Card}, nil, cardSummary, description)
 	if err != nil {
 		if res.BuildCommit != "" {
 			return nil, fmt.Errorf("%w (the build was committed to %s as %s; the card on main was not)", err, branch, res.BuildCommit)
@@ -206,23 +206,26 @@ func dryRun(pkg *Package, repo, branch string, private bool, buildSummary, cardS
 		ops = append(ops, fmt.Sprintf("upload mode %s %s (predicted)", f.Path, PredictUploadMode(f)))
 	}
 	for _, f := range pkg.Build {
-		ops = append(ops, fmt.Sprintf("add %s %s (%d bytes)", branch, f.Path, len(f.Data)))
+		ops = append(ops, fmt.Sprintf("add %s %s (%d bytes)", branch, f.Path, f.Size()))
 	}
 	ops = append(ops,
 		fmt.Sprintf("delete %s build/** files that this package does not have (listed from %s when pushing)", branch, branch),
 		fmt.Sprintf("commit %s %q", branch, buildSummary),
 		fmt.Sprintf("upload mode %s %s (predicted)", pkg.Card.Path, PredictUploadMode(pkg.Card)),
-		fmt.Sprintf("add main %s (%d bytes)", pkg.Card.Path, len(pkg.Card.Data)),
+		fmt.Sprintf("add main %s (%d bytes)", pkg.Card.Path, pkg.Card.Size()),
 		fmt.Sprintf("commit main %q", cardSummary),
 	)
 	return ops
 }
 
+// underBuild selects the files a kernel push owns on its version branch: build/**.
+func underBuild(path string) bool { return strings.HasPrefix(path, "build/") }
+
 // commitFiles brings rev to hold files: it lists rev, keeps files whose content is
-// already there, deletes files under deletePrefix that are not in files (nothing when
-// deletePrefix is ""), asks upload modes, uploads LFS content and commits. It returns
-// the commit id, or "" when rev already matched.
-func (p *pusher) commitFiles(ctx context.Context, res *PushResult, rev string, files []PackageFile, deletePrefix, summary, description string) (string, error) {
+// already there, deletes the files owned selects that are not in files (nothing when
+// owned is nil), asks upload modes, uploads LFS content and commits. It returns the
+// commit id, or "" when rev already matched.
+func (p *pusher) commitFiles(ctx context.Context, res *PushResult, rev string, files []PackageFile, owned func(string) bool, summary, description string) (string, error) {
 	remote, err := p.listTree(ctx, rev)
 	if err != nil {
 		return "", err
@@ -239,9 +242,9 @@ func (p *pusher) commitFiles(ctx context.Context, res *PushResult, rev string, f
 		changed = append(changed, f)
 	}
 	var deleted []string
-	if deletePrefix != "" {
+	if owned != nil {
 		for pth := range remote {
-			if strings.HasPrefix(pth, deletePrefix) && !want[pth] {
+			if owned(pth) && !want[pth] {
 				deleted = append(deleted, pth)
 			}
 		}
@@ -290,7 +293,7 @@ func (p *pusher) commitFiles(ctx context.Context, res *PushResult, rev string, f
 		// is retried by Client.Do; the retry then fails (a deleted file is gone) or the
 		// whole attempt errs. Look at the branch: if it now holds exactly this package,
 		// the commit landed.
-		if landed, head := p.landed(ctx, rev, files, deletePrefix); landed {
+		if landed, head := p.landed(ctx, rev, files, owned); landed {
 			fmt.Fprintf(p.log, "%s: the commit's answer was lost, but %s now holds the package (head %s)\n", rev, rev, head)
 			sha, err = head, nil
 		}
@@ -310,9 +313,9 @@ func (p *pusher) commitFiles(ctx context.Context, res *PushResult, rev string, f
 	return sha, nil
 }
 
-// landed reports whether rev holds files (same content) and nothing else under
-// deletePrefix, and returns rev's head commit.
-func (p *pusher) landed(ctx context.Context, rev string, files []PackageFile, deletePrefix string) (bool, string) {
+// landed reports whether rev holds files (same content) and no other file owned
+// selects, and returns rev's head commit.
+func (p *pusher) landed(ctx context.Context, rev string, files []PackageFile, owned func(string) bool) (bool, string) {
 	remote, err := p.listTree(ctx, rev)
 	if err != nil {
 		return false, ""
@@ -325,7 +328,7 @@ func (p *pusher) landed(ctx context.Context, rev string, files []PackageFile, de
 		}
 	}
 	for pth := range remote {
-		if deletePrefix != "" && strings.HasPrefix(pth, deletePrefix) && !want[pth] {
+		if owned != nil && owned(pth) && !want[pth] {
 			return false, ""
 		}
 	}

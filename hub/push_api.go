@@ -44,15 +44,23 @@ const preuploadChunk = 256
 // versionBranch is the branch naming rule for kernel versions (DESIGN: code on v<N>).
 var versionBranch = regexp.MustCompile(`^v(0|[1-9][0-9]*)$`)
 
+// Model repositories (packed weights): huggingface_hub constants.py REPO_TYPE_MODEL, whose
+// URLs carry no type prefix.
+const repoTypeModel = "model"
+
 // pusher carries one push's client, repository and log.
 type pusher struct {
-	c    *Client
-	repo string // "org/name"
-	log  io.Writer
+	c        *Client
+	repo     string // "org/name"
+	repoType string // repoTypeKernel or repoTypeModel
+	log      io.Writer
 }
 
+// segment is the repo type's part of API paths: /api/{repo_type}s/{repo}/... (hf_api.py).
+func (p *pusher) segment() string { return p.repoType + "s" }
+
 func (p *pusher) apiURL(action, rev string) string {
-	u := p.c.Endpoint + "/api/" + kernelsSegment + "/" + p.repo + "/" + action
+	u := p.c.Endpoint + "/api/" + p.segment() + "/" + p.repo + "/" + action
 	if rev != "" {
 		u += "/" + url.PathEscape(rev)
 	}
@@ -62,13 +70,29 @@ func (p *pusher) apiURL(action, rev string) string {
 // send makes one request (retried by Client.Do on 5xx, 429 and dropped connections;
 // the body is a bytes.Reader so http.NewRequest sets GetBody and retries can replay it).
 func (p *pusher) send(ctx context.Context, method, u, contentType string, body []byte, hdr map[string]string) (*http.Response, []byte, error) {
-	var rd io.Reader
+	var open func() (io.ReadCloser, error)
 	if body != nil {
-		rd = bytes.NewReader(body)
+		open = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	return p.sendFrom(ctx, method, u, contentType, open, int64(len(body)), hdr)
+}
+
+// sendFrom is send with a body of n bytes read from open, called again for each retry (a
+// file section: large uploads are streamed, never held in memory).
+func (p *pusher) sendFrom(ctx context.Context, method, u, contentType string, open func() (io.ReadCloser, error), n int64, hdr map[string]string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hub: %s %s: %w", method, u, err)
+	}
+	if open != nil {
+		body, err := open()
+		if err != nil {
+			return nil, nil, err
+		}
+		req.Body, req.GetBody, req.ContentLength = body, open, n
+		if n == 0 {
+			req.Body = http.NoBody
+		}
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
@@ -150,7 +174,7 @@ func ok2xx(resp *http.Response) bool { return resp.StatusCode >= 200 && resp.Sta
 // (hf_api.py create_repo; DESIGN "Hub commit API"). 409 means it exists, which is fine.
 func (p *pusher) createRepo(ctx context.Context, private bool) (created bool, err error) {
 	org, name, _ := strings.Cut(p.repo, "/")
-	body, _ := json.Marshal(map[string]any{"name": name, "organization": org, "type": repoTypeKernel, "private": private})
+	body, _ := json.Marshal(map[string]any{"name": name, "organization": org, "type": p.repoType, "private": private})
 	resp, b, err := p.send(ctx, http.MethodPost, p.c.Endpoint+"/api/repos/create", "application/json", body, nil)
 	if err != nil {
 		return false, err
@@ -159,7 +183,7 @@ func (p *pusher) createRepo(ctx context.Context, private bool) (created bool, er
 	case resp.StatusCode == http.StatusConflict:
 		return false, nil
 	case !ok2xx(resp):
-		return false, fmt.Errorf("hub: creating kernel repo %s: %w", p.repo, p.statusError(resp, b))
+		return false, fmt.Errorf("hub: creating %s repo %s: %w", p.repoType, p.repo, p.statusError(resp, b))
 	}
 	return true, nil
 }
@@ -198,7 +222,7 @@ type treeEntry struct {
 // hf_api.py create_commit "operations_without_no_op").
 func (e treeEntry) sameContent(f PackageFile) bool {
 	if e.LFS != nil {
-		return e.LFS.Oid == f.SHA256() && e.LFS.Size == int64(len(f.Data))
+		return e.LFS.Oid == f.SHA256() && e.LFS.Size == f.Size()
 	}
 	return e.Oid != "" && e.Oid == f.GitSHA1()
 }
@@ -299,13 +323,13 @@ func (p *pusher) preupload(ctx context.Context, rev string, files []PackageFile)
 		type pf struct {
 			Path   string `json:"path"`
 			Sample string `json:"sample"`
-			Size   int    `json:"size"`
+			Size   int64  `json:"size"`
 		}
 		req := struct {
 			Files []pf `json:"files"`
 		}{}
 		for _, f := range chunk {
-			req.Files = append(req.Files, pf{Path: f.Path, Sample: base64.StdEncoding.EncodeToString(f.Sample()), Size: len(f.Data)})
+			req.Files = append(req.Files, pf{Path: f.Path, Sample: base64.StdEncoding.EncodeToString(f.Sample()), Size: f.Size()})
 		}
 		body, _ := json.Marshal(req)
 		resp, b, err := p.send(ctx, http.MethodPost, p.apiURL("preupload", rev), "application/json", body, nil)
@@ -332,7 +356,7 @@ func (p *pusher) preupload(ctx context.Context, rev string, files []PackageFile)
 			if !ok {
 				return nil, fmt.Errorf("hub: preupload answer for %s@%s says nothing about %q", p.repo, rev, f.Path)
 			}
-			if len(f.Data) == 0 {
+			if f.Size() == 0 {
 				m.UploadMode = "regular"
 				modes[f.Path] = m
 			}
@@ -348,10 +372,10 @@ type commitOp struct {
 	File *PackageFile // for additions
 }
 
-// commitPayload is the NDJSON body of POST /api/kernels/{repo}/commit/{rev}: a header
+// commitPayload is the NDJSON body of POST /api/{type}s/{repo}/commit/{rev}: a header
 // line {"key":"header","value":{"summary","description"}}, then one line per
 // operation (_commit_api.py _prepare_commit_payload; DESIGN "Hub commit API").
-func commitPayload(summary, description string, ops []commitOp) []byte {
+func commitPayload(summary, description string, ops []commitOp) ([]byte, error) {
 	var buf bytes.Buffer
 	line := func(key string, value any) {
 		b, _ := json.Marshal(map[string]any{"key": key, "value": value})
@@ -362,21 +386,28 @@ func commitPayload(summary, description string, ops []commitOp) []byte {
 	for _, op := range ops {
 		switch op.Kind {
 		case "file":
-			line("file", map[string]string{"content": base64.StdEncoding.EncodeToString(op.File.Data), "path": op.Path, "encoding": "base64"})
+			data, err := op.File.Content()
+			if err != nil {
+				return nil, err
+			}
+			line("file", map[string]string{"content": base64.StdEncoding.EncodeToString(data), "path": op.Path, "encoding": "base64"})
 		case "lfsFile":
-			line("lfsFile", map[string]any{"path": op.Path, "algo": "sha256", "oid": op.File.SHA256(), "size": len(op.File.Data)})
+			line("lfsFile", map[string]any{"path": op.Path, "algo": "sha256", "oid": op.File.SHA256(), "size": op.File.Size()})
 		case "deletedFile":
 			line("deletedFile", map[string]string{"path": op.Path})
 		}
 	}
-	return buf.Bytes()
+	return buf.Bytes(), nil
 }
 
 // commit sends the commit (Content-Type application/x-ndjson, _commit_api.py _send_commit)
 // and returns the new commit id. Any non-2xx answer is ErrCommitRejected: the Hub applies
 // a commit whole or not at all, so nothing of it is published.
 func (p *pusher) commit(ctx context.Context, rev, summary, description string, ops []commitOp) (string, error) {
-	body := commitPayload(summary, description, ops)
+	body, err := commitPayload(summary, description, ops)
+	if err != nil {
+		return "", err
+	}
 	resp, b, err := p.send(withKind(ctx, kindCommit), http.MethodPost, p.apiURL("commit", rev), "application/x-ndjson", body, nil)
 	if err != nil {
 		return "", fmt.Errorf("%w: committing to %s@%s: %w", ErrCommitRejected, p.repo, rev, err)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -35,30 +36,130 @@ var kernelName = regexp.MustCompile(`^[a-z][-a-z0-9]*[a-z0-9]$`)
 // anything this large is almost certainly a mistake (a checkpoint copied into build/).
 const maxPackageFile = 2 << 30
 
-// PackageFile is one file to publish.
+// PackageFile is one file to publish: its content in Data, or in the local file Local
+// (see LocalFile), which is hashed and uploaded in sections and never held whole.
 type PackageFile struct {
-	Path string // repository path, slash-separated ("build/torch-cuda/layers.py")
-	Data []byte
+	Path  string // repository path, slash-separated ("build/torch-cuda/layers.py")
+	Data  []byte
+	Local string // a local file holding the content instead of Data
+
+	size   int64  // Local's size, sha256 and first 512 bytes, read by LocalFile
+	sha256 string //
+	sample []byte //
+}
+
+// LocalFile describes the local file for publishing at repoPath: its size, sha256 and
+// first 512 bytes are read now, in one streamed pass.
+func LocalFile(repoPath, local string) (PackageFile, error) {
+	f, err := os.Open(local)
+	if err != nil {
+		return PackageFile{}, fmt.Errorf("hub: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return PackageFile{}, fmt.Errorf("hub: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return PackageFile{}, fmt.Errorf("hub: %s is not a regular file", local)
+	}
+	h := sha256.New()
+	sample := make([]byte, 512)
+	n, err := io.ReadFull(f, sample)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return PackageFile{}, fmt.Errorf("hub: reading %s: %w", local, err)
+	}
+	h.Write(sample[:n])
+	rest, err := io.Copy(h, f)
+	if err != nil {
+		return PackageFile{}, fmt.Errorf("hub: reading %s: %w", local, err)
+	}
+	if int64(n)+rest != st.Size() {
+		return PackageFile{}, fmt.Errorf("hub: %s changed while it was read (%d bytes read, %d listed)", local, int64(n)+rest, st.Size())
+	}
+	return PackageFile{Path: repoPath, Local: local, size: st.Size(), sha256: hex.EncodeToString(h.Sum(nil)), sample: sample[:n]}, nil
+}
+
+// Size is the content's length in bytes.
+func (f PackageFile) Size() int64 {
+	if f.Local != "" {
+		return f.size
+	}
+	return int64(len(f.Data))
 }
 
 // SHA256 is the hex sha256 of the content (the LFS oid).
-func (f PackageFile) SHA256() string { s := sha256.Sum256(f.Data); return hex.EncodeToString(s[:]) }
+func (f PackageFile) SHA256() string {
+	if f.Local != "" {
+		return f.sha256
+	}
+	s := sha256.Sum256(f.Data)
+	return hex.EncodeToString(s[:])
+}
 
-// GitSHA1 is the git blob id of the content (the oid the Hub lists for regular files).
+// GitSHA1 is the git blob id of the content (the oid the Hub lists for regular files); ""
+// when a local file cannot be read.
 func (f PackageFile) GitSHA1() string {
 	h := sha1.New()
-	fmt.Fprintf(h, "blob %d\x00", len(f.Data))
-	h.Write(f.Data)
+	fmt.Fprintf(h, "blob %d\x00", f.Size())
+	if f.Local == "" {
+		h.Write(f.Data)
+	} else {
+		r, err := f.open(0, f.size)()
+		if err != nil {
+			return ""
+		}
+		defer r.Close()
+		if _, err := io.Copy(h, r); err != nil {
+			return ""
+		}
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Sample is the first 512 bytes, what the preupload endpoint inspects
 // (huggingface_hub lfs.py UploadInfo.sample).
 func (f PackageFile) Sample() []byte {
+	if f.Local != "" {
+		return f.sample
+	}
 	if len(f.Data) > 512 {
 		return f.Data[:512]
 	}
 	return f.Data
+}
+
+// Content is the whole content (for regular files, which are small).
+func (f PackageFile) Content() ([]byte, error) {
+	if f.Local == "" {
+		return f.Data, nil
+	}
+	b, err := os.ReadFile(f.Local)
+	if err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	if int64(len(b)) != f.size {
+		return nil, fmt.Errorf("hub: %s changed since it was hashed (%d bytes, was %d)", f.Local, len(b), f.size)
+	}
+	return b, nil
+}
+
+// open returns an opener for bytes [off, off+n) of the content: each call is a fresh
+// reader, so a retried request can send the body again.
+func (f PackageFile) open(off, n int64) func() (io.ReadCloser, error) {
+	if f.Local == "" {
+		return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(f.Data[off : off+n])), nil }
+	}
+	return func() (io.ReadCloser, error) {
+		fh, err := os.Open(f.Local)
+		if err != nil {
+			return nil, fmt.Errorf("hub: %w", err)
+		}
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.NewSectionReader(fh, off, n), fh}, nil
+	}
 }
 
 // VariantMetadata is the part of a variant's metadata.json that publishing reads.

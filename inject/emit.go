@@ -28,11 +28,16 @@ type EmitOptions struct {
 	License string
 	// RepoID is the Hub repository the package is meant for ("" when unknown).
 	RepoID string
+	// PackedRepoID is the model repo of its packed weights (default RepoID + "-packed").
+	PackedRepoID string
+	// ModelClass is the transformers class of the source model (config.json's
+	// architectures[0]) for the card's usage snippet; "" picks an Auto class.
+	ModelClass string
 	// Model names the model the package was generated for (card, commit messages).
 	Model string
 	// Tool is "xpuinject <version>".
 	Tool string
-	// Extra files written at the package root (e.g. the shim), by relative path.
+	// Extra files written at the package root, by relative path.
 	Extra map[string][]byte
 	// Force replaces an earlier package in the output folder; any other non-empty
 	// folder is refused whatever Force says (package outdir).
@@ -95,9 +100,9 @@ type EmitResult struct {
 //	README.md                      card (front matter library_name: kernels)
 //	build.toml                     kernel-builder description of a noarch Triton kernel
 //	plan.yaml                      the plan the package was generated for
-//	torch-ext/<module>/*.py        the sources, where kernel-builder expects them
-//	build/torch-<backend>/*.py     the loadable variants (+ metadata.json)
-//	<Extra...>                     e.g. xpuinject_shim.py
+//	torch-ext/<module>/            the sources, contract.json and plan.yaml, where kernel-builder expects them
+//	build/torch-<backend>/         the loadable variants: the same files + metadata.json
+//	<Extra...>
 //
 // The folder is an xpuinject output (package outdir): assembled aside and renamed into
 // place, so a failed or interrupted emit never leaves a half-written package.
@@ -168,11 +173,15 @@ func packageFiles(plan *Plan, opts EmitOptions) (map[string][]byte, error) {
 			files["build/torch-"+be+"/"+name] = b
 		}
 	}
-	digest := hex.EncodeToString(srcHash.Sum(nil))[:7]
 	planYAML, err := MarshalPlanYAML(plan)
 	if err != nil {
 		return nil, fmt.Errorf("inject: emit: plan: %w", err)
 	}
+	// The plan is part of what the package runs (its inject reads it), so it is part of the
+	// id too: two packages of one model with different plans never share a module name.
+	fmt.Fprintf(srcHash, "%s\x00%d\x00", "plan.yaml", len(planYAML))
+	srcHash.Write(planYAML)
+	digest := hex.EncodeToString(srcHash.Sum(nil))[:7]
 	planSum := sha256.Sum256(planYAML)
 	for _, be := range emitBackends {
 		meta := map[string]any{
@@ -194,6 +203,12 @@ func packageFiles(plan *Plan, opts EmitOptions) (map[string][]byte, error) {
 		files["build/torch-"+be+"/metadata.json"] = append(b, '\n')
 	}
 	files[PlanFile] = planYAML
+	// The package's inject reads its plan from its own folder: get_kernel fetches only the
+	// variant folder, so each carries the same bytes (and so do the kernel-builder sources).
+	files["torch-ext/"+module+"/"+PlanFile] = planYAML
+	for _, be := range emitBackends {
+		files["build/torch-"+be+"/"+PlanFile] = planYAML
+	}
 	files["build.toml"] = buildTOML(opts)
 	files["README.md"] = card(plan, opts)
 	for p, b := range opts.Extra {
@@ -281,18 +296,15 @@ func card(plan *Plan, opts EmitOptions) []byte {
 	}
 	fmt.Fprintf(&b, "\n%d of %d layers replaced, %d kept on the stock path (reasons in `plan.yaml`).\n\n",
 		len(plan.Layers)-kept, len(plan.Layers), kept)
-	b.WriteString("Weights are pre-packed offline by xpuinject (BatchNorm folded, QKV and gate/up " +
-		"concatenated, bf16, K-major); the layers read them from attributes the shim attaches " +
-		"(`xpuinject_*`), so load them with the shim.\n\n")
-	b.WriteString("## Usage\n\n```python\n")
-	b.WriteString("from xpuinject_shim import inject   # written beside this package by xpuinject\n\n")
-	b.WriteString("model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).to(\"xpu\")  # or \"cuda\"\n")
-	b.WriteString("summary = inject(model, PACKAGE_DIR, packed_dir=PACKED_DIR)\n```\n\n")
-	b.WriteString("Loading the kernels alone:\n\n```python\nfrom kernels import get_kernel\n")
-	repo := opts.RepoID
-	if repo == "" {
-		repo = "ORG/" + opts.Name
-	}
-	fmt.Fprintf(&b, "k = get_kernel(%q, version=%d)\nprint(k.layers)\n```\n", repo, opts.Version)
+	repo := firstNonEmpty(opts.RepoID, "ORG/"+opts.Name)
+	packed := firstNonEmpty(opts.PackedRepoID, PackedRepoID(repo))
+	b.WriteString("## Usage\n\n")
+	b.WriteString(UsageSnippet(plan, Usage{ModelClass: opts.ModelClass, KernelRepo: repo, Version: opts.Version, PackedRepo: packed}))
+	fmt.Fprintf(&b, "\nThe package carries its plan (`plan.yaml`, in each variant folder too) and carries it out: "+
+		"`inject` binds each module the plan names to the layer it names. With `packed=` it loads the weights "+
+		"xpuinject pre-packed offline (BatchNorm folded, QKV and gate/up concatenated, bf16, K-major) from "+
+		"[`%s`](https://huggingface.co/%s) and releases the original projections; without it the layers pack "+
+		"the model's own weights on first use. `xpuinject.kernelize(model)` needs no plan: it binds every "+
+		"supported module of any Llama, Mistral, Qwen2, Qwen3 or LeViT model.\n", packed, packed)
 	return b.Bytes()
 }

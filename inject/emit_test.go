@@ -46,7 +46,8 @@ func TestKernelName(t *testing.T) {
 
 func TestEmitTreeComplete(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "pkg")
-	res, err := Emit(emitTestPlan(), out, EmitOptions{Tool: "xpuinject test", Extra: map[string][]byte{"xpuinject_shim.py": []byte("# shim\n")}})
+	res, err := Emit(emitTestPlan(), out, EmitOptions{Tool: "xpuinject test", RepoID: "org/tiny-kernels", ModelClass: "LlamaForCausalLM",
+		Extra: map[string][]byte{"NOTICE": []byte("extra\n")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +55,9 @@ func TestEmitTreeComplete(t *testing.T) {
 		t.Errorf("name %q", res.Name)
 	}
 	module := ModuleName(res.Name)
-	want := []string{"README.md", "build.toml", "plan.yaml", "xpuinject_shim.py", outdir.MarkerFile}
-	for _, f := range kernels.SourceFiles() {
+	want := []string{"README.md", "build.toml", "plan.yaml", "NOTICE", outdir.MarkerFile}
+	// the plan travels with the sources: get_kernel fetches one variant folder only
+	for _, f := range append(kernels.SourceFiles(), "plan.yaml") {
 		want = append(want, "build/torch-cuda/"+f, "build/torch-xpu/"+f, "torch-ext/"+module+"/"+f)
 	}
 	want = append(want, "build/torch-cuda/metadata.json", "build/torch-xpu/metadata.json")
@@ -102,12 +104,25 @@ func TestEmitTreeComplete(t *testing.T) {
 			t.Errorf("%s metadata: plan_sha256 %q, sha256 of plan.yaml is %x", be, m.XPUInject.PlanSHA256, sum)
 		}
 	}
+	planYAML, _ := os.ReadFile(filepath.Join(out, "plan.yaml"))
+	for _, v := range []string{"build/torch-cuda", "build/torch-xpu", "torch-ext/" + module} {
+		if b, _ := os.ReadFile(filepath.Join(out, v, "plan.yaml")); string(b) != string(planYAML) {
+			t.Errorf("%s/plan.yaml differs from plan.yaml", v)
+		}
+	}
 	readme, _ := os.ReadFile(filepath.Join(out, "README.md"))
 	for _, s := range []string{"---\nlibrary_name: kernels\n", "license: apache-2.0", "base_model: org/Tiny-Llama.v2",
-		"| `RMSNorm` | rmsnorm | `LlamaRMSNorm` | 1 |", "2 of 3 layers replaced, 1 kept"} {
+		"| `RMSNorm` | rmsnorm | `LlamaRMSNorm` | 1 |", "2 of 3 layers replaced, 1 kept",
+		"from transformers import LlamaForCausalLM\n\nmodel = LlamaForCausalLM.from_pretrained(\"org/Tiny-Llama.v2\", " +
+			"revision=\"0123456789abcdef0123456789abcdef01234567\", dtype=torch.bfloat16).to(\"cuda\").eval()",
+		"xpuinject = get_kernel(\"org/tiny-kernels\", version=1, trust_remote_code=True)\n",
+		"xpuinject.inject(model, packed=\"org/tiny-kernels-packed\")\n"} {
 		if !strings.Contains(string(readme), s) {
 			t.Errorf("card lacks %q:\n%s", s, readme)
 		}
+	}
+	if strings.Contains(string(readme), "shim") {
+		t.Errorf("card mentions a shim:\n%s", readme)
 	}
 	toml, _ := os.ReadFile(filepath.Join(out, "build.toml"))
 	if !strings.Contains(string(toml), "[torch-noarch]") || !strings.Contains(string(toml), `backends = ["cuda", "xpu"]`) {

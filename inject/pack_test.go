@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -437,7 +438,7 @@ func TestPackMatchesReference(t *testing.T) {
 			}
 			m := metas["model.safetensors"]
 			if m["format"] != "pt" || m[MetaTool] != "xpuinject test" || m[MetaSource] != filepath.Join(dir, "src") ||
-				m[MetaPlanSHA256] != res.PlanSHA256 || m[MetaSchemaVersion] != "1" {
+				m[MetaPlanSHA256] != res.PlanSHA256 || m[MetaSchemaVersion] != strconv.Itoa(SchemaVersion) {
 				t.Errorf("metadata %v", m)
 			}
 			if m[MetaTransforms] != "cast-bf16,concat-gate-up,concat-qkv,fold-bn,fold-bn-input,fold-conv-bn,prepack-kmajor" {

@@ -288,6 +288,7 @@ func (p *planner) lmHead(l models.Layer, lp *LayerPlan) error {
 		}
 	}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
+	lp.Bindings = []Binding{bind(l.Module, l.Class, lp.Layer, nil)}
 	lp.Reason = ReasonLMHead
 	if l.Tied {
 		lp.Reason = joinReasons(ReasonLMHead, ReasonLMHeadTied)
@@ -301,7 +302,7 @@ func (p *planner) lmHead(l models.Layer, lp *LayerPlan) error {
 // torch would round the same way at load; other dtypes are copied unchanged).
 func (p *planner) keep(l models.Layer, lp *LayerPlan, reason string) error {
 	lp.Kernel, lp.Layer, lp.Reason = KernelKeep, "", reason
-	lp.Outputs = lp.Outputs[:0]
+	lp.Outputs, lp.Bindings = lp.Outputs[:0], nil
 	for _, role := range sortedKeys(l.Tensors) {
 		name := l.Tensors[role]
 		if kernels.TrainingOnly(name) {

@@ -103,7 +103,19 @@ func diffPlans(got, want *Plan) []string {
 		d(at, "tensors", sortedMap(g.Tensors), sortedMap(w.Tensors))
 		d(at, "dims", sortedMap(g.Dims), sortedMap(w.Dims))
 		d(at, "eps", g.Eps, w.Eps)
-		d(at, "vendor ops", slices.Sorted(maps.Keys(g.Vendor)), slices.Sorted(maps.Keys(w.Vendor)))
+		if len(g.Bindings) != len(w.Bindings) {
+			out = append(out, fmt.Sprintf("%s: %d bindings, re-planning the model gives %d", at, len(g.Bindings), len(w.Bindings)))
+		} else {
+			for j := range g.Bindings {
+				gb, wb := &g.Bindings[j], &w.Bindings[j]
+				bat := fmt.Sprintf("%s: bindings[%d] (%s)", at, j, wb.Module)
+				d(bat, "module", gb.Module, wb.Module)
+				d(bat, "class", gb.Class, wb.Class)
+				d(bat, "layer", gb.Layer, wb.Layer)
+				d(bat, "reads", gb.Reads, wb.Reads)
+				d(bat, "vendor", gb.Vendor, wb.Vendor)
+			}
+		}
 		if len(g.Outputs) != len(w.Outputs) {
 			out = append(out, fmt.Sprintf("%s: %d outputs, re-planning the model gives %d", at, len(g.Outputs), len(w.Outputs)))
 			continue

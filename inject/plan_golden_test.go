@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/xpuinject/xpuinject/kernels"
@@ -106,14 +107,34 @@ func TestPlanGolden(t *testing.T) {
 }
 
 // checkPlanInvariants: every source tensor but training counters is read by some output
-// (tied heads aside), outputs are unique, replaced layers name a layer class.
+// (tied heads aside), outputs are unique, replaced layers name a layer class and bind their
+// own module first, each module is bound once, to a layer contract.json says replaces its
+// class, and every packed attribute an output attaches is one its binding reads.
 func checkPlanInvariants(t *testing.T, g *models.Graph, p *Plan) {
 	t.Helper()
 	read := map[string]bool{}
 	outs := map[string]bool{}
+	bound := map[string]bool{}
 	for _, l := range p.Layers {
 		if l.Kernel != KernelKeep && l.Layer == "" {
 			t.Errorf("%s: kernel %s without a layer class", l.Module, l.Kernel)
+		}
+		if (l.Layer == "") != (len(l.Bindings) == 0) || (l.Layer != "" && (l.Bindings[0].Module != l.Module || l.Bindings[0].Layer != l.Layer)) {
+			t.Errorf("%s: layer %q, bindings %+v", l.Module, l.Layer, l.Bindings)
+		}
+		for _, b := range l.Bindings {
+			if bound[b.Module] {
+				t.Errorf("module %s bound twice", b.Module)
+			}
+			bound[b.Module] = true
+			if !kernels.LayerReplaces(b.Layer, b.Class) {
+				t.Errorf("%s: contract.json does not let %s replace %s", b.Module, b.Layer, b.Class)
+			}
+		}
+		for _, o := range l.Outputs {
+			if o.Attr != "" && !slices.Contains(l.Bindings[0].Reads, o.Attr) {
+				t.Errorf("%s: output %s attaches %s, which its binding does not read (%v)", l.Module, o.Name, o.Attr, l.Bindings[0].Reads)
+			}
 		}
 		for _, o := range l.Outputs {
 			if outs[o.Name] {

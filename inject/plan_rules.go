@@ -18,8 +18,7 @@ const postAttentionNorm = "post_attention_layernorm"
 
 func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 	candidates := []string{"rmsnorm"}
-	fused := l.Block >= 0 && lastPart(l.Module) == postAttentionNorm
-	if fused {
+	if fusable(l) {
 		candidates = []string{"add-rmsnorm", "rmsnorm"}
 	}
 	if err := p.needRoles(l, []string{"weight"}); err != nil {
@@ -34,13 +33,58 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 		return err
 	}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
+	lp.Outputs = []TensorPlan{p.out(w, "", "", LayoutRowMajor, p.shapeOf(w), nil, w)}
+	lp.Bindings = []Binding{bind(l.Module, l.Class, lp.Layer, nil)}
 	if k.Name == "add-rmsnorm" {
 		lp.Reason = joinReasons(ReasonAddRMSNorm, note)
+		// The residual add before this norm lives in the decoder layer's forward, so the
+		// decoder layer is what changes.
+		lp.Bindings = append(lp.Bindings, bind(parentModule(l.Module), l.BlockClass, layerDecoder, nil))
 	} else {
 		lp.Reason = note
 	}
-	lp.Outputs = []TensorPlan{p.out(w, "", "", LayoutRowMajor, p.shapeOf(w), nil, w)}
 	return nil
+}
+
+// fusable: a decoder block's post-attention RMSNorm whose block class is known can fuse
+// the residual add before it (add-rmsnorm, carried out by patching the block).
+func fusable(l models.Layer) bool {
+	return l.Block >= 0 && l.BlockClass != "" && lastPart(l.Module) == postAttentionNorm
+}
+
+// Layer classes the rules bind besides the registry's (contract.json names them all).
+const (
+	layerDecoder = "DecoderLayer"
+	layerRMSNorm = "RMSNorm"
+	layerConvBN  = "ConvBN"
+)
+
+// bind is a Binding whose reads are the layer's own (contract.json) followed by the
+// packed attributes its outputs attach and then extra (children it calls).
+func bind(module, class, layer string, outs []TensorPlan, extra ...string) Binding {
+	reads := kernels.LayerReads(layer)
+	for _, o := range outs {
+		if o.Attr != "" {
+			reads = append(reads, o.Attr)
+		}
+	}
+	return Binding{Module: module, Class: class, Layer: layer, Reads: append(reads, extra...)}
+}
+
+func parentModule(module string) string {
+	if i := strings.LastIndexByte(module, '.'); i >= 0 {
+		return module[:i]
+	}
+	return ""
+}
+
+// vendorRoutes converts the registry's matched routes into the plan's.
+func vendorRoutes(rs []kernels.VendorRoute) []VendorRoute {
+	var out []VendorRoute
+	for _, r := range rs {
+		out = append(out, VendorRoute{Op: r.Op, MinTokens: r.MinTokens, MaxTokens: r.MaxTokens, Reason: r.Reason})
+	}
+	return out
 }
 
 // decoderPatched reports whether block's post-attention RMSNorm runs add-rmsnorm, which
@@ -51,7 +95,7 @@ func (p *planner) decoderPatched(block int) bool {
 		return false
 	}
 	for _, l := range p.g.Layers {
-		if l.Block == block && l.Kind == models.KindRMSNorm && lastPart(l.Module) == postAttentionNorm {
+		if l.Block == block && l.Kind == models.KindRMSNorm && fusable(l) {
 			k, _, _ := p.choose(l, "add-rmsnorm")
 			return k != nil
 		}
@@ -90,7 +134,7 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	if k == nil {
 		return p.keep(l, lp, why)
 	}
-	lp.Vendor = p.reg.VendorOps(k.Name, l, p.tensors)
+	vendor := vendorRoutes(p.reg.VendorOps(k.Name, l, p.tensors))
 	d := l.Dims
 	hidden, h, kv, hd := d["hidden"], d["heads"], d["kv_heads"], d["head_dim"]
 	qn, err1 := mul(h, hd)
@@ -122,31 +166,46 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	split := []int64{qn, kvn, kvn}
 	qkv := []string{t["q_proj.weight"], t["k_proj.weight"], t["v_proj.weight"]}
 	lp.Outputs = []TensorPlan{
-		p.out(m+".qkv_proj.weight", "weight", "xpuinject_qkv_weight", LayoutKMajor, []int64{hidden, total}, split, qkv...),
+		p.out(m+".qkv_proj.weight", "weight", kernels.PackedAttr("Attention", "qkv_weight"), LayoutKMajor, []int64{hidden, total}, split, qkv...),
 	}
 	lp.Outputs[0].Transforms = append([]string{TConcatQKV}, lp.Outputs[0].Transforms...)
 	if nb == 3 {
-		b := p.out(m+".qkv_proj.bias", "bias", "xpuinject_qkv_bias", LayoutRowMajor, []int64{total}, split,
+		b := p.out(m+".qkv_proj.bias", "bias", kernels.PackedAttr("Attention", "qkv_bias"), LayoutRowMajor, []int64{total}, split,
 			t["q_proj.bias"], t["k_proj.bias"], t["v_proj.bias"])
 		b.Transforms = append([]string{TConcatQKV}, b.Transforms...)
 		lp.Outputs = append(lp.Outputs, b)
 	}
 	lp.Outputs = append(lp.Outputs,
-		p.out(m+".o_proj.weight", "", "xpuinject_o_weight", LayoutKMajor, []int64{qn, hidden}, nil, t["o_proj.weight"]))
+		p.out(m+".o_proj.weight", "", kernels.PackedAttr("Attention", "o_weight"), LayoutKMajor, []int64{qn, hidden}, nil, t["o_proj.weight"]))
 	if ob, ok := t["o_proj.bias"]; ok {
-		lp.Outputs = append(lp.Outputs, p.out(m+".o_proj.bias", "", "xpuinject_o_bias", LayoutRowMajor, []int64{hidden}, nil, ob))
-	}
-	for _, r := range []string{"q_norm.weight", "k_norm.weight"} {
-		if n, ok := t[r]; ok {
-			lp.Outputs = append(lp.Outputs, p.out(n, "", "", LayoutRowMajor, []int64{hd}, nil, n))
-		}
+		lp.Outputs = append(lp.Outputs, p.out(m+".o_proj.bias", "", kernels.PackedAttr("Attention", "o_bias"), LayoutRowMajor, []int64{hidden}, nil, ob))
 	}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
+	// qwen3's per-head q/k RMSNorms run inside the attention layer (it calls them), so
+	// their modules get the RMSNorm layer too.
+	var children []string
+	var childBindings []Binding
+	for _, c := range []string{"q_norm", "k_norm"} {
+		n, ok := t[c+".weight"]
+		if !ok {
+			continue
+		}
+		cls := l.Children[c]
+		if cls == "" {
+			return fmt.Errorf("%w: layer %s has a %s tensor but the graph names no class for its %s module", ErrPlan, m, c+".weight", c)
+		}
+		lp.Outputs = append(lp.Outputs, p.out(n, "", "", LayoutRowMajor, []int64{hd}, nil, n))
+		children = append(children, c)
+		childBindings = append(childBindings, bind(m+"."+c, cls, layerRMSNorm, nil))
+	}
+	ab := bind(m, l.Class, lp.Layer, lp.Outputs, children...)
+	ab.Vendor = vendor
+	lp.Bindings = append([]Binding{ab}, childBindings...)
 	reason := "prefill runs attention-prefill, generation attention-decode; RoPE by rope; q/k/v and o projections by gemm"
 	if sw := p.slidingWindow(l); sw > 0 {
 		reason += fmt.Sprintf("; sliding window %d: relies on the 4-D mask transformers passes to attention_forward", sw)
 	}
-	lp.Reason = joinReasons(reason+vendorReason(lp.Vendor), note)
+	lp.Reason = joinReasons(reason+vendorReason(vendor), note)
 	return nil
 }
 
@@ -169,11 +228,13 @@ func (p *planner) slidingWindow(l models.Layer) int64 {
 }
 
 // vendorReason is the reason's part for a layer's vendor routes, "" when none:
-// "; <op> on the vendor path faster for <when> (<measured>)" per op, in op order.
-func vendorReason(vendor map[string]string) string {
+// "; <op> on the vendor path faster for <when> (<measured>)" per route, in op order.
+func vendorReason(vendor []VendorRoute) string {
+	rs := slices.Clone(vendor)
+	slices.SortStableFunc(rs, func(a, b VendorRoute) int { return strings.Compare(a.Op, b.Op) })
 	var b strings.Builder
-	for _, op := range sortedKeys(vendor) {
-		b.WriteString("; " + op + " on the " + vendor[op])
+	for _, r := range rs {
+		b.WriteString("; " + r.Op + " on the " + r.Reason)
 	}
 	return b.String()
 }
@@ -209,19 +270,21 @@ func (p *planner) mlp(l models.Layer, lp *LayerPlan) error {
 		return fmt.Errorf("%w: layer %s: %v", ErrPlan, l.Module, err)
 	}
 	t, m := l.Tensors, l.Module
-	gu := p.out(m+".gate_up_proj.weight", "weight", "xpuinject_gate_up_weight", LayoutKMajor,
+	gu := p.out(m+".gate_up_proj.weight", "weight", kernels.PackedAttr("SwiGLUMLP", "gate_up_weight"), LayoutKMajor,
 		[]int64{hidden, twoI}, []int64{inter, inter}, t["gate_proj.weight"], t["up_proj.weight"])
 	gu.Transforms = append([]string{TConcatGateUp}, gu.Transforms...)
-	down := p.out(m+".down_proj.weight", "", "xpuinject_down_weight", LayoutKMajor,
+	down := p.out(m+".down_proj.weight", "", kernels.PackedAttr("SwiGLUMLP", "down_weight"), LayoutKMajor,
 		[]int64{inter, hidden}, nil, t["down_proj.weight"])
 	lp.Outputs = []TensorPlan{gu, down}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
-	lp.Vendor = p.reg.VendorOps(k.Name, l, p.tensors)
+	mb := bind(m, l.Class, lp.Layer, lp.Outputs)
+	mb.Vendor = vendorRoutes(p.reg.VendorOps(k.Name, l, p.tensors))
+	lp.Bindings = []Binding{mb}
 	what := "gate/up by one GEMM with the swiglu epilogue, down by a plain GEMM"
 	if p.decoderPatched(l.Block) {
 		what = "gate/up by one GEMM with the swiglu epilogue, down by a GEMM with the decoder layer's residual add in its epilogue"
 	}
-	lp.Reason = joinReasons(what+vendorReason(lp.Vendor), note)
+	lp.Reason = joinReasons(what+vendorReason(mb.Vendor), note)
 	return nil
 }
 
@@ -277,14 +340,16 @@ func (p *planner) linearBN(l models.Layer, lp *LayerPlan) error {
 		bsrc = append(bsrc, b)
 	}
 	bsrc = append(bsrc, bn...)
-	w := TensorPlan{Name: m + ".folded.weight", Role: "weight", Attr: "xpuinject_weight", Sources: wsrc,
+	layer := k.LayerClass(l.Kind)
+	w := TensorPlan{Name: m + ".folded.weight", Role: "weight", Attr: kernels.PackedAttr(layer, "weight"), Sources: wsrc,
 		Transforms: []string{fold, TCastBF16, TPrepackKMajor}, Shape: []int64{in, out},
 		DType: string(models.BF16), Layout: LayoutKMajor}
-	b := TensorPlan{Name: m + ".folded.bias", Role: "bias", Attr: "xpuinject_bias", Sources: bsrc,
+	b := TensorPlan{Name: m + ".folded.bias", Role: "bias", Attr: kernels.PackedAttr(layer, "bias"), Sources: bsrc,
 		Transforms: []string{fold, TCastBF16}, Shape: []int64{out},
 		DType: string(models.BF16), Layout: LayoutRowMajor}
 	lp.Outputs = []TensorPlan{w, b}
-	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
+	lp.Kernel, lp.Layer = k.Name, layer
+	lp.Bindings = []Binding{bind(m, l.Class, layer, lp.Outputs)}
 	what := "BatchNorm folded into the Linear"
 	if l.Kind == models.KindBNLinear {
 		what = "input BatchNorm folded into the Linear"
@@ -337,14 +402,17 @@ func (p *planner) convBN(l models.Layer, lp *LayerPlan) error {
 	}
 	bsrc = append(bsrc, bn...)
 	lp.Outputs = []TensorPlan{
-		{Name: m + ".folded.weight", Role: "weight", Attr: "xpuinject_weight",
+		{Name: m + ".folded.weight", Role: "weight", Attr: kernels.PackedAttr(layerConvBN, "weight"),
 			Sources: append([]string{t["conv.weight"]}, bn...), Transforms: []string{TFoldConvBN, TCastBF16},
 			Shape: slices.Clone(ws), DType: string(models.BF16), Layout: LayoutRowMajor},
-		{Name: m + ".folded.bias", Role: "bias", Attr: "xpuinject_bias", Sources: bsrc,
+		{Name: m + ".folded.bias", Role: "bias", Attr: kernels.PackedAttr(layerConvBN, "bias"), Sources: bsrc,
 			Transforms: []string{TFoldConvBN, TCastBF16}, Shape: []int64{outCh},
 			DType: string(models.BF16), Layout: LayoutRowMajor},
 	}
-	lp.Kernel, lp.Layer, lp.Reason = KernelKeep, "", ReasonConvBN
+	// No Triton kernel runs (keep), but the module's forward changes: ConvBN runs stock
+	// conv2d on the folded bf16 tensors.
+	lp.Kernel, lp.Layer, lp.Reason = KernelKeep, layerConvBN, ReasonConvBN
+	lp.Bindings = []Binding{bind(m, l.Class, layerConvBN, lp.Outputs)}
 	return nil
 }
 

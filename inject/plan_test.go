@@ -49,8 +49,12 @@ func llama(c llamaCfg) *gb {
 		Tensors: map[string]string{"weight": b.t("model.embed_tokens.weight", dt, c.vocab, c.hidden)},
 		Dims:    map[string]int64{"hidden": c.hidden, "vocab": c.vocab}})
 	norm := func(m string, block int) {
-		b.add(models.Layer{Module: m, Kind: models.KindRMSNorm, Class: "LlamaRMSNorm", Block: block, Eps: 1e-6,
-			Tensors: map[string]string{"weight": b.t(m+".weight", dt, c.hidden)}, Dims: map[string]int64{"hidden": c.hidden}})
+		l := models.Layer{Module: m, Kind: models.KindRMSNorm, Class: "LlamaRMSNorm", Block: block, Eps: 1e-6,
+			Tensors: map[string]string{"weight": b.t(m+".weight", dt, c.hidden)}, Dims: map[string]int64{"hidden": c.hidden}}
+		if block >= 0 {
+			l.BlockClass = "LlamaDecoderLayer"
+		}
+		b.add(l)
 	}
 	for i := 0; i < c.blocks; i++ {
 		p := fmt.Sprintf("model.layers.%d", i)
@@ -67,15 +71,18 @@ func llama(c llamaCfg) *gb {
 			ts["k_proj.bias"] = b.t(a+".k_proj.bias", dt, c.kv*c.hd)
 			ts["v_proj.bias"] = b.t(a+".v_proj.bias", dt, c.kv*c.hd)
 		}
+		var children map[string]string
 		if c.qkNorm {
 			ts["q_norm.weight"] = b.t(a+".q_norm.weight", dt, c.hd)
 			ts["k_norm.weight"] = b.t(a+".k_norm.weight", dt, c.hd)
+			children = map[string]string{"q_norm": "LlamaRMSNorm", "k_norm": "LlamaRMSNorm"}
 		}
 		b.add(models.Layer{Module: a, Kind: models.KindAttention, Class: "LlamaAttention", Block: i, Bias: c.bias, Tensors: ts,
+			BlockClass: "LlamaDecoderLayer", Children: children,
 			Dims: map[string]int64{"hidden": c.hidden, "heads": c.heads, "kv_heads": c.kv, "head_dim": c.hd}})
 		norm(p+".post_attention_layernorm", i)
 		m := p + ".mlp"
-		b.add(models.Layer{Module: m, Kind: models.KindMLPSwiGLU, Class: "LlamaMLP", Block: i,
+		b.add(models.Layer{Module: m, Kind: models.KindMLPSwiGLU, Class: "LlamaMLP", Block: i, BlockClass: "LlamaDecoderLayer",
 			Tensors: map[string]string{
 				"gate_proj.weight": b.t(m+".gate_proj.weight", dt, c.inter, c.hidden),
 				"up_proj.weight":   b.t(m+".up_proj.weight", dt, c.inter, c.hidden),
@@ -136,9 +143,22 @@ func TestPlanLlamaF32(t *testing.T) {
 		Sources: []string{"model.layers.0.input_layernorm.weight"}, Transforms: []string{TCastBF16},
 		Shape: []int64{64}, DType: "BF16", Layout: "row-major"}})
 
+	if want := []Binding{{Module: "model.layers.0.input_layernorm", Class: "LlamaRMSNorm", Layer: "RMSNorm",
+		Reads: []string{"weight", "variance_epsilon"}}}; !reflect.DeepEqual(in.Bindings, want) {
+		t.Errorf("input_layernorm bindings %+v", in.Bindings)
+	}
+
 	post := layerOf(t, p, "model.layers.1.post_attention_layernorm")
 	if post.Kernel != "add-rmsnorm" || post.Layer != "RMSNorm" || post.Reason != ReasonAddRMSNorm {
 		t.Errorf("post_attention_layernorm: %+v", post)
+	}
+	// the fused residual add lives in the decoder layer's forward: the plan binds it
+	if want := []Binding{
+		{Module: "model.layers.1.post_attention_layernorm", Class: "LlamaRMSNorm", Layer: "RMSNorm", Reads: []string{"weight", "variance_epsilon"}},
+		{Module: "model.layers.1", Class: "LlamaDecoderLayer", Layer: "DecoderLayer",
+			Reads: []string{"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},
+	}; !reflect.DeepEqual(post.Bindings, want) {
+		t.Errorf("post_attention_layernorm bindings %+v", post.Bindings)
 	}
 	if fin := layerOf(t, p, "model.norm"); fin.Kernel != "rmsnorm" {
 		t.Errorf("final norm kernel %s", fin.Kernel)
@@ -159,6 +179,10 @@ func TestPlanLlamaF32(t *testing.T) {
 		{Name: pre + "o_proj.weight", Attr: "xpuinject_o_weight", Sources: []string{pre + "o_proj.weight"},
 			Transforms: []string{TCastBF16, TPrepackKMajor}, Shape: []int64{64, 64}, DType: "BF16", Layout: "k-major"},
 	})
+	if want := []Binding{{Module: "model.layers.0.self_attn", Class: "LlamaAttention", Layer: "Attention",
+		Reads: []string{"config", "head_dim", "scaling", "layer_idx", "xpuinject_qkv_weight", "xpuinject_o_weight"}}}; !reflect.DeepEqual(a.Bindings, want) {
+		t.Errorf("attention bindings %+v", a.Bindings)
+	}
 
 	m := layerOf(t, p, "model.layers.0.mlp")
 	if m.Kernel != "gemm" || m.Layer != "SwiGLUMLP" ||
@@ -240,6 +264,22 @@ func TestPlanQwen3NormsAndOProjBias(t *testing.T) {
 	})
 	if !reflect.DeepEqual(a.Outputs[0].Shape, []int64{64, 128}) || !reflect.DeepEqual(a.Outputs[0].Split, []int64{64, 32, 32}) {
 		t.Errorf("qkv shape %v split %v", a.Outputs[0].Shape, a.Outputs[0].Split)
+	}
+	// the attention layer calls its q/k norms, which the plan binds to RMSNorm
+	norm := []string{"weight", "variance_epsilon"}
+	want := []Binding{
+		{Module: "model.layers.0.self_attn", Class: "LlamaAttention", Layer: "Attention", Reads: []string{"config", "head_dim", "scaling",
+			"layer_idx", "xpuinject_qkv_weight", "xpuinject_o_weight", "xpuinject_o_bias", "q_norm", "k_norm"}},
+		{Module: pre + "q_norm", Class: "LlamaRMSNorm", Layer: "RMSNorm", Reads: norm},
+		{Module: pre + "k_norm", Class: "LlamaRMSNorm", Layer: "RMSNorm", Reads: norm},
+	}
+	if !reflect.DeepEqual(a.Bindings, want) {
+		t.Errorf("bindings %+v", a.Bindings)
+	}
+	// a graph that does not name the norms' class cannot be bound
+	b.layers[2].Children = nil
+	if _, err := NewPlan(b.graph(), nil, PlanOptions{}); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), "no class for its q_norm module") {
+		t.Errorf("no child class: %v", err)
 	}
 }
 
@@ -378,8 +418,8 @@ func TestPlanBackendSubset(t *testing.T) {
 func TestPlanDisableAddRMSNormFallsBack(t *testing.T) {
 	p := mustPlan(t, llama(tiny).graph(), PlanOptions{Disable: []string{"add-rmsnorm"}})
 	l := layerOf(t, p, "model.layers.0.post_attention_layernorm")
-	if l.Kernel != "rmsnorm" || l.Reason != "kernel add-rmsnorm disabled; so rmsnorm" {
-		t.Fatalf("post norm: %q %q", l.Kernel, l.Reason)
+	if l.Kernel != "rmsnorm" || l.Reason != "kernel add-rmsnorm disabled; so rmsnorm" || len(l.Bindings) != 1 {
+		t.Fatalf("post norm: %q %q %v", l.Kernel, l.Reason, l.Bindings)
 	}
 	// The decoder layer is not patched then, so the MLP's down projection has no residual epilogue.
 	if m := layerOf(t, p, "model.layers.0.mlp"); m.Kernel != "gemm" ||
@@ -443,9 +483,16 @@ func TestPlanLeViT(t *testing.T) {
 	}
 
 	emb := layerOf(t, p, "emb")
-	if emb.Kernel != "keep" || emb.Reason != ReasonConvBN || emb.Layer != "" ||
+	if emb.Kernel != "keep" || emb.Reason != ReasonConvBN || emb.Layer != "ConvBN" ||
 		!reflect.DeepEqual(emb.Transforms, []string{TFoldConvBN, TCastBF16}) {
 		t.Errorf("conv-bn: %+v", emb)
+	}
+	// kept (no Triton kernel) but bound: ConvBN runs stock conv2d on the folded tensors and
+	// reads the convolution's geometry
+	wantBind := []Binding{{Module: "emb", Class: "LevitConvEmbeddings", Layer: "ConvBN", Reads: []string{
+		"convolution.stride", "convolution.padding", "convolution.dilation", "convolution.groups", "xpuinject_weight", "xpuinject_bias"}}}
+	if !reflect.DeepEqual(emb.Bindings, wantBind) {
+		t.Errorf("conv-bn bindings %+v", emb.Bindings)
 	}
 	wantOut(t, emb.Outputs, []TensorPlan{
 		{Name: "emb.folded.weight", Role: "weight", Attr: "xpuinject_weight",

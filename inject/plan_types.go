@@ -1,12 +1,14 @@
 // Package inject turns a models.Graph into a Plan (which kernel replaces which layer,
 // and how its weights are transformed), packs the weights the plan asks for into a new
-// safetensors checkpoint, and emits the kernel-hub package and shim.
+// safetensors checkpoint, and emits the kernel-hub package that carries the plan out.
 //
 // Planning and transforms are pure; I/O lives at the edges (pack.go, emit.go).
 package inject
 
 // SchemaVersion is the version of the plan.yaml / plan JSON schema written by this build.
-const SchemaVersion = 1
+// 2: each layer lists its bindings (module -> layer class, attributes read, vendor routes
+// with token bounds) instead of a per-layer vendor map.
+const SchemaVersion = 2
 
 // Transform names, as they appear in plans and in safetensors __metadata__.
 const (
@@ -51,7 +53,8 @@ type LayerPlan struct {
 	Class  string `yaml:"class" json:"class"`   // transformers class name
 	// Kernel is the registry name of the replacing kernel, or "keep".
 	Kernel string `yaml:"kernel" json:"kernel"`
-	// Layer is the kernel-hub layer class that replaces the module's forward ("" when kept).
+	// Layer is the kernel-hub layer class that replaces the module's forward ("" when
+	// kept; a kept conv-bn still runs ConvBN on its folded weights).
 	Layer string `yaml:"layer,omitempty" json:"layer,omitempty"`
 	// Reason explains a keep (and, for replaced layers, any notable choice).
 	Reason string `yaml:"reason,omitempty" json:"reason,omitempty"`
@@ -62,13 +65,38 @@ type LayerPlan struct {
 	// Dims are the shape facts of the layer (hidden, heads, ...).
 	Dims map[string]int64 `yaml:"dims,omitempty" json:"dims,omitempty"`
 	Eps  float64          `yaml:"eps,omitempty" json:"eps,omitempty"`
-	// Vendor lists sub-operations of a replaced layer that run on the vendor path
-	// (cuBLAS, SDPA) because a measurement showed it faster for this layer's shapes, with
-	// the measurement: op ("attention-prefill", "attention-decode", "qkv_proj",
-	// "down_proj:decode", ...; PLAN.md lists the forms) -> reason.
-	Vendor map[string]string `yaml:"vendor,omitempty" json:"vendor,omitempty"`
+	// Bindings are every module whose forward the package replaces for this layer: the
+	// layer's own module, and the modules a fusion or delegation adds (the decoder layer
+	// of a fused add+RMSNorm, qwen3's q/k norms). Injection carries out exactly these.
+	Bindings []Binding `yaml:"bindings,omitempty" json:"bindings,omitempty"`
 	// Outputs are the tensors pack writes for this layer.
 	Outputs []TensorPlan `yaml:"outputs,omitempty" json:"outputs,omitempty"`
+}
+
+// Binding is one module whose forward the package's layer class replaces.
+type Binding struct {
+	Module string `yaml:"module" json:"module"` // transformers module path
+	Class  string `yaml:"class" json:"class"`   // the class the module must be
+	Layer  string `yaml:"layer" json:"layer"`   // kernel-hub layer class bound to it
+	// Reads are the module attributes the layer reads (contract.json's, then the packed
+	// tensors the layer's outputs attach, then the children it calls); dotted names are a
+	// child's attribute.
+	Reads []string `yaml:"reads,omitempty" json:"reads,omitempty"`
+	// Vendor lists sub-operations that run on the vendor path (cuBLAS, SDPA) because a
+	// measurement showed it faster for this module's shapes.
+	Vendor []VendorRoute `yaml:"vendor,omitempty" json:"vendor,omitempty"`
+}
+
+// VendorRoute sends one sub-operation to the vendor path for calls of MinTokens to
+// MaxTokens tokens (0 leaves that side open; attention routes have no bounds).
+type VendorRoute struct {
+	// Op is a GEMM name (qkv_proj, o_proj, gate_up_proj, down_proj), attention-prefill
+	// or attention-decode.
+	Op        string `yaml:"op" json:"op"`
+	MinTokens int64  `yaml:"min_tokens,omitempty" json:"min_tokens,omitempty"`
+	MaxTokens int64  `yaml:"max_tokens,omitempty" json:"max_tokens,omitempty"`
+	// Reason is the measurement behind the route.
+	Reason string `yaml:"reason" json:"reason"`
 }
 
 // TensorPlan describes one tensor of the packed checkpoint.
@@ -76,7 +104,7 @@ type TensorPlan struct {
 	Name string `yaml:"name" json:"name"`
 	// Role is "weight" or "bias": which half of a fold the tensor is (see PLAN.md).
 	Role string `yaml:"role,omitempty" json:"role,omitempty"`
-	// Attr is the module attribute the shim attaches the tensor as
+	// Attr is the module attribute injection attaches the tensor as
 	// (e.g. "xpuinject_qkv_weight"), "" for tensors loaded under their own name.
 	Attr       string   `yaml:"attr,omitempty" json:"attr,omitempty"`
 	Sources    []string `yaml:"sources" json:"sources"`

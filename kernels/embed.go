@@ -7,14 +7,14 @@ import (
 )
 
 // Sources holds the Python kernel package (kernels/python/xpuinject_kernels) that every
-// emitted kernel-hub package carries.
+// emitted kernel-hub package carries: its modules and contract.json.
 //
-// The pattern is an explicit glob on purpose: a bare directory pattern silently skips
+// The patterns are explicit globs on purpose: a bare directory pattern silently skips
 // files whose names start with "_" (so __init__.py and _backend.py would vanish), and
 // "all:" would drag in __pycache__. embed_test.go checks the embedded set equals the
-// .py files on disk.
+// files on disk.
 //
-//go:embed python/xpuinject_kernels/*.py
+//go:embed python/xpuinject_kernels/*.py python/xpuinject_kernels/contract.json
 var Sources embed.FS
 
 // SourceDir is the folder inside Sources that holds the package.

@@ -8,13 +8,14 @@ import (
 	"testing"
 )
 
-// The embedded tree must be exactly the package's .py files on disk: a glob that
-// drops __init__.py or _backend.py would produce packages that fail to import.
+// The embedded tree must be exactly the package's .py files and contract.json on disk: a
+// glob that drops __init__.py or _backend.py would produce packages that fail to import.
 func TestEmbeddedSourcesComplete(t *testing.T) {
 	disk, err := filepath.Glob(filepath.Join(SourceDir, "*.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	disk = append(disk, filepath.Join(SourceDir, ContractFile))
 	var want []string
 	for _, p := range disk {
 		want = append(want, filepath.Base(p))
@@ -24,7 +25,7 @@ func TestEmbeddedSourcesComplete(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("embedded %v, disk has %v", got, want)
 	}
-	for _, must := range []string{"__init__.py", "_backend.py", "layers.py"} {
+	for _, must := range []string{"__init__.py", "_backend.py", "layers.py", ContractFile} {
 		found := false
 		for _, g := range got {
 			found = found || g == must

@@ -29,15 +29,15 @@ const (
 	EpilogueResidual  = "residual"
 )
 
-// AttentionHeadDims are the head_dim values the attention kernels accept: exactly
-// attention.py's SUPPORTED_HEAD_DIMS (registry_test checks the two agree). 16 is not
-// there yet, so models with head_dim 16 keep the stock attention.
-var AttentionHeadDims = []int64{32, 64, 80, 96, 128}
+// AttentionHeadDims are the head_dim values the attention kernels accept (contract.json,
+// which attention.py reads too). 16 is not there yet, so models with head_dim 16 keep the
+// stock attention.
+var AttentionHeadDims = slices.Clone(contract.AttentionHeadDims)
 
-// MinGEMMDim is the smallest K and N the planner gives the gemm kernel: tl.dot's
-// smallest tile edge is 16, so a narrower operand is mostly padding and the vendor GEMM
-// is the better path there (gemm.py itself accepts any K, N >= 1).
-const MinGEMMDim = 16
+// MinGEMMDim is the smallest K and N the planner gives the gemm kernel (contract.json):
+// tl.dot's smallest tile edge is 16, so a narrower operand is mostly padding and the
+// vendor GEMM is the better path there (gemm.py itself accepts any K, N >= 1).
+var MinGEMMDim = contract.MinGEMMDim
 
 // descriptorAlign is the byte alignment tensor descriptors need for strides: a bf16 row
 // of K elements is K*2 bytes (DESIGN: misaligned descriptor strides gave silently wrong
@@ -56,8 +56,8 @@ type Kernel struct {
 	Layer string `json:"layer,omitempty"`
 	// Layers overrides Layer per replaced kind (gemm: SwiGLUMLP, LinearBN, ...).
 	Layers map[models.LayerKind]string `json:"layers,omitempty"`
-	// Function is a function the shim registers instead of (or besides) a layer,
-	// e.g. the transformers attention function "attention_forward".
+	// Function is the function the kernel stands in for or its layer calls, e.g. the
+	// transformers attention function "attention_forward".
 	Function string `json:"function,omitempty"`
 	// Epilogues the kernel fuses (gemm only).
 	Epilogues []string `json:"epilogues,omitempty"`
@@ -87,37 +87,47 @@ type Kernel struct {
 
 // OpRoute is a measured "the vendor path is faster for this sub-operation here".
 //
-// The match data is structured (GEMM, K, N, Tokens, HeadDims) so tools reading
+// The match data is structured (GEMM, K, N, token bounds, HeadDims) so tools reading
 // `xpuinject kernels --json` can match routes without Go code; Match is built from those
 // fields by gemmRoute and attentionRoute, so data and behaviour cannot disagree.
 type OpRoute struct {
-	// Op is the name the plan's vendor map carries and the layer looks up: a GEMM name
-	// ("qkv_proj": every token count), a GEMM name with ":decode" (M <= DecodeMaxM tokens)
-	// or ":prefill" (more), or "attention-prefill" / "attention-decode".
+	// Op is the sub-operation the plan routes and the layer looks up: a GEMM name
+	// ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"), "attention-prefill" or
+	// "attention-decode".
 	Op   string `json:"op"`
 	When string `json:"when"`
 	// GEMM, K and N select a GEMM route: the layer runs a GEMM of that name and shape.
 	GEMM string `json:"gemm,omitempty"`
 	K    int64  `json:"k,omitempty"`
 	N    int64  `json:"n,omitempty"`
-	// Tokens is "" (every token count), TokensDecode or TokensPrefill.
-	Tokens string `json:"tokens,omitempty"`
+	// MinTokens and MaxTokens bound the calls a GEMM route covers by their token count
+	// M (rows of the GEMM's input); 0 leaves that side open.
+	MinTokens int64 `json:"min_tokens,omitempty"`
+	MaxTokens int64 `json:"max_tokens,omitempty"`
 	// HeadDims select an attention route: the layer's head_dim is one of them.
 	HeadDims []int64               `json:"head_dims,omitempty"`
 	Match    func(s *Subject) bool `json:"-"`
 	Measured string                `json:"measured"`
 }
 
-// Token-count classes of a GEMM route: the layer picks the route per call from M, the
-// number of tokens (rows) of the GEMM's input.
+// VendorRoute is a route that matched a layer: Op runs on the vendor path for calls of
+// MinTokens..MaxTokens tokens (0: open on that side), because of Reason.
+type VendorRoute struct {
+	Op                   string
+	MinTokens, MaxTokens int64
+	Reason               string
+}
+
+// Token-count classes of a GEMM route (gemmRoute's tokens argument): the layer picks the
+// route per call from M, the number of tokens (rows) of the GEMM's input.
 const (
 	TokensDecode  = "decode"  // M <= DecodeMaxM
 	TokensPrefill = "prefill" // M > DecodeMaxM
 )
 
-// DecodeMaxM is the largest token count a ":decode" route covers: decoder.py's
-// DECODE_MAX_M (registry_test checks the two agree).
-const DecodeMaxM = 64
+// DecodeMaxM is the largest token count a decode route covers (contract.json's
+// decode_max_tokens); routes carry it as their max_tokens / min_tokens bounds.
+var DecodeMaxM = contract.DecodeMaxTokens
 
 // Constraint is a checkable condition on a layer.
 type Constraint struct {
@@ -293,19 +303,18 @@ var (
 )
 
 // gemmRoute routes the GEMM name of shape K x N to the vendor path at the token counts
-// tokens selects ("" for all): Op is name, or name+":"+tokens.
+// tokens selects ("" for all): decode is M <= DecodeMaxM, prefill M > DecodeMaxM.
 func gemmRoute(name string, k, n int64, tokens, measured string) OpRoute {
-	op, when := name, fmt.Sprintf("%s K=%d N=%d", name, k, n)
+	rt := OpRoute{Op: name, When: fmt.Sprintf("%s K=%d N=%d", name, k, n), GEMM: name, K: k, N: n, Measured: measured}
 	switch tokens {
 	case "":
 	case TokensDecode:
-		op, when = name+":"+tokens, when+fmt.Sprintf(" at decode (M <= %d tokens)", DecodeMaxM)
+		rt.MaxTokens, rt.When = DecodeMaxM, rt.When+fmt.Sprintf(" at decode (M <= %d tokens)", DecodeMaxM)
 	case TokensPrefill:
-		op, when = name+":"+tokens, when+fmt.Sprintf(" at prefill (M > %d tokens)", DecodeMaxM)
+		rt.MinTokens, rt.When = DecodeMaxM+1, rt.When+fmt.Sprintf(" at prefill (M > %d tokens)", DecodeMaxM)
 	default:
 		panic(fmt.Sprintf("kernels: gemmRoute %s: tokens %q is not \"\", %q or %q", name, tokens, TokensDecode, TokensPrefill))
 	}
-	rt := OpRoute{Op: op, When: when, GEMM: name, K: k, N: n, Tokens: tokens, Measured: measured}
 	rt.Match = func(s *Subject) bool {
 		for _, g := range s.GEMMs {
 			if g.Name == rt.GEMM && g.K == rt.K && g.N == rt.N {
@@ -371,7 +380,7 @@ func Default() *Registry {
 				models.KindMLPSwiGLU: "SwiGLUMLP", models.KindLinearBN: "LinearBN",
 				models.KindBNLinear: "BNLinear", models.KindLinear: "Linear", models.KindLMHead: "LMHead",
 			},
-			Epilogues: []string{EpilogueNone, EpilogueBias, EpilogueSwiGLU, EpilogueHardswish, EpilogueResidual},
+			Epilogues: slices.Clone(contract.GEMMEpilogues),
 			Backends:  allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{gemmMinDims},
 			Notes:       []Note{gemmAlignment, swigluKept},
@@ -469,8 +478,9 @@ func (r *Registry) Accepts(kernel string, l models.Layer, tensors map[string]*mo
 }
 
 // VendorOps evaluates the measured sub-operation routes of kernel and the kernels it
-// uses for layer l: op -> "vendor path faster for <when> (<measured>)". Nil when none match.
-func (r *Registry) VendorOps(kernel string, l models.Layer, tensors map[string]*models.Tensor) map[string]string {
+// uses for layer l, in registry order, each with the reason "vendor path faster for
+// <when> (<measured>)". Nil when none match.
+func (r *Registry) VendorOps(kernel string, l models.Layer, tensors map[string]*models.Tensor) []VendorRoute {
 	k, found := r.ByName(kernel)
 	if !found {
 		return nil
@@ -479,16 +489,16 @@ func (r *Registry) VendorOps(kernel string, l models.Layer, tensors map[string]*
 	if err != nil {
 		return nil
 	}
-	var out map[string]string
+	var out []VendorRoute
 	for _, kk := range r.closure(k) {
 		for _, rt := range kk.VendorOps {
-			if _, done := out[rt.Op]; done || !rt.Match(s) {
+			if !rt.Match(s) || slices.ContainsFunc(out, func(v VendorRoute) bool {
+				return v.Op == rt.Op && v.MinTokens == rt.MinTokens && v.MaxTokens == rt.MaxTokens
+			}) {
 				continue
 			}
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[rt.Op] = fmt.Sprintf("vendor path faster for %s (%s)", rt.When, rt.Measured)
+			out = append(out, VendorRoute{Op: rt.Op, MinTokens: rt.MinTokens, MaxTokens: rt.MaxTokens,
+				Reason: fmt.Sprintf("vendor path faster for %s (%s)", rt.When, rt.Measured)})
 		}
 	}
 	return out

@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -119,14 +117,32 @@ func TestNewRejectsBadRows(t *testing.T) {
 // The measured routes of Default per Llama shape: which ops each layer hands to the vendor.
 func TestDefaultVendorOps(t *testing.T) {
 	r := Default()
-	keys := func(m map[string]string) string { return strings.Join(sortedKeys(m), ",") }
+	// op[<=max][>=min] per route, sorted: the bounds are part of what the plan carries
+	keys := func(routes []VendorRoute) string {
+		var out []string
+		for _, v := range routes {
+			s := v.Op
+			if v.MaxTokens > 0 {
+				s += fmt.Sprintf("<=%d", v.MaxTokens)
+			}
+			if v.MinTokens > 0 {
+				s += fmt.Sprintf(">=%d", v.MinTokens)
+			}
+			if !strings.HasPrefix(v.Reason, "vendor path faster for ") {
+				t.Errorf("route %s: reason %q", s, v.Reason)
+			}
+			out = append(out, s)
+		}
+		slices.Sort(out)
+		return strings.Join(out, ",")
+	}
 	for _, c := range []struct {
 		name                     string
 		hidden, h, kv, hd, inter int64
 		attn, mlp                string
 	}{
-		{"llama-3.2-1b", 2048, 32, 8, 64, 8192, "attention-decode,attention-prefill,o_proj,qkv_proj", "down_proj:decode"},
-		{"llama-3.1-8b", 4096, 32, 8, 128, 14336, "attention-decode,attention-prefill,o_proj:decode,qkv_proj:decode", "down_proj:decode"},
+		{"llama-3.2-1b", 2048, 32, 8, 64, 8192, "attention-decode,attention-prefill,o_proj,qkv_proj", "down_proj<=64"},
+		{"llama-3.1-8b", 4096, 32, 8, 128, 14336, "attention-decode,attention-prefill,o_proj<=64,qkv_proj<=64", "down_proj<=64"},
 		{"head_dim 32", 1024, 32, 8, 32, 4096, "", ""},
 		// gate_up K=2048 N=3072 is Llama-3.2-1B's qkv_proj shape: routes match by GEMM name too
 		{"names differ", 2048, 16, 16, 32, 1536, "", ""},
@@ -167,19 +183,18 @@ func TestVendorRouteFields(t *testing.T) {
 				if k.Name != "gemm" || rt.K < MinGEMMDim || rt.N < MinGEMMDim || len(rt.HeadDims) != 0 {
 					t.Errorf("%s: GEMM route %+v", k.Name, rt)
 				}
-				op := rt.GEMM
-				if rt.Tokens != "" {
-					op += ":" + rt.Tokens
+				if rt.Op != rt.GEMM || !strings.HasPrefix(rt.When, fmt.Sprintf("%s K=%d N=%d", rt.GEMM, rt.K, rt.N)) {
+					t.Errorf("%s: op %q / when %q disagree with %s K=%d N=%d", k.Name, rt.Op, rt.When, rt.GEMM, rt.K, rt.N)
 				}
-				if rt.Op != op || !strings.HasPrefix(rt.When, fmt.Sprintf("%s K=%d N=%d", rt.GEMM, rt.K, rt.N)) {
-					t.Errorf("%s: op %q / when %q disagree with %s K=%d N=%d tokens %q", k.Name, rt.Op, rt.When, rt.GEMM, rt.K, rt.N, rt.Tokens)
+				if rt.MinTokens != 0 && rt.MaxTokens != 0 {
+					t.Errorf("%s: %s: both token bounds set: %d..%d", k.Name, rt.Op, rt.MinTokens, rt.MaxTokens)
 				}
 				if !rt.Match(&Subject{GEMMs: []GEMM{{Name: rt.GEMM, K: rt.K, N: rt.N}}}) ||
 					rt.Match(&Subject{GEMMs: []GEMM{{Name: rt.GEMM, K: rt.K, N: rt.N + 1}}}) {
 					t.Errorf("%s: %s: Match disagrees with K, N", k.Name, rt.Op)
 				}
 			case len(rt.HeadDims) > 0:
-				if rt.Op != k.Name || rt.Tokens != "" {
+				if rt.Op != k.Name || rt.MinTokens != 0 || rt.MaxTokens != 0 {
 					t.Errorf("%s: attention route %+v", k.Name, rt)
 				}
 				for _, hd := range AttentionHeadDims {
@@ -194,11 +209,11 @@ func TestVendorRouteFields(t *testing.T) {
 		}
 	}
 	rt := gemmRoute("down_proj", 8192, 2048, TokensPrefill, "m")
-	if rt.Op != "down_proj:prefill" || rt.When != "down_proj K=8192 N=2048 at prefill (M > 64 tokens)" {
+	if rt.Op != "down_proj" || rt.MinTokens != 65 || rt.MaxTokens != 0 || rt.When != "down_proj K=8192 N=2048 at prefill (M > 64 tokens)" {
 		t.Errorf("prefill route %+v", rt)
 	}
 	rt = gemmRoute("down_proj", 8192, 2048, TokensDecode, "m")
-	if rt.Op != "down_proj:decode" || rt.When != "down_proj K=8192 N=2048 at decode (M <= 64 tokens)" {
+	if rt.Op != "down_proj" || rt.MinTokens != 0 || rt.MaxTokens != 64 || rt.When != "down_proj K=8192 N=2048 at decode (M <= 64 tokens)" {
 		t.Errorf("decode route %+v", rt)
 	}
 	if rt := attentionRoute("attention-decode", []int64{32, 64, 128}, "m"); rt.When != "decode (one query token per sequence) at head_dim 32, 64 and 128" {
@@ -208,7 +223,7 @@ func TestVendorRouteFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"op":"qkv_proj:decode","when":"qkv_proj K=4096 N=6144 at decode (M \u003c= 64 tokens)","gemm":"qkv_proj","k":4096,"n":6144,"tokens":"decode","measured":"m"}`
+	want := `{"op":"qkv_proj","when":"qkv_proj K=4096 N=6144 at decode (M \u003c= 64 tokens)","gemm":"qkv_proj","k":4096,"n":6144,"max_tokens":64,"measured":"m"}`
 	if string(b) != want {
 		t.Errorf("json %s\nwant %s", b, want)
 	}
@@ -368,56 +383,48 @@ func mustKernel(t *testing.T, r *Registry, name string) *Kernel {
 	return k
 }
 
-// TestRegistryAgreesWithPython reads the embedded Python sources: every kernel module
-// exists, the layer classes exist in layers.py, and the attention head dims and gemm
-// epilogues are the ones the Python code accepts.
+// TestRegistryAgreesWithPython checks the registry against the Python package it describes:
+// every kernel module is embedded, and every layer class the registry names, the head dims,
+// the epilogues and the decode bound are contract.json's (which the Python side reads; its
+// tests check the Python values against the same file).
 func TestRegistryAgreesWithPython(t *testing.T) {
-	src := func(name string) string {
-		b, err := fs.ReadFile(Sources, SourceDir+"/"+name)
-		if err != nil {
-			t.Fatalf("embedded %s: %v", name, err)
-		}
-		return string(b)
+	b, err := fs.ReadFile(Sources, SourceDir+"/"+ContractFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		DecodeMaxTokens   int64                      `json:"decode_max_tokens"`
+		MinGEMMDim        int64                      `json:"min_gemm_dim"`
+		AttentionHeadDims []int64                    `json:"attention_head_dims"`
+		GEMMEpilogues     []string                   `json:"gemm_epilogues"`
+		Layers            map[string]json.RawMessage `json:"layers"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
 	}
 	r := Default()
-	layers := src("layers.py")
 	for _, k := range r.Kernels() {
-		src(k.Module + ".py")
+		if _, err := fs.Stat(Sources, SourceDir+"/"+k.Module+".py"); err != nil {
+			t.Errorf("%s: module %s.py not embedded: %v", k.Name, k.Module, err)
+		}
 		for _, kind := range k.Replaces {
-			c := k.LayerClass(kind)
-			if c == "" || c == "Attention" { // Attention is the harness's layer (with attention_forward)
-				continue
-			}
-			if !strings.Contains(layers, "\nclass "+c+"(nn.Module):") {
-				t.Errorf("%s: layer class %s not in layers.py", k.Name, c)
+			if c := k.LayerClass(kind); c != "" && raw.Layers[c] == nil {
+				t.Errorf("%s: layer class %s (for %s) is not in %s", k.Name, c, kind, ContractFile)
 			}
 		}
 	}
-	tuple := func(file, name string) []string {
-		m := regexp.MustCompile(`(?m)^` + name + ` = \(([^)]*)\)`).FindStringSubmatch(src(file))
-		if m == nil {
-			t.Fatalf("%s: no %s tuple", file, name)
+	if !slices.Equal(AttentionHeadDims, raw.AttentionHeadDims) {
+		t.Errorf("registry head dims %v, %s %v", AttentionHeadDims, ContractFile, raw.AttentionHeadDims)
+	}
+	if g := mustKernel(t, r, "gemm"); !slices.Equal(g.Epilogues, raw.GEMMEpilogues) {
+		t.Errorf("gemm epilogues %v, %s %v", g.Epilogues, ContractFile, raw.GEMMEpilogues)
+	}
+	for _, e := range []string{EpilogueNone, EpilogueBias, EpilogueSwiGLU, EpilogueHardswish, EpilogueResidual} {
+		if !slices.Contains(raw.GEMMEpilogues, e) {
+			t.Errorf("epilogue %q is not in %s", e, ContractFile)
 		}
-		var out []string
-		for _, f := range strings.Split(m[1], ",") {
-			if f = strings.Trim(strings.TrimSpace(f), `"'`); f != "" {
-				out = append(out, f)
-			}
-		}
-		return out
 	}
-	var dims []string
-	for _, d := range AttentionHeadDims {
-		dims = append(dims, strconv.FormatInt(d, 10))
-	}
-	if py := tuple("attention.py", "SUPPORTED_HEAD_DIMS"); !slices.Equal(py, dims) {
-		t.Errorf("attention.py SUPPORTED_HEAD_DIMS %v, registry %v", py, dims)
-	}
-	g := mustKernel(t, r, "gemm")
-	if py := tuple("gemm.py", "EPILOGUES"); !slices.Equal(py, g.Epilogues) {
-		t.Errorf("gemm.py EPILOGUES %v, registry %v", py, g.Epilogues)
-	}
-	if m := regexp.MustCompile(`(?m)^DECODE_MAX_M = (\d+)$`).FindStringSubmatch(src("decoder.py")); m == nil || m[1] != strconv.Itoa(DecodeMaxM) {
-		t.Errorf("decoder.py DECODE_MAX_M %v, registry DecodeMaxM %d", m, DecodeMaxM)
+	if DecodeMaxM != raw.DecodeMaxTokens || MinGEMMDim != raw.MinGEMMDim {
+		t.Errorf("DecodeMaxM %d / MinGEMMDim %d, %s %d / %d", DecodeMaxM, MinGEMMDim, ContractFile, raw.DecodeMaxTokens, raw.MinGEMMDim)
 	}
 }

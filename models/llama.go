@@ -155,8 +155,12 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 		need{"weight", emb + ".weight", []int64{vocab, h}, fmt.Sprintf("vocab_size=%d, %s", vocab, hidden), false})
 
 	norm := func(module string, block int) {
-		b.add(Layer{Module: module, Kind: KindRMSNorm, Class: f.class + "RMSNorm", Eps: c.RMSNormEps, Block: block,
-			Dims: map[string]int64{"hidden": h}},
+		l := Layer{Module: module, Kind: KindRMSNorm, Class: f.class + "RMSNorm", Eps: c.RMSNormEps, Block: block,
+			Dims: map[string]int64{"hidden": h}}
+		if block >= 0 {
+			l.BlockClass = f.class + "DecoderLayer"
+		}
+		b.add(l,
 			need{"weight", module + ".weight", []int64{h}, hidden, false})
 	}
 	qkvBias, oBias, mlpBias := f.qkvBias(c), f.oBias(c), f.mlpBias(c)
@@ -183,13 +187,14 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 			needs = append(needs, need{"o_proj.bias", attn + ".o_proj.bias", []int64{h}, hidden, false})
 		}
 		l := Layer{Module: attn, Kind: KindAttention, Class: f.class + "Attention", Block: i, Bias: qkvBias || oBias,
-			Dims: map[string]int64{"hidden": h, "heads": heads, "kv_heads": kv, "head_dim": hd}}
+			BlockClass: f.class + "DecoderLayer", Dims: map[string]int64{"hidden": h, "heads": heads, "kv_heads": kv, "head_dim": hd}}
 		if f.qkNorm {
 			why := fmt.Sprintf("head_dim=%d", hd)
 			needs = append(needs,
 				need{"q_norm.weight", attn + ".q_norm.weight", []int64{hd}, why, false},
 				need{"k_norm.weight", attn + ".k_norm.weight", []int64{hd}, why, false})
 			l.Eps = c.RMSNormEps
+			l.Children = map[string]string{"q_norm": f.class + "RMSNorm", "k_norm": f.class + "RMSNorm"}
 		}
 		b.add(l, needs...)
 
@@ -209,7 +214,7 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 				need{"down_proj.bias", mlp + ".down_proj.bias", []int64{h}, hidden, false})
 		}
 		b.add(Layer{Module: mlp, Kind: KindMLPSwiGLU, Class: f.class + "MLP", Block: i, Bias: mlpBias,
-			Dims: map[string]int64{"hidden": h, "intermediate": inter}}, needs...)
+			BlockClass: f.class + "DecoderLayer", Dims: map[string]int64{"hidden": h, "intermediate": inter}}, needs...)
 	}
 	norm(prefix+"norm", -1)
 

@@ -104,6 +104,12 @@ type Layer struct {
 	Tied bool `json:",omitempty" yaml:",omitempty"`
 	// Block is the index of the decoder/transformer block the layer sits in, -1 outside.
 	Block int
+	// BlockClass is the transformers class of that block's module (the decoder layer a
+	// fused residual add + RMSNorm patches), "" where the architecture has none.
+	BlockClass string `json:",omitempty" yaml:",omitempty"`
+	// Children maps the child modules the layer's forward calls on its own (qwen3's
+	// q_norm, k_norm) to their transformers classes.
+	Children map[string]string `json:",omitempty" yaml:",omitempty"`
 }
 
 // Graph is a checkpoint mapped to typed layers.

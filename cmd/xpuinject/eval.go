@@ -162,7 +162,7 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 		o.Device = "cpu"
 	}
 	if env.Kernels == "" {
-		fmt.Fprintln(f.ErrOut, "note: the kernels package is not installed; the shim patches forwards directly")
+		fmt.Fprintln(f.ErrOut, "note: the kernels package is not installed; the package is imported from its variant folder directly")
 	}
 	fmt.Fprintf(f.ErrOut, "eval: %s (torch %s, transformers %s, triton %s) on %s\n", py, env.Torch, env.Transformers, env.Triton, deviceLabel(o.Device, env))
 	_, files, err := harness.Run(ctx, harness.Options{

@@ -69,7 +69,8 @@ func TestKernelsJSON(t *testing.T) {
 			GEMM     string  `json:"gemm"`
 			K        int64   `json:"k"`
 			N        int64   `json:"n"`
-			Tokens   string  `json:"tokens"`
+			MinTok   int64   `json:"min_tokens"`
+			MaxTok   int64   `json:"max_tokens"`
 			HeadDims []int64 `json:"head_dims"`
 			Measured string  `json:"measured"`
 		} `json:"vendor_ops"`
@@ -80,25 +81,25 @@ func TestKernelsJSON(t *testing.T) {
 	got := map[string]string{}
 	for _, k := range routes {
 		for _, r := range k.VendorOps {
-			got[fmt.Sprintf("%s %s K=%d", k.Name, r.Op, r.K)] = fmt.Sprintf("%s %d %d %q %v", r.GEMM, r.K, r.N, r.Tokens, r.HeadDims)
+			got[fmt.Sprintf("%s %s K=%d", k.Name, r.Op, r.K)] = fmt.Sprintf("%s %d %d tokens %d..%d %v", r.GEMM, r.K, r.N, r.MinTok, r.MaxTok, r.HeadDims)
 			if !strings.Contains(r.Measured, "BENCHMARKS.md") {
 				t.Errorf("%s %s: measured %q", k.Name, r.Op, r.Measured)
 			}
 		}
 	}
 	for key, want := range map[string]string{
-		"gemm qkv_proj K=2048":                    `qkv_proj 2048 3072 "" []`,
-		"gemm down_proj:decode K=8192":            `down_proj 8192 2048 "decode" []`,
-		"gemm down_proj:decode K=14336":           `down_proj 14336 4096 "decode" []`,
-		"gemm qkv_proj:decode K=4096":             `qkv_proj 4096 6144 "decode" []`,
-		"attention-prefill attention-prefill K=0": ` 0 0 "" [64 128]`,
-		"attention-decode attention-decode K=0":   ` 0 0 "" [64 128]`,
+		"gemm qkv_proj K=2048":                    `qkv_proj 2048 3072 tokens 0..0 []`,
+		"gemm down_proj K=8192":                   `down_proj 8192 2048 tokens 0..64 []`,
+		"gemm down_proj K=14336":                  `down_proj 14336 4096 tokens 0..64 []`,
+		"gemm qkv_proj K=4096":                    `qkv_proj 4096 6144 tokens 0..64 []`,
+		"attention-prefill attention-prefill K=0": ` 0 0 tokens 0..0 [64 128]`,
+		"attention-decode attention-decode K=0":   ` 0 0 tokens 0..0 [64 128]`,
 	} {
 		if got[key] != want {
 			t.Errorf("%s: %q, want %q", key, got[key], want)
 		}
 	}
-	for _, field := range []string{`"gemm": "o_proj"`, `"k": 14336`, `"tokens": "decode"`, `"head_dims": [`} {
+	for _, field := range []string{`"gemm": "o_proj"`, `"k": 14336`, `"max_tokens": 64`, `"head_dims": [`} {
 		if !strings.Contains(out, field) {
 			t.Errorf("no %s in --json output", field)
 		}

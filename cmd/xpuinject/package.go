@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xpuinject/xpuinject/harness"
 	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/models"
 )
 
 // packageOptions are the flags of `xpuinject package`.
@@ -19,6 +19,7 @@ type packageOptions struct {
 	Version int
 	License string
 	RepoID  string
+	Packed  string
 	Force   bool
 	Disable []string
 }
@@ -29,12 +30,13 @@ func newPackageCmdWith(f *Factory, runF func(context.Context, *packageOptions) e
 	o := &packageOptions{}
 	cmd := &cobra.Command{
 		Use:   "package MODEL --out DIR",
-		Short: "write the kernel-hub package (Triton kernels + layers) and the injection shim for a model",
+		Short: "write the kernel-hub package (Triton kernels, layers and the injection that carries out the plan) for a model",
 		Long: `Write a kernel-hub package for MODEL's plan: build/torch-cuda and build/torch-xpu
-(noarch Triton variants with metadata.json), torch-ext/ sources, build.toml, a card
-README.md, plan.yaml, and xpuinject_shim.py beside them. The folder is assembled aside
-and renamed into place. An earlier package in DIR is replaced only with --force; any
-other non-empty DIR, a file, or a DIR holding or inside MODEL is refused.`,
+(noarch Triton variants with metadata.json and the plan), torch-ext/ sources, build.toml,
+a card README.md and plan.yaml. The package injects itself: its inject(model, packed=...)
+carries out the plan. The folder is assembled aside and renamed into place. An earlier
+package in DIR is replaced only with --force; any other non-empty DIR, a file, or a DIR
+holding or inside MODEL is refused.`,
 		Example: `  xpuinject package testdata/fixtures/llama-tiny --out out/llama-tiny/package`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -61,6 +63,7 @@ other non-empty DIR, a file, or a DIR holding or inside MODEL is refused.`,
 	fl.IntVar(&o.Version, "version", 1, "kernel major version (Hub branch v<N>)")
 	fl.StringVar(&o.License, "license", "apache-2.0", "license of the package")
 	fl.StringVar(&o.RepoID, "repo-id", "", "Hub repository the package is for (card, build.toml)")
+	fl.StringVar(&o.Packed, "packed-repo-id", "", "Hub model repository of its packed weights, named in the card (default: <repo-id>-packed)")
 	fl.BoolVar(&o.Force, "force", false, "replace an earlier package in --out (never other files)")
 	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
 	return cmd
@@ -72,17 +75,30 @@ func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*inject.Emi
 		return nil, err
 	}
 	res, err := inject.Emit(plan, o.Out, inject.EmitOptions{
-		Name: o.Name, Version: o.Version, License: o.License, RepoID: o.RepoID,
-		Model: modelLabel(o.Model, plan), Tool: tool(), Force: o.Force, Inputs: modelInputs(dir, g.Checkpoint),
-		Extra: map[string][]byte{"xpuinject_shim.py": harness.ShimSource()},
+		Name: o.Name, Version: o.Version, License: o.License, RepoID: o.RepoID, PackedRepoID: o.Packed,
+		ModelClass: modelClass(g.Checkpoint), Model: modelLabel(o.Model, plan), Tool: tool(), Force: o.Force,
+		Inputs: modelInputs(dir, g.Checkpoint),
 	})
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(f.Out, "%s\n", res.Dir)
-	fmt.Fprintf(f.ErrOut, "package %s: %d files (build/torch-cuda, build/torch-xpu, README.md, plan.yaml, xpuinject_shim.py)\n",
-		res.Name, len(res.Files))
+	fmt.Fprintf(f.ErrOut, "package %s: %d files (build/torch-cuda, build/torch-xpu, README.md, plan.yaml)\n", res.Name, len(res.Files))
 	return res, nil
+}
+
+// modelClass is the transformers class the source checkpoint names (config.json's
+// architectures[0]), "" when it names none.
+func modelClass(ck *models.Checkpoint) string {
+	if ck == nil {
+		return ""
+	}
+	if a, ok := ck.Config["architectures"].([]any); ok && len(a) > 0 {
+		if s, ok := a[0].(string); ok {
+			return s
+		}
+	}
+	return ""
 }
 
 // modelLabel names the model in cards and commit messages: the Hub repo when there is

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/harness"
-	"github.com/xpuinject/xpuinject/hub"
 	"github.com/xpuinject/xpuinject/inject"
 	"github.com/xpuinject/xpuinject/inject/outdir"
 )
@@ -24,6 +23,7 @@ type pipelineOptions struct {
 	SkipEval     bool
 	Push         bool
 	RepoID       string
+	PackedRepoID string
 	Private      bool
 	Force        bool
 	MaxShardSize string
@@ -40,15 +40,17 @@ func newPipelineCmdWith(f *Factory, runF func(context.Context, *pipelineOptions)
 		Use:   "xpuinject MODEL",
 		Short: "fetch, plan, pack, package, evaluate (and with --push publish) a model's kernel package",
 		Long: `xpuinject takes a Hugging Face model, finds the layers optimized Triton kernels can
-replace, folds and pre-packs their weights offline, writes a kernel-hub package with a
-transformers injection shim, and measures the injected model against the original.
+replace, folds and pre-packs their weights offline, writes a kernel-hub package that
+injects itself into a transformers model as its plan says, and measures the injected model
+against the original.
 
   xpuinject MODEL        fetch (when needed) -> plan -> pack -> package -> eval -> report
-  xpuinject MODEL --push ... then publish the package, only after a successful eval
+  xpuinject MODEL --push ... then publish the package (kernel repo --repo-id) and the packed
+                         weights (model repo --packed-repo-id), only after a successful eval
 
 MODEL is a local folder (config.json + safetensors), a preset (` + presetNames() + `) or
 org/name[@revision]. Artifacts go under --out (default out/<kernel name>):
-packed/ (weights + plan.yaml), package/ (the kernel-hub repo + shim), eval/ (eval.json,
+packed/ (weights + plan.yaml), package/ (the kernel-hub repo), eval/ (eval.json,
 report.md, plots).`,
 		Example: `  xpuinject testdata/fixtures/llama-tiny --device cpu        # offline, on a shipped fixture
   xpuinject llama --out out/llama                            # Llama-3.2-1B on the GPU
@@ -72,6 +74,9 @@ report.md, plots).`,
 			if o.Push && o.RepoID == "" {
 				return &usageError{fmt.Errorf("--push needs --repo-id ORG/NAME")}
 			}
+			if o.PackedRepoID != "" && o.PackedRepoID == o.RepoID {
+				return &usageError{fmt.Errorf("--packed-repo-id %s is the kernel repository; the packed weights need a repository of their own", o.PackedRepoID)}
+			}
 			if o.Push && o.SkipEval {
 				return &usageError{fmt.Errorf("--push publishes only after a successful eval; drop --skip-eval (or publish by hand with 'xpuinject push')")}
 			}
@@ -91,8 +96,9 @@ report.md, plots).`,
 	fl.StringVar(&o.Out, "out", "", "output folder (default out/<kernel name>)")
 	fl.BoolVar(&o.SkipEval, "skip-eval", false, "stop after writing the package")
 	fl.BoolVar(&o.Push, "push", false, "publish the package to the Hub after a successful eval")
-	fl.StringVar(&o.RepoID, "repo-id", "", "Hub repository to publish to (with --push)")
-	fl.BoolVar(&o.Private, "private", false, "create the Hub repository private (with --push)")
+	fl.StringVar(&o.RepoID, "repo-id", "", "Hub kernel repository to publish the package to (with --push)")
+	fl.StringVar(&o.PackedRepoID, "packed-repo-id", "", "Hub model repository for the packed weights (default: <repo-id>-packed)")
+	fl.BoolVar(&o.Private, "private", false, "create the Hub repositories private (with --push)")
 	fl.BoolVar(&o.Force, "force", false, "replace an earlier run's outputs in --out (never other files)")
 	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", "largest packed shard")
 	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
@@ -168,8 +174,8 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 
 	step("package -> %s", packageDir)
 	emitted, err := inject.Emit(plan, packageDir, inject.EmitOptions{
-		Name: name, RepoID: o.RepoID, Model: modelLabel(o.Model, plan), Tool: tool(), Force: o.Force, Inputs: inputs,
-		Extra: map[string][]byte{"xpuinject_shim.py": harness.ShimSource()},
+		Name: name, RepoID: o.RepoID, PackedRepoID: o.PackedRepoID, ModelClass: modelClass(g.Checkpoint),
+		Model: modelLabel(o.Model, plan), Tool: tool(), Force: o.Force, Inputs: inputs,
 	})
 	if err != nil {
 		return err
@@ -193,27 +199,34 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		}
 	}
 
-	var pushed *hub.PushResult
+	var pushed *publishResult
 	if o.Push {
-		step("push -> %s", o.RepoID)
-		pushed, err = hub.Push(ctx, newHubClient(f), packageDir, hub.PushOptions{
-			RepoID: o.RepoID, Private: o.Private, Model: modelLabel(o.Model, plan), ToolVersion: Version, Progress: f.ErrOut,
+		packedID := o.PackedRepoID
+		if packedID == "" {
+			packedID = inject.PackedRepoID(o.RepoID)
+		}
+		step("push -> %s (kernel package), %s (packed weights)", o.RepoID, packedID)
+		pushed, err = publish(ctx, f, publishSet{PackageDir: packageDir, PackedDir: packedDir, SourceDir: dir,
+			EvalFile: filepath.Join(evalDir, "eval.json")}, publishOptions{
+			RepoID: o.RepoID, PackedRepoID: packedID, Private: o.Private, Model: modelLabel(o.Model, plan),
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("push: %w", err)
 		}
 	}
 
 	step("done")
 	arts := pipelineArtifacts{
-		Model: dir, Plan: filepath.Join(packedDir, "plan.yaml"), Packed: packedDir, Package: packageDir,
-		Kernel: emitted.Name, Shim: filepath.Join(packageDir, "xpuinject_shim.py"),
+		Model: dir, Plan: filepath.Join(packedDir, "plan.yaml"), Packed: packedDir, Package: packageDir, Kernel: emitted.Name,
 	}
 	if report != nil {
 		arts.Eval, arts.Report, arts.Plots = filepath.Join(evalDir, "eval.json"), report.Markdown, report.Plots
 	}
 	if pushed != nil {
-		arts.Published = pushed.URL
+		arts.Published = pushed.Kernel.URL
+		if pushed.Packed != nil {
+			arts.PublishedPacked = pushed.Packed.URL
+		}
 	}
 	if o.JSON {
 		b, err := json.MarshalIndent(arts, "", "  ")
@@ -227,7 +240,6 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	fmt.Fprintf(f.Out, "plan       %s\n", arts.Plan)
 	fmt.Fprintf(f.Out, "packed     %s (%d tensors, %s)\n", packedDir, pres.Tensors, humanBytes(pres.OutputBytes))
 	fmt.Fprintf(f.Out, "package    %s (%s, %d files)\n", packageDir, emitted.Name, len(emitted.Files))
-	fmt.Fprintf(f.Out, "shim       %s\n", arts.Shim)
 	if report != nil {
 		fmt.Fprintf(f.Out, "eval       %s\n", arts.Eval)
 		fmt.Fprintf(f.Out, "report     %s\n", arts.Report)
@@ -238,7 +250,10 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		fmt.Fprintf(f.Out, "eval       skipped (--skip-eval)\n")
 	}
 	if pushed != nil {
-		fmt.Fprintf(f.Out, "published  %s (branch %s)\n", pushed.URL, pushed.Branch)
+		fmt.Fprintf(f.Out, "published  %s (branch %s)\n", pushed.Kernel.URL, pushed.Kernel.Branch)
+		if pushed.Packed != nil {
+			fmt.Fprintf(f.Out, "published  %s (packed weights)\n", pushed.Packed.URL)
+		}
 	}
 	return nil
 }
@@ -250,11 +265,12 @@ type pipelineArtifacts struct {
 	Packed    string   `json:"packed"`
 	Package   string   `json:"package"`
 	Kernel    string   `json:"kernel"`
-	Shim      string   `json:"shim"`
 	Eval      string   `json:"eval,omitempty"`
 	Report    string   `json:"report,omitempty"`
 	Plots     []string `json:"plots,omitempty"`
 	Published string   `json:"published,omitempty"`
+	// PublishedPacked is the packed weights' model repo.
+	PublishedPacked string `json:"published_packed,omitempty"`
 }
 
 // removeIfBare removes a run folder that holds nothing but its marker.

@@ -1,11 +1,12 @@
 """xpuinject eval driver: whole-model accuracy and latency of an injected model.
 
-Run by the Go harness (`xpuinject eval`), which writes this file and the shim into a work
-folder and reads back the JSON this writes. It loads the checkpoint three times:
+Run by the Go harness (`xpuinject eval`), which writes this file into a work folder and reads
+back the JSON this writes. It loads the checkpoint three times:
 
 - oracle: fp32, stock transformers  (the user's reference quality)
 - stock:  bf16, stock transformers  (what the user runs today)
-- injected: bf16 + the xpuinject package and its packed weights (through xpuinject_shim)
+- injected: bf16 + the emitted package, which injects itself with its packed weights
+  (`inject(model, packed=...)` of the package, loaded as users load it)
 
 and reports, for injected and stock side by side, their error against the oracle (seed 004:
 cosine, max/mean absolute, max/mean relative error with a printed denominator floor, top-1
@@ -143,6 +144,42 @@ def side_by_side(inj, stock):
 
 
 # ---------------------------------------------------------------------------- models
+
+
+def load_package(package_dir, device):
+    """The emitted package's variant for the device, and how it was loaded: through
+    kernels.get_local_kernel when the kernels package is installed (as users load it), else
+    imported from its variant folder (XPUINJECT_NO_KERNELS=1 forces that)."""
+    import importlib.util
+
+    import torch
+
+    # The CPU has no variant of its own: the CUDA variant's Triton source runs under the
+    # interpreter (TRITON_INTERPRET=1).
+    variant = "cuda" if device.type == "cpu" else device.type
+    if os.environ.get("XPUINJECT_NO_KERNELS") != "1":
+        try:
+            from kernels import get_local_kernel
+        except ImportError:
+            get_local_kernel = None
+        if get_local_kernel is not None:
+            # get_local_kernel takes "cpu" or the backend torch was built for; a CPU run of a
+            # CUDA build wants the CUDA variant (interpreted).
+            backend = device.type if device.type != "cpu" else ("cuda" if torch.version.cuda else None)
+            return get_local_kernel(Path(package_dir).resolve(), backend=backend), "kernels"
+    folder = Path(package_dir) / "build" / f"torch-{variant}"
+    meta = json.loads((folder / "metadata.json").read_text())
+    name = meta.get("id") or "_" + meta["name"].replace("-", "_")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception:
+            sys.modules.pop(name, None)
+            raise
+    return sys.modules[name], "direct"
 
 
 def pick_device(want):
@@ -465,9 +502,6 @@ def main(argv=None):
         import safetensors  # noqa: F401
     except ImportError:
         fail(3, "python package missing: safetensors (pip install safetensors)")
-    sys.path.insert(0, str(Path(__file__).parent))
-    from xpuinject_shim import InjectError, inject
-
     torch.manual_seed(args.seed)
     device = pick_device(args.device)
     if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -498,9 +532,16 @@ def main(argv=None):
     stock = load(cls, args.model, torch.bfloat16, device)
     injected = load(cls, args.model, torch.bfloat16, device)
     try:
-        summary = inject(injected, args.package, packed_dir=args.packed)
+        pkg, loaded_by = load_package(args.package, device)
+    except Exception as e:
+        traceback.print_exc()
+        fail(4, f"loading the package {args.package}: {type(e).__name__}: {e}")
+    InjectError = pkg.InjectError
+    try:
+        summary = pkg.inject(injected, packed=args.packed)
     except InjectError as e:
         fail(4, str(e))
+    summary["path"] = loaded_by
     result["injection"] = summary
     progress(f"injected via {summary['path']}: " + ", ".join(f"{k}×{v}" for k, v in summary["replaced"].items()))
 

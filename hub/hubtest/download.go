@@ -20,6 +20,9 @@ package hubtest
 //   - GET {endpoint}/api/{type}s/{org}/{name}/tree/{rev}[/{path}]?recursive=true
 //     (hf_api.py: list_repo_tree, RepoFile: type, path, size, oid, lfs{oid,size,pointerSize}),
 //     which snapshot_download (_snapshot_download.py) lists files with.
+//   - GET {endpoint}/api/{type}s/{org}/{name}/refs (hf_api.py: list_repo_refs:
+//     {"branches","tags","converts","pullRequests"} of {"name","ref","targetCommit"}),
+//     which kernels' get_kernel(version=N) resolves the branch v<N> with (_versions.py).
 //   - Errors carry X-Error-Code RepoNotFound / RevisionNotFound / EntryNotFound / GatedRepo
 //     (utils/_http.py: hf_raise_for_status).
 //   - The CDN (GET /cdn-lfs/{sha256}) has its own ETag (md5 of the content) and honours Range.
@@ -230,6 +233,8 @@ func (s *Server) serveDownload(w http.ResponseWriter, r *http.Request) bool {
 			s.serveInfo(w, r, repoType, id, rest[1])
 		case len(rest) >= 2 && rest[0] == "tree":
 			s.serveTree(w, r, repoType, id, rest[1], strings.Join(rest[2:], "/"))
+		case len(rest) == 1 && rest[0] == "refs":
+			s.serveRefs(w, r, repoType, id)
 		default:
 			return false
 		}
@@ -443,6 +448,30 @@ func (s *Server) serveTree(w http.ResponseWriter, r *http.Request, repoType, id,
 		return
 	}
 	writeJSON(w, entries)
+}
+
+// serveRefs lists a repository's branches (the store has no tags, converts or pull requests).
+func (s *Server) serveRefs(w http.ResponseWriter, r *http.Request, repoType, id string) {
+	if s.apiFault(w, "") {
+		return
+	}
+	repo, _, ok := s.resolveRepo(w, r, repoType, id, "main")
+	if !ok {
+		return
+	}
+	s.Store.mu.Lock()
+	names := make([]string, 0, len(repo.Branches))
+	for b := range repo.Branches {
+		names = append(names, b)
+	}
+	sort.Strings(names)
+	branches := []map[string]string{}
+	for _, b := range names {
+		branches = append(branches, map[string]string{"name": b, "ref": "refs/heads/" + b, "targetCommit": repo.Branches[b]})
+	}
+	s.Store.mu.Unlock()
+	empty := []map[string]string{}
+	writeJSON(w, map[string]any{"branches": branches, "tags": empty, "converts": empty, "pullRequests": empty})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

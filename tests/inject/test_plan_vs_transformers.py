@@ -2,8 +2,10 @@
 
 For every fixture, `bin/xpuinject plan <fixture> --format json` (built by scripts/test) must name
 only modules that exist in `model.named_modules()`, with the class transformers uses for them, and
-only tensors that exist in the checkpoint and the model's state_dict; and every state_dict tensor
-must be used by some planned layer (allow-list below). Plan schema: inject/plan_types.go, PLAN.md.
+only tensors that exist in the checkpoint and the model's state_dict; every state_dict tensor
+must be used by some planned layer (allow-list below); and every binding names a module of the
+class transformers builds there, whose attributes the binding says the layer reads exist.
+Plan schema: inject/plan_types.go, PLAN.md.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def planned(request):
 
 def test_plan_header(planned):
     name, _, cfg, plan, _ = planned
-    assert plan.get("schema") == 1, f"{name}: schema {plan.get('schema')!r}"
+    assert plan.get("schema") == 2, f"{name}: schema {plan.get('schema')!r}"
     assert plan.get("arch") == cfg.model_type
     assert isinstance(plan.get("layers"), list) and plan["layers"], f"{name}: no layers planned"
 
@@ -92,6 +94,36 @@ def test_planned_modules_exist_with_transformers_class(planned):
         assert layer.get("kernel"), f"{name}: {mod} has no kernel (use 'keep')"
         if layer["kernel"] == "keep":
             assert layer.get("reason"), f"{name}: {mod} is kept without a reason"
+
+
+def test_bindings_name_transformers_modules_and_attributes(planned):
+    """The modules a plan binds beyond its layers (decoder layers of a fused add+RMSNorm, qwen3's
+    q/k norms) are real, of the class the plan says, and have what their layer reads: the module
+    attributes (dotted for a child's) and, for the packed tensors, the children they are made of."""
+    name, _, _, plan, model = planned
+    modules = dict(model.named_modules())
+    contract = json.loads((ROOT / "kernels" / "python" / "xpuinject_kernels" / "contract.json").read_text())
+    n = 0
+    for layer in plan["layers"]:
+        for b in layer.get("bindings") or []:
+            n += 1
+            m = modules.get(b["module"])
+            assert m is not None, f"{name}: binding {b['module']} is not a transformers module"
+            assert type(m).__name__ == b["class"], f"{name}: {b['module']} is a {type(m).__name__}, the plan says {b['class']}"
+            spec = contract["layers"][b["layer"]]
+            assert b["class"] in spec["classes"], f"{name}: {b['layer']} does not replace {b['class']} (contract.json)"
+            packed = set(spec["packed"].values())
+            for r in b.get("reads") or []:
+                if r in packed:
+                    continue
+                obj = m
+                for part in r.split("."):
+                    assert hasattr(obj, part), f"{name}: {b['module']} ({b['class']}) has no {r}, which {b['layer']} reads"
+                    obj = getattr(obj, part)
+            if packed & set(b.get("reads") or []):
+                for child in spec["sources"]:
+                    assert child in m._modules, f"{name}: {b['module']} has no {child} to pack {b['layer']} from"
+    assert n > 0, f"{name}: nothing bound"
 
 
 def test_plan_tensors_exist_and_cover_state_dict(planned):

@@ -18,7 +18,7 @@ from xpuinject_kernels import _backend, _interpret  # noqa: E402
 
 
 # Triton 3.6's interpreter disagrees with compiled kernels in three ways (bf16 rounding, bf16
-# dot, numpy >= 2.4 loop bounds); the fixes live in the package (the shim needs them too).
+# dot, numpy >= 2.4 loop bounds); the fixes live in the package (its inject and kernelize apply them too).
 _interpret.apply()
 
 

@@ -373,9 +373,8 @@ def test_fallback_timer_is_marked():
 ROUTES = [  # the shape of `xpuinject kernels --json` (registry VendorOps), trimmed
     {"name": "gemm", "vendor_ops": [
         {"op": "qkv_proj", "when": "qkv_proj K=2048 N=3072", "measured": "0.71x", "gemm": "qkv_proj", "k": 2048, "n": 3072},
-        {"op": "down_proj:decode", "when": "down_proj K=8192 N=2048 at decode", "measured": "0.75x",
-         "gemm": "down_proj", "k": 8192, "n": 2048, "tokens": "decode"},
-        # token bounds as numbers (the same route written with min/max tokens)
+        {"op": "down_proj", "when": "down_proj K=8192 N=2048 at decode", "measured": "0.75x",
+         "gemm": "down_proj", "k": 8192, "n": 2048, "max_tokens": 64},
         {"op": "o_proj", "when": "o_proj K=4096 N=4096 at prefill", "measured": "0.9x",
          "gemm": "o_proj", "k": 4096, "n": 4096, "min_tokens": 65}]},
     {"name": "attention-decode", "vendor_ops": [
@@ -397,7 +396,7 @@ def test_route_for_matches_op_shape_and_token_class(tmp_path):
     assert bl.route_for(gemm("qkv", 1, 2048, 3072), routes).startswith("qkv_proj (")      # every token count
     assert bl.route_for(gemm("qkv", 2048, 4096, 3072), routes) == ""                      # other K
     assert bl.route_for(gemm("o", 2048, 2048, 3072), routes) == ""                        # other projection
-    assert bl.route_for(gemm("down", 64, 8192, 2048), routes).startswith("down_proj:decode")
+    assert bl.route_for(gemm("down", 64, 8192, 2048), routes).startswith("down_proj (")
     assert bl.route_for(gemm("down", 65, 8192, 2048), routes) == ""                       # prefill: not routed
     assert bl.route_for(gemm("o", 64, 4096, 4096), routes) == ""                          # below min_tokens
     assert bl.route_for(gemm("o", 65, 4096, 4096), routes).startswith("o_proj (")
@@ -454,14 +453,6 @@ def test_render_marks_missed_targets_routed_or_not(tmp_path):
     r = subprocess.run([sys.executable, script, "--render", str(routes), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "not a bench.json" in r.stderr
-
-
-def test_decode_token_bound_matches_the_layers():
-    """route_for's ":decode" bound is the one the layers apply (decoder.DECODE_MAX_M; the Go
-    registry's copy is checked against the same constant by kernels/registry_test.go)."""
-    from xpuinject_kernels import decoder
-
-    assert bl.DECODE_MAX_M == decoder.DECODE_MAX_M
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Attention and DecoderLayer layers bound into real transformers models (Llama with GQA,
-Qwen2 with q/k/v biases, Qwen3 with q/k norms), with packed weights computed here by torch,
-against the stock model: prefill logits, a padded batch, and cached decode steps."""
+Qwen2 with q/k/v biases, Qwen3 with q/k norms), with packed weights computed here by torch or
+packed by the layers from the modules' own weights, against the stock model: prefill logits, a
+padded batch, cached decode steps and vendor routes with token bounds."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 import metrics
-from xpuinject_kernels import _backend, decoder, layers
+from xpuinject_kernels import _backend, decoder, layers, packing
+from xpuinject_kernels.contract import DECODE_MAX_TOKENS, packed_attr
 
 transformers = pytest.importorskip("transformers")
 
@@ -41,17 +43,10 @@ def _kmajor(w: torch.Tensor) -> torch.Tensor:
     return w.detach().t().contiguous().to(torch.bfloat16)
 
 
-def _inject(model):
-    """What the shim does with the Go-packed checkpoint, done here with torch."""
+def _bind(model):
+    """Bind the layers the way kernelize does (per instance), with no packed tensors attached."""
     for layer in model.model.layers:
-        at = layer.self_attn
-        at.register_buffer("xpuinject_qkv_weight", _kmajor(torch.cat([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight])), persistent=False)
-        if at.q_proj.bias is not None:
-            at.register_buffer("xpuinject_qkv_bias", torch.cat([at.q_proj.bias, at.k_proj.bias, at.v_proj.bias]).detach(), persistent=False)
-        at.register_buffer("xpuinject_o_weight", _kmajor(at.o_proj.weight), persistent=False)
-        mlp = layer.mlp
-        mlp.register_buffer("xpuinject_gate_up_weight", _kmajor(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])), persistent=False)
-        mlp.register_buffer("xpuinject_down_weight", _kmajor(mlp.down_proj.weight), persistent=False)
+        at, mlp = layer.self_attn, layer.mlp
         at.forward = types.MethodType(decoder.Attention.forward, at)
         mlp.forward = types.MethodType(layers.SwiGLUMLP.forward, mlp)
         layer.forward = types.MethodType(decoder.DecoderLayer.forward, layer)
@@ -59,6 +54,21 @@ def _inject(model):
             if norm is not None:
                 norm.forward = types.MethodType(layers.RMSNorm.forward, norm)
     return model
+
+
+def _inject(model):
+    """What injection does with the Go-packed checkpoint, done here with torch."""
+    for layer in model.model.layers:
+        at = layer.self_attn
+        a = lambda role: packed_attr("Attention", role)  # noqa: E731
+        at.register_buffer(a("qkv_weight"), _kmajor(torch.cat([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight])), persistent=False)
+        if at.q_proj.bias is not None:
+            at.register_buffer(a("qkv_bias"), torch.cat([at.q_proj.bias, at.k_proj.bias, at.v_proj.bias]).detach(), persistent=False)
+        at.register_buffer(a("o_weight"), _kmajor(at.o_proj.weight), persistent=False)
+        mlp = layer.mlp
+        mlp.register_buffer(packed_attr("SwiGLUMLP", "gate_up_weight"), _kmajor(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])), persistent=False)
+        mlp.register_buffer(packed_attr("SwiGLUMLP", "down_weight"), _kmajor(mlp.down_proj.weight), persistent=False)
+    return _bind(model)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
@@ -97,13 +107,60 @@ def test_decode_with_cache_matches_stock(device):
     assert a[0, 9] == b[0, 9]
 
 
-def test_attention_requires_packed_weights(device):
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_layers_pack_from_the_modules_own_weights(arch, device):
+    """Bound with no packed tensors, the layers pack them on first use from q/k/v/o and
+    gate/up/down (qwen2: with the q/k/v biases), cache them as non-persistent buffers equal to
+    what the offline packer writes, leave state_dict alone, and compute what the torch-packed
+    model computes, bit for bit."""
+    stock = _tiny(arch, device)
+    packed_by_torch = _inject(_tiny(arch, device))
+    model = _bind(_tiny(arch, device))
+    keys = set(model.state_dict())
+    at, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    assert not hasattr(at, "xpuinject_qkv_weight") and not hasattr(mlp, "xpuinject_down_weight")
+    ids = torch.randint(0, 97, (2, 7), generator=torch.Generator().manual_seed(4)).to(device)
+    with torch.no_grad():
+        ref = stock(input_ids=ids).logits.float()
+        want = packed_by_torch(input_ids=ids).logits.float()
+        got = model(input_ids=ids).logits.float()
+    ref_at = packed_by_torch.model.layers[0].self_attn
+    assert torch.equal(at.xpuinject_qkv_weight, ref_at.xpuinject_qkv_weight)
+    assert at.xpuinject_qkv_weight.shape == (64, (4 + 2 * 2) * 32) and at.xpuinject_qkv_weight.is_contiguous()
+    assert (getattr(at, "xpuinject_qkv_bias", None) is not None) == (arch == "qwen2")
+    assert torch.equal(mlp.xpuinject_gate_up_weight, packed_by_torch.model.layers[0].mlp.xpuinject_gate_up_weight)
+    assert set(model.state_dict()) == keys  # non-persistent: the checkpoint layout is unchanged
+    assert torch.equal(got, want)
+    assert torch.nn.functional.cosine_similarity(got.flatten(), ref.flatten(), dim=0) > 0.999
+
+
+def test_attention_without_weights_or_packed_tensors_names_the_module(device):
     model = _tiny("llama", device)
     at = model.model.layers[0].self_attn
+    at.xpuinject_name = "model.layers.0.self_attn"
+    at.q_proj = packing.Released("model.layers.0.self_attn.q_proj")
     at.forward = types.MethodType(decoder.Attention.forward, at)
-    with pytest.raises(RuntimeError, match="xpuinject_qkv_weight"):
+    with pytest.raises(RuntimeError, match=r"'model.layers.0.self_attn' has neither its packed tensors .*xpuinject_qkv_weight.* nor a 'q_proj' child"):
         with torch.no_grad():
             model(input_ids=torch.tensor([[1, 2, 3]], device=device))
+
+
+def test_decoder_layer_runs_the_mlp_inline_only_when_it_runs_our_swiglu(device):
+    """The residual add rides in the down GEMM's epilogue when the block's MLP is bound to
+    SwiGLUMLP; a block whose MLP kept its stock forward calls it as it is."""
+    stock = _tiny("llama", device)
+    model = _bind(_tiny("llama", device))
+    for layer in model.model.layers:
+        del layer.mlp.forward  # back to LlamaMLP.forward
+    ids = torch.randint(0, 97, (1, 6), generator=torch.Generator().manual_seed(8)).to(device)
+    before = dict(_backend.launch_counts)
+    with torch.no_grad():
+        out = model(input_ids=ids).logits.float()
+        ref = stock(input_ids=ids).logits.float()
+    ran = {k: _backend.launch_counts[k] - before.get(k, 0) for k in _backend.launch_counts}
+    assert ran.get("gemm.residual", 0) == 0 and ran.get("gemm.swiglu", 0) == 0 and ran.get("add_rms_norm", 0) == 2, ran
+    assert not hasattr(model.model.layers[0].mlp, "xpuinject_down_weight")
+    assert torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0) > 0.999
 
 
 def test_vendor_routes_run_torch_for_the_routed_ops_only(device):
@@ -112,7 +169,7 @@ def test_vendor_routes_run_torch_for_the_routed_ops_only(device):
     stock = _tiny("llama", device)
     injected = _inject(_tiny("llama", device))
     for layer in injected.model.layers:
-        layer.self_attn.xpuinject_vendor = frozenset({"qkv_proj", "o_proj", "attention-prefill"})
+        layer.self_attn.xpuinject_vendor = (("qkv_proj", 0, None), ("o_proj", 0, None), ("attention-prefill", 0, None))
     g = torch.Generator().manual_seed(5)
     ids = torch.randint(0, 97, (2, 12), generator=g).to(device)
     mask = torch.ones_like(ids)
@@ -136,16 +193,18 @@ def test_vendor_routes_run_torch_for_the_routed_ops_only(device):
 
 
 def test_decode_routes_apply_to_decode_steps_only(device):
-    """":decode" GEMM routes and the attention-decode route send a one-token step to cuBLAS/SDPA
-    and leave the prefill on our kernels; generation still matches stock greedy decoding."""
+    """GEMM routes bounded by max_tokens (the decode bound) and the attention-decode route send a
+    one-token step to cuBLAS/SDPA and leave the prefill on our kernels; generation still matches
+    stock greedy decoding."""
     stock = _tiny("llama", device)
     injected = _inject(_tiny("llama", device))
     for layer in injected.model.layers:
-        routes = frozenset({"qkv_proj:decode", "o_proj:decode", "gate_up_proj:decode", "down_proj:decode", "attention-decode"})
+        routes = tuple((op, 0, DECODE_MAX_TOKENS) for op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"))
+        routes += (("attention-decode", 0, None),)
         layer.self_attn.xpuinject_vendor = routes
         layer.mlp.xpuinject_vendor = routes
     g = torch.Generator().manual_seed(6)
-    ids = torch.randint(0, 97, (1, 70), generator=g).to(device)  # 70 > DECODE_MAX_M tokens
+    ids = torch.randint(0, 97, (1, DECODE_MAX_TOKENS + 6), generator=g).to(device)  # above max_tokens
     with torch.no_grad():
         before = dict(_backend.launch_counts)
         injected(input_ids=ids)  # prefill: all ours
@@ -161,7 +220,15 @@ def test_decode_routes_apply_to_decode_steps_only(device):
     # one prefill (2 layers) on our kernels, then 2 decode steps with no GEMM or attention of ours
     assert ran.get("gemm.none", 0) == 4 and ran.get("gemm.swiglu", 0) == 2 and ran.get("gemm.residual", 0) == 2, ran
     assert ran.get("attention.decode", 0) == 0 and ran.get("attention.prefill", 0) == 2, ran
-    assert a[0, 70] == b[0, 70]
+    assert a[0, ids.shape[1]] == b[0, ids.shape[1]]
+
+
+def test_vendor_route_bounds_are_inclusive():
+    mod = types.SimpleNamespace(xpuinject_vendor=(("down_proj", 0, 64), ("o_proj", 65, None), ("attention-decode", 0, None)))
+    assert decoder._vendor(mod, "down_proj", 64) and not decoder._vendor(mod, "down_proj", 65)
+    assert not decoder._vendor(mod, "o_proj", 64) and decoder._vendor(mod, "o_proj", 65) and decoder._vendor(mod, "o_proj", 10**6)
+    assert decoder._vendor(mod, "attention-decode") and not decoder._vendor(mod, "attention-prefill")
+    assert not decoder._vendor(types.SimpleNamespace(), "down_proj", 1)
 
 
 def test_sdpa_route_repeats_kv_heads_when_masked(monkeypatch):

@@ -1,13 +1,14 @@
 """Kernel-hub layers bound to real transformers modules (the way kernelize binds them), with the
-packed attributes computed here in torch, compared with the original forward; plus the real
-`kernels` package's layer validation on every class."""
+packed attributes computed here in torch or packed by the layers from the module's own weights,
+compared with the original forward; plus the real `kernels` package's layer validation on every
+class."""
 
 import pytest
 import torch
 from kernels.layer.layer import _replace_forward, _validate_layer
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, Qwen2Config, Qwen3Config
-from transformers.models.levit.modeling_levit import LevitClassificationLayer, MLPLayerWithBN
+from transformers.models.levit.modeling_levit import LevitClassificationLayer, LevitConvEmbeddings, MLPLayerWithBN
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
 from transformers.models.mistral.modeling_mistral import MistralRMSNorm
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
@@ -15,6 +16,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm
 
 import metrics
 from xpuinject_kernels import _backend, layers
+from xpuinject_kernels.contract import packed_attr
 
 BF16_ULP = 2.0**-7
 
@@ -40,11 +42,16 @@ def pack_mlp(mlp):
     """What the Go packer writes for a SwiGLU MLP: [gate | up] concatenated on the output dim,
     transposed to K-major, bf16."""
     gu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], dim=0)  # [2I, H]
-    mlp.xpuinject_gate_up_weight = gu.t().contiguous().to(torch.bfloat16)
-    mlp.xpuinject_down_weight = mlp.down_proj.weight.t().contiguous().to(torch.bfloat16)
+    attach(mlp, "SwiGLUMLP", "gate_up_weight", gu.t().contiguous().to(torch.bfloat16))
+    attach(mlp, "SwiGLUMLP", "down_weight", mlp.down_proj.weight.t().contiguous().to(torch.bfloat16))
     if mlp.gate_proj.bias is not None:
-        mlp.xpuinject_gate_up_bias = torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]).to(torch.bfloat16)
-        mlp.xpuinject_down_bias = mlp.down_proj.bias.to(torch.bfloat16)
+        attach(mlp, "SwiGLUMLP", "gate_up_bias", torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]).to(torch.bfloat16))
+        attach(mlp, "SwiGLUMLP", "down_bias", mlp.down_proj.bias.to(torch.bfloat16))
+
+
+def attach(module, layer, role, t):
+    """What injection does with an offline-packed tensor: the attribute contract.json names."""
+    setattr(module, packed_attr(layer, role), t)
 
 
 LAYER_TARGETS = [
@@ -58,6 +65,7 @@ LAYER_TARGETS = [
     (layers.LMHead, nn.Linear),
     (layers.LinearBN, MLPLayerWithBN),
     (layers.BNLinear, LevitClassificationLayer),
+    (layers.ConvBN, LevitConvEmbeddings),
 ]
 
 
@@ -141,12 +149,23 @@ def test_swiglu_mlp_layer(device, mlp_bias):
     assert m_ours.mean_abs <= 1.5 * m_base.mean_abs + 1e-6, (m_ours.line(), m_base.line())
 
 
-def test_swiglu_mlp_layer_without_packed_weights(device):
+def test_swiglu_mlp_layer_packs_its_own_weights(device):
+    """Bound without packed tensors, the layer packs gate|up and down from the module's own
+    projections on first use: the same tensors and output as the torch-packed module."""
+    torch.manual_seed(2)
+    ref = LlamaMLP(llama_cfg()).to(torch.bfloat16).to(device)
     mod = LlamaMLP(llama_cfg()).to(torch.bfloat16).to(device)
-    mod.xpuinject_name = "model.layers.3.mlp"
+    mod.load_state_dict(ref.state_dict())
+    pack_mlp(ref)
+    bind(ref, layers.SwiGLUMLP)
     bind(mod, layers.SwiGLUMLP)
-    with pytest.raises(RuntimeError, match=r"model\.layers\.3\.mlp.*xpuinject_gate_up_weight.*not\s+loaded"):
-        mod(torch.randn(1, 2, 64).to(torch.bfloat16).to(device))
+    x = torch.randn(1, 5, 64).to(torch.bfloat16).to(device)
+    with torch.no_grad():
+        want, got = ref(x), mod(x)
+    assert torch.equal(mod.xpuinject_gate_up_weight, ref.xpuinject_gate_up_weight)
+    assert torch.equal(mod.xpuinject_down_weight, ref.xpuinject_down_weight)
+    assert "xpuinject_down_weight" in mod._non_persistent_buffers_set and "xpuinject_down_weight" not in mod.state_dict()
+    assert torch.equal(got, want)
     mod2 = LlamaMLP(llama_cfg(hidden_act="gelu")).to(torch.bfloat16).to(device)
     pack_mlp(mod2)
     bind(mod2, layers.SwiGLUMLP)
@@ -160,9 +179,9 @@ def test_linear_layer(device, bias):
     ref = nn.Linear(70, 45, bias=bias).to(torch.bfloat16).to(device)
     mod = nn.Linear(70, 45, bias=bias).to(torch.bfloat16).to(device)
     mod.load_state_dict(ref.state_dict())
-    mod.xpuinject_weight = mod.weight.t().contiguous()
+    attach(mod, "Linear", "weight", mod.weight.t().contiguous())
     if bias:
-        mod.xpuinject_bias = mod.bias.detach().clone()
+        attach(mod, "Linear", "bias", mod.bias.detach().clone())
     bind(mod, layers.Linear)
     x = (2.0 * metrics.coord_tensor((2, 3, 70))).to(torch.bfloat16).to(device)
     before = _backend.launch_counts["gemm.blockptr"]  # K=70: misaligned rows -> block pointers
@@ -173,9 +192,12 @@ def test_linear_layer(device, bias):
     scale = y32.abs().max().item()
     metrics.assert_close(f"layer Linear bias={bias} vs nn.Linear bf16", y, y_ref, atol=1e-2 * scale, rtol=2 * BF16_ULP)
     metrics.assert_close(f"layer Linear bias={bias} vs fp32", y, y32, atol=1e-2 * scale, rtol=BF16_ULP, min_cosine=0.9999)
-    del mod.xpuinject_weight
-    with pytest.raises(RuntimeError, match="xpuinject_weight"):
-        mod(x)
+    # without the packed tensor the layer packs it from the module's own weight: same output
+    delattr(mod, packed_attr("Linear", "weight"))
+    if bias:
+        delattr(mod, packed_attr("Linear", "bias"))
+    with torch.no_grad():
+        assert torch.equal(mod(x), y)
 
 
 def test_lm_head_layer_returns_fp32_logits(device):
@@ -238,8 +260,8 @@ def test_linear_bn_layer_levit(device):
     mod.load_state_dict(ref.state_dict())
     # BN folded offline (fp32), then packed K-major bf16: what the Go packer writes
     fused = torch.nn.utils.fuse_linear_bn_eval(ref.linear, ref.batch_norm)
-    mod.xpuinject_weight = fused.weight.detach().t().contiguous().to(torch.bfloat16).to(device)
-    mod.xpuinject_bias = fused.bias.detach().to(torch.bfloat16).to(device)
+    attach(mod, "LinearBN", "weight", fused.weight.detach().t().contiguous().to(torch.bfloat16).to(device))
+    attach(mod, "LinearBN", "bias", fused.bias.detach().to(torch.bfloat16).to(device))
     mod.to(device)
     bind(mod, layers.LinearBN)
     x = torch.randn(2, 16, 48)
@@ -257,6 +279,47 @@ def test_linear_bn_layer_levit(device):
     mod.train()
     with pytest.raises(RuntimeError, match="training mode"):
         mod(x.to(torch.bfloat16).to(device))
+    # bound to a bf16 module with no packed tensors, the layer folds the BatchNorm itself
+    own = MLPLayerWithBN(48, 80).eval()
+    own.load_state_dict(ref.state_dict())
+    own = bind(own.to(torch.bfloat16).to(device), layers.LinearBN)
+    with torch.no_grad():
+        y_own = own(x.to(torch.bfloat16).to(device))
+    m_own = metrics.assert_close("layer LinearBN packed from its own bf16 weights vs fp32", y_own, y_ref, atol=3e-2 * scale,
+                                 rtol=3e-2, min_cosine=0.9995)
+    assert m_own.mean_abs <= 2.0 * m_base.mean_abs + 1e-6, (m_own.line(), m_base.line())
+
+
+def test_conv_bn_layer_levit_embedding(device):
+    """LevitConvEmbeddings: the BatchNorm folded into the convolution (torch's own fusion here, the
+    layer's fold when nothing was attached); stock conv2d runs on the folded bf16 tensors."""
+    torch.manual_seed(6)
+    ref = LevitConvEmbeddings(3, 16, kernel_size=3, stride=2, padding=1).eval()
+    random_bn(ref.batch_norm)
+    x = torch.randn(2, 3, 12, 12)
+    with torch.no_grad():
+        y_ref = ref(x)
+        y_ref_bf16 = ref.to(torch.bfloat16)(x.to(torch.bfloat16)).float()
+    ref.float()
+    fused = torch.nn.utils.fuse_conv_bn_eval(ref.convolution, ref.batch_norm)
+    attached = LevitConvEmbeddings(3, 16, kernel_size=3, stride=2, padding=1).eval()
+    attached.load_state_dict(ref.state_dict())
+    attach(attached, "ConvBN", "weight", fused.weight.detach().to(torch.bfloat16).to(device))
+    attach(attached, "ConvBN", "bias", fused.bias.detach().to(torch.bfloat16).to(device))
+    own = LevitConvEmbeddings(3, 16, kernel_size=3, stride=2, padding=1).eval()
+    own.load_state_dict(ref.state_dict())
+    m_base = metrics.report("stock bf16 LevitConvEmbeddings vs fp32", y_ref_bf16, y_ref)
+    for name, mod in (("attached", attached), ("own", own.to(torch.bfloat16))):
+        bind(mod.to(device), layers.ConvBN)
+        with torch.no_grad():
+            y = mod(x.to(torch.bfloat16).to(device))
+        assert y.dtype == torch.bfloat16 and y.shape == y_ref.shape
+        m = metrics.assert_close(f"layer ConvBN ({name}) vs fp32", y, y_ref, atol=3e-2 * y_ref.abs().max().item(),
+                                 rtol=3e-2, min_cosine=0.9995)
+        assert m.mean_abs <= 2.0 * m_base.mean_abs + 1e-6, (m.line(), m_base.line())
+    own.train()
+    with pytest.raises(RuntimeError, match="training mode"):
+        own(x.to(torch.bfloat16).to(device))
 
 
 def test_bn_linear_layer_levit_head(device):
@@ -270,8 +333,8 @@ def test_bn_linear_layer_levit_head(device):
     s = bn.weight.detach().double() / torch.sqrt(bn.running_var.double() + bn.eps)
     w_f = lin.weight.detach().double() * s[None, :]
     b_f = lin.bias.detach().double() + lin.weight.detach().double() @ (bn.bias.detach().double() - s * bn.running_mean.double())
-    mod.xpuinject_weight = w_f.t().contiguous().to(torch.bfloat16).to(device)
-    mod.xpuinject_bias = b_f.to(torch.bfloat16).to(device)
+    attach(mod, "BNLinear", "weight", w_f.t().contiguous().to(torch.bfloat16).to(device))
+    attach(mod, "BNLinear", "bias", b_f.to(torch.bfloat16).to(device))
     mod.to(device)
     bind(mod, layers.BNLinear)
     x = torch.randn(3, 64)

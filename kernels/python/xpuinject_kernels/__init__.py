@@ -1,18 +1,25 @@
-"""xpuinject Triton kernels (norm, rope, gemm, attention) and kernel-hub layers.
+"""xpuinject kernel package: Triton kernels (norm, rope, gemm, attention), the kernel-hub layers
+built on them, and the injection that binds the layers into a transformers model.
 
 Importable without a GPU: kernels compile on first launch. Relative imports only (the package is
 copied into kernel-hub variant folders under a model-specific name).
 
-Public ops:
+Injection (injection.py):
+  inject(model, packed=None, *, revision=None, token=None, plan=None, check_only=False) -> summary
+      carries out the package's plan.yaml; `packed` is a folder or Hub repo of offline-packed weights
+  kernelize(model, *, use_kernels="auto") -> summary
+      no plan: binds every supported module; the layers pack the model's own weights
+  supported_bindings(model), load_plan(path=None), InjectError, Released
+Ops:
   rms_norm(x, weight, eps) -> y
   add_rms_norm(x, residual, weight, eps) -> (new_residual, y)
   apply_rope(q, k, cos, sin, inplace=False) -> (q_rot, k_rot)
   gemm(x, w, bias=None, residual=None, epilogue="none", use_descriptors=None) -> out
       epilogue in GEMM_EPILOGUES = ("none", "bias", "swiglu", "hardswish", "residual")
   rms_norm, add_rms_norm, apply_rope and gemm take `config=` (launch constants, for tuning).
-`layers` holds the kernel-hub layer classes (RMSNorm, SwiGLUMLP, Linear, LinearBN, BNLinear,
-Attention, DecoderLayer).
   flash_attention_prefill, decode_attention, attention_forward (transformers AttentionInterface)
+`layers` holds the kernel-hub layer classes (RMSNorm, SwiGLUMLP, Linear, LMHead, LinearBN, BNLinear,
+ConvBN, Attention, DecoderLayer).
 Checking support (tests, benchmarks): set_poison(on) -> previous setting: NaN-fill every output
 the kernels allocate, so an element a kernel fails to write fails any comparison;
 apply_interpreter_fixes() makes Triton's CPU interpreter (TRITON_INTERPRET=1) compute as the GPUs
@@ -20,11 +27,33 @@ do (_interpret.py).
 """
 
 from . import _backend  # noqa: F401
-from . import layers  # noqa: F401
-from .gemm import EPILOGUES as GEMM_EPILOGUES  # noqa: F401
-from .gemm import gemm  # noqa: F401
-from .rmsnorm import add_rms_norm, rms_norm  # noqa: F401
-from .rope import apply_rope  # noqa: F401
-from .attention import attention_forward, decode_attention, flash_attention_prefill  # noqa: F401
-from ._backend import set_poison  # noqa: F401
-from ._interpret import apply as apply_interpreter_fixes  # noqa: F401
+from . import layers
+from ._backend import set_poison
+from ._interpret import apply as apply_interpreter_fixes
+from .attention import attention_forward, decode_attention, flash_attention_prefill
+from .gemm import EPILOGUES as GEMM_EPILOGUES
+from .gemm import gemm
+from .injection import InjectError, inject, kernelize, load_plan, supported_bindings
+from .packing import Released
+from .rmsnorm import add_rms_norm, rms_norm
+from .rope import apply_rope
+
+__all__ = [
+    "inject",
+    "kernelize",
+    "supported_bindings",
+    "load_plan",
+    "InjectError",
+    "Released",
+    "layers",
+    "rms_norm",
+    "add_rms_norm",
+    "apply_rope",
+    "gemm",
+    "GEMM_EPILOGUES",
+    "flash_attention_prefill",
+    "decode_attention",
+    "attention_forward",
+    "set_poison",
+    "apply_interpreter_fixes",
+]

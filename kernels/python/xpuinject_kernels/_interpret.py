@@ -3,8 +3,8 @@
 The interpreter is how the kernels run on a machine without a GPU (CI, and `xpuinject eval
 --device cpu`). Three of its emulations disagree with compiled kernels; each patch below
 changes only the emulation, never a kernel, and is a no-op unless the interpreter is on.
-The xpuinject shim applies them before it loads the package on the CPU; the kernel tests
-apply them in conftest.py.
+The package's inject and kernelize apply them for a model on the CPU; the kernel tests apply
+them in conftest.py.
 """
 
 from __future__ import annotations

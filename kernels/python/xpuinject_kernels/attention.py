@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from . import _backend
+from .contract import ATTENTION_HEAD_DIMS
 
 __all__ = [
     "flash_attention_prefill",
@@ -49,9 +50,10 @@ __all__ = [
     "SUPPORTED_HEAD_DIMS",
 ]
 
-# head_dim values with a tested kernel path. The head dimension block is padded to a power of two
-# with masks (80 -> 128, 96 -> 128), so other sizes would compile too, but only these are tested.
-SUPPORTED_HEAD_DIMS = (32, 64, 80, 96, 128)
+# head_dim values with a tested kernel path (contract.json, which the planner reads too). The head
+# dimension block is padded to a power of two with masks (80 -> 128, 96 -> 128), so other sizes
+# would compile too, but only these are tested.
+SUPPORTED_HEAD_DIMS = ATTENTION_HEAD_DIMS
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _LOG2E = 1.4426950408889634

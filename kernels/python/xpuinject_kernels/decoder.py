@@ -12,14 +12,14 @@ and the normalized activations), and the residual add after the MLP into the dow
 projection's GEMM epilogue.
 
 Vendor routes: where a measurement showed cuBLAS or SDPA faster for a sub-operation at this
-model's shapes, the plan says so and the shim sets `xpuinject_vendor` on the module (a set of
-op names: "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention-prefill",
-"attention-decode"; a GEMM name may carry ":decode" (M <= DECODE_MAX_M tokens) or ":prefill"
-(more) when the measurement favoured the vendor at one of the two only); those operations then
-run through torch (cuBLAS / SDPA) on the same packed weights, while the rest of the layer stays
-fused.
+model's shapes, the plan's binding says so and injection sets `xpuinject_vendor` on the module:
+a tuple of (op, min_tokens, max_tokens) with op one of "qkv_proj", "o_proj", "gate_up_proj",
+"down_proj", "attention-prefill", "attention-decode", and the GEMM's token count M bounded by
+min_tokens <= M <= max_tokens (max_tokens None: open); those operations then run through torch
+(cuBLAS / SDPA) on the same packed weights, while the rest of the layer stays fused.
 
-Packed attributes (attached by the xpuinject shim; all K-major bf16):
+Packed attributes (contract.json; all K-major, attached by injection or packed on first use
+from q/k/v/o_proj):
   Attention  xpuinject_qkv_weight [hidden, (H + 2*KV) * D]  (q columns, then k, then v)
              xpuinject_o_weight   [H * D, hidden]
              optional xpuinject_qkv_bias [(H + 2*KV) * D], xpuinject_o_bias [hidden]
@@ -34,10 +34,11 @@ import torch
 from torch import nn
 
 from .attention import attention_forward
+from .contract import VENDOR_ATTR, packed_attr
 from .gemm import gemm
 # layers.py defines these before it imports this module at its end, so the names exist here
 # whichever module is imported first (the package imports layers first).
-from .layers import _name, _packed
+from .layers import SwiGLUMLP, _name, _packed
 from .rmsnorm import add_rms_norm
 from .rope import apply_rope
 
@@ -52,19 +53,24 @@ def _heads(module: nn.Module):
     return h, kv, d
 
 
-# Token counts up to this are a "decode" step for the ":decode" GEMM routes (the bench's M=1
-# and M=64 rows; gemm.CUDA_DESC_MIN_M draws the same line for the memory path).
-DECODE_MAX_M = 64
+_QKV_W, _QKV_B = packed_attr("Attention", "qkv_weight"), packed_attr("Attention", "qkv_bias")
+_O_W, _O_B = packed_attr("Attention", "o_weight"), packed_attr("Attention", "o_bias")
+_GU_W, _GU_B = packed_attr("SwiGLUMLP", "gate_up_weight"), packed_attr("SwiGLUMLP", "gate_up_bias")
+_DOWN_W, _DOWN_B = packed_attr("SwiGLUMLP", "down_weight"), packed_attr("SwiGLUMLP", "down_bias")
 
 
 def _vendor(module: nn.Module, op: str, m: int = -1) -> bool:
-    """Whether the plan routes op to the vendor path; m (tokens) selects ":decode"/":prefill" routes."""
-    routes = getattr(module, "xpuinject_vendor", ())
-    if not routes:
-        return False
-    if op in routes:
-        return True
-    return m >= 0 and f"{op}:{'decode' if m <= DECODE_MAX_M else 'prefill'}" in routes
+    """Whether the module's routes send op to the vendor path for a call of m tokens (m < 0:
+    an attention op, whose routes have no token bounds)."""
+    for r_op, lo, hi in getattr(module, VENDOR_ATTR, None) or ():
+        if r_op == op and (m < 0 or (m >= lo and (hi is None or m <= hi))):
+            return True
+    return False
+
+
+def _runs_swiglu(mlp: nn.Module) -> bool:
+    """Whether mlp's forward is bound to this package's SwiGLUMLP (by inject or kernelize)."""
+    return getattr(mlp.__dict__.get("forward"), "__func__", None) is SwiGLUMLP.forward
 
 
 def _rows(x: torch.Tensor) -> int:
@@ -78,14 +84,14 @@ def _proj(x: torch.Tensor, w: torch.Tensor, b, vendor: bool = False) -> torch.Te
     return gemm(x, w, bias=b, epilogue="bias" if b is not None else "none")
 
 
-def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None, layer: str = "SwiGLUMLP") -> torch.Tensor:
+def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None) -> torch.Tensor:
     """down(silu(gate(x)) * up(x)) [+ residual] on the packed gate|up and down weights: our GEMMs
     with the swiglu and residual epilogues, or cuBLAS where the plan routes gate_up_proj /
     down_proj to the vendor path (the epilogue then runs as torch ops)."""
-    gate_up = _packed(mlp, "xpuinject_gate_up_weight", layer)
-    down = _packed(mlp, "xpuinject_down_weight", layer)
-    gu_b = getattr(mlp, "xpuinject_gate_up_bias", None)
-    d_b = getattr(mlp, "xpuinject_down_bias", None)
+    gate_up = _packed(mlp, _GU_W, "SwiGLUMLP")
+    down = _packed(mlp, _DOWN_W, "SwiGLUMLP")
+    gu_b = getattr(mlp, _GU_B, None)
+    d_b = getattr(mlp, _DOWN_B, None)
     m = _rows(x)
     if _vendor(mlp, "gate_up_proj", m):
         gu = torch.matmul(x, gate_up)
@@ -136,7 +142,7 @@ def _sdpa(module: nn.Module, q, k, v, attention_mask, scaling):
 def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs):
     """The Attention layer's computation (a function so DecoderLayer-free models reuse it)."""
     h, kv, d = _heads(module)
-    qkv_w = _packed(module, "xpuinject_qkv_weight", "Attention")
+    qkv_w = _packed(module, _QKV_W, "Attention")
     if qkv_w.shape[1] != (h + 2 * kv) * d:
         raise RuntimeError(
             f"xpuinject_kernels: Attention: module {_name(module)!r}: packed qkv weight has {qkv_w.shape[1]} columns, "
@@ -144,7 +150,7 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         )
     input_shape = hidden_states.shape[:-1]
     m = _rows(hidden_states)
-    qkv = _proj(hidden_states, qkv_w, getattr(module, "xpuinject_qkv_bias", None), _vendor(module, "qkv_proj", m))
+    qkv = _proj(hidden_states, qkv_w, getattr(module, _QKV_B, None), _vendor(module, "qkv_proj", m))
     q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
     q = q.view(*input_shape, h, d)
     k = k.view(*input_shape, kv, d)
@@ -172,8 +178,7 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
             sliding_window=getattr(module, "sliding_window", None), **kwargs,
         )
     out = out.reshape(*input_shape, h * d)
-    return _proj(out, _packed(module, "xpuinject_o_weight", "Attention"), getattr(module, "xpuinject_o_bias", None),
-                 _vendor(module, "o_proj", m))
+    return _proj(out, _packed(module, _O_W, "Attention"), getattr(module, _O_B, None), _vendor(module, "o_proj", m))
 
 
 class Attention(nn.Module):
@@ -219,10 +224,9 @@ class DecoderLayer(nn.Module):
         norm = self.post_attention_layernorm
         residual, hidden_states = add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
         mlp = self.mlp
-        down = getattr(mlp, "xpuinject_down_weight", None)
         act = getattr(getattr(mlp, "config", None), "hidden_act", "silu")
-        if down is None or act not in ("silu", "swish"):
+        if not _runs_swiglu(mlp) or act not in ("silu", "swish"):
             return residual + mlp(hidden_states)
-        # The MLP's packed weights are here: run it inline so the final residual add rides
-        # in the down projection's epilogue instead of a separate pass over the activations.
-        return mlp_block(mlp, hidden_states, residual=residual, layer="DecoderLayer")
+        # The MLP runs our SwiGLUMLP: run it inline so the final residual add rides in the
+        # down projection's epilogue instead of a separate pass over the activations.
+        return mlp_block(mlp, hidden_states, residual=residual)

@@ -37,10 +37,12 @@ import triton
 import triton.language as tl
 
 from . import _backend
+from .contract import GEMM_EPILOGUES
 
 __all__ = ["gemm", "gemm_ref", "EPILOGUES"]
 
-EPILOGUES = ("none", "bias", "swiglu", "hardswish", "residual")
+# The fused epilogues (contract.json, which the planner's registry reads too).
+EPILOGUES = GEMM_EPILOGUES
 # constexpr codes
 _EPI_NONE, _EPI_SWIGLU, _EPI_HARDSWISH, _EPI_RESIDUAL = 0, 1, 2, 3
 _EPI_CODE = {"none": _EPI_NONE, "bias": _EPI_NONE, "swiglu": _EPI_SWIGLU, "hardswish": _EPI_HARDSWISH,

@@ -3,24 +3,28 @@
 Rules (kernels 0.17 `kernels/layer/layer.py::_validate_layer`): each
 class subclasses nn.Module, defines no `__init__` and no members beyond nn.Module's except
 `has_backward` and `can_torch_compile`; `forward` takes the same parameters as the forward it
-replaces. kernelize binds `forward` to the ORIGINAL module (`MethodType(layer.forward, module)`),
-so `self` is e.g. a LlamaRMSNorm and the layer reads that module's attributes. Shared code
-therefore lives in module-level functions, not methods.
+replaces. kernelize binds `forward` to the ORIGINAL module (`MethodType(layer.forward, module)`,
+on the instance), so `self` is e.g. a LlamaRMSNorm and the layer reads that module's attributes.
+Shared code therefore lives in module-level functions, not methods.
 
-Packed-weight attribute conventions (attached to the original module by the xpuinject shim from
-the Go-packed checkpoint; all weights K-major [in, out], bf16):
-  RMSNorm     reads  weight [hidden], variance_epsilon            (transformers' own attributes)
-  SwiGLUMLP   reads  xpuinject_gate_up_weight [hidden, 2*intermediate] (gate columns, then up)
-                     xpuinject_down_weight    [intermediate, hidden]
-                     optional xpuinject_gate_up_bias [2*intermediate], xpuinject_down_bias [hidden]
-  Linear      reads  xpuinject_weight [in, out], optional xpuinject_bias [out]
-  LMHead      reads  weight [vocab, hidden] (transformers' own attribute, or the embedding table it
-                     is tied to) through weight.t(), optional bias; returns fp32 logits
-  LinearBN    reads  xpuinject_weight [in, out], xpuinject_bias [out]  (Linear then BatchNorm1d
-                     folded offline: W' = diag(a) W, b' = a (b - mu) + beta, a = gamma/sqrt(var+eps))
-  BNLinear    reads  xpuinject_weight [in, out], xpuinject_bias [out]  (BatchNorm1d then Linear
-                     folded: W' = W diag(s), b' = b + W (beta - s mu), s = gamma/sqrt(var+eps))
+What each layer reads is contract.json's `layers` entry: its `reads`, and its `packed` tensors
+(all weights K-major [in, out], in the model's half dtype):
+  RMSNorm     weight [hidden], variance_epsilon                       (transformers' own attributes)
+  SwiGLUMLP   xpuinject_gate_up_weight [hidden, 2*intermediate] (gate columns, then up),
+              xpuinject_down_weight [intermediate, hidden], optional biases
+  Linear      xpuinject_weight [in, out], optional xpuinject_bias [out]
+  LMHead      weight [vocab, hidden] (nn.Linear's own, or the embedding table it is tied to), read
+              in place through weight.t(), optional bias; returns fp32 logits
+  LinearBN    xpuinject_weight [in, out], xpuinject_bias [out]  (Linear then BatchNorm1d folded:
+              W' = diag(a) W, b' = a (b - mu) + beta, a = gamma/sqrt(var+eps))
+  BNLinear    xpuinject_weight [in, out], xpuinject_bias [out]  (BatchNorm1d then Linear folded:
+              W' = W diag(s), b' = b + W (beta - s mu), s = gamma/sqrt(var+eps))
+  ConvBN      xpuinject_weight [out, in, kh, kw], xpuinject_bias [out] (Conv2d then BatchNorm2d
+              folded) and the convolution's stride, padding, dilation, groups
   all         optional xpuinject_name (str): the module's path in the model, used in errors.
+The packed tensors are either attached by `inject(model, packed=...)` from the offline-packed
+checkpoint or, when absent, made on first use from the module's own children (packing.py) and
+cached on the module.
 """
 
 from __future__ import annotations
@@ -28,43 +32,46 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import packing
+from .contract import NAME_ATTR, packed_attr
 from .gemm import gemm
 from .rmsnorm import rms_norm
 
-__all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LMHead", "LinearBN", "BNLinear", "Attention", "DecoderLayer"]
+__all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LMHead", "LinearBN", "BNLinear", "ConvBN", "Attention", "DecoderLayer"]
 
 
 def _name(module: nn.Module) -> str:
-    return getattr(module, "xpuinject_name", None) or type(module).__name__
+    return getattr(module, NAME_ATTR, None) or type(module).__name__
 
 
 def _packed(module: nn.Module, attr: str, layer: str) -> torch.Tensor:
+    """The packed tensor `attr` of module, packing the layer's tensors from the module's own
+    children first when they are absent."""
     t = getattr(module, attr, None)
     if t is None:
-        raise RuntimeError(
-            f"xpuinject_kernels: {layer}: module {_name(module)!r} has no {attr}: the packed weights were not "
-            "loaded (the xpuinject shim attaches them from the packed checkpoint before kernelize); "
-            "refusing to transpose the original weights on every call"
-        )
+        packing.pack(module, layer)
+        t = getattr(module, attr, None)
+        if t is None:
+            raise RuntimeError(f"xpuinject_kernels: {layer}: module {_name(module)!r}: packing made no {attr}")
     if not isinstance(t, torch.Tensor):
         raise RuntimeError(f"xpuinject_kernels: {layer}: module {_name(module)!r}: {attr} is a {type(t).__name__}, not a tensor")
     return t
 
 
 def _linear(module: nn.Module, x: torch.Tensor, layer: str) -> torch.Tensor:
-    w = _packed(module, "xpuinject_weight", layer)
-    b = getattr(module, "xpuinject_bias", None)
+    w = _packed(module, packed_attr(layer, "weight"), layer)
+    b = getattr(module, packed_attr(layer, "bias"), None)
     return gemm(x, w, bias=b, epilogue="bias" if b is not None else "none")
 
 
 def _folded_bn(module: nn.Module, x: torch.Tensor, layer: str) -> torch.Tensor:
     if module.training:
         raise RuntimeError(
-            f"xpuinject_kernels: {layer}: module {_name(module)!r} is in training mode; the BatchNorm was folded "
-            "offline with its running statistics and is only valid in eval mode (call model.eval())"
+            f"xpuinject_kernels: {layer}: module {_name(module)!r} is in training mode; the BatchNorm is folded "
+            "with its running statistics and is only valid in eval mode (call model.eval())"
         )
-    w = _packed(module, "xpuinject_weight", layer)
-    b = _packed(module, "xpuinject_bias", layer)
+    w = _packed(module, packed_attr(layer, "weight"), layer)
+    b = _packed(module, packed_attr(layer, "bias"), layer)
     return gemm(x, w, bias=b, epilogue="bias")
 
 
@@ -143,6 +150,26 @@ class BNLinear(nn.Module):
 
     def forward(self, hidden_state: torch.Tensor) -> torch.Tensor:
         return _folded_bn(self, hidden_state, "BNLinear")
+
+
+class ConvBN(nn.Module):
+    """Replaces LeViT's LevitConvEmbeddings.forward(embeddings): Conv2d then BatchNorm2d, with the
+    BatchNorm folded into the convolution; stock conv2d runs on the folded tensors (no conv
+    kernel here: the win is one pass instead of two). Eval mode only."""
+
+    has_backward = False
+    can_torch_compile = False
+
+    def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            raise RuntimeError(
+                f"xpuinject_kernels: ConvBN: module {_name(self)!r} is in training mode; the BatchNorm is folded "
+                "with its running statistics and is only valid in eval mode (call model.eval())"
+            )
+        w = _packed(self, packed_attr("ConvBN", "weight"), "ConvBN")
+        b = getattr(self, packed_attr("ConvBN", "bias"), None)
+        conv = self.convolution  # the Conv2d, or the placeholder that kept its geometry
+        return torch.nn.functional.conv2d(embeddings.to(w.dtype), w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
 
 
 # The attention block and decoder layer of the Llama family live in decoder.py (they need

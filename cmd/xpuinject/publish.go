@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/xpuinject/xpuinject/harness"
+	"github.com/xpuinject/xpuinject/hub"
+	"github.com/xpuinject/xpuinject/inject"
+)
+
+// publishSet is what one push publishes: a kernel package and, when PackedDir is set, its
+// packed weights with the source model's files and the eval that measured them.
+type publishSet struct {
+	PackageDir string
+	PackedDir  string // "": the kernel repository only
+	SourceDir  string // "": from the packed plan's source
+	EvalFile   string // "": no eval recorded in the packed card
+}
+
+type publishOptions struct {
+	RepoID       string // kernel repository
+	PackedRepoID string // "": RepoID + "-packed"
+	Private      bool
+	Version      int
+	DryRun       bool
+	Model        string
+}
+
+// publishResult is push's result (--json): one entry per repository.
+type publishResult struct {
+	Kernel *hub.PushResult `json:"kernel"`
+	Packed *hub.PushResult `json:"packed,omitempty"`
+}
+
+// sourceFiles are what the packed repo copies from the source checkpoint: what
+// from_pretrained and the tokenizer / image processor read besides the weights.
+var sourceFiles = []string{
+	"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+	"tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "preprocessor_config.json",
+}
+
+// publish pushes the packed weights first (the larger upload, so a failure there leaves
+// the kernel repository as it was), then the kernel package.
+func publish(ctx context.Context, f *Factory, set publishSet, o publishOptions) (*publishResult, error) {
+	c := newHubClient(f)
+	pkg, err := hub.LoadPackage(set.PackageDir)
+	if err != nil {
+		return nil, err
+	}
+	res := &publishResult{}
+	if set.PackedDir != "" {
+		packedID := o.PackedRepoID
+		if packedID == "" {
+			packedID = inject.PackedRepoID(o.RepoID)
+		}
+		version := o.Version
+		if version == 0 {
+			version = max(pkg.Version(), 1)
+		}
+		files, summary, err := packedRepoFiles(f, set, packedID, o.RepoID, version, pkg.Metadata[pkg.Variants[0]].License)
+		if err != nil {
+			return nil, err
+		}
+		res.Packed, err = hub.PushModel(ctx, c, files, hub.ModelPushOptions{
+			RepoID: packedID, Private: o.Private, DryRun: o.DryRun, Progress: f.ErrOut,
+			Summary:     fmt.Sprintf("xpuinject %s: packed weights of %s for %s", Version, summary, o.RepoID),
+			Description: fmt.Sprintf("Published with xpuinject %s.\nKernel package: %s (v%d)\nModel: %s\n", Version, o.RepoID, version, summary),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("packed weights to %s: %w (the kernel package was not published)", packedID, err)
+		}
+	}
+	res.Kernel, err = hub.Push(ctx, c, set.PackageDir, hub.PushOptions{
+		RepoID: o.RepoID, Private: o.Private, Version: o.Version, DryRun: o.DryRun, Model: o.Model,
+		ToolVersion: Version, Progress: f.ErrOut,
+	})
+	if err != nil {
+		if res.Packed != nil && !o.DryRun {
+			return nil, fmt.Errorf("%w (the packed weights were published to %s)", err, res.Packed.URL)
+		}
+		return nil, err
+	}
+	return res, nil
+}
+
+// packedRepoFiles lists the packed repo's files: the packed tensors (streamed from disk),
+// plan.yaml, the source model's config / generation / tokenizer files, and the card. It
+// also returns how the card names the source model.
+func packedRepoFiles(f *Factory, set publishSet, packedID, kernelRepo string, version int, license string) ([]hub.PackageFile, string, error) {
+	planBytes, err := os.ReadFile(filepath.Join(set.PackedDir, "plan.yaml"))
+	if err != nil {
+		return nil, "", fmt.Errorf("packed weights %s: %w", set.PackedDir, err)
+	}
+	plan, err := inject.UnmarshalPlanYAML(planBytes)
+	if err != nil {
+		return nil, "", fmt.Errorf("packed weights %s: %w", set.PackedDir, err)
+	}
+	names, err := packedTensorFiles(set.PackedDir)
+	if err != nil {
+		return nil, "", err
+	}
+	var files []hub.PackageFile
+	for _, n := range append(names, "plan.yaml") {
+		pf, err := hub.LocalFile(n, filepath.Join(set.PackedDir, n))
+		if err != nil {
+			return nil, "", err
+		}
+		files = append(files, pf)
+	}
+	src, err := sourceDir(f, set.SourceDir, plan)
+	if err != nil {
+		return nil, "", err
+	}
+	var cls string
+	for _, n := range sourceFiles {
+		p := filepath.Join(src, n)
+		if _, err := os.Stat(p); err != nil {
+			if n == "config.json" {
+				return nil, "", fmt.Errorf("source model %s has no config.json (pass --source with the checkpoint folder)", src)
+			}
+			continue
+		}
+		pf, err := hub.LocalFile(n, p)
+		if err != nil {
+			return nil, "", err
+		}
+		files = append(files, pf)
+		if n == "config.json" {
+			cls = configClass(p)
+		}
+	}
+	card := inject.ModelCardOptions{
+		RepoID: packedID, License: license, Tool: "xpuinject " + Version,
+		Usage: inject.Usage{ModelClass: cls, KernelRepo: kernelRepo, Version: version, PackedRepo: packedID},
+	}
+	if set.EvalFile != "" {
+		ev, err := harness.ReadResult(set.EvalFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("--eval: %w", err)
+		}
+		card.Eval = evalSummary(ev)
+	}
+	files = append(files, hub.PackageFile{Path: "README.md", Data: inject.ModelCard(plan, card)})
+	label := plan.Source.Repo
+	if label == "" {
+		label = filepath.Base(plan.Source.Path)
+	}
+	return files, label, nil
+}
+
+// packedTensorFiles lists the packed folder's safetensors: the shards its index names and
+// the index, or model.safetensors.
+func packedTensorFiles(dir string) ([]string, error) {
+	idx := filepath.Join(dir, "model.safetensors.index.json")
+	if b, err := os.ReadFile(idx); err == nil {
+		var ix struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
+		if err := json.Unmarshal(b, &ix); err != nil || len(ix.WeightMap) == 0 {
+			return nil, fmt.Errorf("packed weights %s: model.safetensors.index.json has no weight_map", dir)
+		}
+		seen := map[string]bool{}
+		var out []string
+		for _, shard := range ix.WeightMap {
+			if !seen[shard] {
+				if filepath.Base(shard) != shard {
+					return nil, fmt.Errorf("packed weights %s: index names shard %q outside the folder", dir, shard)
+				}
+				seen[shard] = true
+				out = append(out, shard)
+			}
+		}
+		sort.Strings(out)
+		return append(out, "model.safetensors.index.json"), nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
+		return nil, fmt.Errorf("packed weights %s: no model.safetensors or model.safetensors.index.json (a folder written by xpuinject pack?)", dir)
+	}
+	return []string{"model.safetensors"}, nil
+}
+
+// sourceDir finds the source checkpoint: --source, the plan's local folder, or the plan's
+// Hub snapshot in the HF cache.
+func sourceDir(f *Factory, flag string, plan *inject.Plan) (string, error) {
+	switch {
+	case flag != "":
+		return flag, nil
+	case plan.Source.Path != "":
+		if isDir(plan.Source.Path) {
+			return plan.Source.Path, nil
+		}
+		return "", fmt.Errorf("the plan's source folder %s is gone: pass --source with the checkpoint folder", plan.Source.Path)
+	case plan.Source.Repo != "":
+		cache := hub.CacheFromEnv(f.Getenv)
+		rev := plan.Source.Revision
+		if rev == "" {
+			rev = "main"
+		}
+		dir, _, err := cache.LocalSnapshot("model", plan.Source.Repo, rev)
+		if errors.Is(err, hub.ErrNotCached) {
+			return "", fmt.Errorf("the source model %s@%s is not in the HF cache (%s): run 'xpuinject fetch %s@%s' or pass --source",
+				plan.Source.Repo, rev, cache.Dir, plan.Source.Repo, rev)
+		}
+		return dir, err
+	}
+	return "", errors.New("the plan names no source model: pass --source with the checkpoint folder")
+}
+
+// configClass is config.json's architectures[0], "" when it names none.
+func configClass(path string) string {
+	var cfg struct {
+		Architectures []string `json:"architectures"`
+	}
+	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &cfg) == nil && len(cfg.Architectures) > 0 {
+		return cfg.Architectures[0]
+	}
+	return ""
+}
+
+// evalSummary is the part of an eval.json a packed card records: the accuracy ratios and
+// the latency ratios.
+func evalSummary(r *harness.Result) *inject.EvalSummary {
+	s := &inject.EvalSummary{Device: r.Device.Type}
+	if r.Device.Name != "" && r.Device.Name != r.Device.Type {
+		s.Device = r.Device.Name
+	}
+	if r.Device.Interpret {
+		s.Device += ", kernels under the Triton interpreter"
+	}
+	f := func(n *harness.Num) float64 {
+		if n == nil {
+			return math.NaN()
+		}
+		return float64(*n)
+	}
+	inj, st := metricValues(r.Accuracy.Injected), metricValues(r.Accuracy.Stock)
+	for _, k := range []string{"cosine", "mean_abs", "max_abs", "mean_rel", "max_rel", "kl", "top1_agreement", "perplexity"} {
+		if c, ok := r.Accuracy.Compare[k]; ok {
+			s.Accuracy = append(s.Accuracy, inject.EvalRow{What: k, Injected: float64(c.Injected), Stock: float64(c.Stock), Ratio: f(c.Ratio)})
+		} else if a, ok := inj[k]; ok && len(r.Accuracy.Compare) == 0 {
+			// an eval.json without the compare table: the same ratio from its two sides
+			s.Accuracy = append(s.Accuracy, inject.EvalRow{What: k, Injected: a, Stock: st[k], Ratio: a / st[k]})
+		}
+	}
+	lat := r.Latency
+	for _, row := range lat.Prefill {
+		s.Latency = append(s.Latency, inject.EvalRow{What: fmt.Sprintf("prefill %d tokens, batch %d", row.Tokens, row.Batch), Ratio: f(row.Ratio)})
+	}
+	for _, row := range lat.Decode {
+		s.Latency = append(s.Latency, inject.EvalRow{What: fmt.Sprintf("decode, batch %d, context %d", row.Batch, row.Context), Ratio: f(row.Ratio)})
+	}
+	for _, row := range lat.Forward {
+		s.Latency = append(s.Latency, inject.EvalRow{What: fmt.Sprintf("forward, batch %d", row.Batch), Ratio: f(row.Ratio)})
+	}
+	if !lat.Measured {
+		s.LatencyNote = lat.Reason
+	}
+	return s
+}
+
+// metricValues are a Metrics' numbers by their eval.json names (absent ones left out).
+func metricValues(m harness.Metrics) map[string]float64 {
+	out := map[string]float64{"cosine": float64(m.Cosine), "mean_abs": float64(m.MeanAbs), "max_abs": float64(m.MaxAbs),
+		"mean_rel": float64(m.MeanRel), "max_rel": float64(m.MaxRel)}
+	for k, v := range map[string]*harness.Num{"kl": m.KL, "top1_agreement": m.Top1, "perplexity": m.Perplexity} {
+		if v != nil {
+			out[k] = float64(*v)
+		}
+	}
+	return out
+}

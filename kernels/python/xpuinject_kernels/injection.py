@@ -1,0 +1,676 @@
+"""Putting this package's layers into a transformers model.
+
+    from kernels import get_kernel
+    xpuinject = get_kernel("ORG/KERNEL", version=1, trust_remote_code=True)
+    xpuinject.inject(model, packed="ORG/KERNEL-packed")  # the offline-packed weights of the plan
+    xpuinject.inject(model)                               # the plan; layers pack the model's weights
+    xpuinject.kernelize(model)                            # no plan: any supported model
+
+`inject` carries out the package's plan (plan.yaml beside this file in an emitted package): it
+binds every module the plan's `bindings` name to the layer class they name, sets the vendor
+routes they carry, and decides nothing else. With `packed=` (a folder written by `xpuinject
+pack`, or a Hub repo published by `xpuinject push`) it loads the offline-packed tensors onto
+the modules and releases the original projections, so the device never holds both copies;
+without it the layers pack from the modules' own weights on first use.
+
+`kernelize` needs no plan: it binds every module of a supported class (contract.json's
+`classes`) whose shapes the kernels take, through `kernels.kernelize` when the `kernels`
+package is importable. That needs `kernel_layer_name` on the module's class, which is set only
+for the duration of the call and restored after it, so other models of the same classes stay
+stock. Either way a module is bound the way kernels binds it, per instance
+(`module.forward = MethodType(layer.forward, module)`, kernels/layer/layer.py `_replace_forward`).
+
+Imports: stdlib, torch and this package; `huggingface_hub` (to download packed weights),
+`safetensors` (to read them), `yaml` (to read plan.yaml) and `kernels` are imported when used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import logging
+import os
+import re
+import types
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple, Union
+
+import torch
+from torch import nn
+
+from . import layers as _layers
+from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, VENDOR_ATTR, layer_for_class
+from .packing import Released
+
+__all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "InjectError", "PLAN_SCHEMA", "PLAN_FILE"]
+
+# The plan.yaml schema this package reads (inject/PLAN.md).
+PLAN_SCHEMA = 2
+PLAN_FILE = "plan.yaml"
+# Not resolve(): in the HF cache a snapshot's files are symlinks into blobs/, and the plan
+# and metadata are found beside the snapshot path, not beside the blob.
+_HERE = Path(os.path.abspath(__file__)).parent
+# What `packed=` downloads from a Hub repo: the plan and the tensors, not the tokenizer or card.
+_PACKED_PATTERNS = [PLAN_FILE, "*.safetensors", "model.safetensors.index.json"]
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class InjectError(RuntimeError):
+    """A plan, package or packed checkpoint does not fit the model it is injected into."""
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+def _parse_plan(text: bytes, where: str) -> dict:
+    try:
+        import yaml
+    except ImportError as e:  # huggingface_hub and transformers both depend on PyYAML
+        raise InjectError(f"{where}: reading plan.yaml needs PyYAML (pip install pyyaml)") from e
+    try:
+        plan = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        raise InjectError(f"{where}: not valid YAML: {e}") from e
+    if not isinstance(plan, dict) or not isinstance(plan.get("layers"), list):
+        raise InjectError(f"{where}: not an xpuinject plan (a mapping with a layers list)")
+    if plan.get("schema") != PLAN_SCHEMA:
+        raise InjectError(
+            f"{where}: plan schema {plan.get('schema')!r}, this package reads schema {PLAN_SCHEMA}: "
+            "use the package and packed weights written by the same xpuinject run"
+        )
+    return plan
+
+
+def load_plan(path: Union[str, os.PathLike, None] = None) -> dict:
+    """Read a plan.yaml: `path`, a folder holding one, or (None) this package's own plan."""
+    p = Path(path) if path is not None else _HERE / PLAN_FILE
+    if p.is_dir():
+        p = p / PLAN_FILE
+    if not p.is_file():
+        if path is None:
+            raise InjectError(
+                f"{_HERE}: this copy of the package carries no {PLAN_FILE} (it is the source tree, not a package "
+                "written by `xpuinject package`): pass plan=PATH, or use kernelize(model), which needs no plan"
+            )
+        raise InjectError(f"{p}: no such file; is this a package or packed folder written by xpuinject?")
+    return _parse_plan(p.read_bytes(), str(p))
+
+
+def _recorded_plan_digest() -> Optional[str]:
+    """The sha256 of plan.yaml this package records in its metadata.json, if it records one."""
+    meta = _HERE / "metadata.json"
+    if not meta.is_file():
+        return None
+    try:
+        d = json.loads(meta.read_text(encoding="utf-8")).get("xpuinject", {}).get("plan_sha256")
+    except (ValueError, AttributeError):
+        return None
+    return d if isinstance(d, str) and d else None
+
+
+def _source(plan: dict) -> str:
+    src = plan.get("source") or {}
+    if src.get("repo"):
+        return src["repo"] + (f"@{src['revision']}" if src.get("revision") else "")
+    return src.get("path") or "an unnamed model"
+
+
+def _bindings(plan: dict) -> Iterator[Tuple[dict, dict]]:
+    for lp in plan["layers"]:
+        for b in lp.get("bindings") or ():
+            yield lp, b
+
+
+def _first_difference(a: dict, b: dict) -> str:
+    """Where two plans disagree on what injection does, in words; "" when they agree."""
+    if len(a["layers"]) != len(b["layers"]):
+        return f"{len(a['layers'])} layers here, {len(b['layers'])} in the packed plan"
+    out_keys = ("name", "attr", "shape", "dtype", "layout", "split", "transforms")
+    for i, (x, y) in enumerate(zip(a["layers"], b["layers"])):
+        at = f"layers[{i}] ({x.get('module')})"
+        for k in ("module", "kind", "class", "kernel", "layer"):
+            if x.get(k) != y.get(k):
+                return f"{at}: {k} {x.get(k)!r} here, {y.get(k)!r} in the packed plan"
+        if (x.get("bindings") or []) != (y.get("bindings") or []):
+            return f"{at}: bindings differ"
+        xo, yo = x.get("outputs") or [], y.get("outputs") or []
+        if [[o.get(k) for k in out_keys] for o in xo] != [[o.get(k) for k in out_keys] for o in yo]:
+            return f"{at}: outputs differ"
+    return ""
+
+
+# ---------------------------------------------------------------------------- model checks
+
+
+def _backend_of(model: nn.Module) -> Tuple[torch.device, str]:
+    t = next(model.parameters(), None)
+    if t is None:
+        t = next(model.buffers(), None)
+    if t is None:
+        raise InjectError("the model has no parameters or buffers to tell its device by")
+    dev = t.device
+    if dev.type in ("cuda", "xpu"):
+        return dev, dev.type
+    if dev.type == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise InjectError(
+                "the model is on the CPU: the Triton kernels run there only under the interpreter; set "
+                "TRITON_INTERPRET=1 before triton is imported (slow; for tests) or move the model to cuda or xpu"
+            )
+        # The interpreter needs the package's emulation fixes (bf16 rounding and dot, numpy 2
+        # indices) to compute what the compiled kernels compute.
+        from . import _interpret
+
+        _interpret.apply()
+        return dev, "cpu"
+    raise InjectError(f"device {dev} is not supported (cuda, xpu, or cpu under TRITON_INTERPRET=1)")
+
+
+def _check_signature(module: nn.Module, layer: str, path: str) -> None:
+    """The layer's forward takes the parameters of the forward it replaces (what kernels'
+    `_validate_layer` checks), so a transformers release that changed them is caught here."""
+    ref = inspect.signature(type(module).forward).parameters.values()
+    got = inspect.signature(getattr(_layers, layer).forward).parameters.values()
+    if [p.kind for p in ref] != [p.kind for p in got]:
+        raise InjectError(
+            f"module {path!r}: {type(module).__name__}.forward{inspect.signature(type(module).forward)} does not take "
+            f"the parameters of the package's {layer}.forward{inspect.signature(getattr(_layers, layer).forward)}: "
+            "this transformers version is not the one the package was written for"
+        )
+
+
+def _expected_source_shapes(out: dict) -> List[Tuple[int, Optional[List[int]]]]:
+    """(source index, shape the model's tensor must have) for the sources whose shape an output
+    fixes (inject/PLAN.md, "Output tensors"); the rest of a fold's sources are not checked."""
+    tr = out.get("transforms") or []
+    shape = [int(d) for d in out["shape"]]
+    kmajor = out.get("layout") == "k-major"
+    weight = out.get("role") == "weight"
+    if "concat-qkv" in tr or "concat-gate-up" in tr:
+        split = [int(n) for n in out.get("split") or []]
+        if weight:
+            k = shape[0] if kmajor else shape[1]
+            return [(i, [n, k]) for i, n in enumerate(split)]
+        return [(i, [n]) for i, n in enumerate(split)]
+    if "fold-bn" in tr or "fold-bn-input" in tr:
+        return [(0, [shape[1], shape[0]])] if weight else []
+    if "fold-conv-bn" in tr:
+        return [(0, shape)] if weight else []
+    return [(0, shape[::-1] if kmajor else shape)]
+
+
+def _check_model(plan: dict, model: nn.Module, named: Dict[str, nn.Module], where: str) -> None:
+    """Everything the plan binds and packs fits this model, before anything changes."""
+    arch = getattr(getattr(model, "config", None), "model_type", None)
+    made_for = f"the plan ({where}) was made for {_source(plan)}"
+    if arch and plan.get("arch") and arch != plan["arch"]:
+        raise InjectError(f"{made_for}, a {plan['arch']!r} model; this model is {arch!r}")
+    for lp, b in _bindings(plan):
+        path, layer = b["module"], b["layer"]
+        m = named.get(path)
+        if m is None:
+            raise InjectError(f"{made_for}: it binds module {path!r} ({layer}), which this model does not have")
+        if b.get("class") and type(m).__name__ != b["class"]:
+            raise InjectError(f"{made_for}: module {path!r} is a {type(m).__name__} here, the plan binds a {b['class']}")
+        if layer not in LAYERS or not hasattr(_layers, layer):
+            raise InjectError(f"{where}: binding {path!r} names layer {layer!r}, which this package does not have")
+        if "forward" in m.__dict__:
+            raise InjectError(
+                f"module {path!r} already has its forward replaced (injected or kernelized before): inject into a freshly loaded model"
+            )
+        _check_signature(m, layer, path)
+    tensors = dict(model.named_parameters(remove_duplicate=False))
+    tensors.update(model.named_buffers(remove_duplicate=False))
+    for lp in plan["layers"]:
+        if not lp.get("bindings"):
+            continue
+        for out in lp.get("outputs") or ():
+            for i, want in _expected_source_shapes(out):
+                src = out["sources"][i]
+                t = tensors.get(src)
+                if t is None:
+                    raise InjectError(f"{made_for}: it packs {out['name']!r} from {src!r}, which this model does not have")
+                if list(t.shape) != want:
+                    raise InjectError(
+                        f"{made_for}: {src!r} has shape {list(t.shape)} in this model, the plan's {out['name']!r} "
+                        f"{list(out['shape'])} needs {want}: inject the package made for this model"
+                    )
+
+
+def _resolve(module: nn.Module, dotted: str):
+    obj = module
+    for part in dotted.split("."):
+        if not hasattr(obj, part):
+            return False, None
+        obj = getattr(obj, part)
+    return True, obj
+
+
+def _check_reads(plan: dict, named: Dict[str, nn.Module], attached: bool) -> None:
+    """Every attribute a binding says its layer reads is there: the module's own now, the
+    packed ones once attached (or, without packed weights, the children they are packed from)."""
+    for lp, b in _bindings(plan):
+        m, layer = named[b["module"]], b["layer"]
+        packed = set(LAYERS[layer]["packed"].values())
+        for r in b.get("reads") or ():
+            if r in packed:
+                if attached and not any(o.get("attr") == r for o in lp.get("outputs") or ()):
+                    raise InjectError(f"binding {b['module']!r} reads {r}, which no output of its layer attaches")
+                continue
+            if not _resolve(m, r)[0]:
+                raise InjectError(f"module {b['module']!r} ({type(m).__name__}) has no {r!r}, which the {layer} layer reads")
+        if not attached and any(r in packed for r in b.get("reads") or ()):
+            for src in LAYERS[layer]["sources"]:
+                if not isinstance(m._modules.get(src), nn.Module) or isinstance(m._modules.get(src), Released):
+                    raise InjectError(f"module {b['module']!r} has no {src!r} to pack the {layer} tensors from")
+
+
+# ---------------------------------------------------------------------------- packed weights
+
+
+def _packed_folder(packed, revision: Optional[str], token) -> Tuple[Path, str]:
+    """A local folder, or a Hub repo id downloaded into the HF cache; and how to name it."""
+    s = os.fspath(packed)
+    p = Path(s).expanduser()
+    if p.is_dir():
+        if revision is not None:
+            raise InjectError(f"packed={s!r} is a local folder; revision= applies to a Hub repo id only")
+        return p, str(p)
+    if not _REPO_ID.match(s):
+        raise InjectError(f"packed={s!r}: no such folder, and not a Hub repo id (org/name)")
+    try:
+        import huggingface_hub
+        from huggingface_hub import errors as hf_errors
+    except ImportError as e:
+        raise InjectError(f"packed={s!r} names a Hub repo; downloading it needs huggingface_hub (pip install huggingface_hub)") from e
+    where = f"{s}@{revision}" if revision else s
+    endpoint = huggingface_hub.constants.ENDPOINT
+    try:
+        folder = huggingface_hub.snapshot_download(s, revision=revision, token=token, allow_patterns=_PACKED_PATTERNS)
+    except hf_errors.GatedRepoError as e:
+        raise InjectError(f"packed weights {where}: the repository on {endpoint} is gated and this token has no access: "
+                          f"ask for it at {endpoint}/{s}") from e
+    except hf_errors.RepositoryNotFoundError as e:
+        if token or huggingface_hub.get_token():
+            raise InjectError(f"packed weights {where}: no folder {s!r} here and no repository {s} on {endpoint} "
+                              "that this token can read: check the id and the token's access") from e
+        raise InjectError(f"packed weights {where}: no folder {s!r} here and no repository {s} on {endpoint}, "
+                          "or it is private or gated and no Hub token is set: log in (`hf auth login`), "
+                          "set HF_TOKEN or pass token=") from e
+    except hf_errors.RevisionNotFoundError as e:
+        raise InjectError(f"packed weights {s}: revision {revision!r} not found on {endpoint}") from e
+    except hf_errors.LocalEntryNotFoundError as e:
+        raise InjectError(f"packed weights {where}: not in the local Hugging Face cache, and the Hub could not be "
+                          f"reached (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}): {e}") from e
+    except hf_errors.HfHubHTTPError as e:
+        raise InjectError(f"packed weights {where}: downloading from {endpoint} failed: {e}") from e
+    return Path(folder), where
+
+
+def _check_packed_plan(plan: dict, plan_bytes: Optional[bytes], digest: Optional[str], folder: Path, where: str) -> None:
+    """The packed weights were packed from this package's plan: their plan.yaml hashes to the
+    digest the package records, when it records one, and says what the package's says."""
+    pf = folder / PLAN_FILE
+    if not pf.is_file():
+        raise InjectError(f"{where}: no {PLAN_FILE}: not packed weights written by `xpuinject pack` or published by `xpuinject push`")
+    raw = pf.read_bytes()
+    have = hashlib.sha256(raw).hexdigest()
+    if raw == plan_bytes and (not digest or have == digest):
+        return
+    other = _parse_plan(raw, f"{where}/{PLAN_FILE}")
+    if _source(other) != _source(plan) or other.get("arch") != plan.get("arch"):
+        raise InjectError(
+            f"the packed weights in {where} were made for {_source(other)} ({other.get('arch')}), this package's plan for "
+            f"{_source(plan)} ({plan.get('arch')}): use the packed weights published with this package"
+        )
+    diff = _first_difference(plan, other)
+    if digest and have != digest:
+        raise InjectError(
+            f"the packed weights in {where} were packed from another plan than this package's (their plan.yaml sha256 is "
+            f"{have[:12]}…, the package records {digest[:12]}…){': ' + diff if diff else ''}; use the packed weights "
+            "written by the same xpuinject run as the package"
+        )
+    if diff:
+        raise InjectError(
+            f"the packed weights in {where} were packed from a plan that differs from this package's: {diff}; "
+            "use the packed weights written by the same xpuinject run as the package"
+        )
+
+
+def _packed_files(folder: Path, where: str) -> Dict[str, Path]:
+    """Tensor name -> file of a packed checkpoint (one file, or shards and their index)."""
+    idx = folder / "model.safetensors.index.json"
+    if idx.is_file():
+        try:
+            wm = json.loads(idx.read_text(encoding="utf-8"))["weight_map"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise InjectError(f"{where}: model.safetensors.index.json has no weight_map: {e}") from e
+        return {k: folder / v for k, v in wm.items()}
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        raise InjectError(f"{where}: no model.safetensors or model.safetensors.index.json")
+    from safetensors import safe_open
+
+    with safe_open(str(single), framework="pt") as f:
+        return {k: single for k in f.keys()}
+
+
+def _load_outputs(plan: dict, folder: Path, where: str, device: torch.device) -> Dict[str, torch.Tensor]:
+    """Every output tensor of a bound layer, read straight onto the device, shapes checked."""
+    try:
+        from safetensors import safe_open
+    except ImportError as e:
+        raise InjectError("loading packed weights needs safetensors (pip install safetensors)") from e
+    files = _packed_files(folder, where)
+    want: Dict[Path, List[dict]] = {}
+    for lp in plan["layers"]:
+        if not lp.get("bindings"):
+            continue
+        for out in lp.get("outputs") or ():
+            f = files.get(out["name"])
+            if f is None:
+                raise InjectError(f"{where}: tensor {out['name']!r} (layer {lp['module']}) is missing from the packed weights")
+            want.setdefault(f, []).append(out)
+    tensors: Dict[str, torch.Tensor] = {}
+    for f, outs in want.items():
+        if not f.is_file():
+            raise InjectError(f"{where}: {f.name} is named by the index but missing")
+        with safe_open(str(f), framework="pt", device=str(device)) as sf:
+            for out in outs:
+                t = sf.get_tensor(out["name"])
+                if list(t.shape) != list(out["shape"]):
+                    raise InjectError(f"{where}/{f.name}: tensor {out['name']!r} has shape {list(t.shape)}, the plan says {out['shape']}")
+                tensors[out["name"]] = t
+    return tensors
+
+
+def _attach(lp: dict, module: nn.Module, reads: List[str], tensors: Dict[str, torch.Tensor]) -> int:
+    """Attach a layer's packed tensors to its module, then release the children they were made
+    from (keeping the plain attributes the layer still reads of them). Returns bytes attached."""
+    nbytes = 0
+    for out in lp.get("outputs") or ():
+        t = tensors[out["name"]]
+        nbytes += t.numel() * t.element_size()
+        attr = out.get("attr") or ""
+        if attr:
+            module._parameters.pop(attr, None)
+            module.register_buffer(attr, t, persistent=False)
+            continue
+        # replaces the module's own tensor of the same name (an RMSNorm weight in bf16)
+        prefix = lp["module"] + "."
+        rel = out["name"][len(prefix):] if out["name"].startswith(prefix) else out["name"].rsplit(".", 1)[-1]
+        *parents, leaf = rel.split(".")
+        sub = module
+        for part in parents:
+            sub = getattr(sub, part)
+        old = getattr(sub, leaf, None)
+        if not isinstance(old, torch.Tensor):
+            raise InjectError(f"{lp['module']}: has no tensor {rel!r} to replace with {out['name']!r}")
+        if isinstance(old, nn.Parameter):
+            setattr(sub, leaf, nn.Parameter(t, requires_grad=False))
+        else:
+            setattr(sub, leaf, t)
+    if any(o.get("attr") for o in lp.get("outputs") or ()):
+        layer = lp["bindings"][0]["layer"]
+        for child in LAYERS[layer]["sources"]:
+            c = module._modules.get(child)
+            if c is None or isinstance(c, Released):
+                continue
+            keep = {r.split(".", 1)[1]: _resolve(c, r.split(".", 1)[1])[1] for r in reads if r.startswith(child + ".")}
+            module._modules[child] = Released(f"{lp['module']}.{child}", keep)
+    return nbytes
+
+
+def _vendor_routes(routes: List[dict]) -> Tuple[Tuple[str, int, Optional[int]], ...]:
+    return tuple((r["op"], int(r.get("min_tokens") or 0), int(r["max_tokens"]) if r.get("max_tokens") else None) for r in routes)
+
+
+def _bind(module: nn.Module, layer: str) -> None:
+    # What kernels does (kernels/layer/layer.py _replace_forward): on the instance only.
+    module.forward = types.MethodType(getattr(_layers, layer).forward, module)
+
+
+def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, token=None, plan=None,
+           check_only: bool = False) -> dict:
+    """Bind this package's layers into `model` as the package's plan says.
+
+    Args:
+        model: a transformers model of the checkpoint the plan was made for, on its device
+            (cuda, xpu; cpu only under TRITON_INTERPRET=1), in eval mode, bf16.
+        packed: the offline-packed weights: a folder written by `xpuinject pack`, or a Hub repo
+            id published by `xpuinject push` (downloaded into the HF cache). They are checked
+            against the package's plan, attached to the modules, and the original projections
+            are released. None: the layers pack the model's own weights on first use.
+        revision: branch, tag or commit of a `packed` repo id.
+        token: Hub token for a private or gated `packed` repo (default: the saved login, HF_TOKEN).
+        plan: another plan to carry out (a plan.yaml path or folder); default this package's.
+        check_only: check plan, model and packed weights against each other; change nothing.
+
+    Returns a summary: backend, replaced {layer class: modules}, replaced_modules, kept
+    [{module, reason}], packed (where the weights came from, or None), packed_tensors, packed_bytes.
+    """
+    if plan is None:
+        plan_path = _HERE / PLAN_FILE
+        plan_dict = load_plan()
+        digest = _recorded_plan_digest()
+    else:
+        plan_path = Path(plan) / PLAN_FILE if Path(plan).is_dir() else Path(plan)
+        plan_dict = load_plan(plan_path)
+        digest = None
+    plan_bytes = plan_path.read_bytes()
+    device, backend = _backend_of(model)
+    named = dict(model.named_modules())
+    _check_model(plan_dict, model, named, str(plan_path))
+    tensors: Dict[str, torch.Tensor] = {}
+    where = None
+    if packed is not None:
+        folder, where = _packed_folder(packed, revision, token)
+        _check_packed_plan(plan_dict, plan_bytes, digest, folder, where)
+        tensors = _load_outputs(plan_dict, folder, where, device)
+    _check_reads(plan_dict, named, attached=packed is not None)
+    bindings = list(_bindings(plan_dict))
+    if check_only:
+        return {"checked": True, "bindings": len(bindings), "packed": where, "packed_tensors": len(tensors)}
+
+    nbytes = 0
+    for lp, b in bindings:
+        m = named[b["module"]]
+        setattr(m, NAME_ATTR, b["module"])
+        if b.get("vendor"):
+            setattr(m, VENDOR_ATTR, _vendor_routes(b["vendor"]))
+    if tensors:
+        for lp in plan_dict["layers"]:
+            if lp.get("bindings") and lp.get("outputs"):
+                nbytes += _attach(lp, named[lp["module"]], lp["bindings"][0].get("reads") or [], tensors)
+    for _, b in bindings:
+        _bind(named[b["module"]], b["layer"])
+    replaced: Dict[str, int] = {}
+    for _, b in bindings:
+        replaced[b["layer"]] = replaced.get(b["layer"], 0) + 1
+    return {
+        "backend": backend,
+        "replaced": dict(sorted(replaced.items())),
+        "replaced_modules": sorted(b["module"] for _, b in bindings),
+        "kept": [{"module": lp["module"], "reason": lp.get("reason", "")} for lp in plan_dict["layers"] if not lp.get("bindings")],
+        "packed": where,
+        "packed_tensors": len(tensors),
+        "packed_bytes": nbytes,
+    }
+
+
+# ---------------------------------------------------------------------------- no plan
+
+
+def _linear(m) -> bool:
+    return isinstance(m, nn.Linear)
+
+
+def _why_not(m: nn.Module, layer: str) -> str:
+    """Why `layer` cannot take module m ("" when it can): the planner's rules for the same
+    layers (kernels/registry.go constraints, inject/plan_rules.go), on the live module."""
+    c = m._modules
+    if layer == "RMSNorm":
+        return "" if isinstance(getattr(m, "weight", None), torch.Tensor) and hasattr(m, "variance_epsilon") else "no weight / variance_epsilon"
+    if layer == "Attention":
+        if not all(_linear(c.get(n)) for n in ("q_proj", "k_proj", "v_proj", "o_proj")):
+            return "no q/k/v/o_proj Linear children"
+        cfg = getattr(m, "config", None)
+        h = getattr(cfg, "num_attention_heads", 0)
+        kv = getattr(cfg, "num_key_value_heads", None) or h
+        d = getattr(m, "head_dim", 0)
+        hidden = c["q_proj"].in_features
+        if d not in ATTENTION_HEAD_DIMS:
+            return f"head_dim {d} not supported (supported: {ATTENTION_HEAD_DIMS})"
+        if not h or h % kv or d % 2:
+            return f"heads {h} not a multiple of kv_heads {kv}, or head_dim {d} odd"
+        if len({c[n].bias is None for n in ("q_proj", "k_proj", "v_proj")}) != 1:
+            return "only some of q/k/v carry a bias"
+        if min(hidden, (h + 2 * kv) * d, h * d) < MIN_GEMM_DIM:
+            return f"a GEMM dimension below {MIN_GEMM_DIM}"
+        return ""
+    if layer == "SwiGLUMLP":
+        if not all(_linear(c.get(n)) for n in ("gate_proj", "up_proj", "down_proj")):
+            return "no gate/up/down_proj Linear children"
+        if any(c[n].bias is not None for n in ("gate_proj", "up_proj", "down_proj")):
+            return "biased projections (the planner keeps those)"
+        if getattr(getattr(m, "config", None), "hidden_act", "silu") not in ("silu", "swish"):
+            return "hidden_act is not silu"
+        if min(c["gate_proj"].in_features, c["gate_proj"].out_features) < MIN_GEMM_DIM:
+            return f"a GEMM dimension below {MIN_GEMM_DIM}"
+        return ""
+    if layer == "DecoderLayer":
+        norm = c.get("post_attention_layernorm")
+        if not all(isinstance(c.get(n), nn.Module) for n in ("input_layernorm", "self_attn", "mlp")) or norm is None:
+            return "not a pre-norm decoder block"
+        return "" if layer_for_class(type(norm).__name__) == "RMSNorm" and not _why_not(norm, "RMSNorm") else "its post-attention norm is not an RMSNorm"
+    if layer in ("LinearBN", "BNLinear"):
+        lin, bn = c.get("linear"), c.get("batch_norm")
+        if not _linear(lin) or not isinstance(bn, nn.BatchNorm1d) or bn.running_var is None:
+            return "no linear + batch_norm (with running statistics) children"
+        return "" if min(lin.in_features, lin.out_features) >= MIN_GEMM_DIM else f"a GEMM dimension below {MIN_GEMM_DIM}"
+    if layer == "ConvBN":
+        ok = isinstance(c.get("convolution"), nn.Conv2d) and isinstance(c.get("batch_norm"), nn.BatchNorm2d)
+        return "" if ok and c["batch_norm"].running_var is not None else "no convolution + batch_norm children"
+    if layer == "LMHead":
+        ok = isinstance(m, nn.Linear) and min(m.in_features, m.out_features) >= MIN_GEMM_DIM
+        return "" if ok else f"not a Linear with both dimensions >= {MIN_GEMM_DIM}"
+    return f"{layer} is bound only where a plan says so"
+
+
+def supported_bindings(model: nn.Module) -> List[Tuple[str, str]]:
+    """(module path, layer class) for every module `kernelize` binds: those of a class
+    contract.json lists, whose shapes the kernels take, and the output embedding (LMHead: fp32
+    logits). Other plain Linear layers are left to the vendor GEMM (the planner keeps them too)."""
+    out = []
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    for path, m in model.named_modules():
+        layer = "LMHead" if m is head and isinstance(m, nn.Linear) else layer_for_class(type(m).__name__)
+        if layer and layer != "Linear" and not _why_not(m, layer):
+            out.append((path, layer))
+    return out
+
+
+class _PackageLayerRepository:
+    """A `kernels` layer repository that serves this package's own layer classes (no download,
+    no second import): what `kernels.LayerRepository.load` returns, for an already loaded package."""
+
+    def __init__(self, layer_name: str):
+        self.layer_name = layer_name
+
+    def load(self):
+        return getattr(_layers, self.layer_name)
+
+    def __str__(self) -> str:
+        return f"the loaded xpuinject package {__package__} (layer `{self.layer_name}`)"
+
+
+_REPOSITORIES = {name: _PackageLayerRepository(name) for name in LAYERS}
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def _extensible(targets: List[Tuple[nn.Module, str]]):
+    """Make exactly `targets` visible to kernels.kernelize for the duration: kernelize finds
+    `kernel_layer_name` and `kernel_condition` on a module's CLASS (kernels/layer/kernelize.py),
+    so they are set there with a condition that admits only these instances, and put back as
+    they were afterwards (transformers sets its own on its RMSNorm classes)."""
+    ids = frozenset(id(m) for m, _ in targets)
+    names = {type(m): "xpuinject." + layer for m, layer in targets}  # one layer per class (contract.json)
+    saved = {cls: {k: cls.__dict__.get(k, _MISSING) for k in ("kernel_layer_name", "kernel_condition")} for cls in names}
+    try:
+        for cls, name in names.items():
+            cls.kernel_layer_name = name
+            cls.kernel_condition = staticmethod(lambda module, ids=ids: id(module) in ids)
+        yield {"xpuinject." + layer: layer for _, layer in targets}
+    finally:
+        for cls, attrs in saved.items():
+            for k, v in attrs.items():
+                if v is _MISSING:
+                    if k in cls.__dict__:
+                        delattr(cls, k)
+                else:
+                    setattr(cls, k, v)
+
+
+def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto") -> dict:
+    """Bind this package's layers to every supported module of `model`, with no plan and no
+    packed weights: the layers pack the modules' own weights on first use.
+
+    use_kernels: "auto" (through kernels.kernelize when the kernels package is importable),
+    True (require it) or False (bind directly, the way kernelize does).
+
+    Returns a summary: path ("kernels" or "direct"), backend, replaced {layer class: modules},
+    replaced_modules.
+    """
+    _, backend = _backend_of(model)
+    named = dict(model.named_modules())
+    targets = supported_bindings(model)
+    for path, layer in targets:
+        if "forward" in named[path].__dict__:
+            raise InjectError(f"module {path!r} already has its forward replaced: kernelize a freshly loaded model")
+        _check_signature(named[path], layer, path)
+        setattr(named[path], NAME_ATTR, path)
+    api = None
+    if use_kernels in ("auto", True):
+        try:
+            import kernels as api
+        except ImportError:
+            if use_kernels is True:
+                raise InjectError("use_kernels=True, but the kernels package is not importable (pip install kernels)")
+    if api is None:
+        for path, layer in targets:
+            _bind(named[path], layer)
+    else:
+        # kernelize also visits the functions transformers attaches to modules (`_kernel_funcs`,
+        # e.g. rotary_pos_emb) and, with no mapping for them, sets their own forward on those
+        # shared objects and logs a warning per module: undo both, they are not ours.
+        funcs = {id(f): f for m in named.values() for f in getattr(m, "_kernel_funcs", {}).values()}
+        had = {i for i, f in funcs.items() if "forward" in f.__dict__}
+        log = logging.getLogger("kernels.layer.layer")
+        level = log.level
+        log.setLevel(logging.ERROR)
+        try:
+            with _extensible([(named[p], layer) for p, layer in targets]) as by_name:
+                mapping = {name: {backend: _REPOSITORIES[layer]} for name, layer in by_name.items()}
+                with api.use_kernel_mapping(mapping, inherit_mapping=False):
+                    api.kernelize(model, mode=api.Mode.INFERENCE, device=backend)
+        finally:
+            log.setLevel(level)
+            for i, f in funcs.items():
+                if i not in had:
+                    f.__dict__.pop("forward", None)
+        for path, layer in targets:
+            bound = getattr(named[path].__dict__.get("forward"), "__func__", None)
+            if bound is not getattr(_layers, layer).forward:
+                raise InjectError(f"kernels.kernelize did not bind {layer} to {path!r}")
+    replaced: Dict[str, int] = {}
+    for _, layer in targets:
+        replaced[layer] = replaced.get(layer, 0) + 1
+    return {
+        "path": "direct" if api is None else "kernels",
+        "backend": backend,
+        "replaced": dict(sorted(replaced.items())),
+        "replaced_modules": sorted(p for p, _ in targets),
+    }

@@ -1,0 +1,167 @@
+"""Packing on the device, from the module a layer is bound to, when no offline-packed tensors
+were attached (plain `kernelize`, or `inject` without `packed=`).
+
+Each layer's packed tensors (contract.json `packed`) are made from its source children
+(contract.json `sources`) the way the Go packer makes them offline (inject/transform.go):
+q/k/v and gate/up concatenated along the output dimension, weights transposed to K-major
+[in, out], BatchNorm folded into the neighbouring Linear or Conv2d with its running
+statistics, cast to the model's half dtype. Folds run in float32 on the device (the offline
+packer folds in float64 and rounds once, so the two differ in the last bits only). The result
+is cached on the module as non-persistent buffers: it moves with `model.to(...)`, stays out of
+`state_dict()`, and the module's own weights are left untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional
+
+import torch
+from torch import nn
+
+from .contract import LAYERS, NAME_ATTR, packed_attr
+
+__all__ = ["pack", "Released"]
+
+
+class Released(nn.Module):
+    """Placeholder for a child whose weights now live, packed, on its parent (`inject` with
+    offline-packed tensors). It keeps the plain attributes the parent's layer still reads
+    (a convolution's stride, padding, ...) and nothing else."""
+
+    def __init__(self, what: str, keep: Optional[Dict[str, object]] = None):
+        super().__init__()
+        self.what = what
+        for k, v in (keep or {}).items():
+            setattr(self, k, v)
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError(
+            f"xpuinject_kernels: {self.what}: its weights were released when the packed weights were loaded; "
+            "only the packed layer bound to its parent can run it"
+        )
+
+    def extra_repr(self) -> str:
+        return f"released: {self.what}"
+
+
+def _name(module: nn.Module) -> str:
+    return getattr(module, NAME_ATTR, None) or type(module).__name__
+
+
+def _child(module: nn.Module, name: str, layer: str) -> nn.Module:
+    c = module._modules.get(name)
+    if c is None or isinstance(c, Released):
+        attrs = ", ".join(LAYERS[layer]["packed"].values())
+        raise RuntimeError(
+            f"xpuinject_kernels: {layer}: module {_name(module)!r} has neither its packed tensors ({attrs}) "
+            f"nor a {name!r} child with weights to pack them from"
+        )
+    return c
+
+
+def _half(w: torch.Tensor) -> torch.dtype:
+    """The dtype packed tensors take: the model's own half dtype, bf16 for a float32 source."""
+    return w.dtype if w.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+
+
+def _kmajor(w: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+    return w.to(dt).t().contiguous()
+
+
+def _bn_scale(bn: nn.Module) -> torch.Tensor:
+    """gamma / sqrt(var + eps) in float32 (gamma = 1 for a BatchNorm without affine weights)."""
+    var = bn.running_var.float()
+    gamma = bn.weight.float() if bn.weight is not None else torch.ones_like(var)
+    return gamma / torch.sqrt(var + bn.eps)
+
+
+def _bn_shift(bn: nn.Module) -> torch.Tensor:
+    mean = bn.running_mean.float()
+    return bn.bias.float() if bn.bias is not None else torch.zeros_like(mean)
+
+
+def _attention(m: nn.Module) -> Dict[str, torch.Tensor]:
+    q, k, v, o = (_child(m, n, "Attention") for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
+    dt = _half(q.weight)
+    out = {"qkv_weight": _kmajor(torch.cat([q.weight, k.weight, v.weight], 0), dt), "o_weight": _kmajor(o.weight, dt)}
+    biases = [p.bias for p in (q, k, v)]
+    if any(b is not None for b in biases):
+        if not all(b is not None for b in biases):
+            raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(m)!r}: only some of q/k/v_proj carry a bias")
+        out["qkv_bias"] = torch.cat(biases).to(dt)
+    if o.bias is not None:
+        out["o_bias"] = o.bias.to(dt)
+    return out
+
+
+def _swiglu(m: nn.Module) -> Dict[str, torch.Tensor]:
+    g, u, d = (_child(m, n, "SwiGLUMLP") for n in ("gate_proj", "up_proj", "down_proj"))
+    dt = _half(g.weight)
+    out = {"gate_up_weight": _kmajor(torch.cat([g.weight, u.weight], 0), dt), "down_weight": _kmajor(d.weight, dt)}
+    if (g.bias is None) != (u.bias is None):
+        raise RuntimeError(f"xpuinject_kernels: SwiGLUMLP: module {_name(m)!r}: only one of gate/up_proj carries a bias")
+    if g.bias is not None:
+        out["gate_up_bias"] = torch.cat([g.bias, u.bias]).to(dt)
+    if d.bias is not None:
+        out["down_bias"] = d.bias.to(dt)
+    return out
+
+
+def _linear_bn(m: nn.Module) -> Dict[str, torch.Tensor]:
+    """Linear then BatchNorm1d: W' = diag(a) W, b' = a (b - mean) + beta, a = gamma / sqrt(var + eps)."""
+    lin, bn = _child(m, "linear", "LinearBN"), _child(m, "batch_norm", "LinearBN")
+    a = _bn_scale(bn)
+    b = lin.bias.float() if lin.bias is not None else torch.zeros_like(a)
+    dt = _half(lin.weight)
+    return {"weight": _kmajor(lin.weight.float() * a[:, None], dt), "bias": (a * (b - bn.running_mean.float()) + _bn_shift(bn)).to(dt)}
+
+
+def _bn_linear(m: nn.Module) -> Dict[str, torch.Tensor]:
+    """BatchNorm1d then Linear: W' = W diag(s), b' = b + W (beta - s mean), s = gamma / sqrt(var + eps)."""
+    bn, lin = _child(m, "batch_norm", "BNLinear"), _child(m, "linear", "BNLinear")
+    s = _bn_scale(bn)
+    w = lin.weight.float()
+    b = lin.bias.float() if lin.bias is not None else torch.zeros(w.shape[0], device=w.device)
+    dt = _half(lin.weight)
+    return {"weight": _kmajor(w * s[None, :], dt), "bias": (b + w @ (_bn_shift(bn) - s * bn.running_mean.float())).to(dt)}
+
+
+def _conv_bn(m: nn.Module) -> Dict[str, torch.Tensor]:
+    """Conv2d then BatchNorm2d: W'[o] = a[o] W[o], b' = a (b - mean) + beta."""
+    conv, bn = _child(m, "convolution", "ConvBN"), _child(m, "batch_norm", "ConvBN")
+    a = _bn_scale(bn)
+    b = conv.bias.float() if conv.bias is not None else torch.zeros_like(a)
+    dt = _half(conv.weight)
+    return {"weight": (conv.weight.float() * a[:, None, None, None]).to(dt),
+            "bias": (a * (b - bn.running_mean.float()) + _bn_shift(bn)).to(dt)}
+
+
+def _linear(m: nn.Module) -> Dict[str, torch.Tensor]:
+    if getattr(m, "weight", None) is None:
+        raise RuntimeError(f"xpuinject_kernels: Linear: module {_name(m)!r} has neither xpuinject_weight nor a weight")
+    dt = _half(m.weight)
+    out = {"weight": _kmajor(m.weight, dt)}
+    if m.bias is not None:
+        out["bias"] = m.bias.to(dt)
+    return out
+
+
+_PACKERS: Dict[str, Callable[[nn.Module], Dict[str, torch.Tensor]]] = {
+    "Attention": _attention,
+    "SwiGLUMLP": _swiglu,
+    "LinearBN": _linear_bn,
+    "BNLinear": _bn_linear,
+    "ConvBN": _conv_bn,
+    "Linear": _linear,
+}
+
+
+def pack(module: nn.Module, layer: str) -> None:
+    """Make `layer`'s packed tensors from `module`'s own weights and cache them on it."""
+    fn = _PACKERS.get(layer)
+    if fn is None:
+        raise RuntimeError(f"xpuinject_kernels: {layer} has no packed tensors")
+    with torch.no_grad():
+        tensors = fn(module)
+    for role, t in tensors.items():
+        module.register_buffer(packed_attr(layer, role), t, persistent=False)

@@ -1,0 +1,166 @@
+"""The kernel package alone, no packed weights and no plan for the model: one emitted package
+(written for llama-odd) kernelized into a fixture model of every supported architecture through
+the real `kernels.kernelize`. Every layer the planner plans for that fixture (its golden plan)
+binds, and nothing else; the outputs are within the pipeline's accuracy thresholds of stock; and
+nothing leaks: a stock model built afterwards in the same process is bit-equal to one built before.
+
+Thresholds (tests/harness/test_pipeline_cpu.py's), against the fp32 model: the kernelized bf16
+model's mean abs error, mean relative error and KL at most 1.5x stock bf16's, cosine >= 0.999,
+top-1 agreement at most 5 points below stock's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+import yaml
+
+import metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / "bin" / "xpuinject"
+FIXTURES = ROOT / "testdata" / "fixtures"
+GOLDEN = ROOT / "inject" / "testdata" / "plan-golden"
+ALL = sorted(p.parent.name for p in FIXTURES.glob("*/config.json"))
+
+
+@pytest.fixture(scope="module")
+def pkg(tmp_path_factory):
+    if not BIN.is_file():
+        pytest.fail(f"{BIN} is missing: scripts/test builds it (go build -o bin/xpuinject ./cmd/xpuinject)")
+    out = tmp_path_factory.mktemp("pkg") / "package"
+    r = subprocess.run([str(BIN), "package", str(FIXTURES / "llama-odd"), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    from kernels import get_local_kernel
+
+    return get_local_kernel(out, backend="cuda" if torch.version.cuda else None)
+
+
+def model_class(fixture):
+    cfg = transformers.AutoConfig.from_pretrained(FIXTURES / fixture)
+    return getattr(transformers, cfg.architectures[0]), cfg
+
+
+def build(fixture, dtype=torch.bfloat16):
+    cls, _ = model_class(fixture)
+    return cls.from_pretrained(FIXTURES / fixture, dtype=dtype).eval()
+
+
+def inputs(fixture):
+    _, cfg = model_class(fixture)
+    g = torch.Generator().manual_seed(11)
+    if cfg.model_type == "levit":
+        return {"pixel_values": torch.randn(8, 3, cfg.image_size, cfg.image_size, generator=g)}
+    return {"input_ids": torch.randint(0, cfg.vocab_size, (2, 24), generator=g)}
+
+
+def run(model, x):
+    dt = next(model.parameters()).dtype
+    x = {k: v.to(dt) if v.is_floating_point() else v for k, v in x.items()}
+    with torch.no_grad():
+        return model(**x).logits.float()
+
+
+def planned(fixture):
+    plan = yaml.safe_load((GOLDEN / f"{fixture}.yaml").read_text())
+    return sorted((b["module"], b["layer"]) for lp in plan["layers"] for b in lp.get("bindings") or ())
+
+
+def errors(out, ref):
+    m = metrics.compute(out, ref)
+    lp, lq = torch.log_softmax(ref.double(), -1), torch.log_softmax(out.double(), -1)
+    kl = float((lp.exp() * (lp - lq)).sum(-1).mean())
+    top1 = float((out.argmax(-1) == ref.argmax(-1)).double().mean())
+    return m, kl, top1
+
+
+def stock_snapshot(fixture):
+    """A stock model's output and every class's own attributes, to compare before and after."""
+    model = build(fixture)
+    classes = {type(m) for m in model.modules()}
+    return run(model, inputs(fixture)), {c: dict(c.__dict__) for c in classes}, model
+
+
+@pytest.mark.parametrize("fixture", ALL)
+def test_package_alone_kernelizes_every_architecture(pkg, fixture):
+    before, class_dicts, _ = stock_snapshot(fixture)
+    oracle, stock, model = build(fixture, torch.float32), build(fixture), build(fixture)
+    launches = dict(pkg._backend.launch_counts)
+    summary = pkg.kernelize(model)
+    assert summary["path"] == "kernels"  # through kernels.kernelize, the real library
+    got = sorted((p, layer) for p in summary["replaced_modules"] for layer in [
+        next(n for n in pkg.layers.__all__ if model.get_submodule(p).forward.__func__ is getattr(pkg.layers, n).forward)])
+    assert got == planned(fixture), f"kernelized {got}\nplanned {planned(fixture)}"
+    assert not any(p not in summary["replaced_modules"] for p, m in model.named_modules() if "forward" in m.__dict__)
+
+    x = inputs(fixture)
+    ref, st, out = run(oracle, x), run(stock, x), run(model, x)
+    assert sum(pkg._backend.launch_counts.values()) > sum(launches.values())  # our kernels ran
+    assert not torch.equal(out, st)
+    m_out, kl_out, top_out = errors(out, ref)
+    m_st, kl_st, top_st = errors(st, ref)
+    print(f"{fixture}: kernelized {m_out.line()} kl={kl_out:.3e} top1={top_out:.3f}; stock {m_st.line()} kl={kl_st:.3e}")
+    assert m_out.nonfinite == 0 and m_out.cosine >= 0.999, m_out.line()
+    assert m_out.mean_abs <= 1.5 * m_st.mean_abs + 1e-9, (m_out.line(), m_st.line())
+    assert m_out.mean_rel <= 1.5 * m_st.mean_rel + 1e-9, (m_out.line(), m_st.line())
+    assert kl_out <= 1.5 * kl_st + 1e-9, (kl_out, kl_st)
+    assert top_out >= top_st - 0.05
+
+    # nothing leaked: a stock model built now is the stock model of before, bit for bit
+    after, class_dicts_after, fresh = stock_snapshot(fixture)
+    assert torch.equal(after, before)
+    assert class_dicts_after == class_dicts
+    assert not any("forward" in m.__dict__ for m in fresh.modules())
+
+
+def test_kernelize_restores_the_classes_kernel_marks(pkg):
+    """transformers marks its RMSNorm classes for kernels when it supports the installed kernels
+    version (kernel_layer_name "RMSNorm", via kernels.replace_kernel_forward_from_hub); kernelize
+    sets its own marks only for the call and puts back what was there, marked or not. It also
+    leaves the shared rotary function objects transformers attaches to attention modules alone."""
+    from kernels import replace_kernel_forward_from_hub, use_kernel_forward_from_hub
+    from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, apply_rotary_pos_emb
+
+    added = "kernel_layer_name" not in LlamaRMSNorm.__dict__
+    if added:  # this transformers does not take the installed kernels: mark it as it would
+        replace_kernel_forward_from_hub(LlamaRMSNorm, "RMSNorm")
+    try:
+        name, cond = LlamaRMSNorm.__dict__["kernel_layer_name"], LlamaRMSNorm.__dict__["kernel_condition"]
+        model = build("llama-odd")
+        funcs = [f for m in model.modules() for f in getattr(m, "_kernel_funcs", {}).values()]
+        if not funcs:  # attached as transformers' use_kernelized_func does when it takes kernels
+            funcs = [use_kernel_forward_from_hub("rotary_pos_emb")(apply_rotary_pos_emb)]
+            for layer in model.model.layers:
+                layer.self_attn.__dict__["_kernel_funcs"] = {"apply_rotary_pos_emb": funcs[0]}
+        summary = pkg.kernelize(model)
+        assert summary["replaced"]["RMSNorm"] == 3
+        assert LlamaRMSNorm.__dict__["kernel_layer_name"] == name and LlamaRMSNorm.__dict__["kernel_condition"] is cond
+        assert "kernel_layer_name" not in LlamaMLP.__dict__ and "kernel_condition" not in LlamaMLP.__dict__
+        assert not any("forward" in f.__dict__ for f in funcs)
+    finally:
+        if added:
+            del LlamaRMSNorm.kernel_layer_name, LlamaRMSNorm.kernel_condition
+
+
+def test_kernelize_without_the_kernels_package_binds_the_same(pkg):
+    a, b = build("qwen3-tiny"), build("qwen3-tiny")
+    sa, sb = pkg.kernelize(a), pkg.kernelize(b, use_kernels=False)
+    assert sb["path"] == "direct" and sa["replaced_modules"] == sb["replaced_modules"]
+    x = inputs("qwen3-tiny")
+    assert torch.equal(run(a, x), run(b, x))
+
+
+def test_kernelize_keeps_what_the_kernels_cannot_take(pkg):
+    """llama-tiny's head_dim 16 is not an attention kernel's: its attention stays stock (as the
+    plan keeps it), with the reason the planner gives."""
+    model = build("llama-tiny")
+    bound = dict(pkg.supported_bindings(model))
+    assert "model.layers.0.self_attn" not in bound and bound["model.layers.0.mlp"] == "SwiGLUMLP"
+    assert pkg.injection._why_not(model.model.layers[0].self_attn, "Attention").startswith("head_dim 16 not supported")
+    pkg.kernelize(model)
+    with pytest.raises(pkg.InjectError, match="already has its forward replaced"):
+        pkg.kernelize(model)
