@@ -12,10 +12,13 @@ Public ops:
 `layers` holds the kernel-hub layer classes (RMSNorm, SwiGLUMLP, Linear, LinearBN, BNLinear,
 Attention, DecoderLayer).
   flash_attention_prefill, decode_attention, attention_forward (transformers AttentionInterface)
+`runtime` runs a model (stock or injected) with captured device graphs: `runtime.generate(model,
+input_ids, ...)` and `runtime.GraphedForward(model)`.
 """
 
 from . import _backend  # noqa: F401
 from . import layers  # noqa: F401
+from . import runtime  # noqa: F401
 from .gemm import EPILOGUES as GEMM_EPILOGUES  # noqa: F401
 from .gemm import gemm  # noqa: F401
 from .rmsnorm import add_rms_norm, rms_norm  # noqa: F401
