@@ -28,7 +28,10 @@ type evalOptions struct {
 	Repeats    int
 }
 
-var evalDevices = []string{"auto", "cuda", "xpu", "cpu"}
+var (
+	evalDevices  = []string{"auto", "cuda", "xpu", "cpu"}
+	latencyModes = []string{"auto", "eager", "graph", "both", "off"}
+)
 
 func newEvalCmd(f *Factory) *cobra.Command { return newEvalCmdWith(f, nil) }
 
@@ -40,7 +43,8 @@ func newEvalCmdWith(f *Factory, runF func(context.Context, *evalOptions) error) 
 		Long: `Load MODEL three times (fp32 oracle, stock bf16, bf16 with the package injected from
 its packed weights) in a Python subprocess and report accuracy (logits error, top-1, KL,
 perplexity, greedy generation, per-layer error) and, on a GPU, prefill/decode latency and
-peak memory, injected beside stock. Writes eval.json, report.md and PNG plots to --out.
+peak memory: stock eager, stock compiled (StaticCache + torch.compile, the fastest stock
+path), stock and injected under the package's graph runtime, injected eager (--latency). Writes eval.json, report.md and PNG plots to --out.
 On the CPU the kernels run under the Triton interpreter: accuracy only, on a short text.`,
 		Example: `  xpuinject eval testdata/fixtures/llama-tiny --package out/package --packed out/packed --out out/eval --device cpu`,
 		Args:    exactArgs(1),
@@ -74,7 +78,7 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.StringVar(&o.Text, "text", "", "plain-text file for accuracy and perplexity (default: the shipped prose)")
 	fl.IntVar(&o.Tokens, "tokens", 0, "tokens of text to evaluate (default 2048 on a GPU, 96 on cpu)")
 	fl.IntVar(&o.GenTokens, "gen-tokens", 0, "greedy tokens to generate (default 128 on a GPU, 8 on cpu)")
-	fl.StringVar(&o.Latency, "latency", "auto", "auto (on a GPU), on or off")
+	fl.StringVar(&o.Latency, "latency", "auto", "latency paths on a GPU: eager (stock, injected), graph (stock compiled, stock and injected under the graph runtime), both, or off; auto: graph where the device captures graphs, else eager")
 	fl.IntVar(&o.Repeats, "repeats", 0, "timed repeats per latency point (default 30)")
 }
 
@@ -82,8 +86,8 @@ func checkEvalFlags(o *evalOptions) error {
 	if !slices.Contains(evalDevices, o.Device) {
 		return &usageError{fmt.Errorf("--device %q: want one of auto, cuda, xpu, cpu", o.Device)}
 	}
-	if !slices.Contains([]string{"auto", "on", "off"}, o.Latency) {
-		return &usageError{fmt.Errorf("--latency %q: want auto, on or off", o.Latency)}
+	if !slices.Contains(latencyModes, o.Latency) {
+		return &usageError{fmt.Errorf("--latency %q: want one of auto, eager, graph, both, off", o.Latency)}
 	}
 	if o.Text != "" {
 		if _, err := os.Stat(o.Text); err != nil {
