@@ -6,10 +6,10 @@ package harness
 
 import "embed"
 
-// Python holds the eval driver, the injection shim and the shipped prose text.
+// Python holds the eval and generate drivers, the injection shim and the shipped prose text.
 // Explicit names: a bare directory pattern would silently drop files starting with "_".
 //
-//go:embed python/eval_driver.py python/xpuinject_shim.py python/prose.txt
+//go:embed python/eval_driver.py python/generate_driver.py python/xpuinject_shim.py python/prose.txt
 var Python embed.FS
 
 // ShimSource is the injection shim, written beside every emitted package.

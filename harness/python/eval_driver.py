@@ -605,7 +605,10 @@ def runtime_module(package_dir, device):
     from xpuinject_shim import load_kernel_package
 
     kmod = load_kernel_package(package_dir, device.type)
-    return importlib.import_module(kmod.__name__ + ".runtime")
+    try:
+        return importlib.import_module(kmod.__name__ + ".runtime")
+    except ModuleNotFoundError:
+        fail(2, f"{package_dir}: the package has no graph runtime (written by an older xpuinject): write it again with 'xpuinject package'")
 
 
 def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu):
