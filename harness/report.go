@@ -285,7 +285,7 @@ func writeLatency(b *bytes.Buffer, r *Result) {
 					if p == PathStockCompiled {
 						what = "compile"
 					}
-					setup = append(setup, fmt.Sprintf("%s %s %.1f s", PathLabel(p), what, float64(s)))
+					setup = append(setup, fmt.Sprintf("%s %s %s s", PathLabel(p), what, seconds(float64(s))))
 				}
 			}
 			if len(setup) > 0 {
@@ -311,6 +311,14 @@ func writeLatency(b *bytes.Buffer, r *Result) {
 		fmt.Fprintf(b, "Peak memory during the longest prefill: stock %.1f MB, injected %.1f MB.\n",
 			float64(r.Latency.PeakMemoryBytes["stock"])/1e6, float64(r.Latency.PeakMemoryBytes["injected"])/1e6)
 	}
+}
+
+// seconds prints a duration with two decimals below 10 s (captures take fractions of one).
+func seconds(s float64) string {
+	if s < 10 {
+		return fmt.Sprintf("%.2f", s)
+	}
+	return fmt.Sprintf("%.1f", s)
 }
 
 func describeInput(in map[string]any) string {

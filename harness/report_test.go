@@ -37,8 +37,8 @@ func TestReadResultAndReport(t *testing.T) {
 		"| 2048 | 21 | 18 | 19 | 19.5 | 20 | 1.08× | 1.03× | 0.95× |",
 		// a path with no number for this point reads as a dash, and so do its ratios
 		"| 1 | 16 | 1.55 | 2.57 | 1.55 | — | 1.00× | 0.60× | — |",
-		"| prefill 128 | stock compiled compile 41.5 s; stock graph capture 0.8 s; injected graph capture 1.2 s |",
-		"| decode 1 | stock compiled compile 30.2 s; stock graph capture 0.5 s; injected graph capture 0.9 s |",
+		"| prefill 128 | stock compiled compile 41.5 s; stock graph capture 0.80 s; injected graph capture 1.20 s |",
+		"| decode 1 | stock compiled compile 30.2 s; stock graph capture 0.50 s; injected graph capture 0.90 s |",
 		"- injected eager: no numbers: decode batch 1: RuntimeError: out of memory",
 		"Peak memory during the longest prefill: stock 3000.0 MB, injected 2900.0 MB.",
 		"| `lm_head` | plain GEMM |",

@@ -6,8 +6,11 @@
 #
 #   run on the device (repo root), with bin/xpuinject built here for linux/amd64 and carried:
 #     bash scripts/gpu-run.sh
-#   env: STEPS="tests llama levit bench" (default all), T_TESTS/T_LLAMA/T_LEVIT/T_BENCH seconds,
-#        BENCH_ARGS (default --quick; empty for the full matrix), LIGER (liger_kernel folder).
+#   env: STEPS="tests llama levit bench" (default; "runtime" is the graph runtime check on
+#        Llama-3.2-1B, Llama-3.1-8B and LeViT-128S shapes), T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_RUNTIME
+#        seconds, LATENCY (eval paths, default both), BENCH_ARGS (default --quick; empty for the full
+#        matrix), LIGER (liger_kernel folder), RUNTIME_MODELS (default "llama1b llama8b"),
+#        RUNTIME_ARGS (extra gpu_runtime_check.py flags, e.g. "--prefill 512 --tokens 128").
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 # The device tool returns at most 8 files: everything is written under $RES and re-packed
@@ -44,7 +47,7 @@ for s in $STEPS; do
     python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" >>"$RES/$s.log" 2>&1
     log "pipeline $name"
     timeout "$([ "$s" = llama ] && echo "${T_LLAMA:-240}" || echo "${T_LEVIT:-90}")" \
-      bin/xpuinject "$WORK/models/$name" --out "$WORK/run-$s" --device cuda --repeats 20 >>"$RES/$s.log" 2>&1
+      bin/xpuinject "$WORK/models/$name" --out "$WORK/run-$s" --device cuda --repeats 20 --latency "${LATENCY:-both}" >>"$RES/$s.log" 2>&1
     rc=$?
     log "pipeline $name rc=$rc"
     cp "$WORK/run-$s/eval/report.md" "$RES/$s-report.md" 2>/dev/null
@@ -52,6 +55,25 @@ for s in $STEPS; do
     cp "$WORK/run-$s/eval/latency.png" "$RES/$s-latency.png" 2>/dev/null
     cp "$WORK/run-$s/eval/layers.png" "$RES/$s-layers.png" 2>/dev/null
     ;;
+  runtime)
+    # graph runtime: greedy tokens against model.generate, sampling, five latency paths (see
+    # scripts/gpu_runtime_check.py); LeViT-128S (stock and injected) rides with the first model
+    python3 scripts/make_gpu_models.py "$WORK/models" --only levit128s >>"$RES/runtime.log" 2>&1
+    bin/xpuinject "$WORK/models/levit128s" --skip-eval --out "$WORK/run-levit-rt" >>"$RES/runtime.log" 2>&1
+    vision="--vision $WORK/models/levit128s --vision-run $WORK/run-levit-rt"
+    for name in ${RUNTIME_MODELS:-llama1b llama8b}; do
+      log "make $name"
+      python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" >>"$RES/runtime.log" 2>&1
+      bin/xpuinject "$WORK/models/$name" --skip-eval --out "$WORK/run-rt-$name" >>"$RES/runtime.log" 2>&1
+      log "runtime check $name"
+      timeout "${T_RUNTIME:-540}" python3 scripts/gpu_runtime_check.py --model "$WORK/models/$name" \
+        --run "$WORK/run-rt-$name" $vision --out "$RES/runtime-$name.json" --budget-s $(( ${T_RUNTIME:-540} - 40 )) \
+        ${RUNTIME_ARGS:-} >"$RES/runtime-$name.txt" 2>>"$RES/runtime.log"
+      log "runtime check $name rc=$?"
+      cat "$RES/runtime-$name.txt" >>"$RES/summary.txt"
+      vision=""
+      rm -rf "$WORK/models/$name" "$WORK/run-rt-$name"  # an 8B checkpoint and its packed copy are 32 GB
+    done ;;
   bench)
     log "kernel benchmark"
     # BENCH_ARGS: "--quick" (default) or "" for the full issue-8 matrix; the script's own

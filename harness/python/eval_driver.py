@@ -11,7 +11,9 @@ and reports, for injected and stock side by side, their error against the oracle
 cosine, max/mean absolute, max/mean relative error with a printed denominator floor, top-1
 agreement, KL divergence, perplexity, greedy-generation agreement), the same per decoder
 layer / encoder stage, and on a GPU the latency of prefill and decode (device events,
-warm-up, median of many) with peak memory.
+warm-up, median of many) with peak memory, on the paths --latency names: stock eager, stock
+compiled (StaticCache + torch.compile "reduce-overhead"), stock and injected under the
+package's graph runtime, injected eager.
 
 Progress goes to stderr as `xpuinject-eval: ...` lines; the result is one JSON file.
 Exit codes: 0 ok, 2 bad arguments / missing input, 3 a missing Python package or device,

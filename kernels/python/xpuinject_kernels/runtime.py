@@ -82,25 +82,33 @@ def cache_bucket(tokens: int) -> int:
 
 class _Graphs:
     """The device-graph API of one backend: torch.cuda.CUDAGraph or torch.xpu.XPUGraph (torch >= 2.9
-    has the latter, torch/xpu/graphs.py), with the matching stream, event and pool calls."""
+    has the latter, torch/xpu/graphs.py), with the matching stream and pool calls.
+
+    Each instance warms up and captures on a stream of its own: libraries key per-stream state to
+    the capture stream (cuBLAS workspaces, pytorch/pytorch#193402), and graphs of one Runtime or
+    GraphedForward are released together, never under another's feet."""
 
     def __init__(self, mod):
         self.mod = mod
         self.graph_cls = mod.CUDAGraph if mod is torch.cuda else mod.XPUGraph
+        self._stream = None
 
     def pool(self):
         return self.mod.graph_pool_handle()
 
     def capture(self, fn: Callable[[], Any], pool, warmup: int = WARMUP_RUNS):
-        """Run fn `warmup` times on a side stream, then capture one call; returns (graph, output)."""
-        s = self.mod.Stream()
+        """Run fn `warmup` times, then capture one call, on this instance's stream; returns
+        (graph, output)."""
+        if self._stream is None:
+            self._stream = self.mod.Stream()
+        s = self._stream
         s.wait_stream(self.mod.current_stream())
         with self.mod.stream(s):
             for _ in range(warmup):
                 fn()
         self.mod.current_stream().wait_stream(s)
         g = self.graph_cls()
-        with self.mod.graph(g, pool=pool):
+        with self.mod.graph(g, pool=pool, stream=s):
             out = fn()
         return g, out
 
