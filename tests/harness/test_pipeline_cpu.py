@@ -67,7 +67,7 @@ def test_pipeline_llama_cpu(tmp_path, fixture, replaced):
         if kind in ("plan", "shim", "eval", "report", "plot"):
             assert Path(path).exists(), line
     ev = json.loads((out / "eval" / "eval.json").read_text())
-    assert ev["schema"] == 1 and ev["device"]["type"] == "cpu" and ev["device"]["interpret"] is True
+    assert ev["schema"] == 2 and ev["device"]["type"] == "cpu" and ev["device"]["interpret"] is True
     assert ev["injection"]["path"] == "kernels"  # the real kernels package bound our layers
     assert set(ev["injection"]["replaced"]) == replaced
     assert ev["latency"]["measured"] is False and "interpreter" in ev["latency"]["reason"]

@@ -65,6 +65,14 @@ def test_greedy_equals_generate(name, dtype):
     assert stats["graphs"] is False and stats["eager_steps"] > 0 and stats["replays"] == 0
 
 
+def test_eager_attention_takes_an_additive_mask():
+    model = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "llama-tiny", attn_implementation="eager").eval()
+    ids, mask = prompts()
+    out = rt.generate(model, ids, mask, max_new_tokens=16, max_cache_len=10 + 16 - 1)
+    assert torch.equal(out, reference(model, ids, mask, 16))
+    assert rt.runtime_for(model)._mask_min.item() == torch.finfo(torch.float32).min
+
+
 def test_fp32_equals_default_generate_with_bucketed_cache():
     """In fp32 the cache length does not move a greedy choice here: the default (bucketed) cache
     against generate's default dynamic cache."""

@@ -212,6 +212,8 @@ class Runtime:
         self.trace = trace
         self.last_trace: Optional[dict] = None
         self._slots: Dict[tuple, _Slot] = {}
+        self._window = None
+        self._mask_zero = self._mask_min = None
         self._types = self._layer_types() if hasattr(getattr(model, "config", None), "num_hidden_layers") else []
         self.stats: Dict[str, Any] = {
             "device": str(self.device), "graphs": self._g is not None, "reason": reason,
@@ -242,9 +244,10 @@ class Runtime:
         cfg = getattr(self.model, "config", None)
         impl = getattr(cfg, "_attn_implementation", None) or "sdpa"
         if impl == "eager":
-            dt = self._model_dtype()
-            self._mask_zero = torch.zeros((), dtype=dt, device=self.device)
-            self._mask_min = torch.full((), torch.finfo(dt).min, dtype=dt, device=self.device)
+            if self._mask_zero is None:  # made once: captured graphs keep reading these two
+                dt = self._model_dtype()
+                self._mask_zero = torch.zeros((), dtype=dt, device=self.device)
+                self._mask_min = torch.full((), torch.finfo(dt).min, dtype=dt, device=self.device)
             return "additive"
         if impl.startswith("flash_attention") or impl.startswith("flex_attention") or impl.startswith("paged"):
             raise ValueError(f"runtime: attn_implementation {impl!r} takes no 4-D mask; load the model with "
@@ -406,7 +409,8 @@ class Runtime:
 
         Unset arguments come from `model.generation_config` (max_new_tokens: else 20; temperature
         1.0, top_k 50, top_p 1.0 as transformers' defaults; pad: else the first EOS id).
-        attention_mask: [batch, prompt] with 0 on (left) padding. streamer: an object with
+        attention_mask: [batch, prompt] with 0 on (left) padding; None attends to every token
+        (model.generate may instead infer a mask from pad tokens in the prompt: pass it). streamer: an object with
         put(tokens)/end() (transformers' TextStreamer), fed like model.generate feeds it (batch 1;
         the host then waits for every token). max_cache_len: the KV-cache length (default: prompt +
         max_new_tokens - 1, the positions a generation caches, rounded up to a power of two;
