@@ -6,8 +6,8 @@ package harness
 
 import "embed"
 
-// Python holds the eval driver and the shipped prose text.
+// Python holds the eval and generate drivers and the shipped prose text.
 // Explicit names: a bare directory pattern would silently drop files starting with "_".
 //
-//go:embed python/eval_driver.py python/prose.txt
+//go:embed python/eval_driver.py python/generate_driver.py python/prose.txt
 var Python embed.FS

@@ -255,20 +255,47 @@ func LayerErrorChart(r *Result) image.Image {
 	return c.Render()
 }
 
-// LatencyChart plots each measured latency point, stock beside injected, with the
-// injected/stock ratio written over each group.
+// pathColors: stock paths in greys (darkest: the compiled one to beat), injected in blues.
+var pathColors = map[string]color.RGBA{
+	PathStockEager:    {0xc4, 0xc9, 0xd2, 0xff},
+	PathStockCompiled: {0x3d, 0x44, 0x4f, 0xff},
+	PathStockGraph:    colStock,
+	PathInjectedGraph: colInjected,
+	PathInjectedEager: {0x9c, 0xc3, 0xf0, 0xff},
+}
+
+// LatencyChart plots each measured latency point on every measured path, with the headline
+// ratio (the first of LatencyRatios measured, named in the title) written over each group.
 func LatencyChart(r *Result) image.Image {
+	var all []LatencyRow
+	all = append(all, r.Latency.Prefill...)
+	all = append(all, r.Latency.Decode...)
+	all = append(all, r.Latency.Forward...)
+	paths := measuredPaths(r.Latency.Paths, all)
+	ratios := measuredRatios(paths)
+	head := "no ratio"
+	if len(ratios) > 0 {
+		head = PathLabel(ratios[0][0]) + " / " + PathLabel(ratios[0][1])
+	}
 	c := &BarChart{
-		Title:  fmt.Sprintf("%s on %s: latency (median ms; label = injected/stock)", r.Model.Arch, r.Device.Name),
+		Title:  fmt.Sprintf("%s on %s: latency (median ms; label = %s)", r.Model.Arch, r.Device.Name, head),
 		YLabel: "ms",
-		Series: []Series{{Name: "stock bf16", Color: colStock}, {Name: "xpuinject bf16", Color: colInjected}},
+	}
+	for _, p := range paths {
+		c.Series = append(c.Series, Series{Name: PathLabel(p), Color: pathColors[p]})
 	}
 	add := func(label string, row LatencyRow) {
 		c.Groups = append(c.Groups, label)
-		c.Series[0].Values = append(c.Series[0].Values, float64(row.StockMS))
-		c.Series[1].Values = append(c.Series[1].Values, float64(row.InjectedMS))
-		// basicfont has no "×": plain x in the picture
-		c.Notes = append(c.Notes, strings.ReplaceAll(ratioStr(row.InjectedMS, row.StockMS), "×", "x"))
+		for i, p := range paths {
+			v, _ := row.Value(p)
+			c.Series[i].Values = append(c.Series[i].Values, v)
+		}
+		note := ""
+		if len(ratios) > 0 {
+			// basicfont has no "×": plain x in the picture
+			note = strings.ReplaceAll(rowRatio(row, ratios[0]), "×", "x")
+		}
+		c.Notes = append(c.Notes, note)
 	}
 	for _, x := range r.Latency.Prefill {
 		add(fmt.Sprintf("prefill %d", x.Tokens), x)

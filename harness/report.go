@@ -174,30 +174,7 @@ func Markdown(r *Result, plots []string) []byte {
 	if !r.Latency.Measured {
 		fmt.Fprintf(&b, "Not measured: %s.\n", r.Latency.Reason)
 	} else {
-		fmt.Fprintf(&b, "%s. Ratio = injected / stock (below 1× is faster).\n\n", r.Latency.Method)
-		tables := []struct {
-			head string
-			rows []LatencyRow
-			key  func(LatencyRow) int
-		}{
-			{"prefill tokens | stock ms | injected ms", r.Latency.Prefill, func(x LatencyRow) int { return x.Tokens }},
-			{"decode batch (512-token cache) | stock ms/token | injected ms/token", r.Latency.Decode, func(x LatencyRow) int { return x.Batch }},
-			{"batch | stock ms | injected ms", r.Latency.Forward, func(x LatencyRow) int { return x.Batch }},
-		}
-		for _, t := range tables {
-			if len(t.rows) == 0 {
-				continue
-			}
-			fmt.Fprintf(&b, "| %s | ratio |\n| --- | --- | --- | --- |\n", t.head)
-			for _, x := range t.rows {
-				fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", t.key(x), f(x.StockMS), f(x.InjectedMS), ratioStr(x.InjectedMS, x.StockMS))
-			}
-			b.WriteString("\n")
-		}
-		if len(r.Latency.PeakMemoryBytes) > 0 {
-			fmt.Fprintf(&b, "Peak memory during the longest prefill: stock %.1f MB, injected %.1f MB.\n",
-				float64(r.Latency.PeakMemoryBytes["stock"])/1e6, float64(r.Latency.PeakMemoryBytes["injected"])/1e6)
-		}
+		writeLatency(&b, r)
 	}
 	if len(r.Injection.Kept) > 0 {
 		b.WriteString("\n## Kept on the stock path\n\n| module | reason |\n| --- | --- |\n")
@@ -212,6 +189,153 @@ func Markdown(r *Result, plots []string) []byte {
 		}
 	}
 	return b.Bytes()
+}
+
+// PathLabel names a latency path in tables and plots.
+func PathLabel(path string) string {
+	switch path {
+	case PathStockEager:
+		return "stock eager"
+	case PathStockCompiled:
+		return "stock compiled"
+	case PathStockGraph:
+		return "stock graph"
+	case PathInjectedGraph:
+		return "injected graph"
+	case PathInjectedEager:
+		return "injected eager"
+	}
+	return strings.ReplaceAll(path, "_", " ")
+}
+
+// latencyPoints is one table of the latency section: its rows and how each is named.
+type latencyPoints struct {
+	title string
+	unit  string
+	rows  []LatencyRow
+	name  func(LatencyRow) string
+}
+
+func (r *Result) latencyPoints() []latencyPoints {
+	return []latencyPoints{
+		{"prefill tokens (batch 1)", "ms", r.Latency.Prefill, func(x LatencyRow) string { return fmt.Sprint(x.Tokens) }},
+		{"decode batch (512-token prompt)", "ms/token", r.Latency.Decode, func(x LatencyRow) string { return fmt.Sprint(x.Batch) }},
+		{"batch", "ms", r.Latency.Forward, func(x LatencyRow) string { return fmt.Sprint(x.Batch) }},
+	}
+}
+
+// measuredPaths are the paths that were measured (the run's list, where it has one) or have a
+// number in any of rows, in report order: a path that failed keeps its column, with dashes.
+func measuredPaths(attempted []string, rows []LatencyRow) []string {
+	var out []string
+	for _, p := range LatencyPaths {
+		if slices.Contains(attempted, p) {
+			out = append(out, p)
+			continue
+		}
+		for _, x := range rows {
+			if _, ok := x.Value(p); ok {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// measuredRatios are the LatencyRatios whose two paths both appear in paths.
+func measuredRatios(paths []string) [][2]string {
+	var out [][2]string
+	for _, rp := range LatencyRatios {
+		if slices.Contains(paths, rp[0]) && slices.Contains(paths, rp[1]) {
+			out = append(out, rp)
+		}
+	}
+	return out
+}
+
+func rowRatio(x LatencyRow, rp [2]string) string {
+	a, okA := x.Value(rp[0])
+	d, okD := x.Value(rp[1])
+	if !okA || !okD {
+		return "—"
+	}
+	return ratioStr(Num(a), Num(d))
+}
+
+func writeLatency(b *bytes.Buffer, r *Result) {
+	fmt.Fprintf(b, "%s. Paths: stock eager and injected eager are plain forwards; stock compiled is transformers' StaticCache "+
+		"under torch.compile(mode=\"reduce-overhead\"), the fastest stock path; stock graph and injected graph run under the "+
+		"package's graph runtime (captured once, replayed). A ratio below 1× means the first path is faster.\n\n", r.Latency.Method)
+	var setupRows []string
+	for _, t := range r.latencyPoints() {
+		if len(t.rows) == 0 {
+			continue
+		}
+		paths := measuredPaths(r.Latency.Paths, t.rows)
+		ratios := measuredRatios(paths)
+		cols := []string{t.title}
+		for _, p := range paths {
+			cols = append(cols, PathLabel(p)+" "+t.unit)
+		}
+		for _, rp := range ratios {
+			cols = append(cols, PathLabel(rp[0])+" / "+PathLabel(rp[1]))
+		}
+		fmt.Fprintf(b, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat(" --- |", len(cols)))
+		for _, x := range t.rows {
+			cells := []string{t.name(x)}
+			for _, p := range paths {
+				if v, ok := x.Value(p); ok {
+					cells = append(cells, f(Num(v)))
+				} else {
+					cells = append(cells, "—")
+				}
+			}
+			for _, rp := range ratios {
+				cells = append(cells, rowRatio(x, rp))
+			}
+			fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
+			var setup []string
+			for _, p := range LatencyPaths {
+				if s, ok := x.SetupS[p]; ok && !math.IsNaN(float64(s)) {
+					what := "capture"
+					if p == PathStockCompiled {
+						what = "compile"
+					}
+					setup = append(setup, fmt.Sprintf("%s %s %s s", PathLabel(p), what, seconds(float64(s))))
+				}
+			}
+			if len(setup) > 0 {
+				setupRows = append(setupRows, fmt.Sprintf("| %s %s | %s |", strings.SplitN(t.title, " ", 2)[0], t.name(x), strings.Join(setup, "; ")))
+			}
+		}
+		b.WriteString("\n")
+	}
+	if len(setupRows) > 0 {
+		b.WriteString("One-time cost before the first timed call (compile: torch.compile and its graph recording; capture: " +
+			"the runtime's warm-ups and graph capture):\n\n| point | setup |\n| --- | --- |\n")
+		b.WriteString(strings.Join(setupRows, "\n") + "\n\n")
+	}
+	for _, p := range LatencyPaths {
+		if msg, ok := r.Latency.Errors[p]; ok {
+			fmt.Fprintf(b, "- %s: no numbers: %s\n", PathLabel(p), msg)
+		}
+	}
+	if len(r.Latency.Errors) > 0 {
+		b.WriteString("\n")
+	}
+	if len(r.Latency.PeakMemoryBytes) > 0 {
+		fmt.Fprintf(b, "Peak memory during the longest prefill: stock %.1f MB, injected %.1f MB.\n",
+			float64(r.Latency.PeakMemoryBytes["stock"])/1e6, float64(r.Latency.PeakMemoryBytes["injected"])/1e6)
+	}
+}
+
+// seconds prints a duration with two decimals below 10 s (captures take fractions of one).
+func seconds(s float64) string {
+	if s < 10 {
+		return fmt.Sprintf("%.2f", s)
+	}
+	return fmt.Sprintf("%.1f", s)
 }
 
 func describeInput(in map[string]any) string {

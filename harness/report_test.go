@@ -49,8 +49,15 @@ func TestReadResultAndReport(t *testing.T) {
 		"| injected vs oracle | 1 | 9 | [60 67] | 0.06 | 0.06 | injected 0 | tie |",
 		"| stock vs oracle | 2 | 12 | [1194 905] | 0.025 | 0.5 | stock 0.0625 | not a tie |",
 		"| model.layers.1 | 0.008 | NaN | — |",
-		"| 128 | 4.1 | 3.2 | 0.78× |",
-		"| 1 | 6.5 | 4 | 0.62× |",
+		"| prefill tokens (batch 1) | stock eager ms | stock compiled ms | stock graph ms | injected graph ms | injected eager ms | " +
+			"injected graph / stock compiled | injected graph / stock graph | injected eager / stock eager |",
+		"| 128 | 12 | 3 | 3.3 | 2.4 | 11 | 0.80× | 0.73× | 0.92× |",
+		"| 2048 | 21 | 18 | 19 | 19.5 | 20 | 1.08× | 1.03× | 0.95× |",
+		// a path with no number for this point reads as a dash, and so do its ratios
+		"| 1 | 16 | 1.55 | 2.57 | 1.55 | — | 1.00× | 0.60× | — |",
+		"| prefill 128 | stock compiled compile 41.5 s; stock graph capture 0.80 s; injected graph capture 1.20 s |",
+		"| decode 1 | stock compiled compile 30.2 s; stock graph capture 0.50 s; injected graph capture 0.90 s |",
+		"- injected eager: no numbers: decode batch 1: RuntimeError: out of memory",
 		"Peak memory during the longest prefill: stock 3000.0 MB, injected 2900.0 MB.",
 		"| `lm_head` | plain GEMM |",
 		"![layers](layers.png)", "![latency](latency.png)",
@@ -106,11 +113,11 @@ func TestReportCPUSaysLatencyNotMeasured(t *testing.T) {
 func TestReadResultRejects(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.json")
-	os.WriteFile(bad, []byte(`{"schema": 2}`), 0o644)
-	if _, err := ReadResult(bad); err == nil || !strings.Contains(err.Error(), "schema 2") {
+	os.WriteFile(bad, []byte(`{"schema": 1}`), 0o644)
+	if _, err := ReadResult(bad); err == nil || !strings.Contains(err.Error(), "schema 1, this build reads schema 2") {
 		t.Errorf("want schema error, got %v", err)
 	}
-	os.WriteFile(bad, []byte(`{"schema": 1, "accuracy": NaN}`), 0o644)
+	os.WriteFile(bad, []byte(`{"schema": 2, "accuracy": NaN}`), 0o644)
 	if _, err := ReadResult(bad); err == nil {
 		t.Error("invalid JSON accepted")
 	}

@@ -77,17 +77,64 @@ type Compared struct {
 	Ratio    *Num `json:"ratio"`
 }
 
-// LatencyRow is one measured point; ms are medians.
-type LatencyRow struct {
-	Tokens     int  `json:"tokens,omitempty"`
-	Batch      int  `json:"batch"`
-	Context    int  `json:"context,omitempty"`
-	StockMS    Num  `json:"stock_ms"`
-	InjectedMS Num  `json:"injected_ms"`
-	Ratio      *Num `json:"ratio"`
+// Latency paths, in report order: how a model ran when it was timed.
+const (
+	PathStockEager    = "stock_eager"    // stock transformers, eager
+	PathStockCompiled = "stock_compiled" // stock on a StaticCache under torch.compile(mode="reduce-overhead")
+	PathStockGraph    = "stock_graph"    // stock under the package's graph runtime
+	PathInjectedGraph = "injected_graph" // injected under the graph runtime
+	PathInjectedEager = "injected_eager" // injected, eager
+)
+
+// LatencyPaths lists every path in report order.
+var LatencyPaths = []string{PathStockEager, PathStockCompiled, PathStockGraph, PathInjectedGraph, PathInjectedEager}
+
+// LatencyRatios are the compared pairs (numerator, denominator); the first measured one is the
+// headline: injected under the graph runtime against the best stock path.
+var LatencyRatios = [][2]string{
+	{PathInjectedGraph, PathStockCompiled},
+	{PathInjectedGraph, PathStockGraph},
+	{PathInjectedEager, PathStockEager},
 }
 
-// Result is eval.json, written by the driver (schema 1; README documents it).
+// LatencyRow is one measured point: median ms per path (null: the path failed, see
+// Latency.Errors), the one-time setup before its first timed call (compile or capture seconds),
+// and the ratios by "numerator/denominator" path names.
+type LatencyRow struct {
+	Tokens   int            `json:"tokens,omitempty"`
+	Batch    int            `json:"batch"`
+	Context  int            `json:"context,omitempty"`
+	CacheLen int            `json:"cache_len,omitempty"`
+	MS       map[string]Num `json:"ms"`
+	SetupS   map[string]Num `json:"setup_s,omitempty"`
+	Ratios   map[string]Num `json:"ratios,omitempty"`
+}
+
+// Value returns the row's ms for path and whether it was measured (present and a number).
+func (r LatencyRow) Value(path string) (float64, bool) {
+	v, ok := r.MS[path]
+	if !ok || math.IsNaN(float64(v)) {
+		return math.NaN(), false
+	}
+	return float64(v), true
+}
+
+// Headline is the row's first LatencyRatios pair with both paths measured, and its ratio.
+func (r LatencyRow) Headline() (pair [2]string, ratio float64, ok bool) {
+	for _, rp := range LatencyRatios {
+		a, okA := r.Value(rp[0])
+		d, okD := r.Value(rp[1])
+		if okA && okD && d > 0 {
+			return rp, a / d, true
+		}
+	}
+	return [2]string{}, math.NaN(), false
+}
+
+// Schema is the eval.json schema this build reads and the driver writes.
+const Schema = 2
+
+// Result is eval.json, written by the driver (README documents the schema).
 type Result struct {
 	Schema int `json:"schema"`
 	Model  struct {
@@ -136,13 +183,16 @@ type Result struct {
 		InjectedVsStock Agreement `json:"injected_vs_stock"`
 	} `json:"generation,omitempty"`
 	Latency struct {
-		Measured        bool             `json:"measured"`
-		Reason          string           `json:"reason,omitempty"`
-		Method          string           `json:"method,omitempty"`
-		Prefill         []LatencyRow     `json:"prefill,omitempty"`
-		Decode          []LatencyRow     `json:"decode,omitempty"`
-		Forward         []LatencyRow     `json:"forward,omitempty"`
-		PeakMemoryBytes map[string]int64 `json:"peak_memory_bytes,omitempty"`
+		Measured        bool              `json:"measured"`
+		Reason          string            `json:"reason,omitempty"`
+		Mode            string            `json:"mode,omitempty"`  // eager, graph or both
+		Paths           []string          `json:"paths,omitempty"` // the paths measured
+		Method          string            `json:"method,omitempty"`
+		Errors          map[string]string `json:"errors,omitempty"` // path -> why it has no numbers
+		Prefill         []LatencyRow      `json:"prefill,omitempty"`
+		Decode          []LatencyRow      `json:"decode,omitempty"`
+		Forward         []LatencyRow      `json:"forward,omitempty"`
+		PeakMemoryBytes map[string]int64  `json:"peak_memory_bytes,omitempty"`
 	} `json:"latency"`
 }
 
@@ -156,8 +206,8 @@ func ReadResult(path string) (*Result, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("harness: %s: %s", path, models.JSONError(err))
 	}
-	if r.Schema != 1 {
-		return nil, fmt.Errorf("harness: %s: schema %d, this build reads schema 1", path, r.Schema)
+	if r.Schema != Schema {
+		return nil, fmt.Errorf("harness: %s: schema %d, this build reads schema %d", path, r.Schema, Schema)
 	}
 	return &r, nil
 }

@@ -27,7 +27,7 @@ type Options struct {
 	TextFile   string // "" = the shipped prose
 	Tokens     int    // 0 = driver default
 	GenTokens  int    // 0 = driver default
-	Latency    string // auto|on|off
+	Latency    string // auto|eager|graph|both|off
 	Repeats    int    // 0 = driver default
 	// Progress receives the driver's progress lines (stderr of the run).
 	Progress io.Writer

@@ -72,7 +72,8 @@ type EvalSummary struct {
 	// Accuracy: per error metric against the fp32 model, injected, stock bf16 and their
 	// ratio (eval.json accuracy.compare), in the order given.
 	Accuracy []EvalRow
-	// Latency: per measured point, injected / stock eager time ("prefill 512 tokens").
+	// Latency: per measured point, the headline ratio (injected graph / stock compiled where
+	// both were measured) and which two paths it compares.
 	Latency []EvalRow
 	// LatencyNote says why latency is absent when it is.
 	LatencyNote string
@@ -139,7 +140,7 @@ func writeEvalSummary(b *bytes.Buffer, e *EvalSummary) {
 		b.WriteString("\n")
 	}
 	if len(e.Latency) > 0 {
-		b.WriteString("Latency, injected / stock eager (below 1 is faster):\n\n| point | ratio |\n| --- | --- |\n")
+		b.WriteString("Latency, the first path's time over the second's (below 1 is faster):\n\n| point | ratio |\n| --- | --- |\n")
 		for _, r := range e.Latency {
 			fmt.Fprintf(b, "| %s | %s |\n", r.What, num(r.Ratio))
 		}

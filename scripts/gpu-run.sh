@@ -6,10 +6,12 @@
 #
 #   on the GPU machine, with bin/xpuinject built for it:
 #     scripts/gpu-run.sh
-#   env: OUT (default out/gpu-run under the repo root), STEPS (default "tests llama levit bench tune host"),
-#        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST seconds, BENCH_ARGS (default --quick; empty
-#        for the full matrix), LIGER (a folder holding the liger_kernel package; default
-#        .device-carry/liger when present, see scripts/fetch_liger.sh)
+#   env: OUT (default out/gpu-run under the repo root), STEPS (default "tests llama levit bench tune host";
+#        "runtime" is the graph runtime check on Llama-3.2-1B, Llama-3.1-8B and LeViT-128S shapes),
+#        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
+#        both), BENCH_ARGS (default --quick; empty for the full matrix), LIGER (a folder holding the
+#        liger_kernel package; default .device-carry/liger when present, see scripts/fetch_liger.sh),
+#        RUNTIME_MODELS (default "llama1b llama8b"), RUNTIME_ARGS (extra gpu_runtime_check.py flags)
 set -uo pipefail
 OUT=${OUT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/out/gpu-run}
 mkdir -p "$OUT"
@@ -43,7 +45,8 @@ for s in $STEPS; do
     python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" >>"$OUT/$s.log" 2>&1
     log "pipeline $name"
     timeout "$([ "$s" = llama ] && echo "${T_LLAMA:-240}" || echo "${T_LEVIT:-90}")" \
-      bin/xpuinject "$WORK/models/$name" --out "$WORK/run-$s" --device cuda --repeats 20 >>"$OUT/$s.log" 2>&1
+      bin/xpuinject "$WORK/models/$name" --out "$WORK/run-$s" --device cuda --repeats 20 --latency "${LATENCY:-both}" \
+      >>"$OUT/$s.log" 2>&1
     log "pipeline $name rc=$?"
     mkdir -p "$OUT/$s"
     cp "$WORK/run-$s"/eval/{report.md,eval.json,latency.png,layers.png} "$OUT/$s/" 2>/dev/null ;;
@@ -62,8 +65,27 @@ for s in $STEPS; do
     log "launcher host time"
     timeout "${T_HOST:-120}" python3 benchmarks/bench_host.py --out "$OUT/host" >"$OUT/host.log" 2>&1
     log "host rc=$?" ;;
+  runtime)
+    # graph runtime: greedy tokens against model.generate, sampling, five latency paths (see
+    # scripts/gpu_runtime_check.py); LeViT-128S (stock and injected) rides with the first model
+    python3 scripts/make_gpu_models.py "$WORK/models" --only levit128s >>"$OUT/runtime.log" 2>&1
+    bin/xpuinject "$WORK/models/levit128s" --skip-eval --out "$WORK/run-levit-rt" >>"$OUT/runtime.log" 2>&1
+    vision="--vision $WORK/models/levit128s --vision-run $WORK/run-levit-rt"
+    for name in ${RUNTIME_MODELS:-llama1b llama8b}; do
+      log "make $name"
+      python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" >>"$OUT/runtime.log" 2>&1
+      bin/xpuinject "$WORK/models/$name" --skip-eval --out "$WORK/run-rt-$name" >>"$OUT/runtime.log" 2>&1
+      log "runtime check $name"
+      timeout "${T_RUNTIME:-540}" python3 scripts/gpu_runtime_check.py --model "$WORK/models/$name" \
+        --run "$WORK/run-rt-$name" $vision --out "$OUT/runtime-$name.json" --budget-s $(( ${T_RUNTIME:-540} - 40 )) \
+        ${RUNTIME_ARGS:-} >"$OUT/runtime-$name.txt" 2>>"$OUT/runtime.log"
+      log "runtime check $name rc=$?"
+      cat "$OUT/runtime-$name.txt" >>"$OUT/summary.txt"
+      vision=""
+      rm -rf "$WORK/models/$name" "$WORK/run-rt-$name"  # an 8B checkpoint and its packed copy are 32 GB
+    done ;;
   *)
-    log "unknown step $s (want tests, llama, levit, bench, tune, host)" ;;
+    log "unknown step $s (want tests, llama, levit, bench, tune, host, runtime)" ;;
   esac
 done
 log "done: $OUT"

@@ -1,8 +1,10 @@
-"""Random-weight models shaped like Llama-3.2-1B and LeViT-128S, made by transformers from
-configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
+"""Random-weight models shaped like Llama-3.2-1B, Llama-3.1-8B and LeViT-128S, made by
+transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
-    python scripts/make_gpu_models.py OUT_DIR [--only llama1b,levit128s]
+    python scripts/make_gpu_models.py OUT_DIR [--only llama1b,llama8b,levit128s] [--layers N]
 
+--layers keeps the Llama shapes but only N decoder layers (quick checks; the folder name gets
+"-<N>l").
 Llama-3.2-1B's published config (hidden 2048, 16 layers, 32 heads, 8 KV heads, head_dim 64,
 intermediate 8192, vocab 128256, llama3 rope scaling, tied embeddings), saved in bf16 like the
 real checkpoint; the fixture tokenizer (vocab 512) is copied in, its ids are valid inputs.
@@ -25,14 +27,29 @@ import transformers
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def llama1b(out: Path):
-    cfg = transformers.LlamaConfig(
-        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def llama1b(out: Path, layers=None):
+    _llama(out, transformers.LlamaConfig(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers or 16, num_attention_heads=32,
         num_key_value_heads=8, head_dim=64, vocab_size=128256, max_position_embeddings=131072,
-        rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=0, eos_token_id=1,
-        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
-                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    )
+        rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=0, eos_token_id=1, rope_parameters=LLAMA3_ROPE,
+    ))
+
+
+def llama8b(out: Path, layers=None):
+    """Llama-3.1-8B's published config: hidden 4096, 32 layers, 32 heads, 8 KV heads, head_dim 128,
+    intermediate 14336, vocab 128256, untied embeddings."""
+    _llama(out, transformers.LlamaConfig(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers or 32, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=128256, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, rope_parameters=LLAMA3_ROPE,
+    ))
+
+
+def _llama(out: Path, cfg):
     torch.manual_seed(0)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.device(dev):
@@ -49,7 +66,7 @@ def llama1b(out: Path):
             shutil.copy(src, out / f)
 
 
-def levit128s(out: Path):
+def levit128s(out: Path, layers=None):
     cfg = transformers.LevitConfig(num_labels=1000)
     torch.manual_seed(0)
     model = transformers.LevitForImageClassificationWithTeacher(cfg).eval()
@@ -69,13 +86,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--only", default="llama1b,levit128s")
+    ap.add_argument("--layers", type=int, default=None, help="decoder layers of the Llama shapes (default: the real count)")
     a = ap.parse_args()
-    makers = {"llama1b": llama1b, "levit128s": levit128s}
+    makers = {"llama1b": llama1b, "llama8b": llama8b, "levit128s": levit128s}
     for name in a.only.split(","):
         t = time.time()
-        d = Path(a.out) / name
+        d = Path(a.out) / (name + (f"-{a.layers}l" if a.layers and name.startswith("llama") else ""))
         d.mkdir(parents=True, exist_ok=True)
-        makers[name](d)
+        makers[name](d, a.layers)
         print(f"made {name} in {d} ({time.time() - t:.1f}s)", file=sys.stderr, flush=True)
 
 

@@ -29,7 +29,10 @@ type evalOptions struct {
 	Repeats    int
 }
 
-var evalDevices = []string{"auto", "cuda", "xpu", "cpu"}
+var (
+	evalDevices  = []string{"auto", "cuda", "xpu", "cpu"}
+	latencyModes = []string{"auto", "eager", "graph", "both", "off"}
+)
 
 func newEvalCmd(f *Factory) *cobra.Command { return newEvalCmdWith(f, nil) }
 
@@ -41,7 +44,8 @@ func newEvalCmdWith(f *Factory, runF func(context.Context, *evalOptions) error) 
 		Long: `Load MODEL three times (fp32 oracle, stock bf16, bf16 with the package injected from
 its packed weights) in a Python subprocess and report accuracy (logits error, top-1, KL,
 perplexity, greedy generation, per-layer error) and, on a GPU, prefill/decode latency and
-peak memory, injected beside stock. Writes eval.json, report.md and PNG plots to --out.
+peak memory: stock eager, stock compiled (StaticCache + torch.compile, the fastest stock
+path), stock and injected under the package's graph runtime, injected eager (--latency). Writes eval.json, report.md and PNG plots to --out.
 On the CPU the kernels run under the Triton interpreter: accuracy only, on a short text.`,
 		Example: `  xpuinject eval testdata/fixtures/llama-tiny --package out/package --packed out/packed --out out/eval --device cpu`,
 		Args:    exactArgs(1),
@@ -75,7 +79,7 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.StringVar(&o.Text, "text", "", "plain-text file for accuracy and perplexity (default: the shipped prose)")
 	fl.IntVar(&o.Tokens, "tokens", 0, "tokens of text to evaluate (default 2048 on a GPU, 96 on cpu)")
 	fl.IntVar(&o.GenTokens, "gen-tokens", 0, "greedy tokens to generate (default 128 on a GPU, 8 on cpu)")
-	fl.StringVar(&o.Latency, "latency", "auto", "auto (on a GPU), on or off")
+	fl.StringVar(&o.Latency, "latency", "auto", "latency paths on a GPU: eager (stock, injected), graph (stock compiled, stock and injected under the graph runtime), both, or off; auto: graph where the device captures graphs, else eager")
 	fl.IntVar(&o.Repeats, "repeats", 0, "timed repeats per latency point (default 30)")
 }
 
@@ -85,8 +89,8 @@ func checkEvalFlags(o *evalOptions) error {
 	if !slices.Contains(evalDevices, o.Device) {
 		return &usageError{fmt.Errorf("--device %q: want one of auto, cuda, xpu, cpu", o.Device)}
 	}
-	if !slices.Contains([]string{"auto", "on", "off"}, o.Latency) {
-		return &usageError{fmt.Errorf("--latency %q: want auto, on or off", o.Latency)}
+	if !slices.Contains(latencyModes, o.Latency) {
+		return &usageError{fmt.Errorf("--latency %q: want one of auto, eager, graph, both, off", o.Latency)}
 	}
 	for _, c := range []struct {
 		flag string
@@ -123,23 +127,34 @@ func evalRun(ctx context.Context, f *Factory, o *evalOptions) (*harness.ReportFi
 	if err := outdir.Check(o.Out, outdir.Options{Kind: outdir.KindEval, Replace: true, Inputs: inputs}); err != nil {
 		return nil, err
 	}
-	pp, err := inject.ReadPackagePlan(o.PackageDir)
+	if _, err := checkRun(g, dir, o.PackageDir, o.PackedDir); err != nil {
+		return nil, err
+	}
+	return runEval(ctx, f, o, dir)
+}
+
+// checkRun checks, before any Python starts, that a package and packed weights belong to the
+// model g (in modelDir) and to each other: the package's plan is one re-planning the model
+// gives, its digest is recorded by the package and the packed weights, and the packed
+// checkpoint holds every tensor the plan names.
+func checkRun(g *models.Graph, modelDir, packageDir, packedDir string) (*inject.PackagePlan, error) {
+	pp, err := inject.ReadPackagePlan(packageDir)
 	if err != nil {
 		return nil, err
 	}
 	if err := inject.CheckPlanMatches(pp.Plan, g); err != nil {
-		return nil, fmt.Errorf("%w (package %s, model %s)", err, o.PackageDir, dir)
+		return nil, fmt.Errorf("%w (package %s, model %s)", err, packageDir, modelDir)
 	}
 	if err := inject.CheckPlanFields(pp.Plan, g, kernels.Default(), pp.File); err != nil {
 		return nil, err
 	}
-	if err := pp.CheckDigests(o.PackedDir); err != nil {
+	if err := pp.CheckDigests(packedDir); err != nil {
 		return nil, err
 	}
-	if err := inject.VerifyPacked(pp.Plan, o.PackedDir); err != nil {
+	if err := inject.VerifyPacked(pp.Plan, packedDir); err != nil {
 		return nil, err
 	}
-	return runEval(ctx, f, o, dir)
+	return pp, nil
 }
 
 // runEval runs the driver on an already checked model/package/packed triple and writes the report.

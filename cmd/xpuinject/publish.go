@@ -250,14 +250,20 @@ func evalSummary(r *harness.Result) *inject.EvalSummary {
 		}
 	}
 	lat := r.Latency
+	add := func(what string, row harness.LatencyRow) {
+		if pair, v, ok := row.Headline(); ok {
+			what += fmt.Sprintf(" (%s / %s)", harness.PathLabel(pair[0]), harness.PathLabel(pair[1]))
+			s.Latency = append(s.Latency, inject.EvalRow{What: what, Ratio: v})
+		}
+	}
 	for _, row := range lat.Prefill {
-		s.Latency = append(s.Latency, inject.EvalRow{What: fmt.Sprintf("prefill %d tokens, batch %d", row.Tokens, row.Batch), Ratio: f(row.Ratio)})
+		add(fmt.Sprintf("prefill %d tokens, batch %d", row.Tokens, row.Batch), row)
 	}
 	for _, row := range lat.Decode {
-		s.Latency = append(s.Latency, inject.EvalRow{What: fmt.Sprintf("decode, batch %d, context %d", row.Batch, row.Context), Ratio: f(row.Ratio)})
+		add(fmt.Sprintf("decode, batch %d, context %d", row.Batch, row.Context), row)
 	}
 	for _, row := range lat.Forward {
-		s.Latency = append(s.Latency, inject.EvalRow{What: fmt.Sprintf("forward, batch %d", row.Batch), Ratio: f(row.Ratio)})
+		add(fmt.Sprintf("forward, batch %d", row.Batch), row)
 	}
 	if !lat.Measured {
 		s.LatencyNote = lat.Reason

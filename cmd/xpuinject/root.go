@@ -97,6 +97,7 @@ func NewRootCmd(f *Factory) *cobra.Command {
 		newPackCmd(f),
 		newPackageCmd(f),
 		newEvalCmd(f),
+		newGenerateCmd(f),
 		newPushCmd(f),
 		newKernelsCmd(f),
 	)

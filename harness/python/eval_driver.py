@@ -12,7 +12,9 @@ and reports, for injected and stock side by side, their error against the oracle
 cosine, max/mean absolute, max/mean relative error with a printed denominator floor, top-1
 agreement, KL divergence, perplexity, greedy-generation agreement), the same per decoder
 layer / encoder stage, and on a GPU the latency of prefill and decode (device events,
-warm-up, median of many) with peak memory.
+warm-up, median of many) with peak memory, on the paths --latency names: stock eager, stock
+compiled (StaticCache + torch.compile "reduce-overhead"), stock and injected under the
+package's graph runtime, injected eager.
 
 Progress goes to stderr as `xpuinject-eval: ...` lines; the result is one JSON file.
 Exit codes: 0 ok, 2 bad arguments / missing input, 3 a missing Python package or device,
@@ -32,7 +34,7 @@ import time
 import traceback
 from pathlib import Path
 
-SCHEMA = 1
+SCHEMA = 2
 
 
 def progress(msg: str) -> None:
@@ -68,7 +70,9 @@ def parse_args(argv):
     p.add_argument("--gen-tokens", type=int, default=0, help="greedy tokens to generate (0: 128 on a GPU, 8 on cpu)")
     p.add_argument("--prompts", type=positive("--prompts"), default=4, help="prompts (windows of the text) to generate from")
     p.add_argument("--images", type=int, default=8, help="generated images for vision models")
-    p.add_argument("--latency", choices=["auto", "on", "off"], default="auto")
+    p.add_argument("--latency", choices=["auto", "eager", "graph", "both", "off"], default="auto",
+                   help="latency paths: eager (stock, injected), graph (stock compiled, stock and injected under "
+                        "the graph runtime), both; auto: graph where the device captures graphs, else eager")
     p.add_argument("--prefill", default="128,512,2048", help="prefill lengths for latency")
     p.add_argument("--decode-batches", default="1,8", help="batch sizes for per-token decode latency")
     p.add_argument("--repeats", type=int, default=30, help="timed repeats per latency point (median)")
@@ -418,8 +422,128 @@ def time_fn(fn, device, repeats, warmup=3):
     return statistics.median(times)
 
 
-def latency(models, cfg, device, args):
-    """Prefill at each length (batch 1) and per-token decode (batch 1 and 8) for each model."""
+# The paths a latency point is measured on, by --latency mode. stock_compiled is transformers'
+# own fast path (StaticCache + torch.compile(mode="reduce-overhead")): the one to beat.
+LATENCY_PATHS = {
+    "eager": ("stock_eager", "injected_eager"),
+    "graph": ("stock_compiled", "stock_graph", "injected_graph"),
+    "both": ("stock_eager", "stock_compiled", "stock_graph", "injected_graph", "injected_eager"),
+}
+# Ratios reported (numerator, denominator), the first present one is the headline.
+LATENCY_RATIOS = (("injected_graph", "stock_compiled"), ("injected_graph", "stock_graph"), ("injected_eager", "stock_eager"))
+WARMUP = 3
+
+
+def latency_mode(want, device, rtmod):
+    """--latency auto: graph where the device captures graphs, else eager."""
+    if want != "auto":
+        return want
+    graphs, _ = rtmod.graph_support(device)
+    return "graph" if graphs is not None else "eager"
+
+
+def point_ratios(ms):
+    return {f"{a}/{b}": ratio(ms[a], ms[b]) for a, b in LATENCY_RATIOS
+            if ms.get(a) is not None and ms.get(b) is not None}
+
+
+class Paths:
+    """The models of each latency path, built lazily: the compiled stock model and the runtimes
+    exist only when a mode measures them."""
+
+    def __init__(self, stock, injected, rtmod, errors):
+        self.stock, self.injected, self.rt, self.errors = stock, injected, rtmod, errors
+        self._compiled = None
+
+    def model(self, path):
+        return self.stock if path.startswith("stock") else self.injected
+
+    def compiled(self):
+        import torch
+
+        if self._compiled is None:
+            # a compiled graph per prefill length and decode batch (static shapes, the fastest
+            # kernels); the default limit of 8 recompiles would fall back to eager silently
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+            self._compiled = torch.compile(self.stock, mode="reduce-overhead", dynamic=False)
+        return self._compiled
+
+
+def measure(paths, path, label, fn):
+    """Run fn(path) -> (ms, setup_s); a path that fails is recorded once and reads null."""
+    try:
+        return fn(path)
+    except Exception as e:  # a compile or capture failure must not cost the other paths
+        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        paths.errors.setdefault(path, f"{label}: {msg}")
+        progress(f"latency {label} {path}: failed: {msg}")
+        return None, None
+
+
+def compile_warmup(fn, device):
+    """Wall seconds of the first calls of a torch.compile(mode="reduce-overhead") function: the
+    compile, then the CUDA-graph recording on the next call."""
+    t = time.perf_counter()
+    for _ in range(WARMUP):
+        fn()
+    sync(device)
+    return time.perf_counter() - t
+
+
+def prefill_point(paths, path, ids, kw, device, args):
+    m = paths.model(path)
+    if path.endswith("eager"):
+        return time_fn(lambda: m(input_ids=ids, use_cache=False, **kw), device, args.repeats), None
+    if path == "stock_compiled":
+        c = paths.compiled()
+        setup = compile_warmup(lambda: c(input_ids=ids, use_cache=False, **kw), device)
+        return time_fn(lambda: c(input_ids=ids, use_cache=False, **kw), device, args.repeats), setup
+    gf = paths.rt.GraphedForward(m, graphs=True)
+    try:
+        gf(input_ids=ids, use_cache=False, **kw)
+        return time_fn(lambda: gf(input_ids=ids, use_cache=False, **kw), device, args.repeats), gf.stats["capture_s"]
+    finally:
+        gf.release()
+
+
+def decode_point(paths, path, ids, kw, device, args, cfg, cache_len):
+    """Median ms of one decode step (batch ids.shape[0]) after a prefill of ids, on a static KV
+    cache of cache_len slots for every path."""
+    import torch
+
+    B, ctx = ids.shape
+    steps = 2 * WARMUP + args.repeats
+    if path == "stock_compiled":
+        from transformers import StaticCache
+
+        m, c = paths.stock, paths.compiled()
+        cache = StaticCache(config=cfg, max_cache_len=cache_len)
+        with torch.no_grad():
+            m(input_ids=ids, past_key_values=cache, use_cache=True, **kw)
+        nxt = ids[:, -1:].clone()
+        pos = torch.full((B, 1), ctx, dtype=torch.long, device=device)
+
+        def step():
+            # the cache writes at its own counter, which each call advances: steps stay below cache_len
+            c(input_ids=nxt, position_ids=pos, past_key_values=cache, use_cache=True, **kw)
+            pos.add_(1)
+
+        with torch.no_grad():
+            setup = compile_warmup(step, device)
+            ms = time_fn(step, device, args.repeats, warmup=WARMUP)
+        return ms, setup
+    r = paths.rt.Runtime(paths.model(path), graphs=path.endswith("graph"))
+    try:
+        # no EOS: every step runs; the first steps (Triton's compile and autotune when eager) are dropped
+        r.generate(ids, max_new_tokens=steps + 1, eos_token_id=[], max_cache_len=cache_len, timings=True)
+        step_ms = r.stats["last"]["step_ms"]
+        return statistics.median(step_ms[2 * WARMUP:]), (r.stats["capture_s"] if r.graphs else None)
+    finally:
+        r.release()
+
+
+def latency(paths, names, cfg, device, args):
+    """Prefill at each length (batch 1) and per-token decode (each batch) on every path in names."""
     import torch
 
     vocab = cfg.vocab_size
@@ -427,37 +551,42 @@ def latency(models, cfg, device, args):
     rows = {"prefill": [], "decode": [], "peak_memory_bytes": {}}
     lengths = [int(x) for x in args.prefill.split(",") if x]
     batches = [int(x) for x in args.decode_batches.split(",") if x]
+    import inspect
+
+    kw = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(paths.stock.forward).parameters else {}
     for L in lengths:
         ids = torch.randint(0, vocab, (1, L), generator=g).to(device)
-        row = {"tokens": L, "batch": 1}
-        for name, m in models.items():
+        row = {"tokens": L, "batch": 1, "ms": {}, "setup_s": {}}
+        for name in names:
             with torch.no_grad():
-                row[f"{name}_ms"] = time_fn(lambda: m(input_ids=ids, use_cache=False), device, args.repeats)
-        row["ratio"] = ratio(row["injected_ms"], row["stock_ms"])
+                ms, setup = measure(paths, name, f"prefill {L}", lambda p: prefill_point(paths, p, ids, kw, device, args))
+            row["ms"][name] = ms
+            if setup is not None:
+                row["setup_s"][name] = setup
+        row["ratios"] = point_ratios(row["ms"])
         rows["prefill"].append(row)
-        progress(f"latency prefill {L}: stock {row['stock_ms']:.3f} ms, injected {row['injected_ms']:.3f} ms")
-    from transformers import DynamicCache
-
+        progress(f"latency prefill {L}: " + describe_point(row))
     ctx = 512
+    cache_len = paths.rt.cache_bucket(ctx + 2 * WARMUP + args.repeats + 2)
     for B in batches:
         ids = torch.randint(0, vocab, (B, ctx), generator=g).to(device)
-        nxt = torch.randint(0, vocab, (B, 1), generator=g).to(device)
-        row = {"batch": B, "context": ctx}
-        for name, m in models.items():
-            with torch.no_grad():
-                cache = DynamicCache(config=cfg)
-                m(input_ids=ids, past_key_values=cache, use_cache=True)
-
-                def step():
-                    # one decode step on a cache of fixed length: crop back after each step
-                    m(input_ids=nxt, past_key_values=cache, use_cache=True)
-                    cache.crop(-1)
-
-                row[f"{name}_ms"] = time_fn(step, device, args.repeats)
-        row["ratio"] = ratio(row["injected_ms"], row["stock_ms"])
+        row = {"batch": B, "context": ctx, "cache_len": cache_len, "ms": {}, "setup_s": {}}
+        for name in names:
+            ms, setup = measure(paths, name, f"decode batch {B}",
+                                lambda p: decode_point(paths, p, ids, kw, device, args, cfg, cache_len))
+            row["ms"][name] = ms
+            if setup is not None:
+                row["setup_s"][name] = setup
+        row["ratios"] = point_ratios(row["ms"])
         rows["decode"].append(row)
-        progress(f"latency decode batch {B}: stock {row['stock_ms']:.3f} ms/token, injected {row['injected_ms']:.3f}")
+        progress(f"latency decode batch {B}: " + describe_point(row))
     return rows
+
+
+def describe_point(row):
+    parts = [f"{k} {v:.3f} ms" for k, v in row["ms"].items() if v is not None]
+    parts += [f"{k} {v:.2f}x" for k, v in row["ratios"].items()][:1]
+    return ", ".join(parts)
 
 
 def peak_memory(device, fn):
@@ -556,34 +685,67 @@ def main(argv=None):
         traceback.print_exc()
         fail(5, f"evaluation failed: {type(e).__name__}: {e}")
 
-    want_latency = args.latency == "on" or (args.latency == "auto" and on_gpu)
-    if want_latency and not on_gpu:
-        result["latency"] = {"measured": False, "reason": "latency is measured only on a GPU (the CPU runs the kernels under the Triton interpreter)"}
-    elif not want_latency:
-        result["latency"] = {
-            "measured": False,
-            "reason": "the kernels ran on the CPU under the Triton interpreter, whose timings say nothing about a GPU" if not on_gpu else "disabled (--latency off)",
-        }
-    elif vision:
-        result["latency"] = vision_latency(args, cfg, device, stock, injected)
+    if args.latency == "off":
+        result["latency"] = {"measured": False, "reason": "disabled (--latency off)"}
+    elif not on_gpu:
+        result["latency"] = {"measured": False, "reason": "the kernels ran on the CPU under the Triton interpreter, whose timings say nothing about a GPU"}
     else:
-        del oracle
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        lat = latency({"stock": stock, "injected": injected}, cfg, device, args)
-        ids = torch.randint(0, cfg.vocab_size, (1, max(int(x) for x in args.prefill.split(","))), device=device)
-        for name, m in (("stock", stock), ("injected", injected)):
-            with torch.no_grad():
-                lat["peak_memory_bytes"][name] = peak_memory(device, lambda: m(input_ids=ids, use_cache=False))
-        lat["measured"] = True
-        lat["method"] = f"device events, {args.repeats} timed repeats after 3 warm-ups, median; decode on a 512-token KV cache"
-        result["latency"] = lat
+        del oracle  # the fp32 model is not timed: free its memory first
+        try:
+            result["latency"] = measure_latency(args, cfg, device, stock, injected, vision)
+        except Exception as e:
+            traceback.print_exc()
+            fail(5, f"latency failed: {type(e).__name__}: {e}")
 
     out = Path(args.out)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(jsonable(result), indent=2, allow_nan=False))
     os.replace(tmp, out)
     progress(f"wrote {out}")
+
+
+def measure_latency(args, cfg, device, stock, injected, vision):
+    """The latency section of eval.json on every path the mode measures."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    rtmod = runtime_module(args.package, device)
+    mode = latency_mode(args.latency, device, rtmod)
+    graphs, why = rtmod.graph_support(device)
+    if graphs is None and mode != "eager":
+        return {"measured": False, "reason": f"--latency {args.latency}: no device graphs here ({why}); use --latency eager"}
+    errors = {}
+    paths = Paths(stock, injected, rtmod, errors)
+    progress(f"latency ({mode}): " + ", ".join(LATENCY_PATHS[mode]))
+    names = LATENCY_PATHS[mode]
+    lat = (vision_latency if vision else latency)(paths, names, cfg, device, args)
+    lat.setdefault("peak_memory_bytes", {})
+    if not vision:
+        ids = torch.randint(0, cfg.vocab_size, (1, max(int(x) for x in args.prefill.split(","))), device=device)
+        for name, m in (("stock", stock), ("injected", injected)):
+            with torch.no_grad():
+                lat["peak_memory_bytes"][name] = peak_memory(device, lambda: m(input_ids=ids, use_cache=False))
+        method = (f"device events, median of {args.repeats} timed calls after {WARMUP} warm-ups; prefill: one forward "
+                  f"(logits of the last token); decode: ms per token after a 512-token prompt, on a static KV cache "
+                  f"of the same length for every path; compiled = transformers StaticCache + "
+                  f"torch.compile(mode=\"reduce-overhead\"); graph = captured once by the xpuinject runtime, replayed")
+    else:
+        method = (f"device events, median of {args.repeats} timed forwards after {WARMUP} warm-ups; compiled = "
+                  f"torch.compile(mode=\"reduce-overhead\"); graph = captured once per batch size, replayed")
+    lat.update({"measured": True, "mode": mode, "paths": list(LATENCY_PATHS[mode]), "method": method})
+    if errors:
+        lat["errors"] = errors
+    return lat
+
+
+def runtime_module(package_dir, device):
+    """The package's graph runtime (its `runtime` module)."""
+    pkg, _ = load_package(package_dir, device)
+    rt = getattr(pkg, "runtime", None)
+    if rt is None:
+        fail(2, f"{package_dir}: the package has no graph runtime (written by an older xpuinject): write it again with 'xpuinject package'")
+    return rt
 
 
 def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu):
@@ -640,21 +802,41 @@ def evaluate_vision(args, cfg, device, oracle, stock, injected, result):
     ]
 
 
-def vision_latency(args, cfg, device, stock, injected):
+def vision_latency(paths, names, cfg, device, args):
+    """Forward latency at batch 1 and 32 on every path in names."""
     import torch
 
     size = getattr(cfg, "image_size", 224)
     rows = []
     for B in (1, 32):
         px = make_images(B, size, args.seed + B).to(device).bfloat16()
-        row = {"batch": B}
-        for name, m in (("stock", stock), ("injected", injected)):
+        row = {"batch": B, "ms": {}, "setup_s": {}}
+
+        def point(path):
+            m = paths.model(path)
+            if path.endswith("eager"):
+                return time_fn(lambda: m(pixel_values=px), device, args.repeats), None
+            if path == "stock_compiled":
+                c = paths.compiled()
+                setup = compile_warmup(lambda: c(pixel_values=px), device)
+                return time_fn(lambda: c(pixel_values=px), device, args.repeats), setup
+            gf = paths.rt.GraphedForward(m, graphs=True)
+            try:
+                gf(pixel_values=px)
+                return time_fn(lambda: gf(pixel_values=px), device, args.repeats), gf.stats["capture_s"]
+            finally:
+                gf.release()
+
+        for name in names:
             with torch.no_grad():
-                row[f"{name}_ms"] = time_fn(lambda: m(pixel_values=px), device, args.repeats)
-        row["ratio"] = ratio(row["injected_ms"], row["stock_ms"])
+                ms, setup = measure(paths, name, f"batch {B}", point)
+            row["ms"][name] = ms
+            if setup is not None:
+                row["setup_s"][name] = setup
+        row["ratios"] = point_ratios(row["ms"])
         rows.append(row)
-        progress(f"latency batch {B}: stock {row['stock_ms']:.3f} ms, injected {row['injected_ms']:.3f} ms")
-    return {"measured": True, "forward": rows, "method": f"device events, {args.repeats} repeats, median"}
+        progress(f"latency batch {B}: " + describe_point(row))
+    return {"forward": rows}
 
 
 if __name__ == "__main__":

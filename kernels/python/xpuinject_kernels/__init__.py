@@ -24,10 +24,12 @@ Checking support (tests, benchmarks): set_poison(on) -> previous setting: NaN-fi
 the kernels allocate, so an element a kernel fails to write fails any comparison;
 apply_interpreter_fixes() makes Triton's CPU interpreter (TRITON_INTERPRET=1) compute as the GPUs
 do (_interpret.py).
+`runtime` runs a model (stock or injected) with captured device graphs: `runtime.generate(model,
+input_ids, ...)` and `runtime.GraphedForward(model)`.
 """
 
 from . import _backend  # noqa: F401
-from . import layers
+from . import layers, runtime
 from ._backend import set_poison
 from ._interpret import apply as apply_interpreter_fixes
 from .attention import attention_forward, decode_attention, flash_attention_prefill
@@ -46,6 +48,7 @@ __all__ = [
     "InjectError",
     "Released",
     "layers",
+    "runtime",
     "rms_norm",
     "add_rms_norm",
     "apply_rope",

@@ -14,7 +14,7 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 // fakeEvalJSON is what the fake driver writes: a CPU run with two layers (one plot).
-const fakeEvalJSON = `{"schema": 1,
+const fakeEvalJSON = `{"schema": 2,
  "model": {"path": "/models/synthetic", "arch": "llama", "class": "LlamaForCausalLM"},
  "device": {"type": "cpu", "name": "cpu", "interpret": true},
  "versions": {"torch": "2.11.0", "transformers": "5.17.0", "triton": "3.6.0"},

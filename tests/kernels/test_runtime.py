@@ -1,0 +1,283 @@
+"""The graph runtime on the CPU, where it runs its steps eagerly: the same greedy tokens as
+transformers' model.generate on the fixtures (stock and injected, batch 1 and a left-padded batch),
+EOS and padding like generate, sampling that follows transformers' warpers, and clear refusals of
+bad arguments. The captured path itself runs on a GPU (scripts/gpu_runtime_check.py).
+
+model.generate's static cache holds prompt + max_new_tokens - 1 positions; passing the same
+max_cache_len gives the runtime the same attention shapes, hence the same rounding. (With another
+cache length bf16 attention may round differently and a near-tie may flip a greedy choice.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from xpuinject_kernels import runtime as rt
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+FIXTURES = ROOT / "testdata" / "fixtures"
+BIN = ROOT / "bin" / "xpuinject"
+
+
+def load(name, dtype=torch.float32):
+    return transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / name, dtype=dtype).eval()
+
+
+def prompts(L=10, pads=(0, 3, 6, 1), seed=0):
+    """A batch of len(pads) prompts of L tokens, left-padded with token 0 (mask 0)."""
+    ids = torch.randint(3, 500, (len(pads), L), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones_like(ids)
+    for r, n in enumerate(pads):
+        ids[r, :n] = 0
+        mask[r, :n] = 0
+    return ids, mask
+
+
+def reference(model, ids, mask, n, **kw):
+    with torch.no_grad():
+        return model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False,
+                              cache_implementation="static", **kw)
+
+
+@pytest.mark.parametrize("name, dtype", [
+    ("llama-tiny", torch.float32),
+    ("qwen3-tiny", torch.float32),   # per-head q/k norms, GQA
+    ("qwen2-tiny", torch.bfloat16),  # qkv bias, bf16 checkpoint
+    ("llama-odd", torch.bfloat16),   # hidden 160, 5 heads
+])
+def test_greedy_equals_generate(name, dtype):
+    model = load(name, dtype)
+    ids, mask = prompts()
+    n = 32
+    for x, m in ((ids[:1], None), (ids, mask)):
+        ref = reference(model, x, m, n)
+        out = rt.generate(model, x, m, max_new_tokens=n, max_cache_len=x.shape[1] + n - 1)
+        assert out.shape == ref.shape and torch.equal(out, ref), f"{name} batch {x.shape[0]}"
+    stats = rt.runtime_for(model).stats
+    assert stats["graphs"] is False and stats["eager_steps"] > 0 and stats["replays"] == 0
+
+
+def test_eager_attention_takes_an_additive_mask():
+    model = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "llama-tiny", attn_implementation="eager").eval()
+    ids, mask = prompts()
+    out = rt.generate(model, ids, mask, max_new_tokens=16, max_cache_len=10 + 16 - 1)
+    assert torch.equal(out, reference(model, ids, mask, 16))
+    assert rt.runtime_for(model)._mask_min.item() == torch.finfo(torch.float32).min
+
+
+def test_fp32_equals_default_generate_with_bucketed_cache():
+    """In fp32 the cache length does not move a greedy choice here: the default (bucketed) cache
+    against generate's default dynamic cache."""
+    model = load("llama-tiny")
+    ids, mask = prompts(pads=(0, 4))
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=30, do_sample=False)
+    out = rt.generate(model, ids, mask, max_new_tokens=30)
+    assert torch.equal(out, ref)
+    assert rt.runtime_for(model).stats["last"]["cache_len"] == rt.cache_bucket(10 + 30 - 1) == 64
+
+
+def test_sliding_window_past_the_window():
+    """mistral-tiny attends over a 32-token window; 10 + 40 tokens go past it. The runtime keeps a
+    full-length cache and applies the window in its mask."""
+    model = load("mistral-tiny")
+    ids, mask = prompts()
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=40, do_sample=False)
+    out = rt.generate(model, ids, mask, max_new_tokens=40)
+    assert torch.equal(out, ref)
+    assert rt.runtime_for(model)._window == 32
+
+
+def test_eos_pads_and_stops_like_generate():
+    model = load("llama-tiny")
+    ids, mask = prompts()
+    free = rt.generate(model, ids, mask, max_new_tokens=12, eos_token_id=[])[:, 10:]
+    # without EOS the rows run to 12 tokens; these ids end rows 1, 2, 3 at new tokens 2, 1, 1
+    assert free[1, 2] == 57 and free[2, 1] == 365 and free[3, 1] == 245 and 46 == free[0, 1]
+    for eos, length in (([57, 365, 245], 22), ([57, 365, 245, 46], 13)):
+        ref = reference(model, ids, mask, 12, eos_token_id=eos, pad_token_id=2)
+        out = rt.generate(model, ids, mask, max_new_tokens=12, eos_token_id=eos, pad_token_id=2,
+                          max_cache_len=10 + 12 - 1)
+        assert out.shape == (4, length) and torch.equal(out, ref), eos
+        assert (out[1, 13:] == 2).all() and (out[2, 12:] == 2).all() and (out[3, 12:] == 2).all()
+    # the row that never finishes keeps its tokens; the result stops when the last row finished
+    assert torch.equal(out[:, 10:12], free[:, :2]) and out[1, 12] == 57
+
+
+def test_runtime_is_reused_across_prompts_and_batches():
+    model = load("llama-tiny")
+    r = rt.Runtime(model)
+    ids, mask = prompts()
+    for x, m in ((ids, mask), (ids[2:], mask[2:]), (prompts(seed=5)[0], None), (ids, mask)):
+        n = 16
+        out = r.generate(x, m, max_new_tokens=n, max_cache_len=x.shape[1] + n - 1)
+        assert torch.equal(out, reference(model, x, m, n))
+    assert sorted((b["batch"], b["cache_len"]) for b in r.stats["buckets"]) == [(2, 25), (4, 25)]
+
+
+@pytest.fixture(scope="module")
+def injected_run(tmp_path_factory):
+    if not BIN.is_file():
+        pytest.fail(f"{BIN} is missing: scripts/test builds it")
+    out = tmp_path_factory.mktemp("llama-odd-run")
+    r = subprocess.run([str(BIN), str(FIXTURES / "llama-odd"), "--out", str(out), "--skip-eval"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_injected_greedy_equals_generate(injected_run):
+    """llama-odd with every layer on our kernels (under the Triton interpreter)."""
+    from xpuinject_kernels import inject
+
+    model = load("llama-odd", torch.bfloat16)
+    summary = inject(model, packed=injected_run / "packed", plan=injected_run / "package" / "plan.yaml")
+    assert summary["replaced"]["Attention"] == 1
+    ids, mask = prompts(L=8, pads=(0, 2, 5, 1))
+    for x, m, n in ((ids[:1], None, 6), (ids, mask, 4)):
+        ref = reference(model, x, m, n)
+        out = rt.generate(model, x, m, max_new_tokens=n, max_cache_len=x.shape[1] + n - 1)
+        assert torch.equal(out, ref), f"batch {x.shape[0]}"
+
+
+def test_sampling_top_k_1_is_greedy_and_seeds_repeat():
+    model = load("llama-tiny")  # fp32: no exact ties between the two best scores here
+    ids, mask = prompts()
+    greedy = rt.generate(model, ids, mask, max_new_tokens=16)
+    top1 = rt.generate(model, ids, mask, max_new_tokens=16, do_sample=True, top_k=1)
+    assert torch.equal(greedy, top1)
+    torch.manual_seed(11)
+    a = rt.generate(model, ids, mask, max_new_tokens=16, do_sample=True, temperature=1.5, top_k=0, top_p=1.0)
+    torch.manual_seed(11)
+    b = rt.generate(model, ids, mask, max_new_tokens=16, do_sample=True, temperature=1.5, top_k=0, top_p=1.0)
+    c = rt.generate(model, ids, mask, max_new_tokens=16, do_sample=True, temperature=1.5, top_k=0, top_p=1.0)
+    assert torch.equal(a, b) and not torch.equal(b, c)
+    assert not torch.equal(a, greedy)
+
+
+def warped_support(scores, temperature, top_k, top_p):
+    """The tokens transformers' warpers leave finite (generation/logits_process.py)."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    s = TemperatureLogitsWarper(temperature)(None, scores.clone())
+    if top_k:
+        s = TopKLogitsWarper(top_k)(None, s)
+    if top_p < 1:
+        s = TopPLogitsWarper(top_p)(None, s)
+    return torch.isfinite(s)
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 3, 1.0), (0.7, 0, 0.6), (2.0, 5, 0.9), (1.0, 0, 1.0)])
+def test_sample_follows_transformers_warpers(temperature, top_k, top_p):
+    torch.manual_seed(0)
+    logits = torch.randn(1, 12) * 2
+    draws = 20000
+    scores = logits.expand(draws, 12).contiguous()
+    t = lambda v, dt: torch.tensor(v, dtype=dt)  # noqa: E731
+    got = rt._sample(scores, t(temperature, torch.float32), t(top_k, torch.long), t(top_p, torch.float32))
+    support = warped_support(logits, temperature, top_k, top_p)[0]
+    freq = torch.bincount(got, minlength=12).float() / draws
+    assert (freq[~support] == 0).all(), (freq, support)
+    # the draw follows softmax over the kept tokens
+    want = torch.softmax(torch.where(support, logits[0] / temperature, float("-inf")), -1)
+    assert (freq - want).abs().max() < 0.02, (freq, want)
+
+
+def test_bad_arguments_are_refused_clearly():
+    model = load("llama-tiny")
+    ids, mask = prompts()
+    r = rt.Runtime(model, max_batch=2)
+    cases = [
+        (dict(input_ids=ids[:1], max_new_tokens=-3), "max_new_tokens must be a positive integer, got -3"),
+        (dict(input_ids=ids[:1], max_new_tokens=0), "max_new_tokens must be a positive integer, got 0"),
+        (dict(input_ids=ids[:1, :0], max_new_tokens=4), "is empty: the prompt needs at least one token"),
+        (dict(input_ids=ids[:3], max_new_tokens=4), "batch 3 is larger than the largest batch bucket 2"),
+        (dict(input_ids=ids[:2], attention_mask=mask[:2, :5], max_new_tokens=4), "does not match input_ids"),
+        (dict(input_ids=ids[:2], attention_mask=torch.zeros_like(ids[:2]), max_new_tokens=4), "row 0 masks every token"),
+        (dict(input_ids=ids[:1], max_new_tokens=4, do_sample=True, top_p=1.5), "top_p must be in (0, 1]"),
+        (dict(input_ids=ids[:1], max_new_tokens=4, do_sample=True, temperature=0.0), "temperature must be a positive number"),
+        (dict(input_ids=ids[:1], max_new_tokens=4, do_sample=True, top_k=-2), "top_k must be a non-negative integer"),
+        (dict(input_ids=ids[:2], max_new_tokens=4, streamer=object()), "a streamer takes batch 1"),
+        (dict(input_ids=ids[:1], max_new_tokens=8, max_cache_len=12), "max_cache_len 12 < prompt 10 + max_new_tokens 8 - 1"),
+        (dict(input_ids=ids[0], max_new_tokens=4), "must be a [batch, tokens] tensor"),
+    ]
+    for kw, msg in cases:
+        with pytest.raises(ValueError) as e:
+            r.generate(**kw)
+        assert msg in str(e.value), (kw, str(e.value))
+    with pytest.raises(ValueError, match="graphs=True on cpu: cpu has no device graphs"):
+        rt.Runtime(model, graphs=True)
+
+
+def test_cpu_runs_eagerly_and_says_so():
+    model = load("llama-tiny")
+    rt._warned.clear()
+    with pytest.warns(RuntimeWarning, match="cpu has no device graphs; running eagerly"):
+        r = rt.Runtime(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process
+        rt.Runtime(model)
+    assert r.graphs is False and r.stats["reason"] == "cpu has no device graphs"
+    assert rt.Runtime(model, graphs=False).stats["reason"] == "disabled (graphs=False)"
+
+
+def test_interpreter_on_a_gpu_device_is_not_captured(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    g, why = rt.graph_support("cuda")
+    assert g is None and "TRITON_INTERPRET=1" in why
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert rt.graph_support("cpu")[0] is None
+
+
+def test_streamer_gets_prompt_then_each_token():
+    model = load("llama-tiny")
+    ids, _ = prompts()
+
+    class Rec:
+        def __init__(self):
+            self.puts, self.ended = [], False
+
+        def put(self, v):
+            self.puts.append(v.tolist())
+
+        def end(self):
+            self.ended = True
+
+    s = Rec()
+    out = rt.generate(model, ids[:1], max_new_tokens=9, streamer=s, eos_token_id=[])
+    assert s.ended and s.puts[0] == ids[:1].tolist()
+    assert [p[0] for p in s.puts[1:]] == out[0, 10:].tolist()
+
+
+def test_graphed_forward_eager_fallback():
+    model = load("llama-tiny")
+    ids, _ = prompts()
+    with rt.GraphedForward(model) as fwd:
+        a = fwd(input_ids=ids, use_cache=False).logits
+        assert fwd.stats["eager_calls"] == 1 and not fwd.graphs
+    with torch.no_grad():
+        b = model(input_ids=ids, use_cache=False).logits
+    assert torch.equal(a, b)
+    with pytest.raises(TypeError, match="generation with a KV cache: use generate"):
+        rt.GraphedForward(model)(input_ids=ids, past_key_values=transformers.DynamicCache())
+
+
+def test_buckets():
+    assert [rt.batch_bucket(b) for b in (1, 2, 3, 5, 8, 9, 64)] == [1, 2, 4, 8, 8, 16, 64]
+    assert [rt.cache_bucket(n) for n in (1, 64, 65, 767, 1024, 1025)] == [64, 64, 128, 1024, 1024, 2048]
+    with pytest.raises(ValueError, match="batch 65 is larger than the largest batch bucket 64"):
+        rt.batch_bucket(65)
+
+
+def test_package_carries_the_runtime(injected_run):
+    variant = injected_run / "package" / "build" / "torch-cuda"
+    assert (variant / "runtime.py").read_bytes() == (Path(rt.__file__)).read_bytes()
+    assert os.path.exists(injected_run / "package" / "build" / "torch-xpu" / "runtime.py")
