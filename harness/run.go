@@ -29,6 +29,10 @@ type Options struct {
 	GenTokens  int    // 0 = driver default
 	Latency    string // auto|eager|graph|both|off
 	Repeats    int    // 0 = driver default
+	// Prefill and DecodeBatches are the timed prompt lengths and decode batch sizes (nil:
+	// the driver's defaults).
+	Prefill       []int
+	DecodeBatches []int
 	// Progress receives the driver's progress lines (stderr of the run).
 	Progress io.Writer
 	// Env is the process environment (os.Environ() in production).
@@ -88,6 +92,12 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 	}
 	if o.GenTokens > 0 {
 		args = append(args, "--gen-tokens", strconv.Itoa(o.GenTokens))
+	}
+	if len(o.Prefill) > 0 {
+		args = append(args, "--prefill", joinInts(o.Prefill))
+	}
+	if len(o.DecodeBatches) > 0 {
+		args = append(args, "--decode-batches", joinInts(o.DecodeBatches))
 	}
 	if o.Repeats > 0 {
 		args = append(args, "--repeats", strconv.Itoa(o.Repeats))
@@ -184,4 +194,12 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
+}
+
+func joinInts(ns []int) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
 }

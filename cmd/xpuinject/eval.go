@@ -27,6 +27,8 @@ type evalOptions struct {
 	GenTokens  int
 	Latency    string
 	Repeats    int
+	Prefill    []int // prompt lengths timed (nil: the driver's 128, 512, 2048)
+	Decode     []int // batch sizes of the timed decode steps (nil: 1 and 8)
 }
 
 var (
@@ -81,6 +83,8 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.IntVar(&o.GenTokens, "gen-tokens", 0, "greedy tokens to generate (default 128 on a GPU, 8 on cpu)")
 	fl.StringVar(&o.Latency, "latency", "auto", "latency paths on a GPU: eager (stock, injected), graph (stock compiled, stock and injected under the graph runtime), both, or off; auto: graph where the device captures graphs, else eager")
 	fl.IntVar(&o.Repeats, "repeats", 0, "timed repeats per latency point (default 30)")
+	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated (default 128,512,2048)")
+	fl.IntSliceVar(&o.Decode, "decode-batches", nil, "batch sizes whose decode step is timed, comma-separated (default 1,8)")
 }
 
 // checkEvalFlags validates the flags eval shares with the pipeline, before any work;
@@ -98,6 +102,16 @@ func checkEvalFlags(o *evalOptions) error {
 	}{{"tokens", o.Tokens}, {"gen-tokens", o.GenTokens}, {"repeats", o.Repeats}} {
 		if err := checkCount(c.flag, c.n); err != nil {
 			return err
+		}
+	}
+	for _, c := range []struct {
+		flag string
+		ns   []int
+	}{{"prefill", o.Prefill}, {"decode-batches", o.Decode}} {
+		for _, n := range c.ns {
+			if n < 1 {
+				return &usageError{fmt.Errorf("--%s %d: want whole numbers of at least 1", c.flag, n)}
+			}
 		}
 	}
 	if o.Text != "" {
@@ -183,7 +197,7 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 	_, files, err := harness.Run(ctx, harness.Options{
 		Python: py, ModelDir: modelDir, PackageDir: o.PackageDir, PackedDir: o.PackedDir, OutDir: o.Out, Tool: tool(),
 		Device: o.Device, TextFile: o.Text, Tokens: o.Tokens, GenTokens: o.GenTokens, Latency: o.Latency,
-		Repeats: o.Repeats, Progress: f.ErrOut,
+		Repeats: o.Repeats, Prefill: o.Prefill, DecodeBatches: o.Decode, Progress: f.ErrOut,
 	})
 	if err != nil {
 		return nil, err

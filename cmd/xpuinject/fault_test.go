@@ -213,6 +213,12 @@ func TestFaultMatrix(t *testing.T) {
 				m, pkg, packed := prepared(t, root)
 				return append(evalArgs(m, pkg, packed, filepath.Join(root, "eval")), "--tokens", "-5")
 			}},
+		{name: "zero prefill length", code: exitUsage,
+			want: []string{"--prefill 0: want whole numbers of at least 1"},
+			setup: func(t *testing.T, root string) []string {
+				m, pkg, packed := prepared(t, root)
+				return append(evalArgs(m, pkg, packed, filepath.Join(root, "eval")), "--prefill", "512,0")
+			}},
 		{name: "empty text file", code: exitUsage,
 			want: []string{"empty.txt is empty"},
 			setup: func(t *testing.T, root string) []string {
