@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run everything that needs a GPU and collect the results in one folder: the kernel tests on the
-# device, the whole pipeline on Llama-3.2-1B- and LeViT-128S-shaped random models, the kernel
-# benchmarks, the launch-constant sweep and the launchers' host time. Each step has its own time
+# device, the whole pipeline on the real SmolLM2-135M-Instruct and on Llama-3.2-1B-, Llama-3.1-8B-
+# and LeViT-128S-shaped random models, the kernel benchmarks, the launch-constant sweep and the
+# launchers' host time. Each step has its own time
 # limit, so one overrun never costs the others, and its log lands beside its results.
 #
 #   on the GPU machine, with bin/xpuinject built for it:
@@ -11,7 +12,9 @@
 #        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
 #        both), BENCH_ARGS (default --quick; empty for the full matrix), LIGER (a folder holding the
 #        liger_kernel package; default .device-carry/liger when present, see scripts/fetch_liger.sh),
-#        RUNTIME_MODELS (default "llama1b llama8b"), RUNTIME_ARGS (extra gpu_runtime_check.py flags)
+#        RUNTIME_MODELS (default "llama1b llama8b"), RUNTIME_ARGS (extra gpu_runtime_check.py flags),
+#        EVAL_ARGS (extra pipeline flags, e.g. "--prefill 512 --tokens 1024"), GGUF (the real model's
+#        GGUF, for a machine without PyPI: scripts/real_model.py --gguf; "real" step, T_REAL)
 set -uo pipefail
 OUT=${OUT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/out/gpu-run}
 mkdir -p "$OUT"
@@ -39,17 +42,28 @@ for s in $STEPS; do
       $(python3 -c 'import kernels.layer.layer' 2>/dev/null || echo --ignore=tests/kernels/test_layers.py) \
       >"$OUT/kernel-tests.log" 2>&1
     log "kernel tests rc=$? : $(tail -1 "$OUT/kernel-tests.log")" ;;
-  llama|levit)
-    name=$([ "$s" = llama ] && echo llama1b || echo levit128s)
+  real|llama|llama8b|levit)
+    case $s in
+    real) name=smollm2-135m-instruct limit=${T_REAL:-300} ;;
+    llama) name=llama1b limit=${T_LLAMA:-240} ;;
+    llama8b) name=llama8b limit=${T_LLAMA8B:-480} ;;
+    levit) name=levit128s limit=${T_LEVIT:-90} ;;
+    esac
     log "make $name"
-    python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" >>"$OUT/$s.log" 2>&1
+    if [ "$s" = real ]; then
+      model=$(python3 scripts/real_model.py ${GGUF:+--gguf "$GGUF"} 2>>"$OUT/$s.log") || { log "real model rc=$?"; continue; }
+    else
+      python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" >>"$OUT/$s.log" 2>&1
+      model="$WORK/models/$name"
+    fi
     log "pipeline $name"
-    timeout "$([ "$s" = llama ] && echo "${T_LLAMA:-240}" || echo "${T_LEVIT:-90}")" \
-      bin/xpuinject "$WORK/models/$name" --out "$WORK/run-$s" --device cuda --repeats 20 --latency "${LATENCY:-both}" \
-      >>"$OUT/$s.log" 2>&1
+    timeout "$limit" bin/xpuinject "$model" --out "$WORK/run-$s" --device cuda --repeats 20 --latency "${LATENCY:-both}" \
+      ${EVAL_ARGS:-} >>"$OUT/$s.log" 2>&1
     log "pipeline $name rc=$?"
     mkdir -p "$OUT/$s"
-    cp "$WORK/run-$s"/eval/{report.md,eval.json,latency.png,layers.png} "$OUT/$s/" 2>/dev/null ;;
+    cp "$WORK/run-$s"/eval/{report.md,eval.json,latency.png,layers.png} "$OUT/$s/" 2>/dev/null
+    sed -n '/^## Accuracy/,/^## Per layer/p; /^## Latency/,$p' "$WORK/run-$s/eval/report.md" >>"$OUT/summary.txt" 2>/dev/null
+    [ "$s" = llama8b ] && rm -rf "$WORK/models/$name" "$WORK/run-$s/packed" ;;  # 16 GB + 16 GB
   bench)
     log "kernel benchmarks"
     # --budget-s stops starting new cases in time to write the table before T_BENCH runs out.
@@ -85,7 +99,7 @@ for s in $STEPS; do
       rm -rf "$WORK/models/$name" "$WORK/run-rt-$name"  # an 8B checkpoint and its packed copy are 32 GB
     done ;;
   *)
-    log "unknown step $s (want tests, llama, levit, bench, tune, host, runtime)" ;;
+    log "unknown step $s (want tests, real, llama, llama8b, levit, bench, tune, host, runtime)" ;;
   esac
 done
 log "done: $OUT"
