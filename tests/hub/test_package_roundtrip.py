@@ -213,7 +213,7 @@ def test_published_package_works_without_xpuinject(published):
     assert hub_out["packed_snapshot"] == ["README.md", "config.json", "generation_config.json", "model.safetensors", "plan.yaml",
                                           "tokenizer.json", "tokenizer_config.json"]
     assert hub_out["released"] == "Released" and hub_out["bound"] == "DecoderLayer.forward"
-    assert local_out["packed"].endswith("/packed") and local_out["replaced"] == {"Attention": 1, "DecoderLayer": 1, "RMSNorm": 3, "SwiGLUMLP": 1}
+    assert local_out["packed"].endswith("/packed") and local_out["replaced"] == {"Attention": 1, "DecoderLayer": 1, "LMHead": 1, "RMSNorm": 3, "SwiGLUMLP": 1}
 
     via_hub, local = torch.load(tmp / "hub.pt"), torch.load(tmp / "local.pt")
     assert torch.equal(via_hub["injected"], local["injected"]), "the Hub route computes other logits than the local route"
@@ -248,12 +248,12 @@ def test_bad_packed_inputs_are_named(published):
     print(json.dumps(e, indent=1))
     assert re.search(r"the packed weights in org/other-model-packed were made for \S+/llama-tiny \(llama\), "
                      rf"this package's plan for {SOURCE}@{revision} \(llama\)", e["other model"] or ""), e["other model"]
-    assert re.search(r"the packed weights in org/other-plan-packed were packed from a plan that differs from this package's: "
-                     r"layers\[\d+\] \(model.layers.0.post_attention_layernorm\): kernel 'add-rmsnorm' here, 'rmsnorm'",
+    assert re.search(r"the packed weights in org/other-plan-packed were packed from another plan than this package's "
+                     r"\(their plan.yaml sha256 .*\): layers\[\d+\] \(model.layers.0.post_attention_layernorm\): kernel 'add-rmsnorm' here, 'rmsnorm'",
                      e["other plan"] or ""), e["other plan"]
     assert e["missing repo"] and "no repository org/no-such-packed on " + url in e["missing repo"] \
         and "that this token can read" in e["missing repo"], e["missing repo"]
     assert e["private, no token"] and "or it is private or gated and no Hub token is set" in e["private, no token"] \
         and "HF_TOKEN" in e["private, no token"], e["private, no token"]
     assert out["untouched"], "a refused inject changed the model"
-    assert out["replaced"] == {"Attention": 1, "DecoderLayer": 1, "RMSNorm": 3, "SwiGLUMLP": 1}
+    assert out["replaced"] == {"Attention": 1, "DecoderLayer": 1, "LMHead": 1, "RMSNorm": 3, "SwiGLUMLP": 1}
