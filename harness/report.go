@@ -132,12 +132,30 @@ func Markdown(r *Result, plots []string) []byte {
 		fmt.Fprintf(&b, "\n### Greedy generation (%d new tokens after each of %d %d-token prompts)\n\n",
 			g.NewTokens, max(g.Prompts, 1), g.PromptTokens)
 		b.WriteString("| compared | tokens equal | equal before first divergence | divergences: ties / not ties |\n| --- | --- | --- | --- |\n")
-		pairs := []struct {
+		type pair struct {
 			name string
 			a    Agreement
-		}{{"injected vs oracle", g.Injected}, {"stock vs oracle", g.Stock}, {"injected vs stock", g.InjectedVsStock}}
+		}
+		pairs := []pair{{"injected vs oracle", g.Injected}, {"stock vs oracle", g.Stock}, {"injected vs stock", g.InjectedVsStock}}
 		for _, p := range pairs {
 			fmt.Fprintf(&b, "| %s | %s | %s | %d / %d |\n", p.name, pct(p.a.Positions), pct(p.a.Prefix), p.a.Ties, p.a.NonTies)
+		}
+		if rt := g.Runtime; rt != nil {
+			how := "captured device graphs"
+			if !rt.Graphs {
+				how = "eager steps: " + rt.Reason
+			}
+			fmt.Fprintf(&b, "\nThe same decoding under the package's graph runtime (%s):\n\n", how)
+			b.WriteString("| model | tokens equal to its eager run | before first divergence | divergences: ties / not ties | vs oracle: before first divergence |\n| --- | --- | --- | --- | --- |\n")
+			for _, m := range []struct {
+				name string
+				a    RuntimeAgreement
+			}{{"stock", rt.Stock}, {"injected", rt.Injected}} {
+				fmt.Fprintf(&b, "| %s | %s | %s | %d / %d | %s |\n", m.name, pct(m.a.VsEager.Positions), pct(m.a.VsEager.Prefix),
+					m.a.VsEager.Ties, m.a.VsEager.NonTies, pct(m.a.VsOracle.Prefix))
+			}
+			pairs = append(pairs, pair{"stock graph vs stock eager", rt.Stock.VsEager},
+				pair{"injected graph vs injected eager", rt.Injected.VsEager})
 		}
 		var rows []string
 		for _, p := range pairs {

@@ -48,6 +48,10 @@ func TestReadResultAndReport(t *testing.T) {
 		"less than 0.35 apart",
 		"| injected vs oracle | 1 | 9 | [60 67] | 0.06 | 0.06 | injected 0 | tie |",
 		"| stock vs oracle | 2 | 12 | [1194 905] | 0.025 | 0.5 | stock 0.0625 | not a tie |",
+		"The same decoding under the package's graph runtime (captured device graphs):",
+		"| stock | 100.0% | 100.0% | 0 / 0 | 45.0% |",
+		"| injected | 95.0% | 90.0% | 1 / 0 | 50.0% |",
+		"| injected graph vs injected eager | 3 | 115 | [11 12] | 0.01 | 0.01 | injected 0.002 | tie |",
 		"| model.layers.1 | 0.008 | NaN | — |",
 		"| prefill tokens (batch 1) | stock eager ms | stock compiled ms | stock graph ms | injected graph ms | injected eager ms | " +
 			"injected graph / stock compiled | injected graph / stock graph | injected eager / stock eager |",

@@ -59,6 +59,13 @@ type Agreement struct {
 	NonTies     int          `json:"non_ties"`
 }
 
+// RuntimeAgreement compares one model's greedy tokens under the graph runtime with its own eager
+// tokens and with the oracle's.
+type RuntimeAgreement struct {
+	VsEager  Agreement `json:"vs_eager"`
+	VsOracle Agreement `json:"vs_oracle"`
+}
+
 // Divergence is the first position where two greedy runs from one prompt differ.
 type Divergence struct {
 	Prompt           int            `json:"prompt"`
@@ -181,6 +188,13 @@ type Result struct {
 		Injected        Agreement `json:"injected"`
 		Stock           Agreement `json:"stock"`
 		InjectedVsStock Agreement `json:"injected_vs_stock"`
+		// Runtime is the same decoding under the package's graph runtime (absent when not run).
+		Runtime *struct {
+			Graphs   bool             `json:"graphs"` // false: the runtime ran eagerly (Reason)
+			Reason   string           `json:"reason,omitempty"`
+			Stock    RuntimeAgreement `json:"stock"`
+			Injected RuntimeAgreement `json:"injected"`
+		} `json:"runtime,omitempty"`
 	} `json:"generation,omitempty"`
 	Latency struct {
 		Measured        bool              `json:"measured"`

@@ -69,6 +69,8 @@ def parse_args(argv):
     p.add_argument("--tokens", type=int, default=0, help="tokens of text to evaluate (0: 2048 on a GPU, 96 on cpu)")
     p.add_argument("--gen-tokens", type=int, default=0, help="greedy tokens to generate (0: 128 on a GPU, 8 on cpu)")
     p.add_argument("--prompts", type=positive("--prompts"), default=4, help="prompts (windows of the text) to generate from")
+    p.add_argument("--runtime-generation", action=argparse.BooleanOptionalAction, default=True,
+                   help="also decode greedily under the package's graph runtime and compare with the eager tokens")
     p.add_argument("--images", type=int, default=8, help="generated images for vision models")
     p.add_argument("--latency", choices=["auto", "eager", "graph", "both", "off"], default="auto",
                    help="latency paths: eager (stock, injected), graph (stock compiled, stock and injected under "
@@ -333,6 +335,26 @@ def divergence(models, x, y, prompt, a, b, at, bound):
     }
 
 
+def pair_report(models, xs, ys, x, y, prompts, bound):
+    """Agreement of greedy runs xs (of model x) with ys (of model y) over the prompts, with every
+    first divergence explained by the oracle's margins and both models' own."""
+    per = [agreement(a, b) for a, b in zip(xs, ys)]
+    divs = []
+    for k, (a, b) in enumerate(zip(xs, ys)):
+        at = first_divergence(a, b)
+        if at is not None:
+            divs.append({"prompt": k, **divergence(models, x, y, prompts[k], a, b, at, bound)})
+    ties = sum(1 for d in divs if d["tie"])
+    return {
+        "prefix": statistics.fmean(p["prefix"] for p in per),
+        "positions": statistics.fmean(p["positions"] for p in per),
+        "tokens": sum(p["tokens"] for p in per),
+        "divergences": divs,
+        "ties": ties,
+        "non_ties": len(divs) - ties,
+    }
+
+
 def generation_report(models, runs, prompts, n_gen, bound):
     """Agreement of each compared pair over the prompts, with every first divergence explained.
 
@@ -341,21 +363,29 @@ def generation_report(models, runs, prompts, n_gen, bound):
     out = {"prompts": len(prompts), "prompt_tokens": int(prompts[0].shape[1]), "new_tokens": n_gen, "tie_bound": bound}
     for name, (x, y) in {"injected": ("injected", "oracle"), "stock": ("stock", "oracle"),
                          "injected_vs_stock": ("injected", "stock")}.items():
-        per = [agreement(a, b) for a, b in zip(runs[x], runs[y])]
-        divs = []
-        for k, (a, b) in enumerate(zip(runs[x], runs[y])):
-            at = first_divergence(a, b)
-            if at is not None:
-                divs.append({"prompt": k, **divergence(models, x, y, prompts[k], a, b, at, bound)})
-        ties = sum(1 for d in divs if d["tie"])
-        out[name] = {
-            "prefix": statistics.fmean(p["prefix"] for p in per),
-            "positions": statistics.fmean(p["positions"] for p in per),
-            "tokens": sum(p["tokens"] for p in per),
-            "divergences": divs,
-            "ties": ties,
-            "non_ties": len(divs) - ties,
-        }
+        out[name] = pair_report(models, runs[x], runs[y], x, y, prompts, bound)
+    return out
+
+
+def runtime_greedy(rtmod, model, prompt, n):
+    """Greedy tokens of the package's graph runtime: exactly n of them (no EOS stop), on a static
+    cache of the length model.generate's static cache would have."""
+    out = rtmod.generate(model, prompt, max_new_tokens=n, eos_token_id=[], pad_token_id=0,
+                         max_cache_len=prompt.shape[1] + n - 1)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+def runtime_report(rtmod, device, models, runs, prompts, n_gen, bound):
+    """The same greedy decoding under the package's graph runtime, for stock and injected: each
+    against the same model's eager greedy run and against the oracle's."""
+    graphs, why = rtmod.graph_support(device)
+    out = {"graphs": graphs is not None}
+    if graphs is None:
+        out["reason"] = why
+    for name in ("stock", "injected"):
+        rr = [runtime_greedy(rtmod, models[name], p, n_gen) for p in prompts]
+        out[name] = {"vs_eager": pair_report(models, rr, runs[name], name, name, prompts, bound),
+                     "vs_oracle": pair_report(models, rr, runs["oracle"], name, "oracle", prompts, bound)}
     return out
 
 
@@ -778,7 +808,12 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu):
     progress(f"greedy generation of {n_gen} tokens after each of {len(prompts)} prompts")
     models = {"oracle": oracle, "stock": stock, "injected": injected}
     runs = {name: [greedy(m, p, n_gen) for p in prompts] for name, m in models.items()}
-    result["generation"] = generation_report(models, runs, prompts, n_gen, margin_bound(ls, lo))
+    bound = margin_bound(ls, lo)
+    result["generation"] = generation_report(models, runs, prompts, n_gen, bound)
+    if args.runtime_generation:
+        progress("greedy generation under the graph runtime (stock, injected)")
+        rtmod = runtime_module(args.package, device)
+        result["generation"]["runtime"] = runtime_report(rtmod, device, models, runs, prompts, n_gen, bound)
 
 
 def evaluate_vision(args, cfg, device, oracle, stock, injected, result):

@@ -76,6 +76,10 @@ def test_pipeline_llama_cpu(tmp_path, fixture, replaced):
     check_accuracy(ev)
     assert ev["accuracy"]["input"]["tokens"] >= 64
     assert ev["generation"]["new_tokens"] == 8
+    rt = ev["generation"]["runtime"]  # the graph runtime's steps, eager on the CPU, give the same tokens
+    assert rt["graphs"] is False and "no device graphs" in rt["reason"]
+    for name in ("stock", "injected"):
+        assert rt[name]["vs_eager"]["positions"] == 1.0 and rt[name]["vs_eager"]["tokens"] == 4 * 8, rt[name]
     report = (out / "eval" / "report.md").read_text()
     assert "## Accuracy against the fp32 model" in report and "Not measured" in report
     assert (out / "eval" / "layers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
