@@ -8,7 +8,7 @@ back the JSON this writes. It loads the checkpoint three times:
 - injected: bf16 + the emitted package, which injects itself with its packed weights
   (`inject(model, packed=...)` of the package, loaded as users load it)
 
-and reports, for injected and stock side by side, their error against the oracle (seed 004:
+and reports, for injected and stock side by side, their error against the oracle (the accuracy-oracle method:
 cosine, max/mean absolute, max/mean relative error with a printed denominator floor, top-1
 agreement, KL divergence, perplexity, greedy-generation agreement), the same per decoder
 layer / encoder stage, and on a GPU the latency of prefill and decode (device events,
@@ -87,7 +87,8 @@ def parse_args(argv):
 
 
 def error_metrics(x, ref, floor=0.0):
-    """Seed 004's metrics of x against ref (float64 on the CPU)."""
+    """Error metrics of x against ref (float64 on the CPU): cosine, max/mean absolute, max/mean
+    relative with a printed denominator floor."""
     import torch
 
     a = x.detach().double().cpu().reshape(-1)
@@ -394,7 +395,7 @@ def runtime_report(rtmod, device, models, runs, prompts, n_gen, bound):
 
 def make_images(n, size, seed):
     """Deterministic, structured images (gradients, stripes, checkerboards, blobs, noise):
-    never only random or uniform (seed 004)."""
+    never only random or uniform inputs, which hide layout bugs."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
