@@ -78,7 +78,9 @@ func (c *Client) send(ctx context.Context, req *http.Request, w wait, attempt in
 	tm := &attemptTimer{d: w.d, cancel: cancel}
 	tm.arm()
 	after := min(noteAfter, w.d/2)
+	noted := make(chan struct{})
 	note := time.AfterFunc(after, func() {
+		defer close(noted)
 		if c.Notify == nil {
 			return
 		}
@@ -96,7 +98,13 @@ func (c *Client) send(ctx context.Context, req *http.Request, w wait, attempt in
 		c.Notify(fmt.Sprintf("hub: waiting for %s to answer %s %s%s: nothing for %s; giving up after %s (%s)",
 			req.URL.Host, req.Method, redactURL(req.URL), again, after, w.d, w.env))
 	})
-	defer note.Stop()
+	// A notice already under way finishes before send returns, so it never interleaves
+	// with what the caller writes next.
+	defer func() {
+		if !note.Stop() {
+			<-noted
+		}
+	}()
 	r := req.WithContext(actx)
 	if req.Body != nil && req.Body != http.NoBody {
 		r.Body = &rearmingBody{ReadCloser: req.Body, t: tm}
