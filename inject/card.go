@@ -2,6 +2,7 @@ package inject
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"strings"
@@ -50,8 +51,8 @@ func UsageSnippet(plan *Plan, u Usage) string {
 	if plan.Source.Repo != "" && plan.Source.Revision != "" {
 		load += fmt.Sprintf(", revision=%q", plan.Source.Revision)
 	}
-	kernelRepo := firstNonEmpty(u.KernelRepo, "ORG/NAME")
-	packed := firstNonEmpty(u.PackedRepo, PackedRepoID(kernelRepo))
+	kernelRepo := cmp.Or(u.KernelRepo, "ORG/NAME")
+	packed := cmp.Or(u.PackedRepo, PackedRepoID(kernelRepo))
 	version := u.Version
 	if version <= 0 {
 		version = 1
@@ -107,14 +108,14 @@ func ModelCard(plan *Plan, o ModelCardOptions) []byte {
 		fmt.Fprintf(&b, "license: %s\n", o.License)
 	}
 	b.WriteString("tags:\n- xpuinject\n- kernels\n- triton\n- xpu\n---\n\n")
-	fmt.Fprintf(&b, "# %s\n\n", firstNonEmpty(o.RepoID, "packed weights"))
-	src := firstNonEmpty(plan.Source.Repo, plan.Source.Path, plan.Arch)
+	fmt.Fprintf(&b, "# %s\n\n", cmp.Or(o.RepoID, "packed weights"))
+	src := cmp.Or(plan.Source.Repo, plan.Source.Path, plan.Arch)
 	fmt.Fprintf(&b, "The weights of `%s`", src)
 	if plan.Source.Revision != "" {
 		fmt.Fprintf(&b, " (revision `%s`)", plan.Source.Revision)
 	}
 	fmt.Fprintf(&b, " packed by %s for the kernel package [`%s`](https://huggingface.co/kernels/%s): ",
-		firstNonEmpty(o.Tool, "xpuinject"), firstNonEmpty(o.Usage.KernelRepo, "ORG/NAME"), firstNonEmpty(o.Usage.KernelRepo, "ORG/NAME"))
+		cmp.Or(o.Tool, "xpuinject"), cmp.Or(o.Usage.KernelRepo, "ORG/NAME"), cmp.Or(o.Usage.KernelRepo, "ORG/NAME"))
 	b.WriteString("BatchNorm folded, QKV and gate/up concatenated, bf16, K-major, as its Triton kernels read them. " +
 		"`plan.yaml` says which module gets which layer and how each tensor was made; the package checks it " +
 		"against its own before loading anything.\n\n")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xpuinject/xpuinject/hub"
 	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/kernels"
 )
@@ -38,7 +39,7 @@ func TestKernelName(t *testing.T) {
 		if got != want {
 			t.Errorf("KernelName(%q) = %q, want %q", in, got, want)
 		}
-		if !kernelNameRE.MatchString(got) {
+		if !hub.KernelNamePattern.MatchString(got) {
 			t.Errorf("KernelName(%q) = %q is not a valid kernel name", in, got)
 		}
 	}

@@ -2,6 +2,8 @@ package inject
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -31,12 +33,12 @@ func CheckPlanMatches(plan *Plan, g *models.Graph) error {
 			problems = append(problems, fmt.Sprintf("module %s is %s in the model, %s in the plan", lp.Module, l.Kind, lp.Kind))
 			continue
 		}
-		for _, k := range sortedKeys(lp.Dims) {
+		for _, k := range slices.Sorted(maps.Keys(lp.Dims)) {
 			if l.Dims[k] != lp.Dims[k] {
 				problems = append(problems, fmt.Sprintf("module %s: %s is %d in the model, %d in the plan", lp.Module, k, l.Dims[k], lp.Dims[k]))
 			}
 		}
-		for _, role := range sortedKeys(lp.Tensors) {
+		for _, role := range slices.Sorted(maps.Keys(lp.Tensors)) {
 			if l.Tensors[role] != lp.Tensors[role] {
 				problems = append(problems, fmt.Sprintf("module %s: tensor %s is %q in the model, %q in the plan", lp.Module, role, l.Tensors[role], lp.Tensors[role]))
 			}

@@ -124,7 +124,7 @@ func checkOwnership(g *models.Graph) error {
 			return fmt.Errorf("%w: module %s appears twice in the graph", ErrPlan, l.Module)
 		}
 		modules[l.Module] = true
-		for _, role := range sortedKeys(l.Tensors) {
+		for _, role := range slices.Sorted(maps.Keys(l.Tensors)) {
 			name := l.Tensors[role]
 			if t, ok := g.Checkpoint.Tensors[name]; !ok || t == nil {
 				return fmt.Errorf("%w: layer %s: tensor %q (%s) not in the checkpoint", ErrPlan, l.Module, name, role)
@@ -139,7 +139,7 @@ func checkOwnership(g *models.Graph) error {
 		}
 	}
 	var orphans []string
-	for _, name := range sortedKeys(g.Checkpoint.Tensors) {
+	for _, name := range slices.Sorted(maps.Keys(g.Checkpoint.Tensors)) {
 		t := g.Checkpoint.Tensors[name]
 		if t == nil {
 			return fmt.Errorf("%w: checkpoint index has no header for tensor %q", ErrPlan, name)
@@ -303,7 +303,7 @@ func (p *planner) lmHead(l models.Layer, lp *LayerPlan) error {
 func (p *planner) keep(l models.Layer, lp *LayerPlan, reason string) error {
 	lp.Kernel, lp.Layer, lp.Reason = KernelKeep, "", reason
 	lp.Outputs, lp.Bindings = lp.Outputs[:0], nil
-	for _, role := range sortedKeys(l.Tensors) {
+	for _, role := range slices.Sorted(maps.Keys(l.Tensors)) {
 		name := l.Tensors[role]
 		if kernels.TrainingOnly(name) {
 			continue
@@ -336,10 +336,4 @@ func layerTransforms(outs []TensorPlan) []string {
 		}
 	}
 	return ts
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := slices.Collect(maps.Keys(m))
-	slices.Sort(out)
-	return out
 }

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -112,7 +113,7 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 			return p.keep(l, lp, ReasonLeViTAttention)
 		}
 		return p.keep(l, lp, fmt.Sprintf("attention without q/k/v/o projections (roles: %s): no kernel applies; stock path",
-			strings.Join(sortedKeys(l.Tensors), ", ")))
+			strings.Join(slices.Sorted(maps.Keys(l.Tensors)), ", ")))
 	}
 	if extra := unknownRoles(l, attentionRoles, attentionOptional); len(extra) > 0 {
 		return p.keep(l, lp, fmt.Sprintf("attention has tensors the Attention layer does not read (%s); stock path",
@@ -368,7 +369,7 @@ func (p *planner) convBN(l models.Layer, lp *LayerPlan) error {
 	if err := p.needRoles(l, required); err != nil {
 		return err
 	}
-	for _, role := range sortedKeys(l.Tensors) {
+	for _, role := range slices.Sorted(maps.Keys(l.Tensors)) {
 		name := l.Tensors[role]
 		if kernels.TrainingOnly(name) {
 			continue
@@ -468,7 +469,7 @@ func (p *planner) needRoles(l models.Layer, required []string) error {
 // unknownRoles lists roles of l in neither required nor optional.
 func unknownRoles(l models.Layer, required, optional []string) []string {
 	var out []string
-	for _, r := range sortedKeys(l.Tensors) {
+	for _, r := range slices.Sorted(maps.Keys(l.Tensors)) {
 		if !slices.Contains(required, r) && !slices.Contains(optional, r) {
 			out = append(out, r)
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,9 +13,6 @@ import (
 
 	"github.com/xpuinject/xpuinject/models"
 )
-
-// maxPlanFile bounds plan.yaml and metadata.json reads; real ones are kilobytes.
-const maxPlanFile = 64 << 20
 
 // ErrDigest marks a package and a packed checkpoint (or a package and its own plan)
 // that do not carry the same plan digest (PLAN.md, "Plan digest").
@@ -34,7 +30,7 @@ type PackagePlan struct {
 // exactly these bytes.
 func ReadPackagePlan(dir string) (*PackagePlan, error) {
 	file := filepath.Join(dir, PlanFile)
-	b, err := readBounded(file)
+	b, err := models.ReadSmallFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("inject: package %s: %w (is it a folder written by 'xpuinject package'?)", dir, err)
 	}
@@ -55,7 +51,7 @@ func (pp *PackagePlan) CheckDigests(packedDir string) error {
 	dir := filepath.Dir(pp.File)
 	for _, be := range emitBackends {
 		rel := filepath.Join("build", "torch-"+be, "metadata.json")
-		b, err := readBounded(filepath.Join(dir, rel))
+		b, err := models.ReadSmallFile(filepath.Join(dir, rel))
 		if err != nil {
 			return fmt.Errorf("inject: package %s: %w", dir, err)
 		}
@@ -77,7 +73,7 @@ func (pp *PackagePlan) CheckDigests(packedDir string) error {
 		}
 	}
 	packedPlan := filepath.Join(packedDir, PlanFile)
-	b, err := readBounded(packedPlan)
+	b, err := models.ReadSmallFile(packedPlan)
 	if err != nil {
 		return fmt.Errorf("inject: packed checkpoint %s: %w (is it a folder written by 'xpuinject pack'?)", packedDir, err)
 	}
@@ -113,19 +109,6 @@ func readHeaderOf(p string) (*models.Header, error) {
 		return nil, fmt.Errorf("inject: packed checkpoint: %w", err)
 	}
 	return h, nil
-}
-
-// readBounded reads a small regular file (never a pipe or device).
-func readBounded(p string) ([]byte, error) {
-	f, st, err := models.OpenRegular(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st.Size() > maxPlanFile {
-		return nil, fmt.Errorf("%s is %d bytes, more than a plan or metadata file can be", p, st.Size())
-	}
-	return io.ReadAll(io.LimitReader(f, maxPlanFile))
 }
 
 // VerifyPacked checks that the packed checkpoint in dir holds every output tensor of
@@ -173,7 +156,7 @@ func VerifyPacked(plan *Plan, dir string) error {
 
 func packedFiles(dir string) ([]string, error) {
 	idx := filepath.Join(dir, "model.safetensors.index.json")
-	if b, err := readBounded(idx); err == nil {
+	if b, err := models.ReadSmallFile(idx); err == nil {
 		var ix struct {
 			WeightMap map[string]string `json:"weight_map"`
 		}

@@ -8,6 +8,7 @@ package kernels
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -173,7 +174,7 @@ type Subject struct {
 // It fails when a tensor the layer names is not in tensors.
 func NewSubject(l models.Layer, tensors map[string]*models.Tensor) (*Subject, error) {
 	s := &Subject{Layer: l, DTypes: make(map[string]models.DType, len(l.Tensors)), GEMMs: LayerGEMMs(l)}
-	for _, role := range sortedKeys(l.Tensors) {
+	for _, role := range slices.Sorted(maps.Keys(l.Tensors)) {
 		name := l.Tensors[role]
 		if TrainingOnly(name) {
 			continue
@@ -533,7 +534,7 @@ func (r *Registry) Closure(kernel string) []string {
 }
 
 func (k *Kernel) check(s *Subject, notes *[]string) (bool, string) {
-	for _, role := range sortedKeys(s.DTypes) {
+	for _, role := range slices.Sorted(maps.Keys(s.DTypes)) {
 		if dt := s.DTypes[role]; !slices.Contains(k.WeightDTypes, dt) {
 			return false, fmt.Sprintf("source dtype %s of %s (%s) not supported (supported: %s)",
 				dt, s.Layer.Tensors[role], role, joinDTypes(k.WeightDTypes))
@@ -638,7 +639,7 @@ var (
 			}
 			if len(missing) > 0 {
 				return fmt.Errorf("no %s tensors (roles: %s)", strings.Join(missing, ", "),
-					strings.Join(sortedKeys(s.Layer.Tensors), ", "))
+					strings.Join(slices.Sorted(maps.Keys(s.Layer.Tensors)), ", "))
 			}
 			return nil
 		},
@@ -678,13 +679,4 @@ func joinDTypes(v []models.DType) string {
 		s[i] = string(x)
 	}
 	return strings.Join(s, ", ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -51,7 +52,7 @@ func kernelsRun(w io.Writer, reg *kernels.Registry, o *kernelsOptions) error {
 		var replaces, layers []string
 		for _, kind := range k.Replaces {
 			replaces = append(replaces, string(kind))
-			if c := k.LayerClass(kind); c != "" && !contains(layers, c) {
+			if c := k.LayerClass(kind); c != "" && !slices.Contains(layers, c) {
 				layers = append(layers, c)
 			}
 		}
@@ -92,15 +93,6 @@ func kernelsRun(w io.Writer, reg *kernels.Registry, o *kernelsOptions) error {
 		}
 	}
 	return nil
-}
-
-func contains(v []string, s string) bool {
-	for _, x := range v {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func dash(s string) string {

@@ -86,7 +86,7 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 		if err != nil {
 			return err
 		}
-		b, err := readSmallFile(o.PlanFile)
+		b, err := models.ReadSmallFile(o.PlanFile)
 		if err != nil {
 			return fmt.Errorf("pack: --plan: %w", err)
 		}
@@ -123,7 +123,7 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 		abs = res.Dir
 	}
 	fmt.Fprintf(f.ErrOut, "packed %d tensors, %s from %s of source tensors\n",
-		res.Tensors, humanBytes(res.OutputBytes), humanBytes(res.InputBytes))
+		res.Tensors, models.HumanBytes(res.OutputBytes), models.HumanBytes(res.InputBytes))
 	fmt.Fprintln(f.Out, abs)
 	for _, name := range res.Files {
 		fmt.Fprintln(f.Out, "  "+name)
@@ -141,7 +141,7 @@ type packProgress struct {
 func newPackProgress(f *Factory) *packProgress { return &packProgress{f: f} }
 
 func (p *packProgress) report(ev inject.PackProgress) {
-	line := fmt.Sprintf("pack [%d/%d] %s  %s / %s", ev.Index, ev.Total, ev.Name, humanBytes(ev.Bytes), humanBytes(ev.TotalBytes))
+	line := fmt.Sprintf("pack [%d/%d] %s  %s / %s", ev.Index, ev.Total, ev.Name, models.HumanBytes(ev.Bytes), models.HumanBytes(ev.TotalBytes))
 	if p.f.IsTerminal {
 		pad := ""
 		if n := p.last - len(line); n > 0 {
@@ -158,17 +158,4 @@ func (p *packProgress) done() {
 	if p.f.IsTerminal && p.last > 0 {
 		fmt.Fprintln(p.f.ErrOut)
 	}
-}
-
-// humanBytes formats n in decimal units, as sizes are given to --max-shard-size.
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/xpuinject/xpuinject/harness"
 	"github.com/xpuinject/xpuinject/inject"
 	"github.com/xpuinject/xpuinject/inject/outdir"
+	"github.com/xpuinject/xpuinject/models"
 )
 
 // pipelineOptions are the flags of `xpuinject MODEL`.
@@ -170,7 +171,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	if err != nil {
 		return err
 	}
-	step("packed %d tensors, %s", pres.Tensors, humanBytes(pres.OutputBytes))
+	step("packed %d tensors, %s", pres.Tensors, models.HumanBytes(pres.OutputBytes))
 
 	step("package -> %s", packageDir)
 	emitted, err := inject.Emit(plan, packageDir, inject.EmitOptions{
@@ -238,7 +239,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	}
 	fmt.Fprintf(f.Out, "model      %s\n", arts.Model)
 	fmt.Fprintf(f.Out, "plan       %s\n", arts.Plan)
-	fmt.Fprintf(f.Out, "packed     %s (%d tensors, %s)\n", packedDir, pres.Tensors, humanBytes(pres.OutputBytes))
+	fmt.Fprintf(f.Out, "packed     %s (%d tensors, %s)\n", packedDir, pres.Tensors, models.HumanBytes(pres.OutputBytes))
 	fmt.Fprintf(f.Out, "package    %s (%s, %d files)\n", packageDir, emitted.Name, len(emitted.Files))
 	if report != nil {
 		fmt.Fprintf(f.Out, "eval       %s\n", arts.Eval)

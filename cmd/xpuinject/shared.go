@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -90,19 +89,6 @@ func mistypedCommand(root *cobra.Command, arg string) error {
 		return nil
 	}
 	return &usageError{fmt.Errorf("unknown command %q for %q\n\nDid you mean this?\n\t%s", arg, root.Name(), strings.Join(sugg, "\n\t"))}
-}
-
-// readSmallFile reads a file named by a flag (a plan): a regular file, bounded.
-func readSmallFile(p string) ([]byte, error) {
-	f, st, err := models.OpenRegular(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st.Size() > 64<<20 {
-		return nil, fmt.Errorf("%s is %d bytes, more than a plan can be", p, st.Size())
-	}
-	return io.ReadAll(f)
 }
 
 // nearestPreset is the preset within two edits of name ("lama" -> "llama"), "" if none.
