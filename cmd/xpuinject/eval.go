@@ -8,8 +8,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/harness"
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/emit"
 	"github.com/xpuinject/xpuinject/inject/outdir"
+	"github.com/xpuinject/xpuinject/inject/pack"
+	"github.com/xpuinject/xpuinject/inject/plan"
 	"github.com/xpuinject/xpuinject/kernels"
 	"github.com/xpuinject/xpuinject/models"
 )
@@ -151,21 +153,21 @@ func evalRun(ctx context.Context, f *Factory, o *evalOptions) (*harness.ReportFi
 // model g (in modelDir) and to each other: the package's plan is one re-planning the model
 // gives, its digest is recorded by the package and the packed weights, and the packed
 // checkpoint holds every tensor the plan names.
-func checkRun(g *models.Graph, modelDir, packageDir, packedDir string) (*inject.PackagePlan, error) {
-	pp, err := inject.ReadPackagePlan(packageDir)
+func checkRun(g *models.Graph, modelDir, packageDir, packedDir string) (*emit.PackagePlan, error) {
+	pp, err := emit.ReadPlan(packageDir)
 	if err != nil {
 		return nil, err
 	}
-	if err := inject.CheckPlanMatches(pp.Plan, g); err != nil {
+	if err := plan.CheckMatches(pp.Plan, g); err != nil {
 		return nil, fmt.Errorf("%w (package %s, model %s)", err, packageDir, modelDir)
 	}
-	if err := inject.CheckPlanFields(pp.Plan, g, kernels.Default(), pp.File); err != nil {
+	if err := plan.CheckFields(pp.Plan, g, kernels.Default(), pp.File); err != nil {
 		return nil, err
 	}
 	if err := pp.CheckDigests(packedDir); err != nil {
 		return nil, err
 	}
-	if err := inject.VerifyPacked(pp.Plan, packedDir); err != nil {
+	if err := pack.Verify(pp.Plan, packedDir); err != nil {
 		return nil, err
 	}
 	return pp, nil

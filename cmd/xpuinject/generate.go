@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/harness"
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/emit"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -138,20 +138,20 @@ func resolveGenerate(ctx context.Context, f *Factory, o *generateOptions) (*gene
 	if !isDir(t.PackedDir) {
 		return nil, fmt.Errorf("generate: no packed weights at %s: pass --packed DIR (the folder 'xpuinject pack' wrote)", t.PackedDir)
 	}
-	pp, err := inject.ReadPackagePlan(t.PackageDir)
+	pp, err := emit.ReadPlan(t.PackageDir)
 	if err != nil {
 		return nil, err
 	}
-	plan := pp.Plan
+	pl := pp.Plan
 	model := o.Model
 	if model == "" {
 		switch {
-		case plan.Source.Path != "":
-			model = plan.Source.Path
-		case plan.Source.Repo != "":
-			model = plan.Source.Repo
-			if plan.Source.Revision != "" {
-				model += "@" + plan.Source.Revision
+		case pl.Source.Path != "":
+			model = pl.Source.Path
+		case pl.Source.Repo != "":
+			model = pl.Source.Repo
+			if pl.Source.Revision != "" {
+				model += "@" + pl.Source.Revision
 			}
 		default:
 			return nil, fmt.Errorf("generate: the plan in %s names no source model: pass --model", t.PackageDir)

@@ -8,8 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xpuinject/xpuinject/inject"
 	"github.com/xpuinject/xpuinject/inject/outdir"
+	"github.com/xpuinject/xpuinject/inject/pack"
+	"github.com/xpuinject/xpuinject/inject/plan"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -51,7 +52,7 @@ a file, or a DIR holding or inside MODEL is refused.`,
 			if o.Out == "" {
 				return &usageError{fmt.Errorf("--out DIR is required")}
 			}
-			if _, err := inject.ParseSize(o.MaxShardSize); err != nil {
+			if _, err := pack.ParseSize(o.MaxShardSize); err != nil {
 				return &usageError{fmt.Errorf("--max-shard-size: %w", err)}
 			}
 			if o.PlanFile != "" && len(o.Disable) > 0 {
@@ -75,12 +76,12 @@ a file, or a DIR holding or inside MODEL is refused.`,
 }
 
 func packRun(ctx context.Context, f *Factory, o *packOptions) error {
-	maxShard, err := inject.ParseSize(o.MaxShardSize)
+	maxShard, err := pack.ParseSize(o.MaxShardSize)
 	if err != nil {
 		return &usageError{err}
 	}
 	var ck *models.Checkpoint
-	var plan *inject.Plan
+	var pl *plan.Plan
 	if o.PlanFile != "" {
 		dir, _, err := resolveModel(ctx, f, o.Model)
 		if err != nil {
@@ -90,7 +91,7 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 		if err != nil {
 			return fmt.Errorf("pack: --plan: %w", err)
 		}
-		if plan, err = inject.UnmarshalPlanYAML(b); err != nil {
+		if pl, err = plan.ParseYAML(b); err != nil {
 			return fmt.Errorf("pack: --plan %s: %w", o.PlanFile, err)
 		}
 		if ck, err = models.Open(dir); err != nil {
@@ -101,14 +102,14 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 		if err != nil {
 			return err
 		}
-		ck, plan = g.Checkpoint, p
+		ck, pl = g.Checkpoint, p
 	}
 	prog := newPackProgress(f)
 	var inputs []outdir.Input
 	if o.PlanFile != "" {
 		inputs = append(inputs, outdir.Input{Path: o.PlanFile, What: "the --plan file"})
 	}
-	res, err := inject.Pack(ctx, ck, plan, o.Out, inject.PackOptions{
+	res, err := pack.Write(ctx, ck, pl, o.Out, pack.Options{
 		MaxShardSize: maxShard,
 		Tool:         tool(),
 		Progress:     prog.report,
@@ -140,7 +141,7 @@ type packProgress struct {
 
 func newPackProgress(f *Factory) *packProgress { return &packProgress{f: f} }
 
-func (p *packProgress) report(ev inject.PackProgress) {
+func (p *packProgress) report(ev pack.Progress) {
 	line := fmt.Sprintf("pack [%d/%d] %s  %s / %s", ev.Index, ev.Total, ev.Name, models.HumanBytes(ev.Bytes), models.HumanBytes(ev.TotalBytes))
 	if p.f.IsTerminal {
 		pad := ""

@@ -7,7 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/emit"
+	"github.com/xpuinject/xpuinject/inject/plan"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -69,14 +70,14 @@ holding or inside MODEL is refused.`,
 	return cmd
 }
 
-func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*inject.EmitResult, error) {
-	dir, g, plan, err := loadPlan(ctx, f, o.Model, o.Disable)
+func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*emit.Result, error) {
+	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Disable)
 	if err != nil {
 		return nil, err
 	}
-	res, err := inject.Emit(plan, o.Out, inject.EmitOptions{
+	res, err := emit.Write(pl, o.Out, emit.Options{
 		Name: o.Name, Version: o.Version, License: o.License, RepoID: o.RepoID, PackedRepoID: o.Packed,
-		ModelClass: modelClass(g.Checkpoint), Model: modelLabel(o.Model, plan), Tool: tool(), Force: o.Force,
+		ModelClass: modelClass(g.Checkpoint), Model: modelLabel(o.Model, pl), Tool: tool(), Force: o.Force,
 		Inputs: modelInputs(dir, g.Checkpoint),
 	})
 	if err != nil {
@@ -103,9 +104,9 @@ func modelClass(ck *models.Checkpoint) string {
 
 // modelLabel names the model in cards and commit messages: the Hub repo when there is
 // one, else the folder name.
-func modelLabel(arg string, plan *inject.Plan) string {
-	if plan.Source.Repo != "" {
-		return plan.Source.Repo
+func modelLabel(arg string, pl *plan.Plan) string {
+	if pl.Source.Repo != "" {
+		return pl.Source.Repo
 	}
 	return filepath.Base(filepath.Clean(arg))
 }

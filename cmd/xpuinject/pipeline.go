@@ -12,8 +12,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/harness"
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/emit"
 	"github.com/xpuinject/xpuinject/inject/outdir"
+	"github.com/xpuinject/xpuinject/inject/pack"
+	"github.com/xpuinject/xpuinject/inject/plan"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -113,24 +115,24 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	step := func(format string, a ...any) {
 		fmt.Fprintf(f.ErrOut, "[%5.1fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
 	}
-	maxShard, err := inject.ParseSize(o.MaxShardSize)
+	maxShard, err := pack.ParseSize(o.MaxShardSize)
 	if err != nil {
 		return &usageError{err}
 	}
 	step("resolve %s", o.Model)
-	dir, g, plan, err := loadPlan(ctx, f, o.Model, o.Disable)
+	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Disable)
 	if err != nil {
 		return err
 	}
 	replaced := 0
-	for _, l := range plan.Layers {
-		if l.Kernel != inject.KernelKeep {
+	for _, l := range pl.Layers {
+		if l.Kernel != plan.KernelKeep {
 			replaced++
 		}
 	}
-	step("plan: %s, %d layers, %d replaced, %d kept", plan.Arch, len(plan.Layers), replaced, len(plan.Layers)-replaced)
+	step("plan: %s, %d layers, %d replaced, %d kept", pl.Arch, len(pl.Layers), replaced, len(pl.Layers)-replaced)
 
-	name := inject.KernelName(modelLabel(o.Model, plan))
+	name := emit.KernelName(modelLabel(o.Model, pl))
 	out := o.Out
 	if out == "" {
 		out = filepath.Join("out", name)
@@ -165,7 +167,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	}
 	step("pack -> %s", packedDir)
 	prog := newPackProgress(f)
-	pres, err := inject.Pack(ctx, g.Checkpoint, plan, packedDir, inject.PackOptions{MaxShardSize: maxShard, Tool: tool(),
+	pres, err := pack.Write(ctx, g.Checkpoint, pl, packedDir, pack.Options{MaxShardSize: maxShard, Tool: tool(),
 		Progress: prog.report, NoReplace: !o.Force, Inputs: inputs})
 	prog.done()
 	if err != nil {
@@ -174,9 +176,9 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	step("packed %d tensors, %s", pres.Tensors, models.HumanBytes(pres.OutputBytes))
 
 	step("package -> %s", packageDir)
-	emitted, err := inject.Emit(plan, packageDir, inject.EmitOptions{
+	emitted, err := emit.Write(pl, packageDir, emit.Options{
 		Name: name, RepoID: o.RepoID, PackedRepoID: o.PackedRepoID, ModelClass: modelClass(g.Checkpoint),
-		Model: modelLabel(o.Model, plan), Tool: tool(), Force: o.Force, Inputs: inputs,
+		Model: modelLabel(o.Model, pl), Tool: tool(), Force: o.Force, Inputs: inputs,
 	})
 	if err != nil {
 		return err
@@ -204,12 +206,12 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	if o.Push {
 		packedID := o.PackedRepoID
 		if packedID == "" {
-			packedID = inject.PackedRepoID(o.RepoID)
+			packedID = emit.PackedRepoID(o.RepoID)
 		}
 		step("push -> %s (kernel package), %s (packed weights)", o.RepoID, packedID)
 		pushed, err = publish(ctx, f, publishSet{PackageDir: packageDir, PackedDir: packedDir, SourceDir: dir,
 			EvalFile: filepath.Join(evalDir, "eval.json")}, publishOptions{
-			RepoID: o.RepoID, PackedRepoID: packedID, Private: o.Private, Model: modelLabel(o.Model, plan),
+			RepoID: o.RepoID, PackedRepoID: packedID, Private: o.Private, Model: modelLabel(o.Model, pl),
 		})
 		if err != nil {
 			return fmt.Errorf("push: %w", err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/plan"
 	"github.com/xpuinject/xpuinject/kernels"
 	"github.com/xpuinject/xpuinject/models"
 )
@@ -77,7 +77,7 @@ func checkDisable(disable []string) error {
 
 // loadPlan resolves MODEL, reads its tensor headers and plans it: the first steps of
 // plan, pack, package and the whole pipeline.
-func loadPlan(ctx context.Context, f *Factory, model string, disable []string) (dir string, g *models.Graph, p *inject.Plan, err error) {
+func loadPlan(ctx context.Context, f *Factory, model string, disable []string) (dir string, g *models.Graph, p *plan.Plan, err error) {
 	dir, src, err := resolveModel(ctx, f, model)
 	if err != nil {
 		return "", nil, nil, err
@@ -85,14 +85,14 @@ func loadPlan(ctx context.Context, f *Factory, model string, disable []string) (
 	if g, err = models.Load(dir); err != nil {
 		return "", nil, nil, err
 	}
-	p, err = inject.NewPlan(g, kernels.Default(), inject.PlanOptions{
+	p, err = plan.New(g, kernels.Default(), plan.Options{
 		Source: src, Tool: "xpuinject " + Version, Disable: disable,
 	})
 	return dir, g, p, err
 }
 
 // buildPlan is loadPlan for callers that need only the plan.
-func buildPlan(ctx context.Context, f *Factory, model string, disable []string) (*inject.Plan, error) {
+func buildPlan(ctx context.Context, f *Factory, model string, disable []string) (*plan.Plan, error) {
 	_, _, p, err := loadPlan(ctx, f, model, disable)
 	return p, err
 }
@@ -105,9 +105,9 @@ func planRun(ctx context.Context, f *Factory, o *planOptions) error {
 	var b []byte
 	switch o.Format {
 	case "yaml":
-		b, err = inject.MarshalPlanYAML(p)
+		b, err = plan.MarshalYAML(p)
 	case "json":
-		b, err = inject.MarshalPlanJSON(p)
+		b, err = plan.MarshalJSON(p)
 	default:
 		return writePlanTable(f.Out, p)
 	}
@@ -119,12 +119,12 @@ func planRun(ctx context.Context, f *Factory, o *planOptions) error {
 }
 
 // writePlanTable prints one row per layer and a summary line.
-func writePlanTable(w io.Writer, p *inject.Plan) error {
+func writePlanTable(w io.Writer, p *plan.Plan) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MODULE\tKIND\tKERNEL\tTRANSFORMS\tREASON")
 	replaced := 0
 	for _, l := range p.Layers {
-		if l.Kernel != inject.KernelKeep {
+		if l.Kernel != plan.KernelKeep {
 			replaced++
 		}
 		ts := strings.Join(l.Transforms, ",")
@@ -145,7 +145,7 @@ func writePlanTable(w io.Writer, p *inject.Plan) error {
 	return err
 }
 
-func sourceString(s inject.Source) string {
+func sourceString(s plan.Source) string {
 	switch {
 	case s.Repo != "" && s.Revision != "":
 		return s.Repo + "@" + s.Revision

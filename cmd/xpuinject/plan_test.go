@@ -12,7 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/plan"
 )
 
 const fixtures = "../../testdata/fixtures"
@@ -77,7 +77,7 @@ func TestPlanYAMLAndJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("yaml: exit %d: %s", code, errOut)
 	}
-	py, err := inject.UnmarshalPlanYAML([]byte(y))
+	py, err := plan.ParseYAML([]byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestPlanYAMLAndJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("json: exit %d: %s", code, errOut)
 	}
-	var pj inject.Plan
+	var pj plan.Plan
 	dec := json.NewDecoder(strings.NewReader(j))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&pj); err != nil {
@@ -98,11 +98,11 @@ func TestPlanYAMLAndJSON(t *testing.T) {
 		t.Fatalf("plan header: %+v", py)
 	}
 	// The YAML is the golden plan but for tool and path.
-	golden, err := os.ReadFile("../../inject/testdata/plan-golden/qwen2-tiny.yaml")
+	golden, err := os.ReadFile("../../inject/plan/testdata/golden/qwen2-tiny.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g inject.Plan
+	var g plan.Plan
 	if err := yaml.Unmarshal(golden, &g); err != nil {
 		t.Fatal(err)
 	}
@@ -186,11 +186,11 @@ func TestPlanFromHFCache(t *testing.T) {
 		t.Fatalf("summary:\n%s", out)
 	}
 	code, out, errOut = runCLI(t, env, "plan", "tiny-org/llama-tiny@"+sha, "--format", "json")
-	var p inject.Plan
+	var p plan.Plan
 	if code != 0 || json.Unmarshal([]byte(out), &p) != nil {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if p.Source != (inject.Source{Repo: "tiny-org/llama-tiny", Revision: sha}) {
+	if p.Source != (plan.Source{Repo: "tiny-org/llama-tiny", Revision: sha}) {
 		t.Fatalf("source %+v", p.Source)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
 	"github.com/xpuinject/xpuinject/hub"
 )
 

@@ -5,7 +5,7 @@ only modules that exist in `model.named_modules()`, with the class transformers 
 only tensors that exist in the checkpoint and the model's state_dict; every state_dict tensor
 must be used by some planned layer (allow-list below); and every binding names a module of the
 class transformers builds there, whose attributes the binding says the layer reads exist.
-Plan schema: inject/plan_types.go, PLAN.md.
+Plan schema: inject/plan/types.go, inject/PLAN.md.
 """
 
 from __future__ import annotations
