@@ -102,9 +102,22 @@ func Markdown(r *Result, plots []string) []byte {
 		rep = append(rep, fmt.Sprintf("%s×%d", k, r.Injection.Replaced[k]))
 		total += r.Injection.Replaced[k]
 	}
-	fmt.Fprintf(&b, "- injected through `%s` on backend `%s`: %d modules (%s); %d kept; %d packed tensors, %s\n\n",
-		r.Injection.Path, r.Injection.Backend, total, strings.Join(rep, ", "), len(r.Injection.Kept),
+	kept := fmt.Sprintf("%d layers kept", len(r.Injection.Kept))
+	if len(r.Injection.Kept) == 1 {
+		kept = "1 layer kept"
+	}
+	fmt.Fprintf(&b, "- injected through `%s` on backend `%s`: %d modules bound (%s); %s; %d packed tensors, %s\n",
+		r.Injection.Path, r.Injection.Backend, total, strings.Join(rep, ", "), kept,
 		r.Injection.PackedTensors, models.HumanBytes(r.Injection.PackedBytes))
+	if a := r.Autotune; a != nil {
+		data := "no tuned configs for this GPU"
+		if len(a.GPUData) > 0 {
+			data = "tuned configs from " + strings.Join(a.GPUData, ", ")
+		}
+		fmt.Fprintf(&b, "- autotuning during the run: %d problem classes autotuned (%d benchmarked), %d launched from "+
+			"tuned configs (%s)\n", a.Autotuned, a.Benchmarked, a.Tuned, data)
+	}
+	b.WriteString("\n")
 
 	in := r.Accuracy.Input
 	fmt.Fprintf(&b, "## Accuracy against the fp32 model\n\nInput: %s. Both bf16 models are compared with the fp32 model (the oracle); "+

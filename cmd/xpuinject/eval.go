@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -31,6 +32,7 @@ type evalOptions struct {
 	Repeats    int
 	Prefill    []int // prompt lengths timed (nil: the driver's 128, 512, 2048)
 	Decode     []int // batch sizes of the timed decode steps (nil: 1 and 8)
+	JSON       bool  // print where the results went as JSON (eval's own flag)
 }
 
 var (
@@ -72,6 +74,7 @@ On the CPU the kernels run under the Triton interpreter: accuracy only, on a sho
 	cmd.Flags().StringVar(&o.PackageDir, "package", "", "package folder (xpuinject package)")
 	cmd.Flags().StringVar(&o.PackedDir, "packed", "", "packed checkpoint folder (xpuinject pack)")
 	cmd.Flags().StringVar(&o.Out, "out", "", "folder for eval.json, report.md and plots")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print where the results went as JSON")
 	return cmd
 }
 
@@ -204,11 +207,21 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 	if err != nil {
 		return nil, err
 	}
+	if o.JSON {
+		return files, writeJSON(f.Out, evalFiles{Eval: filepath.Join(o.Out, "eval.json"), Report: files.Markdown, Plots: files.Plots})
+	}
 	fmt.Fprintf(f.Out, "eval.json  %s/eval.json\nreport     %s\n", o.Out, files.Markdown)
 	for _, p := range files.Plots {
 		fmt.Fprintf(f.Out, "plot       %s\n", p)
 	}
 	return files, nil
+}
+
+// evalFiles is eval's --json result.
+type evalFiles struct {
+	Eval   string   `json:"eval"`
+	Report string   `json:"report"`
+	Plots  []string `json:"plots"`
 }
 
 func deviceLabel(d string, env *harness.Env) string {

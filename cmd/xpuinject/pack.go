@@ -19,8 +19,9 @@ type packOptions struct {
 	Model        string
 	Out          string
 	MaxShardSize string
-	Disable      []string
+	Plan         planFlags
 	PlanFile     string // pack an existing plan.yaml instead of planning
+	JSON         bool
 }
 
 func newPackCmd(f *Factory) *cobra.Command { return newPackCmdWith(f, nil) }
@@ -55,10 +56,14 @@ a file, or a DIR holding or inside MODEL is refused.`,
 			if _, err := pack.ParseSize(o.MaxShardSize); err != nil {
 				return &usageError{fmt.Errorf("--max-shard-size: %w", err)}
 			}
-			if o.PlanFile != "" && len(o.Disable) > 0 {
-				return &usageError{fmt.Errorf("--disable and --plan exclude each other (the plan file already says which kernels run)")}
+			if o.PlanFile != "" {
+				for _, fl := range []string{"disable", "gpu", "dtype"} {
+					if cmd.Flags().Changed(fl) {
+						return &usageError{fmt.Errorf("--%s and --plan exclude each other (the plan file already says it)", fl)}
+					}
+				}
 			}
-			if err := checkDisable(o.Disable); err != nil {
+			if err := o.Plan.check(); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -70,8 +75,9 @@ a file, or a DIR holding or inside MODEL is refused.`,
 	fl := cmd.Flags()
 	fl.StringVar(&o.Out, "out", "", "output folder (created if missing)")
 	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", `largest shard: bytes, or with a unit ("500MB", "2GiB")`)
-	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated (see 'xpuinject kernels')")
 	fl.StringVar(&o.PlanFile, "plan", "", "pack this plan.yaml (e.g. an edited one) instead of planning MODEL")
+	fl.BoolVar(&o.JSON, "json", false, "print what was written as JSON")
+	addPlanFlags(cmd, &o.Plan)
 	return cmd
 }
 
@@ -98,7 +104,7 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 			return err
 		}
 	} else {
-		_, g, p, err := loadPlan(ctx, f, o.Model, o.Disable)
+		_, g, p, err := loadPlan(ctx, f, o.Model, o.Plan)
 		if err != nil {
 			return err
 		}
@@ -123,13 +129,33 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 	if err != nil {
 		abs = res.Dir
 	}
-	fmt.Fprintf(f.ErrOut, "packed %d tensors, %s from %s of source tensors\n",
-		res.Tensors, models.HumanBytes(res.OutputBytes), models.HumanBytes(res.InputBytes))
+	if o.JSON {
+		return writeJSON(f.Out, packSummary{Dir: abs, Files: res.Files, Tensors: res.Tensors, Bytes: res.OutputBytes,
+			SourceBytes: res.InputBytes, PlanSHA256: res.PlanSHA256})
+	}
+	fmt.Fprintf(f.ErrOut, "packed %s\n", packedLine(res))
 	fmt.Fprintln(f.Out, abs)
 	for _, name := range res.Files {
 		fmt.Fprintln(f.Out, "  "+name)
 	}
 	return nil
+}
+
+// packSummary is pack's --json result.
+type packSummary struct {
+	Dir         string   `json:"dir"`
+	Files       []string `json:"files"`
+	Tensors     int      `json:"tensors"`
+	Bytes       int64    `json:"bytes"`
+	SourceBytes int64    `json:"source_bytes"`
+	PlanSHA256  string   `json:"plan_sha256"`
+}
+
+// packedLine is how every command states a pack: "97 tensors, 1.9 GB from 4.9 GB of
+// source tensors" (the eval report says "97 packed tensors, 1.9 GB").
+func packedLine(res *pack.Result) string {
+	return fmt.Sprintf("%d tensors, %s from %s of source tensors", res.Tensors, models.HumanBytes(res.OutputBytes),
+		models.HumanBytes(res.InputBytes))
 }
 
 // packProgress prints "[i/N] tensor (bytes)" on stderr: one updating line on a

@@ -22,7 +22,8 @@ type packageOptions struct {
 	RepoID  string
 	Packed  string
 	Force   bool
-	Disable []string
+	Plan    planFlags
+	JSON    bool
 }
 
 func newPackageCmd(f *Factory) *cobra.Command { return newPackageCmdWith(f, nil) }
@@ -48,7 +49,7 @@ holding or inside MODEL is refused.`,
 			if o.Version < 1 {
 				return &usageError{fmt.Errorf("--version %d: want a major version of 1 or more", o.Version)}
 			}
-			if err := checkDisable(o.Disable); err != nil {
+			if err := o.Plan.check(); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -66,12 +67,13 @@ holding or inside MODEL is refused.`,
 	fl.StringVar(&o.RepoID, "repo-id", "", "Hub repository the package is for (card, build.toml)")
 	fl.StringVar(&o.Packed, "packed-repo-id", "", "Hub model repository of its packed weights, named in the card (default: <repo-id>-packed)")
 	fl.BoolVar(&o.Force, "force", false, "replace an earlier package in --out (never other files)")
-	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
+	fl.BoolVar(&o.JSON, "json", false, "print what was written as JSON")
+	addPlanFlags(cmd, &o.Plan)
 	return cmd
 }
 
 func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*emit.Result, error) {
-	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Disable)
+	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Plan)
 	if err != nil {
 		return nil, err
 	}
@@ -83,9 +85,21 @@ func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*emit.Resul
 	if err != nil {
 		return nil, err
 	}
+	if o.JSON {
+		return res, writeJSON(f.Out, packageSummary{Dir: res.Dir, Kernel: res.Name, Files: res.Files, Plan: pl.Counts().String()})
+	}
 	fmt.Fprintf(f.Out, "%s\n", res.Dir)
-	fmt.Fprintf(f.ErrOut, "package %s: %d files (build/torch-cuda, build/torch-xpu, README.md, plan.yaml)\n", res.Name, len(res.Files))
+	fmt.Fprintf(f.ErrOut, "package %s: %d files (build/torch-cuda, build/torch-xpu, README.md, plan.yaml); %s\n",
+		res.Name, len(res.Files), pl.Counts())
 	return res, nil
+}
+
+// packageSummary is package's --json result.
+type packageSummary struct {
+	Dir    string   `json:"dir"`
+	Kernel string   `json:"kernel"`
+	Files  []string `json:"files"`
+	Plan   string   `json:"plan"` // the plan's counts, as the card states them
 }
 
 // modelClass is the transformers class the source checkpoint names (config.json's

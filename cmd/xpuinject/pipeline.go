@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"github.com/xpuinject/xpuinject/inject/emit"
 	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/inject/pack"
-	"github.com/xpuinject/xpuinject/inject/plan"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -30,7 +28,7 @@ type pipelineOptions struct {
 	Private      bool
 	Force        bool
 	MaxShardSize string
-	Disable      []string
+	Plan         planFlags
 	JSON         bool
 	Eval         evalOptions
 }
@@ -86,7 +84,7 @@ report.md, plots).`,
 			if err := checkEvalFlags(&o.Eval); err != nil {
 				return err
 			}
-			if err := checkDisable(o.Disable); err != nil {
+			if err := o.Plan.check(); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -104,9 +102,9 @@ report.md, plots).`,
 	fl.BoolVar(&o.Private, "private", false, "create the Hub repositories private (with --push)")
 	fl.BoolVar(&o.Force, "force", false, "replace an earlier run's outputs in --out (never other files)")
 	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", "largest packed shard")
-	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
 	fl.BoolVar(&o.JSON, "json", false, "print where every artifact went as one JSON object")
 	addEvalFlags(cmd, &o.Eval)
+	addPlanFlags(cmd, &o.Plan)
 	return cmd
 }
 
@@ -120,17 +118,11 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		return &usageError{err}
 	}
 	step("resolve %s", o.Model)
-	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Disable)
+	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Plan)
 	if err != nil {
 		return err
 	}
-	replaced := 0
-	for _, l := range pl.Layers {
-		if l.Kernel != plan.KernelKeep {
-			replaced++
-		}
-	}
-	step("plan: %s, %d layers, %d replaced, %d kept", pl.Arch, len(pl.Layers), replaced, len(pl.Layers)-replaced)
+	step("plan: %s, %s; dtype %s", pl.Arch, pl.Counts(), pl.DType)
 
 	name := emit.KernelName(modelLabel(o.Model, pl))
 	out := o.Out
@@ -173,7 +165,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	if err != nil {
 		return err
 	}
-	step("packed %d tensors, %s", pres.Tensors, models.HumanBytes(pres.OutputBytes))
+	step("packed %s", packedLine(pres))
 
 	step("package -> %s", packageDir)
 	emitted, err := emit.Write(pl, packageDir, emit.Options{
@@ -232,12 +224,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		}
 	}
 	if o.JSON {
-		b, err := json.MarshalIndent(arts, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = f.Out.Write(append(b, '\n'))
-		return err
+		return writeJSON(f.Out, arts)
 	}
 	fmt.Fprintf(f.Out, "model      %s\n", arts.Model)
 	fmt.Fprintf(f.Out, "plan       %s\n", arts.Plan)

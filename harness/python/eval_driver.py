@@ -696,6 +696,11 @@ def main(argv=None):
         except Exception as e:
             traceback.print_exc()
             fail(5, f"latency failed: {type(e).__name__}: {e}")
+    # problem classes launched from the GPU's tuned configs, and those the autotuner had to tune
+    if hasattr(pkg, "tuning_report"):
+        result["autotune"] = at = pkg.tuning_report()
+        progress(f"autotune: {at['autotuned']} problem classes autotuned ({at['benchmarked']} benchmarked), "
+                 f"{at['tuned']} launched from tuned configs {at['gpu_data']}")
 
     out = Path(args.out)
     tmp = out.with_suffix(".tmp")

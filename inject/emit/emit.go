@@ -263,10 +263,8 @@ func card(pl *plan.Plan, opts Options) []byte {
 		n             int
 	}
 	rows := map[string]*row{}
-	kept := 0
 	for _, l := range pl.Layers {
-		if l.Kernel == plan.KernelKeep || l.Layer == "" {
-			kept++
+		if l.Layer == "" {
 			continue
 		}
 		r := rows[l.Layer]
@@ -292,8 +290,7 @@ func card(pl *plan.Plan, opts Options) []byte {
 		sort.Strings(cls)
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %d |\n", r.layer, r.kernel, strings.Join(cls, ", "), r.n)
 	}
-	fmt.Fprintf(&b, "\n%d of %d layers replaced, %d kept on the stock path (reasons in `plan.yaml`).\n\n",
-		len(pl.Layers)-kept, len(pl.Layers), kept)
+	fmt.Fprintf(&b, "\n%s (reasons in `plan.yaml`); the model runs in %s.\n\n", pl.Counts(), pl.DType)
 	repo := cmp.Or(opts.RepoID, "ORG/"+opts.Name)
 	packed := cmp.Or(opts.PackedRepoID, PackedRepoID(repo))
 	b.WriteString("## Usage\n\n")

@@ -20,7 +20,7 @@ func emitTestPlan() *plan.Plan {
 	return &plan.Plan{
 		Schema: plan.SchemaVersion, Tool: "xpuinject test", Arch: "llama",
 		Source:   plan.Source{Repo: "org/Tiny-Llama.v2", Revision: "0123456789abcdef0123456789abcdef01234567"},
-		Backends: []string{"cuda", "xpu"},
+		Backends: []string{"cuda", "xpu"}, DType: plan.DTypeBF16, GPU: "h200",
 		Layers: []plan.LayerPlan{
 			{Module: "model.layers.0.input_layernorm", Kind: "rmsnorm", Class: "LlamaRMSNorm", Kernel: "rmsnorm", Layer: "RMSNorm"},
 			{Module: "model.layers.0.mlp", Kind: "mlp-swiglu", Class: "LlamaMLP", Kernel: "gemm", Layer: "SwiGLUMLP"},
@@ -114,7 +114,7 @@ func TestEmitTreeComplete(t *testing.T) {
 	}
 	readme, _ := os.ReadFile(filepath.Join(out, "README.md"))
 	for _, s := range []string{"---\nlibrary_name: kernels\n", "license: apache-2.0", "base_model: org/Tiny-Llama.v2",
-		"| `RMSNorm` | rmsnorm | `LlamaRMSNorm` | 1 |", "2 of 3 layers replaced, 1 kept",
+		"| `RMSNorm` | rmsnorm | `LlamaRMSNorm` | 1 |", "3 layers: 2 on our kernels, 1 kept (reasons in `plan.yaml`); the model runs in bf16.",
 		"from transformers import LlamaForCausalLM\n\nmodel = LlamaForCausalLM.from_pretrained(\"org/Tiny-Llama.v2\", " +
 			"revision=\"0123456789abcdef0123456789abcdef01234567\", dtype=torch.bfloat16).to(\"cuda\").eval()",
 		"xpuinject = get_kernel(\"org/tiny-kernels\", version=1, trust_remote_code=True)\n",

@@ -12,19 +12,23 @@ import (
 )
 
 // TestPlanPacksEveryFixture hands each fixture's plan (all kernels, and with every
-// kernel disabled, so kept layers too) to Write: every output the planner writes must be
-// one pack can compute, and Verify must find the result matching the plan.
+// kernel disabled, so kept layers too; bf16 and fp16) to Write: every output the planner
+// writes must be one pack can compute, and Verify must find the result matching the plan.
 func TestPlanPacksEveryFixture(t *testing.T) {
 	dirs, _ := filepath.Glob(filepath.Join(fixturesDir, "*", "config.json"))
 	for _, cfg := range dirs {
 		dir := filepath.Dir(cfg)
-		for _, disable := range [][]string{nil, kernels.Default().Names()} {
-			t.Run(fmt.Sprintf("%s/disable=%d", filepath.Base(dir), len(disable)), func(t *testing.T) {
+		for _, c := range []struct {
+			disable []string
+			dtype   string
+		}{{nil, plan.DTypeBF16}, {kernels.Default().Names(), plan.DTypeBF16}, {nil, plan.DTypeFP16}} {
+			disable := c.disable
+			t.Run(fmt.Sprintf("%s/disable=%d/%s", filepath.Base(dir), len(disable), c.dtype), func(t *testing.T) {
 				g, err := models.Load(dir)
 				if err != nil {
 					t.Fatal(err)
 				}
-				p, err := plan.New(g, nil, plan.Options{Tool: "xpuinject (test)", Disable: disable})
+				p, err := plan.New(g, nil, plan.Options{Tool: "xpuinject (test)", Disable: disable, DType: c.dtype})
 				if err != nil {
 					t.Fatal(err)
 				}

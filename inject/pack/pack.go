@@ -775,7 +775,7 @@ func (p *packer) writeTensor(r *recipe, f packFile, off int64) error {
 							return err
 						}
 						if r.Op == opCopy {
-							if err := CastToBF16(dst, sc.raw, pt.dt, m); err != nil {
+							if err := castTo(r.OutDT, dst, sc.raw, pt.dt, m); err != nil {
 								return r.wrap(err)
 							}
 							continue

@@ -195,6 +195,35 @@ func CastToBF16(dst, src []byte, dt models.DType, n int) error {
 	return nil
 }
 
+// CastToF16 converts n elements of dtype dt in src to fp16 in dst (2n bytes), rounding to
+// nearest-even once: F32 and BF16 (widened to F32 exactly) through F16FromF32, so values
+// beyond fp16's range become ±inf and small ones fp16 subnormals or ±0; F16 is copied.
+func CastToF16(dst, src []byte, dt models.DType, n int) error {
+	switch dt {
+	case models.F32:
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint16(dst[2*i:], F16FromF32(math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))))
+		}
+	case models.BF16:
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint16(dst[2*i:], F16FromF32(F32FromBF16(binary.LittleEndian.Uint16(src[2*i:]))))
+		}
+	case models.F16:
+		copy(dst[:2*n], src[:2*n])
+	default:
+		return fmt.Errorf("%w: cannot cast dtype %s to F16 (F32, F16, BF16 only)", ErrTransform, dt)
+	}
+	return nil
+}
+
+// castTo converts n elements of dtype dt to out (BF16 or F16).
+func castTo(out models.DType, dst, src []byte, dt models.DType, n int) error {
+	if out == models.F16 {
+		return CastToF16(dst, src, dt, n)
+	}
+	return CastToBF16(dst, src, dt, n)
+}
+
 // bf16Bits is BF16FromF32 on raw bits (kept small so the compiler inlines it in loops).
 func bf16Bits(u uint32) uint16 {
 	if u&0x7fffffff > 0x7f800000 {
@@ -269,10 +298,10 @@ type recipe struct {
 	W      string   // fold-bn-input bias: the Linear weight
 	Bias   string   // fold biases: the Linear/Conv bias, "" when absent (b = 0)
 	BN     [4]string
-	Cast   bool  // arithmetic result or source rounded to BF16
-	KMajor bool  // transposed [N, K] -> [K, N]
-	Rows   int64 // rows of the pre-transpose 2-D view
-	Cols   int64 // elements per row of that view
+	CastTo models.DType // BF16 or F16: arithmetic result or source rounded to it; "" none
+	KMajor bool         // transposed [N, K] -> [K, N]
+	Rows   int64        // rows of the pre-transpose 2-D view
+	Cols   int64        // elements per row of that view
 	InDT   models.DType
 	OutDT  models.DType
 	Raw    bool // bytes copied/rearranged without decoding (no arithmetic, no rounding)
@@ -301,7 +330,7 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 		}
 		infos[i] = s
 	}
-	// Transform order: [main] [cast-bf16] [prepack-kmajor].
+	// Transform order: [main] [cast-bf16 | cast-fp16] [prepack-kmajor].
 	ts := o.Transforms
 	if len(ts) > 0 {
 		switch ts[0] {
@@ -310,8 +339,11 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 			ts = ts[1:]
 		}
 	}
-	if len(ts) > 0 && ts[0] == plan.TCastBF16 {
-		r.Cast = true
+	if len(ts) > 0 && (ts[0] == plan.TCastBF16 || ts[0] == plan.TCastFP16) {
+		r.CastTo = models.BF16
+		if ts[0] == plan.TCastFP16 {
+			r.CastTo = models.F16
+		}
 		ts = ts[1:]
 	}
 	if len(ts) > 0 && ts[0] == plan.TPrepackKMajor {
@@ -319,7 +351,7 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 		ts = ts[1:]
 	}
 	if len(ts) > 0 {
-		return nil, r.errf("transforms %v: %q is unknown or out of order (want [fold or concat] [cast-bf16] [prepack-kmajor])",
+		return nil, r.errf("transforms %v: %q is unknown or out of order (want [fold or concat] [cast-bf16 or cast-fp16] [prepack-kmajor])",
 			o.Transforms, ts[0])
 	}
 	wantLayout := plan.LayoutRowMajor
@@ -449,11 +481,11 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 	r.InDT = infos[0].DType
 	for _, s := range infos {
 		if r.Op == opCopy && s.DType != r.InDT {
-			if !r.Cast {
-				return nil, r.errf("sources mix dtypes %s and %s without cast-bf16", r.InDT, s.DType)
+			if r.CastTo == "" {
+				return nil, r.errf("sources mix dtypes %s and %s without a cast", r.InDT, s.DType)
 			}
 		}
-		if (r.Op != opCopy || r.Cast) && !decodable(s.DType) {
+		if (r.Op != opCopy || r.CastTo != "") && !decodable(s.DType) {
 			return nil, r.errf("source %q has dtype %s; folding and casting read F32, F16, BF16 only", s.Name, s.DType)
 		}
 		if r.Op == opCopy && s.DType.Size() == 0 {
@@ -461,8 +493,8 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 		}
 	}
 	r.OutDT = r.InDT
-	if r.Cast {
-		r.OutDT = models.BF16
+	if r.CastTo != "" {
+		r.OutDT = r.CastTo
 	}
 	if r.Op == opCopy {
 		mixed := false

@@ -241,3 +241,63 @@ func BenchmarkTransposeInto(b *testing.B) {
 		TransposeInto(dst, src, 2, rows, cols, n, 0)
 	}
 }
+
+// CastToF16 rounds once to nearest-even fp16: every BF16 bit pattern (against f16Ref on
+// its exact float32), float32 values of every class (normal, tie, fp16 subnormal,
+// underflow, overflow to inf, inf, NaN, -0), and F16 copied bit for bit.
+func TestCastToF16(t *testing.T) {
+	src := make([]byte, 2*65536)
+	for h := 0; h < 65536; h++ {
+		binary.LittleEndian.PutUint16(src[2*h:], uint16(h))
+	}
+	dst := make([]byte, len(src))
+	if err := CastToF16(dst, src, models.BF16, 65536); err != nil {
+		t.Fatal(err)
+	}
+	for h := 0; h < 65536; h++ {
+		u := uint32(h) << 16
+		got := binary.LittleEndian.Uint16(dst[2*h:])
+		if u&0x7fffffff > 0x7f800000 {
+			if got&0x7fff <= 0x7c00 || got&0x8000 != uint16(h)&0x8000 {
+				t.Fatalf("bf16 NaN %#04x -> %#04x, want a NaN with its sign", h, got)
+			}
+			continue
+		}
+		if g, want := float64(F32FromF16(got)), f16Ref(u); !sameValue(g, want) {
+			t.Fatalf("bf16 %#04x (%g) -> fp16 %#04x (%g), want %g", h, F32FromBF16(uint16(h)), got, g, want)
+		}
+	}
+	f32s := []float32{1, -1.5, 65504, 65519.996, 65520, -65520, 1e9, float32(math.Inf(-1)), 6.103515625e-05,
+		5.9604645e-08, 2.9802322e-08, 2.9802326e-08, 1e-10, float32(math.Copysign(0, -1)), 1.0009765625, 1.00048828125,
+		1.00146484375, float32(math.NaN()), 3.0517578e-05}
+	src = make([]byte, 4*len(f32s))
+	for i, f := range f32s {
+		binary.LittleEndian.PutUint32(src[4*i:], math.Float32bits(f))
+	}
+	dst = make([]byte, 2*len(f32s))
+	if err := CastToF16(dst, src, models.F32, len(f32s)); err != nil {
+		t.Fatal(err)
+	}
+	want := []uint16{0x3c00, 0xbe00, 0x7bff, 0x7bff, 0x7c00, 0xfc00, 0x7c00, 0xfc00, 0x0400,
+		0x0001, 0x0000, 0x0001, 0x0000, 0x8000, 0x3c01, 0x3c00, 0x3c02, 0, 0x0200}
+	for i, f := range f32s {
+		got := binary.LittleEndian.Uint16(dst[2*i:])
+		if math.IsNaN(float64(f)) {
+			if got&0x7c00 != 0x7c00 || got&0x03ff == 0 {
+				t.Errorf("NaN -> %#04x", got)
+			}
+			continue
+		}
+		if got != want[i] {
+			t.Errorf("f32 %g -> %#04x, want %#04x", f, got, want[i])
+		}
+	}
+	f16 := []byte{1, 2, 3, 4}
+	out := make([]byte, 4)
+	if err := CastToF16(out, f16, models.F16, 2); err != nil || string(out) != string(f16) {
+		t.Errorf("F16 not copied: %v %v", out, err)
+	}
+	if err := CastToF16(out, f16, models.I32, 1); err == nil {
+		t.Error("I32 cast to F16")
+	}
+}

@@ -23,9 +23,10 @@ func (e *planError) Error() string        { return e.msg }
 func (e *planError) Is(target error) bool { return target == ErrEdited }
 
 // knownTransforms are the transform names pack knows.
-var knownTransforms = []string{TFoldBN, TFoldBNInput, TFoldConvBN, TConcatQKV, TConcatGateUp, TCastBF16, TPrepackKMajor}
+var knownTransforms = []string{TFoldBN, TFoldBNInput, TFoldConvBN, TConcatQKV, TConcatGateUp, TCastBF16, TCastFP16, TPrepackKMajor}
 
-// CheckFields re-plans g with the options recorded in got (its disabled kernels) and
+// CheckFields re-plans g with the options recorded in got (its dtype, GPU and disabled
+// kernels; reg's rows) and
 // reports every field of got that differs, each named by its place in file
 // (`layers[3] (model.layers.0.input_layernorm): eps 0.5, re-planning the model gives
 // 1e-06`). Unknown kernel names, layouts and transforms are named as such first. Free
@@ -58,8 +59,19 @@ func CheckFields(got *Plan, g *models.Graph, reg *kernels.Registry, file string)
 			}
 		}
 	}
+	if got.GPU != "" {
+		gpu, err := kernels.LoadGPU(got.GPU)
+		if err != nil {
+			add("gpu: %v", err)
+		} else {
+			reg = reg.WithGPU(gpu)
+		}
+	}
+	if got.DType != DTypeBF16 && got.DType != DTypeFP16 {
+		add("dtype %q: want %s or %s", got.DType, DTypeBF16, DTypeFP16)
+	}
 	if len(problems) == 0 {
-		want, err := New(g, reg, Options{Source: got.Source, Tool: got.Tool, Disable: got.Disable})
+		want, err := New(g, reg, Options{Source: got.Source, Tool: got.Tool, Disable: got.Disable, DType: got.DType})
 		if err != nil {
 			return &planError{fmt.Sprintf("%s: re-planning the model: %v", file, err)}
 		}
@@ -87,6 +99,8 @@ func diffPlans(got, want *Plan) []string {
 	}
 	d("", "arch", got.Arch, want.Arch)
 	d("", "backends", got.Backends, want.Backends)
+	d("", "dtype", got.DType, want.DType)
+	d("", "gpu", got.GPU, want.GPU)
 	d("", "disable", got.Disable, want.Disable)
 	if len(got.Layers) != len(want.Layers) {
 		return append(out, fmt.Sprintf("%d layers, re-planning the model gives %d", len(got.Layers), len(want.Layers)))

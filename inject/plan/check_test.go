@@ -16,8 +16,10 @@ func TestCheckPlanFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, disable := range [][]string{nil, {"add-rmsnorm", "gemm"}} {
-		p, err := New(g, nil, Options{Tool: "xpuinject test", Disable: disable})
+	for _, o := range []Options{{}, {Disable: []string{"add-rmsnorm", "gemm"}}, {DType: DTypeFP16}} {
+		disable := o.Disable
+		o.Tool = "xpuinject test"
+		p, err := New(g, nil, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,7 +29,7 @@ func TestCheckPlanFields(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := CheckFields(back, g, kernels.Default(), "pkg/plan.yaml"); err != nil {
-			t.Errorf("disable %v: the plan as written fails: %v", disable, err)
+			t.Errorf("disable %v dtype %q: the plan as written fails: %v", disable, o.DType, err)
 		}
 	}
 	p, _ := New(g, nil, Options{Tool: "xpuinject test"})
@@ -50,6 +52,9 @@ func TestCheckPlanFields(t *testing.T) {
 			`layers[1] (model.layers.0.input_layernorm): kernel "rmsnorm", re-planning the model gives "keep"`},
 		{"unknown disable", "backends: [cuda, xpu]\n", "backends: [cuda, xpu]\ndisable: [warp]\n", `disable: "warp" is not a known kernel`},
 		{"backends", "backends: [cuda, xpu]\n", "backends: [cuda]\n", "backends [cuda], re-planning the model gives [cuda, xpu]"},
+		{"dtype", "dtype: bf16\n", "dtype: fp16\n", `outputs[0] (model.embed_tokens.weight): transforms [cast-bf16], re-planning the model gives [cast-fp16]`},
+		{"unknown dtype", "dtype: bf16\n", "dtype: fp8\n", `dtype "fp8": want bf16 or fp16`},
+		{"bad gpu name", "gpu: h200\n", "gpu: H100\n", `gpu: kernels: GPU name "H100"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if !strings.Contains(text, c.from) {
@@ -64,6 +69,11 @@ func TestCheckPlanFields(t *testing.T) {
 				t.Errorf("error %v\nwant %q", err, c.want)
 			}
 		})
+	}
+	// another GPU re-plans with that GPU's routes: none here, so the plan is the same
+	other, _ := ParseYAML([]byte(strings.Replace(text, "gpu: h200\n", "gpu: h100\n", 1)))
+	if err := CheckFields(other, g, nil, "pkg/plan.yaml"); err != nil {
+		t.Errorf("plan for a GPU without data: %v", err)
 	}
 	// a reason reworded is provenance, not a field the Python side reads
 	reworded, _ := ParseYAML([]byte(strings.Replace(text, "reason: a gather; nothing to gain", "reason: mine", 1)))

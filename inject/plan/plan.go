@@ -24,6 +24,9 @@ type Options struct {
 	// Disable names registry kernels not to use (`--disable`); layers they would have
 	// replaced are kept, and so are layers whose kernel uses a disabled one.
 	Disable []string
+	// DType is "bf16", "fp16" or "auto" ("" is DefaultDType); auto is fp16 when most of the
+	// checkpoint's floating-point elements are F16, else bf16 (a BF16 or an F32 checkpoint).
+	DType string
 }
 
 // DefaultBackends are the backends a plan targets when Options.Backends is empty.
@@ -39,12 +42,12 @@ const (
 	// bf16 logits round to 0.125 at |logit| 16-32, so candidates closer than that tie and argmax
 	// takes the lower token id; the fp32 accumulator keeps their order.
 	ReasonLMHead = "fp32 logits: the GEMM writes its fp32 accumulator, so near-equal logits keep their " +
-		"order instead of tying in bf16 (greedy decoding then follows the fp32 model further)"
+		"order instead of tying in 16 bits (greedy decoding then follows the fp32 model further)"
 	ReasonLMHeadTied = "reads the embedding table it is tied to (no tensor of its own)"
 	ReasonLinear     = "plain GEMM (bias at most): cuBLAS is as fast " +
 		"(seed 000: never replace a faster vendor GEMM for a tiny epilogue)"
 	ReasonConvBN = "no conv kernel; BatchNorm folded into the convolution, stock conv2d runs " +
-		"(in bf16, like the rest of the injected model)"
+		"(in the plan's dtype, like the rest of the injected model)"
 	ReasonLeViTAttention = "learned per-head attention biases over short non-causal sequences: " +
 		"the causal GQA kernels do not apply; stock path (its Linear+BatchNorm layers are planned on their own)"
 	ReasonAddRMSNorm = "fused with the residual add before it; the decoder layer is patched"
@@ -79,13 +82,19 @@ func New(g *models.Graph, reg *kernels.Registry, opts Options) (*Plan, error) {
 	if err := checkOwnership(g); err != nil {
 		return nil, err
 	}
-	p := &planner{g: g, reg: reg, backends: backends, disabled: disabled, tensors: g.Checkpoint.Tensors}
+	dtype, err := chooseDType(opts.DType, g.Checkpoint)
+	if err != nil {
+		return nil, err
+	}
+	p := &planner{g: g, reg: reg, backends: backends, disabled: disabled, tensors: g.Checkpoint.Tensors, dtype: dtype}
 	plan := &Plan{
 		Schema:   SchemaVersion,
 		Tool:     opts.Tool,
 		Source:   opts.Source,
 		Arch:     g.Arch,
 		Backends: slices.Clone(backends),
+		DType:    dtype,
+		GPU:      reg.GPU().Name,
 		Disable:  slices.Sorted(maps.Keys(disabled)),
 		Layers:   make([]LayerPlan, 0, len(g.Layers)),
 	}
@@ -168,6 +177,46 @@ type planner struct {
 	backends []string
 	disabled map[string]bool
 	tensors  map[string]*models.Tensor
+	dtype    string // DTypeBF16 or DTypeFP16
+}
+
+// chooseDType resolves Options.DType: auto keeps the checkpoint's 16-bit type (F16 -> fp16,
+// BF16 -> bf16) and takes bf16 for an F32 one, counting the elements of each dtype.
+func chooseDType(want string, ck *models.Checkpoint) (string, error) {
+	switch want {
+	case "":
+		return DefaultDType, nil
+	case DTypeBF16, DTypeFP16:
+		return want, nil
+	case DTypeAuto:
+	default:
+		return "", fmt.Errorf("inject: dtype %q: want auto, bf16 or fp16", want)
+	}
+	var f16, other int64
+	for _, t := range ck.Tensors {
+		n := int64(1)
+		for _, d := range t.Shape {
+			n *= max(d, 1)
+		}
+		switch t.DType {
+		case models.F16:
+			f16 += n
+		case models.BF16, models.F32:
+			other += n
+		}
+	}
+	if f16 > other {
+		return DTypeFP16, nil
+	}
+	return DTypeBF16, nil
+}
+
+// target is the safetensors dtype and cast transform of the plan's dtype.
+func (p *planner) target() (models.DType, string) {
+	if p.dtype == DTypeFP16 {
+		return models.F16, TCastFP16
+	}
+	return models.BF16, TCastBF16
 }
 
 // layer plans one layer.
@@ -256,6 +305,9 @@ func (p *planner) unusable(k *kernels.Kernel) string {
 				return fmt.Sprintf("kernel %s has no %s code", name, b)
 			}
 		}
+		if !slices.Contains(kk.ActDTypes, p.dtype) {
+			return fmt.Sprintf("kernel %s does not compute in %s", name, p.dtype)
+		}
 	}
 	return ""
 }
@@ -298,8 +350,8 @@ func (p *planner) lmHead(l models.Layer, lp *LayerPlan) error {
 }
 
 // keep marks l as kept on the stock path and writes its tensors under their own names
-// (cast to bf16 where the source is F32 or F16: the injected model runs in bf16 and
-// torch would round the same way at load; other dtypes are copied unchanged).
+// (floating-point sources cast to the plan's dtype, which the injected model runs in and
+// torch would round to the same way at load; other dtypes are copied unchanged).
 func (p *planner) keep(l models.Layer, lp *LayerPlan, reason string) error {
 	lp.Kernel, lp.Layer, lp.Reason = KernelKeep, "", reason
 	lp.Outputs, lp.Bindings = lp.Outputs[:0], nil
@@ -311,8 +363,8 @@ func (p *planner) keep(l models.Layer, lp *LayerPlan, reason string) error {
 		t := p.tensors[name]
 		o := TensorPlan{Name: name, Sources: []string{name}, Shape: slices.Clone(t.Shape),
 			DType: string(t.DType), Layout: LayoutRowMajor}
-		if t.DType == models.F32 || t.DType == models.F16 {
-			o.Transforms, o.DType = []string{TCastBF16}, string(models.BF16)
+		if dt, cast := p.target(); foldable(t.DType) && t.DType != dt {
+			o.Transforms, o.DType = []string{cast}, string(dt)
 		}
 		lp.Outputs = append(lp.Outputs, o)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -667,5 +668,80 @@ func TestPlanSlidingWindowNote(t *testing.T) {
 		if a.Reason != want {
 			t.Errorf("config %v: reason %q, want %q", c.cfg, a.Reason, want)
 		}
+	}
+}
+
+// The plan's dtype: every output cast to it (a source already in it copied), recorded at the
+// top; auto follows the checkpoint (F16 -> fp16, BF16 and F32 -> bf16); a kernel without
+// code for the dtype is not used.
+func TestPlanDType(t *testing.T) {
+	for _, c := range []struct {
+		src          models.DType
+		want, dtype  string
+		outDT, cast  string
+		normTransfos []string
+	}{
+		{models.F32, "", DTypeBF16, "BF16", TCastBF16, []string{TCastBF16}},
+		{models.F32, DTypeAuto, DTypeBF16, "BF16", TCastBF16, []string{TCastBF16}},
+		{models.F32, DTypeFP16, DTypeFP16, "F16", TCastFP16, []string{TCastFP16}},
+		{models.F16, DTypeAuto, DTypeFP16, "F16", TCastFP16, nil},
+		{models.F16, DTypeBF16, DTypeBF16, "BF16", TCastBF16, []string{TCastBF16}},
+		{models.BF16, DTypeAuto, DTypeBF16, "BF16", TCastBF16, nil},
+		{models.BF16, DTypeFP16, DTypeFP16, "F16", TCastFP16, []string{TCastFP16}},
+	} {
+		name := fmt.Sprintf("%s->%s", c.src, c.want)
+		cfg := tiny
+		cfg.dt = c.src
+		p, err := New(llama(cfg).graph(), nil, Options{DType: c.want})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if p.DType != c.dtype {
+			t.Errorf("%s: plan dtype %q, want %q", name, p.DType, c.dtype)
+		}
+		for _, l := range p.Layers {
+			for _, o := range l.Outputs {
+				if o.DType != c.outDT {
+					t.Errorf("%s: %s is %s, want %s", name, o.Name, o.DType, c.outDT)
+				}
+				for _, tr := range o.Transforms {
+					if (tr == TCastBF16 || tr == TCastFP16) && tr != c.cast {
+						t.Errorf("%s: %s transform %s, want %s", name, o.Name, tr, c.cast)
+					}
+				}
+			}
+		}
+		if n := layerOf(t, p, "model.norm"); !slices.Equal(n.Outputs[0].Transforms, c.normTransfos) {
+			t.Errorf("%s: norm transforms %v, want %v", name, n.Outputs[0].Transforms, c.normTransfos)
+		}
+	}
+	// mostly F32 with a few F16 tensors is an F32 checkpoint: bf16
+	b := llama(tiny)
+	b.layers[0].Tensors["weight"] = b.t("model.embed_tokens.weight", models.F16, tiny.vocab, tiny.hidden)
+	if p := mustPlan(t, b.graph(), Options{DType: DTypeAuto}); p.DType != DTypeBF16 {
+		t.Errorf("mostly-F32 checkpoint: auto gave %s", p.DType)
+	}
+	if _, err := New(llama(tiny).graph(), nil, Options{DType: "fp8"}); err == nil || !strings.Contains(err.Error(), `dtype "fp8": want auto, bf16 or fp16`) {
+		t.Errorf("bad dtype: %v", err)
+	}
+	// a kernel that computes in bf16 only keeps its layers in an fp16 plan
+	var rows []*kernels.Kernel
+	for _, k := range kernels.Default().Kernels() {
+		kk := *k
+		if kk.Name == "rmsnorm" {
+			kk.ActDTypes = []string{"bf16"}
+		}
+		rows = append(rows, &kk)
+	}
+	reg, err := kernels.New(rows...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(llama(tiny).graph(), reg, Options{DType: DTypeFP16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := layerOf(t, p, "model.norm"); l.Kernel != KernelKeep || l.Reason != "kernel rmsnorm does not compute in fp16" {
+		t.Errorf("bf16-only rmsnorm in an fp16 plan: %s (%s)", l.Kernel, l.Reason)
 	}
 }

@@ -342,12 +342,13 @@ func (p *planner) linearBN(l models.Layer, lp *LayerPlan) error {
 	}
 	bsrc = append(bsrc, bn...)
 	layer := k.LayerClass(l.Kind)
+	dt, cast := p.target()
 	w := TensorPlan{Name: m + ".folded.weight", Role: "weight", Attr: kernels.PackedAttr(layer, "weight"), Sources: wsrc,
-		Transforms: []string{fold, TCastBF16, TPrepackKMajor}, Shape: []int64{in, out},
-		DType: string(models.BF16), Layout: LayoutKMajor}
+		Transforms: []string{fold, cast, TPrepackKMajor}, Shape: []int64{in, out},
+		DType: string(dt), Layout: LayoutKMajor}
 	b := TensorPlan{Name: m + ".folded.bias", Role: "bias", Attr: kernels.PackedAttr(layer, "bias"), Sources: bsrc,
-		Transforms: []string{fold, TCastBF16}, Shape: []int64{out},
-		DType: string(models.BF16), Layout: LayoutRowMajor}
+		Transforms: []string{fold, cast}, Shape: []int64{out},
+		DType: string(dt), Layout: LayoutRowMajor}
 	lp.Outputs = []TensorPlan{w, b}
 	lp.Kernel, lp.Layer = k.Name, layer
 	lp.Bindings = []Binding{bind(m, l.Class, layer, lp.Outputs)}
@@ -402,16 +403,17 @@ func (p *planner) convBN(l models.Layer, lp *LayerPlan) error {
 		bsrc = append(bsrc, b)
 	}
 	bsrc = append(bsrc, bn...)
+	dt, cast := p.target()
 	lp.Outputs = []TensorPlan{
 		{Name: m + ".folded.weight", Role: "weight", Attr: kernels.PackedAttr(layerConvBN, "weight"),
-			Sources: append([]string{t["conv.weight"]}, bn...), Transforms: []string{TFoldConvBN, TCastBF16},
-			Shape: slices.Clone(ws), DType: string(models.BF16), Layout: LayoutRowMajor},
+			Sources: append([]string{t["conv.weight"]}, bn...), Transforms: []string{TFoldConvBN, cast},
+			Shape: slices.Clone(ws), DType: string(dt), Layout: LayoutRowMajor},
 		{Name: m + ".folded.bias", Role: "bias", Attr: kernels.PackedAttr(layerConvBN, "bias"), Sources: bsrc,
-			Transforms: []string{TFoldConvBN, TCastBF16}, Shape: []int64{outCh},
-			DType: string(models.BF16), Layout: LayoutRowMajor},
+			Transforms: []string{TFoldConvBN, cast}, Shape: []int64{outCh},
+			DType: string(dt), Layout: LayoutRowMajor},
 	}
 	// No Triton kernel runs (keep), but the module's forward changes: ConvBN runs stock
-	// conv2d on the folded bf16 tensors.
+	// conv2d on the folded tensors.
 	lp.Kernel, lp.Layer, lp.Reason = KernelKeep, layerConvBN, ReasonConvBN
 	lp.Bindings = []Binding{bind(m, l.Class, layerConvBN, lp.Outputs)}
 	return nil
@@ -421,15 +423,16 @@ func foldable(dt models.DType) bool {
 	return dt == models.F32 || dt == models.F16 || dt == models.BF16
 }
 
-// out builds a TensorPlan whose dtype is BF16: cast-bf16 is listed when any source is
-// not BF16 already (a BF16 source is copied or rearranged without rounding), then
+// out builds a TensorPlan in the plan's dtype: the cast is listed when any source is of
+// another dtype (a source already in it is copied or rearranged without rounding), then
 // prepack-kmajor for k-major outputs.
 func (p *planner) out(name, role, attr, layout string, shape, split []int64, sources ...string) TensorPlan {
+	dt, cast := p.target()
 	o := TensorPlan{Name: name, Role: role, Attr: attr, Sources: sources, Shape: slices.Clone(shape),
-		DType: string(models.BF16), Layout: layout, Split: slices.Clone(split)}
+		DType: string(dt), Layout: layout, Split: slices.Clone(split)}
 	for _, s := range sources {
-		if p.tensors[s].DType != models.BF16 {
-			o.Transforms = []string{TCastBF16}
+		if p.tensors[s].DType != dt {
+			o.Transforms = []string{cast}
 			break
 		}
 	}

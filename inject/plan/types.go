@@ -6,10 +6,13 @@
 // Below it: kernels (registry, routes data) and models; above it: pack and emit.
 package plan
 
+import "fmt"
+
 // SchemaVersion is the version of the plan.yaml / plan JSON schema written by this build.
 // 2: each layer lists its bindings (module -> layer class, attributes read, vendor routes
-// with token bounds) instead of a per-layer vendor map.
-const SchemaVersion = 2
+// with token bounds) instead of a per-layer vendor map. 3: the plan's dtype (outputs cast
+// to bf16 or fp16) and the GPU whose measured routes it uses.
+const SchemaVersion = 3
 
 // Transform names, as they appear in plans and in safetensors __metadata__.
 const (
@@ -19,8 +22,21 @@ const (
 	TConcatQKV     = "concat-qkv"     // q, k, v weights (and biases) concatenated along the output dim
 	TConcatGateUp  = "concat-gate-up" // gate and up weights concatenated along the output dim
 	TCastBF16      = "cast-bf16"      // cast to bf16, round-to-nearest-even
+	TCastFP16      = "cast-fp16"      // cast to fp16, round-to-nearest-even (overflow to inf)
 	TPrepackKMajor = "prepack-kmajor" // [N, K] nn.Linear weight transposed to K-major [K, N]
 )
+
+// The dtypes a model runs in once injected (Plan.DType); DTypeAuto picks one (Options).
+const (
+	DTypeBF16 = "bf16"
+	DTypeFP16 = "fp16"
+	DTypeAuto = "auto"
+)
+
+// DefaultDType is the dtype of a plan made without one. bf16: the eval driver still loads
+// both models in bf16 whatever the plan says; once it loads them in Plan.DType, auto can
+// be the default.
+const DefaultDType = DTypeBF16
 
 // FileName is the plan's file name in a packed checkpoint and in a package.
 const FileName = "plan.yaml"
@@ -37,6 +53,12 @@ type Plan struct {
 	Arch   string `yaml:"arch" json:"arch"` // config.json model_type
 	// Backends the package targets, e.g. ["cuda", "xpu"].
 	Backends []string `yaml:"backends" json:"backends"`
+	// DType is what the injected model runs in, "bf16" or "fp16": every output tensor is
+	// cast to it, and the model is loaded in it.
+	DType string `yaml:"dtype" json:"dtype"`
+	// GPU names the measured data (kernels' gpus/<gpu>.json) the vendor routes come from;
+	// a GPU without data has none.
+	GPU string `yaml:"gpu" json:"gpu"`
 	// Disable lists the kernels planning was told not to use (--disable), sorted; with
 	// the model it is all that re-planning needs to give the same plan.
 	Disable []string    `yaml:"disable,omitempty" json:"disable,omitempty"`
@@ -118,4 +140,38 @@ type TensorPlan struct {
 	Layout     string   `yaml:"layout" json:"layout"` // "row-major" or "k-major"
 	// Split gives the sizes along the concatenated (output) dimension, in source order.
 	Split []int64 `yaml:"split,omitempty" json:"split,omitempty"`
+}
+
+// Counts are a plan's layers by what runs them; the CLI, the package card and the eval
+// report all count this way.
+type Counts struct {
+	Layers int
+	Kernel int // replaced by one of our kernels
+	Folded int // a stock op on folded weights through a binding (a kept conv-bn: ConvBN)
+	Kept   int // the stock module on its own weights: no binding
+}
+
+// Counts counts p's layers.
+func (p *Plan) Counts() Counts {
+	c := Counts{Layers: len(p.Layers)}
+	for _, l := range p.Layers {
+		switch {
+		case l.Kernel != KernelKeep:
+			c.Kernel++
+		case len(l.Bindings) > 0:
+			c.Folded++
+		default:
+			c.Kept++
+		}
+	}
+	return c
+}
+
+// String is "33 layers: 18 on our kernels, 4 on stock ops with folded weights, 11 kept".
+func (c Counts) String() string {
+	s := fmt.Sprintf("%d layers: %d on our kernels", c.Layers, c.Kernel)
+	if c.Folded > 0 {
+		s += fmt.Sprintf(", %d on stock ops with folded weights", c.Folded)
+	}
+	return s + fmt.Sprintf(", %d kept", c.Kept)
 }
