@@ -34,7 +34,7 @@ func (n Num) MarshalJSON() ([]byte, error) {
 	return json.Marshal(f)
 }
 
-// Metrics are seed 004's error metrics of one model against the fp32 oracle; the
+// Metrics are the error metrics of one model against the fp32 oracle; the
 // logits-level ones add top-1 agreement, KL and perplexity.
 type Metrics struct {
 	Cosine     Num  `json:"cosine"`

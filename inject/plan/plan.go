@@ -44,8 +44,8 @@ const (
 	ReasonLMHead = "fp32 logits: the GEMM writes its fp32 accumulator, so near-equal logits keep their " +
 		"order instead of tying in 16 bits (greedy decoding then follows the fp32 model further)"
 	ReasonLMHeadTied = "reads the embedding table it is tied to (no tensor of its own)"
-	ReasonLinear     = "plain GEMM (bias at most): cuBLAS is as fast " +
-		"(seed 000: never replace a faster vendor GEMM for a tiny epilogue)"
+	// A kernel of ours pays through what it fuses; a bare GEMM has nothing to fuse.
+	ReasonLinear = "plain GEMM (bias at most): nothing to fuse, so the vendor GEMM (cuBLAS) runs it"
 	ReasonConvBN = "no conv kernel; BatchNorm folded into the convolution, stock conv2d runs " +
 		"(in the plan's dtype, like the rest of the injected model)"
 	ReasonLeViTAttention = "learned per-head attention biases over short non-causal sequences: " +
