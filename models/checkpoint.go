@@ -75,6 +75,9 @@ func Open(dir string) (*Checkpoint, error) {
 	idxPath := filepath.Join(dir, IndexFile)
 	if _, err := os.Stat(idxPath); err == nil {
 		err = ck.openSharded(idxPath)
+		if err == nil {
+			err = checkQuantized(ck)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -102,6 +105,9 @@ func Open(dir string) (*Checkpoint, error) {
 		if _, err := ck.addFile(f); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkQuantized(ck); err != nil {
+		return nil, err
 	}
 	return ck, nil
 }

@@ -164,6 +164,7 @@ func TestPlanModelErrors(t *testing.T) {
 		{file, "a file, not a folder"},
 		{"./no/such/folder", "model ./no/such/folder: no local folder ./no/such/folder"},
 		{bad, "models: no safetensors weights"},
+		{"../../testdata/quantized/llama-tiny-fp8", "testdata/quantized/llama-tiny-fp8 is quantized (FP8: config.json quantization_config.quant_method \"fp8\""},
 	} {
 		code, out, errOut := runCLI(t, nil, "plan", c.arg)
 		if code != exitError1 || out != "" || !strings.Contains(errOut, c.want) {
