@@ -62,7 +62,12 @@ func UsageSnippet(pl *plan.Plan, u Usage) string {
 	var b strings.Builder
 	b.WriteString("```python\nimport torch\nfrom kernels import get_kernel\n")
 	fmt.Fprintf(&b, "from transformers import %s\n\n", cls)
-	fmt.Fprintf(&b, "model = %s.from_pretrained(%s, dtype=torch.bfloat16).to(\"cuda\").eval()  # or \"xpu\"\n", cls, load)
+	// the model runs in the plan's dtype: the packed tensors are in it
+	torchDType := "torch.bfloat16"
+	if pl.DType == plan.DTypeFP16 {
+		torchDType = "torch.float16"
+	}
+	fmt.Fprintf(&b, "model = %s.from_pretrained(%s, dtype=%s).to(\"cuda\").eval()  # or \"xpu\"\n", cls, load, torchDType)
 	fmt.Fprintf(&b, "xpuinject = get_kernel(%q, version=%d, trust_remote_code=True)\n", kernelRepo, version)
 	fmt.Fprintf(&b, "xpuinject.inject(model, packed=%q)\n```\n", packed)
 	return b.String()

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -181,6 +182,13 @@ func packageFiles(pl *plan.Plan, opts Options) (map[string][]byte, error) {
 	srcHash.Write(planYAML)
 	digest := hex.EncodeToString(srcHash.Sum(nil))[:7]
 	planSum := sha256.Sum256(planYAML)
+	files[plan.FileName] = planYAML
+	// The package's inject reads its plan from its own folder: get_kernel fetches only the
+	// variant folder, so each carries the same bytes (and so do the kernel-builder sources).
+	files["torch-ext/"+module+"/"+plan.FileName] = planYAML
+	for _, be := range emitBackends {
+		files["build/torch-"+be+"/"+plan.FileName] = planYAML
+	}
 	for _, be := range emitBackends {
 		meta := map[string]any{
 			"name": opts.Name,
@@ -188,9 +196,12 @@ func packageFiles(pl *plan.Plan, opts Options) (map[string][]byte, error) {
 			// in sys.modules, so two variants or versions never collide.
 			"id":             fmt.Sprintf("_%s_%s_%s", module, be, digest),
 			"version":        opts.Version,
+			"kernels-minver": kernelsMinVersion,
 			"license":        opts.License,
 			"python-depends": []string{},
+			"kernel-depends": []string{},
 			"backend":        map[string]any{"type": be},
+			"digest":         variantDigest(files, "build/torch-"+be+"/"),
 			// the plan this package was written for (PLAN.md, "Plan digest")
 			MetadataKey: map[string]any{"plan_sha256": hex.EncodeToString(planSum[:])},
 		}
@@ -199,13 +210,6 @@ func packageFiles(pl *plan.Plan, opts Options) (map[string][]byte, error) {
 			return nil, err
 		}
 		files["build/torch-"+be+"/metadata.json"] = append(b, '\n')
-	}
-	files[plan.FileName] = planYAML
-	// The package's inject reads its plan from its own folder: get_kernel fetches only the
-	// variant folder, so each carries the same bytes (and so do the kernel-builder sources).
-	files["torch-ext/"+module+"/"+plan.FileName] = planYAML
-	for _, be := range emitBackends {
-		files["build/torch-"+be+"/"+plan.FileName] = planYAML
 	}
 	files["build.toml"] = buildTOML(opts)
 	files["README.md"] = card(pl, opts)
@@ -219,11 +223,42 @@ func packageFiles(pl *plan.Plan, opts Options) (map[string][]byte, error) {
 	return files, nil
 }
 
+// kernelsMinVersion is the oldest kernels release that loads the variants: kernel-builder's
+// baseline for a kernel without kernel dependencies (Build::required_kernels_version in
+// huggingface/kernels, kernels-common/src/config).
+const kernelsMinVersion = "0.14.0"
+
+// buildEdition is the build.toml edition the kernels library reads as current (0.17.2 parses
+// editions 5 and, upgrading with a warning, the unversioned legacy format; 6 it refuses).
+const buildEdition = 5
+
+// variantDigest is metadata.json's "digest" as kernel-builder writes it and the kernels
+// library checks it (Digest::hash_variant, huggingface/kernels kernels-common/src/digest.rs):
+// {"algorithm": "sha256", "files": {path: base64(sha256(content))}} over every file of the
+// variant folder, paths relative to it with "/" separators, except metadata.json and
+// metadata.json.sigstore at its top (which hold the digest) and Python bytecode.
+func variantDigest(files map[string][]byte, prefix string) map[string]any {
+	hashes := map[string]string{}
+	for p, b := range files {
+		rel, ok := strings.CutPrefix(p, prefix)
+		if !ok || rel == "metadata.json" || rel == "metadata.json.sigstore" || strings.HasSuffix(rel, ".pyc") ||
+			strings.Contains("/"+rel, "/__pycache__/") {
+			continue
+		}
+		sum := sha256.Sum256(b)
+		hashes[rel] = base64.StdEncoding.EncodeToString(sum[:])
+	}
+	return map[string]any{"algorithm": "sha256", "files": hashes}
+}
+
+// buildTOML is kernel-builder's description of the package, edition buildEdition: a
+// noarch torch kernel whose variants are the backends'.
 func buildTOML(opts Options) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by %s. A pure-Python Triton kernel: kernel-builder builds it as noarch\n", opts.Tool)
 	fmt.Fprintf(&b, "# variants (build/torch-cuda, build/torch-xpu) from torch-ext/%s.\n", ModuleName(opts.Name))
-	fmt.Fprintf(&b, "[general]\nname = %q\nversion = %d\nlicense = %q\nbackends = [", opts.Name, opts.Version, opts.License)
+	fmt.Fprintf(&b, "[general]\nname = %q\nversion = %d\nedition = %d\nlicense = %q\nbackends = [",
+		opts.Name, opts.Version, buildEdition, opts.License)
 	for i, be := range emitBackends {
 		if i > 0 {
 			b.WriteString(", ")
@@ -297,7 +332,7 @@ func card(pl *plan.Plan, opts Options) []byte {
 	b.WriteString(UsageSnippet(pl, Usage{ModelClass: opts.ModelClass, KernelRepo: repo, Version: opts.Version, PackedRepo: packed}))
 	fmt.Fprintf(&b, "\nThe package carries its plan (`plan.yaml`, in each variant folder too) and carries it out: "+
 		"`inject` binds each module the plan names to the layer it names. With `packed=` it loads the weights "+
-		"xpuinject pre-packed offline (BatchNorm folded, QKV and gate/up concatenated, bf16, K-major) from "+
+		"xpuinject pre-packed offline (BatchNorm folded, QKV and gate/up concatenated, in the plan's dtype, K-major) from "+
 		"[`%s`](https://huggingface.co/%s) and releases the original projections; without it the layers pack "+
 		"the model's own weights on first use. `xpuinject.kernelize(model)` needs no plan: it binds every "+
 		"supported module of any Llama, Mistral, Qwen2, Qwen3 or LeViT model.\n", packed, packed)

@@ -2,11 +2,13 @@ package emit
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -88,18 +90,40 @@ func TestEmitTreeComplete(t *testing.T) {
 		var m struct {
 			Name, ID, License string
 			Version           int
+			MinVer            string   `json:"kernels-minver"`
 			PythonDepends     []string `json:"python-depends"`
+			KernelDepends     []string `json:"kernel-depends"`
 			Backend           struct{ Type string }
-			XPUInject         struct {
+			Digest            struct {
+				Algorithm string
+				Files     map[string]string
+			}
+			XPUInject struct {
 				PlanSHA256 string `json:"plan_sha256"`
 			} `json:"xpuinject"`
 		}
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
 		}
-		if m.Name != res.Name || m.Version != 1 || m.Backend.Type != be || m.PythonDepends == nil ||
-			!strings.HasPrefix(m.ID, "_"+module+"_"+be+"_") || m.License != "apache-2.0" {
+		if m.Name != res.Name || m.Version != 1 || m.Backend.Type != be || m.PythonDepends == nil || m.KernelDepends == nil ||
+			!strings.HasPrefix(m.ID, "_"+module+"_"+be+"_") || m.License != "apache-2.0" || m.MinVer != "0.14.0" {
 			t.Errorf("%s metadata: %+v", be, m)
+		}
+		// the digest: every other file of the variant, base64 sha256 by path (the kernels
+		// library's Digest::hash_variant; tests/hub/test_package_roundtrip.py checks it with kernels)
+		variant := filepath.Join(out, "build", "torch-"+be)
+		want := map[string]string{}
+		filepath.WalkDir(variant, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && d.Name() != "metadata.json" {
+				rel, _ := filepath.Rel(variant, p)
+				c, _ := os.ReadFile(p)
+				sum := sha256.Sum256(c)
+				want[filepath.ToSlash(rel)] = base64.StdEncoding.EncodeToString(sum[:])
+			}
+			return nil
+		})
+		if m.Digest.Algorithm != "sha256" || !reflect.DeepEqual(m.Digest.Files, want) || want["gpus/h200.json"] == "" {
+			t.Errorf("%s digest %+v, want sha256 of %d files", be, m.Digest, len(want))
 		}
 		py, _ := os.ReadFile(filepath.Join(out, "plan.yaml"))
 		if sum := sha256.Sum256(py); m.XPUInject.PlanSHA256 != hex.EncodeToString(sum[:]) {
@@ -127,7 +151,8 @@ func TestEmitTreeComplete(t *testing.T) {
 		t.Errorf("card mentions a shim:\n%s", readme)
 	}
 	toml, _ := os.ReadFile(filepath.Join(out, "build.toml"))
-	if !strings.Contains(string(toml), "[torch-noarch]") || !strings.Contains(string(toml), `backends = ["cuda", "xpu"]`) {
+	if !strings.Contains(string(toml), "[torch-noarch]") || !strings.Contains(string(toml), `backends = ["cuda", "xpu"]`) ||
+		!strings.Contains(string(toml), "\nedition = 5\n") {
 		t.Errorf("build.toml:\n%s", toml)
 	}
 }
