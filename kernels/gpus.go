@@ -181,7 +181,7 @@ func matchOp(s *Subject, gemm string, k, n int64, epilogue string, headDims []in
 // Reason is the route's part of a plan reason: where it applies, the vendor, every measured
 // ratio and the file they are in.
 func (rt *Route) Reason(file string) string {
-	return fmt.Sprintf("vendor path faster for %s (%s; our speed %s; %s)", rt.When(), rt.Vendor, ratios(rt.Measured), file)
+	return fmt.Sprintf("vendor path faster for %s (%s; our speed %s; %s)", rt.When(), rt.Vendor, Ratios(rt.Measured), file)
 }
 
 // Note is the kept entry's note for a plan reason.
@@ -191,11 +191,11 @@ func (k *Kept) Note(file string) string {
 		what = fmt.Sprintf("%s K=%d N=%d", k.GEMM, k.K, k.N)
 	}
 	return fmt.Sprintf("%s stays on our kernel: %s is slower (our speed %s) though the %s target is missed (%s; %s)",
-		what, k.Vendor, ratios(k.Measured), strings.TrimPrefix(k.Target, ">="), ratios(k.Missed), file)
+		what, k.Vendor, Ratios(k.Measured), strings.TrimPrefix(k.Target, ">="), Ratios(k.Missed), file)
 }
 
-// ratios renders measurements as "0.77x at M=1, 0.75x at M=64" (ours over the vendor's speed).
-func ratios(ms []Measurement) string {
+// Ratios renders measurements as "0.77x at M=1, 0.75x at M=64" (our speed over the vendor's).
+func Ratios(ms []Measurement) string {
 	parts := make([]string, len(ms))
 	for i, m := range ms {
 		parts[i] = fmt.Sprintf("%.2fx at %s", m.Ratio, m.Shape)

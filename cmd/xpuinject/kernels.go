@@ -125,7 +125,7 @@ func kernelsRun(w io.Writer, reg *kernels.Registry, o *kernelsOptions) error {
 		if r.KeepLayer {
 			what += " (whole layer kept)"
 		}
-		rt.add(r.Kernel, what, r.Vendor, measuredText(r.Measured))
+		rt.add(r.Kernel, what, r.Vendor, kernels.Ratios(r.Measured))
 	}
 	if err := rt.write(w); err != nil {
 		return err
@@ -140,13 +140,4 @@ func kernelsRun(w io.Writer, reg *kernels.Registry, o *kernelsOptions) error {
 	fmt.Fprintln(w)
 	writeParagraph(w, "", fmt.Sprintf("Tuned launch configs: %d (a launch they cover skips autotuning).", len(gpu.Tuned)), 0)
 	return nil
-}
-
-// measuredText is "0.77x at M=1, 0.75x at M=64".
-func measuredText(ms []kernels.Measurement) string {
-	parts := make([]string, len(ms))
-	for i, m := range ms {
-		parts[i] = fmt.Sprintf("%.2fx at %s", m.Ratio, m.Shape)
-	}
-	return strings.Join(parts, ", ")
 }

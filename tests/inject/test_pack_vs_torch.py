@@ -92,9 +92,9 @@ def bf16_bits(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().view(torch.int16).numpy().astype(np.int32) & 0xFFFF
 
 
-def f16_from_f64_once(x: np.ndarray) -> np.ndarray:
-    """float64 -> fp16 bits with ONE round-to-nearest-even: round to float32 by round-to-odd,
-    then numpy's float32 -> float16 (nearest-even, subnormals, overflow to inf)."""
+def f32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """float64 -> float32 bits rounded to odd (sticky bit kept in the last place): then one
+    nearest-even rounding to a 16-bit format equals a single rounding from float64."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(over="ignore"):
         f = x.astype(np.float32)
@@ -103,25 +103,21 @@ def f16_from_f64_once(x: np.ndarray) -> np.ndarray:
     even = (bits & 1) == 0
     away = np.abs(f.astype(np.float64)) > np.abs(x)
     bits = np.where(inexact & even & away, bits - 1, bits)
-    bits = np.where(inexact & even & ~away, bits + 1, bits)
-    f = bits.astype(np.uint32).view(np.float32)
-    with np.errstate(over="ignore"):
-        return f.astype(np.float16).view(np.uint16).astype(np.int64)
+    return np.where(inexact & even & ~away, bits + 1, bits)
 
 
 def bf16_from_f64_once(x: np.ndarray) -> np.ndarray:
-    """float64 -> bf16 bits with ONE round-to-nearest-even: round to float32 by
-    round-to-odd (sticky bit kept), then to bf16 by nearest-even."""
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(over="ignore"):
-        f = x.astype(np.float32)
-    bits = f.view(np.uint32).astype(np.int64)
-    inexact = (f.astype(np.float64) != x) & np.isfinite(x)
-    even = (bits & 1) == 0
-    away = np.abs(f.astype(np.float64)) > np.abs(x)
-    bits = np.where(inexact & even & away, bits - 1, bits)
-    bits = np.where(inexact & even & ~away, bits + 1, bits)
+    """float64 -> bf16 bits with ONE round-to-nearest-even (round-to-odd, then nearest-even)."""
+    bits = f32_round_to_odd(x)
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def f16_from_f64_once(x: np.ndarray) -> np.ndarray:
+    """float64 -> fp16 bits with ONE round-to-nearest-even: round-to-odd, then numpy's
+    float32 -> float16 (nearest-even, subnormals, overflow to inf)."""
+    f = f32_round_to_odd(x).astype(np.uint32).view(np.float32)
+    with np.errstate(over="ignore"):
+        return f.astype(np.float16).view(np.uint16).astype(np.int64)
 
 
 def ordered(bits: np.ndarray) -> np.ndarray:
