@@ -134,3 +134,30 @@ def test_autotuning_is_counted():
     finally:
         _backend.launch_counts.clear()
         _backend.launch_counts.update(before)
+
+
+def test_tune_writes_what_gemm_looks_up(tmp_path, monkeypatch):
+    """benchmarks/tune.py --write-tuned records a GEMM best config under the key gemm() asks for
+    (epilogue, M's power-of-two class, K, the weight's N), keeping the file's routes."""
+    import sys
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))
+    tune = importlib.import_module("tune")
+    best = [{"kernel": "gemm", "label": "1b swiglu M=2048", "shape": {"M": 2000, "K": 2048, "N": 16384, "epilogue": "swiglu"},
+             "config": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_SIZE_M": 8, "num_warps": 8, "num_stages": 3},
+             "measured": {"us": 210.0, "rel_err": 1e-3}, "best": True},
+            {"kernel": "rmsnorm", "label": "rms 1b M=2048", "shape": {"M": 2048, "N": 2048}, "config": {"num_warps": 8},
+             "measured": {"us": 6.0, "rel_err": 1e-3}, "best": True}]
+    data_file = tmp_path / "h200.json"
+    data_file.write_text((PKG / "gpus" / "h200.json").read_text())
+    entries = tune.tuned_entries(best, "2026-12-01", "python3 benchmarks/tune.py --out T", "T/tune.json")
+    tune.write_tuned(str(data_file), entries, "NVIDIA H200")
+    data = json.loads(data_file.read_text())
+    assert data["routes"] == json.loads((PKG / "gpus" / "h200.json").read_text())["routes"]
+    (e,) = data["tuned"]  # the rmsnorm entry is not a tuned launcher's
+    assert e["key"] == {"epilogue": "swiglu", "m_bucket": 2048, "k": 2048, "n": 16384} and e["source"] == "T/tune.json"
+    monkeypatch.setattr(gpus, "device_data", lambda device: data)
+    cfg = gpus.tuned_config("gemm", {"epilogue": "swiglu", "m_bucket": 2048, "k": 2048, "n": 16384}, "cuda")
+    assert cfg is not None and cfg.kwargs["BLOCK_N"] == 256 and cfg.num_stages == 3
+    del sys.modules["tune"]
