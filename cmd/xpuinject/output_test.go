@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -168,5 +169,55 @@ func headerOnlyLlama(t *testing.T, dir string, c llamaShape) {
 	}
 	if err := fh.Truncate(n + data); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// One output convention: every command that prints a result takes --json (one JSON document
+// on stdout); none takes --format.
+func TestEveryCommandTakesJSON(t *testing.T) {
+	root := NewRootCmd(&Factory{})
+	cmds := append(root.Commands(), root)
+	if len(cmds) < 9 {
+		t.Fatalf("%d commands", len(cmds))
+	}
+	for _, c := range cmds {
+		if c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		if c.Flags().Lookup("json") == nil {
+			t.Errorf("%s has no --json", c.Name())
+		}
+		if c.Flags().Lookup("format") != nil {
+			t.Errorf("%s has --format (the convention is --json, and plan's --yaml)", c.Name())
+		}
+	}
+}
+
+// pack, package and fetch --json: one document naming what was written.
+func TestResultJSON(t *testing.T) {
+	dir := filepath.Join(fixtures, "llama-tiny")
+	abs, _ := filepath.Abs(dir)
+	out := t.TempDir()
+	code, stdout, errOut := runCLI(t, nil, "pack", dir, "--out", filepath.Join(out, "packed"), "--json")
+	var p packSummary
+	if code != 0 || json.Unmarshal([]byte(stdout), &p) != nil {
+		t.Fatalf("pack: exit %d %q %s", code, stdout, errOut)
+	}
+	if p.Tensors < 10 || p.Bytes <= 0 || len(p.PlanSHA256) != 64 || !slices.Contains(p.Files, "plan.yaml") {
+		t.Errorf("pack --json %+v", p)
+	}
+	code, stdout, errOut = runCLI(t, nil, "package", dir, "--out", filepath.Join(out, "package"), "--json")
+	var k packageSummary
+	if code != 0 || json.Unmarshal([]byte(stdout), &k) != nil {
+		t.Fatalf("package: exit %d %q %s", code, stdout, errOut)
+	}
+	if k.Kernel != "xpuinject-llama-tiny" || k.Plan != "11 layers: 8 on our kernels, 3 kept" || len(k.Files) < 20 {
+		t.Errorf("package --json %+v", k)
+	}
+	code, stdout, _ = runCLI(t, nil, "fetch", dir, "--json")
+	if code != 0 || strings.TrimSpace(stdout) != `{
+  "dir": "`+abs+`"
+}` {
+		t.Errorf("fetch --json: exit %d %q", code, stdout)
 	}
 }
