@@ -273,7 +273,7 @@ def _tokens_match(rt: Dict, m: int) -> bool:
 
 
 def route_for(row: Dict, routes: List[Dict]) -> str:
-    """The registry route that sends this benchmark row's operation to the vendor path, as
+    """The per-GPU route that sends this benchmark row's operation to the vendor path, as
     "op (when)", or "" when none does. gemm rows name their projection (qkv -> qkv_proj), the
     swiglu rows are the gate_up_proj GEMM, and a route's min_tokens / max_tokens (absent: open)
     bound the row's M; attention rows match by op and head_dim."""
