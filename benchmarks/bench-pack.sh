@@ -5,7 +5,7 @@
 #
 #   benchmarks/bench-pack.sh [WORKDIR]      (default /tmp/xpuinject-bench-pack; ~6 GB of disk)
 #
-# Both packers get the same plan.yaml (`xpuinject plan --format yaml`; xpuinject runs with
+# Both packers get the same plan.yaml (`xpuinject plan --yaml`; xpuinject runs with
 # --plan so neither pays for planning) and read the checkpoint from the page cache (it is
 # read once before timing). Each is run ROUNDS times, alternating; the table reports every
 # run and the best. Throughput is GB of source tensor bytes the plan reads, per second of
@@ -33,7 +33,7 @@ if [[ ! -f $src/model.safetensors.index.json ]]; then
   echo "generating $src ..." >&2
   "$py" "$repo/benchmarks/bench_pack.py" gen "$src" >&2
 fi
-"$bin" plan "$src" --format yaml >"$work/plan.yaml"
+"$bin" plan "$src" --yaml >"$work/plan.yaml"
 cat "$src"/*.safetensors >/dev/null # into the page cache, for both packers alike
 
 input_bytes=$("$py" - "$src" "$work/plan.yaml" <<'EOF'

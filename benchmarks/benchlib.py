@@ -243,13 +243,28 @@ def csv_text(rows: List[Dict]) -> str:
 
 
 def load_routes(path: str) -> List[Dict]:
-    """The measured vendor routes from `xpuinject kernels --json` (registry VendorOps): a list of
-    {op, when, measured, gemm?, k?, n?, tokens? or min_tokens?/max_tokens?, head_dims?}."""
+    """The vendor routes of a per-GPU data file (kernels/python/xpuinject_kernels/gpus/<gpu>.json,
+    which benchmarks/routes.py writes): a list of {kernel, op, gemm?, k?, n?, head_dims?,
+    min_tokens, max_tokens, when}, the token bounds from contract.json's decode_max_tokens."""
     with open(path, encoding="utf-8") as f:
-        reg = json.load(f)
-    if not isinstance(reg, list):
-        raise ValueError(f"{path}: want the JSON list `xpuinject kernels --json` prints")
-    return [dict(rt, kernel=k.get("name", "?")) for k in reg for rt in (k.get("vendor_ops") or [])]
+        data = json.load(f)
+    if not isinstance(data, dict) or not isinstance(data.get("routes"), list):
+        raise ValueError(f"{path}: want a per-GPU data file (an object with routes: gpus/<gpu>.json)")
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, os.pardir, "kernels", "python", "xpuinject_kernels", "contract.json"), encoding="utf-8") as f:
+        dmax = int(json.load(f)["decode_max_tokens"])
+    out = []
+    for rt in data["routes"]:
+        if rt.get("keep_layer"):
+            continue
+        tokens = rt.get("tokens", "")
+        lo, hi = {"decode": (0, dmax), "prefill": (dmax + 1, 0)}.get(tokens, (0, 0))
+        if rt.get("gemm"):
+            when = f"{rt['gemm']} K={rt['k']} N={rt['n']}" + (f" at {tokens}" if tokens else "")
+        else:
+            when = f"head_dim {', '.join(str(d) for d in rt.get('head_dims') or [])}"
+        out.append(dict(rt, min_tokens=lo, max_tokens=hi, when=when))
+    return out
 
 
 def _tokens_match(rt: Dict, m: int) -> bool:
@@ -258,7 +273,7 @@ def _tokens_match(rt: Dict, m: int) -> bool:
 
 
 def route_for(row: Dict, routes: List[Dict]) -> str:
-    """The registry route that sends this benchmark row's operation to the vendor path, as
+    """The per-GPU route that sends this benchmark row's operation to the vendor path, as
     "op (when)", or "" when none does. gemm rows name their projection (qkv -> qkv_proj), the
     swiglu rows are the gate_up_proj GEMM, and a route's min_tokens / max_tokens (absent: open)
     bound the row's M; attention rows match by op and head_dim."""
@@ -304,7 +319,8 @@ def parse_args(argv: Optional[Sequence[str]] = None, kinds: Sequence[str] = KIND
                         "the same cuBLAS kernel and the compiles cost minutes)")
     p.add_argument("--cache-dir", default="", help="TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR (kept between runs)")
     p.add_argument("--routes", default="",
-                   help="JSON of `xpuinject kernels --json`: missed targets say whether the planner routes them to the vendor path")
+                   help="a per-GPU data file (kernels/python/xpuinject_kernels/gpus/<gpu>.json): missed targets say "
+                        "whether the planner routes them to the vendor path")
     p.add_argument("--render", default="",
                    help="re-render DIR/bench.json (or a bench.json) of an earlier run into --out, with --routes; no GPU")
     p.add_argument("--smoke", action="store_true",
@@ -943,7 +959,7 @@ def finish(result: Dict, args, smoke: bool, wall_s: Optional[float]) -> int:
               f"torch {e['torch']}, triton {e['triton']}; liger: {e.get('liger')}; "
               f"eager: {e.get('eager_reference')}; timer: {e.get('timer')}  "]
     if args.routes:
-        header.append(f"vendor routes: `{os.path.basename(args.routes)}` (`xpuinject kernels --json`); a missed target "
+        header.append(f"vendor routes: `{os.path.basename(args.routes)}` (the planner's per-GPU data); a missed target "
                       "names the route that sends that operation to cuBLAS/SDPA in a plan, or says it is not routed  ")
     if result.get("ceilings") and "copy_GBps" in result["ceilings"]:
         c = result["ceilings"]

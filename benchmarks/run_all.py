@@ -4,10 +4,12 @@ bench_attention), or an earlier run's table re-rendered with the planner's vendo
 
     python3 benchmarks/run_all.py --out DIR [--quick] [--only gemm,decode] [--budget-s 450]
     python3 benchmarks/run_all.py --smoke --out DIR          # CPU, TRITON_INTERPRET=1, checks only
-    python3 benchmarks/run_all.py --render RUN_DIR --routes routes.json --out DIR   # no GPU
+    python3 benchmarks/run_all.py --render RUN_DIR --routes GPU.json --out DIR   # no GPU
+    python3 benchmarks/routes.py RUN_DIR --gpu NAME      # the GPU's vendor routes from a run
 
-`routes.json` is `xpuinject kernels --json`: with it, every missed target names the vendor route
-that sends that operation to cuBLAS/SDPA in a plan, or says "not routed" (live runs too).
+GPU.json is a per-GPU data file (kernels/python/xpuinject_kernels/gpus/<gpu>.json): with it,
+every missed target names the vendor route that sends that operation to cuBLAS/SDPA in a plan,
+or says "not routed" (live runs too). routes.py writes that file's routes from a run.
 """
 
 from __future__ import annotations

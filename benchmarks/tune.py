@@ -4,6 +4,7 @@
     python3 benchmarks/tune.py --out DIR [--only rmsnorm,rope,gemm] [--budget-s 240] [--rep-ms 30]
     python3 benchmarks/tune.py --smoke --out DIR   # CPU, TRITON_INTERPRET=1: tiny shapes, a few
                                                    # candidates each, checks only
+    python3 benchmarks/tune.py --out DIR --write-tuned kernels/python/xpuinject_kernels/gpus/<gpu>.json
 
 Every candidate goes through the kernel's public function with `config=` (the launch constants),
 is checked against an fp32 reference (rel. error < 1e-2) and timed with the benchmarks' timer
@@ -20,6 +21,12 @@ Writes DIR/tune.json, one file per GPU:
               best?}]}
 (`config` is what the kernel's `config=` takes; vendor rows have config null and name the call;
 `best` marks our fastest correct config per kernel and shape), and DIR/tune.csv, one row per entry.
+
+--write-tuned FILE puts each GEMM shape's best config into a per-GPU data file's "tuned" section
+(kernels/gpus.go describes it; its routes stay): key {epilogue, m_bucket, k, n} (m_bucket: M
+rounded up to a power of two, the launch cache's class), the six launch constants, the time. On
+that GPU `gemm` then launches it instead of autotuning the class. Commit DIR/tune.json beside it
+(docs/results/) so the source it names exists.
 """
 
 from __future__ import annotations
@@ -85,6 +92,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rep-ms", type=float, default=30.0, help="timed milliseconds per candidate")
     p.add_argument("--cache-dir", default="", help="TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR")
     p.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes, checks only (no timing)")
+    p.add_argument("--write-tuned", default="", help="a per-GPU data file (gpus/<gpu>.json): write the GEMM best configs into it")
     a = p.parse_args(argv)
     a.parts = [s.strip() for s in a.only.split(",") if s.strip()]
     bad = [s for s in a.parts if s not in ("rmsnorm", "rope", "gemm")]
@@ -262,6 +270,32 @@ def mark_best(entries):
     return list(best.values())
 
 
+def tuned_entries(best, date: str, command: str, source: str):
+    """The data file's "tuned" entries for the GEMM best configs (see --write-tuned)."""
+    out = []
+    for e in best:
+        if e["kernel"] != "gemm":
+            continue
+        sh = e["shape"]
+        out.append(dict(kernel="gemm", key=dict(epilogue=sh["epilogue"], m_bucket=1 << (sh["M"] - 1).bit_length(),
+                                               k=sh["K"], n=sh["N"]),
+                        config=e["config"], measured=dict(us=e["measured"]["us"]), date=date, command=command,
+                        source=source))
+    return out
+
+
+def write_tuned(path: str, entries, device: str) -> None:
+    """Replace the "tuned" section of a per-GPU data file, keeping the rest (routes, kept)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if device not in data.get("devices", []):
+        data.setdefault("devices", []).append(device)
+    data["tuned"] = entries
+    from routes import dumps  # this folder's routes.py: the same layout as it writes
+
+    benchlib.write_atomic(path, dumps(data) + "\n")
+
+
 def write_csv(path, entries):
     fields = ["kernel", "label", "config", "vendor", "us", "rel_err", "GBps", "frac", "TFLOPs", "best", "error"]
     with open(path, "w", newline="", encoding="utf-8") as f:
@@ -306,6 +340,10 @@ def main(argv=None) -> int:
                torch=torch.__version__, triton=triton.__version__,
                copy_GBps=sw.bw / 1e9 if sw.bw else None, wall_s=round(time.time() - sw.t0, 1), entries=sw.entries)
     benchlib.write_atomic(os.path.join(args.out, "tune.json"), json.dumps(res, indent=1) + "\n")
+    if args.write_tuned:
+        tuned = tuned_entries(best, res["date"][:10], res["command"], os.path.join(args.out, "tune.json"))
+        write_tuned(args.write_tuned, tuned, gpu)
+        benchlib.log(f"[tune] {len(tuned)} tuned GEMM configs written to {args.write_tuned}")
     write_csv(os.path.join(args.out, "tune.csv"), sw.entries)
     benchlib.log("\nbest per shape:")
     for e in best:

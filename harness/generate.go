@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,7 +81,7 @@ func Generate(ctx context.Context, o GenerateOptions) (*GenerateResult, error) {
 	args := []string{filepath.Join(work, "generate_driver.py"),
 		"--model", o.ModelDir, "--package", o.PackageDir, "--packed", o.PackedDir,
 		"--prompt", o.Prompt, "--max-new-tokens", strconv.Itoa(o.MaxNewTokens),
-		"--device", firstNonEmpty(o.Device, "auto"), "--seed", strconv.Itoa(o.Seed), "--out", out}
+		"--device", cmp.Or(o.Device, "auto"), "--seed", strconv.Itoa(o.Seed), "--out", out}
 	if o.Stock {
 		args = append(args, "--stock")
 	}

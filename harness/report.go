@@ -7,10 +7,10 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/xpuinject/xpuinject/inject/outdir"
+	"github.com/xpuinject/xpuinject/models"
 )
 
 // ReportFiles are the artifacts WriteReport produces, by role: paths relative to the
@@ -92,19 +92,32 @@ func Markdown(r *Result, plots []string) []byte {
 		dev += ", Triton interpreter"
 	}
 	var vers []string
-	for _, k := range sortedKeys(r.Versions) {
+	for _, k := range slices.Sorted(maps.Keys(r.Versions)) {
 		vers = append(vers, k+" "+r.Versions[k])
 	}
 	fmt.Fprintf(&b, "- model: `%s` (%s)\n- device: %s\n- versions: %s\n", r.Model.Path, r.Model.Class, dev, strings.Join(vers, ", "))
 	var rep []string
 	total := 0
-	for _, k := range sortedKeys(r.Injection.Replaced) {
+	for _, k := range slices.Sorted(maps.Keys(r.Injection.Replaced)) {
 		rep = append(rep, fmt.Sprintf("%s×%d", k, r.Injection.Replaced[k]))
 		total += r.Injection.Replaced[k]
 	}
-	fmt.Fprintf(&b, "- injected through `%s` on backend `%s`: %d modules (%s); %d kept; %d packed tensors, %.1f MB\n\n",
-		r.Injection.Path, r.Injection.Backend, total, strings.Join(rep, ", "), len(r.Injection.Kept),
-		r.Injection.PackedTensors, float64(r.Injection.PackedBytes)/1e6)
+	kept := fmt.Sprintf("%d layers kept", len(r.Injection.Kept))
+	if len(r.Injection.Kept) == 1 {
+		kept = "1 layer kept"
+	}
+	fmt.Fprintf(&b, "- injected through `%s` on backend `%s`: %d modules bound (%s); %s; %d packed tensors, %s\n",
+		r.Injection.Path, r.Injection.Backend, total, strings.Join(rep, ", "), kept,
+		r.Injection.PackedTensors, models.HumanBytes(r.Injection.PackedBytes))
+	if a := r.Autotune; a != nil {
+		data := "no tuned configs for this GPU"
+		if len(a.GPUData) > 0 {
+			data = "tuned configs from " + strings.Join(a.GPUData, ", ")
+		}
+		fmt.Fprintf(&b, "- autotuning during the run: %d problem classes autotuned (%d benchmarked), %d launched from "+
+			"tuned configs (%s)\n", a.Autotuned, a.Benchmarked, a.Tuned, data)
+	}
+	b.WriteString("\n")
 
 	in := r.Accuracy.Input
 	fmt.Fprintf(&b, "## Accuracy against the fp32 model\n\nInput: %s. Both bf16 models are compared with the fp32 model (the oracle); "+
@@ -371,13 +384,4 @@ func pct(n Num) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f%%", 100*float64(n))
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -208,6 +208,14 @@ type Result struct {
 		Forward         []LatencyRow      `json:"forward,omitempty"`
 		PeakMemoryBytes map[string]int64  `json:"peak_memory_bytes,omitempty"`
 	} `json:"latency"`
+	// Autotune is what the kernels tuned during the run (the package's tuning_report): on a
+	// GPU whose tuned configs ship with the package, Autotuned is 0. Absent from older files.
+	Autotune *struct {
+		GPUData     []string `json:"gpu_data"`
+		Tuned       int      `json:"tuned"`
+		Autotuned   int      `json:"autotuned"`
+		Benchmarked int      `json:"benchmarked"`
+	} `json:"autotune,omitempty"`
 }
 
 // ReadResult parses an eval.json.

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,8 +83,8 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 	out := tx.Path("eval.json")
 	args := []string{tx.Path(".eval/eval_driver.py"),
 		"--model", o.ModelDir, "--package", o.PackageDir, "--packed", o.PackedDir,
-		"--out", out, "--device", firstNonEmpty(o.Device, "auto"),
-		"--latency", firstNonEmpty(o.Latency, "auto")}
+		"--out", out, "--device", cmp.Or(o.Device, "auto"),
+		"--latency", cmp.Or(o.Latency, "auto")}
 	if o.TextFile != "" {
 		args = append(args, "--text", o.TextFile)
 	}
@@ -185,15 +186,6 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		files.Plots[i] = filepath.Join(o.OutDir, p)
 	}
 	return res, files, nil
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 func joinInts(ns []int) string {

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -176,7 +177,7 @@ func (c *Client) FileMetadata(ctx context.Context, repoType, repo, revision, pat
 			}
 		}
 		m := FileMeta{Commit: resp.Header.Get("X-Repo-Commit"), Size: -1, Location: u}
-		m.Etag = normalizeEtag(firstNonEmpty(resp.Header.Get("X-Linked-Etag"), resp.Header.Get("ETag")))
+		m.Etag = normalizeEtag(cmp.Or(resp.Header.Get("X-Linked-Etag"), resp.Header.Get("ETag")))
 		if n, err := strconv.ParseInt(resp.Header.Get("X-Linked-Size"), 10, 64); err == nil {
 			m.Size = n
 		} else if !redirect {
@@ -229,7 +230,7 @@ func redact(u string) string {
 func (c *Client) httpError(resp *http.Response, repo, revision, path string) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	se := &StatusError{Method: resp.Request.Method, URL: redact(resp.Request.URL.String()), Status: resp.StatusCode,
-		Body: c.scrub(firstNonEmpty(resp.Header.Get("X-Error-Message"), strings.TrimSpace(string(body))))}
+		Body: c.scrub(cmp.Or(resp.Header.Get("X-Error-Message"), strings.TrimSpace(string(body))))}
 	what := repo + "@" + revision
 	if path != "" {
 		what += ": " + path

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -28,7 +29,7 @@ func DefaultCache() Cache { return CacheFromEnv(os.Getenv) }
 // As constants.py, the legacy HUGGINGFACE_HUB_CACHE is read when HF_HUB_CACHE is unset,
 // and "~" and $VARS are expanded.
 func CacheFromEnv(getenv func(string) string) Cache {
-	if d := firstNonEmpty(getenv("HF_HUB_CACHE"), getenv("HUGGINGFACE_HUB_CACHE")); d != "" {
+	if d := cmp.Or(getenv("HF_HUB_CACHE"), getenv("HUGGINGFACE_HUB_CACHE")); d != "" {
 		return Cache{Dir: expandPath(d, getenv)}
 	}
 	return Cache{Dir: filepath.Join(hfHome(getenv), "hub")}

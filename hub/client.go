@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,7 +75,7 @@ func NewClient(getenv func(string) string) *Client {
 		getenv = os.Getenv
 	}
 	c := &Client{
-		Endpoint:   strings.TrimRight(firstNonEmpty(getenv("HF_ENDPOINT"), DefaultEndpoint), "/"),
+		Endpoint:   strings.TrimRight(cmp.Or(getenv("HF_ENDPOINT"), DefaultEndpoint), "/"),
 		Token:      readToken(getenv),
 		UserAgent:  "xpuinject",
 		MaxRetries: 5,
@@ -86,7 +87,7 @@ func NewClient(getenv func(string) string) *Client {
 			return d
 		},
 		// constants.py: HF_HUB_OFFLINE = _is_true(HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE)
-		Offline:         isTrue(firstNonEmpty(getenv("HF_HUB_OFFLINE"), getenv("TRANSFORMERS_OFFLINE"))),
+		Offline:         isTrue(cmp.Or(getenv("HF_HUB_OFFLINE"), getenv("TRANSFORMERS_OFFLINE"))),
 		MetadataTimeout: envTimeout(getenv, "HF_HUB_ETAG_TIMEOUT"),
 		DownloadTimeout: envTimeout(getenv, "HF_HUB_DOWNLOAD_TIMEOUT"),
 		notes:           &noteState{},
@@ -105,15 +106,6 @@ func NewClient(getenv func(string) string) *Client {
 	return c
 }
 
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
 // isTrue follows huggingface_hub's _is_true (constants.py): "1", "ON", "YES", "TRUE".
 func isTrue(v string) bool {
 	switch strings.ToUpper(strings.TrimSpace(v)) {
@@ -125,7 +117,7 @@ func isTrue(v string) bool {
 
 func readToken(getenv func(string) string) string {
 	// utils/_auth.py: HF_TOKEN, then the legacy HUGGING_FACE_HUB_TOKEN, then the file.
-	if t := strings.TrimSpace(firstNonEmpty(getenv("HF_TOKEN"), getenv("HUGGING_FACE_HUB_TOKEN"))); t != "" {
+	if t := strings.TrimSpace(cmp.Or(getenv("HF_TOKEN"), getenv("HUGGING_FACE_HUB_TOKEN"))); t != "" {
 		return t
 	}
 	path := expandPath(getenv("HF_TOKEN_PATH"), getenv)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/xpuinject/xpuinject/models"
 )
 
 // ProgressSink receives download progress; its methods are called from several
@@ -125,10 +127,10 @@ func (p *LineProgress) FileDone(name string, cached bool, err error) {
 	case err != nil:
 		fmt.Fprintf(p.W, "failed  %s\n", name)
 	case cached:
-		fmt.Fprintf(p.W, "cached  %s (%s)\n", name, humanBytes(f.done))
+		fmt.Fprintf(p.W, "cached  %s (%s)\n", name, models.HumanBytes(f.done))
 	default:
 		el := time.Since(f.began).Seconds()
-		fmt.Fprintf(p.W, "fetched %s (%s in %.1fs)\n", name, humanBytes(f.done), el)
+		fmt.Fprintf(p.W, "fetched %s (%s in %.1fs)\n", name, models.HumanBytes(f.done), el)
 	}
 }
 
@@ -254,7 +256,7 @@ func (p *TermProgress) bar(name string, total, done, fresh int64, el time.Durati
 		rate = float64(fresh) / s
 	}
 	if total < 0 {
-		return fmt.Sprintf("%-32s %s  %s/s", name, humanBytes(done), humanBytes(int64(rate)))
+		return fmt.Sprintf("%-32s %s  %s/s", name, models.HumanBytes(done), models.HumanBytes(int64(rate)))
 	}
 	frac := 1.0
 	if total > 0 {
@@ -269,7 +271,7 @@ func (p *TermProgress) bar(name string, total, done, fresh int64, el time.Durati
 	}
 	return fmt.Sprintf("%-32s [%s%s] %3.0f%%  %s/%s  %s/s  ETA %s", name,
 		strings.Repeat("#", filled), strings.Repeat("-", p.Width-filled), frac*100,
-		humanBytes(done), humanBytes(total), humanBytes(int64(rate)), eta)
+		models.HumanBytes(done), models.HumanBytes(total), models.HumanBytes(int64(rate)), eta)
 }
 
 func shorten(s string, n int) string {
@@ -278,19 +280,4 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return "…" + string(r[len(r)-n+1:])
-}
-
-// humanBytes formats a byte count with SI units, as huggingface_hub's tqdm bars do.
-func humanBytes(n int64) string {
-	f := float64(n)
-	for _, u := range []string{"B", "kB", "MB", "GB", "TB"} {
-		if f < 1000 || u == "TB" {
-			if u == "B" {
-				return fmt.Sprintf("%d B", n)
-			}
-			return fmt.Sprintf("%.1f %s", f, u)
-		}
-		f /= 1000
-	}
-	return ""
 }

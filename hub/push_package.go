@@ -29,8 +29,9 @@ var ErrNotPackage = errors.New("hub: not a kernel-hub package")
 // that hold a metadata.json.
 var variantName = regexp.MustCompile(`^(torch|tvm-ffi)[A-Za-z0-9._-]*$`)
 
-// kernelName is DESIGN's rule for kernel names.
-var kernelName = regexp.MustCompile(`^[a-z][-a-z0-9]*[a-z0-9]$`)
+// KernelNamePattern is the rule for kernel names (DESIGN): lowercase letters, digits and
+// dashes, from a letter to a letter or digit. Package emission checks names with it too.
+var KernelNamePattern = regexp.MustCompile(`^[a-z][-a-z0-9]*[a-z0-9]$`)
 
 // maxPackageFile bounds one file of a package: kernel packages are source code;
 // anything this large is almost certainly a mistake (a checkpoint copied into build/).
@@ -299,8 +300,8 @@ func readVariantMetadata(file, rel string) (VariantMetadata, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("%w: %s: %s", ErrNotPackage, rel, models.JSONError(err))
 	}
-	if !kernelName.MatchString(m.Name) {
-		return m, fmt.Errorf("%w: %s: name %q does not match %s", ErrNotPackage, rel, m.Name, kernelName)
+	if !KernelNamePattern.MatchString(m.Name) {
+		return m, fmt.Errorf("%w: %s: name %q does not match %s", ErrNotPackage, rel, m.Name, KernelNamePattern)
 	}
 	if m.Version != nil && *m.Version < 0 {
 		return m, fmt.Errorf("%w: %s: version %d is negative", ErrNotPackage, rel, *m.Version)

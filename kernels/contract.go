@@ -27,6 +27,8 @@ type Contract struct {
 	ModuleAttrs map[string]string `json:"module_attrs"`
 	// Layers describes each kernel-hub layer class.
 	Layers map[string]LayerContract `json:"layers"`
+	// DefaultGPU is the GPU whose data (gpus/<name>.json) a plan uses when none is named.
+	DefaultGPU string `json:"default_gpu"`
 }
 
 // LayerContract is what one layer class reads from the module it is bound to.
@@ -84,6 +86,8 @@ func ParseContract(b []byte) (Contract, error) {
 		return c, fmt.Errorf("kernels: %s: module_attrs needs name and vendor", ContractFile)
 	case len(c.Layers) == 0:
 		return c, fmt.Errorf("kernels: %s: no layers", ContractFile)
+	case !gpuName.MatchString(c.DefaultGPU):
+		return c, fmt.Errorf("kernels: %s: default_gpu %q: want a GPU name (lowercase letters, digits, dashes)", ContractFile, c.DefaultGPU)
 	}
 	for name, l := range c.Layers {
 		for role, attr := range l.Packed {

@@ -8,6 +8,7 @@ package kernels
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -74,60 +75,15 @@ type Kernel struct {
 	Constraints []Constraint `json:"constraints,omitempty"`
 	// Notes are checked too but never reject: they say which code path will run.
 	Notes []Note `json:"notes,omitempty"`
-	// VendorFaster lists shapes for which a measurement showed the vendor path
-	// (cuBLAS, SDPA, ...) faster; the planner keeps those layers (issue 8, seed 000:
-	// never replace a faster vendor primitive for a tiny epilogue). Empty until measured.
-	VendorFaster []Route `json:"vendor_faster,omitempty"`
-	// VendorOps are measured routes for one sub-operation of a replacement: the layer stays
-	// replaced (its fusions still pay) but that operation runs on the vendor path for the
-	// shapes Match selects. The planner records them in LayerPlan.Vendor; the layer reads
-	// them from the module (xpuinject_vendor).
-	VendorOps []OpRoute `json:"vendor_ops,omitempty"`
 }
 
-// OpRoute is a measured "the vendor path is faster for this sub-operation here".
-//
-// The match data is structured (GEMM, K, N, token bounds, HeadDims) so tools reading
-// `xpuinject kernels --json` can match routes without Go code; Match is built from those
-// fields by gemmRoute and attentionRoute, so data and behaviour cannot disagree.
-type OpRoute struct {
-	// Op is the sub-operation the plan routes and the layer looks up: a GEMM name
-	// ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"), "attention-prefill" or
-	// "attention-decode".
-	Op   string `json:"op"`
-	When string `json:"when"`
-	// GEMM, K and N select a GEMM route: the layer runs a GEMM of that name and shape.
-	GEMM string `json:"gemm,omitempty"`
-	K    int64  `json:"k,omitempty"`
-	N    int64  `json:"n,omitempty"`
-	// MinTokens and MaxTokens bound the calls a GEMM route covers by their token count
-	// M (rows of the GEMM's input); 0 leaves that side open.
-	MinTokens int64 `json:"min_tokens,omitempty"`
-	MaxTokens int64 `json:"max_tokens,omitempty"`
-	// HeadDims select an attention route: the layer's head_dim is one of them.
-	HeadDims []int64               `json:"head_dims,omitempty"`
-	Match    func(s *Subject) bool `json:"-"`
-	Measured string                `json:"measured"`
-}
-
-// VendorRoute is a route that matched a layer: Op runs on the vendor path for calls of
-// MinTokens..MaxTokens tokens (0: open on that side), because of Reason.
+// VendorRoute is a Route of the registry's GPU that matched a layer: Op runs on the vendor
+// path for calls of MinTokens..MaxTokens tokens (0: open on that side), because of Reason.
 type VendorRoute struct {
 	Op                   string
 	MinTokens, MaxTokens int64
 	Reason               string
 }
-
-// Token-count classes of a GEMM route (gemmRoute's tokens argument): the layer picks the
-// route per call from M, the number of tokens (rows) of the GEMM's input.
-const (
-	TokensDecode  = "decode"  // M <= DecodeMaxM
-	TokensPrefill = "prefill" // M > DecodeMaxM
-)
-
-// DecodeMaxM is the largest token count a decode route covers (contract.json's
-// decode_max_tokens); routes carry it as their max_tokens / min_tokens bounds.
-var DecodeMaxM = contract.DecodeMaxTokens
 
 // Constraint is a checkable condition on a layer.
 type Constraint struct {
@@ -142,16 +98,6 @@ type Constraint struct {
 type Note struct {
 	Text  string                  `json:"text"`
 	Check func(s *Subject) string `json:"-"`
-}
-
-// Route is a measured "the vendor path is faster here".
-type Route struct {
-	// When describes the shapes in words ("K=2048, N=8192 at M=16384").
-	When string `json:"when"`
-	// Match reports whether a subject falls under the route.
-	Match func(s *Subject) bool `json:"-"`
-	// Measured is the number behind the route ("0.91x torch.matmul, BENCHMARKS.md v3").
-	Measured string `json:"measured"`
 }
 
 // GEMM is one matrix product a layer runs when replaced: x[M, K] @ W[K, N].
@@ -173,7 +119,7 @@ type Subject struct {
 // It fails when a tensor the layer names is not in tensors.
 func NewSubject(l models.Layer, tensors map[string]*models.Tensor) (*Subject, error) {
 	s := &Subject{Layer: l, DTypes: make(map[string]models.DType, len(l.Tensors)), GEMMs: LayerGEMMs(l)}
-	for _, role := range sortedKeys(l.Tensors) {
+	for _, role := range slices.Sorted(maps.Keys(l.Tensors)) {
 		name := l.Tensors[role]
 		if TrainingOnly(name) {
 			continue
@@ -231,15 +177,17 @@ func LayerGEMMs(l models.Layer) []GEMM {
 	return nil
 }
 
-// Registry is the set of kernels, in a stable order.
+// Registry is the set of kernels, in a stable order, and the measured data of the GPU a
+// plan targets (its vendor routes and kept notes).
 type Registry struct {
 	kernels []*Kernel
+	gpu     *GPU
 }
 
-// New builds a registry from rows; names must be unique, every Uses must name a row and
-// every vendor route needs an Op and a Match.
+// New builds a registry from rows, with no GPU data; names must be unique and every Uses
+// must name a row.
 func New(rows ...*Kernel) (*Registry, error) {
-	r := &Registry{}
+	r := &Registry{gpu: &GPU{}}
 	seen := map[string]bool{}
 	for _, k := range rows {
 		if k == nil || k.Name == "" {
@@ -247,11 +195,6 @@ func New(rows ...*Kernel) (*Registry, error) {
 		}
 		if seen[k.Name] {
 			return nil, fmt.Errorf("kernels: kernel %q registered twice", k.Name)
-		}
-		for _, rt := range k.VendorOps {
-			if rt.Op == "" || rt.Match == nil {
-				return nil, fmt.Errorf("kernels: kernel %q: vendor route %q without an op or a Match", k.Name, rt.When)
-			}
 		}
 		seen[k.Name] = true
 		r.kernels = append(r.kernels, k)
@@ -272,90 +215,36 @@ var (
 	weightDTypes = []models.DType{models.F32, models.F16, models.BF16}
 )
 
-// Measured vendor routes (issue 8; seed 000: never replace a faster vendor primitive).
-// Numbers: the full kernel benchmark (benchmarks/run_all.py) on the H200 against the final kernels,
-// docs/results/2026-11-29-h200/bench-v2.csv (BENCHMARKS.md); "0.71x cuBLAS" is the
-// vendor's time over ours (below 1: ours is slower). A later bench run may change this list,
-// so it is one line per route. Shapes not measured keep our kernels. Not routed: the swiglu
-// gate_up GEMM (1.05x-1.32x the torch path a model runs -- two matmuls and silu*mul -- and
-// 0.99-1.15x Liger; only a bare matmul with no activation, which no model can use, is faster:
-// 0.82x at M=2048 on Llama-3.2-1B), down_proj at prefill (0.96x-1.17x), Llama-3.1-8B's
-// o_proj and qkv_proj at prefill (1.01x-1.11x). Decode attention goes to SDPA at both
-// head_dims although batch 1, KV 8192, head_dim 128 measured 1.08x: batch and KV length are
-// not known at plan time and the other 7 of 8 shapes measured 0.90-0.99x.
-const benchS2 = "; H200 2026-11-29, BENCHMARKS.md"
-
-var (
-	gemmVendorOps = []OpRoute{
-		gemmRoute("qkv_proj", 2048, 3072, "", "0.71x cuBLAS at M=2048, 0.83x at M=16384, 0.77x at M=1, 0.75x at M=64"+benchS2),
-		gemmRoute("o_proj", 2048, 2048, "", "0.91x cuBLAS at M=2048, 0.84x at M=16384, 0.88x at M=1, 0.77x at M=64"+benchS2),
-		gemmRoute("down_proj", 8192, 2048, TokensDecode, "with the fused residual 0.75x cuBLAS+add at M=1, 0.56x at M=64 (1.08x at M=2048, 1.01x at M=16384: prefill kept)"+benchS2),
-		gemmRoute("down_proj", 14336, 4096, TokensDecode, "with the fused residual 0.95x cuBLAS+add at M=1, 0.83x at M=64"+benchS2),
-		gemmRoute("o_proj", 4096, 4096, TokensDecode, "0.93x cuBLAS at M=1, 0.75x at M=64 (1.01x at M=2048, 1.11x at M=16384: prefill kept)"+benchS2),
-		gemmRoute("qkv_proj", 4096, 6144, TokensDecode, "0.95x cuBLAS at M=1, 0.93x at M=64 (1.04x at M=2048, 1.05x at M=16384: prefill kept)"+benchS2),
-	}
-	prefillVendorOps = []OpRoute{
-		attentionRoute("attention-prefill", []int64{64, 128}, "flash prefill 0.78x SDPA at S=2048, head_dim 64; 0.69x at head_dim 128"+benchS2),
-	}
-	decodeVendorOps = []OpRoute{
-		attentionRoute("attention-decode", []int64{64, 128}, "split-K decode 0.90-0.99x SDPA at 7 of 8 shapes (batch 1/8 x KV 2048/8192); 1.08x only at batch 1, KV 8192, head_dim 128; batch is unknown at plan time"+benchS2),
-	}
-)
-
-// gemmRoute routes the GEMM name of shape K x N to the vendor path at the token counts
-// tokens selects ("" for all): decode is M <= DecodeMaxM, prefill M > DecodeMaxM.
-func gemmRoute(name string, k, n int64, tokens, measured string) OpRoute {
-	rt := OpRoute{Op: name, When: fmt.Sprintf("%s K=%d N=%d", name, k, n), GEMM: name, K: k, N: n, Measured: measured}
-	switch tokens {
-	case "":
-	case TokensDecode:
-		rt.MaxTokens, rt.When = DecodeMaxM, rt.When+fmt.Sprintf(" at decode (M <= %d tokens)", DecodeMaxM)
-	case TokensPrefill:
-		rt.MinTokens, rt.When = DecodeMaxM+1, rt.When+fmt.Sprintf(" at prefill (M > %d tokens)", DecodeMaxM)
-	default:
-		panic(fmt.Sprintf("kernels: gemmRoute %s: tokens %q is not \"\", %q or %q", name, tokens, TokensDecode, TokensPrefill))
-	}
-	rt.Match = func(s *Subject) bool {
-		for _, g := range s.GEMMs {
-			if g.Name == rt.GEMM && g.K == rt.K && g.N == rt.N {
-				return true
-			}
-		}
-		return false
-	}
-	return rt
+// WithGPU is r with the measured data of g (LoadGPU) instead of its own.
+func (r *Registry) WithGPU(g *GPU) *Registry {
+	return &Registry{kernels: r.kernels, gpu: g}
 }
 
-// attentionRoute routes op ("attention-prefill" or "attention-decode") of an attention
-// layer whose head_dim is in headDims to SDPA.
-func attentionRoute(op string, headDims []int64, measured string) OpRoute {
-	var when string
-	switch op {
-	case "attention-prefill":
-		when = "causal prefill"
-	case "attention-decode":
-		when = "decode (one query token per sequence)"
-	default:
-		panic(fmt.Sprintf("kernels: attentionRoute: op %q is not attention-prefill or attention-decode", op))
+// GPU is the GPU data the registry plans with (no routes when it has none).
+func (r *Registry) GPU() *GPU { return r.gpu }
+
+// ForGPU is the registry of the kernels in xpuinject_kernels/ with the data of the GPU
+// named ("" is DefaultGPU; one without data has no routes).
+func ForGPU(name string) (*Registry, error) {
+	g, err := LoadGPU(name)
+	if err != nil {
+		return nil, err
 	}
-	dims := make([]string, len(headDims))
-	for i, d := range headDims {
-		dims[i] = fmt.Sprint(d)
-	}
-	if n := len(dims); n > 1 {
-		dims = []string{strings.Join(dims[:n-1], ", "), dims[n-1]}
-	}
-	when += " at head_dim " + strings.Join(dims, " and ")
-	rt := OpRoute{Op: op, When: when, HeadDims: slices.Clone(headDims), Measured: measured}
-	rt.Match = func(s *Subject) bool {
-		return s.Layer.Kind == models.KindAttention && slices.Contains(rt.HeadDims, s.Layer.Dims["head_dim"])
-	}
-	return rt
+	return defaultRegistry.WithGPU(g), nil
 }
 
-// Default is the registry of the kernels in xpuinject_kernels/ (DESIGN "Kernels").
+// Default is ForGPU(DefaultGPU()): the kernels and the routes measured on the default GPU.
 func Default() *Registry {
-	r, err := New(
+	r, err := ForGPU("")
+	if err != nil {
+		panic(err) // embedded data, checked by gpus_test.go
+	}
+	return r
+}
+
+// defaultRows are the kernels in xpuinject_kernels/ (DESIGN "Kernels"): one row a kernel.
+func defaultRows() []*Kernel {
+	return []*Kernel{
 		&Kernel{
 			Name: "rmsnorm", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm},
 			Layer: "RMSNorm", Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
@@ -383,29 +272,39 @@ func Default() *Registry {
 			Epilogues: slices.Clone(contract.GEMMEpilogues),
 			Backends:  allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{gemmMinDims},
-			Notes:       []Note{gemmAlignment, swigluKept},
-			VendorOps:   gemmVendorOps,
+			Notes:       []Note{gemmAlignment},
 		},
 		&Kernel{
 			Name: "attention-prefill", Module: "attention", Replaces: []models.LayerKind{models.KindAttention},
 			Layer: "Attention", Function: "attention_forward", Uses: []string{"attention-decode", "rope", "gemm"},
 			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{attentionProjections, attentionHeadDim, attentionGQA},
-			VendorOps:   prefillVendorOps,
 		},
 		&Kernel{
 			Name: "attention-decode", Module: "attention", Replaces: []models.LayerKind{models.KindAttention},
 			Layer: "Attention", Function: "attention_forward",
 			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{attentionProjections, attentionHeadDim, attentionGQA},
-			VendorOps:   decodeVendorOps,
 		},
-	)
+	}
+}
+
+var defaultRegistry = mustNew(defaultRows()...)
+
+func mustNew(rows ...*Kernel) *Registry {
+	r, err := New(rows...)
 	if err != nil {
-		// The rows above are constants of this file; registry_test builds Default.
-		panic(err)
+		panic(err) // the rows are constants of this file; registry_test builds them
 	}
 	return r
+}
+
+func defaultNames() []string {
+	var out []string
+	for _, k := range defaultRows() {
+		out = append(out, k.Name)
+	}
+	return out
 }
 
 // LayerClass is the kernel-hub layer class the kernel uses for a layer kind.
@@ -467,7 +366,7 @@ func (r *Registry) Accepts(kernel string, l models.Layer, tensors map[string]*mo
 	}
 	var notes []string
 	for _, kk := range r.closure(k) {
-		if ok, why := kk.check(s, &notes); !ok {
+		if ok, why := r.check(kk, s, &notes); !ok {
 			if kk != k {
 				why = kk.Name + " (used by " + k.Name + "): " + why
 			}
@@ -477,9 +376,9 @@ func (r *Registry) Accepts(kernel string, l models.Layer, tensors map[string]*mo
 	return true, strings.Join(notes, "; ")
 }
 
-// VendorOps evaluates the measured sub-operation routes of kernel and the kernels it
-// uses for layer l, in registry order, each with the reason "vendor path faster for
-// <when> (<measured>)". Nil when none match.
+// VendorOps evaluates the GPU's routes of kernel and the kernels it uses for layer l, in
+// registry order, each with the reason "vendor path faster for <when> (<vendor>; <measured>;
+// <file>)". Nil when none match.
 func (r *Registry) VendorOps(kernel string, l models.Layer, tensors map[string]*models.Tensor) []VendorRoute {
 	k, found := r.ByName(kernel)
 	if !found {
@@ -491,14 +390,14 @@ func (r *Registry) VendorOps(kernel string, l models.Layer, tensors map[string]*
 	}
 	var out []VendorRoute
 	for _, kk := range r.closure(k) {
-		for _, rt := range kk.VendorOps {
-			if !rt.Match(s) || slices.ContainsFunc(out, func(v VendorRoute) bool {
-				return v.Op == rt.Op && v.MinTokens == rt.MinTokens && v.MaxTokens == rt.MaxTokens
+		for _, rt := range r.gpu.Routes {
+			lo, hi := rt.TokenBounds()
+			if rt.Kernel != kk.Name || rt.KeepLayer || !rt.Match(s) || slices.ContainsFunc(out, func(v VendorRoute) bool {
+				return v.Op == rt.Op && v.MinTokens == lo && v.MaxTokens == hi
 			}) {
 				continue
 			}
-			out = append(out, VendorRoute{Op: rt.Op, MinTokens: rt.MinTokens, MaxTokens: rt.MaxTokens,
-				Reason: fmt.Sprintf("vendor path faster for %s (%s)", rt.When, rt.Measured)})
+			out = append(out, VendorRoute{Op: rt.Op, MinTokens: lo, MaxTokens: hi, Reason: rt.Reason(r.gpu.File)})
 		}
 	}
 	return out
@@ -532,8 +431,8 @@ func (r *Registry) Closure(kernel string) []string {
 	return out
 }
 
-func (k *Kernel) check(s *Subject, notes *[]string) (bool, string) {
-	for _, role := range sortedKeys(s.DTypes) {
+func (r *Registry) check(k *Kernel, s *Subject, notes *[]string) (bool, string) {
+	for _, role := range slices.Sorted(maps.Keys(s.DTypes)) {
 		if dt := s.DTypes[role]; !slices.Contains(k.WeightDTypes, dt) {
 			return false, fmt.Sprintf("source dtype %s of %s (%s) not supported (supported: %s)",
 				dt, s.Layer.Tensors[role], role, joinDTypes(k.WeightDTypes))
@@ -544,14 +443,22 @@ func (k *Kernel) check(s *Subject, notes *[]string) (bool, string) {
 			return false, err.Error()
 		}
 	}
-	for _, rt := range k.VendorFaster {
-		if rt.Match(s) {
-			return false, fmt.Sprintf("vendor path faster for %s (%s)", rt.When, rt.Measured)
+	for _, rt := range r.gpu.Routes {
+		if rt.KeepLayer && rt.Kernel == k.Name && rt.Match(s) {
+			return false, rt.Reason(r.gpu.File)
+		}
+	}
+	add := func(msg string) {
+		if msg != "" && !slices.Contains(*notes, msg) {
+			*notes = append(*notes, msg)
 		}
 	}
 	for _, n := range k.Notes {
-		if msg := n.Check(s); msg != "" && !slices.Contains(*notes, msg) {
-			*notes = append(*notes, msg)
+		add(n.Check(s))
+	}
+	for _, kept := range r.gpu.Kept {
+		if kept.Kernel == k.Name && kept.Match(s) {
+			add(kept.Note(r.gpu.File))
 		}
 	}
 	return true, ""
@@ -607,26 +514,6 @@ var (
 				strings.Join(odd, ", "), descriptorAlign)
 		},
 	}
-	// swigluKept: the one issue-8 target the planner neither meets nor routes. Llama-3.2-1B's
-	// gate_up GEMM with the swiglu epilogue reached 0.82x (M=2048) and 0.89x (M=16384) of a bare
-	// cuBLAS matmul of the concatenated weight, but that matmul has no activation and no model
-	// can run it alone; every path a model can run measured slower than ours in the same run:
-	// the stock MLP (two F.linear + silu*mul) 1.05x / 1.08x, cuBLAS on the packed weight +
-	// silu*mul 1.28x / 1.32x (H200, docs/results/2026-11-29-h200/bench-v2.csv). So the layer keeps our kernel
-	// and its plan reason says why.
-	swigluKept = Note{
-		Text: "swiglu gate_up K=2048 N=16384 kept: faster than every vendor path a model runs",
-		Check: func(s *Subject) string {
-			for _, g := range s.GEMMs {
-				if g.Name == "gate_up_proj" && g.K == 2048 && g.N == 16384 && g.Epilogue == EpilogueSwiGLU {
-					return "gate_up_proj K=2048 N=16384 stays on our swiglu GEMM: 0.82x a bare cuBLAS matmul at M=2048, " +
-						"0.89x at M=16384 (issue 8 asks 0.95x), but the paths a model can run are slower: " +
-						"stock MLP 1.05x / 1.08x, cuBLAS on the packed weight + silu*mul 1.28x / 1.32x" + benchS2
-				}
-			}
-			return ""
-		},
-	}
 	attentionProjections = Constraint{
 		Text: "q/k/v/o projections (Llama-family attention)",
 		Check: func(s *Subject) error {
@@ -638,7 +525,7 @@ var (
 			}
 			if len(missing) > 0 {
 				return fmt.Errorf("no %s tensors (roles: %s)", strings.Join(missing, ", "),
-					strings.Join(sortedKeys(s.Layer.Tensors), ", "))
+					strings.Join(slices.Sorted(maps.Keys(s.Layer.Tensors)), ", "))
 			}
 			return nil
 		},
@@ -678,13 +565,4 @@ func joinDTypes(v []models.DType) string {
 		s[i] = string(x)
 	}
 	return strings.Join(s, ", ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

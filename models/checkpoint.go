@@ -18,8 +18,9 @@ const (
 	IndexFile  = "model.safetensors.index.json"
 )
 
-// maxJSONFile bounds config.json and the index file; real ones are kilobytes.
-const maxJSONFile = 64 << 20
+// MaxSmallFile bounds the side files xpuinject reads whole (config.json, the index,
+// plan.yaml, metadata.json); real ones are kilobytes.
+const MaxSmallFile = 64 << 20
 
 var (
 	// ErrNoConfig: the folder has no config.json (wraps fs.ErrNotExist too).
@@ -43,7 +44,7 @@ var (
 // *.safetensors in the folder. No tensor data is read.
 func Open(dir string) (*Checkpoint, error) {
 	cfgPath := filepath.Join(dir, ConfigFile)
-	raw, err := readSmall(cfgPath)
+	raw, err := ReadSmallFile(cfgPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w in %s (is it a transformers checkpoint folder?): %w", ErrNoConfig, dir, err)
 	} else if err != nil && !errors.Is(err, ErrNotRegular) {
@@ -74,6 +75,9 @@ func Open(dir string) (*Checkpoint, error) {
 	idxPath := filepath.Join(dir, IndexFile)
 	if _, err := os.Stat(idxPath); err == nil {
 		err = ck.openSharded(idxPath)
+		if err == nil {
+			err = checkQuantized(ck)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -102,6 +106,9 @@ func Open(dir string) (*Checkpoint, error) {
 			return nil, err
 		}
 	}
+	if err := checkQuantized(ck); err != nil {
+		return nil, err
+	}
 	return ck, nil
 }
 
@@ -121,7 +128,7 @@ func Load(dir string) (*Graph, error) {
 // openSharded reads the index and the headers of the shards it names, and checks that
 // index and shards agree tensor by tensor.
 func (ck *Checkpoint) openSharded(idxPath string) error {
-	raw, err := readSmall(idxPath)
+	raw, err := ReadSmallFile(idxPath)
 	if errors.Is(err, ErrNotRegular) {
 		return err
 	} else if err != nil {
@@ -258,19 +265,20 @@ func equalShape(a, b []int64) bool {
 	return true
 }
 
-// readSmall reads a JSON side file, bounded by maxJSONFile. Errors are unprefixed.
-func readSmall(path string) ([]byte, error) {
+// ReadSmallFile reads a regular file (never a pipe or device) of at most MaxSmallFile
+// bytes. Errors are unprefixed.
+func ReadSmallFile(path string) ([]byte, error) {
 	f, _, err := OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxJSONFile+1))
+	b, err := io.ReadAll(io.LimitReader(f, MaxSmallFile+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	if len(b) > maxJSONFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxJSONFile)
+	if len(b) > MaxSmallFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, MaxSmallFile)
 	}
 	return b, nil
 }

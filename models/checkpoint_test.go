@@ -15,7 +15,7 @@ import (
 	"testing"
 )
 
-// TestBadCheckpoints builds each bad input of issue 2 from a good fixture (copy +
+// TestBadCheckpoints builds each bad input the reader must refuse from a good fixture (copy +
 // corrupt) and checks the error: its sentinel (or type) and the names it must mention.
 func TestBadCheckpoints(t *testing.T) {
 	const st = "model.safetensors"

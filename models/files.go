@@ -122,3 +122,20 @@ func jsonGot(v string) string {
 	}
 	return v
 }
+
+// HumanBytes formats a byte count in SI units with one decimal ("1.5 GB"), as
+// huggingface_hub's progress bars and --max-shard-size do: every size xpuinject prints
+// goes through it, so the CLI, the report and the cards agree.
+func HumanBytes(n int64) string {
+	f := float64(n)
+	for _, u := range []string{"B", "kB", "MB", "GB", "TB"} {
+		if f < 1000 || u == "TB" {
+			if u == "B" {
+				return fmt.Sprintf("%d B", n)
+			}
+			return fmt.Sprintf("%.1f %s", f, u)
+		}
+		f /= 1000
+	}
+	return ""
+}

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Generate the tiny test checkpoints under testdata/fixtures/.
+"""Generate the tiny test checkpoints under testdata/fixtures/ (and testdata/quantized/).
 
 Every fixture is built by transformers' own model classes from a small config, with fixed seeds,
-and written with ``save_pretrained`` (safetensors). Text fixtures share one byte-level BPE
+and written with ``save_pretrained`` (safetensors). testdata/quantized/ holds checkpoints the
+planner must refuse with a clear error: llama-tiny-fp8 is llama-tiny's decoder Linear weights
+quantized to FP8 (e4m3) with 128x128 block scales (`<name>_scale_inv`) and a config.json
+`quantization_config`, as transformers' FineGrainedFP8 checkpoints are laid out. Text fixtures share one byte-level BPE
 tokenizer trained on harness/python/prose.txt (the project's own text, also the eval's default). Run from anywhere:
 
     .venv/bin/python scripts/make_fixtures.py            # (re)write testdata/fixtures/
@@ -31,6 +34,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 PROSE = ROOT / "harness" / "python" / "prose.txt"
 FIXTURES = ROOT / "testdata" / "fixtures"
+QUANTIZED = ROOT / "testdata" / "quantized"
 
 VOCAB_SIZE = 512  # tokenizer vocab == model vocab_size for every text fixture
 # ids 0..3, added first by the trainer. "<|endoftext|>" is there because AutoTokenizer loads a
@@ -139,6 +143,7 @@ class Fixture:
     dtype: str = "float32"
     text: bool = True
     max_shard_size: str | None = None
+    quantize: str | None = None  # "fp8": written under testdata/quantized/, see quantize_fp8
 
 
 def _text_common() -> dict:
@@ -302,7 +307,50 @@ FIXTURE_LIST = [
     Fixture("qwen2-tiny", 1005, build_qwen2_tiny, dtype="bfloat16"),
     Fixture("qwen3-tiny", 1006, build_qwen3_tiny),
     Fixture("levit-tiny", 1007, build_levit_tiny, text=False),
+    Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
+
+FP8_BLOCK = 128  # the block size of FineGrainedFP8 / DeepSeek-V3-style checkpoints
+
+
+def quantize_fp8(folder: Path) -> None:
+    """Rewrite a saved checkpoint the way FP8 checkpoints are laid out: each decoder Linear
+    weight in float8_e4m3fn with one float32 `<name>_scale_inv` per 128x128 block (the
+    dequantized weight is fp8 * scale_inv), and config.json's quantization_config."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    ts = load_file(str(path))
+    fmax = torch.finfo(torch.float8_e4m3fn).max
+    for name in sorted(ts):
+        if ".layers." not in name or not name.endswith("_proj.weight"):
+            continue
+        w = ts[name].float()
+        n, k = w.shape
+        rows, cols = -(-n // FP8_BLOCK), -(-k // FP8_BLOCK)
+        scale = torch.empty(rows, cols)
+        q = torch.empty(n, k, dtype=torch.float8_e4m3fn)
+        for i in range(rows):
+            for j in range(cols):
+                blk = w[i * FP8_BLOCK:(i + 1) * FP8_BLOCK, j * FP8_BLOCK:(j + 1) * FP8_BLOCK]
+                s = blk.abs().max().clamp(min=1e-12) / fmax
+                scale[i, j] = s
+                q[i * FP8_BLOCK:(i + 1) * FP8_BLOCK, j * FP8_BLOCK:(j + 1) * FP8_BLOCK] = (blk / s).to(torch.float8_e4m3fn)
+        ts[name] = q
+        ts[name + "_scale_inv"] = scale
+    save_file(ts, str(path), metadata={"format": "pt"})
+    cfg_path = folder / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                  "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def fixture_dir(fx: Fixture, out: Path) -> Path:
+    """Where a fixture goes: out/<name>, or for a quantized one out's sibling quantized/<name>
+    (testdata/quantized/: they are not loadable, and every loadable fixture is globbed)."""
+    return out.parent / "quantized" / fx.name if fx.quantize else out / fx.name
 
 
 def write_fixture(fx: Fixture, dest: Path, tokenizer) -> None:
@@ -320,7 +368,10 @@ def write_fixture(fx: Fixture, dest: Path, tokenizer) -> None:
         if fx.max_shard_size:
             kwargs["max_shard_size"] = fx.max_shard_size
         model.save_pretrained(tmp, **kwargs)
-        if fx.text:
+        if fx.quantize == "fp8":
+            (tmp / "generation_config.json").unlink(missing_ok=True)
+            quantize_fp8(tmp)
+        elif fx.text:
             tokenizer.save_pretrained(tmp)
         else:
             write_levit_preprocessor(tmp / "preprocessor_config.json")
@@ -415,11 +466,12 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer = train_tokenizer()
             bad = []
             for fx in chosen:
-                write_fixture(fx, fresh / fx.name, tokenizer)
-                if not (args.out / fx.name).is_dir():
-                    bad.append(f"{fx.name}: missing from {args.out}")
+                want, got = fixture_dir(fx, args.out), fixture_dir(fx, fresh / "fixtures")
+                write_fixture(fx, got, tokenizer)
+                if not want.is_dir():
+                    bad.append(f"{fx.name}: missing from {want.parent}")
                     continue
-                bad += [f"{fx.name}/{p}" for p in compare_trees(args.out / fx.name, fresh / fx.name)]
+                bad += [f"{fx.name}/{p}" for p in compare_trees(want, got)]
             for b in bad:
                 log(f"check: {b}")
             if bad:
@@ -430,9 +482,10 @@ def main(argv: list[str] | None = None) -> int:
 
     tokenizer = train_tokenizer()
     for fx in chosen:
-        write_fixture(fx, args.out / fx.name, tokenizer)
-        size = sum(p.stat().st_size for p in (args.out / fx.name).rglob("*") if p.is_file())
-        log(f"wrote {args.out / fx.name} ({size / 1024:.0f} KiB, {fx.dtype})")
+        dest = fixture_dir(fx, args.out)
+        write_fixture(fx, dest, tokenizer)
+        size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+        log(f"wrote {dest} ({size / 1024:.0f} KiB, {fx.dtype}{', ' + fx.quantize if fx.quantize else ''})")
     return 0
 
 

@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/harness"
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/emit"
 	"github.com/xpuinject/xpuinject/inject/outdir"
+	"github.com/xpuinject/xpuinject/inject/pack"
+	"github.com/xpuinject/xpuinject/inject/plan"
 	"github.com/xpuinject/xpuinject/kernels"
 	"github.com/xpuinject/xpuinject/models"
 )
@@ -29,6 +32,7 @@ type evalOptions struct {
 	Repeats    int
 	Prefill    []int // prompt lengths timed (nil: the driver's 128, 512, 2048)
 	Decode     []int // batch sizes of the timed decode steps (nil: 1 and 8)
+	JSON       bool  // print where the results went as JSON (eval's own flag)
 }
 
 var (
@@ -70,6 +74,7 @@ On the CPU the kernels run under the Triton interpreter: accuracy only, on a sho
 	cmd.Flags().StringVar(&o.PackageDir, "package", "", "package folder (xpuinject package)")
 	cmd.Flags().StringVar(&o.PackedDir, "packed", "", "packed checkpoint folder (xpuinject pack)")
 	cmd.Flags().StringVar(&o.Out, "out", "", "folder for eval.json, report.md and plots")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print where the results went as JSON")
 	return cmd
 }
 
@@ -151,21 +156,21 @@ func evalRun(ctx context.Context, f *Factory, o *evalOptions) (*harness.ReportFi
 // model g (in modelDir) and to each other: the package's plan is one re-planning the model
 // gives, its digest is recorded by the package and the packed weights, and the packed
 // checkpoint holds every tensor the plan names.
-func checkRun(g *models.Graph, modelDir, packageDir, packedDir string) (*inject.PackagePlan, error) {
-	pp, err := inject.ReadPackagePlan(packageDir)
+func checkRun(g *models.Graph, modelDir, packageDir, packedDir string) (*emit.PackagePlan, error) {
+	pp, err := emit.ReadPlan(packageDir)
 	if err != nil {
 		return nil, err
 	}
-	if err := inject.CheckPlanMatches(pp.Plan, g); err != nil {
+	if err := plan.CheckMatches(pp.Plan, g); err != nil {
 		return nil, fmt.Errorf("%w (package %s, model %s)", err, packageDir, modelDir)
 	}
-	if err := inject.CheckPlanFields(pp.Plan, g, kernels.Default(), pp.File); err != nil {
+	if err := plan.CheckFields(pp.Plan, g, kernels.Default(), pp.File); err != nil {
 		return nil, err
 	}
 	if err := pp.CheckDigests(packedDir); err != nil {
 		return nil, err
 	}
-	if err := inject.VerifyPacked(pp.Plan, packedDir); err != nil {
+	if err := pack.Verify(pp.Plan, packedDir); err != nil {
 		return nil, err
 	}
 	return pp, nil
@@ -202,11 +207,21 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 	if err != nil {
 		return nil, err
 	}
+	if o.JSON {
+		return files, writeJSON(f.Out, evalFiles{Eval: filepath.Join(o.Out, "eval.json"), Report: files.Markdown, Plots: files.Plots})
+	}
 	fmt.Fprintf(f.Out, "eval.json  %s/eval.json\nreport     %s\n", o.Out, files.Markdown)
 	for _, p := range files.Plots {
 		fmt.Fprintf(f.Out, "plot       %s\n", p)
 	}
 	return files, nil
+}
+
+// evalFiles is eval's --json result.
+type evalFiles struct {
+	Eval   string   `json:"eval"`
+	Report string   `json:"report"`
+	Plots  []string `json:"plots"`
 }
 
 func deviceLabel(d string, env *harness.Env) string {

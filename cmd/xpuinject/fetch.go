@@ -22,6 +22,7 @@ type fetchOptions struct {
 	Quiet    bool
 	Workers  int
 	RepoType string
+	JSON     bool
 }
 
 // Other commands turn MODEL into files through resolveModel (resolve.go), which calls
@@ -67,6 +68,7 @@ snapshot of the revision is used.`,
 	fl.BoolVarP(&o.Quiet, "quiet", "q", false, "no progress output")
 	fl.IntVar(&o.Workers, "workers", 8, "parallel file downloads")
 	fl.StringVar(&o.RepoType, "repo-type", "model", "model, dataset or kernel")
+	fl.BoolVar(&o.JSON, "json", false, `print {"dir": FOLDER} instead of the folder`)
 	return cmd
 }
 
@@ -102,6 +104,9 @@ func fetchRun(ctx context.Context, f *Factory, o *fetchOptions) error {
 	dir, err := fetchModel(ctx, f, o)
 	if err != nil {
 		return err
+	}
+	if o.JSON {
+		return writeJSON(f.Out, map[string]string{"dir": dir})
 	}
 	fmt.Fprintln(f.Out, dir)
 	return nil

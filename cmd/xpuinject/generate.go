@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/harness"
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/emit"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -78,7 +77,7 @@ sibling packed/). The model is the one recorded in the plan unless --model names
 	fl.IntVar(&o.TopK, "top-k", -1, "sample from the k most likely tokens, 0 for all (default: the model's generation config, else 50)")
 	fl.Float64Var(&o.TopP, "top-p", 0, "nucleus sampling mass in (0, 1] (default: the model's generation config, else 1)")
 	fl.IntVar(&o.Seed, "seed", 0, "random seed for sampling")
-	fl.BoolVar(&o.JSON, "json", false, "end with the result as JSON (tokens, text, timings) instead of the summary")
+	fl.BoolVar(&o.JSON, "json", false, "print the result as JSON (tokens, text, timings); the text streams to stderr")
 	return cmd
 }
 
@@ -138,20 +137,20 @@ func resolveGenerate(ctx context.Context, f *Factory, o *generateOptions) (*gene
 	if !isDir(t.PackedDir) {
 		return nil, fmt.Errorf("generate: no packed weights at %s: pass --packed DIR (the folder 'xpuinject pack' wrote)", t.PackedDir)
 	}
-	pp, err := inject.ReadPackagePlan(t.PackageDir)
+	pp, err := emit.ReadPlan(t.PackageDir)
 	if err != nil {
 		return nil, err
 	}
-	plan := pp.Plan
+	pl := pp.Plan
 	model := o.Model
 	if model == "" {
 		switch {
-		case plan.Source.Path != "":
-			model = plan.Source.Path
-		case plan.Source.Repo != "":
-			model = plan.Source.Repo
-			if plan.Source.Revision != "" {
-				model += "@" + plan.Source.Revision
+		case pl.Source.Path != "":
+			model = pl.Source.Path
+		case pl.Source.Repo != "":
+			model = pl.Source.Repo
+			if pl.Source.Revision != "" {
+				model += "@" + pl.Source.Revision
 			}
 		default:
 			return nil, fmt.Errorf("generate: the plan in %s names no source model: pass --model", t.PackageDir)
@@ -194,10 +193,15 @@ func generateRun(ctx context.Context, f *Factory, o *generateOptions) error {
 		fmt.Fprintln(f.ErrOut, "no GPU: generating on the CPU under the Triton interpreter (slow; eager steps, no graphs)")
 		o.Device = "cpu"
 	}
+	// With --json stdout is the one JSON document; the streamed text goes to stderr.
+	text := f.Out
+	if o.JSON {
+		text = f.ErrOut
+	}
 	res, err := harness.Generate(ctx, harness.GenerateOptions{
 		Python: py, ModelDir: t.ModelDir, PackageDir: t.PackageDir, PackedDir: t.PackedDir, Prompt: o.Prompt,
 		MaxNewTokens: o.MaxNewTokens, Stock: o.Stock, Device: o.Device, DoSample: o.DoSample,
-		Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: o.Seed, Text: f.Out, Progress: f.ErrOut,
+		Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: o.Seed, Text: text, Progress: f.ErrOut,
 	})
 	if errors.Is(err, harness.ErrBadInput) {
 		return &usageError{err}
@@ -206,12 +210,7 @@ func generateRun(ctx context.Context, f *Factory, o *generateOptions) error {
 		return err
 	}
 	if o.JSON {
-		b, err := json.MarshalIndent(res, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = f.Out.Write(append(b, '\n'))
-		return err
+		return writeJSON(f.Out, res)
 	}
 	fmt.Fprintln(f.Out)
 	fmt.Fprintln(f.Out, generationSummary("injected", res.Injected))

@@ -8,8 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xpuinject/xpuinject/inject"
 	"github.com/xpuinject/xpuinject/inject/outdir"
+	"github.com/xpuinject/xpuinject/inject/pack"
+	"github.com/xpuinject/xpuinject/inject/plan"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -18,8 +19,9 @@ type packOptions struct {
 	Model        string
 	Out          string
 	MaxShardSize string
-	Disable      []string
+	Plan         planFlags
 	PlanFile     string // pack an existing plan.yaml instead of planning
+	JSON         bool
 }
 
 func newPackCmd(f *Factory) *cobra.Command { return newPackCmdWith(f, nil) }
@@ -51,13 +53,17 @@ a file, or a DIR holding or inside MODEL is refused.`,
 			if o.Out == "" {
 				return &usageError{fmt.Errorf("--out DIR is required")}
 			}
-			if _, err := inject.ParseSize(o.MaxShardSize); err != nil {
+			if _, err := pack.ParseSize(o.MaxShardSize); err != nil {
 				return &usageError{fmt.Errorf("--max-shard-size: %w", err)}
 			}
-			if o.PlanFile != "" && len(o.Disable) > 0 {
-				return &usageError{fmt.Errorf("--disable and --plan exclude each other (the plan file already says which kernels run)")}
+			if o.PlanFile != "" {
+				for _, fl := range []string{"disable", "gpu", "dtype"} {
+					if cmd.Flags().Changed(fl) {
+						return &usageError{fmt.Errorf("--%s and --plan exclude each other (the plan file already says it)", fl)}
+					}
+				}
 			}
-			if err := checkDisable(o.Disable); err != nil {
+			if err := o.Plan.check(); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -69,46 +75,47 @@ a file, or a DIR holding or inside MODEL is refused.`,
 	fl := cmd.Flags()
 	fl.StringVar(&o.Out, "out", "", "output folder (created if missing)")
 	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", `largest shard: bytes, or with a unit ("500MB", "2GiB")`)
-	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated (see 'xpuinject kernels')")
 	fl.StringVar(&o.PlanFile, "plan", "", "pack this plan.yaml (e.g. an edited one) instead of planning MODEL")
+	fl.BoolVar(&o.JSON, "json", false, "print what was written as JSON")
+	addPlanFlags(cmd, &o.Plan)
 	return cmd
 }
 
 func packRun(ctx context.Context, f *Factory, o *packOptions) error {
-	maxShard, err := inject.ParseSize(o.MaxShardSize)
+	maxShard, err := pack.ParseSize(o.MaxShardSize)
 	if err != nil {
 		return &usageError{err}
 	}
 	var ck *models.Checkpoint
-	var plan *inject.Plan
+	var pl *plan.Plan
 	if o.PlanFile != "" {
 		dir, _, err := resolveModel(ctx, f, o.Model)
 		if err != nil {
 			return err
 		}
-		b, err := readSmallFile(o.PlanFile)
+		b, err := models.ReadSmallFile(o.PlanFile)
 		if err != nil {
 			return fmt.Errorf("pack: --plan: %w", err)
 		}
-		if plan, err = inject.UnmarshalPlanYAML(b); err != nil {
+		if pl, err = plan.ParseYAML(b); err != nil {
 			return fmt.Errorf("pack: --plan %s: %w", o.PlanFile, err)
 		}
 		if ck, err = models.Open(dir); err != nil {
 			return err
 		}
 	} else {
-		_, g, p, err := loadPlan(ctx, f, o.Model, o.Disable)
+		_, g, p, err := loadPlan(ctx, f, o.Model, o.Plan)
 		if err != nil {
 			return err
 		}
-		ck, plan = g.Checkpoint, p
+		ck, pl = g.Checkpoint, p
 	}
 	prog := newPackProgress(f)
 	var inputs []outdir.Input
 	if o.PlanFile != "" {
 		inputs = append(inputs, outdir.Input{Path: o.PlanFile, What: "the --plan file"})
 	}
-	res, err := inject.Pack(ctx, ck, plan, o.Out, inject.PackOptions{
+	res, err := pack.Write(ctx, ck, pl, o.Out, pack.Options{
 		MaxShardSize: maxShard,
 		Tool:         tool(),
 		Progress:     prog.report,
@@ -122,13 +129,33 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 	if err != nil {
 		abs = res.Dir
 	}
-	fmt.Fprintf(f.ErrOut, "packed %d tensors, %s from %s of source tensors\n",
-		res.Tensors, humanBytes(res.OutputBytes), humanBytes(res.InputBytes))
+	if o.JSON {
+		return writeJSON(f.Out, packSummary{Dir: abs, Files: res.Files, Tensors: res.Tensors, Bytes: res.OutputBytes,
+			SourceBytes: res.InputBytes, PlanSHA256: res.PlanSHA256})
+	}
+	fmt.Fprintf(f.ErrOut, "packed %s\n", packedLine(res))
 	fmt.Fprintln(f.Out, abs)
 	for _, name := range res.Files {
 		fmt.Fprintln(f.Out, "  "+name)
 	}
 	return nil
+}
+
+// packSummary is pack's --json result.
+type packSummary struct {
+	Dir         string   `json:"dir"`
+	Files       []string `json:"files"`
+	Tensors     int      `json:"tensors"`
+	Bytes       int64    `json:"bytes"`
+	SourceBytes int64    `json:"source_bytes"`
+	PlanSHA256  string   `json:"plan_sha256"`
+}
+
+// packedLine is how every command states a pack: "97 tensors, 1.9 GB from 4.9 GB of
+// source tensors" (the eval report says "97 packed tensors, 1.9 GB").
+func packedLine(res *pack.Result) string {
+	return fmt.Sprintf("%d tensors, %s from %s of source tensors", res.Tensors, models.HumanBytes(res.OutputBytes),
+		models.HumanBytes(res.InputBytes))
 }
 
 // packProgress prints "[i/N] tensor (bytes)" on stderr: one updating line on a
@@ -140,8 +167,8 @@ type packProgress struct {
 
 func newPackProgress(f *Factory) *packProgress { return &packProgress{f: f} }
 
-func (p *packProgress) report(ev inject.PackProgress) {
-	line := fmt.Sprintf("pack [%d/%d] %s  %s / %s", ev.Index, ev.Total, ev.Name, humanBytes(ev.Bytes), humanBytes(ev.TotalBytes))
+func (p *packProgress) report(ev pack.Progress) {
+	line := fmt.Sprintf("pack [%d/%d] %s  %s / %s", ev.Index, ev.Total, ev.Name, models.HumanBytes(ev.Bytes), models.HumanBytes(ev.TotalBytes))
 	if p.f.IsTerminal {
 		pad := ""
 		if n := p.last - len(line); n > 0 {
@@ -158,17 +185,4 @@ func (p *packProgress) done() {
 	if p.f.IsTerminal && p.last > 0 {
 		fmt.Fprintln(p.f.ErrOut)
 	}
-}
-
-// humanBytes formats n in decimal units, as sizes are given to --max-shard-size.
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/pack"
+	"github.com/xpuinject/xpuinject/inject/plan"
 )
 
 func TestPackCommand(t *testing.T) {
@@ -31,11 +32,11 @@ func TestPackCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := inject.UnmarshalPlanYAML(b)
+	pl, err := plan.ParseYAML(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := inject.VerifyPacked(plan, out); err != nil {
+	if err := pack.Verify(pl, out); err != nil {
 		t.Errorf("packed checkpoint does not match its plan: %v", err)
 	}
 

@@ -7,7 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/emit"
+	"github.com/xpuinject/xpuinject/inject/plan"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -21,7 +22,8 @@ type packageOptions struct {
 	RepoID  string
 	Packed  string
 	Force   bool
-	Disable []string
+	Plan    planFlags
+	JSON    bool
 }
 
 func newPackageCmd(f *Factory) *cobra.Command { return newPackageCmdWith(f, nil) }
@@ -47,7 +49,7 @@ holding or inside MODEL is refused.`,
 			if o.Version < 1 {
 				return &usageError{fmt.Errorf("--version %d: want a major version of 1 or more", o.Version)}
 			}
-			if err := checkDisable(o.Disable); err != nil {
+			if err := o.Plan.check(); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -65,26 +67,39 @@ holding or inside MODEL is refused.`,
 	fl.StringVar(&o.RepoID, "repo-id", "", "Hub repository the package is for (card, build.toml)")
 	fl.StringVar(&o.Packed, "packed-repo-id", "", "Hub model repository of its packed weights, named in the card (default: <repo-id>-packed)")
 	fl.BoolVar(&o.Force, "force", false, "replace an earlier package in --out (never other files)")
-	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
+	fl.BoolVar(&o.JSON, "json", false, "print what was written as JSON")
+	addPlanFlags(cmd, &o.Plan)
 	return cmd
 }
 
-func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*inject.EmitResult, error) {
-	dir, g, plan, err := loadPlan(ctx, f, o.Model, o.Disable)
+func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*emit.Result, error) {
+	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Plan)
 	if err != nil {
 		return nil, err
 	}
-	res, err := inject.Emit(plan, o.Out, inject.EmitOptions{
+	res, err := emit.Write(pl, o.Out, emit.Options{
 		Name: o.Name, Version: o.Version, License: o.License, RepoID: o.RepoID, PackedRepoID: o.Packed,
-		ModelClass: modelClass(g.Checkpoint), Model: modelLabel(o.Model, plan), Tool: tool(), Force: o.Force,
+		ModelClass: modelClass(g.Checkpoint), Model: modelLabel(o.Model, pl), Tool: tool(), Force: o.Force,
 		Inputs: modelInputs(dir, g.Checkpoint),
 	})
 	if err != nil {
 		return nil, err
 	}
+	if o.JSON {
+		return res, writeJSON(f.Out, packageSummary{Dir: res.Dir, Kernel: res.Name, Files: res.Files, Plan: pl.Counts().String()})
+	}
 	fmt.Fprintf(f.Out, "%s\n", res.Dir)
-	fmt.Fprintf(f.ErrOut, "package %s: %d files (build/torch-cuda, build/torch-xpu, README.md, plan.yaml)\n", res.Name, len(res.Files))
+	fmt.Fprintf(f.ErrOut, "package %s: %d files (build/torch-cuda, build/torch-xpu, README.md, plan.yaml); %s\n",
+		res.Name, len(res.Files), pl.Counts())
 	return res, nil
+}
+
+// packageSummary is package's --json result.
+type packageSummary struct {
+	Dir    string   `json:"dir"`
+	Kernel string   `json:"kernel"`
+	Files  []string `json:"files"`
+	Plan   string   `json:"plan"` // the plan's counts, as the card states them
 }
 
 // modelClass is the transformers class the source checkpoint names (config.json's
@@ -103,9 +118,9 @@ func modelClass(ck *models.Checkpoint) string {
 
 // modelLabel names the model in cards and commit messages: the Hub repo when there is
 // one, else the folder name.
-func modelLabel(arg string, plan *inject.Plan) string {
-	if plan.Source.Repo != "" {
-		return plan.Source.Repo
+func modelLabel(arg string, pl *plan.Plan) string {
+	if pl.Source.Repo != "" {
+		return pl.Source.Repo
 	}
 	return filepath.Base(filepath.Clean(arg))
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,8 +11,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/harness"
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/emit"
 	"github.com/xpuinject/xpuinject/inject/outdir"
+	"github.com/xpuinject/xpuinject/inject/pack"
+	"github.com/xpuinject/xpuinject/models"
 )
 
 // pipelineOptions are the flags of `xpuinject MODEL`.
@@ -27,7 +28,7 @@ type pipelineOptions struct {
 	Private      bool
 	Force        bool
 	MaxShardSize string
-	Disable      []string
+	Plan         planFlags
 	JSON         bool
 	Eval         evalOptions
 }
@@ -83,7 +84,7 @@ report.md, plots).`,
 			if err := checkEvalFlags(&o.Eval); err != nil {
 				return err
 			}
-			if err := checkDisable(o.Disable); err != nil {
+			if err := o.Plan.check(); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -101,9 +102,9 @@ report.md, plots).`,
 	fl.BoolVar(&o.Private, "private", false, "create the Hub repositories private (with --push)")
 	fl.BoolVar(&o.Force, "force", false, "replace an earlier run's outputs in --out (never other files)")
 	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", "largest packed shard")
-	fl.StringSliceVar(&o.Disable, "disable", nil, "kernels not to use, comma-separated")
 	fl.BoolVar(&o.JSON, "json", false, "print where every artifact went as one JSON object")
 	addEvalFlags(cmd, &o.Eval)
+	addPlanFlags(cmd, &o.Plan)
 	return cmd
 }
 
@@ -112,24 +113,18 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	step := func(format string, a ...any) {
 		fmt.Fprintf(f.ErrOut, "[%5.1fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
 	}
-	maxShard, err := inject.ParseSize(o.MaxShardSize)
+	maxShard, err := pack.ParseSize(o.MaxShardSize)
 	if err != nil {
 		return &usageError{err}
 	}
 	step("resolve %s", o.Model)
-	dir, g, plan, err := loadPlan(ctx, f, o.Model, o.Disable)
+	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Plan)
 	if err != nil {
 		return err
 	}
-	replaced := 0
-	for _, l := range plan.Layers {
-		if l.Kernel != inject.KernelKeep {
-			replaced++
-		}
-	}
-	step("plan: %s, %d layers, %d replaced, %d kept", plan.Arch, len(plan.Layers), replaced, len(plan.Layers)-replaced)
+	step("plan: %s, %s; dtype %s", pl.Arch, pl.Counts(), pl.DType)
 
-	name := inject.KernelName(modelLabel(o.Model, plan))
+	name := emit.KernelName(modelLabel(o.Model, pl))
 	out := o.Out
 	if out == "" {
 		out = filepath.Join("out", name)
@@ -164,18 +159,18 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	}
 	step("pack -> %s", packedDir)
 	prog := newPackProgress(f)
-	pres, err := inject.Pack(ctx, g.Checkpoint, plan, packedDir, inject.PackOptions{MaxShardSize: maxShard, Tool: tool(),
+	pres, err := pack.Write(ctx, g.Checkpoint, pl, packedDir, pack.Options{MaxShardSize: maxShard, Tool: tool(),
 		Progress: prog.report, NoReplace: !o.Force, Inputs: inputs})
 	prog.done()
 	if err != nil {
 		return err
 	}
-	step("packed %d tensors, %s", pres.Tensors, humanBytes(pres.OutputBytes))
+	step("packed %s", packedLine(pres))
 
 	step("package -> %s", packageDir)
-	emitted, err := inject.Emit(plan, packageDir, inject.EmitOptions{
+	emitted, err := emit.Write(pl, packageDir, emit.Options{
 		Name: name, RepoID: o.RepoID, PackedRepoID: o.PackedRepoID, ModelClass: modelClass(g.Checkpoint),
-		Model: modelLabel(o.Model, plan), Tool: tool(), Force: o.Force, Inputs: inputs,
+		Model: modelLabel(o.Model, pl), Tool: tool(), Force: o.Force, Inputs: inputs,
 	})
 	if err != nil {
 		return err
@@ -203,12 +198,12 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	if o.Push {
 		packedID := o.PackedRepoID
 		if packedID == "" {
-			packedID = inject.PackedRepoID(o.RepoID)
+			packedID = emit.PackedRepoID(o.RepoID)
 		}
 		step("push -> %s (kernel package), %s (packed weights)", o.RepoID, packedID)
 		pushed, err = publish(ctx, f, publishSet{PackageDir: packageDir, PackedDir: packedDir, SourceDir: dir,
 			EvalFile: filepath.Join(evalDir, "eval.json")}, publishOptions{
-			RepoID: o.RepoID, PackedRepoID: packedID, Private: o.Private, Model: modelLabel(o.Model, plan),
+			RepoID: o.RepoID, PackedRepoID: packedID, Private: o.Private, Model: modelLabel(o.Model, pl),
 		})
 		if err != nil {
 			return fmt.Errorf("push: %w", err)
@@ -229,16 +224,11 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		}
 	}
 	if o.JSON {
-		b, err := json.MarshalIndent(arts, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = f.Out.Write(append(b, '\n'))
-		return err
+		return writeJSON(f.Out, arts)
 	}
 	fmt.Fprintf(f.Out, "model      %s\n", arts.Model)
 	fmt.Fprintf(f.Out, "plan       %s\n", arts.Plan)
-	fmt.Fprintf(f.Out, "packed     %s (%d tensors, %s)\n", packedDir, pres.Tensors, humanBytes(pres.OutputBytes))
+	fmt.Fprintf(f.Out, "packed     %s (%d tensors, %s)\n", packedDir, pres.Tensors, models.HumanBytes(pres.OutputBytes))
 	fmt.Fprintf(f.Out, "package    %s (%s, %d files)\n", packageDir, emitted.Name, len(emitted.Files))
 	if report != nil {
 		fmt.Fprintf(f.Out, "eval       %s\n", arts.Eval)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,7 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/plan"
 )
 
 const fixtures = "../../testdata/fixtures"
@@ -26,46 +27,47 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdo
 	return code, out.String(), errOut.String()
 }
 
-func TestPlanTable(t *testing.T) {
-	dir := filepath.Join(fixtures, "llama-odd")
-	abs, _ := filepath.Abs(dir)
-	code, out, errOut := runCLI(t, nil, "plan", dir)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
+// Layers alike but for their indices share a row; the pattern claims exactly their modules.
+func TestGroupLayers(t *testing.T) {
+	l := func(m string) plan.LayerPlan { return plan.LayerPlan{Module: m, Kind: "k", Kernel: "gemm"} }
+	var ls []plan.LayerPlan
+	for _, m := range []string{"m.layers.0.mlp", "m.layers.1.mlp", "m.layers.2.mlp", "m.layers.5.mlp", "e.emb_1", "e.emb_2",
+		"s.0.l.1", "s.0.l.3", "s.1.l.1", "s.1.l.3", "t.0.l.1", "t.0.l.3", "t.1.l.1", "m.norm"} {
+		ls = append(ls, l(m))
 	}
-	want := `MODULE                                   KIND        KERNEL             TRANSFORMS                               REASON
-model.embed_tokens                       embedding   keep               cast-bf16                                a gather; nothing to gain
-model.layers.0.input_layernorm           rmsnorm     rmsnorm            cast-bf16                                -
-model.layers.0.self_attn                 attention   attention-prefill  concat-qkv,cast-bf16,prepack-kmajor      prefill runs attention-prefill, generation attention-decode; RoPE by rope; q/k/v and o projections by gemm
-model.layers.0.post_attention_layernorm  rmsnorm     add-rmsnorm        cast-bf16                                fused with the residual add before it; the decoder layer is patched
-model.layers.0.mlp                       mlp-swiglu  gemm               concat-gate-up,cast-bf16,prepack-kmajor  gate/up by one GEMM with the swiglu epilogue, down by a GEMM with the decoder layer's residual add in its epilogue
-model.norm                               rmsnorm     rmsnorm            cast-bf16                                -
-lm_head                                  lm-head     gemm               -                                        fp32 logits: the GEMM writes its fp32 accumulator, so near-equal logits keep their order instead of tying in bf16 (greedy decoding then follows the fp32 model further); reads the embedding table it is tied to (no tensor of its own)
-7 layers, 6 replaced, 1 kept (llama, ` + abs + `)
-`
-	if out != want {
-		t.Errorf("table:\n%s\nwant:\n%s", out, want)
+	var got []string
+	for _, g := range groupLayers(ls) {
+		got = append(got, fmt.Sprintf("%s=%d", g.pattern, len(g.layers)))
 	}
-	if errOut != "" {
-		t.Errorf("stderr: %q", errOut)
+	want := "m.layers.{0-2,5}.mlp=4 e.emb_{1-2}=2 s.{0-1}.l.{1,3}=4 t.*.l.*=3 m.norm=1"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("groups %s, want %s", strings.Join(got, " "), want)
+	}
+	other := l("m.layers.3.mlp")
+	other.Reason = "differs"
+	if gs := groupLayers([]plan.LayerPlan{l("m.layers.0.mlp"), other}); len(gs) != 2 {
+		t.Fatalf("layers with different reasons grouped: %+v", gs)
 	}
 }
 
 func TestPlanDisable(t *testing.T) {
-	code, out, errOut := runCLI(t, nil, "plan", filepath.Join(fixtures, "llama-tiny"), "--disable", "gemm,add-rmsnorm")
+	t.Chdir(fixtures)
+	code, out, errOut := runCLI(t, nil, "plan", "llama-tiny", "--disable", "gemm,add-rmsnorm")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, line := range []string{
-		"model.layers.0.self_attn                 attention   keep     cast-bf16   kernel gemm disabled (attention-prefill uses it)",
-		"model.layers.0.post_attention_layernorm  rmsnorm     rmsnorm  cast-bf16   kernel add-rmsnorm disabled; so rmsnorm",
-		"model.layers.1.mlp                       mlp-swiglu  keep     cast-bf16   kernel gemm disabled",
+		"model.layers.{0-1}.post_attention_layernorm  2  rmsnorm     rmsnorm  cast-bf16                  [3]",
+		"model.layers.{0-1}.mlp                       2  mlp-swiglu  keep     cast-bf16                  [4]",
+		"[2] kernel gemm disabled (attention-prefill uses it)",
+		"[3] kernel add-rmsnorm disabled; so rmsnorm",
+		"[4] kernel gemm disabled",
 	} {
 		if !strings.Contains(out, line+"\n") {
 			t.Errorf("no line %q in\n%s", line, out)
 		}
 	}
-	if !strings.Contains(out, "\n11 layers, 5 replaced, 6 kept (llama, ") {
+	if !strings.Contains(out, "\n11 layers: 5 on our kernels, 6 kept (llama, llama-tiny); dtype bf16; vendor routes measured on h200.\n") {
 		t.Errorf("summary wrong:\n%s", out)
 	}
 }
@@ -73,19 +75,19 @@ func TestPlanDisable(t *testing.T) {
 func TestPlanYAMLAndJSON(t *testing.T) {
 	dir := filepath.Join(fixtures, "qwen2-tiny")
 	abs, _ := filepath.Abs(dir)
-	code, y, errOut := runCLI(t, nil, "plan", dir, "--format", "yaml")
+	code, y, errOut := runCLI(t, nil, "plan", dir, "--yaml")
 	if code != 0 {
 		t.Fatalf("yaml: exit %d: %s", code, errOut)
 	}
-	py, err := inject.UnmarshalPlanYAML([]byte(y))
+	py, err := plan.ParseYAML([]byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, j, errOut := runCLI(t, nil, "plan", dir, "--format", "json")
+	code, j, errOut := runCLI(t, nil, "plan", dir, "--json")
 	if code != 0 {
 		t.Fatalf("json: exit %d: %s", code, errOut)
 	}
-	var pj inject.Plan
+	var pj plan.Plan
 	dec := json.NewDecoder(strings.NewReader(j))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&pj); err != nil {
@@ -98,11 +100,11 @@ func TestPlanYAMLAndJSON(t *testing.T) {
 		t.Fatalf("plan header: %+v", py)
 	}
 	// The YAML is the golden plan but for tool and path.
-	golden, err := os.ReadFile("../../inject/testdata/plan-golden/qwen2-tiny.yaml")
+	golden, err := os.ReadFile("../../inject/plan/testdata/golden/qwen2-tiny.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g inject.Plan
+	var g plan.Plan
 	if err := yaml.Unmarshal(golden, &g); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +133,9 @@ func TestPlanUsageErrors(t *testing.T) {
 	}{
 		{[]string{"plan"}, "accepts 1 arg(s), received 0"},
 		{[]string{"plan", dir, dir}, "accepts 1 arg(s), received 2"},
-		{[]string{"plan", dir, "--format", "xml"}, `--format "xml": want one of table, yaml, json`},
+		{[]string{"plan", dir, "--json", "--yaml"}, "--json and --yaml exclude each other"},
+		{[]string{"plan", dir, "--dtype", "fp8"}, `--dtype "fp8": want auto, bf16 or fp16`},
+		{[]string{"plan", dir, "--gpu", "H200"}, `--gpu: kernels: GPU name "H200": want lowercase letters, digits and dashes (known: h200)`},
 		{[]string{"plan", dir, "--disable", "flash"}, `--disable "flash": no such kernel (kernels: rmsnorm, add-rmsnorm, rope, gemm, attention-prefill, attention-decode)`},
 		{[]string{"plan", dir, "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"plan", "not a model"}, `not a model: "not a model": no local folder not a model, no preset not a model (presets: levit, llama, llama8b, mistral, qwen2, qwen3), and not org/name[@revision]`},
@@ -160,6 +164,7 @@ func TestPlanModelErrors(t *testing.T) {
 		{file, "a file, not a folder"},
 		{"./no/such/folder", "model ./no/such/folder: no local folder ./no/such/folder"},
 		{bad, "models: no safetensors weights"},
+		{"../../testdata/quantized/llama-tiny-fp8", "testdata/quantized/llama-tiny-fp8 is quantized (FP8: config.json quantization_config.quant_method \"fp8\""},
 	} {
 		code, out, errOut := runCLI(t, nil, "plan", c.arg)
 		if code != exitError1 || out != "" || !strings.Contains(errOut, c.want) {
@@ -182,15 +187,16 @@ func TestPlanFromHFCache(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if !strings.HasSuffix(out, "\n11 layers, 8 replaced, 3 kept (llama, tiny-org/llama-tiny@"+sha+")\n") {
+	if !strings.HasSuffix(strings.Join(strings.Fields(out), " "),
+		" 11 layers: 8 on our kernels, 3 kept (llama, tiny-org/llama-tiny@"+sha+"); dtype bf16; vendor routes measured on h200.") {
 		t.Fatalf("summary:\n%s", out)
 	}
-	code, out, errOut = runCLI(t, env, "plan", "tiny-org/llama-tiny@"+sha, "--format", "json")
-	var p inject.Plan
+	code, out, errOut = runCLI(t, env, "plan", "tiny-org/llama-tiny@"+sha, "--json")
+	var p plan.Plan
 	if code != 0 || json.Unmarshal([]byte(out), &p) != nil {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if p.Source != (inject.Source{Repo: "tiny-org/llama-tiny", Revision: sha}) {
+	if p.Source != (plan.Source{Repo: "tiny-org/llama-tiny", Revision: sha}) {
 		t.Fatalf("source %+v", p.Source)
 	}
 }
@@ -221,11 +227,12 @@ func TestPlanOptionsParsed(t *testing.T) {
 		got = o
 		return nil
 	})
-	cmd.SetArgs([]string{"llama", "--format", "json", "--disable", "gemm", "--disable", "rope"})
+	cmd.SetArgs([]string{"llama", "--json", "--disable", "gemm", "--disable", "rope", "--dtype", "fp16", "--gpu", "h100"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if got.Model != "llama" || got.Format != "json" || !reflect.DeepEqual(got.Disable, []string{"gemm", "rope"}) {
+	want := planFlags{Disable: []string{"gemm", "rope"}, GPU: "h100", DType: "fp16"}
+	if got.Model != "llama" || !got.JSON || got.YAML || !reflect.DeepEqual(got.Plan, want) {
 		t.Fatalf("options %+v", got)
 	}
 }

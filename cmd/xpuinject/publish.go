@@ -12,7 +12,8 @@ import (
 
 	"github.com/xpuinject/xpuinject/harness"
 	"github.com/xpuinject/xpuinject/hub"
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/emit"
+	"github.com/xpuinject/xpuinject/inject/plan"
 )
 
 // publishSet is what one push publishes: a kernel package and, when PackedDir is set, its
@@ -58,7 +59,7 @@ func publish(ctx context.Context, f *Factory, set publishSet, o publishOptions) 
 	if set.PackedDir != "" {
 		packedID := o.PackedRepoID
 		if packedID == "" {
-			packedID = inject.PackedRepoID(o.RepoID)
+			packedID = emit.PackedRepoID(o.RepoID)
 		}
 		version := o.Version
 		if version == 0 {
@@ -98,7 +99,7 @@ func packedRepoFiles(f *Factory, set publishSet, packedID, kernelRepo string, ve
 	if err != nil {
 		return nil, "", fmt.Errorf("packed weights %s: %w", set.PackedDir, err)
 	}
-	plan, err := inject.UnmarshalPlanYAML(planBytes)
+	pl, err := plan.ParseYAML(planBytes)
 	if err != nil {
 		return nil, "", fmt.Errorf("packed weights %s: %w", set.PackedDir, err)
 	}
@@ -114,7 +115,7 @@ func packedRepoFiles(f *Factory, set publishSet, packedID, kernelRepo string, ve
 		}
 		files = append(files, pf)
 	}
-	src, err := sourceDir(f, set.SourceDir, plan)
+	src, err := sourceDir(f, set.SourceDir, pl)
 	if err != nil {
 		return nil, "", err
 	}
@@ -136,9 +137,9 @@ func packedRepoFiles(f *Factory, set publishSet, packedID, kernelRepo string, ve
 			cls = configClass(p)
 		}
 	}
-	card := inject.ModelCardOptions{
+	card := emit.ModelCardOptions{
 		RepoID: packedID, License: license, Tool: "xpuinject " + Version,
-		Usage: inject.Usage{ModelClass: cls, KernelRepo: kernelRepo, Version: version, PackedRepo: packedID},
+		Usage: emit.Usage{ModelClass: cls, KernelRepo: kernelRepo, Version: version, PackedRepo: packedID},
 	}
 	if set.EvalFile != "" {
 		ev, err := harness.ReadResult(set.EvalFile)
@@ -147,10 +148,10 @@ func packedRepoFiles(f *Factory, set publishSet, packedID, kernelRepo string, ve
 		}
 		card.Eval = evalSummary(ev)
 	}
-	files = append(files, hub.PackageFile{Path: "README.md", Data: inject.ModelCard(plan, card)})
-	label := plan.Source.Repo
+	files = append(files, hub.PackageFile{Path: "README.md", Data: emit.ModelCard(pl, card)})
+	label := pl.Source.Repo
 	if label == "" {
-		label = filepath.Base(plan.Source.Path)
+		label = filepath.Base(pl.Source.Path)
 	}
 	return files, label, nil
 }
@@ -188,25 +189,25 @@ func packedTensorFiles(dir string) ([]string, error) {
 
 // sourceDir finds the source checkpoint: --source, the plan's local folder, or the plan's
 // Hub snapshot in the HF cache.
-func sourceDir(f *Factory, flag string, plan *inject.Plan) (string, error) {
+func sourceDir(f *Factory, flag string, pl *plan.Plan) (string, error) {
 	switch {
 	case flag != "":
 		return flag, nil
-	case plan.Source.Path != "":
-		if isDir(plan.Source.Path) {
-			return plan.Source.Path, nil
+	case pl.Source.Path != "":
+		if isDir(pl.Source.Path) {
+			return pl.Source.Path, nil
 		}
-		return "", fmt.Errorf("the plan's source folder %s is gone: pass --source with the checkpoint folder", plan.Source.Path)
-	case plan.Source.Repo != "":
+		return "", fmt.Errorf("the plan's source folder %s is gone: pass --source with the checkpoint folder", pl.Source.Path)
+	case pl.Source.Repo != "":
 		cache := hub.CacheFromEnv(f.Getenv)
-		rev := plan.Source.Revision
+		rev := pl.Source.Revision
 		if rev == "" {
 			rev = "main"
 		}
-		dir, _, err := cache.LocalSnapshot("model", plan.Source.Repo, rev)
+		dir, _, err := cache.LocalSnapshot("model", pl.Source.Repo, rev)
 		if errors.Is(err, hub.ErrNotCached) {
 			return "", fmt.Errorf("the source model %s@%s is not in the HF cache (%s): run 'xpuinject fetch %s@%s' or pass --source",
-				plan.Source.Repo, rev, cache.Dir, plan.Source.Repo, rev)
+				pl.Source.Repo, rev, cache.Dir, pl.Source.Repo, rev)
 		}
 		return dir, err
 	}
@@ -226,8 +227,8 @@ func configClass(path string) string {
 
 // evalSummary is the part of an eval.json a packed card records: the accuracy ratios and
 // the latency ratios.
-func evalSummary(r *harness.Result) *inject.EvalSummary {
-	s := &inject.EvalSummary{Device: r.Device.Type}
+func evalSummary(r *harness.Result) *emit.EvalSummary {
+	s := &emit.EvalSummary{Device: r.Device.Type}
 	if r.Device.Name != "" && r.Device.Name != r.Device.Type {
 		s.Device = r.Device.Name
 	}
@@ -243,17 +244,17 @@ func evalSummary(r *harness.Result) *inject.EvalSummary {
 	inj, st := metricValues(r.Accuracy.Injected), metricValues(r.Accuracy.Stock)
 	for _, k := range []string{"cosine", "mean_abs", "max_abs", "mean_rel", "max_rel", "kl", "top1_agreement", "perplexity"} {
 		if c, ok := r.Accuracy.Compare[k]; ok {
-			s.Accuracy = append(s.Accuracy, inject.EvalRow{What: k, Injected: float64(c.Injected), Stock: float64(c.Stock), Ratio: f(c.Ratio)})
+			s.Accuracy = append(s.Accuracy, emit.EvalRow{What: k, Injected: float64(c.Injected), Stock: float64(c.Stock), Ratio: f(c.Ratio)})
 		} else if a, ok := inj[k]; ok && len(r.Accuracy.Compare) == 0 {
 			// an eval.json without the compare table: the same ratio from its two sides
-			s.Accuracy = append(s.Accuracy, inject.EvalRow{What: k, Injected: a, Stock: st[k], Ratio: a / st[k]})
+			s.Accuracy = append(s.Accuracy, emit.EvalRow{What: k, Injected: a, Stock: st[k], Ratio: a / st[k]})
 		}
 	}
 	lat := r.Latency
 	add := func(what string, row harness.LatencyRow) {
 		if pair, v, ok := row.Headline(); ok {
 			what += fmt.Sprintf(" (%s / %s)", harness.PathLabel(pair[0]), harness.PathLabel(pair[1]))
-			s.Latency = append(s.Latency, inject.EvalRow{What: what, Ratio: v})
+			s.Latency = append(s.Latency, emit.EvalRow{What: what, Ratio: v})
 		}
 	}
 	for _, row := range lat.Prefill {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
 	"github.com/xpuinject/xpuinject/hub"
 )
 
@@ -107,9 +107,7 @@ func pushRun(ctx context.Context, f *Factory, opts *PushOptions) error {
 		return fmt.Errorf("push: %w", err)
 	}
 	if opts.JSON {
-		enc := json.NewEncoder(f.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return writeJSON(f.Out, res)
 	}
 	printPublished(f.Out, res)
 	return nil

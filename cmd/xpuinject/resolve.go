@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/xpuinject/xpuinject/hub"
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/plan"
 )
 
 // fetchSnapshot downloads ref into the HF cache and returns the snapshot folder and
@@ -26,7 +26,7 @@ var errModelArg = errors.New("not a model")
 //   - org/name[@revision]: the snapshot in the HF cache ($HF_HUB_CACHE, else
 //     $HF_HOME/hub, else ~/.cache/huggingface/hub), downloaded by fetchSnapshot when
 //     that is set and the snapshot is not cached.
-func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src inject.Source, err error) {
+func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src plan.Source, err error) {
 	if arg == "" {
 		return "", src, &usageError{fmt.Errorf("%w: empty MODEL", errModelArg)}
 	}
@@ -41,7 +41,7 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 		if _, err := os.Stat(filepath.Join(abs, "config.json")); err != nil {
 			return "", src, fmt.Errorf("model %s: folder has no config.json", abs)
 		}
-		return abs, inject.Source{Path: abs}, nil
+		return abs, plan.Source{Path: abs}, nil
 	}
 	var ref hub.Ref
 	name, rev, hasRev := strings.Cut(arg, "@")
@@ -83,7 +83,7 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 		}
 		return "", src, fmt.Errorf("model %s: %w", ref, err)
 	}
-	return dir, inject.Source{Repo: ref.Repo, Revision: commit}, nil
+	return dir, plan.Source{Repo: ref.Repo, Revision: commit}, nil
 }
 
 // looksLikePath: an argument that can only have meant a folder.

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/xpuinject/xpuinject/hub"
-	"github.com/xpuinject/xpuinject/inject"
+	"github.com/xpuinject/xpuinject/inject/plan"
 )
 
 func withFetchSnapshot(t *testing.T, fn func(context.Context, *Factory, hub.Ref) (string, string, error)) {
@@ -33,7 +33,7 @@ func TestResolveModel(t *testing.T) {
 	// Local folder.
 	dir, src, err := resolveModel(ctx, f, filepath.Join(fixtures, "levit-tiny"))
 	abs, _ := filepath.Abs(filepath.Join(fixtures, "levit-tiny"))
-	if err != nil || dir != abs || src != (inject.Source{Path: abs}) {
+	if err != nil || dir != abs || src != (plan.Source{Path: abs}) {
 		t.Fatalf("local: %q %+v %v", dir, src, err)
 	}
 
@@ -52,7 +52,7 @@ func TestResolveModel(t *testing.T) {
 		return "/snap", "c0ffee", nil
 	})
 	dir, src, err = resolveModel(ctx, f, "levit@v2")
-	if err != nil || dir != "/snap" || src != (inject.Source{Repo: "facebook/levit-128S", Revision: "c0ffee"}) ||
+	if err != nil || dir != "/snap" || src != (plan.Source{Repo: "facebook/levit-128S", Revision: "c0ffee"}) ||
 		called != (hub.Ref{Repo: "facebook/levit-128S", Revision: "v2"}) {
 		t.Fatalf("hook: %q %+v %v called %+v", dir, src, err, called)
 	}
@@ -79,7 +79,7 @@ func TestResolveModel(t *testing.T) {
 	os.MkdirAll(filepath.Join(cache, "models--org--m", "refs"), 0o755)
 	os.WriteFile(filepath.Join(cache, "models--org--m", "refs", "main"), []byte(sha+"\n"), 0o644)
 	dir, src, err = resolveModel(ctx, f, "org/m")
-	if err != nil || dir != snap || src != (inject.Source{Repo: "org/m", Revision: sha}) {
+	if err != nil || dir != snap || src != (plan.Source{Repo: "org/m", Revision: sha}) {
 		t.Fatalf("cached: %q %+v %v", dir, src, err)
 	}
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -92,19 +93,6 @@ func mistypedCommand(root *cobra.Command, arg string) error {
 	return &usageError{fmt.Errorf("unknown command %q for %q\n\nDid you mean this?\n\t%s", arg, root.Name(), strings.Join(sugg, "\n\t"))}
 }
 
-// readSmallFile reads a file named by a flag (a plan): a regular file, bounded.
-func readSmallFile(p string) ([]byte, error) {
-	f, st, err := models.OpenRegular(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st.Size() > 64<<20 {
-		return nil, fmt.Errorf("%s is %d bytes, more than a plan can be", p, st.Size())
-	}
-	return io.ReadAll(f)
-}
-
 // nearestPreset is the preset within two edits of name ("lama" -> "llama"), "" if none.
 func nearestPreset(name string) string {
 	ps, _ := Presets()
@@ -136,4 +124,21 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// writeJSON prints v as one indented JSON document: what --json prints, on every command.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -8,9 +8,9 @@ back the JSON this writes. It loads the checkpoint three times:
 - injected: bf16 + the emitted package, which injects itself with its packed weights
   (`inject(model, packed=...)` of the package, loaded as users load it)
 
-and reports, for injected and stock side by side, their error against the oracle (the accuracy-oracle method:
-cosine, max/mean absolute, max/mean relative error with a printed denominator floor, top-1
-agreement, KL divergence, perplexity, greedy-generation agreement), the same per decoder
+and reports, for injected and stock side by side, their error against the oracle (cosine,
+max/mean absolute, max/mean relative error with a printed denominator floor, top-1 agreement,
+KL divergence, perplexity, greedy-generation agreement), the same per decoder
 layer / encoder stage, and on a GPU the latency of prefill and decode (device events,
 warm-up, median of many) with peak memory, on the paths --latency names: stock eager, stock
 compiled (StaticCache + torch.compile "reduce-overhead"), stock and injected under the
@@ -87,8 +87,7 @@ def parse_args(argv):
 
 
 def error_metrics(x, ref, floor=0.0):
-    """Error metrics of x against ref (float64 on the CPU): cosine, max/mean absolute, max/mean
-    relative with a printed denominator floor."""
+    """The accuracy metrics of x against ref (float64 on the CPU)."""
     import torch
 
     a = x.detach().double().cpu().reshape(-1)
@@ -395,7 +394,7 @@ def runtime_report(rtmod, device, models, runs, prompts, n_gen, bound):
 
 def make_images(n, size, seed):
     """Deterministic, structured images (gradients, stripes, checkerboards, blobs, noise):
-    never only random or uniform inputs, which hide layout bugs."""
+    never only random or uniform, which hide layout bugs."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -727,6 +726,11 @@ def main(argv=None):
         except Exception as e:
             traceback.print_exc()
             fail(5, f"latency failed: {type(e).__name__}: {e}")
+    # problem classes launched from the GPU's tuned configs, and those the autotuner had to tune
+    if hasattr(pkg, "tuning_report"):
+        result["autotune"] = at = pkg.tuning_report()
+        progress(f"autotune: {at['autotuned']} problem classes autotuned ({at['benchmarked']} benchmarked), "
+                 f"{at['tuned']} launched from tuned configs {at['gpu_data']}")
 
     out = Path(args.out)
     tmp = out.with_suffix(".tmp")

@@ -43,6 +43,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -846,7 +847,7 @@ func (s *Server) handleLFSBatch(w http.ResponseWriter, r *http.Request) {
 	case req.Operation == nil || *req.Operation != "upload":
 		s.violation(w, r, "operation %v, want \"upload\"", deref(req.Operation))
 		return
-	case !contains(req.Transfers, "basic"):
+	case !slices.Contains(req.Transfers, "basic"):
 		s.violation(w, r, "transfers %v do not include basic", req.Transfers)
 		return
 	case req.HashAlgo != nil && *req.HashAlgo != "sha256":
@@ -862,7 +863,7 @@ func (s *Server) handleLFSBatch(w http.ResponseWriter, r *http.Request) {
 	st := s.pub()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	multipart := st.cfg.MultipartChunk > 0 && contains(req.Transfers, "multipart")
+	multipart := st.cfg.MultipartChunk > 0 && slices.Contains(req.Transfers, "multipart")
 	base := baseURL(r)
 	var out []map[string]any
 	transfer := "basic"
@@ -894,15 +895,6 @@ func (s *Server) handleLFSBatch(w http.ResponseWriter, r *http.Request) {
 		}})
 	}
 	pubJSON(w, lfsMediaType, map[string]any{"transfer": transfer, "objects": out, "hash_algo": "sha256"})
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // storageRequest checks what every storage request shares: the oid was issued by a

@@ -57,11 +57,11 @@ def reference(run_dir, n):
 def test_generate_streams_and_matches_model_generate(run_dir):
     r = generate(run_dir, "--max-new-tokens", "5", "--stock", "--json")
     assert r.returncode == 0, r.stderr
-    res = json.loads(r.stdout[r.stdout.index("\n{") + 1:])
+    res = json.loads(r.stdout)  # stdout is the one JSON document; the text streamed to stderr
     ref = reference(run_dir, 5)
     assert res["injected"]["tokens"] == ref["injected"] and res["stock"]["tokens"] == ref["stock"]
-    # stdout: each model's prompt and continuation, then the JSON
-    text = r.stdout[: r.stdout.index("\n{")]
+    # stderr: each model's prompt and continuation, streamed
+    text = r.stderr
     assert text.count(PROMPT) == 2
     assert res["injected"]["text"] in text and res["stock"]["text"] in text
     assert res["injected"]["graphs"] is False and "cpu has no device graphs" in res["injected"]["reason"]

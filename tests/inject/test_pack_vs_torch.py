@@ -3,8 +3,9 @@
 For each output tensor of the plan.yaml pack writes, the same tensor is recomputed from the
 source checkpoint with torch and compared:
 
-* casts, concatenations and K-major transposes: the arithmetic is identical (torch's fp32 ->
-  bf16 cast rounds to nearest-even too), so the bytes must be identical;
+* casts, concatenations and K-major transposes: the arithmetic is identical (torch's casts to
+  bf16 and fp16 round to nearest-even too, fp16 with subnormals and overflow to inf), so the
+  bytes must be identical;
 * BatchNorm folds: pack folds in float64 and rounds once to bf16. torch's helpers
   (`fuse_linear_bn_eval`, `fuse_conv_bn_eval`) fold in float32 and then round to bf16, so
   those two may differ by one bf16 ulp (two roundings vs one) and are compared within 1 ulp.
@@ -86,13 +87,14 @@ def packed_tensors(out: Path) -> dict[str, torch.Tensor]:
 # ---- bf16 helpers ----
 
 def bf16_bits(t: torch.Tensor) -> np.ndarray:
-    assert t.dtype == torch.bfloat16
+    """The bits of a bf16 or fp16 tensor (the helpers below work for either 16-bit format)."""
+    assert t.dtype in (torch.bfloat16, torch.float16)
     return t.contiguous().view(torch.int16).numpy().astype(np.int32) & 0xFFFF
 
 
-def bf16_from_f64_once(x: np.ndarray) -> np.ndarray:
-    """float64 -> bf16 bits with ONE round-to-nearest-even: round to float32 by
-    round-to-odd (sticky bit kept), then to bf16 by nearest-even."""
+def f32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """float64 -> float32 bits rounded to odd (sticky bit kept in the last place): then one
+    nearest-even rounding to a 16-bit format equals a single rounding from float64."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(over="ignore"):
         f = x.astype(np.float32)
@@ -101,8 +103,21 @@ def bf16_from_f64_once(x: np.ndarray) -> np.ndarray:
     even = (bits & 1) == 0
     away = np.abs(f.astype(np.float64)) > np.abs(x)
     bits = np.where(inexact & even & away, bits - 1, bits)
-    bits = np.where(inexact & even & ~away, bits + 1, bits)
+    return np.where(inexact & even & ~away, bits + 1, bits)
+
+
+def bf16_from_f64_once(x: np.ndarray) -> np.ndarray:
+    """float64 -> bf16 bits with ONE round-to-nearest-even (round-to-odd, then nearest-even)."""
+    bits = f32_round_to_odd(x)
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def f16_from_f64_once(x: np.ndarray) -> np.ndarray:
+    """float64 -> fp16 bits with ONE round-to-nearest-even: round-to-odd, then numpy's
+    float32 -> float16 (nearest-even, subnormals, overflow to inf)."""
+    f = f32_round_to_odd(x).astype(np.uint32).view(np.float32)
+    with np.errstate(over="ignore"):
+        return f.astype(np.float16).view(np.uint16).astype(np.int64)
 
 
 def ordered(bits: np.ndarray) -> np.ndarray:
@@ -119,7 +134,7 @@ def assert_bits_equal(got: torch.Tensor, want_bits: np.ndarray, what: str) -> No
 
 
 def assert_within_ulp(got: torch.Tensor, want: torch.Tensor, what: str, ulps: int = 1) -> None:
-    d = np.abs(ordered(bf16_bits(got)) - ordered(bf16_bits(want.to(torch.bfloat16))))
+    d = np.abs(ordered(bf16_bits(got)) - ordered(bf16_bits(want.to(got.dtype))))
     assert d.max(initial=0) <= ulps, f"{what}: {int((d > ulps).sum())} elements more than {ulps} bf16 ulp apart (max {d.max()})"
 
 
@@ -134,7 +149,7 @@ def reference(o: dict, layer: dict, src: dict[str, torch.Tensor]):
     """Returns (kind, value): kind "exact" with a tensor, or "fold" with
     (torch_fp32_helper_result, float64_result, f64_exact) before cast/transpose."""
     ts = o.get("transforms") or []
-    main = ts[0] if ts and ts[0] not in ("cast-bf16", "prepack-kmajor") else None
+    main = ts[0] if ts and ts[0] not in ("cast-bf16", "cast-fp16", "prepack-kmajor") else None
     srcs = o["sources"]
     eps = float(layer.get("eps", 0.0))  # pyyaml reads "1e-05" (no dot) as a string
     if main is None:
@@ -199,6 +214,8 @@ def finish(t: torch.Tensor, o: dict) -> torch.Tensor:
     ts = o.get("transforms") or []
     if "cast-bf16" in ts:
         t = t.to(torch.bfloat16)
+    if "cast-fp16" in ts:
+        t = t.to(torch.float16)
     if "prepack-kmajor" in ts:
         t = t.t().contiguous()
     return t
@@ -241,22 +258,26 @@ def bn_input_plan(model: Path, tmp: Path, xpuinject: Path) -> Path:
     return path
 
 
-CASES = [(p, False) for p in FIXTURE_DIRS] + [(FIXTURES / "levit-tiny", True)]
-CASE_IDS = [p.name for p in FIXTURE_DIRS] + ["levit-tiny+fold-bn-input"]
+# (fixture, fold-bn-input edit, --dtype): every fixture in bf16; in fp16 an F32 decoder, the
+# folds of LeViT and the F16 fixture (auto keeps its fp16)
+CASES = [(p, False, "bf16") for p in FIXTURE_DIRS] + [(FIXTURES / "levit-tiny", True, "bf16")] + [
+    (FIXTURES / n, False, d) for n, d in (("llama-tiny", "fp16"), ("levit-tiny", "fp16"), ("llama-odd", "auto"))]
+CASE_IDS = [p.name for p in FIXTURE_DIRS] + ["levit-tiny+fold-bn-input", "llama-tiny-fp16", "levit-tiny-fp16",
+                                               "llama-odd-auto"]
 
 
-def pack_case(xpuinject: Path, tmp_path: Path, model: Path, edited: bool) -> Path:
+def pack_case(xpuinject: Path, tmp_path: Path, model: Path, edited: bool, dtype: str = "bf16") -> Path:
     out = tmp_path / "packed"
     if edited:
         run_pack(xpuinject, model, out, "--plan", str(bn_input_plan(model, tmp_path, xpuinject)))
     else:
-        run_pack(xpuinject, model, out)
+        run_pack(xpuinject, model, out, "--dtype", dtype)
     return out
 
 
-@pytest.mark.parametrize("model,edited", CASES, ids=CASE_IDS)
-def test_pack_matches_torch(xpuinject, tmp_path, model, edited):
-    out = pack_case(xpuinject, tmp_path, model, edited)
+@pytest.mark.parametrize("model,edited,dtype", CASES, ids=CASE_IDS)
+def test_pack_matches_torch(xpuinject, tmp_path, model, edited, dtype):
+    out = pack_case(xpuinject, tmp_path, model, edited, dtype)
     plan_bytes = (out / "plan.yaml").read_bytes()
     plan = yaml.safe_load(plan_bytes)
     src = source_tensors(model)
@@ -267,6 +288,8 @@ def test_pack_matches_torch(xpuinject, tmp_path, model, edited):
     assert sorted(got) == sorted(o["name"] for o, _ in outputs), "packed tensors != the plan's outputs"
     if edited:
         assert any("fold-bn-input" in (o.get("transforms") or []) for o, _ in outputs)
+    want_dtype = {"bf16": "bf16", "fp16": "fp16", "auto": "fp16"}[dtype]  # llama-odd is F16
+    assert plan["dtype"] == want_dtype
 
     for o, layer in outputs:
         name = o["name"]
@@ -278,23 +301,25 @@ def test_pack_matches_torch(xpuinject, tmp_path, model, edited):
             want = finish(ref, o)
             # same arithmetic (copy, cat, RNE cast, transpose): bit-exact
             assert want.dtype == t.dtype and want.shape == t.shape
-            assert torch.equal(want.view(torch.int16) if want.dtype == torch.bfloat16 else want,
-                               t.view(torch.int16) if t.dtype == torch.bfloat16 else t), f"{name}: not bit-exact"
+            sixteen = (torch.bfloat16, torch.float16)
+            assert torch.equal(want.view(torch.int16) if want.dtype in sixteen else want,
+                               t.view(torch.int16) if t.dtype in sixteen else t), f"{name}: not bit-exact"
             continue
         fused32, f64, f64_exact = ref
-        assert o["dtype"] == "BF16", f"{name}: fold outputs are bf16 in the planner's plans"
+        assert o["dtype"] == {"bf16": "BF16", "fp16": "F16"}[plan["dtype"]], f"{name}: fold outputs are in the plan's dtype"
+        once = bf16_from_f64_once if o["dtype"] == "BF16" else f16_from_f64_once
         kmajor = "prepack-kmajor" in (o.get("transforms") or [])
         # torch's fp32 helper then a second rounding to bf16: within 1 ulp of our single rounding
         assert_within_ulp(t, finish(fused32.to(torch.float32), o), f"{name} vs torch fp32 fold (fold order/rounding differs)")
         if f64_exact:
             # the same float64 operations, one rounding: bit-exact
-            want = bf16_from_f64_once(f64.numpy())
+            want = once(f64.numpy())
             if kmajor:
                 want = want.T
             assert_bits_equal(t, np.ascontiguousarray(want), f"{name} vs float64 fold with one rounding")
         else:
             # float64 dot products summed in another order: within 1 ulp
-            w = torch.from_numpy(bf16_from_f64_once(f64.numpy()).astype(np.int16)).view(torch.bfloat16)
+            w = torch.from_numpy(once(f64.numpy()).astype(np.int16)).view(t.dtype)
             assert_within_ulp(t, w.T.contiguous() if kmajor else w, f"{name} vs float64 fold (summation order differs)")
 
     # __metadata__ of every shard
@@ -315,11 +340,11 @@ def test_cases_cover_every_transform(xpuinject, tmp_path):
     """The cases above together exercise every transform (else test_pack_matches_torch
     would silently check less)."""
     seen = set()
-    for i, (model, edited) in enumerate(CASES):
-        out = pack_case(xpuinject, tmp_path / str(i), model, edited)
+    for i, (model, edited, dtype) in enumerate(CASES):
+        out = pack_case(xpuinject, tmp_path / str(i), model, edited, dtype)
         plan = yaml.safe_load((out / "plan.yaml").read_text())
         seen |= {t for l in plan["layers"] for o in (l.get("outputs") or []) for t in (o.get("transforms") or [])}
-    assert {"cast-bf16", "prepack-kmajor", "concat-qkv", "concat-gate-up", "fold-bn", "fold-bn-input",
+    assert {"cast-bf16", "cast-fp16", "prepack-kmajor", "concat-qkv", "concat-gate-up", "fold-bn", "fold-bn-input",
             "fold-conv-bn"} <= seen, seen
 
 
@@ -355,3 +380,55 @@ def test_repack_is_byte_identical(xpuinject, tmp_path):
     run_pack(xpuinject, model, b)
     for f in ("model.safetensors", "plan.yaml"):
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
+
+
+def f32_classes(n: int) -> torch.Tensor:
+    """n float32 values over every class a cast to fp16 meets: normals at every exponent from
+    fp16 underflow to overflow, exact fp16 ties (normal and subnormal), the largest finite
+    value and the overflow midpoint around it, +-0, +-inf and NaN."""
+    g = torch.Generator().manual_seed(7)
+    exps = torch.randint(-30, 18, (n,), generator=g).float()
+    v = (1 + torch.rand(n, generator=g)) * torch.pow(2.0, exps)
+    v = torch.where(torch.rand(n, generator=g) < 0.5, -v, v)
+    k = torch.arange(1, 1025, dtype=torch.float64)
+    ties = torch.cat([(k + 0.5) * 2.0 ** -24,                     # halfway between fp16 subnormals
+                      (1 + (2 * k + 1) / 2048) * 2.0 ** 3,          # halfway between normals near 8
+                      torch.tensor([65504.0, 65519.99, 65520.0, 65536.0, -65520.0, 2.0 ** -25, 2.0 ** -25 * 1.0001,
+                                    0.0, -0.0, float("inf"), float("-inf"), float("nan")], dtype=torch.float64)])
+    v[:ties.numel()] = ties.float()
+    return v
+
+
+def rewrite_checkpoint(src: Path, dst: Path, replace: dict[str, torch.Tensor]) -> None:
+    from safetensors.torch import save_file
+    shutil.copytree(src, dst)
+    ts = load_file(str(src / "model.safetensors"))
+    for name, t in replace.items():
+        assert ts[name].numel() == t.numel(), name
+        ts[name] = t.reshape(ts[name].shape).contiguous()
+    save_file(ts, str(dst / "model.safetensors"), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("half", [0, 1], ids=["even-bf16-bits", "odd-bf16-bits"])
+def test_fp16_cast_classes_match_torch(xpuinject, tmp_path, half):
+    """cast-fp16 from F32 (every class) and from BF16 (every bit pattern, half of them per run)
+    is torch's .to(float16), bit for bit (NaN as NaN)."""
+    base = FIXTURES / "llama-tiny"
+    src = load_file(str(base / "model.safetensors"))
+    n = src["model.embed_tokens.weight"].numel()
+    assert src["lm_head.weight"].numel() == n == 32768
+    allbits = torch.arange(half, 65536, 2, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    model = tmp_path / "model"
+    rewrite_checkpoint(base, model, {"model.embed_tokens.weight": f32_classes(n), "lm_head.weight": allbits.clone()})
+    out = tmp_path / "packed"
+    run_pack(xpuinject, model, out, "--dtype", "fp16")
+    got = packed_tensors(out)
+    after = load_file(str(model / "model.safetensors"))
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        want = after[name].to(torch.float16)
+        t = got[name]
+        assert t.dtype == torch.float16
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(t), nan), name
+        assert torch.equal(t[~nan].view(torch.int16), want[~nan].view(torch.int16)), f"{name}: not torch's fp16 cast"
+    assert torch.isinf(got["model.embed_tokens.weight"]).sum() >= 4  # overflow -> inf happened

@@ -1,11 +1,11 @@
 """The Go planner's view of a model agrees with the modules transformers builds from the same config.
 
-For every fixture, `bin/xpuinject plan <fixture> --format json` (built by scripts/test) must name
+For every fixture, `bin/xpuinject plan <fixture> --json` (built by scripts/test) must name
 only modules that exist in `model.named_modules()`, with the class transformers uses for them, and
 only tensors that exist in the checkpoint and the model's state_dict; every state_dict tensor
 must be used by some planned layer (allow-list below); and every binding names a module of the
 class transformers builds there, whose attributes the binding says the layer reads exist.
-Plan schema: inject/plan_types.go, PLAN.md.
+Plan schema: inject/plan/types.go, inject/PLAN.md.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def run_plan(folder: Path) -> dict:
         pytest.fail(f"{BIN} is missing: scripts/test builds it (go build -o bin/xpuinject ./cmd/xpuinject)")
     env = dict(os.environ, HF_HUB_OFFLINE="1")  # a local folder must never touch the network
     r = subprocess.run(
-        [str(BIN), "plan", str(folder), "--format", "json"],
+        [str(BIN), "plan", str(folder), "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -73,7 +73,7 @@ def planned(request):
 
 def test_plan_header(planned):
     name, _, cfg, plan, _ = planned
-    assert plan.get("schema") == 2, f"{name}: schema {plan.get('schema')!r}"
+    assert plan.get("schema") == 3, f"{name}: schema {plan.get('schema')!r}"
     assert plan.get("arch") == cfg.model_type
     assert isinstance(plan.get("layers"), list) and plan["layers"], f"{name}: no layers planned"
 

@@ -370,17 +370,12 @@ def test_fallback_timer_is_marked():
     assert "| 5.00 |" in bl.render_table([row], markdown=True).splitlines()[2]
 
 
-ROUTES = [  # the shape of `xpuinject kernels --json` (registry VendorOps), trimmed
-    {"name": "gemm", "vendor_ops": [
-        {"op": "qkv_proj", "when": "qkv_proj K=2048 N=3072", "measured": "0.71x", "gemm": "qkv_proj", "k": 2048, "n": 3072},
-        {"op": "down_proj", "when": "down_proj K=8192 N=2048 at decode", "measured": "0.75x",
-         "gemm": "down_proj", "k": 8192, "n": 2048, "max_tokens": 64},
-        {"op": "o_proj", "when": "o_proj K=4096 N=4096 at prefill", "measured": "0.9x",
-         "gemm": "o_proj", "k": 4096, "n": 4096, "min_tokens": 65}]},
-    {"name": "attention-decode", "vendor_ops": [
-        {"op": "attention-decode", "when": "decode at head_dim 64 and 128", "measured": "0.9x", "head_dims": [64, 128]}]},
-    {"name": "rmsnorm"},
-]
+ROUTES = {"gpu": "x", "devices": ["X"], "tuned": [], "kept": [], "routes": [  # a per-GPU data file, trimmed
+    {"kernel": "gemm", "op": "qkv_proj", "gemm": "qkv_proj", "k": 2048, "n": 3072, "measured": []},
+    {"kernel": "gemm", "op": "down_proj", "gemm": "down_proj", "k": 8192, "n": 2048, "tokens": "decode", "measured": []},
+    {"kernel": "gemm", "op": "o_proj", "gemm": "o_proj", "k": 4096, "n": 4096, "tokens": "prefill", "measured": []},
+    {"kernel": "attention-decode", "op": "attention-decode", "head_dims": [64, 128], "measured": []},
+]}
 
 
 def test_route_for_matches_op_shape_and_token_class(tmp_path):
@@ -405,9 +400,13 @@ def test_route_for_matches_op_shape_and_token_class(tmp_path):
     assert bl.route_for(dict(dec, params=dict(dec["params"], D=96)), routes) == ""
     assert bl.route_for({"kind": "prefill", "params": {"seq": 2048, "D": 64}}, routes) == ""  # no prefill route here
     bad = tmp_path / "bad.json"
-    bad.write_text('{"not": "a list"}')
-    with pytest.raises(ValueError, match="kernels --json"):
+    bad.write_text('[{"name": "gemm"}]')
+    with pytest.raises(ValueError, match="per-GPU data file"):
         bl.load_routes(str(bad))
+    # the shipped data file reads: its routes are the planner's (kernels/gpus_test.go checks the file)
+    shipped = bl.load_routes(os.path.join(BENCH, os.pardir, "kernels", "python", "xpuinject_kernels", "gpus", "h200.json"))
+    assert bl.route_for(gemm("qkv", 2048, 2048, 3072), shipped).startswith("qkv_proj (")
+    assert bl.route_for(gemm("down", 2048, 8192, 2048), shipped) == ""
 
 
 def test_render_marks_missed_targets_routed_or_not(tmp_path):
@@ -444,7 +443,7 @@ def test_render_marks_missed_targets_routed_or_not(tmp_path):
     assert res["summary"]["targets_missed"] == 2 and res["summary"]["missed_routed"] == 1
     assert [row["route"] for row in csv.DictReader((out / "bench.csv").open())] == ["qkv_proj (qkv_proj K=2048 N=3072)", ""]
     assert "missed 2 (1 routed to the vendor path)" in r.stdout
-    # bad inputs: a --routes file that is not the registry list, a --render file that is not a run
+    # bad inputs: a --routes file that is not a per-GPU data file, a --render file that is not a run
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2")
     r = subprocess.run([sys.executable, script, "--render", str(src), "--routes", str(bad), "--out", str(out)],
@@ -464,3 +463,25 @@ def test_host_bench_smoke(tmp_path):
     rows = json.loads((tmp_path / "host.json").read_text())["rows"]
     assert len(rows) == 6 and all(row["check_ok"] and "ours_us" not in row for row in rows)
     assert r.stdout.count("checked") == 6
+
+
+def test_routes_py_reproduces_the_shipped_gpu_data(tmp_path):
+    """benchmarks/routes.py on the H200 run in docs/results writes exactly the routes and kept
+    entries the package ships (gpus/h200.json): the data file is the benchmark's, not hand-made."""
+    repo = os.path.join(BENCH, os.pardir)
+    shipped = os.path.join(repo, "kernels", "python", "xpuinject_kernels", "gpus", "h200.json")
+    out = tmp_path / "h200.json"
+    out.write_text(open(shipped, encoding="utf-8").read())
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "routes.py"),
+                        os.path.join(repo, "docs", "results", "2026-11-29-h200", "bench-v2.csv"), "--gpu", "h200",
+                        "--device", "NVIDIA H200", "--date", "2026-11-29", "--bench-command",
+                        "the predecessor of benchmarks/run_all.py (same cases, checks and timer) with --budget-s 365",
+                        "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "10 routes, 1 kept entries from 102 rows" in r.stdout
+    assert out.read_text() == open(shipped, encoding="utf-8").read()
+    # a csv says nothing of where it was measured: routes.py asks
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "routes.py"),
+                        os.path.join(repo, "docs", "results", "2026-11-29-h200", "bench-v2.csv"), "--gpu", "h200",
+                        "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--device, --date and --bench-command" in r.stderr

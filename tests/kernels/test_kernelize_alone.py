@@ -24,7 +24,7 @@ import metrics
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "bin" / "xpuinject"
 FIXTURES = ROOT / "testdata" / "fixtures"
-GOLDEN = ROOT / "inject" / "testdata" / "plan-golden"
+GOLDEN = ROOT / "inject" / "plan" / "testdata" / "golden"
 ALL = sorted(p.parent.name for p in FIXTURES.glob("*/config.json"))
 
 

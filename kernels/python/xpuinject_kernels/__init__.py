@@ -26,6 +26,8 @@ apply_interpreter_fixes() makes Triton's CPU interpreter (TRITON_INTERPRET=1) co
 do (_interpret.py).
 `runtime` runs a model (stock or injected) with captured device graphs: `runtime.generate(model,
 input_ids, ...)` and `runtime.GraphedForward(model)`.
+Per-GPU data (gpus.py, gpus/<gpu>.json): launch configs tuned on a GPU model replace autotuning
+there; tuning_report() -> what this process tuned (the eval records it).
 """
 
 from . import _backend  # noqa: F401
@@ -35,6 +37,7 @@ from ._interpret import apply as apply_interpreter_fixes
 from .attention import attention_forward, decode_attention, flash_attention_prefill
 from .gemm import EPILOGUES as GEMM_EPILOGUES
 from .gemm import gemm
+from .gpus import tuning_report
 from .injection import InjectError, inject, kernelize, load_plan, supported_bindings
 from .packing import Released
 from .rmsnorm import add_rms_norm, rms_norm
@@ -59,4 +62,5 @@ __all__ = [
     "attention_forward",
     "set_poison",
     "apply_interpreter_fixes",
+    "tuning_report",
 ]

@@ -394,5 +394,30 @@ def autotuned(name: str, jit_fn, be: str, configs: List[triton.Config], key: Lis
         # 2), so the number of tunings per model is bounded too.
         fn = triton.autotune(configs=configs, key=key, prune_configs_by=prune_by,
                              cache_results=not is_interpret())(jit_fn)
+        _count_tuning(fn, name)
         _autotuned[k] = fn
     return fn
+
+
+def _count_tuning(fn, name: str) -> None:
+    """Count what the autotuner does (gpus.tuning_report): each new problem key it resolves
+    ("autotune.key.<name>"), whether by timing its configs ("autotune.benchmarked", and each
+    config timed) or from Triton's disk cache. Hooks the two Autotuner methods that run only
+    then (triton/runtime/autotuner.py), so a launch of a known key costs nothing more."""
+    bench, disk = fn._bench, getattr(fn, "check_disk_cache", None)
+
+    def timed(*args, **kwargs):
+        count("autotune.configs_timed")
+        return bench(*args, **kwargs)
+
+    def resolved(tuning_key, configs, bench_fn):
+        before = launch_counts["autotune.configs_timed"]
+        hit = disk(tuning_key, configs, bench_fn)
+        count(f"autotune.key.{name}")
+        if launch_counts["autotune.configs_timed"] > before:
+            count("autotune.benchmarked")
+        return hit
+
+    fn._bench = timed
+    if disk is not None:
+        fn.check_disk_cache = resolved

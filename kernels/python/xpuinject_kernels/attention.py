@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _backend
+from . import _backend, gpus
 from .contract import ATTENTION_HEAD_DIMS
 
 __all__ = [
@@ -497,6 +497,29 @@ def _decode_fn(be: str):
     return fn
 
 
+_TUNED: dict = {}  # (kernel, device, problem key) -> the GPU's tuned triton.Config, or None
+_HAS_TUNED: dict = {}  # device -> whether its GPU's data file has tuned configs at all
+
+
+def _has_tuned(device: torch.device) -> bool:
+    """Cheap first test, so a GPU without tuned data pays one dict lookup per launch."""
+    has = _HAS_TUNED.get(device)
+    if has is None:
+        has = _HAS_TUNED[device] = bool((gpus.device_data(device) or {}).get("tuned"))
+    return has
+
+
+def _tuned(kernel: str, device: torch.device, **key):
+    """The config tuned for this problem on this GPU model (gpus/<gpu>.json), looked up once per
+    problem class; None autotunes as the two functions above do."""
+    k = (kernel, device.type, device.index, tuple(key.items()))
+    try:
+        return _TUNED[k]
+    except KeyError:
+        cfg = _TUNED[k] = gpus.tuned_config(kernel, key, device)
+        return cfg
+
+
 # ---------------------------------------------------------------------------------------------
 # Validation helpers
 # ---------------------------------------------------------------------------------------------
@@ -623,9 +646,16 @@ def flash_attention_prefill(
 
     out = _backend.empty((b, sq, h, d), q.dtype, q.device)
     block_d = max(16, _backend.next_pow2(d))
-    fn = _prefill_fn(be)
-    grid = lambda meta: (_backend.cdiv(sq, meta["BLOCK_M"]), b * h)  # noqa: E731
-    fn[grid](
+    tuned = None if not _has_tuned(q.device) else _tuned(
+        "attention.prefill", q.device, seq_q_bucket=_bucket(sq), seq_k_bucket=_bucket(sk), head_dim=d,
+        is_causal=bool(causal), mask_kind=mask_kind)
+    if tuned is not None:
+        launch = _prefill_kernel[(_backend.cdiv(sq, tuned.kwargs["BLOCK_M"]), b * h)]
+        extra = tuned.all_kwargs()
+    else:
+        launch = _prefill_fn(be)[lambda meta: (_backend.cdiv(sq, meta["BLOCK_M"]), b * h)]
+        extra = {}
+    launch(
         q, k, v, out, m_t,
         *q.stride(), *k.stride(), *v.stride(),
         out.stride(0), out.stride(2), out.stride(1), out.stride(3),
@@ -634,7 +664,7 @@ def flash_attention_prefill(
         _bucket(sq), _bucket(sk),
         HEAD_DIM=d, BLOCK_D=block_d,
         IS_CAUSAL=bool(causal), MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
-        UPCAST=_upcast(q.dtype),
+        UPCAST=_upcast(q.dtype), **extra,
     )
     _backend.count("attention.prefill")
     _backend.count(("attention.prefill.mask_key", "attention.prefill.mask_full", "attention.prefill.nomask")[
@@ -747,8 +777,11 @@ def decode_attention(
         n = b * h * num_splits
         ws = _backend.empty((n * (d + 2),), torch.float32, q.device)
         pm, pl, pacc = ws[:n], ws[n:2 * n], ws[2 * n:]
-    fn = _decode_fn(be)
-    fn[(num_splits, b * hk)](
+    tuned = None if not _has_tuned(q.device) else _tuned(
+        "attention.decode", q.device, split_bucket=_bucket(split_size), head_dim=d, block_g=block_g,
+        mask_kind=mask_kind, single=single)
+    launch = (_decode_split_kernel if tuned is not None else _decode_fn(be))[(num_splits, b * hk)]
+    launch(
         q, k, v, m_t, lens_t, pm, pl, pacc, out,
         q.stride(0), q.stride(1), q.stride(3),
         *k.stride(), *v.stride(),
@@ -758,7 +791,7 @@ def decode_attention(
         _bucket(split_size),
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g,
         HAS_LENS=has_lens, MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
-        UPCAST=_upcast(q.dtype), SINGLE=single,
+        UPCAST=_upcast(q.dtype), SINGLE=single, **(tuned.all_kwargs() if tuned is not None else {}),
     )
     _backend.count("attention.decode")
     if single:

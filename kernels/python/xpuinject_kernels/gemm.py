@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _backend
+from . import _backend, gpus
 from .contract import GEMM_EPILOGUES
 
 __all__ = ["gemm", "gemm_ref", "EPILOGUES"]
@@ -158,7 +158,7 @@ def _gemm_kernel(
         tl.store(o_bp, acc.to(oty), boundary_check=(0, 1))
 
 
-_BEST: dict = {}  # launch cache: problem class -> autotuned triton.Config
+_BEST: dict = {}  # launch cache: problem class -> triton.Config (tuned for this GPU, or autotuned)
 
 # On CUDA, decode-sized GEMMs (M <= 64) take block pointers even when aligned: on the H200 the
 # descriptor path cost ~45 us more host time per launch (in-kernel TMA descriptors need a scratch
@@ -342,11 +342,16 @@ def gemm(
             kmajor, out_dtype)
     cfg = fixed if fixed is not None else _BEST.get(lkey)
     if cfg is not None:
-        grid = (_backend.cdiv(m, cfg.kwargs["BLOCK_M"]) * _backend.cdiv(n, cfg.kwargs["BLOCK_N"]),)
-        _gemm_kernel[grid](*args, **flags, **cfg.all_kwargs())
         _backend.count("gemm.launch_cached")
-    elif _backend.is_interpret():  # nothing to tune: one tile sized by the problem
-        cfg = _BEST[lkey] = _backend.interpret_gemm_config(m, n)
+    else:
+        # A config tuned on this GPU model (gpus/<gpu>.json) replaces autotuning this class;
+        # the interpreter has nothing to tune: one tile sized by the problem.
+        cfg = gpus.tuned_config("gemm", {"epilogue": epilogue, "m_bucket": m_bucket, "k": k, "n": n_w}, x.device)
+        if cfg is None and _backend.is_interpret():
+            cfg = _backend.interpret_gemm_config(m, n)
+        if cfg is not None:
+            _BEST[lkey] = cfg
+    if cfg is not None:
         grid = (_backend.cdiv(m, cfg.kwargs["BLOCK_M"]) * _backend.cdiv(n, cfg.kwargs["BLOCK_N"]),)
         _gemm_kernel[grid](*args, **flags, **cfg.all_kwargs())
     else:

@@ -47,7 +47,7 @@ from .packing import Released
 __all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "InjectError", "PLAN_SCHEMA", "PLAN_FILE"]
 
 # The plan.yaml schema this package reads (inject/PLAN.md).
-PLAN_SCHEMA = 2
+PLAN_SCHEMA = 3
 PLAN_FILE = "plan.yaml"
 # Not resolve(): in the HF cache a snapshot's files are symlinks into blobs/, and the plan
 # and metadata are found beside the snapshot path, not beside the blob.

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Write a GPU's vendor routes from a kernel benchmark run into its per-GPU data file.
+
+    python3 benchmarks/routes.py RUN_DIR --gpu h200 [--out FILE]
+    python3 benchmarks/routes.py bench.csv --gpu h200 --device "NVIDIA H200" --date 2026-11-29 \\
+        --bench-command "python3 benchmarks/run_all.py --out RUN"
+
+RUN_DIR (or its bench.json) is a `benchmarks/run_all.py` run; a bench.csv carries no
+environment, so --device, --date and --bench-command say where and how it was measured. The
+file is kernels/python/xpuinject_kernels/gpus/<gpu>.json unless --out names another; its
+"routes" and "kept" sections are replaced, everything else (devices, "tuned") is kept.
+
+The rule, per operation a layer runs (`ratio` = vendor time / ours, < 1: the vendor is faster):
+
+  GEMM       the projection of the variant a decoder runs (qkv and o without epilogue, down with
+             the residual add it fuses, gate_up as the swiglu GEMM against the paths a model can
+             run); per token class (decode: M <= contract.json decode_max_tokens, prefill above)
+             the class is routed to the vendor when the geometric mean of its ratios is < 1;
+             both classes routed make one route for every token count.
+  attention  prefill and decode per head_dim, over every measured shape, by the same mean.
+
+An operation that is not routed but missed its benchmark target becomes a "kept" entry: the
+plan says why the layer keeps our kernel. The planner (kernels/gpus.go) reads the file;
+`xpuinject plan --gpu <gpu>` uses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import sys
+from typing import Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.join(HERE, os.pardir, "kernels", "python", "xpuinject_kernels")
+
+# bench_gemm's projection -> (the GEMM name the planner's registry uses, the variant a model runs)
+GEMM_OPS = {"qkv": ("qkv_proj", "none"), "o": ("o_proj", "none"), "down": ("down_proj", "residual")}
+SHAPE = re.compile(r"(\w+)=(\d+)(?:x(\d+))?")
+
+
+def decode_max_tokens() -> int:
+    with open(os.path.join(PKG, "contract.json"), encoding="utf-8") as f:
+        return int(json.load(f)["decode_max_tokens"])
+
+
+def shape_params(shape: str) -> Dict[str, int]:
+    """"qkv:none M=2048 K=2048 N=3072" -> {M, K, N}; "N=2x8192" -> N=16384."""
+    out = {}
+    for k, a, b in SHAPE.findall(shape):
+        out[k] = int(a) * int(b) if b else int(a)
+    return out
+
+
+def load_rows(path: str) -> (List[Dict], Dict):
+    """The benchmark's rows as {kind, model, shape, ratio, target, target_desc, target_value}, and
+    what the run says about itself (device, date, command) when it says it."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "bench.json")
+    if path.endswith(".csv"):
+        with open(path, encoding="utf-8", newline="") as f:
+            raw = list(csv.DictReader(f))
+        rows = []
+        for r in raw:
+            if r.get("check_ok") != "1" or not r.get("torch_ratio"):
+                continue
+            rows.append(dict(kind=r["kind"], model=r["model"], shape=r["shape"], ratio=float(r["torch_ratio"]),
+                             target=r.get("target", ""), target_desc=r.get("target_desc", ""),
+                             target_value=float(r["target_value"]) if r.get("target_value") else None))
+        return rows, {}
+    with open(path, encoding="utf-8") as f:
+        run = json.load(f)
+    if not isinstance(run, dict) or not isinstance(run.get("cases"), list):
+        raise ValueError(f"{path}: not a bench.json (want an object with cases)")
+    rows = []
+    for r in run["cases"]:
+        t = (r.get("competitors") or {}).get("torch") or {}
+        if r.get("check_ok") is not True or t.get("status") != "ok":
+            continue
+        rows.append(dict(kind=r["kind"], model=r["model"], shape=r["shape"], ratio=float(t["ratio"]),
+                         target=r.get("target", ""), target_desc=r.get("target_desc", ""),
+                         target_value=r.get("target_value")))
+    env = run.get("env") or {}
+    return rows, dict(device=env.get("device"), date=(env.get("date_utc") or "")[:10], command=run.get("command"))
+
+
+def classify(row: Dict, decode_max: int) -> Optional[Dict]:
+    """The operation a benchmark row measures, as the planner names it, or None."""
+    p = shape_params(row["shape"])
+    kind = row["kind"]
+    if kind == "gemm":
+        proj, epi = row["shape"].split(" ", 1)[0].split(":")
+        if proj not in GEMM_OPS or GEMM_OPS[proj][1] != epi:
+            return None  # gate_up alone, or a variant no decoder runs
+        name = GEMM_OPS[proj][0]
+        return dict(kernel="gemm", op=name, gemm=name, k=p["K"], n=p["N"], vendor="cuBLAS",
+                    cls="decode" if p["M"] <= decode_max else "prefill", shape=f"M={p['M']}")
+    if kind == "swiglu":
+        return dict(kernel="gemm", op="gate_up_proj", gemm="gate_up_proj", k=p["K"], n=p["N"], epilogue="swiglu",
+                    vendor="the stock MLP or cuBLAS + silu*mul",
+                    cls="decode" if p["M"] <= decode_max else "prefill", shape=f"M={p['M']}")
+    if kind == "prefill":
+        return dict(kernel="attention-prefill", op="attention-prefill", head_dims=[p["D"]], vendor="SDPA",
+                    cls="all", shape=f"S={p['S']}")
+    if kind == "decode":
+        return dict(kernel="attention-decode", op="attention-decode", head_dims=[p["D"]], vendor="SDPA",
+                    cls="all", shape=f"B={p['B']} L={p['L']}")
+    return None
+
+
+def geomean(v: List[float]) -> float:
+    return math.exp(sum(math.log(x) for x in v) / len(v))
+
+
+def derive(rows: List[Dict], decode_max: int, stamp: Dict) -> (List[Dict], List[Dict]):
+    """routes and kept entries from the rows (module docstring: the rule)."""
+    groups: Dict[tuple, Dict] = {}
+    for r in rows:
+        c = classify(r, decode_max)
+        if c is None:
+            continue
+        key = (c["kernel"], c["op"], c.get("k"), c.get("n"), tuple(c.get("head_dims", ())))
+        g = groups.setdefault(key, dict(info=c, model=r["model"], rows=[]))
+        g["rows"].append(dict(r, cls=c["cls"], mshape=c["shape"]))
+    routes, kept = [], []
+    for key in sorted(groups, key=lambda k: (k[0] != "gemm", k[0], k[1], k[2] or 0, k[3] or 0, k[4])):
+        g = groups[key]
+        info, rs = g["info"], g["rows"]
+        classes = sorted({r["cls"] for r in rs})
+        routed = [c for c in classes if geomean([r["ratio"] for r in rs if r["cls"] == c]) < 1]
+        base = {k: info[k] for k in ("kernel", "op", "gemm", "k", "n", "head_dims", "epilogue") if k in info}
+        measured = [dict(shape=r["mshape"], ratio=round(r["ratio"], 3)) for r in rs]
+        if routed:
+            e = dict(base)
+            if info.get("epilogue"):
+                e.pop("epilogue")
+            if len(routed) < len(classes):
+                e["tokens"] = routed[0]
+            e.update(vendor=info["vendor"], model=g["model"], measured=measured, **stamp)
+            routes.append(e)
+            continue
+        missed = [r for r in rs if str(r.get("target", "")).startswith("missed")]
+        if missed:
+            e = dict(base, vendor=info["vendor"], model=g["model"], measured=measured,
+                     target=missed[0]["target_desc"],
+                     missed=[dict(shape=r["mshape"], ratio=round(r["target_value"], 3)) for r in missed], **stamp)
+            kept.append(e)
+    return routes, kept
+
+
+def dumps(v, ind: str = "") -> str:
+    """JSON with one line per object that holds no other object (a measurement, a config), so the
+    data file reads one entry per few lines and diffs line by line."""
+    flat = lambda x: not isinstance(x, (dict, list)) or (  # noqa: E731
+        isinstance(x, list) and all(not isinstance(y, (dict, list)) for y in x))
+    if isinstance(v, dict) and not all(flat(x) for x in v.values()):
+        items = [f'{ind} {json.dumps(k)}: {dumps(x, ind + " ")}' for k, x in v.items()]
+        return "{\n" + ",\n".join(items) + "\n" + ind + "}"
+    if isinstance(v, list) and not flat(v):
+        return "[\n" + ",\n".join(f"{ind} {dumps(x, ind + ' ')}" for x in v) + "\n" + ind + "]"
+    return json.dumps(v)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", help="a run_all.py run folder, its bench.json, or a bench.csv")
+    ap.add_argument("--gpu", required=True, help="the data file's name: lowercase letters, digits, dashes (h200)")
+    ap.add_argument("--device", default="", help="torch's name of the GPU (torch.cuda.get_device_name), for a csv")
+    ap.add_argument("--date", default="", help="when the run was measured (YYYY-MM-DD), for a csv")
+    ap.add_argument("--bench-command", default="", help="the benchmark command that measured it, for a csv")
+    ap.add_argument("--out", default="", help="the data file (default: the kernel package's gpus/<gpu>.json)")
+    a = ap.parse_args(argv)
+    if not re.fullmatch(r"[a-z0-9][-a-z0-9]*", a.gpu):
+        ap.error(f"--gpu {a.gpu!r}: want lowercase letters, digits and dashes")
+    try:
+        rows, run = load_rows(a.run)
+    except (OSError, ValueError) as e:
+        print(f"routes: {a.run}: {e}", file=sys.stderr)
+        return 2
+    device = a.device or run.get("device") or ""
+    date = a.date or run.get("date") or ""
+    command = a.bench_command or run.get("command") or ""
+    if not (device and date and command):
+        ap.error("the run does not say its device, date and command: give --device, --date and --bench-command")
+    source = os.path.relpath(os.path.abspath(a.run), os.path.join(HERE, os.pardir)).replace(os.sep, "/")
+    routes, kept = derive(rows, decode_max_tokens(), dict(date=date, command=command, source=source))
+    out = os.path.normpath(a.out or os.path.join(PKG, "gpus", a.gpu + ".json"))
+    data = {}
+    if os.path.exists(out):
+        with open(out, encoding="utf-8") as f:
+            data = json.load(f)
+    devices = data.get("devices") or []
+    if device not in devices:
+        devices.append(device)
+    data = dict(gpu=a.gpu, devices=devices,
+                about=data.get("about") or "Measured vendor routes and tuned launch configs of one GPU model. "
+                "benchmarks/routes.py writes routes and kept, benchmarks/tune.py --write-tuned writes tuned; "
+                "the planner (kernels/gpus.go) and the layers (xpuinject_kernels/gpus.py) read it.",
+                routes=routes, kept=kept, tuned=data.get("tuned") or [])
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = f"{out}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(dumps(data) + "\n")
+    os.replace(tmp, out)
+    print(f"routes: {len(routes)} routes, {len(kept)} kept entries from {len(rows)} rows -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

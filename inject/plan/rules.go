@@ -1,0 +1,518 @@
+package plan
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/xpuinject/xpuinject/kernels"
+	"github.com/xpuinject/xpuinject/models"
+)
+
+// One rule per layer kind: pick the kernel (or keep) and list the outputs PLAN.md
+// defines for it. Shapes are taken from the checkpoint and checked against the layer's
+// dims; a disagreement is an ErrCannotPlan (models checks shapes, so it means a bad graph).
+
+const postAttentionNorm = "post_attention_layernorm"
+
+func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
+	candidates := []string{"rmsnorm"}
+	if fusable(l) {
+		candidates = []string{"add-rmsnorm", "rmsnorm"}
+	}
+	if err := p.needRoles(l, []string{"weight"}); err != nil {
+		return err
+	}
+	k, note, why := p.choose(l, candidates...)
+	if k == nil {
+		return p.keep(l, lp, why)
+	}
+	w := l.Tensors["weight"]
+	if err := p.wantShape(l, "weight", l.Dims["hidden"]); err != nil {
+		return err
+	}
+	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
+	lp.Outputs = []TensorPlan{p.out(w, "", "", LayoutRowMajor, p.shapeOf(w), nil, w)}
+	lp.Bindings = []Binding{bind(l.Module, l.Class, lp.Layer, nil)}
+	if k.Name == "add-rmsnorm" {
+		lp.Reason = joinReasons(ReasonAddRMSNorm, note)
+		// The residual add before this norm lives in the decoder layer's forward, so the
+		// decoder layer is what changes.
+		lp.Bindings = append(lp.Bindings, bind(parentModule(l.Module), l.BlockClass, layerDecoder, nil))
+	} else {
+		lp.Reason = note
+	}
+	return nil
+}
+
+// fusable: a decoder block's post-attention RMSNorm whose block class is known can fuse
+// the residual add before it (add-rmsnorm, carried out by patching the block).
+func fusable(l models.Layer) bool {
+	return l.Block >= 0 && l.BlockClass != "" && lastPart(l.Module) == postAttentionNorm
+}
+
+// Layer classes the rules bind besides the registry's (contract.json names them all).
+const (
+	layerDecoder = "DecoderLayer"
+	layerRMSNorm = "RMSNorm"
+	layerConvBN  = "ConvBN"
+)
+
+// bind is a Binding whose reads are the layer's own (contract.json) followed by the
+// packed attributes its outputs attach and then extra (children it calls).
+func bind(module, class, layer string, outs []TensorPlan, extra ...string) Binding {
+	reads := kernels.LayerReads(layer)
+	for _, o := range outs {
+		if o.Attr != "" {
+			reads = append(reads, o.Attr)
+		}
+	}
+	return Binding{Module: module, Class: class, Layer: layer, Reads: append(reads, extra...)}
+}
+
+func parentModule(module string) string {
+	if i := strings.LastIndexByte(module, '.'); i >= 0 {
+		return module[:i]
+	}
+	return ""
+}
+
+// vendorRoutes converts the registry's matched routes into the plan's.
+func vendorRoutes(rs []kernels.VendorRoute) []VendorRoute {
+	var out []VendorRoute
+	for _, r := range rs {
+		out = append(out, VendorRoute{Op: r.Op, MinTokens: r.MinTokens, MaxTokens: r.MaxTokens, Reason: r.Reason})
+	}
+	return out
+}
+
+// decoderPatched reports whether block's post-attention RMSNorm runs add-rmsnorm, which
+// means the decoder layer's forward is replaced (kernels' DecoderLayer) and runs the MLP
+// inline with the residual add in the down projection's epilogue.
+func (p *planner) decoderPatched(block int) bool {
+	if block < 0 {
+		return false
+	}
+	for _, l := range p.g.Layers {
+		if l.Block == block && l.Kind == models.KindRMSNorm && fusable(l) {
+			k, _, _ := p.choose(l, "add-rmsnorm")
+			return k != nil
+		}
+	}
+	return false
+}
+
+var attentionRoles = []string{"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"}
+var attentionOptional = []string{"q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias", "q_norm.weight", "k_norm.weight"}
+
+func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
+	if _, ok := l.Tensors["q_proj.weight"]; !ok {
+		if _, ok := l.Tensors["attention_biases"]; ok {
+			return p.keep(l, lp, ReasonLeViTAttention)
+		}
+		return p.keep(l, lp, fmt.Sprintf("attention without q/k/v/o projections (roles: %s): no kernel applies; stock path",
+			strings.Join(slices.Sorted(maps.Keys(l.Tensors)), ", ")))
+	}
+	if extra := unknownRoles(l, attentionRoles, attentionOptional); len(extra) > 0 {
+		return p.keep(l, lp, fmt.Sprintf("attention has tensors the Attention layer does not read (%s); stock path",
+			strings.Join(extra, ", ")))
+	}
+	if err := p.needRoles(l, attentionRoles); err != nil {
+		return err
+	}
+	nb := 0
+	for _, r := range []string{"q_proj.bias", "k_proj.bias", "v_proj.bias"} {
+		if _, ok := l.Tensors[r]; ok {
+			nb++
+		}
+	}
+	if nb != 0 && nb != 3 {
+		return p.keep(l, lp, "only some of q/k/v carry a bias; concat-qkv needs all three or none; stock path")
+	}
+	k, note, why := p.choose(l, "attention-prefill")
+	if k == nil {
+		return p.keep(l, lp, why)
+	}
+	vendor := vendorRoutes(p.reg.VendorOps(k.Name, l, p.tensors))
+	d := l.Dims
+	hidden, h, kv, hd := d["hidden"], d["heads"], d["kv_heads"], d["head_dim"]
+	qn, err1 := mul(h, hd)
+	kvn, err2 := mul(kv, hd)
+	if err := errors2(err1, err2); err != nil {
+		return fmt.Errorf("%w: layer %s: %v", ErrCannotPlan, l.Module, err)
+	}
+	for _, c := range []struct {
+		role string
+		want []int64
+	}{
+		{"q_proj.weight", []int64{qn, hidden}}, {"k_proj.weight", []int64{kvn, hidden}},
+		{"v_proj.weight", []int64{kvn, hidden}}, {"o_proj.weight", []int64{hidden, qn}},
+		{"q_proj.bias", []int64{qn}}, {"k_proj.bias", []int64{kvn}}, {"v_proj.bias", []int64{kvn}},
+		{"o_proj.bias", []int64{hidden}}, {"q_norm.weight", []int64{hd}}, {"k_norm.weight", []int64{hd}},
+	} {
+		if _, ok := l.Tensors[c.role]; ok {
+			if err := p.wantShape(l, c.role, c.want...); err != nil {
+				return err
+			}
+		}
+	}
+	t := l.Tensors
+	m := l.Module
+	total, err := sum(qn, kvn, kvn)
+	if err != nil {
+		return fmt.Errorf("%w: layer %s: %v", ErrCannotPlan, l.Module, err)
+	}
+	split := []int64{qn, kvn, kvn}
+	qkv := []string{t["q_proj.weight"], t["k_proj.weight"], t["v_proj.weight"]}
+	lp.Outputs = []TensorPlan{
+		p.out(m+".qkv_proj.weight", "weight", kernels.PackedAttr("Attention", "qkv_weight"), LayoutKMajor, []int64{hidden, total}, split, qkv...),
+	}
+	lp.Outputs[0].Transforms = append([]string{TConcatQKV}, lp.Outputs[0].Transforms...)
+	if nb == 3 {
+		b := p.out(m+".qkv_proj.bias", "bias", kernels.PackedAttr("Attention", "qkv_bias"), LayoutRowMajor, []int64{total}, split,
+			t["q_proj.bias"], t["k_proj.bias"], t["v_proj.bias"])
+		b.Transforms = append([]string{TConcatQKV}, b.Transforms...)
+		lp.Outputs = append(lp.Outputs, b)
+	}
+	lp.Outputs = append(lp.Outputs,
+		p.out(m+".o_proj.weight", "", kernels.PackedAttr("Attention", "o_weight"), LayoutKMajor, []int64{qn, hidden}, nil, t["o_proj.weight"]))
+	if ob, ok := t["o_proj.bias"]; ok {
+		lp.Outputs = append(lp.Outputs, p.out(m+".o_proj.bias", "", kernels.PackedAttr("Attention", "o_bias"), LayoutRowMajor, []int64{hidden}, nil, ob))
+	}
+	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
+	// qwen3's per-head q/k RMSNorms run inside the attention layer (it calls them), so
+	// their modules get the RMSNorm layer too.
+	var children []string
+	var childBindings []Binding
+	for _, c := range []string{"q_norm", "k_norm"} {
+		n, ok := t[c+".weight"]
+		if !ok {
+			continue
+		}
+		cls := l.Children[c]
+		if cls == "" {
+			return fmt.Errorf("%w: layer %s has a %s tensor but the graph names no class for its %s module", ErrCannotPlan, m, c+".weight", c)
+		}
+		lp.Outputs = append(lp.Outputs, p.out(n, "", "", LayoutRowMajor, []int64{hd}, nil, n))
+		children = append(children, c)
+		childBindings = append(childBindings, bind(m+"."+c, cls, layerRMSNorm, nil))
+	}
+	ab := bind(m, l.Class, lp.Layer, lp.Outputs, children...)
+	ab.Vendor = vendor
+	lp.Bindings = append([]Binding{ab}, childBindings...)
+	reason := "prefill runs attention-prefill, generation attention-decode; RoPE by rope; q/k/v and o projections by gemm"
+	if sw := p.slidingWindow(l); sw > 0 {
+		reason += fmt.Sprintf("; sliding window %d: relies on the 4-D mask transformers passes to attention_forward", sw)
+	}
+	lp.Reason = joinReasons(reason+vendorReason(vendor), note)
+	return nil
+}
+
+// slidingWindow is the layer's attention window, 0 for full attention: dims
+// "sliding_window", else config.json's sliding_window unless use_sliding_window is false
+// (Qwen2 configs carry a window they do not use).
+func (p *planner) slidingWindow(l models.Layer) int64 {
+	if sw := l.Dims["sliding_window"]; sw > 0 {
+		return sw
+	}
+	cfg := p.g.Checkpoint.Config
+	sw, ok := cfg["sliding_window"].(float64)
+	if !ok || sw <= 0 || sw > math.MaxInt32 {
+		return 0
+	}
+	if use, ok := cfg["use_sliding_window"].(bool); ok && !use {
+		return 0
+	}
+	return int64(sw)
+}
+
+// vendorReason is the reason's part for a layer's vendor routes, "" when none:
+// "; <op> on the vendor path faster for <when> (<measured>)" per route, in op order.
+func vendorReason(vendor []VendorRoute) string {
+	rs := slices.Clone(vendor)
+	slices.SortStableFunc(rs, func(a, b VendorRoute) int { return strings.Compare(a.Op, b.Op) })
+	var b strings.Builder
+	for _, r := range rs {
+		b.WriteString("; " + r.Op + " on the " + r.Reason)
+	}
+	return b.String()
+}
+
+var mlpRoles = []string{"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
+
+func (p *planner) mlp(l models.Layer, lp *LayerPlan) error {
+	if extra := unknownRoles(l, mlpRoles, nil); len(extra) > 0 {
+		return p.keep(l, lp, fmt.Sprintf("MLP has tensors the SwiGLUMLP layer does not read (%s); stock path",
+			strings.Join(extra, ", ")))
+	}
+	if err := p.needRoles(l, mlpRoles); err != nil {
+		return err
+	}
+	k, note, why := p.choose(l, "gemm")
+	if k == nil {
+		return p.keep(l, lp, why)
+	}
+	hidden, inter := l.Dims["hidden"], l.Dims["intermediate"]
+	for _, c := range []struct {
+		role string
+		want []int64
+	}{
+		{"gate_proj.weight", []int64{inter, hidden}}, {"up_proj.weight", []int64{inter, hidden}},
+		{"down_proj.weight", []int64{hidden, inter}},
+	} {
+		if err := p.wantShape(l, c.role, c.want...); err != nil {
+			return err
+		}
+	}
+	twoI, err := sum(inter, inter)
+	if err != nil {
+		return fmt.Errorf("%w: layer %s: %v", ErrCannotPlan, l.Module, err)
+	}
+	t, m := l.Tensors, l.Module
+	gu := p.out(m+".gate_up_proj.weight", "weight", kernels.PackedAttr("SwiGLUMLP", "gate_up_weight"), LayoutKMajor,
+		[]int64{hidden, twoI}, []int64{inter, inter}, t["gate_proj.weight"], t["up_proj.weight"])
+	gu.Transforms = append([]string{TConcatGateUp}, gu.Transforms...)
+	down := p.out(m+".down_proj.weight", "", kernels.PackedAttr("SwiGLUMLP", "down_weight"), LayoutKMajor,
+		[]int64{inter, hidden}, nil, t["down_proj.weight"])
+	lp.Outputs = []TensorPlan{gu, down}
+	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
+	mb := bind(m, l.Class, lp.Layer, lp.Outputs)
+	mb.Vendor = vendorRoutes(p.reg.VendorOps(k.Name, l, p.tensors))
+	lp.Bindings = []Binding{mb}
+	what := "gate/up by one GEMM with the swiglu epilogue, down by a plain GEMM"
+	if p.decoderPatched(l.Block) {
+		what = "gate/up by one GEMM with the swiglu epilogue, down by a GEMM with the decoder layer's residual add in its epilogue"
+	}
+	lp.Reason = joinReasons(what+vendorReason(mb.Vendor), note)
+	return nil
+}
+
+var bnRoles = []string{"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}
+
+// bnSources lists γ, β, μ, σ² in PLAN.md's order.
+func bnSources(t map[string]string) []string {
+	return []string{t["bn.weight"], t["bn.bias"], t["bn.running_mean"], t["bn.running_var"]}
+}
+
+func (p *planner) linearBN(l models.Layer, lp *LayerPlan) error {
+	required := append([]string{"linear.weight"}, bnRoles...)
+	optional := []string{"linear.bias", "bn.num_batches_tracked"}
+	if extra := unknownRoles(l, required, optional); len(extra) > 0 {
+		return p.keep(l, lp, fmt.Sprintf("%s layer has tensors the fold does not know (%s); stock path",
+			l.Kind, strings.Join(extra, ", ")))
+	}
+	if err := p.needRoles(l, required); err != nil {
+		return err
+	}
+	k, note, why := p.choose(l, "gemm")
+	if k == nil {
+		return p.keep(l, lp, why)
+	}
+	in, out := l.Dims["in"], l.Dims["out"]
+	bnDim := out
+	if l.Kind == models.KindBNLinear {
+		bnDim = in
+	}
+	if err := p.wantShape(l, "linear.weight", out, in); err != nil {
+		return err
+	}
+	if _, ok := l.Tensors["linear.bias"]; ok {
+		if err := p.wantShape(l, "linear.bias", out); err != nil {
+			return err
+		}
+	}
+	for _, r := range bnRoles {
+		if err := p.wantShape(l, r, bnDim); err != nil {
+			return err
+		}
+	}
+	t, m := l.Tensors, l.Module
+	bn := bnSources(t)
+	fold := TFoldBN
+	wsrc := append([]string{t["linear.weight"]}, bn...)
+	var bsrc []string
+	if l.Kind == models.KindBNLinear {
+		fold = TFoldBNInput
+		bsrc = []string{t["linear.weight"]}
+	}
+	if b, ok := t["linear.bias"]; ok {
+		bsrc = append(bsrc, b)
+	}
+	bsrc = append(bsrc, bn...)
+	layer := k.LayerClass(l.Kind)
+	dt, cast := p.target()
+	w := TensorPlan{Name: m + ".folded.weight", Role: "weight", Attr: kernels.PackedAttr(layer, "weight"), Sources: wsrc,
+		Transforms: []string{fold, cast, TPrepackKMajor}, Shape: []int64{in, out},
+		DType: string(dt), Layout: LayoutKMajor}
+	b := TensorPlan{Name: m + ".folded.bias", Role: "bias", Attr: kernels.PackedAttr(layer, "bias"), Sources: bsrc,
+		Transforms: []string{fold, cast}, Shape: []int64{out},
+		DType: string(dt), Layout: LayoutRowMajor}
+	lp.Outputs = []TensorPlan{w, b}
+	lp.Kernel, lp.Layer = k.Name, layer
+	lp.Bindings = []Binding{bind(m, l.Class, layer, lp.Outputs)}
+	what := "BatchNorm folded into the Linear"
+	if l.Kind == models.KindBNLinear {
+		what = "input BatchNorm folded into the Linear"
+	}
+	lp.Reason = joinReasons(what+"; one GEMM with the bias epilogue", note)
+	return nil
+}
+
+func (p *planner) convBN(l models.Layer, lp *LayerPlan) error {
+	required := append([]string{"conv.weight"}, bnRoles...)
+	optional := []string{"conv.bias", "bn.num_batches_tracked"}
+	if extra := unknownRoles(l, required, optional); len(extra) > 0 {
+		return p.keep(l, lp, fmt.Sprintf("conv-bn layer has tensors the fold does not know (%s); stock path",
+			strings.Join(extra, ", ")))
+	}
+	if err := p.needRoles(l, required); err != nil {
+		return err
+	}
+	for _, role := range slices.Sorted(maps.Keys(l.Tensors)) {
+		name := l.Tensors[role]
+		if kernels.TrainingOnly(name) {
+			continue
+		}
+		if dt := p.tensors[name].DType; !foldable(dt) {
+			return p.keep(l, lp, fmt.Sprintf("source dtype %s of %s (%s) cannot be folded (F32, F16, BF16 only); stock path",
+				dt, name, role))
+		}
+	}
+	t, m := l.Tensors, l.Module
+	ws := p.shapeOf(t["conv.weight"])
+	if len(ws) != 4 {
+		return fmt.Errorf("%w: layer %s: conv.weight %s has shape %v, want 4-D [out, in, kh, kw]",
+			ErrCannotPlan, m, t["conv.weight"], ws)
+	}
+	outCh := ws[0]
+	if o, ok := l.Dims["out"]; ok && o != outCh {
+		return fmt.Errorf("%w: layer %s: conv.weight %s has %d output channels, dims say out=%d", ErrCannotPlan, m, t["conv.weight"], outCh, o)
+	}
+	for _, r := range append([]string{"conv.bias"}, bnRoles...) {
+		if _, ok := t[r]; ok {
+			if err := p.wantShape(l, r, outCh); err != nil {
+				return err
+			}
+		}
+	}
+	bn := bnSources(t)
+	var bsrc []string
+	if b, ok := t["conv.bias"]; ok {
+		bsrc = append(bsrc, b)
+	}
+	bsrc = append(bsrc, bn...)
+	dt, cast := p.target()
+	lp.Outputs = []TensorPlan{
+		{Name: m + ".folded.weight", Role: "weight", Attr: kernels.PackedAttr(layerConvBN, "weight"),
+			Sources: append([]string{t["conv.weight"]}, bn...), Transforms: []string{TFoldConvBN, cast},
+			Shape: slices.Clone(ws), DType: string(dt), Layout: LayoutRowMajor},
+		{Name: m + ".folded.bias", Role: "bias", Attr: kernels.PackedAttr(layerConvBN, "bias"), Sources: bsrc,
+			Transforms: []string{TFoldConvBN, cast}, Shape: []int64{outCh},
+			DType: string(dt), Layout: LayoutRowMajor},
+	}
+	// No Triton kernel runs (keep), but the module's forward changes: ConvBN runs stock
+	// conv2d on the folded tensors.
+	lp.Kernel, lp.Layer, lp.Reason = KernelKeep, layerConvBN, ReasonConvBN
+	lp.Bindings = []Binding{bind(m, l.Class, layerConvBN, lp.Outputs)}
+	return nil
+}
+
+func foldable(dt models.DType) bool {
+	return dt == models.F32 || dt == models.F16 || dt == models.BF16
+}
+
+// out builds a TensorPlan in the plan's dtype: the cast is listed when any source is of
+// another dtype (a source already in it is copied or rearranged without rounding), then
+// prepack-kmajor for k-major outputs.
+func (p *planner) out(name, role, attr, layout string, shape, split []int64, sources ...string) TensorPlan {
+	dt, cast := p.target()
+	o := TensorPlan{Name: name, Role: role, Attr: attr, Sources: sources, Shape: slices.Clone(shape),
+		DType: string(dt), Layout: layout, Split: slices.Clone(split)}
+	for _, s := range sources {
+		if p.tensors[s].DType != dt {
+			o.Transforms = []string{cast}
+			break
+		}
+	}
+	if layout == LayoutKMajor {
+		o.Transforms = append(o.Transforms, TPrepackKMajor)
+	}
+	return o
+}
+
+func (p *planner) shapeOf(name string) []int64 { return p.tensors[name].Shape }
+
+// wantShape checks the shape of the tensor in role against want.
+func (p *planner) wantShape(l models.Layer, role string, want ...int64) error {
+	name := l.Tensors[role]
+	got := p.shapeOf(name)
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("%w: layer %s: tensor %q (%s) has shape %v, the layer's dims want %v",
+			ErrCannotPlan, l.Module, name, role, got, want)
+	}
+	return nil
+}
+
+// needRoles checks that l has every role in required.
+func (p *planner) needRoles(l models.Layer, required []string) error {
+	var missing []string
+	for _, r := range required {
+		if _, ok := l.Tensors[r]; !ok {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s layer %s has no %s tensor", ErrCannotPlan, l.Kind, l.Module, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// unknownRoles lists roles of l in neither required nor optional.
+func unknownRoles(l models.Layer, required, optional []string) []string {
+	var out []string
+	for _, r := range slices.Sorted(maps.Keys(l.Tensors)) {
+		if !slices.Contains(required, r) && !slices.Contains(optional, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func lastPart(module string) string {
+	if i := strings.LastIndexByte(module, '.'); i >= 0 {
+		return module[i+1:]
+	}
+	return module
+}
+
+// mul multiplies two non-negative dims, failing on overflow.
+func mul(a, b int64) (int64, error) {
+	if a < 0 || b < 0 {
+		return 0, fmt.Errorf("negative dimension %d x %d", a, b)
+	}
+	if a != 0 && b > math.MaxInt64/a {
+		return 0, fmt.Errorf("dimension %d x %d overflows", a, b)
+	}
+	return a * b, nil
+}
+
+// sum adds non-negative dims, failing on overflow.
+func sum(v ...int64) (int64, error) {
+	var t int64
+	for _, x := range v {
+		if x < 0 || t > math.MaxInt64-x {
+			return 0, fmt.Errorf("dimension sum %v overflows", v)
+		}
+		t += x
+	}
+	return t, nil
+}
+
+func errors2(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,332 @@
+package kernels
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/xpuinject/xpuinject/models"
+)
+
+// GPUDir is the folder of the kernel package that holds one file per GPU model,
+// gpus/<name>.json: the vendor routes the benchmark measured there (benchmarks/routes.py
+// writes them), the targets it missed but kept, and tuned launch configs
+// (benchmarks/tune.py --write-tuned). The planner reads the routes; the layers read the
+// tuned configs of the GPU they run on (gpus.py). A GPU without a file plans with no vendor
+// routes and its kernels autotune on first use.
+const GPUDir = "gpus"
+
+var gpuName = regexp.MustCompile(`^[a-z0-9][-a-z0-9]*$`)
+
+// GPU is one gpus/<name>.json.
+type GPU struct {
+	Name string `json:"gpu"`
+	// Devices are the names torch gives the GPU (torch.cuda.get_device_name): how the
+	// layers find the file of the device they run on.
+	Devices []string `json:"devices"`
+	About   string   `json:"about,omitempty"`
+	Routes  []Route  `json:"routes"`
+	Kept    []Kept   `json:"kept"`
+	Tuned   []Tuned  `json:"tuned"`
+	// File is the file's path inside the package ("gpus/h200.json"); "" when the GPU has none.
+	File string `json:"-"`
+}
+
+// Measurement is one benchmarked shape: Ratio is the vendor's time over ours (below 1:
+// the vendor is faster).
+type Measurement struct {
+	Shape string  `json:"shape"` // "M=2048", "S=2048", "B=1 L=8192"
+	Ratio float64 `json:"ratio"`
+}
+
+// Stamp says where a measurement comes from.
+type Stamp struct {
+	Date    string `json:"date"`
+	Command string `json:"command"`
+	Source  string `json:"source"` // the result file that holds the rows
+}
+
+// Route sends one sub-operation of a replaced layer to the vendor path (cuBLAS, SDPA): the
+// layer stays replaced (its fusions still pay), that operation does not.
+type Route struct {
+	// Kernel is the registry kernel whose sub-operation this is ("gemm",
+	// "attention-prefill", "attention-decode"); a layer replaced by a kernel that uses it
+	// gets the route too (attention's projections run on gemm).
+	Kernel string `json:"kernel"`
+	// Op is what the plan routes and the layer looks up: a GEMM name (qkv_proj, o_proj,
+	// gate_up_proj, down_proj), "attention-prefill" or "attention-decode".
+	Op string `json:"op"`
+	// GEMM, K and N match a GEMM route: the layer runs a GEMM of that name and shape.
+	GEMM string `json:"gemm,omitempty"`
+	K    int64  `json:"k,omitempty"`
+	N    int64  `json:"n,omitempty"`
+	// Tokens bounds a GEMM route to calls of TokensDecode or TokensPrefill token counts;
+	// "" is every call.
+	Tokens string `json:"tokens,omitempty"`
+	// HeadDims match an attention route: the layer's head_dim is one of them.
+	HeadDims []int64 `json:"head_dims,omitempty"`
+	// KeepLayer keeps the whole layer on the stock path instead of routing one operation.
+	KeepLayer bool          `json:"keep_layer,omitempty"`
+	Vendor    string        `json:"vendor"`          // the vendor path measured ("cuBLAS")
+	Model     string        `json:"model,omitempty"` // the model whose shape was benchmarked
+	Measured  []Measurement `json:"measured"`
+	Stamp
+}
+
+// Kept is an operation that missed its benchmark target and is still not routed, because
+// the paths a model can run instead are slower: the plan says so.
+type Kept struct {
+	Kernel   string        `json:"kernel"`
+	Op       string        `json:"op"`
+	GEMM     string        `json:"gemm,omitempty"`
+	K        int64         `json:"k,omitempty"`
+	N        int64         `json:"n,omitempty"`
+	HeadDims []int64       `json:"head_dims,omitempty"`
+	Epilogue string        `json:"epilogue,omitempty"`
+	Vendor   string        `json:"vendor"`
+	Model    string        `json:"model,omitempty"`
+	Measured []Measurement `json:"measured"` // against the paths a model can run
+	Target   string        `json:"target"`   // the benchmark's target, in its words
+	Missed   []Measurement `json:"missed"`   // the target ratios it missed
+	Stamp
+}
+
+// Tuned is a launch config the benchmark chose for one problem class: the layers launch it
+// directly instead of autotuning (gpus.py).
+type Tuned struct {
+	// Kernel is the autotuned launcher: "gemm", "attention.prefill" or "attention.decode".
+	Kernel string `json:"kernel"`
+	// Key selects the calls it applies to (gemm: epilogue, m_bucket, k, n; attention: the
+	// autotuner's key, lowercase); a key it does not name matches any value.
+	Key map[string]any `json:"key"`
+	// Config holds the launch constants, each a positive integer.
+	Config   map[string]int `json:"config"`
+	Measured any            `json:"measured,omitempty"`
+	Stamp
+}
+
+// TunedConfigKeys are the launch constants each tuned launcher takes (gemm.py, attention.py).
+var TunedConfigKeys = map[string][]string{
+	"gemm":              {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps", "num_stages"},
+	"attention.prefill": {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"},
+	"attention.decode":  {"BLOCK_N", "num_warps", "num_stages"},
+}
+
+// Token-count classes of a GEMM route: the layer picks the route per call from M, the
+// number of tokens (rows) of the GEMM's input.
+const (
+	TokensDecode  = "decode"  // M <= DecodeMaxM
+	TokensPrefill = "prefill" // M > DecodeMaxM
+)
+
+// DecodeMaxM is the largest token count a decode route covers (contract.json's
+// decode_max_tokens).
+var DecodeMaxM = contract.DecodeMaxTokens
+
+// TokenBounds are the token counts a route covers, 0 leaving a side open.
+func (rt *Route) TokenBounds() (minTokens, maxTokens int64) {
+	switch rt.Tokens {
+	case TokensDecode:
+		return 0, DecodeMaxM
+	case TokensPrefill:
+		return DecodeMaxM + 1, 0
+	}
+	return 0, 0
+}
+
+// When describes the shapes a route covers ("down_proj K=8192 N=2048 at decode (M <= 64)").
+func (rt *Route) When() string {
+	switch {
+	case rt.GEMM != "":
+		w := fmt.Sprintf("%s K=%d N=%d", rt.GEMM, rt.K, rt.N)
+		switch rt.Tokens {
+		case TokensDecode:
+			w += fmt.Sprintf(" at decode (M <= %d)", DecodeMaxM)
+		case TokensPrefill:
+			w += fmt.Sprintf(" at prefill (M > %d)", DecodeMaxM)
+		}
+		return w
+	case rt.Op == "attention-prefill":
+		return "causal prefill at head_dim " + joinInts(rt.HeadDims)
+	case rt.Op == "attention-decode":
+		return "decode (one query token per sequence) at head_dim " + joinInts(rt.HeadDims)
+	}
+	return rt.Op
+}
+
+// Match reports whether the route applies to s.
+func (rt *Route) Match(s *Subject) bool {
+	return matchOp(s, rt.GEMM, rt.K, rt.N, "", rt.HeadDims)
+}
+
+// Match reports whether the kept entry applies to s.
+func (k *Kept) Match(s *Subject) bool {
+	return matchOp(s, k.GEMM, k.K, k.N, k.Epilogue, k.HeadDims)
+}
+
+func matchOp(s *Subject, gemm string, k, n int64, epilogue string, headDims []int64) bool {
+	if gemm != "" {
+		return slices.ContainsFunc(s.GEMMs, func(g GEMM) bool {
+			return g.Name == gemm && g.K == k && g.N == n && (epilogue == "" || g.Epilogue == epilogue)
+		})
+	}
+	return s.Layer.Kind == models.KindAttention && slices.Contains(headDims, s.Layer.Dims["head_dim"])
+}
+
+// Reason is the route's part of a plan reason: where it applies, the vendor, every measured
+// ratio and the file they are in.
+func (rt *Route) Reason(file string) string {
+	return fmt.Sprintf("vendor path faster for %s (%s; our speed %s; %s)", rt.When(), rt.Vendor, Ratios(rt.Measured), file)
+}
+
+// Note is the kept entry's note for a plan reason.
+func (k *Kept) Note(file string) string {
+	what := k.Op
+	if k.GEMM != "" {
+		what = fmt.Sprintf("%s K=%d N=%d", k.GEMM, k.K, k.N)
+	}
+	return fmt.Sprintf("%s stays on our kernel: %s is slower (our speed %s) though the %s target is missed (%s; %s)",
+		what, k.Vendor, Ratios(k.Measured), strings.TrimPrefix(k.Target, ">="), Ratios(k.Missed), file)
+}
+
+// Ratios renders measurements as "0.77x at M=1, 0.75x at M=64" (our speed over the vendor's).
+func Ratios(ms []Measurement) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%.2fx at %s", m.Ratio, m.Shape)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func joinInts(v []int64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	if n := len(s); n > 1 {
+		return strings.Join(s[:n-1], ", ") + " and " + s[n-1]
+	}
+	return strings.Join(s, "")
+}
+
+// GPUs lists the GPUs the package has data for, sorted.
+func GPUs() []string {
+	ents, err := fs.ReadDir(Sources, SourceDir+"/"+GPUDir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// DefaultGPU is the GPU a plan targets when none is named (contract.json's default_gpu).
+func DefaultGPU() string { return contract.DefaultGPU }
+
+// LoadGPU reads the embedded data of a GPU ("" is DefaultGPU). A GPU without a file is not
+// an error: its GPU has no routes, no kept notes and no tuned configs (File ""), so a plan
+// for it keeps every kernel and the kernels autotune on first use.
+func LoadGPU(name string) (*GPU, error) {
+	if name == "" {
+		name = DefaultGPU()
+	}
+	if !gpuName.MatchString(name) {
+		return nil, fmt.Errorf("kernels: GPU name %q: want lowercase letters, digits and dashes (known: %s)", name, strings.Join(GPUs(), ", "))
+	}
+	file := GPUDir + "/" + name + ".json"
+	b, err := fs.ReadFile(Sources, SourceDir+"/"+file)
+	if err != nil {
+		return &GPU{Name: name}, nil
+	}
+	return ParseGPU(b, file)
+}
+
+// ParseGPU reads and checks one gpus/<name>.json (file is its path, for errors and
+// reasons): every route names a kernel of Default, its op and exactly one kind of match,
+// every measurement a shape and a positive ratio, every tuned config known constants.
+func ParseGPU(b []byte, file string) (*GPU, error) {
+	var g GPU
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&g); err != nil {
+		return nil, fmt.Errorf("kernels: %s: %s", file, models.JSONError(err))
+	}
+	g.File = file
+	bad := func(format string, a ...any) (*GPU, error) {
+		return nil, fmt.Errorf("kernels: %s: "+format, append([]any{file}, a...)...)
+	}
+	if want := strings.TrimSuffix(path.Base(file), ".json"); g.Name != want {
+		return bad("gpu %q, but the file is named for %q", g.Name, want)
+	}
+	if len(g.Devices) == 0 {
+		return bad("no devices (the names torch gives this GPU)")
+	}
+	names := defaultNames()
+	for i, rt := range g.Routes {
+		where := fmt.Sprintf("route %d (%s)", i, rt.Op)
+		switch {
+		case !slices.Contains(names, rt.Kernel):
+			return bad("%s: kernel %q is not in the registry", where, rt.Kernel)
+		case rt.Op == "":
+			return bad("%s: no op", where)
+		case (rt.GEMM != "") == (len(rt.HeadDims) > 0):
+			return bad("%s: wants either gemm with k and n, or head_dims", where)
+		case rt.GEMM != "" && (rt.K < 1 || rt.N < 1):
+			return bad("%s: gemm %s without a positive k and n", where, rt.GEMM)
+		case rt.Tokens != "" && (rt.Tokens != TokensDecode && rt.Tokens != TokensPrefill || rt.GEMM == ""):
+			return bad("%s: tokens %q: want %q or %q on a gemm route", where, rt.Tokens, TokensDecode, TokensPrefill)
+		}
+		if err := checkMeasured(rt.Measured, rt.Stamp); err != nil {
+			return bad("%s: %v", where, err)
+		}
+	}
+	for i, k := range g.Kept {
+		where := fmt.Sprintf("kept %d (%s)", i, k.Op)
+		if !slices.Contains(names, k.Kernel) || (k.GEMM != "") == (len(k.HeadDims) > 0) {
+			return bad("%s: wants a registry kernel and either gemm with k and n, or head_dims", where)
+		}
+		if err := checkMeasured(append(slices.Clone(k.Measured), k.Missed...), k.Stamp); err != nil {
+			return bad("%s: %v", where, err)
+		}
+	}
+	for i, t := range g.Tuned {
+		allowed, ok := TunedConfigKeys[t.Kernel]
+		if !ok {
+			return bad("tuned %d: kernel %q (tuned launchers: gemm, attention.prefill, attention.decode)", i, t.Kernel)
+		}
+		for _, k := range allowed {
+			if t.Config[k] < 1 {
+				return bad("tuned %d (%s): config %s missing or not a positive integer", i, t.Kernel, k)
+			}
+		}
+		if len(t.Config) != len(allowed) {
+			return bad("tuned %d (%s): config has keys besides %s", i, t.Kernel, strings.Join(allowed, ", "))
+		}
+	}
+	return &g, nil
+}
+
+func checkMeasured(ms []Measurement, st Stamp) error {
+	if len(ms) == 0 {
+		return fmt.Errorf("no measurements")
+	}
+	for _, m := range ms {
+		if m.Shape == "" || !(m.Ratio > 0) {
+			return fmt.Errorf("measurement %+v: want a shape and a positive ratio", m)
+		}
+	}
+	if st.Date == "" || st.Command == "" || st.Source == "" {
+		return fmt.Errorf("date, command and source are required")
+	}
+	return nil
+}
