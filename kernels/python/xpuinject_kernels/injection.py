@@ -624,7 +624,7 @@ def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto", mode=
     True (require it) or False (bind directly, the way kernelize does).
     mode: the kernels.Mode to kernelize in (default Mode.INFERENCE); the layers take
     Mode.INFERENCE | Mode.TORCH_COMPILE too (each kernel is a torch custom op). Training modes
-    are refused by kernels: the layers have no backward.
+    are refused: the layers have no backward.
 
     Returns a summary: path ("kernels" or "direct"), backend, replaced {layer class: modules},
     replaced_modules.
@@ -651,6 +651,9 @@ def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto", mode=
             _bind(named[path], layer)
     else:
         mode = api.Mode.INFERENCE if mode is None else mode
+        if api.Mode.TRAINING in mode:
+            raise InjectError(f"kernelize: mode {mode}: the layers are inference-only (no backward); "
+                              "use Mode.INFERENCE, with | Mode.TORCH_COMPILE to compile the model")
         # kernelize also visits the functions transformers attaches to modules (`_kernel_funcs`,
         # e.g. rotary_pos_emb) and, with no mapping for them, sets their own forward on those
         # shared objects and logs a warning per module: undo both, they are not ours.
