@@ -433,6 +433,27 @@ def _bind(module: nn.Module, layer: str) -> None:
     module.forward = types.MethodType(getattr(_layers, layer).forward, module)
 
 
+def _refuse_saving(model: nn.Module, source: str) -> None:
+    """After the packed weights replaced the original projections, the model's state_dict holds
+    neither the checkpoint's tensors (the projections are released) nor a checkpoint transformers
+    can load (packed names, folded BatchNorms): transformers' save_pretrained would write part of
+    it and its from_pretrained would initialise the rest at random. save_pretrained and
+    push_to_hub (which saves through it) refuse instead, on this model only."""
+    cls = type(model).__name__
+
+    def refuse(*args, **kwargs):
+        raise InjectError(
+            f"{cls}.save_pretrained: this model runs offline-packed weights (inject(model, packed=...)) and its original "
+            f"projections were released, so it cannot be saved as a {cls} checkpoint; save the original model instead "
+            f"(load {source} again, or call save_pretrained before inject), or keep the packed checkpoint `xpuinject pack` "
+            "wrote (`xpuinject push` publishes it) and inject it again after loading"
+        )
+
+    for name in ("save_pretrained", "push_to_hub"):
+        if hasattr(model, name):
+            object.__setattr__(model, name, refuse)
+
+
 def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, token=None, plan=None,
            check_only: bool = False) -> dict:
     """Bind this package's layers into `model` as the package's plan says.
@@ -443,7 +464,10 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         packed: the offline-packed weights: a folder written by `xpuinject pack`, or a Hub repo
             id published by `xpuinject push` (downloaded into the HF cache). They are checked
             against the package's plan, attached to the modules, and the original projections
-            are released. None: the layers pack the model's own weights on first use.
+            are released; the model's save_pretrained and push_to_hub then refuse (its weights
+            are no longer a transformers checkpoint). None: the layers pack the model's own
+            weights on first use, into buffers state_dict leaves out, so saving still writes the
+            original checkpoint.
         revision: branch, tag or commit of a `packed` repo id.
         token: Hub token for a private or gated `packed` repo (default: the saved login, HF_TOKEN).
         plan: another plan to carry out (a plan.yaml path or folder); default this package's.
@@ -487,6 +511,8 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
                 nbytes += _attach(lp, named[lp["module"]], lp["bindings"][0].get("reads") or [], tensors)
     for _, b in bindings:
         _bind(named[b["module"]], b["layer"])
+    if nbytes:
+        _refuse_saving(model, _source(plan_dict))
     replaced: Dict[str, int] = {}
     for _, b in bindings:
         replaced[b["layer"]] = replaced.get(b["layer"], 0) + 1
