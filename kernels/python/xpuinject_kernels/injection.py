@@ -387,6 +387,26 @@ def _load_outputs(plan: dict, folder: Path, where: str, device: torch.device) ->
     return tensors
 
 
+_PLAN_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _check_packed_dtype(plan: dict, tensors: Dict[str, torch.Tensor], model: nn.Module, where: str) -> None:
+    """A model in one half dtype cannot run weights packed in the other: the product of a bf16
+    weight and an fp16 activation promotes to fp32 and the next fused kernel is handed mixed
+    dtypes. An fp32 model runs either (the kernels round activations to the weights' dtype)."""
+    half = {t.dtype for t in tensors.values() if t.dtype in (torch.bfloat16, torch.float16)}
+    have = next((p.dtype for p in model.parameters() if p.dtype.is_floating_point), None)
+    if have not in (torch.bfloat16, torch.float16) or not half or half == {have}:
+        return
+    packed = ", ".join(sorted(str(d).replace("torch.", "") for d in half))
+    plan_dtype = plan.get("dtype", "bf16")
+    raise InjectError(
+        f"the packed weights in {where} are {packed} (plan dtype {plan_dtype}), the model is {str(have).replace('torch.', '')}: "
+        f"load the model with dtype=torch.{str(_PLAN_DTYPES.get(plan_dtype, torch.bfloat16)).replace('torch.', '')}, "
+        "or pack the weights in the model's dtype (xpuinject --dtype), or inject(model) without packed weights"
+    )
+
+
 def _attach(lp: dict, module: nn.Module, reads: List[str], tensors: Dict[str, torch.Tensor]) -> int:
     """Attach a layer's packed tensors to its module, then release the children they were made
     from (keeping the plain attributes the layer still reads of them). Returns bytes attached."""
@@ -494,6 +514,7 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         folder, where = _packed_folder(packed, revision, token)
         _check_packed_plan(plan_dict, plan_bytes, digest, folder, where)
         tensors = _load_outputs(plan_dict, folder, where, device)
+        _check_packed_dtype(plan_dict, tensors, model, where)
     _check_reads(plan_dict, named, attached=packed is not None)
     bindings = list(_bindings(plan_dict))
     if check_only:
