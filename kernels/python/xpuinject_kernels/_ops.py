@@ -12,9 +12,9 @@ the next free `<name>_<n>`.
 When ops are called: each public kernel function calls its op (`torch.ops.<ns>.<name>`)
 whenever a tracer is watching -- torch.compile, export, fake or functional tensors -- and the
 op's implementation directly otherwise. Both run the same function; eager skips only the
-dispatcher, which costs a decode step more than the launch itself (a custom op call measured
-38 us of dispatch against 3 us for the function on the dev VM, benchmarks/bench_host.py), and
-eager decode steps are bound by the host.
+dispatcher, which costs more than the launch itself (torch 2.11 on a 2-core dev VM: a custom op
+whose function returns an empty tensor took 41 us a call, the function alone 3 us,
+torch.compiler.is_compiling() 0.3 us), and eager decode steps are bound by the host.
 """
 
 from __future__ import annotations
