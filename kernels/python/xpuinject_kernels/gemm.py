@@ -392,8 +392,6 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
     return out
 
 
-
-
 _ops.define(
     "gemm",
     "(Tensor x, Tensor w, Tensor? bias, Tensor? residual, str epilogue, bool? use_descriptors, ScalarType? out_dtype, "
