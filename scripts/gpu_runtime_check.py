@@ -16,6 +16,10 @@ when given:
   eager, stock compiled (StaticCache + torch.compile "reduce-overhead"), stock graph, injected graph,
   injected eager, with compile and capture times; written in eval.json's latency format.
 
+- compiled (with --run): the injected model under torch.compile(mode="reduce-overhead"): greedy
+  tokens against the eager injected model on the same static cache, then prefill and decode ms by
+  the eval's compiled-path code beside the latency step's injected_graph and stock_compiled.
+
 --vision: a LeViT checkpoint (--vision-run: its run dir, for the injected model): GraphedForward
 against eager logits, and the forward latency of both.
 Every step has a share of --budget-s; a step that would start past it is skipped and says so. The
@@ -191,6 +195,67 @@ def latency(stock, injected, args, cfg):
     return lat
 
 
+def compiled(stock, injected, args, cfg, graph_latency):
+    """The injected model under torch.compile(mode="reduce-overhead") (the kernels are custom
+    ops, so dynamo traces it whole and CUDA graphs replay it): greedy tokens over --tokens new
+    tokens on a static cache equal the eager injected model's on the same cache; then prefill and
+    per-token decode ms by the eval's own compiled-path code, beside the graph runtime's figures
+    of the latency step (injected_graph, stock_compiled)."""
+    from transformers import StaticCache
+
+    dev = rt._model_device(injected)
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    fn = torch.compile(injected, mode="reduce-overhead", dynamic=False)
+    ids = prompts(cfg.vocab_size, args.prompt, dev)[0]
+
+    def greedy(step_fn):
+        cache = StaticCache(config=cfg, max_cache_len=ids.shape[1] + args.tokens)
+        with torch.no_grad():
+            out = injected(input_ids=ids, past_key_values=cache, use_cache=True)  # eager prefill for both
+            tok = out.logits[:, -1:].argmax(-1)
+            pos = torch.full((1, 1), ids.shape[1], dtype=torch.long, device=dev)
+            toks = [tok]
+            for _ in range(args.tokens - 1):
+                tok = step_fn(input_ids=tok, position_ids=pos, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+                toks.append(tok)
+                pos.add_(1)
+        return torch.cat(toks, 1)
+
+    t = time.perf_counter()
+    eager_tok = greedy(injected)
+    log(f"compiled: eager greedy {args.tokens} tokens in {time.perf_counter() - t:.1f}s")
+    t = time.perf_counter()
+    comp_tok = greedy(fn)
+    log(f"compiled: reduce-overhead greedy {args.tokens} tokens in {time.perf_counter() - t:.1f}s (compile included)")
+    res = {"tokens": agreement(comp_tok, eager_tok)}
+
+    # The eval's compiled path (eval_driver.decode_point / prefill_point, "stock_compiled"), on
+    # the injected model: a Paths whose "stock" is the injected model.
+    errors = {}
+    paths = ed.Paths(injected, injected, rt, errors)
+    paths._compiled = fn
+    ea = SimpleNamespace(repeats=args.repeats, prefill=args.prefill, decode_batches=args.decode_batches, seed=0)
+    lat = ed.latency(paths, ("stock_compiled",), cfg, dev, ea)
+    for kind in ("prefill", "decode"):
+        rows = {(r.get("tokens"), r["batch"]): r for r in (graph_latency or {}).get(kind, [])}
+        for r in lat[kind]:
+            ms = {"injected_compiled": r["ms"].pop("stock_compiled")}
+            base = rows.get((r.get("tokens"), r["batch"]), {}).get("ms", {})
+            for other in ("injected_graph", "stock_compiled", "stock_graph"):
+                if isinstance(base.get(other), float):
+                    ms[other] = base[other]
+            r["ms"] = ms
+            r["setup_s"] = {"injected_compiled": v for v in r.pop("setup_s", {}).values()}
+            r["ratios"] = {f"injected_compiled/{o}": ms["injected_compiled"] / ms[o]
+                           for o in ("injected_graph", "stock_compiled")
+                           if isinstance(ms.get("injected_compiled"), float) and isinstance(ms.get(o), float)}
+    lat.update({"measured": True, "paths": ["injected_compiled"], "method": "scripts/gpu_runtime_check.py --steps compiled"})
+    if errors:
+        lat["errors"] = {k.replace("stock_compiled", "injected_compiled"): v for k, v in errors.items()}
+    res["latency"] = lat
+    return res
+
+
 def vision(path, args):
     cfg = transformers.AutoConfig.from_pretrained(path)
     out = {}
@@ -265,6 +330,20 @@ def table(res) -> str:
                     lines.append(f"{'':14s} setup s: " + ", ".join(f"{k} {v:.1f}" for k, v in row["setup_s"].items()))
         for k, v in (lat.get("errors") or {}).items():
             lines.append(f"error {k}: {v}")
+    comp = res.get("compiled")
+    if isinstance(comp, dict):
+        tok = comp["tokens"]
+        lines.append("")
+        lines.append(f"injected compiled (reduce-overhead): greedy tokens == eager injected: {tok['equal']} "
+                     f"(rows' first differences {tok['first_diff']})")
+        for kind in ("prefill", "decode"):
+            for row in comp["latency"].get(kind, []):
+                label = f"prefill {row['tokens']}" if kind == "prefill" else f"decode b{row['batch']}"
+                cells = ", ".join(f"{k} {v:.3f} ms" for k, v in row["ms"].items() if isinstance(v, float))
+                rat = ", ".join(f"{k} {v:.2f}x" for k, v in row["ratios"].items())
+                lines.append(f"{label:14s} {cells}  {rat}")
+        for k, v in (comp["latency"].get("errors") or {}).items():
+            lines.append(f"error {k}: {v}")
     if "vision" in res:
         for k, v in res["vision"].items():
             lines.append(f"vision {k}: " + (", ".join(f"{a} {b:.4g}" for a, b in v.items()) if isinstance(v, dict) else str(v)))
@@ -286,7 +365,7 @@ def main():
     ap.add_argument("--prefill", default="128,512")
     ap.add_argument("--decode-batches", default="1,8")
     ap.add_argument("--budget-s", type=float, default=540)
-    ap.add_argument("--steps", default="correctness,sampling,latency,vision")
+    ap.add_argument("--steps", default="correctness,sampling,latency,compiled,vision")
     args = ap.parse_args()
     res = {"device": torch.cuda.get_device_name(), "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
            "model": args.model, "correctness": {}, "skipped": {}}
@@ -336,6 +415,8 @@ def main():
 
         res["correctness"]["stock, SDPA without cuDNN"] = step("correctness:no-cudnn", 0.3, no_cudnn)
     res["latency"] = step("latency", 0.1, lambda: latency(stock, injected, args, cfg))
+    if injected is not None:
+        res["compiled"] = step("compiled", 0.1, lambda: compiled(stock, injected, args, cfg, res.get("latency")))
     res["sampling"] = step("sampling", 0.02, lambda: sampling(stock, args.prompt))
     if args.vision:
         del stock, injected

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create or refresh the repo's Python virtualenv (.venv at the repo root) from requirements.txt,
-# plus the kernel package (kernels/python) installed in editable mode.
+# plus the kernel package (kernels/python) installed in editable mode, and .venv-kernels016:
+# kernels 0.16.2 alone (pip --target), for the test of transformers' use_kernels route.
 #
 # - Uses $PYTHON if set, else python3; it must be Python >= 3.10.
 # - Reuses .venv when .venv/.requirements.sha256 equals the sha256 of requirements.txt and
@@ -36,7 +37,23 @@ fi
 
 venv_ok() { [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; }
 
+K016="$ROOT/.venv-kernels016"
+K016_PINS=(kernels==0.16.2 kernels-data==0.16.2)
+install_kernels016() {
+  if [[ -f "$K016/.pins" ]] && [[ "$(cat "$K016/.pins")" == "${K016_PINS[*]}" ]]; then
+    return 0
+  fi
+  log "installing ${K016_PINS[*]} into $K016 (transformers' use_kernels route test)"
+  rm -rf "$K016"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --target "$K016" "${K016_PINS[@]}" >&2 \
+    || die "pip install --target $K016 ${K016_PINS[*]} failed (see pip output above)"
+  PYTHONPATH="$K016" "$VENV/bin/python" -c 'import kernels; assert kernels.__version__ == "0.16.2", kernels.__version__' \
+    || die "$K016: kernels 0.16.2 installed but does not import with .venv's packages"
+  echo "${K016_PINS[*]}" >"$K016/.pins"
+}
+
 if venv_ok && [[ -f "$STAMP" ]] && [[ "$(cat "$STAMP")" == "$want" ]]; then
+  install_kernels016
   log "reusing $VENV (requirements sha256 ${want:0:12} unchanged)"
   exit 0
 fi
@@ -68,6 +85,11 @@ grep -q '^pip-failed' "$PIPLOG" && die "pip install -r $REQ into $VENV failed (f
   || die "pip install -e $PKG into $VENV failed (see pip output above)"
 "$VENV/bin/python" -c 'import torch, triton, transformers, safetensors, pytest, yaml, numpy, xpuinject_kernels' \
   || die "packages from $REQ installed but do not import in $VENV (see pip output above)"
+
+# kernels 0.16.x beside the pinned release: transformers 5.17 takes kernels only in
+# [0.16.0, 0.17.0) for its use_kernels route, and tests/kernels/test_use_kernels.py runs that
+# route with this folder first on PYTHONPATH (the rest comes from .venv).
+install_kernels016
 
 tmp="$(mktemp "$VENV/.requirements.sha256.XXXXXX")"
 echo "$want" >"$tmp"

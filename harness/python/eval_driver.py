@@ -216,6 +216,25 @@ def model_class(config):
     return transformers.AutoModelForCausalLM
 
 
+PLAN_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def plan_dtype(package_dir):
+    """The dtype the package's plan packs in (plan.yaml `dtype`, bf16 when absent): the stock
+    and injected models load in it; the oracle stays fp32."""
+    import torch
+    import yaml
+
+    plan_file = Path(package_dir) / "plan.yaml"
+    try:
+        name = (yaml.safe_load(plan_file.read_text(encoding="utf-8")) or {}).get("dtype", "bf16")
+    except (OSError, yaml.YAMLError) as e:
+        fail(4, f"{plan_file}: {e}")
+    if name not in PLAN_DTYPES:
+        fail(4, f"{plan_file}: dtype {name!r}: the eval loads bf16 or fp16 models (want one of {', '.join(PLAN_DTYPES)})")
+    return name, getattr(torch, PLAN_DTYPES[name])
+
+
 def load(cls, path, dtype, device):
     import torch
 
@@ -686,10 +705,12 @@ def main(argv=None):
     except ImportError:
         fail(3, "python package missing: triton (pip install triton)")
 
-    progress(f"loading {cls.__name__} from {args.model}: oracle fp32, stock bf16, injected bf16 on {device}")
+    dtype_name, dtype = plan_dtype(args.package)
+    result["model"]["dtype"] = dtype_name
+    progress(f"loading {cls.__name__} from {args.model}: oracle fp32, stock {dtype_name}, injected {dtype_name} on {device}")
     oracle = load(cls, args.model, torch.float32, device)
-    stock = load(cls, args.model, torch.bfloat16, device)
-    injected = load(cls, args.model, torch.bfloat16, device)
+    stock = load(cls, args.model, dtype, device)
+    injected = load(cls, args.model, dtype, device)
     try:
         pkg, loaded_by = load_package(args.package, device)
     except Exception as e:
@@ -826,8 +847,9 @@ def evaluate_vision(args, cfg, device, oracle, stock, injected, result):
     pixels = make_images(args.images, size, args.seed).to(device)
     progress(f"accuracy on {args.images} generated {size}x{size} images")
     lo, ho = forward_vision(oracle, pixels)
-    ls, hs = forward_vision(stock, pixels.bfloat16())
-    li, hi = forward_vision(injected, pixels.bfloat16())
+    half = next(stock.parameters()).dtype
+    ls, hs = forward_vision(stock, pixels.to(half))
+    li, hi = forward_vision(injected, pixels.to(half))
     inj = logits_metrics(li, lo, None, args.floor)
     stk = logits_metrics(ls, lo, None, args.floor)
     result["accuracy"] = {
@@ -849,7 +871,7 @@ def vision_latency(paths, names, cfg, device, args):
     size = getattr(cfg, "image_size", 224)
     rows = []
     for B in (1, 32):
-        px = make_images(B, size, args.seed + B).to(device).bfloat16()
+        px = make_images(B, size, args.seed + B).to(device).to(next(paths.stock.parameters()).dtype)
         row = {"batch": B, "ms": {}, "setup_s": {}}
 
         def point(path):

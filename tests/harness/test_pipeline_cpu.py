@@ -89,6 +89,32 @@ def test_pipeline_llama_cpu(tmp_path, fixture, replaced):
     assert not list((out / "package").glob("*shim*"))
 
 
+def test_pipeline_fp16_cpu(tmp_path):
+    """llama-odd (an F16 checkpoint) with `--dtype fp16`: plan.yaml says dtype fp16, the packed
+    tensors are fp16, and the eval runs stock and injected in fp16 against the fp32 model, within
+    the same thresholds as the bf16 runs."""
+    r = run_pipeline("llama-odd", tmp_path / "run", "--dtype", "fp16")
+    if r.returncode != 0 and "--dtype" in r.stderr and ("unknown flag" in r.stderr or "unknown shorthand" in r.stderr):
+        pytest.fail(f"{BIN} has no --dtype flag: the fp16 pipeline needs `xpuinject MODEL --dtype fp16` "
+                    f"(plan.yaml dtype: fp16, fp16 packed tensors): {r.stderr.strip()[-300:]}")
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = tmp_path / "run"
+    import yaml
+    from safetensors import safe_open
+
+    plan = yaml.safe_load((out / "packed" / "plan.yaml").read_text())
+    assert plan["dtype"] == "fp16"
+    dtypes = set()
+    for f in (out / "packed").glob("*.safetensors"):
+        with safe_open(str(f), framework="pt") as sf:
+            dtypes |= {str(sf.get_slice(k).get_dtype()) for k in sf.keys()}
+    assert dtypes == {"F16"}, dtypes
+    ev = json.loads((out / "eval" / "eval.json").read_text())
+    assert ev["model"]["dtype"] == "fp16"
+    assert set(ev["injection"]["replaced"]) == {"Attention", "DecoderLayer", "RMSNorm", "SwiGLUMLP", "LMHead"}
+    check_accuracy(ev)
+
+
 def test_pipeline_levit_cpu(tmp_path):
     r = run_pipeline("levit-tiny", tmp_path / "run")
     assert r.returncode == 0, r.stderr[-4000:]

@@ -7,10 +7,12 @@ copied into kernel-hub variant folders under a model-specific name).
 Injection (injection.py):
   inject(model, packed=None, *, revision=None, token=None, plan=None, check_only=False) -> summary
       carries out the package's plan.yaml; `packed` is a folder or Hub repo of offline-packed weights
-  kernelize(model, *, use_kernels="auto") -> summary
+  kernelize(model, *, use_kernels="auto", mode=None) -> summary
       no plan: binds every supported module; the layers pack the model's own weights
+  mark_transformers_classes(), kernel_mapping(repo, ...): transformers' own route,
+      from_pretrained(..., use_kernels=True, kernel_config=KernelConfig(kernel_mapping(repo)))
   supported_bindings(model), load_plan(path=None), InjectError, Released
-Ops:
+Ops (each a torch custom op, torch.ops.<package module name>.<op>, see _ops.py):
   rms_norm(x, weight, eps) -> y
   add_rms_norm(x, residual, weight, eps) -> (new_residual, y)
   apply_rope(q, k, cos, sin, inplace=False) -> (q_rot, k_rot)
@@ -38,7 +40,7 @@ from .attention import attention_forward, decode_attention, flash_attention_pref
 from .gemm import EPILOGUES as GEMM_EPILOGUES
 from .gemm import gemm
 from .gpus import tuning_report
-from .injection import InjectError, inject, kernelize, load_plan, supported_bindings
+from .injection import InjectError, inject, kernel_mapping, kernelize, load_plan, mark_transformers_classes, supported_bindings
 from .packing import Released
 from .rmsnorm import add_rms_norm, rms_norm
 from .rope import apply_rope
@@ -47,6 +49,8 @@ __all__ = [
     "inject",
     "kernelize",
     "supported_bindings",
+    "mark_transformers_classes",
+    "kernel_mapping",
     "load_plan",
     "InjectError",
     "Released",

@@ -111,12 +111,28 @@ def require_runnable(t: torch.Tensor, what: str) -> str:
     host by the interpreter). Without it, CPU tensors cannot run a Triton kernel.
     """
     be = backend(t)
-    if be == "cpu" and not is_interpret():
-        raise RuntimeError(
-            f"xpuinject_kernels: {what}: tensor is on the CPU; Triton kernels need a cuda or xpu device, "
-            "or TRITON_INTERPRET=1 (set before triton is imported) to run in the interpreter"
-        )
+    if be == "cpu":
+        if not is_interpret():
+            raise RuntimeError(
+                f"xpuinject_kernels: {what}: tensor is on the CPU; Triton kernels need a cuda or xpu device, "
+                "or TRITON_INTERPRET=1 (set before triton is imported) to run in the interpreter"
+            )
+        if not _interpreter_fixed:
+            _fix_interpreter()
     return be
+
+
+_interpreter_fixed = False
+
+
+def _fix_interpreter() -> None:
+    """The interpreter's emulation fixes (_interpret.py), once, whoever bound the layers (inject,
+    kernelize, or kernels.kernelize from transformers' use_kernels)."""
+    global _interpreter_fixed
+    from . import _interpret
+
+    _interpret.apply()
+    _interpreter_fixed = True
 
 
 def cdiv(a: int, b: int) -> int:

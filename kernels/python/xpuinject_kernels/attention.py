@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _backend, gpus
+from . import _backend, _ops, gpus
 from .contract import ATTENTION_HEAD_DIMS
 
 __all__ = [
@@ -603,7 +603,22 @@ def flash_attention_prefill(
     causal: bottom-right aligned (queries are the last sq of sk positions; needs sq <= sk).
     key_mask: [b, sk] padding mask; attn_mask: general [b|1, h|1, sq|1, sk] mask (module docstring
     for value conventions). Both may be given; they combine (a pair needs both).
+    The op: torch.ops.<ns>.attention_prefill (_ops.py).
     """
+    if _ops.traced(q):
+        return _ops.op("attention_prefill")(q, k, v, scaling, bool(causal), key_mask, attn_mask)
+    return _prefill(q, k, v, scaling, causal, key_mask, attn_mask)
+
+
+def _prefill_fake(q, k, v, scaling, causal, key_mask, attn_mask):
+    where = "flash_attention_prefill"
+    b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
+    if causal and sq > sk:
+        raise ValueError(f"attention: {where}: causal with seq_q {sq} > seq_k {sk} (queries must be the last seq_q keys)")
+    return q.new_empty((b, sq, h, d))
+
+
+def _prefill(q, k, v, scaling, causal, key_mask, attn_mask) -> torch.Tensor:
     where = "flash_attention_prefill"
     b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
     be = _backend.require_runnable(q, where)
@@ -721,7 +736,22 @@ def decode_attention(
     kv_lens: int tensor [b], keys >= kv_lens[b] are ignored (a cache filled to different lengths).
     key_mask: [b, L] or [b, 1|h, L] (or a 4-D [b, 1|h, 1, L] transformers mask): conventions as in
     the module docstring. num_splits: override the split count (tests); default from the GPU size.
+    The op: torch.ops.<ns>.attention_decode.
     """
+    if _ops.traced(q):
+        return _ops.op("attention_decode")(q, k, v, scaling, kv_lens, key_mask, num_splits)
+    return _decode(q, k, v, scaling, kv_lens, key_mask, num_splits)
+
+
+def _decode_fake(q, k, v, scaling, kv_lens, key_mask, num_splits):
+    where = "decode_attention"
+    b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
+    if sq != 1:
+        raise ValueError(f"attention: {where}: query has {sq} tokens, decode takes exactly 1 (use flash_attention_prefill)")
+    return q.new_empty((b, 1, h, d))
+
+
+def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits) -> torch.Tensor:
     where = "decode_attention"
     b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
     if sq != 1:
@@ -805,6 +835,14 @@ def decode_attention(
     )
     _backend.count("attention.decode.split")
     return out
+
+
+_ops.define("attention_prefill",
+            "(Tensor q, Tensor k, Tensor v, float? scaling, bool causal, Tensor? key_mask, Tensor? attn_mask) -> Tensor",
+            _prefill, _prefill_fake)
+_ops.define("attention_decode",
+            "(Tensor q, Tensor k, Tensor v, float? scaling, Tensor? kv_lens, Tensor? key_mask, int? num_splits) -> Tensor",
+            _decode, _decode_fake)
 
 
 # ---------------------------------------------------------------------------------------------

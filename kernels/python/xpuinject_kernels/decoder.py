@@ -30,6 +30,8 @@ can_torch_compile; shared code lives in module-level functions.
 
 from __future__ import annotations
 
+import types
+
 import torch
 from torch import nn
 
@@ -69,8 +71,11 @@ def _vendor(module: nn.Module, op: str, m: int = -1) -> bool:
 
 
 def _runs_swiglu(mlp: nn.Module) -> bool:
-    """Whether mlp's forward is bound to this package's SwiGLUMLP (by inject or kernelize)."""
-    return getattr(mlp.__dict__.get("forward"), "__func__", None) is SwiGLUMLP.forward
+    """Whether mlp's forward is bound to this package's SwiGLUMLP (by inject or kernelize).
+    Spelled without getattr(..., default) on the method: torch.compile's tracer (torch 2.11)
+    answers None for getattr(bound_method, "__func__", None)."""
+    f = mlp.__dict__.get("forward")
+    return isinstance(f, types.MethodType) and f.__func__ is SwiGLUMLP.forward
 
 
 def _rows(x: torch.Tensor) -> int:
@@ -185,7 +190,7 @@ class Attention(nn.Module):
     """Replaces LlamaAttention.forward (Mistral, Qwen2, Qwen3 alike)."""
 
     has_backward = False
-    can_torch_compile = False
+    can_torch_compile = True
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
         if self.training:
@@ -198,7 +203,7 @@ class DecoderLayer(nn.Module):
     post-attention RMSNorm run as one fused add_rms_norm kernel."""
 
     has_backward = False
-    can_torch_compile = False
+    can_torch_compile = True
 
     def forward(
         self,

@@ -30,13 +30,13 @@ consecutive programs reuse the same W column panel.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import triton
 import triton.language as tl
 
-from . import _backend, gpus
+from . import _backend, _ops, gpus
 from .contract import GEMM_EPILOGUES
 
 __all__ = ["gemm", "gemm_ref", "EPILOGUES"]
@@ -237,8 +237,19 @@ def gemm(
     or w is a weight.t() view, which block pointers read).
     config: launch constants {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps",
     "num_stages"}, all six, used instead of the autotuner's pick (for tuning); None autotunes.
+    The op: torch.ops.<ns>.gemm (config passed as the six values in that order).
     """
-    fixed = _fixed_config(config) if config is not None else None
+    fixed: Tuple[int, ...] = ()
+    if config is not None:
+        c = _fixed_config(config)
+        fixed = tuple(c.kwargs[k] for k in _CONFIG_KEYS[:4]) + (c.num_warps, c.num_stages)
+    if _ops.traced(x):
+        return _ops.op("gemm")(x, w, bias, residual, epilogue, use_descriptors, out_dtype, list(fixed))
+    return _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, fixed)
+
+
+def _check(x, w, bias, residual, epilogue, out_dtype):
+    """Check every operand; returns (w is K-major, N of the output, output shape, output dtype)."""
     if epilogue not in _EPI_CODE:
         raise _err(f"unknown epilogue {epilogue!r} (want one of {', '.join(EPILOGUES)})")
     if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor):
@@ -265,7 +276,7 @@ def gemm(
         raise _err(f"out_dtype {out_dtype} not supported (want bfloat16, float16 or float32)")
     if w.device != x.device:
         raise _err(f"weight on {w.device}, x on {x.device}")
-    k, n_w = w.shape
+    n_w = w.shape[1]
     swiglu = epilogue == "swiglu"
     if swiglu and n_w % 2 != 0:
         raise _err(f"swiglu weight has {n_w} columns: want an even [K, 2I] (gate | up)")
@@ -281,7 +292,6 @@ def gemm(
             raise _err(f"bias dtype {bias.dtype} not supported")
         if bias.device != x.device:
             raise _err(f"bias on {bias.device}, x on {x.device}")
-        bias = bias.contiguous()
     out_shape = tuple(x.shape[:-1]) + (n,)
     if epilogue == "residual":
         if not isinstance(residual, torch.Tensor) or tuple(residual.shape) != out_shape:
@@ -292,8 +302,27 @@ def gemm(
             raise _err(f"residual on {residual.device}, x on {x.device}")
     elif residual is not None:
         raise _err(f"a residual was given with epilogue {epilogue!r} (use epilogue='residual')")
-    be = _backend.require_runnable(x, "gemm")
+    return kmajor, n, out_shape, out_dtype
 
+
+def _gemm_fake(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config):
+    _, _, out_shape, out_dtype = _check(x, w, bias, residual, epilogue, out_dtype)
+    if use_descriptors and w.stride(-1) != 1:
+        raise _err("use_descriptors=True but the weight is a transposed [N, K] view (block pointers read it)")
+    return x.new_empty(out_shape, dtype=out_dtype)
+
+
+def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) -> torch.Tensor:
+    kmajor, n, out_shape, out_dtype = _check(x, w, bias, residual, epilogue, out_dtype)
+    fixed = None
+    if config:
+        c = dict(zip(_CONFIG_KEYS, config))
+        fixed = triton.Config({k: c[k] for k in _CONFIG_KEYS[:4]}, num_warps=c["num_warps"], num_stages=c["num_stages"])
+    if bias is not None:
+        bias = bias.contiguous()
+    k = w.shape[0]
+    swiglu = epilogue == "swiglu"
+    be = _backend.require_runnable(x, "gemm")
     out = _backend.empty(out_shape, out_dtype, x.device)
     x2 = _as_rows(x)
     m = x2.shape[0]
@@ -366,6 +395,14 @@ def gemm(
     _backend.count("gemm.desc" if use_desc else "gemm.blockptr")
     _backend.count(f"gemm.{epilogue}")
     return out
+
+
+_ops.define(
+    "gemm",
+    "(Tensor x, Tensor w, Tensor? bias, Tensor? residual, str epilogue, bool? use_descriptors, ScalarType? out_dtype, "
+    "int[] config) -> Tensor",
+    _gemm, _gemm_fake,
+)
 
 
 def gemm_ref(x, w, bias=None, residual=None, epilogue="none"):

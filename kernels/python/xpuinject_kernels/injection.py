@@ -44,7 +44,8 @@ from . import layers as _layers
 from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, VENDOR_ATTR, layer_for_class
 from .packing import Released
 
-__all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "InjectError", "PLAN_SCHEMA", "PLAN_FILE"]
+__all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "mark_transformers_classes", "kernel_mapping",
+           "InjectError", "PLAN_SCHEMA", "PLAN_FILE"]
 
 # The plan.yaml schema this package reads (inject/PLAN.md).
 PLAN_SCHEMA = 3
@@ -386,6 +387,26 @@ def _load_outputs(plan: dict, folder: Path, where: str, device: torch.device) ->
     return tensors
 
 
+_PLAN_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _check_packed_dtype(plan: dict, tensors: Dict[str, torch.Tensor], model: nn.Module, where: str) -> None:
+    """A model in one half dtype cannot run weights packed in the other: the product of a bf16
+    weight and an fp16 activation promotes to fp32 and the next fused kernel is handed mixed
+    dtypes. An fp32 model runs either (the kernels round activations to the weights' dtype)."""
+    half = {t.dtype for t in tensors.values() if t.dtype in (torch.bfloat16, torch.float16)}
+    have = next((p.dtype for p in model.parameters() if p.dtype.is_floating_point), None)
+    if have not in (torch.bfloat16, torch.float16) or not half or half == {have}:
+        return
+    packed = ", ".join(sorted(str(d).replace("torch.", "") for d in half))
+    plan_dtype = plan.get("dtype", "bf16")
+    raise InjectError(
+        f"the packed weights in {where} are {packed} (plan dtype {plan_dtype}), the model is {str(have).replace('torch.', '')}: "
+        f"load the model with dtype=torch.{str(_PLAN_DTYPES.get(plan_dtype, torch.bfloat16)).replace('torch.', '')}, "
+        "or pack the weights in the model's dtype (xpuinject --dtype), or inject(model) without packed weights"
+    )
+
+
 def _attach(lp: dict, module: nn.Module, reads: List[str], tensors: Dict[str, torch.Tensor]) -> int:
     """Attach a layer's packed tensors to its module, then release the children they were made
     from (keeping the plain attributes the layer still reads of them). Returns bytes attached."""
@@ -432,6 +453,27 @@ def _bind(module: nn.Module, layer: str) -> None:
     module.forward = types.MethodType(getattr(_layers, layer).forward, module)
 
 
+def _refuse_saving(model: nn.Module, source: str) -> None:
+    """After the packed weights replaced the original projections, the model's state_dict holds
+    neither the checkpoint's tensors (the projections are released) nor a checkpoint transformers
+    can load (packed names, folded BatchNorms): transformers' save_pretrained would write part of
+    it and its from_pretrained would initialise the rest at random. save_pretrained and
+    push_to_hub (which saves through it) refuse instead, on this model only."""
+    cls = type(model).__name__
+
+    def refuse(*args, **kwargs):
+        raise InjectError(
+            f"{cls}.save_pretrained: this model runs offline-packed weights (inject(model, packed=...)) and its original "
+            f"projections were released, so it cannot be saved as a {cls} checkpoint; save the original model instead "
+            f"(load {source} again, or call save_pretrained before inject), or keep the packed checkpoint `xpuinject pack` "
+            "wrote (`xpuinject push` publishes it) and inject it again after loading"
+        )
+
+    for name in ("save_pretrained", "push_to_hub"):
+        if hasattr(model, name):
+            object.__setattr__(model, name, refuse)
+
+
 def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, token=None, plan=None,
            check_only: bool = False) -> dict:
     """Bind this package's layers into `model` as the package's plan says.
@@ -442,7 +484,10 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         packed: the offline-packed weights: a folder written by `xpuinject pack`, or a Hub repo
             id published by `xpuinject push` (downloaded into the HF cache). They are checked
             against the package's plan, attached to the modules, and the original projections
-            are released. None: the layers pack the model's own weights on first use.
+            are released; the model's save_pretrained and push_to_hub then refuse (its weights
+            are no longer a transformers checkpoint). None: the layers pack the model's own
+            weights on first use, into buffers state_dict leaves out, so saving still writes the
+            original checkpoint.
         revision: branch, tag or commit of a `packed` repo id.
         token: Hub token for a private or gated `packed` repo (default: the saved login, HF_TOKEN).
         plan: another plan to carry out (a plan.yaml path or folder); default this package's.
@@ -469,6 +514,7 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         folder, where = _packed_folder(packed, revision, token)
         _check_packed_plan(plan_dict, plan_bytes, digest, folder, where)
         tensors = _load_outputs(plan_dict, folder, where, device)
+        _check_packed_dtype(plan_dict, tensors, model, where)
     _check_reads(plan_dict, named, attached=packed is not None)
     bindings = list(_bindings(plan_dict))
     if check_only:
@@ -486,6 +532,8 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
                 nbytes += _attach(lp, named[lp["module"]], lp["bindings"][0].get("reads") or [], tensors)
     for _, b in bindings:
         _bind(named[b["module"]], b["layer"])
+    if nbytes:
+        _refuse_saving(model, _source(plan_dict))
     replaced: Dict[str, int] = {}
     for _, b in bindings:
         replaced[b["layer"]] = replaced.get(b["layer"], 0) + 1
@@ -595,7 +643,8 @@ def _extensible(targets: List[Tuple[nn.Module, str]]):
     """Make exactly `targets` visible to kernels.kernelize for the duration: kernelize finds
     `kernel_layer_name` and `kernel_condition` on a module's CLASS (kernels/layer/kernelize.py),
     so they are set there with a condition that admits only these instances, and put back as
-    they were afterwards (transformers sets its own on its RMSNorm classes)."""
+    they were afterwards (transformers sets its own on its RMSNorm classes). kernels 0.16 does
+    not read the condition: `kernelize` undoes what it binds beyond the targets."""
     ids = frozenset(id(m) for m, _ in targets)
     names = {type(m): "xpuinject." + layer for m, layer in targets}  # one layer per class (contract.json)
     saved = {cls: {k: cls.__dict__.get(k, _MISSING) for k in ("kernel_layer_name", "kernel_condition")} for cls in names}
@@ -614,12 +663,15 @@ def _extensible(targets: List[Tuple[nn.Module, str]]):
                     setattr(cls, k, v)
 
 
-def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto") -> dict:
+def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto", mode=None) -> dict:
     """Bind this package's layers to every supported module of `model`, with no plan and no
     packed weights: the layers pack the modules' own weights on first use.
 
     use_kernels: "auto" (through kernels.kernelize when the kernels package is importable),
     True (require it) or False (bind directly, the way kernelize does).
+    mode: the kernels.Mode to kernelize in (default Mode.INFERENCE); the layers take
+    Mode.INFERENCE | Mode.TORCH_COMPILE too (each kernel is a torch custom op). Training modes
+    are refused: the layers have no backward.
 
     Returns a summary: path ("kernels" or "direct"), backend, replaced {layer class: modules},
     replaced_modules.
@@ -640,9 +692,15 @@ def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto") -> di
             if use_kernels is True:
                 raise InjectError("use_kernels=True, but the kernels package is not importable (pip install kernels)")
     if api is None:
+        if mode is not None:
+            raise InjectError("mode= is a kernels.Mode, which needs the kernels package (pip install kernels)")
         for path, layer in targets:
             _bind(named[path], layer)
     else:
+        mode = api.Mode.INFERENCE if mode is None else mode
+        if api.Mode.TRAINING in mode:
+            raise InjectError(f"kernelize: mode {mode}: the layers are inference-only (no backward); "
+                              "use Mode.INFERENCE, with | Mode.TORCH_COMPILE to compile the model")
         # kernelize also visits the functions transformers attaches to modules (`_kernel_funcs`,
         # e.g. rotary_pos_emb) and, with no mapping for them, sets their own forward on those
         # shared objects and logs a warning per module: undo both, they are not ours.
@@ -651,11 +709,24 @@ def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto") -> di
         log = logging.getLogger("kernels.layer.layer")
         level = log.level
         log.setLevel(logging.ERROR)
+        # Every module's own forward before the call: kernelize sets one on each module of a
+        # marked class it visits (the class's own where it finds no mapping, e.g. transformers'
+        # "RMSNorm" marks), and kernels 0.16, which ignores kernel_condition, binds every
+        # instance of a target's class (LMHead's nn.Linear: every projection too). Whatever it
+        # set beyond the targets is put back.
+        own = {id(m): m.__dict__.get("forward", _MISSING) for m in named.values()}
+        ids = {id(named[p]) for p, _ in targets}
         try:
             with _extensible([(named[p], layer) for p, layer in targets]) as by_name:
                 mapping = {name: {backend: _REPOSITORIES[layer]} for name, layer in by_name.items()}
                 with api.use_kernel_mapping(mapping, inherit_mapping=False):
-                    api.kernelize(model, mode=api.Mode.INFERENCE, device=backend)
+                    api.kernelize(model, mode=mode, device=backend)
+            for m in named.values():
+                if id(m) not in ids and m.__dict__.get("forward", _MISSING) is not own[id(m)]:
+                    if own[id(m)] is _MISSING:
+                        del m.__dict__["forward"]
+                    else:
+                        m.__dict__["forward"] = own[id(m)]
         finally:
             log.setLevel(level)
             for i, f in funcs.items():
@@ -674,3 +745,84 @@ def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto") -> di
         "replaced": dict(sorted(replaced.items())),
         "replaced_modules": sorted(p for p, _ in targets),
     }
+
+
+# ---------------------------------------------------------------------------- transformers' use_kernels
+
+# transformers marks only its RMSNorm classes for kernels ("RMSNorm", modeling_llama.py and its
+# copies, transformers 5.17); the other classes contract.json lists are marked here, in these
+# transformers model modules, under names of this package's own so that transformers' default
+# kernel mapping (integrations/hub_kernels.py: "SwiGLUMLP" -> Liger) never picks them up.
+_TRANSFORMERS_MODELS = ("llama", "mistral", "qwen2", "qwen3", "levit")
+_NATIVE_MARKS = {"RMSNorm": "RMSNorm"}
+_NO_NATIVE_ROUTE = ("Linear", "LMHead")  # nn.Linear is every projection's class: plan or kernelize only
+
+
+def _mark(layer: str) -> str:
+    return _NATIVE_MARKS.get(layer, "xpuinject." + layer)
+
+
+def mark_transformers_classes() -> Dict[str, str]:
+    """Mark the transformers classes this package's layers replace (contract.json `classes`) for
+    `kernels`, as transformers itself marks its RMSNorm classes: `kernel_layer_name` on the
+    class, and with kernels >= 0.17 a `kernel_condition` that admits only modules whose shapes
+    the kernels take. Then `from_pretrained(..., use_kernels=True,
+    kernel_config=KernelConfig(kernel_mapping(REPO)))` binds the package's layers. Classes that
+    already carry a mark keep it. Returns {class name: mark} of every class this call marked."""
+    import importlib
+
+    import kernels
+
+    takes_condition = "condition" in inspect.signature(kernels.replace_kernel_forward_from_hub).parameters
+    marked = {}
+    for arch in _TRANSFORMERS_MODELS:
+        mod = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
+        for layer, spec in LAYERS.items():
+            if layer in _NO_NATIVE_ROUTE:
+                continue
+            for name in spec["classes"]:
+                cls = mod.__dict__.get(name)
+                if not isinstance(cls, type) or "kernel_layer_name" in cls.__dict__:
+                    continue
+                if takes_condition:
+                    kernels.replace_kernel_forward_from_hub(cls, _mark(layer), condition=lambda m, layer=layer: not _why_not(m, layer))
+                else:
+                    kernels.replace_kernel_forward_from_hub(cls, _mark(layer))
+                marked[name] = _mark(layer)
+    return marked
+
+
+def kernel_mapping(repo: Union[str, os.PathLike], arch: str, *, version: Optional[int] = 1, revision: Optional[str] = None,
+                   trust_remote_code: bool = False) -> dict:
+    """The `kernel_mapping` of a transformers `KernelConfig` for a model of type `arch`
+    (config.model_type: "llama", "qwen3", "levit", ...): every mark its classes carry after
+    `mark_transformers_classes` (and transformers' own "RMSNorm") mapped to this package's layer.
+    transformers refuses a mapping that names a mark the model does not have, hence `arch`.
+
+        KernelConfig(kernel_mapping("my-org/llama-xpu-kernels", "llama", trust_remote_code=True), inherit_mapping=False)
+        KernelConfig(kernel_mapping("/abs/path/package", "llama"), use_local_kernel=True)
+
+    `repo` is a Hub kernel repo id (`version` or `revision`; `trust_remote_code` for a publisher
+    the Hub does not list as trusted) or an absolute local package folder (kernels'
+    LocalLayerRepository; the Hub arguments do not apply)."""
+    import importlib
+
+    s = os.fspath(repo)
+    local = os.path.isabs(s)
+    if not local and not _REPO_ID.match(s):
+        raise InjectError(f"kernel_mapping: {s!r} is neither an absolute package folder nor a Hub repo id (org/name)")
+    if local and not Path(s).is_dir():
+        raise InjectError(f"kernel_mapping: {s}: no such folder (the package folder written by `xpuinject package`)")
+    if not local and (version is None) == (revision is None):
+        raise InjectError("kernel_mapping: give exactly one of version= and revision= for a Hub repo")
+    if arch not in _TRANSFORMERS_MODELS:
+        raise InjectError(f"kernel_mapping: model type {arch!r} has no layers here (supported: {', '.join(_TRANSFORMERS_MODELS)})")
+    mod = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
+    meta = {"trust_remote_code": bool(trust_remote_code)}
+    meta.update({"version": version} if revision is None else {"revision": revision})
+    out = {}
+    for layer, spec in LAYERS.items():
+        if layer in _NO_NATIVE_ROUTE or not any(isinstance(mod.__dict__.get(c), type) for c in spec["classes"]):
+            continue
+        out[_mark(layer)] = f"{s}:{layer}" if local else (f"{s}:{layer}", dict(meta))
+    return out

@@ -79,7 +79,7 @@ class RMSNorm(nn.Module):
     """Replaces LlamaRMSNorm.forward (and Mistral/Qwen2/Qwen3 RMSNorm: same attributes, same math)."""
 
     has_backward = False
-    can_torch_compile = False
+    can_torch_compile = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return rms_norm(hidden_states, self.weight, self.variance_epsilon)
@@ -90,7 +90,7 @@ class SwiGLUMLP(nn.Module):
     fused swiglu epilogue over the packed [hidden, 2*intermediate] gate|up weight."""
 
     has_backward = False
-    can_torch_compile = False
+    can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         act = getattr(getattr(self, "config", None), "hidden_act", "silu")
@@ -105,7 +105,7 @@ class Linear(nn.Module):
     """Replaces nn.Linear.forward(input) with the packed K-major xpuinject_weight (+ xpuinject_bias)."""
 
     has_backward = False
-    can_torch_compile = False
+    can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (nn.Linear's parameter name)
         return _linear(self, input, "Linear")
@@ -122,7 +122,7 @@ class LMHead(nn.Module):
     """
 
     has_backward = False
-    can_torch_compile = False
+    can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (nn.Linear's parameter name)
         w = self.weight
@@ -135,7 +135,7 @@ class LinearBN(nn.Module):
     the flattened tokens, folded into one GEMM + bias. Eval mode only."""
 
     has_backward = False
-    can_torch_compile = False
+    can_torch_compile = True
 
     def forward(self, hidden_state: torch.Tensor) -> torch.Tensor:
         return _folded_bn(self, hidden_state, "LinearBN")
@@ -146,7 +146,7 @@ class BNLinear(nn.Module):
     folded into one GEMM + bias. Eval mode only."""
 
     has_backward = False
-    can_torch_compile = False
+    can_torch_compile = True
 
     def forward(self, hidden_state: torch.Tensor) -> torch.Tensor:
         return _folded_bn(self, hidden_state, "BNLinear")
@@ -158,7 +158,7 @@ class ConvBN(nn.Module):
     kernel here: the win is one pass instead of two). Eval mode only."""
 
     has_backward = False
-    can_torch_compile = False
+    can_torch_compile = True
 
     def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
         if self.training:

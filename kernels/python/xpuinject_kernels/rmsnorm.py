@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _backend
+from . import _backend, _ops
 
 __all__ = ["rms_norm", "add_rms_norm", "rms_norm_ref", "add_rms_norm_ref", "MAX_BLOCK"]
 
@@ -153,9 +153,22 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, config: Optional
     x: [..., N] bf16/fp16/fp32, any leading shape and row stride; weight: [N]. Returns a new
     contiguous tensor of x's shape in promote(weight.dtype, x.dtype).
     config: {"num_warps": n} launches with n warps instead of `num_warps(block)` (for tuning);
-    None (default) uses the rule.
+    None (default) uses the rule. The op: torch.ops.<ns>.rms_norm (_ops.py).
     """
-    cfg = _backend.launch_config(config, _CONFIG_KEYS, "rms_norm")
+    warps = _warps(config, "rms_norm")
+    if _ops.traced(x):
+        return _ops.op("rms_norm")(x, weight, float(eps), warps)
+    return _rms_norm(x, weight, eps, warps)
+
+
+def _warps(config: Optional[dict], what: str) -> int:
+    """config's num_warps, 0 for the rule's choice."""
+    if config is None:
+        return 0
+    return _backend.launch_config(config, _CONFIG_KEYS, what).get("num_warps", 0)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, num_warps: int) -> torch.Tensor:
     _check(x, weight, eps, "rms_norm")
     _backend.require_runnable(x, "rms_norm")
     out_dtype = torch.promote_types(weight.dtype, x.dtype)
@@ -163,9 +176,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, config: Optional
     if x.numel() == 0:
         return out
     x2 = _rows(x, "x")
-    _launch(x2, None, weight.contiguous(), out.view(-1, x.shape[-1]), None, eps, warps=cfg.get("num_warps"))
+    _launch(x2, None, weight.contiguous(), out.view(-1, x.shape[-1]), None, eps, warps=num_warps or None)
     _backend.count("rms_norm")
     return out
+
+
+def _rms_norm_fake(x, weight, eps, num_warps):
+    _check(x, weight, eps, "rms_norm")
+    return x.new_empty(x.shape, dtype=torch.promote_types(weight.dtype, x.dtype))
 
 
 def add_rms_norm(
@@ -175,8 +193,15 @@ def add_rms_norm(
     new_residual = (x + residual) in x.dtype and normed = rms_norm(new_residual, weight, eps).
 
     x and residual: same shape and dtype, any row strides. config: as for rms_norm.
+    The op: torch.ops.<ns>.add_rms_norm.
     """
-    cfg = _backend.launch_config(config, _CONFIG_KEYS, "add_rms_norm")
+    warps = _warps(config, "add_rms_norm")
+    if _ops.traced(x):
+        return _ops.op("add_rms_norm")(x, residual, weight, float(eps), warps)
+    return _add_rms_norm(x, residual, weight, eps, warps)
+
+
+def _check_add(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     _check(x, weight, eps, "add_rms_norm")
     if not isinstance(residual, torch.Tensor) or residual.shape != x.shape:
         raise ValueError(
@@ -186,6 +211,10 @@ def add_rms_norm(
         raise ValueError(f"xpuinject_kernels: add_rms_norm: residual dtype {residual.dtype} != x dtype {x.dtype}")
     if residual.device != x.device:
         raise ValueError(f"xpuinject_kernels: add_rms_norm: residual on {residual.device}, x on {x.device}")
+
+
+def _add_rms_norm(x, residual, weight, eps, num_warps):
+    _check_add(x, residual, weight, eps)
     _backend.require_runnable(x, "add_rms_norm")
     out = _backend.empty(x.shape, torch.promote_types(weight.dtype, x.dtype), x.device)
     new_res = _backend.empty(x.shape, x.dtype, x.device)
@@ -193,9 +222,19 @@ def add_rms_norm(
         return new_res, out
     n = x.shape[-1]
     _launch(_rows(x, "x"), _rows(residual, "residual"), weight.contiguous(), out.view(-1, n), new_res.view(-1, n), eps,
-            warps=cfg.get("num_warps"))
+            warps=num_warps or None)
     _backend.count("add_rms_norm")
     return new_res, out
+
+
+def _add_rms_norm_fake(x, residual, weight, eps, num_warps):
+    _check_add(x, residual, weight, eps)
+    return x.new_empty(x.shape), x.new_empty(x.shape, dtype=torch.promote_types(weight.dtype, x.dtype))
+
+
+_ops.define("rms_norm", "(Tensor x, Tensor weight, float eps, int num_warps) -> Tensor", _rms_norm, _rms_norm_fake)
+_ops.define("add_rms_norm", "(Tensor x, Tensor residual, Tensor weight, float eps, int num_warps) -> (Tensor, Tensor)",
+            _add_rms_norm, _add_rms_norm_fake)
 
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _backend
+from . import _backend, _ops
 
 __all__ = ["apply_rope", "apply_rope_ref", "rotate_half_ref"]
 
@@ -139,8 +139,26 @@ def apply_rope(
     q/k may be non-contiguous views (unit last stride is not required: it is handled by a copy).
     config: launch constants {"tile_elems": elements per half-tile (sets the heads per tile),
     "num_warps": n}, either or both, instead of the defaults (for tuning); None uses them.
+    The ops: torch.ops.<ns>.apply_rope, and apply_rope_ (in place: it declares that it writes q
+    and k) for inplace=True.
     """
-    cfg = _backend.launch_config(config, ("tile_elems", "num_warps"), "apply_rope")
+    tile, warps = 0, 0
+    if config is not None:
+        cfg = _backend.launch_config(config, ("tile_elems", "num_warps"), "apply_rope")
+        tile, warps = cfg.get("tile_elems", 0), cfg.get("num_warps", 0)
+    if inplace:
+        if _ops.traced(q):
+            _ops.op("apply_rope_")(q, k, cos, sin, tile, warps)
+        else:
+            _apply_rope_(q, k, cos, sin, tile, warps)
+        return q, k
+    if _ops.traced(q):
+        return _ops.op("apply_rope")(q, k, cos, sin, tile, warps)
+    return _apply_rope(q, k, cos, sin, tile, warps)
+
+
+def _check_rope(q, k, cos, sin) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Check every operand; returns cos/sin as 3-D views with unit last stride."""
     _check_qk(q, "q")
     _check_qk(k, "k")
     bq, hq, sq, d = q.shape
@@ -157,30 +175,55 @@ def apply_rope(
     for t, n in ((k, "k"), (cos, "cos"), (sin, "sin")):
         if isinstance(t, torch.Tensor) and t.device != q.device:
             raise ValueError(f"xpuinject_kernels: apply_rope: {n} on {t.device}, q on {q.device}")
-    cos = _cs(cos, "cos", bq, sq, d)
-    sin = _cs(sin, "sin", bq, sq, d)
-    _backend.require_runnable(q, "apply_rope")
+    return _cs(cos, "cos", bq, sq, d), _cs(sin, "sin", bq, sq, d)
 
-    if inplace:
-        if q.stride(-1) != 1 or k.stride(-1) != 1:
-            raise ValueError("xpuinject_kernels: apply_rope: inplace=True needs q and k with unit last stride")
-        qo, ko = q, k
-        qi, ki = q, k
-    else:
-        qi = q if q.stride(-1) == 1 else q.contiguous()
-        ki = k if k.stride(-1) == 1 else k.contiguous()
-        # Outputs in q/k's own dimension order: transformers' q/k are [B, S, H, D] projections viewed
-        # as [B, H, S, D], and a contiguous [B, H, S, D] output made every token's heads land
-        # S*D apart -- scattered 128-256-byte writes: 58% of the copy bandwidth at M=16384 on the
-        # H200 against Liger's in-place 90% (docs/results/2026-11-29-h200/bench-v1.csv).
-        qo = _backend.empty_like(qi)
-        ko = _backend.empty_like(ki)
+
+def _apply_rope(q, k, cos, sin, tile_elems: int, num_warps: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    cos, sin = _check_rope(q, k, cos, sin)
+    _backend.require_runnable(q, "apply_rope")
+    qi = q if q.stride(-1) == 1 else q.contiguous()
+    ki = k if k.stride(-1) == 1 else k.contiguous()
+    # Outputs in q/k's own dimension order: transformers' q/k are [B, S, H, D] projections viewed
+    # as [B, H, S, D], and a contiguous [B, H, S, D] output made every token's heads land
+    # S*D apart -- scattered 128-256-byte writes: 58% of the copy bandwidth at M=16384 on the
+    # H200 against Liger's in-place 90% (docs/results/2026-11-29-h200/bench-v1.csv).
+    qo = _backend.empty_like(qi)
+    ko = _backend.empty_like(ki)
     if q.numel() == 0 and k.numel() == 0:
         return qo, ko
-
-    _launch(qi, ki, qo, ko, cos, sin, **cfg)
-    _backend.count("apply_rope.inplace" if inplace else "apply_rope")
+    _launch(qi, ki, qo, ko, cos, sin, tile_elems or 2048, num_warps or ROPE_NUM_WARPS)
+    _backend.count("apply_rope")
     return qo, ko
+
+
+def _apply_rope_fake(q, k, cos, sin, tile_elems, num_warps):
+    _check_rope(q, k, cos, sin)
+    qi = q if q.stride(-1) == 1 else q.contiguous()
+    ki = k if k.stride(-1) == 1 else k.contiguous()
+    return torch.empty_like(qi), torch.empty_like(ki)
+
+
+def _apply_rope_(q, k, cos, sin, tile_elems: int, num_warps: int) -> None:
+    cos, sin = _check_rope(q, k, cos, sin)
+    if q.stride(-1) != 1 or k.stride(-1) != 1:
+        raise ValueError("xpuinject_kernels: apply_rope: inplace=True needs q and k with unit last stride")
+    _backend.require_runnable(q, "apply_rope")
+    if q.numel() == 0 and k.numel() == 0:
+        return
+    _launch(q, k, q, k, cos, sin, tile_elems or 2048, num_warps or ROPE_NUM_WARPS)
+    _backend.count("apply_rope.inplace")
+
+
+def _apply_rope_inplace_fake(q, k, cos, sin, tile_elems, num_warps):
+    _check_rope(q, k, cos, sin)
+    if q.stride(-1) != 1 or k.stride(-1) != 1:
+        raise ValueError("xpuinject_kernels: apply_rope: inplace=True needs q and k with unit last stride")
+
+
+_ops.define("apply_rope", "(Tensor q, Tensor k, Tensor cos, Tensor sin, int tile_elems, int num_warps) -> (Tensor, Tensor)",
+            _apply_rope, _apply_rope_fake)
+_ops.define("apply_rope_", "(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin, int tile_elems, int num_warps) -> ()",
+            _apply_rope_, _apply_rope_inplace_fake, mutates=("q", "k"))
 
 
 def _launch(qi, ki, qo, ko, cos, sin, tile_elems: int = 2048, num_warps: int = ROPE_NUM_WARPS) -> None:
