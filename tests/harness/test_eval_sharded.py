@@ -141,3 +141,21 @@ def test_two_gloo_stages_give_the_single_process_figures(runs, tmp_path, fixture
     assert sum(s["bytes"] for s in p2["injected"]["stages"]) >= p1["injected"]["stages"][0]["bytes"]
     assert p1["oracle"]["mode"] == p2["oracle"]["mode"] == "layered" and p2["oracle"]["rank"] == 0
     assert "| injected bf16 | 1 | " in report and "The bf16 models were split into 2 pipeline stages" in report
+
+
+@pytest.mark.slow
+def test_pipeline_latency_code_runs_over_gloo(runs, tmp_path):
+    """What a GPU pipeline times: prefill forwards and decode steps under the package's runtime
+    (eager, on a StaticCache), every rank taking part, rank 0 reporting."""
+    out = tmp_path / "lat.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    r = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2", str(Path(__file__).with_name("pipeline_latency_worker.py")),
+                        str(FIXTURES / "llama-tiny"), str(runs / "llama-tiny"), str(out)],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    got = json.loads(out.read_text())
+    assert got["world"] == 2 and got["errors"] == {} and got["peak"] == 1001  # the larger of the two ranks'
+    lat = got["latency"]
+    assert [p["tokens"] for p in lat["prefill"]] == [16] and [p["batch"] for p in lat["decode"]] == [1, 2]
+    assert all(p["ms"]["stock_eager"] > 0 for p in lat["prefill"] + lat["decode"])
