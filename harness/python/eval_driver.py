@@ -702,10 +702,10 @@ def main(argv=None):
         placement["oracle"] = {"mode": "whole", "rank": 0, "device": str(device), "bytes": sharded.model_bytes(oracle)}
     elif run.main:
         try:
-            oracle = sharded.LayeredOracle(cls, args.model, device, budget=args.oracle_memory,
-                                           tokens=text_tokens(args, on_gpu))
-        except ImportError as e:
-            fail(3, f"python package missing: {e.name} (the fp32 oracle is built on the meta device with accelerate: pip install accelerate)")
+            oracle = sharded.LayeredOracle(cls, args.model, device, budget=args.oracle_memory, tokens=text_tokens(args, on_gpu))
+        except Exception as e:
+            traceback.print_exc()
+            fail(5, f"building the fp32 oracle from {args.model}: {type(e).__name__}: {e}")
         progress(f"fp32 oracle on {device}, layer by layer from the checkpoint: up to "
                  f"{oracle.budget / 2**30:.1f} GiB of its layers stay on the device")
 

@@ -20,6 +20,7 @@ Imported by eval_driver.py from the folder it is written to (the Go harness writ
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -336,6 +337,28 @@ def checkpoint_index(folder: Path) -> dict:
         return {k: single for k in f.keys()}
 
 
+@contextlib.contextmanager
+def parameters_on_meta():
+    """Every parameter registered inside lands on the meta device (no memory), buffers where they
+    were made: what accelerate's init_empty_weights() does (accelerate/big_modeling.py,
+    init_on_device), without needing accelerate on the GPU machine."""
+    from torch import nn
+
+    register = nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None:
+            p = module._parameters[name]
+            module._parameters[name] = type(p)(p.to("meta"), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register
+
+
 class LayeredOracle:
     """The fp32 model, its weights read from the checkpoint unit by unit as the forward reaches them.
 
@@ -350,13 +373,12 @@ class LayeredOracle:
     def __init__(self, cls, path, device, budget=None, tokens=0):
         import torch
         import transformers
-        from accelerate import init_empty_weights
 
         self.path, self.device = Path(path), device
         cfg = transformers.AutoConfig.from_pretrained(path)
         # parameters on the meta device; buffers (rotary frequencies) computed on the CPU as
         # from_pretrained computes them
-        with init_empty_weights(include_buffers=False):
+        with parameters_on_meta():
             model = cls._from_config(cfg, dtype=torch.float32)
         model.eval()
         try:
