@@ -4,53 +4,66 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/xpuinject/xpuinject/models"
 )
 
 // Footprint is what an evaluation of a checkpoint holds on its devices, read from the tensor
-// index alone (no weights loaded).
+// index alone (no weights loaded). Byte counts are bf16 unless named fp32.
 type Footprint struct {
 	// Weights is one bf16 copy of the checkpoint's floating-point tensors: the stock and the
 	// injected model hold one each (the packed tensors replace the projections they fold).
 	Weights int64
-	// LargestLayer is the largest decoder layer in bf16: pipeline stages split at layer
-	// boundaries, so a stage may hold up to one layer more than its even share.
-	LargestLayer int64
-	// OracleFloor is the least the layered fp32 oracle holds on the first device: every tensor
-	// outside the decoder layers (embeddings, final norm, head) and one decoder layer, in fp32.
-	OracleFloor int64
-	// Layers is the number of decoder layers found (0: a model with no numbered layers).
+	// Layers is the number of decoder layers (0: a model with no numbered layers), Layer the
+	// largest one's bytes.
 	Layers int
+	Layer  int64
+	// First is what the first pipeline stage holds besides its layers (the embeddings), Last
+	// what the last one does (final norm and head; the embeddings too when the head is tied to
+	// them, as transformers' pipeline keeps them there).
+	First, Last int64
+	// OracleFloor is the least the layered fp32 oracle holds on the first device: every tensor
+	// outside the decoder layers and one decoder layer, in fp32.
+	OracleFloor int64
 }
 
 var layerName = regexp.MustCompile(`(^|\.)layers\.(\d+)\.`)
 
-// MeasureFootprint sums a checkpoint's tensors by decoder layer.
+// MeasureFootprint sums a checkpoint's tensors by decoder layer and by stage.
 func MeasureFootprint(ck *models.Checkpoint) Footprint {
 	var fp Footprint
 	layers := map[int]int64{}
-	var outside int64
+	var outside, embed int64
+	head := false
 	for _, t := range ck.Tensors {
 		if !isFloat(t.DType) {
 			continue
 		}
-		n := t.Elems()
-		fp.Weights += 2 * n
-		if m := layerName.FindStringSubmatch(t.Name); m != nil {
+		n := 2 * t.Elems()
+		fp.Weights += n
+		switch m := layerName.FindStringSubmatch(t.Name); {
+		case m != nil:
 			i, _ := strconv.Atoi(m[2])
 			layers[i] += n
-		} else {
+		case strings.Contains(t.Name, "embed_tokens."):
+			embed += n
+			outside += n
+		default:
+			head = head || strings.HasPrefix(t.Name, "lm_head.")
 			outside += n
 		}
 	}
-	var largest int64
 	for _, n := range layers {
-		largest = max(largest, n)
+		fp.Layer = max(fp.Layer, n)
 	}
 	fp.Layers = len(layers)
-	fp.LargestLayer = 2 * largest
-	fp.OracleFloor = 4 * (outside + largest)
+	fp.First = embed
+	fp.Last = outside - embed
+	if !head {
+		fp.Last += embed
+	}
+	fp.OracleFloor = 2 * (outside + fp.Layer)
 	return fp
 }
 
@@ -66,10 +79,17 @@ func isFloat(d models.DType) bool {
 // generation runs, the allocator's and the runtime's own: a tenth of its memory and 2 GiB.
 func Headroom(mem int64) int64 { return mem/10 + 2<<30 }
 
-// PerDevice is what the first (fullest) of n pipeline stages holds: its share of both bf16
-// models, a layer more for an uneven split, and the oracle's floor.
+// PerDevice is what the fullest of n pipeline stages holds: its part of both bf16 models and, on
+// the first, the oracle's floor. transformers splits the layers evenly by count and gives the
+// last stage the remainder (transformers/distributed/pipeline_parallel.py, layer_range_for_rank).
 func (fp Footprint) PerDevice(n int) int64 {
-	return 2*(fp.Weights/int64(n)+fp.LargestLayer) + fp.OracleFloor
+	if n <= 1 || fp.Layers == 0 {
+		return 2*fp.Weights + fp.OracleFloor
+	}
+	per := int64(fp.Layers / n)
+	first := 2*(per*fp.Layer+fp.First) + fp.OracleFloor
+	last := 2 * ((per+int64(fp.Layers%n))*fp.Layer + fp.Last)
+	return max(first, last)
 }
 
 // StagesNeeded is the fewest devices, at most len(mem), over which the evaluation fits, each

@@ -19,11 +19,27 @@ func TestMeasureFootprintOfAFixture(t *testing.T) {
 	}
 	fp := MeasureFootprint(ck)
 	// llama-tiny: vocab 512, hidden 64, intermediate 160, 4 heads and 2 kv heads of 16, 2 layers
-	layer := int64(64*64 + 2*32*64 + 64*64 + 3*160*64 + 2*64)
-	outside := int64(512*64 + 64 + 512*64) // embeddings, final norm, head
-	want := Footprint{Weights: 2 * (2*layer + outside), LargestLayer: 2 * layer, OracleFloor: 4 * (outside + layer), Layers: 2}
+	layer := 2 * int64(64*64+2*32*64+64*64+3*160*64+2*64)
+	embed, last := 2*int64(512*64), 2*int64(64+512*64) // embeddings; final norm and head
+	want := Footprint{Weights: 2*layer + embed + last, Layers: 2, Layer: layer, First: embed, Last: last,
+		OracleFloor: 2 * (embed + last + layer)}
 	if fp != want {
 		t.Fatalf("footprint %+v, want %+v", fp, want)
+	}
+	// one device holds everything; two stages of one layer each, the first with the oracle
+	if got := fp.PerDevice(1); got != 2*fp.Weights+fp.OracleFloor {
+		t.Errorf("PerDevice(1) = %d", got)
+	}
+	if got, w := fp.PerDevice(2), max(2*(layer+embed)+fp.OracleFloor, 2*(layer+last)); got != w {
+		t.Errorf("PerDevice(2) = %d, want %d", got, w)
+	}
+	// tied embeddings (no head tensor): the last stage keeps the embeddings too
+	odd, err := models.Open("../testdata/fixtures/llama-odd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fo := MeasureFootprint(odd); fo.Last <= fo.First || fo.Last != fo.First+2*160 {
+		t.Errorf("tied: first %d, last %d; want the last stage to hold the embeddings and the final norm", fo.First, fo.Last)
 	}
 }
 
@@ -58,6 +74,10 @@ func TestStagesNeeded(t *testing.T) {
 	if fp.Layers != 80 || fp.Weights < 140e9 || fp.Weights > 142e9 {
 		t.Fatalf("70B footprint %+v", fp)
 	}
+	// 80 layers over 3 stages: 26, 26 and the remainder's 28 on the last
+	if got, w := fp.PerDevice(3), max(2*(26*fp.Layer+fp.First)+fp.OracleFloor, 2*(28*fp.Layer+fp.Last)); got != w {
+		t.Errorf("PerDevice(3) = %d, want %d", got, w)
+	}
 	// two bf16 copies (282 GB) do not fit two H200s with the headroom; three do
 	if n, err := StagesNeeded(fp, slices.Repeat([]int64{h200}, 8)); err != nil || n != 3 {
 		t.Errorf("70B on 8 H200: %d stages, %v; want 3", n, err)
@@ -76,7 +96,7 @@ func TestStagesNeeded(t *testing.T) {
 	}
 	// never more stages than decoder layers
 	two := MeasureFootprint(small)
-	two.Weights = 1 << 40
+	two.Weights, two.Layer = 1<<41, 1<<40
 	if _, err := StagesNeeded(two, slices.Repeat([]int64{h200}, 8)); err == nil || !strings.Contains(err.Error(), "over 2") {
 		t.Errorf("more stages than layers: %v", err)
 	}

@@ -122,6 +122,16 @@ def test_two_gloo_stages_give_the_single_process_figures(runs, tmp_path, fixture
     assert "on cpu ×2 (pipeline stages, torchrun)" in stderr and "2 pipeline stages (gloo)" in stderr
     assert one["schema"] == two["schema"] == 3
     assert one["device"]["count"] == 1 and two["device"]["count"] == 2
+    # the GPU run's comparison script agrees, and finds a 1% change in one figure
+    compare = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "scripts" / "compare_evals.py"),
+               str(tmp_path / "one" / "eval.json")]
+    r = subprocess.run([*compare, str(tmp_path / "two" / "eval.json")], capture_output=True, text=True)
+    assert r.returncode == 0 and "largest relative difference 0 " in r.stdout and "equal within tolerance" in r.stdout, r.stdout
+    off = json.loads(json.dumps(two))
+    off["accuracy"]["injected"]["kl"] *= 1.01
+    (tmp_path / "off.json").write_text(json.dumps(off))
+    r = subprocess.run([*compare, str(tmp_path / "off.json")], capture_output=True, text=True)
+    assert r.returncode == 1 and "| injected kl |" in r.stdout and "**over**" in r.stdout, r.stdout
     p1, p2 = one["device"].pop("placement"), two["device"].pop("placement")
     one["device"].pop("count"), two["device"].pop("count")
     # everything measured is equal: accuracy, per-layer errors, generation and its divergences,
