@@ -630,6 +630,8 @@ def jsonable(o):
 
 
 def main(argv=None):
+    if WORLD > 1:
+        sharded.die_with_parent()
     args = parse_args(argv)
     for p in (args.model, args.package, args.packed):
         if not Path(p).is_dir():

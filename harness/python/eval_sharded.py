@@ -76,7 +76,6 @@ class Run:
         import torch
         import torch.distributed as dist
 
-        die_with_parent()
         rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
         cuda = torch.cuda.is_available()
         xpu = hasattr(torch, "xpu") and torch.xpu.is_available()
@@ -275,8 +274,9 @@ class Run:
 
 
 def die_with_parent():
-    """Under torchrun the launcher is this worker's parent; the harness kills the launcher with the
-    CLI (kill -9 included), so the worker asks the kernel to kill it too (Linux, PR_SET_PDEATHSIG)."""
+    """Under torchrun the launcher is this worker's parent and puts it in a session of its own;
+    the harness kills the launcher with the CLI (kill -9 included), so the worker asks the kernel
+    to kill it too (Linux, PR_SET_PDEATHSIG). Called first thing, before the slow imports."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes

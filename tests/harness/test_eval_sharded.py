@@ -169,3 +169,48 @@ def test_pipeline_latency_code_runs_over_gloo(runs, tmp_path):
     lat = got["latency"]
     assert [p["tokens"] for p in lat["prefill"]] == [16] and [p["batch"] for p in lat["decode"]] == [1, 2]
     assert all(p["ms"]["stock_eager"] > 0 for p in lat["prefill"] + lat["decode"])
+
+
+def drivers(marker: str):
+    """Pids of live processes whose command line holds marker (Linux /proc)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = next((ln for ln in (p / "status").read_text().splitlines() if ln.startswith("State:")), "")
+            except OSError:
+                continue
+            if marker in cmd and "eval_driver.py" in cmd and "zombie" not in state:
+                out.append(int(p.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc to find the workers")
+def test_torchrun_workers_die_with_the_cli(runs, tmp_path):
+    """kill -9 of the CLI takes torchrun (the harness's child) and its workers, which torchrun puts
+    in sessions of their own, with it."""
+    import signal
+    import time
+
+    out = tmp_path / "killed-eval"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRITON_INTERPRET="1")
+    cli = subprocess.Popen([str(BIN), "eval", str(FIXTURES / "llama-tiny"), "--package", str(runs / "llama-tiny" / "package"),
+                            "--packed", str(runs / "llama-tiny" / "packed"), "--out", str(out), "--device", "cpu", "--gpus", "2"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    marker = f".{out.name}.xpuinject-"
+    deadline = time.time() + 120
+    while len(drivers(marker)) < 3 and time.time() < deadline:  # torchrun and its two workers
+        time.sleep(0.2)
+    live = drivers(marker)
+    assert len(live) == 3, f"torchrun and two workers did not start: {live}"
+    time.sleep(2)
+    cli.send_signal(signal.SIGKILL)
+    cli.wait()
+    deadline = time.time() + 10
+    while drivers(marker) and time.time() < deadline:
+        time.sleep(0.2)
+    left = drivers(marker)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes outlived the CLI: {left}"
