@@ -79,6 +79,8 @@ class Run:
         rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
         cuda = torch.cuda.is_available()
         xpu = hasattr(torch, "xpu") and torch.xpu.is_available()
+        if (want == "cuda" and not cuda) or (want == "xpu" and not xpu):
+            fail(3, f"--device {want}: torch sees no {want.upper()} device on rank {rank}")
         if want == "cpu" and (cuda or xpu):
             # transformers puts pipeline stages on the accelerator it finds, whatever --device says
             fail(2, "--device cpu with several processes: this machine has a GPU, on which transformers would place the "
