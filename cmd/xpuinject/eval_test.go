@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/xpuinject/xpuinject/harness"
 )
 
 // TestEvalGPUs: --gpus N > 1 runs the driver under torchrun, one worker per pipeline stage; a
@@ -88,5 +90,18 @@ func TestEvalGPUs(t *testing.T) {
 	}
 	if got := launched(); strings.Contains(got, "torch.distributed.run") {
 		t.Errorf("a model that fits one GPU was split: %q", got)
+	}
+}
+
+// A packed card names the placement its latency ratios were measured on.
+func TestEvalSummaryNamesThePipeline(t *testing.T) {
+	r := &harness.Result{}
+	r.Device.Type, r.Device.Name, r.Device.Count = "cuda", "NVIDIA H200", 2
+	if got := evalSummary(r).Device; got != "NVIDIA H200 ×2, one pipeline stage each" {
+		t.Errorf("device %q", got)
+	}
+	r.Device.Count = 1
+	if got := evalSummary(r).Device; got != "NVIDIA H200" {
+		t.Errorf("one device: %q", got)
 	}
 }
