@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/xpuinject/xpuinject/inject/outdir"
 )
@@ -133,10 +134,18 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd.Stdout = o.Progress
-	if cmd.Stdout == nil {
-		cmd.Stdout = io.Discard
+	// The driver's stdout goes to Progress: a file is handed to the child; any other writer is
+	// fed by exec's own goroutine while the loop below writes progress lines to it, so both go
+	// through one lock.
+	var progress io.Writer = io.Discard
+	switch w := o.Progress.(type) {
+	case nil:
+	case *os.File:
+		progress = w
+	default:
+		progress = &lockedWriter{w: w}
 	}
+	cmd.Stdout = progress
 	child := startChild(cmd)
 	defer child.done()
 	if err := cmd.Start(); err != nil {
@@ -164,7 +173,7 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 			tail = tail[1:]
 		}
 		if o.Progress != nil && strings.HasPrefix(line, "xpuinject-eval: ") {
-			fmt.Fprintln(o.Progress, "  "+strings.TrimPrefix(line, "xpuinject-eval: "))
+			fmt.Fprintln(progress, "  "+strings.TrimPrefix(line, "xpuinject-eval: "))
 		}
 	}
 	werr := cmd.Wait()
@@ -211,6 +220,18 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		files.Plots[i] = filepath.Join(o.OutDir, p)
 	}
 	return res, files, nil
+}
+
+// lockedWriter serializes writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // stageEnv is what the torchrun workers of a pipeline need beyond env: CPU threads shared among
