@@ -6,8 +6,9 @@ package harness
 
 import "embed"
 
-// Python holds the eval and generate drivers and the shipped prose text.
+// Python holds the eval and generate drivers, the eval's placement module (imported by the eval
+// driver, which the generate driver imports) and the shipped prose text.
 // Explicit names: a bare directory pattern would silently drop files starting with "_".
 //
-//go:embed python/eval_driver.py python/generate_driver.py python/prose.txt
+//go:embed python/eval_driver.py python/eval_sharded.py python/generate_driver.py python/prose.txt
 var Python embed.FS

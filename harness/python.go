@@ -77,6 +77,9 @@ type Env struct {
 	CUDA         bool
 	XPU          bool
 	Device       string // GPU name when there is one
+	// GPUMemory is the total memory of each visible CUDA device (or XPU when there is no
+	// CUDA), in bytes.
+	GPUMemory []int64
 }
 
 // ErrMissing is returned when the interpreter lacks a required package or device.
@@ -95,6 +98,8 @@ try:
     out["cuda"] = bool(torch.cuda.is_available())
     out["xpu"] = bool(hasattr(torch, "xpu") and torch.xpu.is_available())
     out["device"] = torch.cuda.get_device_name(0) if out["cuda"] else ""
+    acc = torch.cuda if out["cuda"] else (torch.xpu if out["xpu"] else None)
+    out["gpus"] = [acc.get_device_properties(i).total_memory for i in range(acc.device_count())] if acc else []
 except Exception:
     out["cuda"] = out["xpu"] = False
 print(json.dumps(out))
@@ -122,6 +127,13 @@ func Probe(ctx context.Context, python string) (*Env, error) {
 	b := func(k string) bool { v, _ := r[k].(bool); return v }
 	env := &Env{Python: python, Version: s("version"), Torch: s("torch"), Transformers: s("transformers"),
 		Triton: s("triton"), Kernels: s("kernels"), CUDA: b("cuda"), XPU: b("xpu"), Device: s("device")}
+	if gpus, ok := r["gpus"].([]any); ok {
+		for _, g := range gpus {
+			if v, ok := g.(float64); ok && v > 0 {
+				env.GPUMemory = append(env.GPUMemory, int64(v))
+			}
+		}
+	}
 	var missing []string
 	for _, m := range []struct{ name, ver string }{{"torch", env.Torch}, {"transformers", env.Transformers}, {"triton", env.Triton}, {"safetensors", s("safetensors")}} {
 		if m.ver == "" {

@@ -88,6 +88,9 @@ func Markdown(r *Result, plots []string) []byte {
 	if r.Device.Name != "" && r.Device.Name != r.Device.Type {
 		dev += " (" + r.Device.Name + ")"
 	}
+	if r.Device.Count > 1 {
+		dev += fmt.Sprintf(" ×%d, one pipeline stage each", r.Device.Count)
+	}
 	if r.Device.Interpret {
 		dev += ", Triton interpreter"
 	}
@@ -118,6 +121,7 @@ func Markdown(r *Result, plots []string) []byte {
 			"tuned configs (%s)\n", a.Autotuned, a.Benchmarked, a.Tuned, data)
 	}
 	b.WriteString("\n")
+	writePlacement(&b, r)
 
 	in := r.Accuracy.Input
 	fmt.Fprintf(&b, "## Accuracy against the fp32 model\n\nInput: %s. Both bf16 models are compared with the fp32 model (the oracle); "+
@@ -153,7 +157,9 @@ func Markdown(r *Result, plots []string) []byte {
 		for _, p := range pairs {
 			fmt.Fprintf(&b, "| %s | %s | %s | %d / %d |\n", p.name, pct(p.a.Positions), pct(p.a.Prefix), p.a.Ties, p.a.NonTies)
 		}
-		if rt := g.Runtime; rt != nil {
+		if rt := g.Runtime; rt != nil && rt.Stock.VsEager.Tokens == 0 && rt.Injected.VsEager.Tokens == 0 {
+			fmt.Fprintf(&b, "\nNot decoded under the package's graph runtime: %s.\n", rt.Reason)
+		} else if rt != nil {
 			how := "captured device graphs"
 			if !rt.Graphs {
 				how = "eager steps: " + rt.Reason
@@ -220,6 +226,83 @@ func Markdown(r *Result, plots []string) []byte {
 		}
 	}
 	return b.Bytes()
+}
+
+// writePlacement renders which devices ran which model (schema 3).
+func writePlacement(b *bytes.Buffer, r *Result) {
+	p := r.Device.Placement
+	if p == nil {
+		return
+	}
+	b.WriteString("## Placement\n\n")
+	if r.Device.Count > 1 {
+		fmt.Fprintf(b, "The bf16 models were split into %d pipeline stages (transformers' pipeline parallelism over "+
+			"torch.distributed), one process and device each: each stage holds a run of decoder layers and sends its "+
+			"hidden states to the next.\n\n", r.Device.Count)
+	}
+	if p.Stock != nil || p.Injected != nil {
+		b.WriteString("| model | rank | host | device | decoder layers | also | MB held |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+		for _, m := range []struct {
+			name string
+			p    *ModelPlacement
+		}{{"stock bf16", p.Stock}, {"injected bf16", p.Injected}} {
+			if m.p == nil {
+				continue
+			}
+			for _, st := range m.p.Stages {
+				fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %.1f |\n", m.name, st.Rank, st.Host, st.Device,
+					layerRange(st.Layers), stageExtras(st), float64(st.Bytes)/1e6)
+			}
+		}
+		b.WriteString("\n")
+	}
+	if o := p.Oracle; o != nil {
+		where := fmt.Sprintf("rank %d, %s", o.Rank, o.Device)
+		if o.Host != "" {
+			where = fmt.Sprintf("rank %d on %s, %s", o.Rank, o.Host, o.Device)
+		}
+		switch o.Mode {
+		case "layered":
+			fmt.Fprintf(b, "fp32 oracle (%s): read from the checkpoint unit by unit (embeddings, each decoder layer, "+
+				"final norm, head) as the forward reaches them; ", where)
+			if o.StreamedLoads == 0 {
+				fmt.Fprintf(b, "all %d units stayed on the device after their first load (%.1f MB, within a %.1f MB budget).\n\n",
+					o.Units, float64(o.KeptBytes)/1e6, float64(o.BudgetBytes)/1e6)
+			} else {
+				fmt.Fprintf(b, "%d of %d units stayed on the device (%.1f MB of a %.1f MB budget), the others were read "+
+					"from the checkpoint again on every pass: %d loads in all.\n\n",
+					o.KeptUnits, o.Units, float64(o.KeptBytes)/1e6, float64(o.BudgetBytes)/1e6, o.Loads)
+			}
+		default:
+			fmt.Fprintf(b, "fp32 oracle (%s): the whole model, %.1f MB.\n\n", where, float64(o.Bytes)/1e6)
+		}
+	}
+}
+
+func layerRange(l []int) string {
+	switch {
+	case len(l) != 2 || l[1] <= l[0]:
+		return "none"
+	case l[1]-l[0] == 1:
+		return fmt.Sprint(l[0])
+	}
+	return fmt.Sprintf("%d–%d", l[0], l[1]-1)
+}
+
+func stageExtras(st Stage) string {
+	var parts []string
+	for _, x := range []struct {
+		on   bool
+		name string
+	}{{st.Embeddings, "embeddings"}, {st.Norm, "final norm"}, {st.Head, "head"}} {
+		if x.on {
+			parts = append(parts, x.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // PathLabel names a latency path in tables and plots.

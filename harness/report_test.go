@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"encoding/json"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
@@ -120,7 +122,7 @@ func TestReadResultRejects(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte(`{"schema": 1}`), 0o644)
-	if _, err := ReadResult(bad); err == nil || !strings.Contains(err.Error(), "schema 1, this build reads schema 2") {
+	if _, err := ReadResult(bad); err == nil || !strings.Contains(err.Error(), "schema 1, this build reads schemas 2 and 3") {
 		t.Errorf("want schema error, got %v", err)
 	}
 	os.WriteFile(bad, []byte(`{"schema": 2, "accuracy": NaN}`), 0o644)
@@ -129,5 +131,55 @@ func TestReadResultRejects(t *testing.T) {
 	}
 	if _, err := ReadResult(filepath.Join(dir, "missing.json")); err == nil {
 		t.Error("missing file accepted")
+	}
+}
+
+// A schema 2 file is one device with no placement; schema 3 says which devices ran what, and
+// the report shows it.
+func TestReportPlacement(t *testing.T) {
+	r, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Device.Count != 1 || r.Device.Placement != nil {
+		t.Fatalf("schema 2: count %d, placement %+v; want 1 device, none", r.Device.Count, r.Device.Placement)
+	}
+	if md := string(Markdown(r, nil)); strings.Contains(md, "## Placement") || !strings.Contains(md, "- device: cuda (NVIDIA H200)\n") {
+		t.Errorf("schema 2 report:\n%s", md)
+	}
+	var doc map[string]any
+	b, _ := os.ReadFile("testdata/eval-gpu.json")
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["schema"] = 3
+	stage := func(rank int, layers []int, embed, head bool, bytes int64) map[string]any {
+		return map[string]any{"rank": rank, "host": "h200-a", "device": fmt.Sprintf("cuda:%d", rank), "layers": layers,
+			"embeddings": embed, "norm": head, "head": head, "bytes": bytes}
+	}
+	pipe := map[string]any{"mode": "pipeline", "stages": []any{stage(0, []int{0, 16}, true, false, 8_000_000_000),
+		stage(1, []int{16, 32}, false, true, 8_100_000_000)}}
+	doc["device"] = map[string]any{"type": "cuda", "name": "NVIDIA H200", "interpret": false, "count": 2,
+		"placement": map[string]any{"stock": pipe, "injected": pipe, "oracle": map[string]any{
+			"mode": "layered", "rank": 0, "host": "h200-a", "device": "cuda:0", "units": 35, "kept_units": 12,
+			"kept_bytes": 10_000_000_000, "budget_bytes": 10_500_000_000, "loads": 1200, "streamed_loads": 1150}}}
+	b, _ = json.Marshal(doc)
+	p := filepath.Join(t.TempDir(), "eval.json")
+	os.WriteFile(p, b, 0o644)
+	if r, err = ReadResult(p); err != nil {
+		t.Fatal(err)
+	}
+	md := string(Markdown(r, nil))
+	for _, want := range []string{
+		"- device: cuda (NVIDIA H200) ×2, one pipeline stage each\n",
+		"The bf16 models were split into 2 pipeline stages",
+		"| stock bf16 | 0 | h200-a | cuda:0 | 0–15 | embeddings | 8000.0 |",
+		"| injected bf16 | 1 | h200-a | cuda:1 | 16–31 | final norm, head | 8100.0 |",
+		"fp32 oracle (rank 0 on h200-a, cuda:0): read from the checkpoint unit by unit",
+		"12 of 35 units stayed on the device (10000.0 MB of a 10500.0 MB budget), the others were read from the checkpoint again on every pass: 1200 loads in all.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
 	}
 }

@@ -138,8 +138,50 @@ func (r LatencyRow) Headline() (pair [2]string, ratio float64, ok bool) {
 	return [2]string{}, math.NaN(), false
 }
 
-// Schema is the eval.json schema this build reads and the driver writes.
-const Schema = 2
+// Schema is the eval.json schema the driver writes. This build also reads schema 2 (one device,
+// no placement), which schema 3 extends with device.count and device.placement.
+const Schema = 3
+
+// Stage is one process's part of a bf16 model: one pipeline stage, or the whole model.
+type Stage struct {
+	Rank       int    `json:"rank"`
+	Host       string `json:"host"`
+	Device     string `json:"device"`
+	Layers     []int  `json:"layers"` // decoder layers [start, end); empty: none
+	Embeddings bool   `json:"embeddings"`
+	Norm       bool   `json:"norm"` // the final norm
+	Head       bool   `json:"head"`
+	Bytes      int64  `json:"bytes"` // parameters and buffers the process holds
+}
+
+// ModelPlacement is how a bf16 model was placed: "single" (one device) or "pipeline".
+type ModelPlacement struct {
+	Mode   string  `json:"mode"`
+	Stages []Stage `json:"stages"`
+}
+
+// OraclePlacement is where the fp32 oracle ran: "layered" (units read from the checkpoint as the
+// forward reaches them, kept while they fit BudgetBytes) or "whole" (loaded at once).
+type OraclePlacement struct {
+	Mode          string `json:"mode"`
+	Rank          int    `json:"rank"`
+	Host          string `json:"host,omitempty"`
+	Device        string `json:"device"`
+	Bytes         int64  `json:"bytes,omitempty"` // whole
+	Units         int    `json:"units,omitempty"`
+	KeptUnits     int    `json:"kept_units,omitempty"`
+	KeptBytes     int64  `json:"kept_bytes,omitempty"`
+	BudgetBytes   int64  `json:"budget_bytes,omitempty"`
+	Loads         int    `json:"loads,omitempty"`
+	StreamedLoads int    `json:"streamed_loads,omitempty"`
+}
+
+// Placement says which devices ran which model.
+type Placement struct {
+	Oracle   *OraclePlacement `json:"oracle,omitempty"`
+	Stock    *ModelPlacement  `json:"stock,omitempty"`
+	Injected *ModelPlacement  `json:"injected,omitempty"`
+}
 
 // Result is eval.json, written by the driver (README documents the schema).
 type Result struct {
@@ -153,6 +195,10 @@ type Result struct {
 		Type      string `json:"type"`
 		Name      string `json:"name"`
 		Interpret bool   `json:"interpret"`
+		// Count is the devices the bf16 models were spread over, one process each (1 in a
+		// schema 2 file).
+		Count     int        `json:"count"`
+		Placement *Placement `json:"placement,omitempty"`
 	} `json:"device"`
 	Versions  map[string]string `json:"versions"`
 	Injection struct {
@@ -228,8 +274,11 @@ func ReadResult(path string) (*Result, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("harness: %s: %s", path, models.JSONError(err))
 	}
-	if r.Schema != Schema {
-		return nil, fmt.Errorf("harness: %s: schema %d, this build reads schema %d", path, r.Schema, Schema)
+	if r.Schema != Schema && r.Schema != 2 {
+		return nil, fmt.Errorf("harness: %s: schema %d, this build reads schemas 2 and %d", path, r.Schema, Schema)
+	}
+	if r.Device.Count == 0 {
+		r.Device.Count = 1
 	}
 	return &r, nil
 }

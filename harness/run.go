@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/xpuinject/xpuinject/inject/outdir"
 )
@@ -25,11 +27,15 @@ type Options struct {
 	OutDir     string // the eval folder: eval.json, report.md, plots (an outdir output)
 	Tool       string // "xpuinject <version>", recorded in the folder's marker
 	Device     string // auto|cuda|xpu|cpu
-	TextFile   string // "" = the shipped prose
-	Tokens     int    // 0 = driver default
-	GenTokens  int    // 0 = driver default
-	Latency    string // auto|eager|graph|both|off
-	Repeats    int    // 0 = driver default
+	// Stages is the number of devices the bf16 models are spread over as pipeline stages, one
+	// driver process each under torchrun (torch.distributed); 0 and 1 run one process. On the
+	// CPU the processes talk over gloo.
+	Stages    int
+	TextFile  string // "" = the shipped prose
+	Tokens    int    // 0 = driver default
+	GenTokens int    // 0 = driver default
+	Latency   string // auto|eager|graph|both|off
+	Repeats   int    // 0 = driver default
 	// Prefill and DecodeBatches are the timed prompt lengths and decode batch sizes (nil:
 	// the driver's defaults).
 	Prefill       []int
@@ -71,7 +77,7 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		return nil, nil, fmt.Errorf("harness: %w", err)
 	}
 	defer tx.Abort() // nothing once committed
-	for _, name := range []string{"eval_driver.py", "prose.txt"} {
+	for _, name := range []string{"eval_driver.py", "eval_sharded.py", "prose.txt"} {
 		b, err := Python.ReadFile("python/" + name)
 		if err != nil {
 			return nil, nil, fmt.Errorf("harness: embedded %s: %w", name, err)
@@ -81,10 +87,17 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		}
 	}
 	out := tx.Path("eval.json")
-	args := []string{tx.Path(".eval/eval_driver.py"),
+	var args []string
+	if o.Stages > 1 {
+		// torchrun on this host: a free rendezvous port, one worker per stage, and the other
+		// workers stopped when one fails
+		args = append(args, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+			"--nproc-per-node", strconv.Itoa(o.Stages))
+	}
+	args = append(args, tx.Path(".eval/eval_driver.py"),
 		"--model", o.ModelDir, "--package", o.PackageDir, "--packed", o.PackedDir,
 		"--out", out, "--device", cmp.Or(o.Device, "auto"),
-		"--latency", cmp.Or(o.Latency, "auto")}
+		"--latency", cmp.Or(o.Latency, "auto"))
 	if o.TextFile != "" {
 		args = append(args, "--text", o.TextFile)
 	}
@@ -114,35 +127,54 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		// before triton is imported, so it goes in the environment.
 		env = append(env, "TRITON_INTERPRET=1")
 	}
+	if o.Stages > 1 {
+		env = append(env, stageEnv(env, o.Device, o.Stages)...)
+	}
 	cmd.Env = env
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd.Stdout = o.Progress
-	if cmd.Stdout == nil {
-		cmd.Stdout = io.Discard
+	// The driver's stdout goes to Progress: a file is handed to the child; any other writer is
+	// fed by exec's own goroutine while the loop below writes progress lines to it, so both go
+	// through one lock.
+	var progress io.Writer = io.Discard
+	switch w := o.Progress.(type) {
+	case nil:
+	case *os.File:
+		progress = w
+	default:
+		progress = &lockedWriter{w: w}
 	}
+	cmd.Stdout = progress
 	child := startChild(cmd)
 	defer child.done()
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("harness: starting %s: %w", o.Python, err)
 	}
 	var lastErr string
+	exitCode := -1 // a worker's own exit code, which torchrun replaces with 1
 	var tail []string
 	sc := bufio.NewScanner(stderr)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "xpuinject-eval: error: ") {
+		if strings.HasPrefix(line, "xpuinject-eval: error: ") && lastErr == "" {
+			// the first error: under torchrun the other workers' follow from it
 			lastErr = strings.TrimPrefix(line, "xpuinject-eval: error: ")
+		}
+		if c, ok := strings.CutPrefix(line, "xpuinject-eval: exit-code: "); ok {
+			if n, err := strconv.Atoi(c); err == nil && exitCode < 0 {
+				exitCode = n
+			}
+			continue
 		}
 		tail = append(tail, line)
 		if len(tail) > 30 {
 			tail = tail[1:]
 		}
 		if o.Progress != nil && strings.HasPrefix(line, "xpuinject-eval: ") {
-			fmt.Fprintln(o.Progress, "  "+strings.TrimPrefix(line, "xpuinject-eval: "))
+			fmt.Fprintln(progress, "  "+strings.TrimPrefix(line, "xpuinject-eval: "))
 		}
 	}
 	werr := cmd.Wait()
@@ -154,6 +186,9 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		var ee *exec.ExitError
 		if errors.As(werr, &ee) {
 			code = ee.ExitCode()
+		}
+		if exitCode >= 0 {
+			code = exitCode
 		}
 		msg := lastErr
 		if msg == "" {
@@ -186,6 +221,41 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		files.Plots[i] = filepath.Join(o.OutDir, p)
 	}
 	return res, files, nil
+}
+
+// lockedWriter serializes writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// stageEnv is what the torchrun workers of a pipeline need beyond env: CPU threads shared among
+// the workers (torchrun would give each one), and on the CPU no visible GPU (transformers puts
+// pipeline stages on the accelerator it finds).
+func stageEnv(env []string, device string, stages int) []string {
+	var add []string
+	if !hasEnv(env, "OMP_NUM_THREADS") {
+		add = append(add, "OMP_NUM_THREADS="+strconv.Itoa(max(1, runtime.NumCPU()/stages)))
+	}
+	if device == "cpu" {
+		add = append(add, "CUDA_VISIBLE_DEVICES=")
+	}
+	return add
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 func joinInts(ns []int) string {

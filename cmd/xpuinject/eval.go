@@ -33,6 +33,7 @@ type evalOptions struct {
 	Prefill    []int // prompt lengths timed (nil: the driver's 128, 512, 2048)
 	Decode     []int // batch sizes of the timed decode steps (nil: 1 and 8)
 	JSON       bool  // print where the results went as JSON (eval's own flag)
+	GPUs       int   // pipeline stages, one device each (0: as many as the models need)
 }
 
 var (
@@ -52,9 +53,15 @@ its packed weights) in a Python subprocess and report accuracy (logits error, to
 perplexity, greedy generation, per-layer error) and, on a GPU, prefill/decode latency and
 peak memory: stock eager, stock compiled (StaticCache + torch.compile, the fastest stock
 path), stock and injected under the package's graph runtime, injected eager (--latency). Writes eval.json, report.md and PNG plots to --out.
-On the CPU the kernels run under the Triton interpreter: accuracy only, on a short text.`,
-		Example: `  xpuinject eval testdata/fixtures/llama-tiny --package out/package --packed out/packed --out out/eval --device cpu`,
-		Args:    exactArgs(1),
+On the CPU the kernels run under the Triton interpreter: accuracy only, on a short text.
+
+The fp32 oracle is read from the checkpoint layer by layer, so it never needs the whole fp32
+model in memory. With --gpus N (or when the bf16 models do not fit one GPU) the two bf16
+models are split into N pipeline stages, one process and GPU each, under torchrun; with
+--device cpu, N processes talk over gloo.`,
+		Example: `  xpuinject eval testdata/fixtures/llama-tiny --package out/package --packed out/packed --out out/eval --device cpu
+  xpuinject eval llama8b --package out/package --packed out/packed --out out/eval --gpus 2`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Model = args[0]
 			if o.PackageDir == "" || o.PackedDir == "" || o.Out == "" {
@@ -90,6 +97,7 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.IntVar(&o.Repeats, "repeats", 0, "timed repeats per latency point (default 30)")
 	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated (default 128,512,2048)")
 	fl.IntSliceVar(&o.Decode, "decode-batches", nil, "batch sizes whose decode step is timed, comma-separated (default 1,8)")
+	fl.IntVar(&o.GPUs, "gpus", 0, "GPUs to split the bf16 models over as pipeline stages, one process each under torchrun (0: one, or as many as they need; with --device cpu: processes over gloo)")
 }
 
 // checkEvalFlags validates the flags eval shares with the pipeline, before any work;
@@ -104,7 +112,7 @@ func checkEvalFlags(o *evalOptions) error {
 	for _, c := range []struct {
 		flag string
 		n    int
-	}{{"tokens", o.Tokens}, {"gen-tokens", o.GenTokens}, {"repeats", o.Repeats}} {
+	}{{"tokens", o.Tokens}, {"gen-tokens", o.GenTokens}, {"repeats", o.Repeats}, {"gpus", o.GPUs}} {
 		if err := checkCount(c.flag, c.n); err != nil {
 			return err
 		}
@@ -198,10 +206,18 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 	if env.Kernels == "" {
 		fmt.Fprintln(f.ErrOut, "note: the kernels package is not installed; the package is imported from its variant folder directly")
 	}
-	fmt.Fprintf(f.ErrOut, "eval: %s (torch %s, transformers %s, triton %s) on %s\n", py, env.Torch, env.Transformers, env.Triton, deviceLabel(o.Device, env))
+	stages, err := evalStages(f, o, env, modelDir)
+	if err != nil {
+		return nil, err
+	}
+	label := deviceLabel(o.Device, env)
+	if stages > 1 {
+		label += fmt.Sprintf(" ×%d (pipeline stages, torchrun)", stages)
+	}
+	fmt.Fprintf(f.ErrOut, "eval: %s (torch %s, transformers %s, triton %s) on %s\n", py, env.Torch, env.Transformers, env.Triton, label)
 	_, files, err := harness.Run(ctx, harness.Options{
 		Python: py, ModelDir: modelDir, PackageDir: o.PackageDir, PackedDir: o.PackedDir, OutDir: o.Out, Tool: tool(),
-		Device: o.Device, TextFile: o.Text, Tokens: o.Tokens, GenTokens: o.GenTokens, Latency: o.Latency,
+		Device: o.Device, Stages: stages, TextFile: o.Text, Tokens: o.Tokens, GenTokens: o.GenTokens, Latency: o.Latency,
 		Repeats: o.Repeats, Prefill: o.Prefill, DecodeBatches: o.Decode, Progress: f.ErrOut,
 	})
 	if err != nil {
@@ -222,6 +238,47 @@ type evalFiles struct {
 	Eval   string   `json:"eval"`
 	Report string   `json:"report"`
 	Plots  []string `json:"plots"`
+}
+
+// evalStages decides how many pipeline stages (devices, one process each) the eval runs: --gpus
+// when given, else as many as the checkpoint's two bf16 copies and the oracle's working set need
+// on the visible GPUs (harness.StagesNeeded), one on the CPU.
+func evalStages(f *Factory, o *evalOptions, env *harness.Env, modelDir string) (int, error) {
+	gpu := o.Device == "cuda" || o.Device == "xpu" || (o.Device == "auto" && (env.CUDA || env.XPU))
+	ck, err := models.Open(modelDir)
+	if err != nil {
+		return 0, err
+	}
+	vision := ck.ModelType == "levit"
+	if o.GPUs > 1 && vision {
+		return 0, &usageError{fmt.Errorf("--gpus %d: a %s model is not split into pipeline stages (it has no decoder layers); use --gpus 1", o.GPUs, ck.ModelType)}
+	}
+	if !gpu {
+		return max(o.GPUs, 1), nil
+	}
+	if o.GPUs > len(env.GPUMemory) && len(env.GPUMemory) > 0 {
+		return 0, fmt.Errorf("--gpus %d: %s sees %d GPU(s)", o.GPUs, env.Python, len(env.GPUMemory))
+	}
+	fp := harness.MeasureFootprint(ck)
+	if o.GPUs == 0 && !vision {
+		n, err := harness.StagesNeeded(fp, env.GPUMemory)
+		if err != nil {
+			return 0, err
+		}
+		if n > 1 {
+			fmt.Fprintf(f.ErrOut, "eval: two bf16 copies of %s do not fit one GPU of %s: %d pipeline stages (--gpus sets the number)\n",
+				harness.GiB(fp.Weights), harness.GiB(env.GPUMemory[0]), n)
+		}
+		return n, nil
+	}
+	n := max(o.GPUs, 1)
+	if len(env.GPUMemory) > 0 {
+		if need := fp.PerDevice(n) + harness.Headroom(env.GPUMemory[0]); need > env.GPUMemory[0] {
+			fmt.Fprintf(f.ErrOut, "warning: over %d GPU(s) the eval needs about %s per device, more than the %s each has\n",
+				n, harness.GiB(need), harness.GiB(env.GPUMemory[0]))
+		}
+	}
+	return n, nil
 }
 
 func deviceLabel(d string, env *harness.Env) string {

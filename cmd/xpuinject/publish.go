@@ -232,6 +232,9 @@ func evalSummary(r *harness.Result) *emit.EvalSummary {
 	if r.Device.Name != "" && r.Device.Name != r.Device.Type {
 		s.Device = r.Device.Name
 	}
+	if r.Device.Count > 1 {
+		s.Device += fmt.Sprintf(" ×%d, one pipeline stage each", r.Device.Count)
+	}
 	if r.Device.Interpret {
 		s.Device += ", kernels under the Triton interpreter"
 	}

@@ -1,11 +1,12 @@
 """xpuinject eval driver: whole-model accuracy and latency of an injected model.
 
-Run by the Go harness (`xpuinject eval`), which writes this file into a work folder and reads
-back the JSON this writes. It loads the checkpoint three times:
+Run by the Go harness (`xpuinject eval`), which writes this file and eval_sharded.py into a work
+folder and reads back the JSON this writes. It loads the checkpoint three times:
 
-- oracle: fp32, stock transformers  (the user's reference quality)
-- stock:  bf16, stock transformers  (what the user runs today)
-- injected: bf16 + the emitted package, which injects itself with its packed weights
+- oracle: fp32, stock transformers  (the user's reference quality), its layers read from the
+  checkpoint as the forward reaches them (eval_sharded.LayeredOracle; vision models: whole)
+- stock:  the plan's dtype (bf16 or fp16), stock transformers  (what the user runs today)
+- injected: the same dtype + the emitted package, which injects itself with its packed weights
   (`inject(model, packed=...)` of the package, loaded as users load it)
 
 and reports, for injected and stock side by side, their error against the oracle (cosine,
@@ -15,6 +16,9 @@ layer / encoder stage, and on a GPU the latency of prefill and decode (device ev
 warm-up, median of many) with peak memory, on the paths --latency names: stock eager, stock
 compiled (StaticCache + torch.compile "reduce-overhead"), stock and injected under the
 package's graph runtime, injected eager.
+
+Under torchrun (WORLD_SIZE > 1) every process holds one pipeline stage of the stock and
+injected models (eval_sharded.Run); rank 0 also runs the oracle and writes the result.
 
 Progress goes to stderr as `xpuinject-eval: ...` lines; the result is one JSON file.
 Exit codes: 0 ok, 2 bad arguments / missing input, 3 a missing Python package or device,
@@ -34,14 +38,26 @@ import time
 import traceback
 from pathlib import Path
 
-SCHEMA = 2
+# eval_sharded.py is written beside this file; the folder is on sys.path when this runs as a
+# script, not when a test loads this file by path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import eval_sharded as sharded  # noqa: E402
+
+SCHEMA = 3
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+RANK = int(os.environ.get("RANK", "0"))
 
 
 def progress(msg: str) -> None:
-    print(f"xpuinject-eval: {msg}", file=sys.stderr, flush=True)
+    if RANK == 0:
+        print(f"xpuinject-eval: {msg}", file=sys.stderr, flush=True)
 
 
 def fail(code: int, msg: str):
+    if WORLD > 1:
+        # torchrun exits 1 whatever its worker's code was: the harness reads it from this line
+        print(f"xpuinject-eval: exit-code: {code}", file=sys.stderr, flush=True)
+        msg = f"rank {RANK} of {WORLD}: {msg}"
     print(f"xpuinject-eval: error: {msg}", file=sys.stderr, flush=True)
     sys.exit(code)
 
@@ -79,6 +95,9 @@ def parse_args(argv):
     p.add_argument("--decode-batches", default="1,8", help="batch sizes for per-token decode latency")
     p.add_argument("--repeats", type=int, default=30, help="timed repeats per latency point (median)")
     p.add_argument("--floor", type=float, default=0.0, help="relative-error denominator floor (0: 1e-3 * max|ref|)")
+    p.add_argument("--oracle-memory", type=int, default=-1,
+                   help="bytes of the fp32 oracle's layers kept on the device between forwards (-1: what is free "
+                        "after the bf16 models, less a forward's activations); the rest is read from the checkpoint per pass")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -235,12 +254,12 @@ def plan_dtype(package_dir):
     return name, getattr(torch, PLAN_DTYPES[name])
 
 
-def load(cls, path, dtype, device):
-    import torch
-
-    m = cls.from_pretrained(path, dtype=dtype)
+def load(cls, path, dtype, device, run=None):
+    """A model on the device; under torchrun, this rank's pipeline stage of it (run.load_kwargs)."""
+    m = cls.from_pretrained(path, dtype=dtype, **(run.load_kwargs() if run else {}))
     m.eval()
-    return m.to(device)
+    m = m.to(device)
+    return run.adopt(m) if run else m
 
 
 def sync(device):
@@ -270,14 +289,6 @@ def text_inputs(args, model_dir, device, n_tokens):
         fail(2, f"{text_path}: only {ids.shape[1]} tokens; need at least 8")
     # The shipped text is named, not located: its copy sits in a scratch folder.
     return ids.to(device), args.text or "prose.txt (shipped with xpuinject)"
-
-
-def forward_text(model, ids):
-    import torch
-
-    with torch.no_grad():
-        out = model(input_ids=ids, output_hidden_states=True, use_cache=False)
-    return out.logits.float(), [h.float() for h in out.hidden_states]
 
 
 def greedy(model, ids, n):
@@ -335,15 +346,18 @@ def last_logits(model, prompt, tokens):
 def divergence(models, x, y, prompt, a, b, at, bound):
     """The first divergence of x's greedy run a and y's run b, which share prompt + a[:at]: the
     oracle's margins there, and each model's own margin between the two tokens (0 means its
-    logits tied and argmax took the lower token id)."""
-    z = last_logits(models["oracle"], prompt, a[:at])
-    top2 = z.topk(2).values
-    pick = abs(float(z[a[at]] - z[b[at]]))
+    logits tied and argmax took the lower token id). On a pipeline's ranks other than 0, which
+    hold no oracle, only the bf16 models' forwards run (every rank takes part in those)."""
     own = {}
     for name in (x, y):
         if name != "oracle":
             zm = last_logits(models[name], prompt, a[:at])
             own[name] = float(zm[a[at]] - zm[b[at]])
+    if models["oracle"] is None:
+        return {"position": at, "tokens": [a[at], b[at]], "model_margins": own, "tie": False}
+    z = last_logits(models["oracle"], prompt, a[:at])
+    top2 = z.topk(2).values
+    pick = abs(float(z[a[at]] - z[b[at]]))
     return {
         "position": at,
         "tokens": [a[at], b[at]],
@@ -665,6 +679,8 @@ def jsonable(o):
 
 
 def main(argv=None):
+    if WORLD > 1:
+        sharded.die_with_parent()
     args = parse_args(argv)
     for p in (args.model, args.package, args.packed):
         if not Path(p).is_dir():
@@ -681,13 +697,16 @@ def main(argv=None):
     except ImportError:
         fail(3, "python package missing: safetensors (pip install safetensors)")
     torch.manual_seed(args.seed)
-    device = pick_device(args.device)
-    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        fail(3, "no GPU: the kernels can run on the CPU only under TRITON_INTERPRET=1 (use --device cpu)")
-    on_gpu = device.type in ("cuda", "xpu")
     cfg = transformers.AutoConfig.from_pretrained(args.model)
     cls = model_class(cfg)
     vision = cfg.model_type == "levit"
+    if WORLD > 1 and vision:
+        fail(2, f"{args.model}: pipeline stages split a decoder's layers; a {cfg.model_type} model runs on one device (--gpus 1)")
+    run = sharded.Run.from_env(args.device, fail)
+    device = run.device or pick_device(args.device)
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        fail(3, "no GPU: the kernels can run on the CPU only under TRITON_INTERPRET=1 (use --device cpu)")
+    on_gpu = device.type in ("cuda", "xpu")
     result = {
         "schema": SCHEMA,
         "model": {"path": str(Path(args.model).resolve()), "arch": cfg.model_type, "class": cls.__name__},
@@ -695,6 +714,7 @@ def main(argv=None):
             "type": device.type,
             "name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or device.type,
             "interpret": os.environ.get("TRITON_INTERPRET") == "1",
+            "count": run.world,
         },
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
@@ -707,10 +727,10 @@ def main(argv=None):
 
     dtype_name, dtype = plan_dtype(args.package)
     result["model"]["dtype"] = dtype_name
-    progress(f"loading {cls.__name__} from {args.model}: oracle fp32, stock {dtype_name}, injected {dtype_name} on {device}")
-    oracle = load(cls, args.model, torch.float32, device)
-    stock = load(cls, args.model, dtype, device)
-    injected = load(cls, args.model, dtype, device)
+    where = f"{run.world} pipeline stages ({run.backend})" if run.pipeline else str(device)
+    progress(f"loading {cls.__name__} from {args.model}: stock {dtype_name} and injected {dtype_name} on {where}")
+    stock = load(cls, args.model, dtype, device, run)
+    injected = load(cls, args.model, dtype, device, run)
     try:
         pkg, loaded_by = load_package(args.package, device)
     except Exception as e:
@@ -722,14 +742,31 @@ def main(argv=None):
     except InjectError as e:
         fail(4, str(e))
     summary["path"] = loaded_by
+    summary = run.merge_injection(summary)
     result["injection"] = summary
-    progress(f"injected via {summary['path']}: " + ", ".join(f"{k}×{v}" for k, v in summary["replaced"].items()))
+    if run.main:
+        progress(f"injected via {summary['path']}: " + ", ".join(f"{k}×{v}" for k, v in summary["replaced"].items()))
+    placement = {"stock": run.placement(stock), "injected": run.placement(injected)}
+
+    oracle = None
+    if vision:
+        progress(f"loading the fp32 oracle on {device}")
+        oracle = load(cls, args.model, torch.float32, device)
+        placement["oracle"] = {"mode": "whole", "rank": 0, "device": str(device), "bytes": sharded.model_bytes(oracle)}
+    elif run.main:
+        try:
+            oracle = sharded.LayeredOracle(cls, args.model, device, budget=args.oracle_memory, tokens=text_tokens(args, on_gpu))
+        except Exception as e:
+            traceback.print_exc()
+            fail(5, f"building the fp32 oracle from {args.model}: {type(e).__name__}: {e}")
+        progress(f"fp32 oracle on {device}, layer by layer from the checkpoint: up to "
+                 f"{oracle.budget / 2**30:.1f} GiB of its layers stay on the device")
 
     try:
         if vision:
             evaluate_vision(args, cfg, device, oracle, stock, injected, result)
         else:
-            evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu)
+            evaluate_text(args, cfg, device, oracle.model if oracle is not None else None, stock, injected, result, on_gpu, run)
     except InjectError as e:
         fail(4, str(e))
     except Exception as e:  # name the failing layer when we can
@@ -740,19 +777,25 @@ def main(argv=None):
         result["latency"] = {"measured": False, "reason": "disabled (--latency off)"}
     elif not on_gpu:
         result["latency"] = {"measured": False, "reason": "the kernels ran on the CPU under the Triton interpreter, whose timings say nothing about a GPU"}
-    else:
+    if isinstance(oracle, sharded.LayeredOracle):
+        placement["oracle"] = oracle.placement(run.rank)
+    if args.latency != "off" and on_gpu:
         del oracle  # the fp32 model is not timed: free its memory first
         try:
-            result["latency"] = measure_latency(args, cfg, device, stock, injected, vision)
+            result["latency"] = measure_latency(args, cfg, device, stock, injected, vision, run)
         except Exception as e:
             traceback.print_exc()
             fail(5, f"latency failed: {type(e).__name__}: {e}")
     # problem classes launched from the GPU's tuned configs, and those the autotuner had to tune
-    if hasattr(pkg, "tuning_report"):
+    if run.main and hasattr(pkg, "tuning_report"):
         result["autotune"] = at = pkg.tuning_report()
         progress(f"autotune: {at['autotuned']} problem classes autotuned ({at['benchmarked']} benchmarked), "
                  f"{at['tuned']} launched from tuned configs {at['gpu_data']}")
 
+    run.close()
+    if not run.main:
+        return
+    result["device"]["placement"] = placement
     out = Path(args.out)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(jsonable(result), indent=2, allow_nan=False))
@@ -760,18 +803,31 @@ def main(argv=None):
     progress(f"wrote {out}")
 
 
-def measure_latency(args, cfg, device, stock, injected, vision):
-    """The latency section of eval.json on every path the mode measures."""
+# Why a pipeline is timed on the eager paths only.
+PIPELINE_EAGER = ("a pipeline forward sends tensors between processes, which device graphs and torch.compile do "
+                  "not capture: eager paths only")
+
+
+def measure_latency(args, cfg, device, stock, injected, vision, run):
+    """The latency section of eval.json on every path the mode measures. Under a pipeline every
+    rank runs each timed call; rank 0's clock, which waits for the last stage's logits, is reported."""
     import torch
 
     if device.type == "cuda":
         torch.cuda.empty_cache()
     rtmod = runtime_module(args.package, device)
-    mode = latency_mode(args.latency, device, rtmod)
+    errors = {}
+    if run.pipeline:
+        if args.latency == "graph":
+            return {"measured": False, "reason": f"--latency graph on {run.world} pipeline stages: {PIPELINE_EAGER}"}
+        if args.latency == "both":
+            errors = {p: f"{run.world} pipeline stages: {PIPELINE_EAGER}" for p in LATENCY_PATHS["graph"]}
+        mode = "eager"
+    else:
+        mode = latency_mode(args.latency, device, rtmod)
     graphs, why = rtmod.graph_support(device)
     if graphs is None and mode != "eager":
         return {"measured": False, "reason": f"--latency {args.latency}: no device graphs here ({why}); use --latency eager"}
-    errors = {}
     paths = Paths(stock, injected, rtmod, errors)
     progress(f"latency ({mode}): " + ", ".join(LATENCY_PATHS[mode]))
     names = LATENCY_PATHS[mode]
@@ -781,7 +837,8 @@ def measure_latency(args, cfg, device, stock, injected, vision):
         ids = torch.randint(0, cfg.vocab_size, (1, max(int(x) for x in args.prefill.split(","))), device=device)
         for name, m in (("stock", stock), ("injected", injected)):
             with torch.no_grad():
-                lat["peak_memory_bytes"][name] = peak_memory(device, lambda: m(input_ids=ids, use_cache=False))
+                # a pipeline's figure is its fullest device's
+                lat["peak_memory_bytes"][name] = run.max_over_ranks(peak_memory(device, lambda: m(input_ids=ids, use_cache=False)))
         method = (f"device events, median of {args.repeats} timed calls after {WARMUP} warm-ups; prefill: one forward "
                   f"(logits of the last token); decode: ms per token after a 512-token prompt, on a static KV cache "
                   f"of the same length for every path; compiled = transformers StaticCache + "
@@ -789,6 +846,8 @@ def measure_latency(args, cfg, device, stock, injected, vision):
     else:
         method = (f"device events, median of {args.repeats} timed forwards after {WARMUP} warm-ups; compiled = "
                   f"torch.compile(mode=\"reduce-overhead\"); graph = captured once per batch size, replayed")
+    if run.pipeline:
+        method += f"; {run.world} pipeline stages, one device each, timed on rank 0 (the first stage, which waits for the last one's logits)"
     lat.update({"measured": True, "mode": mode, "paths": list(LATENCY_PATHS[mode]), "method": method})
     if errors:
         lat["errors"] = errors
@@ -804,42 +863,58 @@ def runtime_module(package_dir, device):
     return rt
 
 
-def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu):
-    import torch
+def text_tokens(args, on_gpu):
+    return args.tokens or (2048 if on_gpu else 96)
 
-    n_tokens = args.tokens or (2048 if on_gpu else 96)
+
+def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, run):
+    """Accuracy, per-layer error and greedy generation of a causal LM. Under a pipeline every rank
+    runs this: the bf16 models' forwards and generations are collective; the oracle (None on the
+    other ranks) and the metrics are rank 0's."""
+    n_tokens = text_tokens(args, on_gpu)
     ids, text_path = text_inputs(args, args.model, device, n_tokens)
     progress(f"accuracy on {ids.shape[1]} tokens of {text_path}")
-    lo, ho = forward_text(oracle, ids)
-    ls, hs = forward_text(stock, ids)
-    li, hi = forward_text(injected, ids)
-    inj = logits_metrics(li, lo, ids, args.floor)
-    stk = logits_metrics(ls, lo, ids, args.floor)
-    result["accuracy"] = {
-        "input": {"kind": "text", "source": text_path, "tokens": int(ids.shape[1])},
-        "oracle_perplexity": perplexity(lo, ids),
-        "injected": inj,
-        "stock": stk,
-        "compare": side_by_side(inj, stk),
-    }
-    layers = []
-    for i in range(1, len(ho)):
-        # hidden_states: embeddings, each layer's output, and the last layer's output
-        # after the final norm
-        name = f"model.layers.{i - 1}" if i < len(ho) - 1 else f"model.layers.{i - 1} + norm"
-        layers.append({"name": name, "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])})
-    result["layers"] = layers
     n_gen = args.gen_tokens or (128 if on_gpu else 8)
     prompts = prompt_windows(ids, args.prompts, min(32, ids.shape[1] // args.prompts))
+    runs = {}
+    if oracle is not None:
+        lo, ho = sharded.forward_text(oracle, ids)
+        progress(f"oracle: greedy generation of {n_gen} tokens after each of {len(prompts)} prompts, in one batch")
+        runs["oracle"] = sharded.greedy_batch(oracle, prompts, n_gen)
+    runs["oracle"] = run.broadcast(runs.get("oracle"))
+    ls, hs = run.forward_text(stock, ids)
+    li, hi = run.forward_text(injected, ids)
+    if run.main:
+        inj = logits_metrics(li, lo, ids, args.floor)
+        stk = logits_metrics(ls, lo, ids, args.floor)
+        result["accuracy"] = {
+            "input": {"kind": "text", "source": text_path, "tokens": int(ids.shape[1])},
+            "oracle_perplexity": perplexity(lo, ids),
+            "injected": inj,
+            "stock": stk,
+            "compare": side_by_side(inj, stk),
+        }
+        layers = []
+        for i in range(1, len(ho)):
+            # hidden_states: embeddings, each layer's output, and the last layer's output
+            # after the final norm
+            name = f"model.layers.{i - 1}" if i < len(ho) - 1 else f"model.layers.{i - 1} + norm"
+            layers.append({"name": name, "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])})
+        result["layers"] = layers
     progress(f"greedy generation of {n_gen} tokens after each of {len(prompts)} prompts")
     models = {"oracle": oracle, "stock": stock, "injected": injected}
-    runs = {name: [greedy(m, p, n_gen) for p in prompts] for name, m in models.items()}
-    bound = margin_bound(ls, lo)
-    result["generation"] = generation_report(models, runs, prompts, n_gen, bound)
-    if args.runtime_generation:
+    for name in ("stock", "injected"):
+        runs[name] = [greedy(models[name], p, n_gen) for p in prompts]
+    report = generation_report(models, runs, prompts, n_gen, margin_bound(ls, lo) if run.main else None)
+    if run.main:
+        result["generation"] = report
+    if args.runtime_generation and run.pipeline:
+        if run.main:
+            result["generation"]["runtime"] = {"graphs": False, "reason": f"{run.world} pipeline stages: {PIPELINE_EAGER}"}
+    elif args.runtime_generation:
         progress("greedy generation under the graph runtime (stock, injected)")
         rtmod = runtime_module(args.package, device)
-        result["generation"]["runtime"] = runtime_report(rtmod, device, models, runs, prompts, n_gen, bound)
+        result["generation"]["runtime"] = runtime_report(rtmod, device, models, runs, prompts, n_gen, report["tie_bound"])
 
 
 def evaluate_vision(args, cfg, device, oracle, stock, injected, result):

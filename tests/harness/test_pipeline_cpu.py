@@ -68,7 +68,8 @@ def test_pipeline_llama_cpu(tmp_path, fixture, replaced):
         if kind in ("plan", "packed", "package", "eval", "report", "plot"):
             assert Path(path).exists(), line
     ev = json.loads((out / "eval" / "eval.json").read_text())
-    assert ev["schema"] == 2 and ev["device"]["type"] == "cpu" and ev["device"]["interpret"] is True
+    assert ev["schema"] == 3 and ev["device"]["type"] == "cpu" and ev["device"]["interpret"] is True
+    assert ev["device"]["count"] == 1 and ev["device"]["placement"]["oracle"]["mode"] == "layered"
     assert ev["injection"]["path"] == "kernels"  # the real kernels package loaded the emitted package
     assert ev["injection"]["packed"] == str(out / "packed")
     assert set(ev["injection"]["replaced"]) == replaced

@@ -262,3 +262,60 @@ def test_inject_twice_is_refused(built, pkg):
     pkg.inject(model, packed=built / "run" / "packed")
     with pytest.raises(pkg.InjectError, match="already has its forward replaced"):
         pkg.inject(model, packed=built / "run" / "packed")
+
+
+def stage_of(model, first: bool):
+    """What transformers' pipeline parallelism leaves in one of two stages
+    (transformers/distributed/pipeline_parallel.py apply_pipeline_parallelism): its half of the
+    decoder layers, the embeddings on the first stage, the final norm and head on the last; a
+    PipelineIdentityLayer everywhere else."""
+    from transformers.distributed.pipeline_parallel import PipelineIdentityLayer
+
+    base = model.model
+    n = len(base.layers)
+    for i in range(n):
+        if (i < n // 2) != first:
+            base.layers[i] = PipelineIdentityLayer()
+    if first:
+        base.norm = PipelineIdentityLayer()
+        model.lm_head = PipelineIdentityLayer()
+    else:
+        base.embed_tokens = PipelineIdentityLayer()
+    return model
+
+
+def test_inject_binds_one_pipeline_stage(built, pkg):
+    """Each pipeline stage binds the modules it holds and loads only their packed tensors; the
+    two stages together bind and load what the whole model does."""
+    whole = pkg.inject(load(), packed=built / "run" / "packed")
+    first = stage_of(load(), True)
+    last = stage_of(load(), False)
+    a = pkg.inject(first, packed=built / "run" / "packed")
+    b = pkg.inject(last, packed=built / "run" / "packed")
+    assert a["replaced_modules"] == [m for m in whole["replaced_modules"] if m.startswith("model.layers.0.") or m == "model.layers.0"]
+    assert sorted(a["replaced_modules"] + b["replaced_modules"]) == whole["replaced_modules"]
+    assert sorted(a["other_stages"]) == b["replaced_modules"] and sorted(b["other_stages"]) == a["replaced_modules"]
+    assert a["packed_tensors"] + b["packed_tensors"] == whole["packed_tensors"] == 18
+    assert a["packed_bytes"] + b["packed_bytes"] == whole["packed_bytes"]
+    assert a["kept"] == b["kept"] == whole["kept"] and "other_stages" not in whole
+    assert first.model.layers[0].forward.__func__ is pkg.layers.DecoderLayer.forward
+    assert last.model.layers[1].forward.__func__ is pkg.layers.DecoderLayer.forward
+    assert last.lm_head.forward.__func__ is pkg.layers.LMHead.forward
+    assert not hasattr(last.model.layers[1], "xpuinject_qkv_weight") and hasattr(last.model.layers[1].self_attn, "xpuinject_qkv_weight")
+
+
+def test_inject_refuses_a_model_spread_over_devices(pkg):
+    """Triton launches on the process's current device: a model whose parameters sit on two
+    devices in one process (a device_map) is refused, with the way that works."""
+
+    class Spread(torch.nn.Module):
+        def parameters(self, recurse=True):
+            return iter([torch.empty(1, device="meta"), _on("cuda:0"), _on("cuda:1")])
+
+    with pytest.raises(pkg.InjectError, match=r"spread over cuda:0, cuda:1 .*pipeline stages, one process per device"):
+        pkg.inject(Spread())
+
+
+def _on(device):
+    """A stand-in for a parameter on a device this machine may not have: only .device is read."""
+    return type("OnDevice", (), {"device": torch.device(device)})()

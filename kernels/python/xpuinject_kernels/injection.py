@@ -152,6 +152,14 @@ def _backend_of(model: nn.Module) -> Tuple[torch.device, str]:
     if t is None:
         raise InjectError("the model has no parameters or buffers to tell its device by")
     dev = t.device
+    spread = sorted({str(p.device) for p in model.parameters() if p.device.type != "meta"})
+    if len(spread) > 1:
+        # Triton launches on the process's current device, not on the device of the tensors
+        raise InjectError(
+            f"the model is spread over {', '.join(spread)} (a device_map): the kernels run on one device per process; "
+            "split the model into pipeline stages, one process per device (transformers' DistributedConfig(pp_size=N) "
+            "under torchrun, as `xpuinject eval --gpus N` does), or load it on one device"
+        )
     if dev.type in ("cuda", "xpu"):
         return dev, dev.type
     if dev.type == "cpu":
@@ -238,6 +246,27 @@ def _check_model(plan: dict, model: nn.Module, named: Dict[str, nn.Module], wher
                         f"{made_for}: {src!r} has shape {list(t.shape)} in this model, the plan's {out['name']!r} "
                         f"{list(out['shape'])} needs {want}: inject the package made for this model"
                     )
+
+
+def _other_stage(named: Dict[str, nn.Module], path: str) -> bool:
+    """Whether `path` lies in a part of the model another pipeline stage holds: transformers'
+    pipeline parallelism (transformers/distributed/pipeline_parallel.py) puts a
+    PipelineIdentityLayer where a module of another stage was."""
+    parts = path.split(".")
+    return any(type(named.get(".".join(parts[:i]))).__name__ == "PipelineIdentityLayer" for i in range(1, len(parts) + 1))
+
+
+def _stage_plan(plan: dict, named: Dict[str, nn.Module]) -> Tuple[dict, List[str]]:
+    """The plan for the modules this process holds: a pipeline stage binds its own modules only
+    (and loads only their packed tensors); the modules of other stages are returned by name."""
+    layers, other = [], []
+    for lp in plan["layers"]:
+        here = [b for b in lp.get("bindings") or () if not _other_stage(named, b["module"])]
+        if len(here) != len(lp.get("bindings") or ()):
+            other.extend(b["module"] for b in lp["bindings"] if _other_stage(named, b["module"]))
+            lp = dict(lp, bindings=here)
+        layers.append(lp)
+    return (dict(plan, layers=layers) if other else plan), sorted(other)
 
 
 def _resolve(module: nn.Module, dotted: str):
@@ -495,6 +524,10 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
 
     Returns a summary: backend, replaced {layer class: modules}, replaced_modules, kept
     [{module, reason}], packed (where the weights came from, or None), packed_tensors, packed_bytes.
+
+    A pipeline stage of transformers' pipeline parallelism (`DistributedConfig(pp_size=N)`) binds
+    and loads only the modules it holds; the summary lists the others as `other_stages`. A model
+    spread over several devices in one process (a device_map) is refused.
     """
     if plan is None:
         plan_path = _HERE / PLAN_FILE
@@ -507,12 +540,14 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
     plan_bytes = plan_path.read_bytes()
     device, backend = _backend_of(model)
     named = dict(model.named_modules())
+    full_plan = plan_dict
+    plan_dict, other_stages = _stage_plan(plan_dict, named)
     _check_model(plan_dict, model, named, str(plan_path))
     tensors: Dict[str, torch.Tensor] = {}
     where = None
     if packed is not None:
         folder, where = _packed_folder(packed, revision, token)
-        _check_packed_plan(plan_dict, plan_bytes, digest, folder, where)
+        _check_packed_plan(full_plan, plan_bytes, digest, folder, where)
         tensors = _load_outputs(plan_dict, folder, where, device)
         _check_packed_dtype(plan_dict, tensors, model, where)
     _check_reads(plan_dict, named, attached=packed is not None)
@@ -537,15 +572,18 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
     replaced: Dict[str, int] = {}
     for _, b in bindings:
         replaced[b["layer"]] = replaced.get(b["layer"], 0) + 1
-    return {
+    summary = {
         "backend": backend,
         "replaced": dict(sorted(replaced.items())),
         "replaced_modules": sorted(b["module"] for _, b in bindings),
-        "kept": [{"module": lp["module"], "reason": lp.get("reason", "")} for lp in plan_dict["layers"] if not lp.get("bindings")],
+        "kept": [{"module": lp["module"], "reason": lp.get("reason", "")} for lp in full_plan["layers"] if not lp.get("bindings")],
         "packed": where,
         "packed_tensors": len(tensors),
         "packed_bytes": nbytes,
     }
+    if other_stages:
+        summary["other_stages"] = other_stages
+    return summary
 
 
 # ---------------------------------------------------------------------------- no plan

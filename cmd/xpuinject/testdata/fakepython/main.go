@@ -1,13 +1,18 @@
 // Command fakepython stands in for the Python interpreter in the CLI's eval tests: it
-// answers xpuinject's probe (-c ...) and, run as the eval driver, appends its pid to
-// $XPUINJECT_FAKE_PYTHON_PIDS, sleeps $XPUINJECT_FAKE_PYTHON_SLEEP (a Go duration) and
-// writes a fixed eval.json to --out, so that an eval can be interrupted or observed
-// without torch.
+// answers xpuinject's probe (-c ...; with $XPUINJECT_FAKE_PYTHON_GPUS, comma-separated byte
+// counts, it reports CUDA GPUs of that memory) and, run as the eval driver, appends its pid to
+// $XPUINJECT_FAKE_PYTHON_PIDS and its arguments to $XPUINJECT_FAKE_PYTHON_ARGS, sleeps
+// $XPUINJECT_FAKE_PYTHON_SLEEP (a Go duration) and writes a fixed eval.json to --out, so that
+// an eval can be interrupted or observed without torch. $XPUINJECT_FAKE_PYTHON_FAIL=N fails
+// the way a torchrun worker exiting N does: it prints its code, an error, and exits 1.
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -31,8 +36,30 @@ const fakeEvalJSON = `{"schema": 2,
 
 func run(args []string) int {
 	if len(args) >= 2 && args[0] == "-c" { // the probe
-		fmt.Println(`{"version": "3.11.0", "torch": "2.11.0", "transformers": "5.17.0", "triton": "3.6.0", "kernels": "", "safetensors": "0.6.0", "cuda": false, "xpu": false, "device": ""}`)
+		probe := map[string]any{"version": "3.11.0", "torch": "2.11.0", "transformers": "5.17.0", "triton": "3.6.0",
+			"kernels": "", "safetensors": "0.6.0", "cuda": false, "xpu": false, "device": ""}
+		if g := os.Getenv("XPUINJECT_FAKE_PYTHON_GPUS"); g != "" {
+			var mem []int64
+			for _, f := range strings.Split(g, ",") {
+				n, _ := strconv.ParseInt(f, 10, 64)
+				mem = append(mem, n)
+			}
+			probe["cuda"], probe["device"], probe["gpus"] = true, "Fake GPU", mem
+		}
+		b, _ := json.Marshal(probe)
+		fmt.Println(string(b))
 		return 0
+	}
+	if p := os.Getenv("XPUINJECT_FAKE_PYTHON_ARGS"); p != "" {
+		if f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
+			fmt.Fprintln(f, strings.Join(args, " "))
+			f.Close()
+		}
+	}
+	if c := os.Getenv("XPUINJECT_FAKE_PYTHON_FAIL"); c != "" {
+		fmt.Fprintln(os.Stderr, "xpuinject-eval: exit-code: "+c)
+		fmt.Fprintln(os.Stderr, "xpuinject-eval: error: rank 1 of 2: model.layers.1.mlp: fake failure")
+		return 1
 	}
 	var out string
 	for i, a := range args {
