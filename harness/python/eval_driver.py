@@ -292,10 +292,12 @@ def text_inputs(args, model_dir, device, n_tokens):
 
 
 def greedy(model, ids, n):
+    """Exactly n greedy tokens. EOS is a token like any other, neither a stop nor suppressed (as
+    min_new_tokens would), so every run compared here decodes by the same rule."""
     import torch
 
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=n, do_sample=False, min_new_tokens=n, pad_token_id=0)
+        out = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
     return out[0, ids.shape[1] :].tolist()
 
 

@@ -529,5 +529,5 @@ def greedy_batch(model, prompts, n):
     ids = torch.cat(prompts, 0)
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                             min_new_tokens=n, pad_token_id=0)
+                             eos_token_id=None, pad_token_id=0)
     return [row[ids.shape[1]:].tolist() for row in out]
