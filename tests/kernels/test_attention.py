@@ -12,7 +12,6 @@ whose logits must match the sdpa model's.
 """
 
 import copy
-import math
 
 import pytest
 import torch

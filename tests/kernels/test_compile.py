@@ -8,7 +8,6 @@ keeps the kernels under Triton's interpreter; inductor and mode="reduce-overhead
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,27 +15,7 @@ import torch
 import transformers
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "bin" / "xpuinject"
 FIXTURES = ROOT / "testdata" / "fixtures"
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """llama-odd planned, packed and packaged by the Go binary."""
-    if not BIN.is_file():
-        pytest.fail(f"{BIN} is missing: scripts/test builds it (go build -o bin/xpuinject ./cmd/xpuinject)")
-    out = tmp_path_factory.mktemp("llama-odd") / "run"
-    r = subprocess.run([str(BIN), str(FIXTURES / "llama-odd"), "--out", str(out), "--skip-eval"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
-def pkg(run):
-    from kernels import get_local_kernel
-
-    return get_local_kernel(run / "package", backend="cuda" if torch.version.cuda else None)
 
 
 def load(fixture, dtype=torch.bfloat16):
@@ -54,37 +33,37 @@ def generate_two(model, cfg):
     return out.logits, step.logits
 
 
-def launches(pkg):
-    return sum(pkg._backend.launch_counts.values())
+def launches(llama_odd_pkg):
+    return sum(llama_odd_pkg._backend.launch_counts.values())
 
 
-def test_ops_live_in_the_packages_namespace(pkg):
-    ns = pkg._ops.NAMESPACE
-    assert ns == pkg.__name__  # the metadata id kernels imports the package under
+def test_ops_live_in_the_packages_namespace(llama_odd_pkg):
+    ns = llama_odd_pkg._ops.NAMESPACE
+    assert ns == llama_odd_pkg.__name__  # the metadata id kernels imports the package under
     for op in ("rms_norm", "add_rms_norm", "apply_rope", "apply_rope_", "gemm", "attention_prefill", "attention_decode"):
-        assert getattr(getattr(torch.ops, ns), op).default is pkg._ops.op(op)
+        assert getattr(getattr(torch.ops, ns), op).default is llama_odd_pkg._ops.op(op)
     assert torch.ops.__getattr__(ns).apply_rope_.default._schema.arguments[0].alias_info.is_write
 
 
 @pytest.mark.parametrize("how", ["inject-packed", "kernelize"])
-def test_compiled_text_model_equals_eager(run, pkg, how):
+def test_compiled_text_model_equals_eager(llama_odd_run, llama_odd_pkg, how):
     fixture = "llama-odd" if how == "inject-packed" else "qwen3-tiny"
     model, cfg = load(fixture)
     if how == "inject-packed":
-        summary = pkg.inject(model, packed=run / "packed")
+        summary = llama_odd_pkg.inject(model, packed=llama_odd_run / "packed")
         assert summary["packed_tensors"] > 0
     else:
-        summary = pkg.kernelize(model)
+        summary = llama_odd_pkg.kernelize(model)
     assert summary["replaced"]["Attention"] >= 1 and summary["replaced"]["DecoderLayer"] >= 1
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    before = launches(pkg)
+    before = launches(llama_odd_pkg)
     if how == "kernelize":  # compiled first: the layers pack the model's own weights inside the trace
         c_pre, c_step = generate_two(compiled, cfg)
         e_pre, e_step = generate_two(model, cfg)
     else:
         e_pre, e_step = generate_two(model, cfg)
         c_pre, c_step = generate_two(compiled, cfg)
-    assert launches(pkg) > before
+    assert launches(llama_odd_pkg) > before
     assert torch.equal(c_pre, e_pre), float((c_pre.float() - e_pre.float()).abs().max())
     assert torch.equal(c_step, e_step), float((c_step.float() - e_step.float()).abs().max())
     stock, _ = load(fixture)
@@ -93,9 +72,9 @@ def test_compiled_text_model_equals_eager(run, pkg, how):
     assert float((e_pre.float() - s_pre.float()).abs().max()) < 0.25
 
 
-def test_compiled_vision_model_equals_eager(pkg):
+def test_compiled_vision_model_equals_eager(llama_odd_pkg):
     model, cfg = load("levit-tiny")
-    summary = pkg.kernelize(model)
+    summary = llama_odd_pkg.kernelize(model)
     assert summary["replaced"]["LinearBN"] >= 1
     x = torch.randn(2, 3, cfg.image_size, cfg.image_size, generator=torch.Generator().manual_seed(2)).bfloat16()
     with torch.no_grad():
@@ -104,17 +83,17 @@ def test_compiled_vision_model_equals_eager(pkg):
     assert torch.equal(got, want)
 
 
-def test_kernelize_in_torch_compile_mode_binds_every_layer(pkg):
+def test_kernelize_in_torch_compile_mode_binds_every_layer(llama_odd_pkg):
     from kernels import Mode
 
     a, _ = load("qwen3-tiny")
     b, _ = load("qwen3-tiny")
-    inference = pkg.kernelize(a)
-    compile_mode = pkg.kernelize(b, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+    inference = llama_odd_pkg.kernelize(a)
+    compile_mode = llama_odd_pkg.kernelize(b, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
     assert compile_mode["replaced_modules"] == inference["replaced_modules"] and compile_mode["path"] == "kernels"
-    assert all(getattr(pkg.layers, n).can_torch_compile for n in pkg.layers.__all__)
-    with pytest.raises(pkg.InjectError, match="inference-only"):  # the layers have no backward
-        pkg.kernelize(load("qwen3-tiny")[0], mode=Mode.TRAINING | Mode.TORCH_COMPILE)
+    assert all(getattr(llama_odd_pkg.layers, n).can_torch_compile for n in llama_odd_pkg.layers.__all__)
+    with pytest.raises(llama_odd_pkg.InjectError, match="inference-only"):  # the layers have no backward
+        llama_odd_pkg.kernelize(load("qwen3-tiny")[0], mode=Mode.TRAINING | Mode.TORCH_COMPILE)
 
 
 @pytest.fixture
@@ -137,21 +116,21 @@ def marks_restored():
                 delattr(cls, k)
 
 
-def test_kernels_kernelize_from_a_local_repository_in_compile_mode(run, pkg, marks_restored):
+def test_kernels_kernelize_from_a_local_repository_in_compile_mode(llama_odd_run, llama_odd_pkg, marks_restored):
     """What a kernel-hub user writes: the package's marks, a mapping to its local folder (kernels'
     LocalLayerRepository), kernels.kernelize in Mode.INFERENCE | Mode.TORCH_COMPILE; then
     torch.compile traces the kernelized model whole."""
     from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_mapping
 
-    pkg.mark_transformers_classes()
+    llama_odd_pkg.mark_transformers_classes()
     model, cfg = load("llama-odd")
-    repo = run / "package"
+    repo = llama_odd_run / "package"
     mapping = {mark: {"cpu": LocalLayerRepository(repo, layer_name=value.rsplit(":", 1)[1])}
-               for mark, value in pkg.kernel_mapping(repo.resolve(), "llama").items()}
+               for mark, value in llama_odd_pkg.kernel_mapping(repo.resolve(), "llama").items()}
     with use_kernel_mapping(mapping, inherit_mapping=False):
         kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE, device="cpu")
     bound = sorted(p for p, m in model.named_modules() if "forward" in m.__dict__)
-    assert bound == sorted(p for p, layer in pkg.supported_bindings(model) if layer != "LMHead")
+    assert bound == sorted(p for p, layer in llama_odd_pkg.supported_bindings(model) if layer != "LMHead")
     e_pre, e_step = generate_two(model, cfg)
     c_pre, c_step = generate_two(torch.compile(model, fullgraph=True, backend="aot_eager"), cfg)
     assert torch.equal(c_pre, e_pre) and torch.equal(c_step, e_step)

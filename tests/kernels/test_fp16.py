@@ -9,7 +9,6 @@ the fp32 model; packed weights of the other half dtype are refused by name."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import types
 from pathlib import Path
 
@@ -24,7 +23,6 @@ from xpuinject_kernels import layers
 from xpuinject_kernels.gemm import gemm, gemm_ref
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "bin" / "xpuinject"
 FIXTURE = ROOT / "testdata" / "fixtures" / "llama-odd"
 U = 2.0**-10  # fp16 unit roundoff relative to 1 (10 mantissa bits)
 F16 = torch.float16
@@ -107,23 +105,6 @@ def test_attention_decode_fp16(device, splits):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    if not BIN.is_file():
-        pytest.fail(f"{BIN} is missing: scripts/test builds it (go build -o bin/xpuinject ./cmd/xpuinject)")
-    out = tmp_path_factory.mktemp("fp16") / "run"
-    r = subprocess.run([str(BIN), str(FIXTURE), "--out", str(out), "--skip-eval"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
-def pkg(run):
-    from kernels import get_local_kernel
-
-    return get_local_kernel(run / "package", backend="cuda" if torch.version.cuda else None)
-
-
 def load(dtype=F16):
     return transformers.LlamaForCausalLM.from_pretrained(FIXTURE, dtype=dtype).eval()
 
@@ -153,9 +134,9 @@ def within_thresholds(out, stock, oracle):
 
 
 @pytest.mark.parametrize("how", ["kernelize", "inject"])
-def test_f16_checkpoint_runs_in_fp16(pkg, how):
+def test_f16_checkpoint_runs_in_fp16(llama_odd_pkg, how):
     model = load()
-    summary = getattr(pkg, how)(model)
+    summary = getattr(llama_odd_pkg, how)(model)
     assert summary["replaced"] == {"Attention": 1, "DecoderLayer": 1, "LMHead": 1, "RMSNorm": 3, "SwiGLUMLP": 1}
     out = logits(model)
     assert all(b.dtype == F16 for m in model.modules() for n, b in m._buffers.items() if n.startswith("xpuinject_"))
@@ -164,12 +145,12 @@ def test_f16_checkpoint_runs_in_fp16(pkg, how):
     within_thresholds(out, stock, oracle)
 
 
-def test_packed_weights_of_the_other_half_dtype_are_refused(run, pkg):
-    with pytest.raises(pkg.InjectError, match=r"are bfloat16 \(plan dtype bf16\), the model is float16: load the model with dtype=torch.bfloat16"):
-        pkg.inject(load(), packed=run / "packed")
+def test_packed_weights_of_the_other_half_dtype_are_refused(llama_odd_run, llama_odd_pkg):
+    with pytest.raises(llama_odd_pkg.InjectError, match=r"are bfloat16 \(plan dtype bf16\), the model is float16: load the model with dtype=torch.bfloat16"):
+        llama_odd_pkg.inject(load(), packed=llama_odd_run / "packed")
 
 
-def test_fp16_packed_weights(run, pkg, tmp_path):
+def test_fp16_packed_weights(llama_odd_run, llama_odd_pkg, tmp_path):
     """Packed weights in fp16 (what `xpuinject --dtype fp16` packs: the fp16 source concatenated
     and transposed, exact), made here from the model's own weights by the package's packer into
     the packed checkpoint's tensor names; plan.yaml unchanged."""
@@ -177,11 +158,11 @@ def test_fp16_packed_weights(run, pkg, tmp_path):
     from safetensors.torch import save_file
 
     own = load()
-    pkg.inject(own)
+    llama_odd_pkg.inject(own)
     logits(own)  # packs every layer's tensors from the fp16 weights
     tensors = dict(own.named_parameters())
     bound = 0
-    plan = yaml.safe_load((run / "packed" / "plan.yaml").read_text())
+    plan = yaml.safe_load((llama_odd_run / "packed" / "plan.yaml").read_text())
     for lp in plan["layers"]:
         for out in lp.get("outputs") or () if lp.get("bindings") else ():
             t = getattr(own.get_submodule(lp["module"]), out["attr"]) if out.get("attr") else tensors[out["name"]]
@@ -189,7 +170,7 @@ def test_fp16_packed_weights(run, pkg, tmp_path):
             tensors[out["name"]] = t
             bound += 1
     packed = tmp_path / "packed-fp16"
-    shutil.copytree(run / "packed", packed)
+    shutil.copytree(llama_odd_run / "packed", packed)
     n = 0
     for f in packed.glob("*.safetensors"):
         with safe_open(str(f), framework="pt") as sf:
@@ -198,7 +179,7 @@ def test_fp16_packed_weights(run, pkg, tmp_path):
         n += len(names)
     assert n > 0
     model = load()
-    summary = pkg.inject(model, packed=packed)
+    summary = llama_odd_pkg.inject(model, packed=packed)
     assert summary["packed_tensors"] == bound and n >= bound
     out = logits(model)
     assert torch.equal(out, logits(own))  # the same tensors, attached instead of packed on the device

@@ -11,7 +11,6 @@ cache length bf16 attention may round differently and a near-tie may flip a gree
 from __future__ import annotations
 
 import os
-import subprocess
 import warnings
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from xpuinject_kernels import runtime as rt
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FIXTURES = ROOT / "testdata" / "fixtures"
-BIN = ROOT / "bin" / "xpuinject"
 
 
 def load(name, dtype=torch.float32):
@@ -123,23 +121,12 @@ def test_runtime_is_reused_across_prompts_and_batches():
     assert sorted((b["batch"], b["cache_len"]) for b in r.stats["buckets"]) == [(2, 25), (4, 25)]
 
 
-@pytest.fixture(scope="module")
-def injected_run(tmp_path_factory):
-    if not BIN.is_file():
-        pytest.fail(f"{BIN} is missing: scripts/test builds it")
-    out = tmp_path_factory.mktemp("llama-odd-run")
-    r = subprocess.run([str(BIN), str(FIXTURES / "llama-odd"), "--out", str(out), "--skip-eval"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return out
-
-
-def test_injected_greedy_equals_generate(injected_run):
+def test_injected_greedy_equals_generate(llama_odd_run):
     """llama-odd with every layer on our kernels (under the Triton interpreter)."""
     from xpuinject_kernels import inject
 
     model = load("llama-odd", torch.bfloat16)
-    summary = inject(model, packed=injected_run / "packed", plan=injected_run / "package" / "plan.yaml")
+    summary = inject(model, packed=llama_odd_run / "packed", plan=llama_odd_run / "package" / "plan.yaml")
     assert summary["replaced"]["Attention"] == 1
     ids, mask = prompts(L=8, pads=(0, 2, 5, 1))
     for x, m, n in ((ids[:1], None, 6), (ids, mask, 4)):
@@ -277,7 +264,7 @@ def test_buckets():
         rt.batch_bucket(65)
 
 
-def test_package_carries_the_runtime(injected_run):
-    variant = injected_run / "package" / "build" / "torch-cuda"
+def test_package_carries_the_runtime(llama_odd_run):
+    variant = llama_odd_run / "package" / "build" / "torch-cuda"
     assert (variant / "runtime.py").read_bytes() == (Path(rt.__file__)).read_bytes()
-    assert os.path.exists(injected_run / "package" / "build" / "torch-xpu" / "runtime.py")
+    assert os.path.exists(llama_odd_run / "package" / "build" / "torch-xpu" / "runtime.py")

@@ -5,7 +5,6 @@ stock original computes."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,26 +12,8 @@ import torch
 import transformers
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "bin" / "xpuinject"
 FIXTURE = ROOT / "testdata" / "fixtures" / "llama-odd"
 IDS = torch.randint(3, 500, (2, 13), generator=torch.Generator().manual_seed(8))
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    if not BIN.is_file():
-        pytest.fail(f"{BIN} is missing: scripts/test builds it (go build -o bin/xpuinject ./cmd/xpuinject)")
-    out = tmp_path_factory.mktemp("save") / "run"
-    r = subprocess.run([str(BIN), str(FIXTURE), "--out", str(out), "--skip-eval"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
-def pkg(run):
-    from kernels import get_local_kernel
-
-    return get_local_kernel(run / "package", backend="cuda" if torch.version.cuda else None)
 
 
 def load(path=FIXTURE):
@@ -44,26 +25,26 @@ def logits(model):
         return model(input_ids=IDS).logits.float()
 
 
-def test_save_after_packed_inject_refuses_and_writes_nothing(run, pkg, tmp_path):
+def test_save_after_packed_inject_refuses_and_writes_nothing(llama_odd_run, llama_odd_pkg, tmp_path):
     model = load()
-    pkg.inject(model, packed=run / "packed")
+    llama_odd_pkg.inject(model, packed=llama_odd_run / "packed")
     logits(model)
     dest = tmp_path / "saved"
-    with pytest.raises(pkg.InjectError, match=r"save the original model instead.*xpuinject pack"):
+    with pytest.raises(llama_odd_pkg.InjectError, match=r"save the original model instead.*xpuinject pack"):
         model.save_pretrained(dest)
-    with pytest.raises(pkg.InjectError, match="cannot be saved"):
+    with pytest.raises(llama_odd_pkg.InjectError, match="cannot be saved"):
         model.push_to_hub("someone/never-pushed")
     assert not dest.exists()
     assert "save_pretrained" not in load().__dict__  # other models, and the class, are untouched
 
 
 @pytest.mark.parametrize("how", ["kernelize", "inject"])
-def test_save_with_own_weights_reloads_to_the_stock_outputs(pkg, tmp_path, how):
+def test_save_with_own_weights_reloads_to_the_stock_outputs(llama_odd_pkg, tmp_path, how):
     model = load()
     if how == "kernelize":
-        pkg.kernelize(model)
+        llama_odd_pkg.kernelize(model)
     else:
-        pkg.inject(model)
+        llama_odd_pkg.inject(model)
     injected = logits(model)  # packs the layers' tensors into buffers on the modules
     assert any(n.startswith("xpuinject_") for m in model.modules() for n in m._buffers)
     model.save_pretrained(tmp_path / "saved")

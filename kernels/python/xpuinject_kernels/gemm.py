@@ -320,7 +320,7 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
         fixed = triton.Config({k: c[k] for k in _CONFIG_KEYS[:4]}, num_warps=c["num_warps"], num_stages=c["num_stages"])
     if bias is not None:
         bias = bias.contiguous()
-    k = w.shape[0]
+    k, n_w = w.shape
     swiglu = epilogue == "swiglu"
     be = _backend.require_runnable(x, "gemm")
     out = _backend.empty(out_shape, out_dtype, x.device)
