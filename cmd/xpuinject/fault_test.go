@@ -201,6 +201,11 @@ func TestFaultMatrix(t *testing.T) {
 				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
 				return []string{"pakc", m, "--out", filepath.Join(root, "x")}
 			}},
+		{name: "help on a mistyped command", code: exitUsage,
+			want: []string{`unknown help topic "pakc"`, "Did you mean this?\n\tpack\n"},
+			setup: func(t *testing.T, root string) []string {
+				return []string{"help", "pakc"}
+			}},
 		{name: "malformed repo id", code: exitUsage,
 			want: []string{`--repo-id "notvalid": want ORG/NAME`},
 			setup: func(t *testing.T, root string) []string {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -101,7 +102,28 @@ func NewRootCmd(f *Factory) *cobra.Command {
 		newPushCmd(f),
 		newKernelsCmd(f),
 	)
+	root.SetHelpCommand(newHelpCmd(root))
 	return root
+}
+
+// newHelpCmd is cobra's help command, but an unknown topic is a usage error (cobra prints the
+// root's help and exits 0).
+func newHelpCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			if len(args) > 0 && (err != nil || len(rest) > 0 || cmd == root) {
+				msg := fmt.Sprintf("unknown help topic %q", strings.Join(args, " "))
+				if sugg := root.SuggestionsFor(args[0]); len(sugg) > 0 {
+					msg += "\n\nDid you mean this?\n\t" + strings.Join(sugg, "\n\t")
+				}
+				return &usageError{errors.New(msg)}
+			}
+			return cmd.Help()
+		},
+	}
 }
 
 type usageError struct{ err error }
