@@ -245,7 +245,7 @@ func LayerErrorChart(r *Result) image.Image {
 		Title:  fmt.Sprintf("%s: per-layer output error vs fp32 (mean relative, log scale)", r.Model.Arch),
 		YLabel: "mean rel err",
 		LogY:   true,
-		Series: []Series{{Name: "stock bf16", Color: colStock}, {Name: "xpuinject bf16", Color: colInjected}},
+		Series: []Series{{Name: "stock " + r.HalfDtype(), Color: colStock}, {Name: "xpuinject " + r.HalfDtype(), Color: colInjected}},
 	}
 	for _, l := range r.Layers {
 		c.Groups = append(c.Groups, strings.TrimPrefix(l.Name, "model."))

@@ -124,10 +124,10 @@ func Markdown(r *Result, plots []string) []byte {
 	writePlacement(&b, r)
 
 	in := r.Accuracy.Input
-	fmt.Fprintf(&b, "## Accuracy against the fp32 model\n\nInput: %s. Both bf16 models are compared with the fp32 model (the oracle); "+
-		"the last column is injected error over stock error: near 1× means the kernels cost no accuracy beyond bf16 itself.\n\n", describeInput(in))
+	fmt.Fprintf(&b, "## Accuracy against the fp32 model\n\nInput: %s. Both %[2]s models are compared with the fp32 model (the oracle); "+
+		"the last column is injected error over stock error: near 1× means the kernels cost no accuracy beyond %[2]s itself.\n\n", describeInput(in), r.HalfDtype())
 	inj, st := r.Accuracy.Injected, r.Accuracy.Stock
-	b.WriteString("| metric | injected bf16 | stock bf16 | injected / stock |\n| --- | --- | --- | --- |\n")
+	fmt.Fprintf(&b, "| metric | injected %[1]s | stock %[1]s | injected / stock |\n| --- | --- | --- | --- |\n", r.HalfDtype())
 	row := func(name string, a, s Num, ratio bool) {
 		rs := "—"
 		if ratio {
@@ -193,7 +193,7 @@ func Markdown(r *Result, plots []string) []byte {
 		}
 		if len(rows) > 0 {
 			fmt.Fprintf(&b, "\nEach first divergence. It is a tie when the fp32 model rates the two tokens less than %s apart: "+
-				"the most stock bf16 moves the fp32 model's top-1 − top-2 logit margin anywhere on the teacher-forced text. "+
+				"the most stock "+r.HalfDtype()+" moves the fp32 model's top-1 − top-2 logit margin anywhere on the teacher-forced text. "+
 				"A model's own margin of 0 means its logits for the two tokens were equal.\n\n", f(g.TieBound))
 			b.WriteString("| compared | prompt | position | tokens | oracle top-2 margin | oracle margin between the two | models' own margins | verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 			b.WriteString(strings.Join(rows, "\n") + "\n")
@@ -236,16 +236,16 @@ func writePlacement(b *bytes.Buffer, r *Result) {
 	}
 	b.WriteString("## Placement\n\n")
 	if r.Device.Count > 1 {
-		fmt.Fprintf(b, "The bf16 models were split into %d pipeline stages (transformers' pipeline parallelism over "+
+		fmt.Fprintf(b, "The %s models were split into %d pipeline stages (transformers' pipeline parallelism over "+
 			"torch.distributed), one process and device each: each stage holds a run of decoder layers and sends its "+
-			"hidden states to the next.\n\n", r.Device.Count)
+			"hidden states to the next.\n\n", r.HalfDtype(), r.Device.Count)
 	}
 	if p.Stock != nil || p.Injected != nil {
 		b.WriteString("| model | rank | host | device | decoder layers | also | MB held |\n| --- | --- | --- | --- | --- | --- | --- |\n")
 		for _, m := range []struct {
 			name string
 			p    *ModelPlacement
-		}{{"stock bf16", p.Stock}, {"injected bf16", p.Injected}} {
+		}{{"stock " + r.HalfDtype(), p.Stock}, {"injected " + r.HalfDtype(), p.Injected}} {
 			if m.p == nil {
 				continue
 			}

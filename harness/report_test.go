@@ -118,6 +118,24 @@ func TestReportCPUSaysLatencyNotMeasured(t *testing.T) {
 	}
 }
 
+// The report names what the stock and injected models ran in: bf16 when eval.json does not say.
+func TestReportNamesTheModelsDtype(t *testing.T) {
+	r, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Model.Dtype = ""
+	if md := string(Markdown(r, nil)); !strings.Contains(md, "| metric | injected bf16 | stock bf16 |") {
+		t.Errorf("no bf16 columns:\n%s", md)
+	}
+	r.Model.Dtype = "fp16"
+	md := string(Markdown(r, nil))
+	if !strings.Contains(md, "| metric | injected fp16 | stock fp16 |") || !strings.Contains(md, "Both fp16 models") ||
+		strings.Contains(md, "bf16") {
+		t.Errorf("fp16 run reported as bf16:\n%s", md)
+	}
+}
+
 func TestReadResultRejects(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.json")

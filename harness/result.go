@@ -190,6 +190,8 @@ type Result struct {
 		Path  string `json:"path"`
 		Arch  string `json:"arch"`
 		Class string `json:"class"`
+		// Dtype is what the stock and injected models ran in: the plan's (bf16 when absent).
+		Dtype string `json:"dtype"`
 	} `json:"model"`
 	Device struct {
 		Type      string `json:"type"`
@@ -281,4 +283,13 @@ func ReadResult(path string) (*Result, error) {
 		r.Device.Count = 1
 	}
 	return &r, nil
+}
+
+// HalfDtype names what the stock and injected models ran in ("bf16" or "fp16"); files written
+// before the eval recorded it ran in bf16.
+func (r *Result) HalfDtype() string {
+	if r.Model.Dtype == "" {
+		return "bf16"
+	}
+	return r.Model.Dtype
 }

@@ -134,6 +134,10 @@ def test_two_gloo_stages_give_the_single_process_figures(runs, tmp_path, fixture
     assert r.returncode == 1 and "| injected kl |" in r.stdout and "**over**" in r.stdout, r.stdout
     p1, p2 = one["device"].pop("placement"), two["device"].pop("placement")
     one["device"].pop("count"), two["device"].pop("count")
+    # the graph runtime decodes on one device only: the pipeline says why it left it out
+    rt1, rt2 = one["generation"].pop("runtime"), two["generation"].pop("runtime")
+    assert rt1["stock"]["vs_eager"]["tokens"] > 0 and rt1["injected"]["vs_eager"]["non_ties"] == 0
+    assert set(rt2) == {"graphs", "reason"} and "2 pipeline stages" in rt2["reason"]
     # everything measured is equal: accuracy, per-layer errors, generation and its divergences,
     # the injection summary (the stages' bindings merged), the oracle's perplexity
     assert one == two
@@ -150,6 +154,7 @@ def test_two_gloo_stages_give_the_single_process_figures(runs, tmp_path, fixture
     # the injected stages hold their packed tensors: together what the single process holds
     assert sum(s["bytes"] for s in p2["injected"]["stages"]) >= p1["injected"]["stages"][0]["bytes"]
     assert p1["oracle"]["mode"] == p2["oracle"]["mode"] == "layered" and p2["oracle"]["rank"] == 0
+    assert "Not decoded under the package's graph runtime: 2 pipeline stages" in report
     assert "| injected bf16 | 1 | " in report and "The bf16 models were split into 2 pipeline stages" in report
 
 
