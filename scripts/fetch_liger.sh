@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# Put Liger-Kernel's source into .device-carry/liger/ so the GPU benchmarks can compare with it
+# Put Liger-Kernel's source into .gpu-extras/liger/ so the GPU benchmarks can compare with it
 # on a machine without network.
 #
 #   scripts/fetch_liger.sh [VERSION]        (default 0.8.5, the version benchmarks/ was read against)
 #
 # Its wheel is pure Python (liger_kernel-<v>-py3-none-any.whl, needs only torch and triton;
 # ops/utils.py also imports `packaging`), so unpacking it is all the install it needs: copy the
-# repo with .device-carry/liger to the GPU machine and scripts/gpu-run.sh puts the folder on
-# PYTHONPATH (or set PYTHONPATH=.device-carry/liger yourself for benchmarks/run_all.py).
+# repo with .gpu-extras/liger to the GPU machine and scripts/gpu-run.sh puts the folder on
+# PYTHONPATH (or set PYTHONPATH=.gpu-extras/liger yourself for benchmarks/run_all.py).
 #
-# Never commit it: .gitignore has /.device-carry/ and this script refuses to run if that rule is gone.
+# Never commit it: .gitignore has /.gpu-extras/ and this script refuses to run if that rule is gone.
 set -euo pipefail
 
 VERSION="${1:-0.8.5}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-DEST=".device-carry/liger"
+DEST=".gpu-extras/liger"
 
 if ! git check-ignore -q "$DEST"; then
-  echo "fetch_liger: $DEST is not git-ignored (want /.device-carry/ in .gitignore); refusing to fetch" >&2
+  echo "fetch_liger: $DEST is not git-ignored (want /.gpu-extras/ in .gitignore); refusing to fetch" >&2
   exit 1
 fi
 
@@ -48,4 +48,4 @@ mkdir -p "$(dirname "$DEST")"
 mv "$tmp/x" "$DEST.tmp"
 rm -rf "$DEST"
 mv "$DEST.tmp" "$DEST"
-echo "fetch_liger: liger-kernel $VERSION unpacked into $DEST ($(du -sh "$DEST" | cut -f1)); carry it as \".device-carry/liger\""
+echo "fetch_liger: liger-kernel $VERSION unpacked into $DEST ($(du -sh "$DEST" | cut -f1)); copy it to the GPU machine with the repo"

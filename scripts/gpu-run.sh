@@ -13,7 +13,7 @@
 #        autotuned with the GPU's shipped tuned configs: eval.json "autotune"),
 #        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
 #        both), BENCH_ARGS (default --quick; empty for the full matrix), LIGER (a folder holding the
-#        liger_kernel package; default .device-carry/liger when present, see scripts/fetch_liger.sh),
+#        liger_kernel package; default .gpu-extras/liger when present, see scripts/fetch_liger.sh),
 #        RUNTIME_MODELS (default "llama1b llama8b"), RUNTIME_ARGS (extra gpu_runtime_check.py flags),
 #        EVAL_ARGS (extra pipeline flags, e.g. "--prefill 512 --tokens 1024"), GGUF (the real model's
 #        GGUF, for a machine without PyPI: scripts/real_model.py --gguf; "real" step, T_REAL)
@@ -29,7 +29,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 STEPS=${STEPS:-"tests llama levit bench tune host"}
-LIGER=${LIGER:-$([ -d .device-carry/liger/liger_kernel ] && echo "$PWD/.device-carry/liger")}
+LIGER=${LIGER:-$([ -d .gpu-extras/liger/liger_kernel ] && echo "$PWD/.gpu-extras/liger")}
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 HF_HUB_OFFLINE=1
 export PYTHONPATH="$PWD/kernels/python${LIGER:+:$LIGER}${PYTHONPATH:+:$PYTHONPATH}"
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
