@@ -228,7 +228,7 @@ func configClass(path string) string {
 // evalSummary is the part of an eval.json a packed card records: the accuracy ratios and
 // the latency ratios.
 func evalSummary(r *harness.Result) *emit.EvalSummary {
-	s := &emit.EvalSummary{Device: r.Device.Type}
+	s := &emit.EvalSummary{Device: r.Device.Type, DType: r.HalfDtype()}
 	if r.Device.Name != "" && r.Device.Name != r.Device.Type {
 		s.Device = r.Device.Name
 	}

@@ -77,8 +77,11 @@ func UsageSnippet(pl *plan.Plan, u Usage) string {
 type EvalSummary struct {
 	// Device names where it ran ("NVIDIA H200", "cpu (Triton interpreter)").
 	Device string
-	// Accuracy: per error metric against the fp32 model, injected, stock bf16 and their
-	// ratio (eval.json accuracy.compare), in the order given.
+	// DType is what the stock and injected models ran in (eval.json model.dtype); "" reads
+	// as bf16, the dtype of evals that did not record one.
+	DType string
+	// Accuracy: per error metric against the fp32 model, injected, stock and their ratio
+	// (eval.json accuracy.compare), in the order given.
 	Accuracy []EvalRow
 	// Latency: per measured point, the headline ratio (injected graph / stock compiled where
 	// both were measured) and which two paths it compares.
@@ -123,8 +126,9 @@ func ModelCard(pl *plan.Plan, o ModelCardOptions) []byte {
 	}
 	fmt.Fprintf(&b, " packed by %s for the kernel package [`%s`](https://huggingface.co/kernels/%s): ",
 		cmp.Or(o.Tool, "xpuinject"), cmp.Or(o.Usage.KernelRepo, "ORG/NAME"), cmp.Or(o.Usage.KernelRepo, "ORG/NAME"))
-	b.WriteString("BatchNorm folded, QKV and gate/up concatenated, bf16, K-major, as its Triton kernels read them. " +
-		"`plan.yaml` says which module gets which layer and how each tensor was made; the package checks it " +
+	fmt.Fprintf(&b, "BatchNorm folded, QKV and gate/up concatenated, %s, K-major, as its Triton kernels read them. ",
+		cmp.Or(pl.DType, plan.DTypeBF16)) // a plan without a dtype was packed in bf16
+	b.WriteString("`plan.yaml` says which module gets which layer and how each tensor was made; the package checks it " +
 		"against its own before loading anything.\n\n")
 	b.WriteString("## Usage\n\n")
 	b.WriteString(UsageSnippet(pl, o.Usage))
@@ -139,9 +143,10 @@ func ModelCard(pl *plan.Plan, o ModelCardOptions) []byte {
 func writeEvalSummary(b *bytes.Buffer, e *EvalSummary) {
 	fmt.Fprintf(b, "## Evaluation of the run that packed these weights (%s)\n\n", e.Device)
 	if len(e.Accuracy) > 0 {
-		b.WriteString("Error against the fp32 model, injected beside stock bf16 transformers " +
-			"(ratio = injected / stock; below 1 is closer to fp32 than stock):\n\n")
-		b.WriteString("| metric | injected | stock bf16 | ratio |\n| --- | --- | --- | --- |\n")
+		dt := cmp.Or(e.DType, plan.DTypeBF16)
+		fmt.Fprintf(b, "Error against the fp32 model, injected beside stock %s transformers "+
+			"(ratio = injected / stock; below 1 is closer to fp32 than stock):\n\n", dt)
+		fmt.Fprintf(b, "| metric | injected | stock %s | ratio |\n| --- | --- | --- | --- |\n", dt)
 		for _, r := range e.Accuracy {
 			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", r.What, num(r.Injected), num(r.Stock), num(r.Ratio))
 		}

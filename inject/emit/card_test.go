@@ -43,6 +43,7 @@ func TestModelCardRecordsSourceAndEval(t *testing.T) {
 	for _, s := range []string{"---\nbase_model: org/m\nlicense: apache-2.0\ntags:\n- xpuinject\n", "# org/k-packed\n",
 		"The weights of `org/m` (revision `abc`) packed by xpuinject 1.2.3 for the kernel package [`org/k`](https://huggingface.co/kernels/org/k)",
 		`xpuinject.inject(model, packed="org/k-packed")`, "## Evaluation of the run that packed these weights (NVIDIA H200)",
+		"concatenated, bf16, K-major", "| metric | injected | stock bf16 | ratio |",
 		"| mean_abs | 0.0123 | 0.0145 | 0.848 |", "| kl | 1e-05 | 2e-05 | - |", "| prefill 512 tokens, batch 1 | 0.91 |"} {
 		if !strings.Contains(card, s) {
 			t.Errorf("card lacks %q:\n%s", s, card)
@@ -54,6 +55,26 @@ func TestModelCardRecordsSourceAndEval(t *testing.T) {
 	}
 	if strings.Contains(string(ModelCard(p, ModelCardOptions{})), "## Evaluation") {
 		t.Error("a card without an eval has an evaluation section")
+	}
+}
+
+// An fp16 plan's card names fp16 wherever it names the dtype: the packed tensors, the usage
+// snippet and the eval table's stock column.
+func TestModelCardFP16(t *testing.T) {
+	p := &plan.Plan{Arch: "llama", DType: plan.DTypeFP16, Source: plan.Source{Repo: "org/m", Revision: "abc"}}
+	card := string(ModelCard(p, ModelCardOptions{
+		Usage: Usage{KernelRepo: "org/k"},
+		Eval: &EvalSummary{Device: "NVIDIA H200", DType: "fp16",
+			Accuracy: []EvalRow{{What: "mean_abs", Injected: 0.0123, Stock: 0.0145, Ratio: 0.848}}},
+	}))
+	for _, s := range []string{"concatenated, fp16, K-major", "dtype=torch.float16", "injected beside stock fp16 transformers",
+		"| metric | injected | stock fp16 | ratio |"} {
+		if !strings.Contains(card, s) {
+			t.Errorf("card lacks %q:\n%s", s, card)
+		}
+	}
+	if strings.Contains(card, "bf16") || strings.Contains(card, "bfloat16") {
+		t.Errorf("an fp16 plan's card names bf16:\n%s", card)
 	}
 }
 
