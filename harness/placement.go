@@ -112,7 +112,7 @@ func StagesNeeded(fp Footprint, mem []int64) (int, error) {
 		}
 	}
 	n := maxStages
-	return 0, fmt.Errorf("harness: the evaluation does not fit %d device(s) of %s: two bf16 copies of the weights (%s each) "+
+	return 0, fmt.Errorf("harness: the evaluation does not fit %d device(s) of %s: two 16-bit copies of the weights (%s each) "+
 		"and the fp32 oracle's working set (%s) need %s per device over %d, with %s headroom; use a machine with more "+
 		"or larger devices (docs/multi-node.md)", len(mem), GiB(least), GiB(fp.Weights), GiB(fp.OracleFloor),
 		GiB(fp.PerDevice(n)), n, GiB(Headroom(least)))

@@ -48,17 +48,18 @@ func newEvalCmdWith(f *Factory, runF func(context.Context, *evalOptions) error) 
 	cmd := &cobra.Command{
 		Use:   "eval MODEL --package DIR --packed DIR --out DIR",
 		Short: "whole-model accuracy and latency of the injected model against the original",
-		Long: `Load MODEL three times (fp32 oracle, stock bf16, bf16 with the package injected from
-its packed weights) in a Python subprocess and report accuracy (logits error, top-1, KL,
-perplexity, greedy generation, per-layer error) and, on a GPU, prefill/decode latency and
-peak memory: stock eager, stock compiled (StaticCache + torch.compile, the fastest stock
-path), stock and injected under the package's graph runtime, injected eager (--latency). Writes eval.json, report.md and PNG plots to --out.
+		Long: `Load MODEL three times (fp32 oracle; stock, and injected from the package's packed
+weights, both in the plan's dtype, bf16 or fp16) in a Python subprocess and report accuracy
+(logits error, top-1, KL, perplexity, greedy generation, per-layer error) and, on a GPU,
+prefill/decode latency and peak memory: stock eager, stock compiled (StaticCache +
+torch.compile, the fastest stock path), stock and injected under the package's graph
+runtime, injected eager (--latency). Writes eval.json, report.md and PNG plots to --out.
 On the CPU the kernels run under the Triton interpreter: accuracy only, on a short text.
 
 The fp32 oracle is read from the checkpoint layer by layer, so it never needs the whole fp32
-model in memory. With --gpus N (or when the bf16 models do not fit one GPU) the two bf16
-models are split into N pipeline stages, one process and GPU each, under torchrun; with
---device cpu, N processes talk over gloo.`,
+model in memory. With --gpus N (or when the two 16-bit models do not fit one GPU) they are
+split into N pipeline stages, one process and GPU each, under torchrun; with --device cpu,
+N processes talk over gloo.`,
 		Example: `  xpuinject eval testdata/fixtures/llama-tiny --package out/package --packed out/packed --out out/eval --device cpu
   xpuinject eval llama8b --package out/package --packed out/packed --out out/eval --gpus 2`,
 		Args: exactArgs(1),
@@ -97,7 +98,7 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.IntVar(&o.Repeats, "repeats", 0, "timed repeats per latency point (default 30)")
 	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated (default 128,512,2048)")
 	fl.IntSliceVar(&o.Decode, "decode-batches", nil, "batch sizes whose decode step is timed, comma-separated (default 1,8)")
-	fl.IntVar(&o.GPUs, "gpus", 0, "GPUs to split the bf16 models over as pipeline stages, one process each under torchrun (0: one, or as many as they need; with --device cpu: processes over gloo)")
+	fl.IntVar(&o.GPUs, "gpus", 0, "GPUs to split the stock and injected models over as pipeline stages, one process each under torchrun (0: one, or as many as they need; with --device cpu: processes over gloo)")
 }
 
 // checkEvalFlags validates the flags eval shares with the pipeline, before any work;
@@ -241,7 +242,7 @@ type evalFiles struct {
 }
 
 // evalStages decides how many pipeline stages (devices, one process each) the eval runs: --gpus
-// when given, else as many as the checkpoint's two bf16 copies and the oracle's working set need
+// when given, else as many as the checkpoint's two 16-bit copies and the oracle's working set need
 // on the visible GPUs (harness.StagesNeeded), one on the CPU.
 func evalStages(f *Factory, o *evalOptions, env *harness.Env, modelDir string) (int, error) {
 	gpu := o.Device == "cuda" || o.Device == "xpu" || (o.Device == "auto" && (env.CUDA || env.XPU))
@@ -266,7 +267,7 @@ func evalStages(f *Factory, o *evalOptions, env *harness.Env, modelDir string) (
 			return 0, err
 		}
 		if n > 1 {
-			fmt.Fprintf(f.ErrOut, "eval: two bf16 copies of %s do not fit one GPU of %s: %d pipeline stages (--gpus sets the number)\n",
+			fmt.Fprintf(f.ErrOut, "eval: two 16-bit copies of %s do not fit one GPU of %s: %d pipeline stages (--gpus sets the number)\n",
 				harness.GiB(fp.Weights), harness.GiB(env.GPUMemory[0]), n)
 		}
 		return n, nil

@@ -45,7 +45,7 @@ func newFetchCmdWith(f *Factory, runF func(context.Context, *fetchOptions) error
 cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub), laid out as
 huggingface_hub lays it out, and print the snapshot folder on stdout.
 
-MODEL is a preset name (see 'xpuinject kernels' / presets), org/name or
+MODEL is a preset name (` + presetNames() + `), org/name or
 org/name@revision; a local folder is printed as is. $HF_ENDPOINT, $HF_TOKEN (else the token file)
 and $HF_HUB_OFFLINE are honoured; offline, or when the Hub cannot be reached, a cached
 snapshot of the revision is used.`,

@@ -31,15 +31,15 @@ func newPackCmdWith(f *Factory, runF func(context.Context, *packOptions) error) 
 	o := &packOptions{}
 	cmd := &cobra.Command{
 		Use:   "pack MODEL --out DIR",
-		Short: "write the folded, bf16 and pre-packed weights the plan asks for, and plan.yaml",
+		Short: "write the folded, cast and pre-packed weights the plan asks for, and plan.yaml",
 		Long: `Plan MODEL (as 'xpuinject plan' does) and write the packed checkpoint into DIR:
 model.safetensors (or model-0000i-of-0000N.safetensors shards and
 model.safetensors.index.json) holding exactly the plan's output tensors (BatchNorm
-folded, q/k/v and gate/up concatenated, cast to bf16, K-major where a kernel reads
-[K, N]), and plan.yaml. Layers the plan keeps use the model's own weights and are not
-copied. Every shard's __metadata__ names the source, its sha256s, the transforms, this
-tool's version and the plan's sha256. Tensors stream through in row blocks: memory stays
-near the largest output tensor whatever the model size.
+folded, q/k/v and gate/up concatenated, cast to the plan's dtype (bf16 or fp16), K-major
+where a kernel reads [K, N]), and plan.yaml. Layers the plan keeps use the model's own
+weights and are not copied. Every shard's __metadata__ names the source, its sha256s, the
+transforms, this tool's version and the plan's sha256. Tensors stream through in row
+blocks: memory stays near the largest output tensor whatever the model size.
 
 DIR is assembled aside and renamed into place when complete: an interrupted run leaves
 an earlier pack in DIR as it was. An earlier pack is replaced; any other non-empty DIR,

@@ -33,9 +33,7 @@ const (
 	DTypeAuto = "auto"
 )
 
-// DefaultDType is the dtype of a plan made without one. bf16: the eval driver still loads
-// both models in bf16 whatever the plan says; once it loads them in Plan.DType, auto can
-// be the default.
+// DefaultDType is the dtype of a plan made without --dtype.
 const DefaultDType = DTypeBF16
 
 // FileName is the plan's file name in a packed checkpoint and in a package.
