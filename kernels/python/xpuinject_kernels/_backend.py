@@ -1,7 +1,7 @@
 """Backend detection, alignment checks and autotune config builders shared by every kernel.
 
 Only stdlib, torch and triton are imported here (the package is copied verbatim into kernel-hub
-variant folders by inject/emit.go).
+variant folders by inject/emit/emit.go).
 
 Backends:
   "cuda"  NVIDIA (Hopper-sized configs, TMA tensor descriptors need `ensure_allocator()`),

@@ -5,7 +5,7 @@ instead of tracing into Triton's launcher.
 Namespace: the package's own module name, as kernel-builder's noarch `_ops.py` names its ops
 (`_<name>_<build id>`, huggingface/kernels build2cmake/src/torch/ops_identifier.rs). An emitted
 package is imported under its metadata id, `_<module>_<backend>_<digest>` (kernels/importer.py,
-inject/emit.go), so two packages in one process never share a namespace; this source tree is
+inject/emit/emit.go), so two packages in one process never share a namespace; this source tree is
 `xpuinject_kernels`. A second import of the same files under the same name (a reload) takes
 the next free `<name>_<n>`.
 

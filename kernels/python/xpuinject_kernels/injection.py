@@ -595,7 +595,7 @@ def _linear(m) -> bool:
 
 def _why_not(m: nn.Module, layer: str) -> str:
     """Why `layer` cannot take module m ("" when it can): the planner's rules for the same
-    layers (kernels/registry.go constraints, inject/plan_rules.go), on the live module."""
+    layers (kernels/registry.go constraints, inject/plan/rules.go), on the live module."""
     c = m._modules
     if layer == "RMSNorm":
         return "" if isinstance(getattr(m, "weight", None), torch.Tensor) and hasattr(m, "variance_epsilon") else "no weight / variance_epsilon"
@@ -805,8 +805,9 @@ def mark_transformers_classes() -> Dict[str, str]:
     `kernels`, as transformers itself marks its RMSNorm classes: `kernel_layer_name` on the
     class, and with kernels >= 0.17 a `kernel_condition` that admits only modules whose shapes
     the kernels take. Then `from_pretrained(..., use_kernels=True,
-    kernel_config=KernelConfig(kernel_mapping(REPO)))` binds the package's layers. Classes that
-    already carry a mark keep it. Returns {class name: mark} of every class this call marked."""
+    kernel_config=KernelConfig(kernel_mapping(REPO, "llama")))` (the model's config.model_type)
+    binds the package's layers. Classes that already carry a mark keep it. Returns
+    {class name: mark} of every class this call marked."""
     import importlib
 
     import kernels

@@ -2,7 +2,7 @@
 were attached (plain `kernelize`, or `inject` without `packed=`).
 
 Each layer's packed tensors (contract.json `packed`) are made from its source children
-(contract.json `sources`) the way the Go packer makes them offline (inject/transform.go):
+(contract.json `sources`) the way the Go packer makes them offline (inject/pack/transform.go):
 q/k/v and gate/up concatenated along the output dimension, weights transposed to K-major
 [in, out], BatchNorm folded into the neighbouring Linear or Conv2d with its running
 statistics, cast to the model's half dtype. Folds run in float32 on the device (the offline
