@@ -11,7 +11,6 @@ top-1 agreement at most 5 points below stock's.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,22 +21,15 @@ import yaml
 import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "bin" / "xpuinject"
 FIXTURES = ROOT / "testdata" / "fixtures"
 GOLDEN = ROOT / "inject" / "plan" / "testdata" / "golden"
 ALL = sorted(p.parent.name for p in FIXTURES.glob("*/config.json"))
 
 
 @pytest.fixture(scope="module")
-def pkg(tmp_path_factory):
-    if not BIN.is_file():
-        pytest.fail(f"{BIN} is missing: scripts/test builds it (go build -o bin/xpuinject ./cmd/xpuinject)")
-    out = tmp_path_factory.mktemp("pkg") / "package"
-    r = subprocess.run([str(BIN), "package", str(FIXTURES / "llama-odd"), "--out", str(out)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    from kernels import get_local_kernel
-
-    return get_local_kernel(out, backend="cuda" if torch.version.cuda else None)
+def pkg(llama_odd_pkg):
+    """The package `xpuinject llama-odd` emits; kernelize needs none of its plan or packed weights."""
+    return llama_odd_pkg
 
 
 def model_class(fixture):
