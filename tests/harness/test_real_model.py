@@ -95,3 +95,10 @@ def test_real_model_accuracy_cpu(shallow, tmp_path):
     assert g["prompts"] == 4 and g["new_tokens"] == 6
     assert g["injected"]["prefix"] >= g["stock"]["prefix"], (g["injected"], g["stock"])
     assert g["injected"]["non_ties"] == 0, g["injected"]["divergences"]
+    # the same decoding under the package's graph runtime (eager steps on the CPU): any token it
+    # picks differently from the model's own eager run is a tie, and none parts from the oracle's
+    # otherwise
+    rt = g["runtime"]
+    for name in ("stock", "injected"):
+        assert rt[name]["vs_eager"]["tokens"] == 4 * 6 and rt[name]["vs_eager"]["non_ties"] == 0, rt[name]
+    assert rt["injected"]["vs_oracle"]["non_ties"] == 0, rt["injected"]["vs_oracle"]["divergences"]
