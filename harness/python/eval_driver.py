@@ -792,7 +792,7 @@ def main(argv=None):
     if run.main and hasattr(pkg, "tuning_report"):
         result["autotune"] = at = pkg.tuning_report()
         progress(f"autotune: {at['autotuned']} problem classes autotuned ({at['benchmarked']} benchmarked), "
-                 f"{at['tuned']} launched from tuned configs {at['gpu_data']}")
+                 f"{at['tuned']} launched from tuned configs ({', '.join(at['gpu_data']) or 'none for this device'})")
 
     run.close()
     if not run.main:
@@ -802,7 +802,7 @@ def main(argv=None):
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(jsonable(result), indent=2, allow_nan=False))
     os.replace(tmp, out)
-    progress(f"wrote {out}")
+    progress(f"wrote {out.name}")  # the CLI moves the folder into place and names it
 
 
 # Why a pipeline is timed on the eager paths only.
