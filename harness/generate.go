@@ -98,15 +98,7 @@ func Generate(ctx context.Context, o GenerateOptions) (*GenerateResult, error) {
 		args = append(args, "--top-p", strconv.FormatFloat(o.TopP, 'g', -1, 64))
 	}
 	cmd := exec.CommandContext(ctx, o.Python, args...)
-	env := o.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	env = append(env, "PYTHONUNBUFFERED=1")
-	if o.Device == "cpu" {
-		env = append(env, "TRITON_INTERPRET=1") // must be set before triton is imported
-	}
-	cmd.Env = env
+	cmd.Env = driverEnv(o.Env, o.Device)
 	cmd.Stdout = o.Text
 	if cmd.Stdout == nil {
 		cmd.Stdout = io.Discard

@@ -117,16 +117,7 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		args = append(args, "--repeats", strconv.Itoa(o.Repeats))
 	}
 	cmd := exec.CommandContext(ctx, o.Python, args...)
-	env := o.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	env = append(env, "PYTHONUNBUFFERED=1")
-	if o.Device == "cpu" {
-		// The kernels run on the CPU only under Triton's interpreter; it must be set
-		// before triton is imported, so it goes in the environment.
-		env = append(env, "TRITON_INTERPRET=1")
-	}
+	env := driverEnv(o.Env, o.Device)
 	if o.Stages > 1 {
 		env = append(env, stageEnv(env, o.Device, o.Stages)...)
 	}
@@ -264,4 +255,18 @@ func joinInts(ns []int) string {
 		parts[i] = strconv.Itoa(n)
 	}
 	return strings.Join(parts, ",")
+}
+
+// driverEnv is the environment of a Python driver: base (nil: this process's), unbuffered output,
+// and on the CPU Triton's interpreter, which must be set before triton is imported.
+func driverEnv(base []string, device string) []string {
+	env := base
+	if env == nil {
+		env = os.Environ()
+	}
+	env = append(env[:len(env):len(env)], "PYTHONUNBUFFERED=1")
+	if device == "cpu" {
+		env = append(env, "TRITON_INTERPRET=1")
+	}
+	return env
 }
