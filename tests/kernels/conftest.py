@@ -7,8 +7,6 @@ switched on for every test.
 """
 
 import os
-import subprocess
-from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("XPUINJECT_POISON", "1")
@@ -49,23 +47,6 @@ def _poison_and_seed():
     _backend.set_poison(True)
     torch.manual_seed(0)
     yield
-
-
-BIN = Path(__file__).resolve().parents[2] / "bin" / "xpuinject"
-FIXTURES = Path(__file__).resolve().parents[2] / "testdata" / "fixtures"
-
-
-@pytest.fixture(scope="session")
-def llama_odd_run(tmp_path_factory) -> Path:
-    """llama-odd planned, packed and packaged by the Go binary (`xpuinject llama-odd --skip-eval`),
-    once for every test that reads it; tests must not write in it."""
-    if not BIN.is_file():
-        pytest.fail(f"{BIN} is missing: scripts/test builds it (go build -o bin/xpuinject ./cmd/xpuinject)")
-    out = tmp_path_factory.mktemp("llama-odd") / "run"
-    r = subprocess.run([str(BIN), str(FIXTURES / "llama-odd"), "--out", str(out), "--skip-eval"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return out
 
 
 @pytest.fixture(scope="session")
