@@ -40,9 +40,13 @@ def launches(llama_odd_pkg):
 def test_ops_live_in_the_packages_namespace(llama_odd_pkg):
     ns = llama_odd_pkg._ops.NAMESPACE
     assert ns == llama_odd_pkg.__name__  # the metadata id kernels imports the package under
-    for op in ("rms_norm", "add_rms_norm", "apply_rope", "apply_rope_", "gemm", "attention_prefill", "attention_decode"):
+    for op in ("rms_norm", "add_rms_norm", "apply_rope", "apply_rope_", "rope_cache_write", "gemm", "attention_prefill",
+               "attention_decode"):
         assert getattr(getattr(torch.ops, ns), op).default is llama_odd_pkg._ops.op(op)
     assert torch.ops.__getattr__(ns).apply_rope_.default._schema.arguments[0].alias_info.is_write
+    # the fused cache write declares the caches it writes (functionalization and cudagraphs need it)
+    args = torch.ops.__getattr__(ns).rope_cache_write.default._schema.arguments
+    assert [a.name for a in args if a.alias_info is not None and a.alias_info.is_write] == ["k_cache", "v_cache"]
 
 
 @pytest.mark.parametrize("how", ["inject-packed", "kernelize"])
@@ -133,4 +137,27 @@ def test_kernels_kernelize_from_a_local_repository_in_compile_mode(llama_odd_run
     assert bound == sorted(p for p, layer in llama_odd_pkg.supported_bindings(model) if layer != "LMHead")
     e_pre, e_step = generate_two(model, cfg)
     c_pre, c_step = generate_two(torch.compile(model, fullgraph=True, backend="aot_eager"), cfg)
+    assert torch.equal(c_pre, e_pre) and torch.equal(c_step, e_step)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_compiled_with_grad_mode_on(llama_odd_run, llama_odd_pkg, cache):
+    """torch.compile outside no_grad, as a user calls a model by default: the trace sees no
+    in-place write to a view autograd records, on the dynamic cache (the rope kernel) and on a
+    static one (the fused RoPE + cache write, whose cache counter advances like stock's)."""
+    model, cfg = load("llama-odd")
+    llama_odd_pkg.inject(model, packed=llama_odd_run / "packed")
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    ids = torch.randint(3, cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(5))
+    assert torch.is_grad_enabled()
+
+    def run(m):
+        c = transformers.StaticCache(config=cfg, max_cache_len=16) if cache == "static" else transformers.DynamicCache(config=cfg)
+        pre = m(input_ids=ids, past_key_values=c, use_cache=True).logits
+        step = m(input_ids=pre[:, -1:].argmax(-1), past_key_values=c, use_cache=True).logits
+        return pre.detach(), step.detach(), c.get_seq_length()
+
+    c_pre, c_step, c_len = run(compiled)
+    e_pre, e_step, e_len = run(model)
+    assert int(c_len) == int(e_len) == 10
     assert torch.equal(c_pre, e_pre) and torch.equal(c_step, e_step)

@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-__all__ = ["NAMESPACE", "define", "op", "traced"]
+__all__ = ["NAMESPACE", "call", "define", "op", "traced"]
 
 
 def _taken(ns: str) -> bool:
@@ -61,6 +61,15 @@ def define(name: str, schema: str, impl: Callable, fake: Callable, mutates: Sequ
 def op(name: str):
     """The registered op `torch.ops.<NAMESPACE>.<name>.default`."""
     return _OPS[name]
+
+
+def call(name: str, *args):
+    """Call the op `name` for a tracer. Under no_grad: the kernels are inference-only and have no
+    autograd formula, and a trace with grad mode on (torch.compile of a model outside no_grad)
+    would otherwise try to differentiate through them. Eager calls never record autograd either
+    (the launchers write into fresh tensors), so both compute the same thing."""
+    with torch.no_grad():
+        return _OPS[name](*args)
 
 
 def traced(t: Optional[torch.Tensor]) -> bool:

@@ -63,13 +63,17 @@ _MASK_NONE = 0
 _MASK_KEY = 1  # one value per (batch[, head], key): a padding mask
 _MASK_FULL = 2  # one value per (batch, head, query, key): a general 4-D mask
 
-# Decode split sizing. Target about 2 programs per SM (CUDA) / Xe core (XPU) so a batch of a few
-# sequences still fills the GPU, and at least 256 keys per split: below that the partial write +
-# reduce (2*head_dim*4 bytes per head) stops being small next to the 2*256*head_dim*2 bytes of K/V
-# a split reads. MAX_SPLITS bounds the reduce kernel's tile (and the partial buffer).
-_DECODE_MIN_KEYS_PER_SPLIT = 256
+# Decode split sizing. A captured step's grid is fixed by the cache bucket while only the filled
+# part is read (splits past the length exit at once), so a step needs many splits to keep enough
+# programs reading. H200, one program per (split, batch, kv head), bucket 1024 filled to 561
+# (benchmarks/bench_decode_step.py, docs/results/2026-12-01-h200/decode-step-kernels.json):
+# 16 splits of 64 keys were the fastest or within 8% of it at both Llama shapes and batches 1 and
+# 8 (8B batch 1: 6.8 us against 9.1 us with the earlier 4 splits of 256 keys). A split's partial
+# write (2 * head_dim * 4 bytes per head) stays small next to the 2 * 64 * head_dim * 2 bytes of
+# K/V it reads. MAX_SPLITS bounds the reduce kernel's tile (and the partial buffer).
+_DECODE_MIN_KEYS_PER_SPLIT = 64
 _DECODE_MAX_SPLITS = 64
-_DECODE_PROGRAMS_PER_SM = 2
+_DECODE_PROGRAMS_PER_SM = 8
 
 # Autotune keys use power-of-two buckets of the sequence lengths: keying on the raw lengths would
 # re-benchmark every new prompt length during generation.
@@ -268,6 +272,7 @@ def _prefill_kernel(
 @triton.jit
 def _decode_split_kernel(
     Q, K, V, M, LENS, PM, PL, PACC, O,
+    stride_lens,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -299,7 +304,7 @@ def _decode_split_kernel(
 
     kv_end = SEQ_K
     if HAS_LENS:
-        kv_end = tl.minimum(tl.load(LENS + off_b).to(tl.int32), SEQ_K)
+        kv_end = tl.minimum(tl.load(LENS + off_b * stride_lens).to(tl.int32), SEQ_K)
     start = pid_s * SPLIT_SIZE
     end = tl.minimum(start + SPLIT_SIZE, kv_end)
 
@@ -606,7 +611,7 @@ def flash_attention_prefill(
     The op: torch.ops.<ns>.attention_prefill (_ops.py).
     """
     if _ops.traced(q):
-        return _ops.op("attention_prefill")(q, k, v, scaling, bool(causal), key_mask, attn_mask)
+        return _ops.call("attention_prefill", q, k, v, scaling, bool(causal), key_mask, attn_mask)
     return _prefill(q, k, v, scaling, causal, key_mask, attn_mask)
 
 
@@ -714,7 +719,7 @@ def _query_compute_units(device: torch.device) -> int:
 
 
 def decode_num_splits(batch: int, kv_heads: int, seq_k: int, device: torch.device) -> int:
-    """How many KV splits a decode step uses: ~2 programs per SM overall, >= 256 keys per split."""
+    """How many KV splits a decode step uses: ~8 programs per SM overall, >= 64 keys per split."""
     target = _DECODE_PROGRAMS_PER_SM * _num_compute_units(device)
     want = _backend.cdiv(target, max(1, batch * kv_heads))
     cap = _backend.cdiv(seq_k, _DECODE_MIN_KEYS_PER_SPLIT)
@@ -733,13 +738,15 @@ def decode_attention(
 ) -> torch.Tensor:
     """One-token attention: q [b, h, 1, d] against a KV cache k/v [b, hk, L, d] -> [b, 1, h, d].
 
-    kv_lens: int tensor [b], keys >= kv_lens[b] are ignored (a cache filled to different lengths).
+    kv_lens: int tensor [b] or 0-d (one length for every row), read on the device: keys >= kv_lens[b]
+    are ignored and never read (a static cache's counter: a captured step reads only the filled
+    part of its bucket).
     key_mask: [b, L] or [b, 1|h, L] (or a 4-D [b, 1|h, 1, L] transformers mask): conventions as in
     the module docstring. num_splits: override the split count (tests); default from the GPU size.
     The op: torch.ops.<ns>.attention_decode.
     """
     if _ops.traced(q):
-        return _ops.op("attention_decode")(q, k, v, scaling, kv_lens, key_mask, num_splits)
+        return _ops.call("attention_decode", q, k, v, scaling, kv_lens, key_mask, num_splits)
     return _decode(q, k, v, scaling, kv_lens, key_mask, num_splits)
 
 
@@ -762,13 +769,15 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits) -> torch.Tensor:
     group = h // hk
 
     has_lens = kv_lens is not None
-    lens_t = q
+    lens_t, lens_stride = q, 0
     if has_lens:
-        if not isinstance(kv_lens, torch.Tensor) or kv_lens.dim() != 1 or kv_lens.shape[0] != b:
-            raise ValueError(f"attention: {where}: kv_lens must be an integer tensor [batch {b}]")
+        # [batch], or one length for every row (a 0-d tensor: a static cache layer's counter)
+        if not isinstance(kv_lens, torch.Tensor) or not (kv_lens.dim() == 0 or (kv_lens.dim() == 1 and kv_lens.shape[0] == b)):
+            raise ValueError(f"attention: {where}: kv_lens must be an integer tensor [batch {b}] or a 0-d one")
         if kv_lens.dtype not in (torch.int32, torch.int64) or kv_lens.device != q.device:
             raise ValueError(f"attention: {where}: kv_lens dtype {kv_lens.dtype} on {kv_lens.device}, want int32/int64 on {q.device}")
         lens_t = kv_lens.contiguous()
+        lens_stride = 1 if kv_lens.dim() == 1 else 0
 
     mask_kind, mask_add, mask_min = _MASK_NONE, False, 0.0
     m_t, sm = q, (0, 0, 0)
@@ -813,6 +822,7 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits) -> torch.Tensor:
     launch = (_decode_split_kernel if tuned is not None else _decode_fn(be))[(num_splits, b * hk)]
     launch(
         q, k, v, m_t, lens_t, pm, pl, pacc, out,
+        lens_stride,
         q.stride(0), q.stride(1), q.stride(3),
         *k.stride(), *v.stride(),
         *sm,
@@ -904,7 +914,7 @@ def attention_ref(
         add_mask(attn_mask)
     if kv_lens is not None:
         j = torch.arange(sk, device=q.device)
-        keep = keep & (j[None, None, None, :] < kv_lens.view(b, 1, 1, 1))
+        keep = keep & (j[None, None, None, :] < kv_lens.reshape(-1, 1, 1, 1))
     s = torch.where(keep, s + bias, torch.full((), float("-inf"), dtype=dtype, device=q.device))
     row_any = keep.any(-1, keepdim=True)
     s = torch.where(row_any, s, torch.zeros((), dtype=dtype, device=q.device))

@@ -35,7 +35,7 @@ import types
 import torch
 from torch import nn
 
-from .attention import attention_forward
+from .attention import attention_forward, decode_attention
 from .contract import VENDOR_ATTR, packed_attr
 from .gemm import gemm
 # layers.py defines these before it imports this module at its end, so the names exist here
@@ -43,6 +43,7 @@ from .gemm import gemm
 from .layers import SwiGLUMLP, _name, _packed
 from .rmsnorm import add_rms_norm
 from .rope import apply_rope
+from .rope_cache import rope_cache_write
 
 __all__ = ["Attention", "DecoderLayer", "mlp_block"]
 
@@ -144,6 +145,23 @@ def _sdpa(module: nn.Module, q, k, v, attention_mask, scaling):
     return out.transpose(1, 2)
 
 
+def _static_layer(cache, idx, b: int, hk: int, d: int, dtype):
+    """The cache layer a fused RoPE + cache write may fill: a transformers StaticLayer (full
+    length; not the sliding kind, whose update rolls its window with host-side branches) of this
+    batch, head count, head_dim and dtype. None: the layer goes through cache.update()."""
+    layers = getattr(cache, "layers", None)
+    if layers is None or idx is None or idx >= len(layers):
+        return None
+    layer = layers[idx]
+    if type(layer).__name__ != "StaticLayer" or not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+        return None
+    if layer.is_initialized:
+        keys = layer.keys
+        if keys.shape[0] != b or keys.shape[1] != hk or keys.shape[3] != d or keys.dtype != dtype:
+            return None
+    return layer
+
+
 def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs):
     """The Attention layer's computation (a function so DecoderLayer-free models reuse it)."""
     h, kv, d = _heads(module)
@@ -164,18 +182,35 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     if q_norm is not None:  # qwen3: RMSNorm over head_dim before RoPE (forward patched to our kernel)
         q = q_norm(q)
         k = module.k_norm(k)
-    q = q.transpose(1, 2)
-    k = k.transpose(1, 2)
-    v = v.transpose(1, 2)
     if position_embeddings is None:
         raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(module)!r} got no position_embeddings")
     cos, sin = position_embeddings
-    # In place: q and k are views of this call's own qkv projection (or of q_norm's output), so
-    # rotating them in place saves two allocations and writes in the order the rows are read.
-    q, k = apply_rope(q, k, cos, sin, inplace=True)
-    if past_key_values is not None:
-        k, v = past_key_values.update(k, v, module.layer_idx)
-    if _vendor(module, "attention-prefill" if q.shape[2] > 1 else "attention-decode"):
+    q_len = q.shape[1] if q.dim() == 4 else 1
+    layer = None
+    if past_key_values is not None and q.dim() == 4:
+        layer = _static_layer(past_key_values, getattr(module, "layer_idx", None), q.shape[0], kv, d, k.dtype)
+    kv_lens = None
+    if layer is not None:
+        # A static cache: RoPE and the cache write in one kernel at the layer's own device-side
+        # counter, which then advances as StaticLayer.update advances it.
+        if not layer.is_initialized:
+            layer.lazy_initialization(k.transpose(1, 2), v.transpose(1, 2))
+        q = rope_cache_write(q, k, v, cos, sin, layer.keys, layer.values, layer.cumulative_length)
+        layer.cumulative_length.add_(q_len)
+        k, v = layer.keys, layer.values
+        kv_lens = layer.cumulative_length
+    else:
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        # In place only outside autograd: q and k are views of this call's own projection, but a
+        # tracer with grad mode on (torch.compile) refuses in-place writes to views it records.
+        q, k = apply_rope(q, k, cos, sin, inplace=not torch.is_grad_enabled())
+        if past_key_values is not None:
+            k, v = past_key_values.update(k, v, module.layer_idx)
+    if q_len == 1 and kv_lens is not None and not _vendor(module, "attention-decode"):
+        # Decode over the static cache: only the filled slots are read (the length comes from the
+        # counter on the device); the mask then only adds padding.
+        out = decode_attention(q, k, v, scaling=module.scaling, kv_lens=kv_lens, key_mask=attention_mask)
+    elif _vendor(module, "attention-prefill" if q_len > 1 else "attention-decode"):
         out = _sdpa(module, q, k, v, attention_mask, module.scaling)
     else:
         out, _ = attention_forward(

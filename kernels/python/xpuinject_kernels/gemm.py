@@ -244,7 +244,7 @@ def gemm(
         c = _fixed_config(config)
         fixed = tuple(c.kwargs[k] for k in _CONFIG_KEYS[:4]) + (c.num_warps, c.num_stages)
     if _ops.traced(x):
-        return _ops.op("gemm")(x, w, bias, residual, epilogue, use_descriptors, out_dtype, list(fixed))
+        return _ops.call("gemm", x, w, bias, residual, epilogue, use_descriptors, out_dtype, list(fixed))
     return _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, fixed)
 
 

@@ -157,7 +157,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, config: Optional
     """
     warps = _warps(config, "rms_norm")
     if _ops.traced(x):
-        return _ops.op("rms_norm")(x, weight, float(eps), warps)
+        return _ops.call("rms_norm", x, weight, float(eps), warps)
     return _rms_norm(x, weight, eps, warps)
 
 
@@ -197,7 +197,7 @@ def add_rms_norm(
     """
     warps = _warps(config, "add_rms_norm")
     if _ops.traced(x):
-        return _ops.op("add_rms_norm")(x, residual, weight, float(eps), warps)
+        return _ops.call("add_rms_norm", x, residual, weight, float(eps), warps)
     return _add_rms_norm(x, residual, weight, eps, warps)
 
 

@@ -148,12 +148,12 @@ def apply_rope(
         tile, warps = cfg.get("tile_elems", 0), cfg.get("num_warps", 0)
     if inplace:
         if _ops.traced(q):
-            _ops.op("apply_rope_")(q, k, cos, sin, tile, warps)
+            _ops.call("apply_rope_", q, k, cos, sin, tile, warps)
         else:
             _apply_rope_(q, k, cos, sin, tile, warps)
         return q, k
     if _ops.traced(q):
-        return _ops.op("apply_rope")(q, k, cos, sin, tile, warps)
+        return _ops.call("apply_rope", q, k, cos, sin, tile, warps)
     return _apply_rope(q, k, cos, sin, tile, warps)
 
 

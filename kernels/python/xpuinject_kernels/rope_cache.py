@@ -1,0 +1,201 @@
+"""RoPE and the KV-cache write in one kernel, for a transformers static cache.
+
+    q_rot = rope(q);  k_cache[:, :, c + s] = rope(k[:, s]);  v_cache[:, :, c + s] = v[:, s]
+
+with c the cache layer's own device-side write counter (`StaticLayer.cumulative_length`, a 0-d
+int64 tensor, transformers 5.17 cache_utils.py) read on the device, so a captured decode step
+writes where the counter says without a host sync. The rotation is rope.py's (rotate-half, fp32
+math, one rounding). The counter is not advanced here: every program reads it, so the caller
+advances it after the launch, as StaticLayer.update does (`cumulative_length.add_(seq)`).
+
+Replaces, per decoder layer: the RoPE kernel, the two `index_copy_` cache writes and the
+`arange + counter` index they need. A slot at or past the cache's length is not written (the
+stock update raises there; a device kernel cannot, so it drops the row instead of writing out of
+bounds -- the runtime sizes caches so that this never happens).
+
+Layouts: q [B, S, Hq, D], k and v [B, S, Hk, D] (views of the projections: any strides with a
+unit last stride), cos/sin [B or 1, S, D]; caches [B, Hk, L, D] with a unit last stride. Returns
+q_rot as a [B, Hq, S, D] view of a contiguous [B, S, Hq, D] tensor (the projection's order: each
+token's heads are one contiguous row).
+
+Grid: (B * S, q head blocks + k/v head blocks): a token's q heads and its k/v heads run in
+programs of their own, so a single decode token still spreads over several programs.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _backend, _ops
+from .rope import ROPE_NUM_WARPS, _cs
+
+__all__ = ["rope_cache_write", "rope_cache_write_ref"]
+
+_ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# Heads per program: Llama-3.1-8B's 32 q heads take 4 programs and its 8 k/v heads one.
+_HEADS_PER_PROGRAM = 8
+
+
+@triton.jit
+def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, BLOCK_HALF: tl.constexpr):
+    cols = tl.arange(0, BLOCK_HALF)
+    cmask = cols < HALF
+    mask = hmask[:, None] & cmask[None, :]
+    c1 = tl.load(cos_row + cols, mask=cmask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_row + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_row + cols, mask=cmask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_row + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
+    hx = heads.to(tl.int64)[:, None] * sxh
+    x1 = tl.load(x_row + hx + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(x_row + hx + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    o1 = x1 * c1[None, :] - x2 * s1[None, :]
+    o2 = x2 * c2[None, :] + x1 * s2[None, :]
+    ho = heads.to(tl.int64)[:, None] * soh
+    oty = o_row.dtype.element_ty
+    tl.store(o_row + ho + cols[None, :], o1.to(oty), mask=mask)
+    tl.store(o_row + ho + HALF + cols[None, :], o2.to(oty), mask=mask)
+
+
+@triton.jit
+def _rope_cache_kernel(
+    Q, K, V, QO, KC, VC, COS, SIN, COUNTER,
+    S, HQ, HK, HALF, D, L, NQB,
+    sqb, sqs, sqh, skb, sks, skh, svb, svs, svh,
+    sqob, sqos, sqoh,
+    skcb, skch, skcn, svcb, svch, svcn,
+    scb, scs, ssb, sss,
+    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    tok = tl.program_id(0).to(tl.int64)
+    blk = tl.program_id(1)
+    b = tok // S
+    s = tok % S
+    cos_row = COS + b * scb + s * scs
+    sin_row = SIN + b * ssb + s * sss
+    if blk < NQB:
+        heads = blk * BLOCK_H + tl.arange(0, BLOCK_H)
+        _rotate(Q + b * sqb + s * sqs, QO + b * sqob + s * sqos, cos_row, sin_row, heads, heads < HQ,
+                sqh, sqoh, HALF, BLOCK_HALF)
+    else:
+        slot = tl.load(COUNTER).to(tl.int64) + s
+        heads = (blk - NQB) * BLOCK_H + tl.arange(0, BLOCK_H)
+        hmask = (heads < HK) & (slot < L)
+        _rotate(K + b * skb + s * sks, KC + b * skcb + slot * skcn, cos_row, sin_row, heads, hmask,
+                skh, skch, HALF, BLOCK_HALF)
+        cols = tl.arange(0, BLOCK_D)
+        mask = hmask[:, None] & (cols < D)[None, :]
+        h64 = heads.to(tl.int64)[:, None]
+        v = tl.load(V + b * svb + s * svs + h64 * svh + cols[None, :], mask=mask, other=0.0)
+        tl.store(VC + b * svcb + slot * svcn + h64 * svch + cols[None, :], v.to(VC.dtype.element_ty), mask=mask)
+
+
+def rope_cache_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     k_cache: torch.Tensor, v_cache: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+    """Rotate q and k, write rotated k and v into the caches at slots counter + [0, S); returns
+    q_rot [B, Hq, S, D]. The caller advances `counter` by S afterwards.
+    The op: torch.ops.<ns>.rope_cache_write (declares that it writes both caches)."""
+    if _ops.traced(q):
+        return _ops.call("rope_cache_write", q, k, v, cos, sin, k_cache, v_cache, counter)
+    return _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter)
+
+
+def _err(msg: str) -> ValueError:
+    return ValueError(f"xpuinject_kernels: rope_cache_write: {msg}")
+
+
+def _check(q, k, v, cos, sin, k_cache, v_cache, counter):
+    for name, t in (("q", q), ("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise _err(f"{name} must be a 4-D tensor, got {tuple(getattr(t, 'shape', ())) or type(t).__name__}")
+        if t.dtype not in _ACT_DTYPES:
+            raise _err(f"{name} dtype {t.dtype} not supported (want bfloat16, float16 or float32)")
+        if t.stride(-1) != 1:
+            raise _err(f"{name} needs a unit last stride, got strides {tuple(t.stride())}")
+        if t.device != q.device:
+            raise _err(f"{name} on {t.device}, q on {q.device}")
+    b, s, hq, d = q.shape
+    hk = k.shape[2]
+    if tuple(k.shape) != (b, s, hk, d) or tuple(v.shape) != (b, s, hk, d):
+        raise _err(f"k {tuple(k.shape)} and v {tuple(v.shape)} must be [batch {b}, seq {s}, kv_heads, {d}]")
+    if hk == 0 or hq % hk != 0:
+        raise _err(f"{hq} query heads are not a multiple of {hk} kv heads")
+    if d % 2 != 0:
+        raise _err(f"head_dim {d} must be even for rotate-half")
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if c.shape[0] != b or c.shape[1] != hk or c.shape[3] != d:
+            raise _err(f"{name} shape {tuple(c.shape)}: want [batch {b}, kv_heads {hk}, cache_len, {d}]")
+        if c.dtype != k.dtype:
+            raise _err(f"{name} dtype {c.dtype} != k dtype {k.dtype}")
+    if k_cache.shape[2] != v_cache.shape[2]:
+        raise _err(f"k_cache holds {k_cache.shape[2]} slots, v_cache {v_cache.shape[2]}")
+    if not isinstance(counter, torch.Tensor) or counter.numel() != 1 or counter.dtype not in (torch.int32, torch.int64):
+        raise _err("counter must be a one-element int32/int64 tensor (the cache layer's cumulative_length)")
+    if counter.device != q.device:
+        raise _err(f"counter on {counter.device}, q on {q.device}")
+    return _cs(cos, "cos", b, s, d), _cs(sin, "sin", b, s, d)
+
+
+def _rope_cache_write_fake(q, k, v, cos, sin, k_cache, v_cache, counter):
+    _check(q, k, v, cos, sin, k_cache, v_cache, counter)
+    b, s, hq, d = q.shape
+    return q.new_empty((b, s, hq, d)).transpose(1, 2)
+
+
+def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter) -> torch.Tensor:
+    cos, sin = _check(q, k, v, cos, sin, k_cache, v_cache, counter)
+    _backend.require_runnable(q, "rope_cache_write")
+    b, s, hq, d = q.shape
+    hk = k.shape[2]
+    qo = _backend.empty((b, s, hq, d), q.dtype, q.device)
+    if b * s == 0:
+        return qo.transpose(1, 2)
+    half = d // 2
+    bh = _HEADS_PER_PROGRAM
+    nqb, nkb = _backend.cdiv(hq, bh), _backend.cdiv(hk, bh)
+    scb = cos.stride(0) if cos.shape[0] == b and b > 1 else 0
+    ssb = sin.stride(0) if sin.shape[0] == b and b > 1 else 0
+    _rope_cache_kernel[(b * s, nqb + nkb)](
+        q, k, v, qo, k_cache, v_cache, cos, sin, counter.reshape(()),
+        s, hq, hk, half, d, k_cache.shape[2], nqb,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+        qo.stride(0), qo.stride(1), qo.stride(2),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        scb, cos.stride(1), ssb, sin.stride(1),
+        BLOCK_H=bh, BLOCK_HALF=_backend.next_pow2(half), BLOCK_D=_backend.next_pow2(d),
+        num_warps=ROPE_NUM_WARPS,
+    )
+    _backend.count("rope_cache_write")
+    return qo.transpose(1, 2)
+
+
+_ops.define(
+    "rope_cache_write",
+    "(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor counter) -> Tensor",
+    _rope_cache_write, _rope_cache_write_fake, mutates=("k_cache", "v_cache"),
+)
+
+
+def rope_cache_write_ref(q, k, v, cos, sin, k_cache, v_cache, counter, dtype=torch.float64) -> Tuple[torch.Tensor, ...]:
+    """Reference in `dtype`: returns (q_rot [B, Hq, S, D], k_cache', v_cache') without touching
+    the inputs; slots past the cache's end are dropped as the kernel drops them."""
+    from .rope import rotate_half_ref
+
+    c = cos.to(dtype)
+    sn = sin.to(dtype)
+    if c.dim() == 2:
+        c, sn = c[None], sn[None]
+    c, sn = c[:, :, None, :], sn[:, :, None, :]  # [B|1, S, 1, D]
+    qf, kf = q.to(dtype), k.to(dtype)
+    q_rot = (qf * c + rotate_half_ref(qf) * sn).transpose(1, 2)
+    k_rot = (kf * c + rotate_half_ref(kf) * sn).transpose(1, 2)  # [B, Hk, S, D]
+    kc, vc = k_cache.to(dtype).clone(), v_cache.to(dtype).clone()
+    start = int(counter)
+    for i in range(q.shape[1]):
+        if start + i < kc.shape[2]:
+            kc[:, :, start + i] = k_rot[:, :, i]
+            vc[:, :, start + i] = v.to(dtype)[:, i]
+    return q_rot, kc, vc
