@@ -18,6 +18,7 @@ import pytest
 import torch
 import transformers
 
+from xpuinject_kernels import _backend
 from xpuinject_kernels import runtime as rt
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -129,10 +130,14 @@ def test_injected_greedy_equals_generate(llama_odd_run):
     summary = inject(model, packed=llama_odd_run / "packed", plan=llama_odd_run / "package" / "plan.yaml")
     assert summary["replaced"]["Attention"] == 1
     ids, mask = prompts(L=8, pads=(0, 2, 5, 1))
+    counts = _backend.launch_counts
     for x, m, n in ((ids[:1], None, 6), (ids, mask, 4)):
         ref = reference(model, x, m, n)
+        before = counts["rope_cache_write"], counts["apply_rope"] + counts["apply_rope.inplace"]
         out = rt.generate(model, x, m, max_new_tokens=n, max_cache_len=x.shape[1] + n - 1)
         assert torch.equal(out, ref), f"batch {x.shape[0]}"
+        # the static cache takes the fused RoPE + cache write on every forward, the rope kernel none
+        assert counts["rope_cache_write"] - before[0] == n and counts["apply_rope"] + counts["apply_rope.inplace"] == before[1]
 
 
 def test_sampling_top_k_1_is_greedy_and_seeds_repeat():

@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-__all__ = ["Runtime", "GraphedForward", "generate", "graph_support", "batch_bucket", "cache_bucket"]
+__all__ = ["Runtime", "Generation", "GraphedForward", "generate", "graph_support", "batch_bucket", "cache_bucket"]
 
 # Cache lengths are rounded up to a power of two, at least this: few graphs, and a bucket serves
 # every prompt + max_new_tokens below it.
@@ -418,6 +418,26 @@ class Runtime:
         reproduce its numbers, since attention over more masked keys may round differently).
         timings: record prefill and per-step device times in stats["last"].
         """
+        gen = self.start(input_ids, attention_mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                         temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=eos_token_id,
+                         pad_token_id=pad_token_id, streamer=streamer, max_cache_len=max_cache_len, timings=timings)
+        has_eos = bool(gen.eos)
+        for step in range(gen.max_steps):
+            if streamer is not None or (has_eos and step % self.check_every == 0):
+                if gen.finished():
+                    break
+            gen.step()
+        return gen.result()
+
+    def start(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, *,
+              max_new_tokens: Optional[int] = None, do_sample: bool = False, temperature: Optional[float] = None,
+              top_k: Optional[int] = None, top_p: Optional[float] = None, eos_token_id=None,
+              pad_token_id: Optional[int] = None, streamer=None, max_cache_len: Optional[int] = None,
+              timings: bool = False) -> "Generation":
+        """A generation in flight, stepped by the caller: the prefill and the first token selection
+        have run; each `step()` is one decode step (a graph replay, or the eager step) with no host
+        sync, `finished()` asks the device whether every row reached an EOS, and `result()` ends it.
+        `generate` is this loop; a benchmark times `step()` itself. Arguments as in `generate`."""
         p = self._check_args(input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k, top_p,
                              eos_token_id, pad_token_id, streamer, max_cache_len)
         B, L = input_ids.shape
@@ -467,39 +487,10 @@ class Runtime:
             self._select(slot, out.logits[:, -1, :], mode)
             del out
             clock.lap()
-            if streamer is not None:
-                streamer.put(input_ids.cpu())
-                streamer.put(slot.tok[:B, 0].cpu())
-            has_eos = bool(p["eos"])
-            steps = 0
-            for step in range(n_new - 1):
-                if streamer is not None or (has_eos and step % self.check_every == 0):
-                    if not bool(slot.unfinished[:B].any()):
-                        break
-                if graph is not None:
-                    graph.replay()
-                    self.stats["replays"] += 1
-                else:
-                    self._decode_step(slot, mode, mask_kind, kw)
-                    self.stats["eager_steps"] += 1
-                steps += 1
-                clock.lap()
-                if streamer is not None:
-                    streamer.put(slot.tok[:B, 0].cpu())
-            n = int(slot.n_gen)  # the one sync of a generation without a streamer
-            result = slot.out[:B, : L + n].clone()
-            if slot.trace_vals is not None:
-                self.last_trace = {"values": slot.trace_vals[:B, L: L + n].cpu(), "indices": slot.trace_idx[:B, L: L + n].cpu()}
         if streamer is not None:
-            streamer.end()
-        last = {"batch": B, "batch_bucket": Bb, "cache_len": slot.cache_len, "prompt_tokens": L, "new_tokens": n,
-                "decode_steps": steps, "graph": graph is not None, "mode": mode}
-        if timings:
-            ms = clock.ms()
-            last["prefill_ms"] = ms[0]
-            last["step_ms"] = ms[1:]
-        self.stats["last"] = last
-        return result
+            streamer.put(input_ids.cpu())
+            streamer.put(slot.tok[:B, 0].cpu())
+        return Generation(self, slot, graph, mode, mask_kind, kw, B, L, n_new - 1, p["eos"], streamer, clock)
 
     def _check_args(self, input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k, top_p,
                     eos_token_id, pad_token_id, streamer, max_cache_len) -> dict:
@@ -551,6 +542,62 @@ class Runtime:
         if streamer is not None and B != 1:
             raise ValueError(f"runtime: a streamer takes batch 1, got batch {B} (as model.generate)")
         return {"max_new_tokens": n, "temperature": temp, "top_k": int(k or 0), "top_p": tp, "eos": eos, "pad": int(pad)}
+
+
+class Generation:
+    """One generation of a Runtime, after its prefill (Runtime.start): the caller steps it."""
+
+    def __init__(self, rt: "Runtime", slot: _Slot, graph, mode: str, mask_kind: str, kw: dict, batch: int,
+                 prompt: int, max_steps: int, eos: list, streamer, clock: "_Clock"):
+        self._rt, self._slot, self._graph = rt, slot, graph
+        self._mode, self._mask_kind, self._kw = mode, mask_kind, kw
+        self.batch, self.prompt, self.max_steps, self.eos = batch, prompt, max_steps, eos
+        self._streamer, self._clock = streamer, clock
+        self.steps = 0
+        self._done = False
+
+    def step(self) -> None:
+        """One decode step: the next token of every row, chosen on the device (no host sync)."""
+        if self._done:
+            raise RuntimeError("runtime: this generation has ended (result() was called)")
+        if self.steps >= self.max_steps:
+            raise RuntimeError(f"runtime: the generation has taken its {self.max_steps} decode steps "
+                               f"(max_new_tokens {self.max_steps + 1}); start another")
+        rt, slot = self._rt, self._slot
+        if self._graph is not None:
+            self._graph.replay()
+            rt.stats["replays"] += 1
+        else:
+            with torch.no_grad():
+                rt._decode_step(slot, self._mode, self._mask_kind, self._kw)
+            rt.stats["eager_steps"] += 1
+        self.steps += 1
+        self._clock.lap()
+        if self._streamer is not None:
+            self._streamer.put(slot.tok[:self.batch, 0].cpu())
+
+    def finished(self) -> bool:
+        """Whether every row has reached an EOS (a host sync)."""
+        return not bool(self._slot.unfinished[:self.batch].any())
+
+    def result(self) -> torch.LongTensor:
+        """Prompt + generated tokens [batch, prompt + n], ending at the step where every row finished."""
+        rt, slot, B, L = self._rt, self._slot, self.batch, self.prompt
+        self._done = True
+        n = int(slot.n_gen)  # the one sync of a generation without a streamer
+        result = slot.out[:B, : L + n].clone()
+        if slot.trace_vals is not None:
+            rt.last_trace = {"values": slot.trace_vals[:B, L: L + n].cpu(), "indices": slot.trace_idx[:B, L: L + n].cpu()}
+        if self._streamer is not None:
+            self._streamer.end()
+        last = {"batch": B, "batch_bucket": slot.batch, "cache_len": slot.cache_len, "prompt_tokens": L, "new_tokens": n,
+                "decode_steps": self.steps, "graph": self._graph is not None, "mode": self._mode}
+        if self._clock.on:
+            ms = self._clock.ms()
+            last["prefill_ms"] = ms[0]
+            last["step_ms"] = ms[1:]
+        rt.stats["last"] = last
+        return result
 
 
 def _cache_ready(cache) -> bool:
