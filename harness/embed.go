@@ -10,5 +10,8 @@ import "embed"
 // driver, which the generate driver imports) and the shipped prose text.
 // Explicit names: a bare directory pattern would silently drop files starting with "_".
 //
-//go:embed python/eval_driver.py python/eval_sharded.py python/generate_driver.py python/prose.txt
+//go:embed python/eval_driver.py python/eval_sharded.py python/latency.py python/generate_driver.py python/prose.txt
 var Python embed.FS
+
+// driverModules are the modules the eval driver imports from its own folder.
+var driverModules = []string{"eval_driver.py", "eval_sharded.py", "latency.py"}

@@ -68,7 +68,7 @@ func Generate(ctx context.Context, o GenerateOptions) (*GenerateResult, error) {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
 	defer os.RemoveAll(work)
-	for _, name := range []string{"generate_driver.py", "eval_driver.py", "eval_sharded.py"} {
+	for _, name := range append([]string{"generate_driver.py"}, driverModules...) {
 		b, err := Python.ReadFile("python/" + name)
 		if err != nil {
 			return nil, fmt.Errorf("harness: embedded %s: %w", name, err)

@@ -316,6 +316,8 @@ func PathLabel(path string) string {
 		return "stock graph"
 	case PathInjectedGraph:
 		return "injected graph"
+	case PathInjectedCompiled:
+		return "injected compiled"
 	case PathInjectedEager:
 		return "injected eager"
 	}
@@ -378,9 +380,14 @@ func rowRatio(x LatencyRow, rp [2]string) string {
 }
 
 func writeLatency(b *bytes.Buffer, r *Result) {
-	fmt.Fprintf(b, "%s. Paths: stock eager and injected eager are plain forwards; stock compiled is transformers' StaticCache "+
-		"under torch.compile(mode=\"reduce-overhead\"), the fastest stock path; stock graph and injected graph run under the "+
-		"package's graph runtime (captured once, replayed). A ratio below 1× means the first path is faster.\n\n", r.Latency.Method)
+	fmt.Fprintf(b, "%s.\n\nPaths: stock eager and injected eager are plain forwards; stock compiled is transformers' "+
+		"StaticCache under torch.compile(mode=\"reduce-overhead\"), the fastest stock path and the anchor; injected "+
+		"compiled is the injected model the same way; stock graph and injected graph run under the package's graph "+
+		"runtime (captured once, replayed). A ratio below 1× means the first path is faster.\n\n", r.Latency.Method)
+	if r.Latency.Default != "" {
+		fmt.Fprintf(b, "The default path, which `xpuinject generate` and the package's card use: %s.\n\n",
+			PathLabel(r.Latency.Default))
+	}
 	var setupRows []string
 	for _, t := range r.latencyPoints() {
 		if len(t.rows) == 0 {
@@ -413,7 +420,7 @@ func writeLatency(b *bytes.Buffer, r *Result) {
 			for _, p := range LatencyPaths {
 				if s, ok := x.SetupS[p]; ok && !math.IsNaN(float64(s)) {
 					what := "capture"
-					if p == PathStockCompiled {
+					if p == PathStockCompiled || p == PathInjectedCompiled {
 						what = "compile"
 					}
 					setup = append(setup, fmt.Sprintf("%s %s %s s", PathLabel(p), what, seconds(float64(s))))

@@ -89,17 +89,21 @@ const (
 	PathStockEager    = "stock_eager"    // stock transformers, eager
 	PathStockCompiled = "stock_compiled" // stock on a StaticCache under torch.compile(mode="reduce-overhead")
 	PathStockGraph    = "stock_graph"    // stock under the package's graph runtime
-	PathInjectedGraph = "injected_graph" // injected under the graph runtime
-	PathInjectedEager = "injected_eager" // injected, eager
+	PathInjectedGraph = "injected_graph" // injected under the graph runtime: the default path
+	// PathInjectedCompiled is injected on a StaticCache under torch.compile(mode="reduce-overhead").
+	PathInjectedCompiled = "injected_compiled"
+	PathInjectedEager    = "injected_eager" // injected, eager
 )
 
 // LatencyPaths lists every path in report order.
-var LatencyPaths = []string{PathStockEager, PathStockCompiled, PathStockGraph, PathInjectedGraph, PathInjectedEager}
+var LatencyPaths = []string{PathStockEager, PathStockCompiled, PathStockGraph, PathInjectedGraph,
+	PathInjectedCompiled, PathInjectedEager}
 
 // LatencyRatios are the compared pairs (numerator, denominator); the first measured one is the
-// headline: injected under the graph runtime against the best stock path.
+// headline: the default path (what generate and the card use) against the anchor, stock compiled.
 var LatencyRatios = [][2]string{
 	{PathInjectedGraph, PathStockCompiled},
+	{PathInjectedCompiled, PathStockCompiled},
 	{PathInjectedGraph, PathStockGraph},
 	{PathInjectedEager, PathStockEager},
 }
@@ -250,7 +254,8 @@ type Result struct {
 		Mode            string            `json:"mode,omitempty"`  // eager, graph or both
 		Paths           []string          `json:"paths,omitempty"` // the paths measured
 		Method          string            `json:"method,omitempty"`
-		Errors          map[string]string `json:"errors,omitempty"` // path -> why it has no numbers
+		Default         string            `json:"default,omitempty"` // the product's default path
+		Errors          map[string]string `json:"errors,omitempty"`  // path -> why it has no numbers
 		Prefill         []LatencyRow      `json:"prefill,omitempty"`
 		Decode          []LatencyRow      `json:"decode,omitempty"`
 		Forward         []LatencyRow      `json:"forward,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,8 @@ type Options struct {
 	GenTokens int    // 0 = driver default
 	Latency   string // auto|eager|graph|both|off
 	Repeats   int    // 0 = driver default
+	// DecodeSteps is how many decode steps each decode point times in a loop; 0 = driver default.
+	DecodeSteps int
 	// Prefill and DecodeBatches are the timed prompt lengths and decode batch sizes (nil:
 	// the driver's defaults).
 	Prefill       []int
@@ -77,7 +80,7 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		return nil, nil, fmt.Errorf("harness: %w", err)
 	}
 	defer tx.Abort() // nothing once committed
-	for _, name := range []string{"eval_driver.py", "eval_sharded.py", "prose.txt"} {
+	for _, name := range append(slices.Clone(driverModules), "prose.txt") {
 		b, err := Python.ReadFile("python/" + name)
 		if err != nil {
 			return nil, nil, fmt.Errorf("harness: embedded %s: %w", name, err)
@@ -115,6 +118,9 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 	}
 	if o.Repeats > 0 {
 		args = append(args, "--repeats", strconv.Itoa(o.Repeats))
+	}
+	if o.DecodeSteps > 0 {
+		args = append(args, "--decode-steps", strconv.Itoa(o.DecodeSteps))
 	}
 	cmd := exec.CommandContext(ctx, o.Python, args...)
 	env := driverEnv(o.Env, o.Device)

@@ -19,21 +19,22 @@ import (
 
 // evalOptions are the flags of `xpuinject eval`.
 type evalOptions struct {
-	Model      string
-	PackageDir string
-	PackedDir  string
-	Out        string
-	Python     string
-	Device     string
-	Text       string
-	Tokens     int
-	GenTokens  int
-	Latency    string
-	Repeats    int
-	Prefill    []int // prompt lengths timed (nil: the driver's 128, 512, 2048)
-	Decode     []int // batch sizes of the timed decode steps (nil: 1 and 8)
-	JSON       bool  // print where the results went as JSON (eval's own flag)
-	GPUs       int   // pipeline stages, one device each (0: as many as the models need)
+	Model       string
+	PackageDir  string
+	PackedDir   string
+	Out         string
+	Python      string
+	Device      string
+	Text        string
+	Tokens      int
+	GenTokens   int
+	Latency     string
+	Repeats     int
+	DecodeSteps int
+	Prefill     []int // prompt lengths timed (nil: the driver's 128, 512, 2048)
+	Decode      []int // batch sizes of the timed decode steps (nil: 1 and 8)
+	JSON        bool  // print where the results went as JSON (eval's own flag)
+	GPUs        int   // pipeline stages, one device each (0: as many as the models need)
 }
 
 var (
@@ -95,7 +96,8 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.IntVar(&o.Tokens, "tokens", 0, "tokens of text to evaluate (default 2048 on a GPU, 96 on cpu)")
 	fl.IntVar(&o.GenTokens, "gen-tokens", 0, "greedy tokens to generate (default 128 on a GPU, 8 on cpu)")
 	fl.StringVar(&o.Latency, "latency", "auto", "latency paths on a GPU: eager (stock, injected), graph (stock compiled, stock and injected under the graph runtime), both, or off; auto: graph where the device captures graphs, else eager")
-	fl.IntVar(&o.Repeats, "repeats", 0, "timed repeats per latency point (default 30)")
+	fl.IntVar(&o.Repeats, "repeats", 0, "timed calls per prefill point (default 30)")
+	fl.IntVar(&o.DecodeSteps, "decode-steps", 0, "decode steps timed in a loop per decode point (default 100)")
 	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated (default 128,512,2048)")
 	fl.IntSliceVar(&o.Decode, "decode-batches", nil, "batch sizes whose decode step is timed, comma-separated (default 1,8)")
 	fl.IntVar(&o.GPUs, "gpus", 0, "GPUs to split the stock and injected models over as pipeline stages, one process each under torchrun (0: one, or as many as they need; with --device cpu: processes over gloo)")
@@ -113,7 +115,7 @@ func checkEvalFlags(o *evalOptions) error {
 	for _, c := range []struct {
 		flag string
 		n    int
-	}{{"tokens", o.Tokens}, {"gen-tokens", o.GenTokens}, {"repeats", o.Repeats}, {"gpus", o.GPUs}} {
+	}{{"tokens", o.Tokens}, {"gen-tokens", o.GenTokens}, {"repeats", o.Repeats}, {"decode-steps", o.DecodeSteps}, {"gpus", o.GPUs}} {
 		if err := checkCount(c.flag, c.n); err != nil {
 			return err
 		}
@@ -219,7 +221,7 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 	_, files, err := harness.Run(ctx, harness.Options{
 		Python: py, ModelDir: modelDir, PackageDir: o.PackageDir, PackedDir: o.PackedDir, OutDir: o.Out, Tool: tool(),
 		Device: o.Device, Stages: stages, TextFile: o.Text, Tokens: o.Tokens, GenTokens: o.GenTokens, Latency: o.Latency,
-		Repeats: o.Repeats, Prefill: o.Prefill, DecodeBatches: o.Decode, Progress: f.ErrOut,
+		Repeats: o.Repeats, DecodeSteps: o.DecodeSteps, Prefill: o.Prefill, DecodeBatches: o.Decode, Progress: f.ErrOut,
 	})
 	if err != nil {
 		return nil, err

@@ -49,7 +49,7 @@ func TestEvalGPUs(t *testing.T) {
 	if !strings.Contains(errOut, "on cpu ×2 (pipeline stages, torchrun)") {
 		t.Errorf("stderr does not say how the eval runs:\n%s", errOut)
 	}
-	for _, f := range []string{"eval_driver.py", "eval_sharded.py", "prose.txt"} {
+	for _, f := range []string{"eval_driver.py", "eval_sharded.py", "latency.py", "prose.txt"} {
 		if _, err := os.Stat(filepath.Join(root, "e2", ".eval", f)); err != nil {
 			t.Errorf("the eval folder lacks .eval/%s: %v", f, err)
 		}

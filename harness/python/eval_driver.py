@@ -42,6 +42,8 @@ from pathlib import Path
 # script, not when a test loads this file by path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import eval_sharded as sharded  # noqa: E402
+import latency as lat_stage  # noqa: E402
+from latency import LATENCY_PATHS, Paths, latency, peak_memory  # noqa: E402,F401  (scripts and tests use these)
 
 SCHEMA = 3
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
@@ -93,7 +95,9 @@ def parse_args(argv):
                         "the graph runtime), both; auto: graph where the device captures graphs, else eager")
     p.add_argument("--prefill", default="128,512,2048", help="prefill lengths for latency")
     p.add_argument("--decode-batches", default="1,8", help="batch sizes for per-token decode latency")
-    p.add_argument("--repeats", type=int, default=30, help="timed repeats per latency point (median)")
+    p.add_argument("--repeats", type=positive("--repeats"), default=30, help="timed calls per prefill / forward point")
+    p.add_argument("--decode-steps", type=positive("--decode-steps"), default=100,
+                   help="decode steps timed in a loop per decode point (ms per token = wall time / steps)")
     p.add_argument("--floor", type=float, default=0.0, help="relative-error denominator floor (0: 1e-3 * max|ref|)")
     p.add_argument("--oracle-memory", type=int, default=-1,
                    help="bytes of the fp32 oracle's layers kept on the device between forwards (-1: what is free "
@@ -458,214 +462,6 @@ def forward_vision(model, pixels):
     return out.logits.float(), [h.float() for h in (out.hidden_states or [])]
 
 
-# ---------------------------------------------------------------------------- latency
-
-
-def time_fn(fn, device, repeats, warmup=3):
-    """Median milliseconds of fn() over repeats, with device events (or the host clock
-    after a synchronize on devices without events)."""
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        else:
-            sync(device)
-            t = time.perf_counter()
-            fn()
-            sync(device)
-            times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
-
-
-# The paths a latency point is measured on, by --latency mode. stock_compiled is transformers'
-# own fast path (StaticCache + torch.compile(mode="reduce-overhead")): the one to beat.
-LATENCY_PATHS = {
-    "eager": ("stock_eager", "injected_eager"),
-    "graph": ("stock_compiled", "stock_graph", "injected_graph"),
-    "both": ("stock_eager", "stock_compiled", "stock_graph", "injected_graph", "injected_eager"),
-}
-# Ratios reported (numerator, denominator), the first present one is the headline.
-LATENCY_RATIOS = (("injected_graph", "stock_compiled"), ("injected_graph", "stock_graph"), ("injected_eager", "stock_eager"))
-WARMUP = 3
-
-
-def latency_mode(want, device, rtmod):
-    """--latency auto: graph where the device captures graphs, else eager."""
-    if want != "auto":
-        return want
-    graphs, _ = rtmod.graph_support(device)
-    return "graph" if graphs is not None else "eager"
-
-
-def point_ratios(ms):
-    return {f"{a}/{b}": ratio(ms[a], ms[b]) for a, b in LATENCY_RATIOS
-            if ms.get(a) is not None and ms.get(b) is not None}
-
-
-class Paths:
-    """The models of each latency path, built lazily: the compiled stock model and the runtimes
-    exist only when a mode measures them."""
-
-    def __init__(self, stock, injected, rtmod, errors):
-        self.stock, self.injected, self.rt, self.errors = stock, injected, rtmod, errors
-        self._compiled = None
-
-    def model(self, path):
-        return self.stock if path.startswith("stock") else self.injected
-
-    def compiled(self):
-        import torch
-
-        if self._compiled is None:
-            # a compiled graph per prefill length and decode batch (static shapes, the fastest
-            # kernels); the default limit of 8 recompiles would fall back to eager silently
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-            self._compiled = torch.compile(self.stock, mode="reduce-overhead", dynamic=False)
-        return self._compiled
-
-
-def measure(paths, path, label, fn):
-    """Run fn(path) -> (ms, setup_s); a path that fails is recorded once and reads null."""
-    try:
-        return fn(path)
-    except Exception as e:  # a compile or capture failure must not cost the other paths
-        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        paths.errors.setdefault(path, f"{label}: {msg}")
-        progress(f"latency {label} {path}: failed: {msg}")
-        return None, None
-
-
-def compile_warmup(fn, device):
-    """Wall seconds of the first calls of a torch.compile(mode="reduce-overhead") function: the
-    compile, then the CUDA-graph recording on the next call."""
-    t = time.perf_counter()
-    for _ in range(WARMUP):
-        fn()
-    sync(device)
-    return time.perf_counter() - t
-
-
-def prefill_point(paths, path, ids, kw, device, args):
-    m = paths.model(path)
-    if path.endswith("eager"):
-        return time_fn(lambda: m(input_ids=ids, use_cache=False, **kw), device, args.repeats), None
-    if path == "stock_compiled":
-        c = paths.compiled()
-        setup = compile_warmup(lambda: c(input_ids=ids, use_cache=False, **kw), device)
-        return time_fn(lambda: c(input_ids=ids, use_cache=False, **kw), device, args.repeats), setup
-    gf = paths.rt.GraphedForward(m, graphs=True)
-    try:
-        gf(input_ids=ids, use_cache=False, **kw)
-        return time_fn(lambda: gf(input_ids=ids, use_cache=False, **kw), device, args.repeats), gf.stats["capture_s"]
-    finally:
-        gf.release()
-
-
-def decode_point(paths, path, ids, kw, device, args, cfg, cache_len):
-    """Median ms of one decode step (batch ids.shape[0]) after a prefill of ids, on a static KV
-    cache of cache_len slots for every path."""
-    import torch
-
-    B, ctx = ids.shape
-    steps = 2 * WARMUP + args.repeats
-    if path == "stock_compiled":
-        from transformers import StaticCache
-
-        m, c = paths.stock, paths.compiled()
-        cache = StaticCache(config=cfg, max_cache_len=cache_len)
-        with torch.no_grad():
-            m(input_ids=ids, past_key_values=cache, use_cache=True, **kw)
-        nxt = ids[:, -1:].clone()
-        pos = torch.full((B, 1), ctx, dtype=torch.long, device=device)
-
-        def step():
-            # the cache writes at its own counter, which each call advances: steps stay below cache_len
-            c(input_ids=nxt, position_ids=pos, past_key_values=cache, use_cache=True, **kw)
-            pos.add_(1)
-
-        with torch.no_grad():
-            setup = compile_warmup(step, device)
-            ms = time_fn(step, device, args.repeats, warmup=WARMUP)
-        return ms, setup
-    r = paths.rt.Runtime(paths.model(path), graphs=path.endswith("graph"))
-    try:
-        # no EOS: every step runs; the first steps (Triton's compile and autotune when eager) are dropped
-        r.generate(ids, max_new_tokens=steps + 1, eos_token_id=[], max_cache_len=cache_len, timings=True)
-        step_ms = r.stats["last"]["step_ms"]
-        return statistics.median(step_ms[2 * WARMUP:]), (r.stats["capture_s"] if r.graphs else None)
-    finally:
-        r.release()
-
-
-def latency(paths, names, cfg, device, args):
-    """Prefill at each length (batch 1) and per-token decode (each batch) on every path in names."""
-    import torch
-
-    vocab = cfg.vocab_size
-    g = torch.Generator().manual_seed(args.seed + 1)
-    rows = {"prefill": [], "decode": [], "peak_memory_bytes": {}}
-    lengths = [int(x) for x in args.prefill.split(",") if x]
-    batches = [int(x) for x in args.decode_batches.split(",") if x]
-    import inspect
-
-    kw = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(paths.stock.forward).parameters else {}
-    for L in lengths:
-        ids = torch.randint(0, vocab, (1, L), generator=g).to(device)
-        row = {"tokens": L, "batch": 1, "ms": {}, "setup_s": {}}
-        for name in names:
-            with torch.no_grad():
-                ms, setup = measure(paths, name, f"prefill {L}", lambda p: prefill_point(paths, p, ids, kw, device, args))
-            row["ms"][name] = ms
-            if setup is not None:
-                row["setup_s"][name] = setup
-        row["ratios"] = point_ratios(row["ms"])
-        rows["prefill"].append(row)
-        progress(f"latency prefill {L}: " + describe_point(row))
-    ctx = 512
-    cache_len = paths.rt.cache_bucket(ctx + 2 * WARMUP + args.repeats + 2)
-    for B in batches:
-        ids = torch.randint(0, vocab, (B, ctx), generator=g).to(device)
-        row = {"batch": B, "context": ctx, "cache_len": cache_len, "ms": {}, "setup_s": {}}
-        for name in names:
-            ms, setup = measure(paths, name, f"decode batch {B}",
-                                lambda p: decode_point(paths, p, ids, kw, device, args, cfg, cache_len))
-            row["ms"][name] = ms
-            if setup is not None:
-                row["setup_s"][name] = setup
-        row["ratios"] = point_ratios(row["ms"])
-        rows["decode"].append(row)
-        progress(f"latency decode batch {B}: " + describe_point(row))
-    return rows
-
-
-def describe_point(row):
-    parts = [f"{k} {v:.3f} ms" for k, v in row["ms"].items() if v is not None]
-    parts += [f"{k} {v:.2f}x" for k, v in row["ratios"].items()][:1]
-    return ", ".join(parts)
-
-
-def peak_memory(device, fn):
-    import torch
-
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated()
-
-
 # ---------------------------------------------------------------------------- main
 
 
@@ -826,14 +622,17 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
             errors = {p: f"{run.world} pipeline stages: {PIPELINE_EAGER}" for p in LATENCY_PATHS["graph"]}
         mode = "eager"
     else:
-        mode = latency_mode(args.latency, device, rtmod)
+        mode = lat_stage.latency_mode(args.latency, device, rtmod)
     graphs, why = rtmod.graph_support(device)
     if graphs is None and mode != "eager":
         return {"measured": False, "reason": f"--latency {args.latency}: no device graphs here ({why}); use --latency eager"}
     paths = Paths(stock, injected, rtmod, errors)
     progress(f"latency ({mode}): " + ", ".join(LATENCY_PATHS[mode]))
     names = LATENCY_PATHS[mode]
-    lat = (vision_latency if vision else latency)(paths, names, cfg, device, args)
+    if vision:
+        lat = lat_stage.vision_latency(paths, names, cfg, device, args, make_images)
+    else:
+        lat = latency(paths, names, cfg, device, args)
     lat.setdefault("peak_memory_bytes", {})
     if not vision:
         ids = torch.randint(0, cfg.vocab_size, (1, max(int(x) for x in args.prefill.split(","))), device=device)
@@ -841,16 +640,11 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
             with torch.no_grad():
                 # a pipeline's figure is its fullest device's
                 lat["peak_memory_bytes"][name] = run.max_over_ranks(peak_memory(device, lambda: m(input_ids=ids, use_cache=False)))
-        method = (f"device events, median of {args.repeats} timed calls after {WARMUP} warm-ups; prefill: one forward "
-                  f"(logits of the last token); decode: ms per token after a 512-token prompt, on a static KV cache "
-                  f"of the same length for every path; compiled = transformers StaticCache + "
-                  f"torch.compile(mode=\"reduce-overhead\"); graph = captured once by the xpuinject runtime, replayed")
-    else:
-        method = (f"device events, median of {args.repeats} timed forwards after {WARMUP} warm-ups; compiled = "
-                  f"torch.compile(mode=\"reduce-overhead\"); graph = captured once per batch size, replayed")
+    method = lat_stage.method(args, vision)
     if run.pipeline:
         method += f"; {run.world} pipeline stages, one device each, timed on rank 0 (the first stage, which waits for the last one's logits)"
-    lat.update({"measured": True, "mode": mode, "paths": list(LATENCY_PATHS[mode]), "method": method})
+    lat.update({"measured": True, "mode": mode, "paths": list(LATENCY_PATHS[mode]), "method": method,
+                "default": lat_stage.DEFAULT_PATH})
     if errors:
         lat["errors"] = errors
     return lat
@@ -939,43 +733,6 @@ def evaluate_vision(args, cfg, device, oracle, stock, injected, result):
         {"name": f"stage {i}", "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])}
         for i in range(1, min(len(ho), len(hi), len(hs)))
     ]
-
-
-def vision_latency(paths, names, cfg, device, args):
-    """Forward latency at batch 1 and 32 on every path in names."""
-    import torch
-
-    size = getattr(cfg, "image_size", 224)
-    rows = []
-    for B in (1, 32):
-        px = make_images(B, size, args.seed + B).to(device).to(next(paths.stock.parameters()).dtype)
-        row = {"batch": B, "ms": {}, "setup_s": {}}
-
-        def point(path):
-            m = paths.model(path)
-            if path.endswith("eager"):
-                return time_fn(lambda: m(pixel_values=px), device, args.repeats), None
-            if path == "stock_compiled":
-                c = paths.compiled()
-                setup = compile_warmup(lambda: c(pixel_values=px), device)
-                return time_fn(lambda: c(pixel_values=px), device, args.repeats), setup
-            gf = paths.rt.GraphedForward(m, graphs=True)
-            try:
-                gf(pixel_values=px)
-                return time_fn(lambda: gf(pixel_values=px), device, args.repeats), gf.stats["capture_s"]
-            finally:
-                gf.release()
-
-        for name in names:
-            with torch.no_grad():
-                ms, setup = measure(paths, name, f"batch {B}", point)
-            row["ms"][name] = ms
-            if setup is not None:
-                row["setup_s"][name] = setup
-        row["ratios"] = point_ratios(row["ms"])
-        rows.append(row)
-        progress(f"latency batch {B}: " + describe_point(row))
-    return {"forward": rows}
 
 
 if __name__ == "__main__":

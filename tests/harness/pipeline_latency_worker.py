@@ -16,7 +16,8 @@ import eval_driver as d  # noqa: E402
 
 def main(model, run_dir, out):
     args = d.parse_args(["--model", model, "--package", f"{run_dir}/package", "--packed", f"{run_dir}/packed",
-                         "--out", out, "--device", "cpu", "--prefill", "16", "--decode-batches", "1,2", "--repeats", "2"])
+                         "--out", out, "--device", "cpu", "--prefill", "16", "--decode-batches", "1,2", "--repeats", "2",
+                         "--decode-steps", "3"])
     run = d.sharded.Run.from_env("cpu", d.fail)
     cfg = transformers.AutoConfig.from_pretrained(model)
     stock = d.load(transformers.LlamaForCausalLM, model, torch.bfloat16, run.device, run)

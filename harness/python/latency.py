@@ -1,0 +1,323 @@
+"""The eval's latency stage: every path a point is measured on is timed by the same function.
+
+Decode is timed as a generation runs it: each path gives a `step()` that makes one new token for
+every row (the forward on a static KV cache and the token selection, argmax, fed back as the next
+input), and `time_decode` calls it N times in a loop after the same warm-up, between two device
+syncs: wall milliseconds / N. Prefill and vision forwards are one call each, timed by `time_call`
+(the same loop, N calls). A path's one-time set-up (torch.compile's compile and CUDA-graph
+recording, or the graph runtime's capture) runs before its timed loop and is reported apart.
+
+Paths:
+  stock_eager        stock transformers, eager (the graph runtime's steps, not captured)
+  stock_compiled     stock on a transformers StaticCache under
+                     torch.compile(mode="reduce-overhead", fullgraph=True): the anchor
+  stock_graph        stock under the package's graph runtime
+  injected_graph     injected under the graph runtime: the product's default (`generate`, the card)
+  injected_compiled  injected on a StaticCache under torch.compile(mode="reduce-overhead",
+                     fullgraph=True) (the kernels are custom ops)
+  injected_eager     injected, eager
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+WARMUP = 3
+# The product's default decode path: what `xpuinject generate` and the package's card use.
+DEFAULT_PATH = "injected_graph"
+
+# The paths a point is measured on, by --latency mode.
+LATENCY_PATHS = {
+    "eager": ("stock_eager", "injected_eager"),
+    "graph": ("stock_compiled", "stock_graph", "injected_graph", "injected_compiled"),
+    "both": ("stock_eager", "stock_compiled", "stock_graph", "injected_graph", "injected_compiled", "injected_eager"),
+}
+# Ratios reported (numerator, denominator); the first present one is the headline: the default
+# path against the anchor.
+LATENCY_RATIOS = (
+    (DEFAULT_PATH, "stock_compiled"),
+    ("injected_compiled", "stock_compiled"),
+    ("injected_graph", "stock_graph"),
+    ("injected_eager", "stock_eager"),
+)
+
+
+def progress(msg: str) -> None:
+    import sys
+
+    print(f"xpuinject-eval: {msg}", file=sys.stderr, flush=True)
+
+
+def device_sync(device):
+    """A function that waits for every launch on device (a no-op on the CPU)."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.synchronize
+    if device.type == "xpu":
+        return torch.xpu.synchronize
+    return lambda: None
+
+
+# The host clock every path is timed with (a test replaces it).
+clock = time.perf_counter
+
+
+def time_decode(step, n: int, warmup: int, sync) -> float:
+    """Milliseconds per call of step(): `warmup` calls, a sync, then n calls between two clock
+    reads, the second after a sync. The one timer of every latency path."""
+    if n < 1:
+        raise ValueError(f"latency: n must be positive, got {n}")
+    for _ in range(warmup):
+        step()
+    sync()
+    t0 = clock()
+    for _ in range(n):
+        step()
+    sync()
+    return (clock() - t0) * 1e3 / n
+
+
+# Forwards (prefill, vision) are timed by the same loop: a forward is its own "step".
+time_call = time_decode
+
+
+def set_up(step, sync) -> float:
+    """Seconds of the first WARMUP calls: compile and CUDA-graph recording for a compiled path."""
+    t0 = clock()
+    for _ in range(WARMUP):
+        step()
+    sync()
+    return clock() - t0
+
+
+def point_ratios(ms):
+    return {f"{a}/{b}": ms[a] / ms[b] for a, b in LATENCY_RATIOS
+            if isinstance(ms.get(a), float) and isinstance(ms.get(b), float) and ms[b] > 0}
+
+
+def latency_mode(want, device, rtmod):
+    """--latency auto: graph where the device captures graphs, else eager."""
+    if want != "auto":
+        return want
+    graphs, _ = rtmod.graph_support(device)
+    return "graph" if graphs is not None else "eager"
+
+
+class Paths:
+    """The models of each latency path, built lazily: compiled models and runtimes exist only
+    when a mode measures them."""
+
+    def __init__(self, stock, injected, rtmod, errors):
+        self.stock, self.injected, self.rt, self.errors = stock, injected, rtmod, errors
+        self._compiled = {}
+        self._decoders = {}
+
+    @staticmethod
+    def compile(fn):
+        """torch.compile as every compiled path uses it (static shapes: the fastest kernels)."""
+        import torch
+
+        # a compiled graph per prefill length and decode batch; the default limit of 8
+        # recompiles would fall back to eager silently
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        return torch.compile(fn, mode="reduce-overhead", fullgraph=True, dynamic=False)
+
+    def model(self, path):
+        return self.stock if path.startswith("stock") else self.injected
+
+    def compiled(self, path):
+        """The path's model under torch.compile(mode="reduce-overhead", fullgraph=True): forwards."""
+        c = self._compiled.get(path)
+        if c is None:
+            c = self._compiled[path] = self.compile(self.model(path))
+        return c
+
+    def decoder(self, path):
+        """One compiled decode step of the path's model: forward on the cache, then argmax over
+        the last logits in float32 (as the graph runtime and generate select), in one graph."""
+        fn = self._decoders.get(path)
+        if fn is None:
+            model = self.model(path)
+            kw = forward_kwargs(model)
+
+            def decode(tok, pos, cache):
+                logits = model(input_ids=tok, position_ids=pos, past_key_values=cache, use_cache=True, **kw).logits
+                return logits[:, -1, :].float().argmax(-1, keepdim=True)
+
+            fn = self._decoders[path] = self.compile(decode)
+        return fn
+
+
+def forward_kwargs(model):
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
+def measure(paths, path, label, fn):
+    """Run fn(path) -> (ms, setup_s); a path that fails is recorded once and reads null."""
+    try:
+        return fn(path)
+    except Exception as e:  # a compile or capture failure must not cost the other paths
+        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        paths.errors.setdefault(path, f"{label}: {msg}")
+        progress(f"latency {label} {path}: failed: {msg}")
+        return None, None
+
+
+def forward_point(paths, path, call, device, n):
+    """ms of one forward `call(model)` on path (prefill, vision), and its set-up seconds."""
+    sync = device_sync(device)
+    if path.endswith("eager"):
+        m = paths.model(path)
+        return time_call(lambda: call(m), n, WARMUP, sync), None
+    if path.endswith("compiled"):
+        c = paths.compiled(path)
+        setup = set_up(lambda: call(c), sync)
+        return time_call(lambda: call(c), n, WARMUP, sync), setup
+    gf = paths.rt.GraphedForward(paths.model(path), graphs=True)
+    try:
+        call(gf)
+        return time_call(lambda: call(gf), n, WARMUP, sync), gf.stats["capture_s"]
+    finally:
+        gf.release()
+
+
+def decode_stepper(paths, path, ids, cfg, cache_len, steps):
+    """(step, release, setup_s) for path after a prefill of ids: step() makes the next token of
+    every row. Compiled paths set up here (compile, CUDA-graph recording); runtime paths capture
+    in start(). `steps` is how many steps the caller may take."""
+    import torch
+
+    B, ctx = ids.shape
+    model = paths.model(path)
+    if path.endswith("compiled"):
+        from transformers import StaticCache
+
+        fn = paths.decoder(path)
+        cache = StaticCache(config=cfg, max_cache_len=cache_len)
+        with torch.no_grad():
+            # the prefill runs eagerly, as transformers' generate runs it with a compiled forward
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True, **forward_kwargs(model))
+            tok = out.logits[:, -1:, :].float().argmax(-1)
+            del out
+        pos = torch.full((B, 1), ctx, dtype=torch.long, device=ids.device)
+
+        def step():
+            # the cache writes at its own counter, which each call advances
+            with torch.no_grad():
+                tok.copy_(fn(tok, pos, cache))
+            pos.add_(1)
+
+        setup = set_up(step, device_sync(ids.device))
+        return step, (lambda: None), setup
+    r = paths.rt.Runtime(model, graphs=path.endswith("graph"))
+    t0 = time.perf_counter()
+    # no EOS: every step runs
+    gen = r.start(ids, max_new_tokens=steps + WARMUP + 1, eos_token_id=[], max_cache_len=cache_len)
+    setup = (time.perf_counter() - t0) if r.graphs else None
+    set_up(gen.step, device_sync(ids.device))  # the same first calls the compiled paths spend on set-up
+    return gen.step, r.release, setup
+
+
+def decode_point(paths, path, ids, cfg, cache_len, n):
+    """ms per token of path at batch ids.shape[0] after a prefill of ids, and its set-up."""
+    step, release, setup = decode_stepper(paths, path, ids, cfg, cache_len, n + WARMUP)
+    try:
+        return time_decode(step, n, WARMUP, device_sync(ids.device)), setup
+    finally:
+        release()
+
+
+def latency(paths, names, cfg, device, args):
+    """Prefill at each length (batch 1) and per-token decode (each batch) on every path in names."""
+    import torch
+
+    vocab = cfg.vocab_size
+    g = torch.Generator().manual_seed(args.seed + 1)
+    rows = {"prefill": [], "decode": [], "peak_memory_bytes": {}}
+    lengths = [int(x) for x in args.prefill.split(",") if x]
+    batches = [int(x) for x in args.decode_batches.split(",") if x]
+    kw = forward_kwargs(paths.stock)
+    for L in lengths:
+        ids = torch.randint(0, vocab, (1, L), generator=g).to(device)
+        row = {"tokens": L, "batch": 1, "ms": {}, "setup_s": {}}
+        for name in names:
+            with torch.no_grad():
+                ms, setup = measure(paths, name, f"prefill {L}", lambda p: forward_point(
+                    paths, p, lambda m: m(input_ids=ids, use_cache=False, **kw), device, args.repeats))
+            row["ms"][name] = ms
+            if setup is not None:
+                row["setup_s"][name] = setup
+        row["ratios"] = point_ratios(row["ms"])
+        rows["prefill"].append(row)
+        progress(f"latency prefill {L}: " + describe_point(row))
+    ctx = 512
+    n = args.decode_steps
+    cache_len = paths.rt.cache_bucket(ctx + 2 * WARMUP + n + 1)
+    for B in batches:
+        ids = torch.randint(0, vocab, (B, ctx), generator=g).to(device)
+        row = {"batch": B, "context": ctx, "cache_len": cache_len, "steps": n, "ms": {}, "setup_s": {}}
+        for name in names:
+            ms, setup = measure(paths, name, f"decode batch {B}",
+                                lambda p: decode_point(paths, p, ids, cfg, cache_len, n))
+            row["ms"][name] = ms
+            if setup is not None:
+                row["setup_s"][name] = setup
+        row["ratios"] = point_ratios(row["ms"])
+        rows["decode"].append(row)
+        progress(f"latency decode batch {B}: " + describe_point(row))
+    return rows
+
+
+def method(args, vision: bool) -> str:
+    loop = (f"wall time of {{n}} calls in a loop after {WARMUP} warm-ups, between two device syncs, / {{n}}; "
+            f"every path timed by the same function")
+    if vision:
+        return (loop.format(n=args.repeats) + "; compiled = torch.compile(mode=\"reduce-overhead\", fullgraph=True); "
+                "graph = captured once per batch size, replayed")
+    return (f"decode: ms per token as a generation runs it, " + loop.format(n=args.decode_steps) +
+            ", each step a forward on a static KV cache after a 512-token prompt plus the argmax fed back as the next "
+            f"input; prefill: one forward (logits of the last token), " + loop.format(n=args.repeats) +
+            "; compiled = a StaticCache under torch.compile(mode=\"reduce-overhead\", fullgraph=True), "
+            "the prefill eager; graph = the xpuinject graph runtime, captured once, replayed")
+
+
+def describe_point(row):
+    parts = [f"{k} {v:.3f} ms" for k, v in row["ms"].items() if v is not None]
+    parts += [f"{k} {v:.2f}x" for k, v in row["ratios"].items()][:1]
+    return ", ".join(parts)
+
+
+def vision_latency(paths, names, cfg, device, args, make_images):
+    """Forward latency at batch 1 and 32 on every path in names."""
+    import torch
+
+    size = getattr(cfg, "image_size", 224)
+    rows = []
+    for B in (1, 32):
+        px = make_images(B, size, args.seed + B).to(device).to(next(paths.stock.parameters()).dtype)
+        row = {"batch": B, "ms": {}, "setup_s": {}}
+        for name in names:
+            with torch.no_grad():
+                ms, setup = measure(paths, name, f"batch {B}", lambda p: forward_point(
+                    paths, p, lambda m: m(pixel_values=px), device, args.repeats))
+            row["ms"][name] = ms
+            if setup is not None:
+                row["setup_s"][name] = setup
+        row["ratios"] = point_ratios(row["ms"])
+        rows.append(row)
+        progress(f"latency batch {B}: " + describe_point(row))
+    return {"forward": rows}
+
+
+def peak_memory(device, fn):
+    import torch
+
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated()
