@@ -8,7 +8,7 @@ kernel and host time per op under torch.profiler, beside an event-timed median s
 MODEL_DIR is a checkpoint, RUN_DIR the --out of `xpuinject MODEL_DIR --skip-eval` (package/ and
 packed/ inside); the shim and the eval driver's timer come from harness/python. For each model
 and batch: decode steps on a 512-token DynamicCache (cropped back after every step, like the eval
-driver), timed with device events, then the same steps under torch.profiler: the top device
+driver), timed by the eval's latency timer, then the same steps under torch.profiler: the top device
 kernels by total time and the top host-side ops by CPU time. Prints text tables; run it on a GPU.
 """
 
@@ -33,7 +33,8 @@ def main() -> int:
     import transformers
     from torch.profiler import ProfilerActivity, profile
 
-    from eval_driver import load_package, time_fn
+    from eval_driver import load_package
+    from latency import WARMUP, device_sync, time_decode
 
     dev = torch.device(args.device)
     run = Path(args.run)
@@ -60,8 +61,8 @@ def main() -> int:
                     m(input_ids=nxt, past_key_values=cache, use_cache=True)
                     cache.crop(-1)
 
-                ms = time_fn(step, dev, args.steps)  # the eval driver's timer: 3 warm-ups, events, median
-                print(f"\n=== batch {b} {name}: decode step median {ms:.3f} ms ({args.steps} steps)", flush=True)
+                ms = time_decode(step, args.steps, WARMUP, device_sync(dev))  # the eval's one timer
+                print(f"\n=== batch {b} {name}: decode step {ms:.3f} ms ({args.steps} steps in a loop)", flush=True)
                 with profile(activities=acts) as prof:
                     for _ in range(args.steps):
                         step()

@@ -19,6 +19,12 @@ The rule, per operation a layer runs (`ratio` = vendor time / ours, < 1: the ven
              both classes routed make one route for every token count.
   attention  prefill and decode per head_dim, over every measured shape, by the same mean.
 
+--decode-step FILE (the kernels part of benchmarks/bench_decode_step.py, decode-step.json) prices
+decode attention as a model pays it: SDPA's route with the mask a decode step carries repeats K/V
+to every query head on CUDA (xpuinject_kernels/decoder.py `_sdpa`), so the route's time is that of
+SDPA on repeated K/V, copies included, against ours reading the cache up to its filled length;
+its rows replace the run's decode-attention rows.
+
 An operation that is not routed but missed its benchmark target becomes a "kept" entry: the
 plan says why the layer keeps our kernel. The planner (kernels/gpus.go) reads the file;
 `xpuinject plan --gpu <gpu>` uses it.
@@ -86,6 +92,34 @@ def load_rows(path: str) -> (List[Dict], Dict):
                          target_value=r.get("target_value")))
     env = run.get("env") or {}
     return rows, dict(device=env.get("device"), date=(env.get("date_utc") or "")[:10], command=run.get("command"))
+
+
+# bench_decode_step.py's shapes -> the model names the runs use
+STEP_MODELS = {"1b": "llama-3.2-1b", "8b": "llama-3.1-8b"}
+# decode attention as the SDPA route runs it in a decoder layer (with a mask, on CUDA)
+STEP_VENDOR = "SDPA repeat_kv"
+
+
+def load_decode_step(path: str) -> (List[Dict], Dict):
+    """Decode-attention rows of a bench_decode_step.py run (kernels part), priced with the glue
+    the vendor route implies, and the run's stamp."""
+    sys.path.insert(0, HERE)
+    from bench_decode_step import SHAPES
+
+    with open(path, encoding="utf-8") as f:
+        run = json.load(f)
+    rows = []
+    for r in run.get("kernels") or []:
+        m = re.fullmatch(r"attention decode L=(\d+)/(\d+)", r.get("case", ""))
+        us = r.get("us") or {}
+        if not m or r.get("shape") not in STEP_MODELS or not us.get("ours") or not us.get(STEP_VENDOR):
+            continue
+        d = SHAPES[r["shape"]]["head_dim"]
+        rows.append(dict(kind="decode", model=STEP_MODELS[r["shape"]], shape=f"B={r['M']} L={m.group(1)} D={d}",
+                         ratio=us[STEP_VENDOR] / us["ours"], target="", target_desc="", target_value=None))
+    if not rows:
+        raise ValueError("no decode-attention rows (want the kernels part of benchmarks/bench_decode_step.py)")
+    return rows, dict(device=run.get("device"), command="benchmarks/bench_decode_step.py --parts kernels")
 
 
 def classify(row: Dict, decode_max: int) -> Optional[Dict]:
@@ -173,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--date", default="", help="when the run was measured (YYYY-MM-DD), for a csv")
     ap.add_argument("--bench-command", default="", help="the benchmark command that measured it, for a csv")
     ap.add_argument("--out", default="", help="the data file (default: the kernel package's gpus/<gpu>.json)")
+    ap.add_argument("--decode-step", default="", help="a bench_decode_step.py decode-step.json: its decode-attention "
+                    "rows, priced with the glue the vendor route implies, replace the run's")
     a = ap.parse_args(argv)
     if not re.fullmatch(r"[a-z0-9][-a-z0-9]*", a.gpu):
         ap.error(f"--gpu {a.gpu!r}: want lowercase letters, digits and dashes")
@@ -181,6 +217,16 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"routes: {a.run}: {e}", file=sys.stderr)
         return 2
+    if a.decode_step:
+        try:
+            step_rows, step_run = load_decode_step(a.decode_step)
+        except (OSError, ValueError) as e:
+            print(f"routes: {a.decode_step}: {e}", file=sys.stderr)
+            return 2
+        if step_run.get("device") and a.device and step_run["device"] != a.device:
+            print(f"routes: {a.decode_step} ran on {step_run['device']}, not {a.device}", file=sys.stderr)
+            return 2
+        rows = [r for r in rows if r["kind"] != "decode"] + step_rows
     device = a.device or run.get("device") or ""
     date = a.date or run.get("date") or ""
     command = a.bench_command or run.get("command") or ""

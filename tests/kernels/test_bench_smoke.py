@@ -465,6 +465,24 @@ def test_host_bench_smoke(tmp_path):
     assert r.stdout.count("checked") == 6
 
 
+def test_decode_step_bench_smoke(tmp_path):
+    """benchmarks/bench_decode_step.py --smoke: every kernel case of a decode step and the
+    whole-model paths run on a tiny shape under the interpreter, with no variant failing."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TRITON_INTERPRET="1")
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_decode_step.py"), "--smoke", "--out", str(out),
+                        "--batches", "2", "--parts", "kernels,model", "--routes", "planned,all-ours"],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads((out / "decode-step.json").read_text())
+    cases = {r["case"].split(" ")[0] for r in res["kernels"]}
+    assert {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention", "rope", "rms_norm", "add_rms_norm"} <= cases
+    assert not [r for r in res["kernels"] if r.get("errors")], [r["errors"] for r in res["kernels"] if r.get("errors")]
+    (row,) = res["model"]
+    assert not row.get("errors") and set(row["ms"]) == {
+        "stock_compiled", "stock_graph", "injected_graph[planned]", "injected_graph[all-ours]", "injected_compiled[gemms-cublas]"}
+
+
 def test_routes_py_reproduces_the_shipped_gpu_data(tmp_path):
     """benchmarks/routes.py on the H200 run in docs/results writes exactly the routes and kept
     entries the package ships (gpus/h200.json): the data file is the benchmark's, not hand-made."""
@@ -476,9 +494,12 @@ def test_routes_py_reproduces_the_shipped_gpu_data(tmp_path):
                         os.path.join(repo, "docs", "results", "2026-11-29-h200", "bench-v2.csv"), "--gpu", "h200",
                         "--device", "NVIDIA H200", "--date", "2026-11-29", "--bench-command",
                         "the predecessor of benchmarks/run_all.py (same cases, checks and timer) with --budget-s 365",
+                        "--decode-step", os.path.join(repo, "docs", "results", "2026-12-01-h200", "decode-step-kernels.json"),
                         "--out", str(out)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "10 routes, 1 kept entries from 102 rows" in r.stdout
+    # decode attention priced with the K/V copies its SDPA route implies: no decode route
+    assert "8 routes, 1 kept entries from 98 rows" in r.stdout
+    assert not [x for x in json.loads(out.read_text())["routes"] if x["op"] == "attention-decode"]
     assert out.read_text() == open(shipped, encoding="utf-8").read()
     # a csv says nothing of where it was measured: routes.py asks
     r = subprocess.run([sys.executable, os.path.join(BENCH, "routes.py"),
