@@ -138,8 +138,8 @@ func TestDefaultVendorOps(t *testing.T) {
 		hidden, h, kv, hd, inter int64
 		attn, mlp                string
 	}{
-		{"llama-3.2-1b", 2048, 32, 8, 64, 8192, "attention-decode,attention-prefill,o_proj,qkv_proj", "down_proj<=64"},
-		{"llama-3.1-8b", 4096, 32, 8, 128, 14336, "attention-decode,attention-prefill,o_proj<=64,qkv_proj<=64", "down_proj<=64"},
+		{"llama-3.2-1b", 2048, 32, 8, 64, 8192, "attention-prefill,o_proj,qkv_proj", "down_proj<=64"},
+		{"llama-3.1-8b", 4096, 32, 8, 128, 14336, "attention-prefill,o_proj<=64,qkv_proj<=64", "down_proj<=64"},
 		{"head_dim 32", 1024, 32, 8, 32, 4096, "", ""},
 		// gate_up K=2048 N=3072 is Llama-3.2-1B's qkv_proj shape: routes match by GEMM name too
 		{"names differ", 2048, 16, 16, 32, 1536, "", ""},
