@@ -34,7 +34,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 import traceback
 from pathlib import Path
 

@@ -276,9 +276,9 @@ def method(args, vision: bool) -> str:
     if vision:
         return (loop.format(n=args.repeats) + "; compiled = torch.compile(mode=\"reduce-overhead\", fullgraph=True); "
                 "graph = captured once per batch size, replayed")
-    return (f"decode: ms per token as a generation runs it, " + loop.format(n=args.decode_steps) +
+    return ("decode: ms per token as a generation runs it, " + loop.format(n=args.decode_steps) +
             ", each step a forward on a static KV cache after a 512-token prompt plus the argmax fed back as the next "
-            f"input; prefill: one forward (logits of the last token), " + loop.format(n=args.repeats) +
+            "input; prefill: one forward (logits of the last token), " + loop.format(n=args.repeats) +
             "; compiled = a StaticCache under torch.compile(mode=\"reduce-overhead\", fullgraph=True), "
             "the prefill eager; graph = the xpuinject graph runtime, captured once, replayed")
 
