@@ -218,7 +218,7 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
 			if attempt >= c.MaxRetries {
-				return nil, &StatusError{Method: req.Method, URL: redactURL(req.URL), Status: resp.StatusCode, Body: c.scrub(strings.TrimSpace(string(body)))}
+				return nil, &StatusError{Method: req.Method, URL: redactURL(req.URL), Status: resp.StatusCode, Body: strings.TrimSpace(string(body))}
 			}
 			pause = c.Backoff(attempt + 1)
 			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && ra >= 0 {
@@ -275,15 +275,6 @@ func (c *Client) isHubHost(u *url.URL) bool {
 		return true
 	}
 	return h == "huggingface.co" || h == "hf.co"
-}
-
-// scrub removes the token from text that came from a server (an echoed header must
-// not carry it into an error message).
-func (c *Client) scrub(s string) string {
-	if c.Token == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, c.Token, "***")
 }
 
 // redactURL is the URL for messages: no password and no query (a signed CDN or

@@ -126,10 +126,7 @@ func (p *pusher) wrapStatus(err error) error {
 // (X-Error-Message header, else the JSON "error" field, else the body start) and
 // what to do about 401/403. The token never appears: it is only in a request header.
 func (p *pusher) statusError(resp *http.Response, body []byte) error {
-	msg := hubMessage(resp, body)
-	if p.c.Token != "" { // a server that echoes the request must not put the token in our error
-		msg = strings.ReplaceAll(msg, p.c.Token, "***")
-	}
+	msg := hubMessage(resp, body) // the token was redacted from the answer as it came in (secret.go)
 	se := &StatusError{Method: resp.Request.Method, URL: resp.Request.URL.Redacted(), Status: resp.StatusCode, Body: msg}
 	switch resp.StatusCode {
 	case http.StatusUnauthorized:
