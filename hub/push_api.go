@@ -407,6 +407,10 @@ func (p *pusher) commit(ctx context.Context, rev, summary, description string, o
 	}
 	resp, b, err := p.send(withKind(ctx, kindCommit), http.MethodPost, p.apiURL("commit", rev), "application/x-ndjson", body, nil)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Cancelled: the Hub may or may not have applied it; it did not refuse it.
+			return "", fmt.Errorf("hub: interrupted while committing to %s@%s (the commit may or may not have been applied): %w", p.repo, rev, err)
+		}
 		return "", fmt.Errorf("%w: committing to %s@%s: %w", ErrCommitRejected, p.repo, rev, err)
 	}
 	if !ok2xx(resp) {

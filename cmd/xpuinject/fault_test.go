@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -10,10 +12,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/xpuinject/xpuinject/hub/hubtest"
 	"github.com/xpuinject/xpuinject/inject/outdir"
 )
 
@@ -359,4 +363,199 @@ func runLimited(t *testing.T, blocks int, args ...string) (int, string) {
 		t.Fatal(err)
 	}
 	return 0, stderr.String()
+}
+
+// The signal part of the matrix: every command that writes, stopped by SIGINT and by
+// SIGTERM in the middle of its work, exits 130, says it was interrupted, removes its
+// temporaries and leaves every earlier output as it was. The CLI runs as a child (this
+// test binary, asCLI); it is stopped at a known point, never at a guessed moment: the
+// child pauses at an outdir operation until the signal has cancelled its run, or the
+// test Hub holds a request until the signal ends it.
+
+const (
+	asCLI      = "XPUINJECT_TEST_AS_CLI" // run Main on the arguments instead of the tests
+	pauseAt    = "XPUINJECT_TEST_PAUSE"  // "op path-substring": pause at that outdir operation
+	pauseReady = "XPUINJECT_TEST_READY"  // file the paused child creates
+)
+
+// runAsCLI is the child: Main, with the pause installed.
+func runAsCLI() int {
+	if p := os.Getenv(pauseAt); p != "" {
+		op, sub, _ := strings.Cut(p, " ")
+		var ctx context.Context
+		runContextHook = func(c context.Context) { ctx = c }
+		var once sync.Once
+		outdir.SetFault(func(o, path string) error {
+			if o == op && strings.Contains(path, sub) && ctx != nil {
+				once.Do(func() {
+					os.WriteFile(os.Getenv(pauseReady), nil, 0o644)
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Minute):
+					}
+				})
+			}
+			return nil
+		})
+	}
+	return Main(os.Args[1:], NewFactory(os.Stdin, os.Stdout, os.Stderr))
+}
+
+type signalCase struct {
+	name string
+	// setup prepares root and returns the arguments, the child's environment, and a
+	// channel that says when to send the signal (nil: the child's pause file).
+	setup func(t *testing.T, root string) (args, env []string, ready <-chan struct{})
+	pause string // the child's pause point (pauseAt)
+	want  []string
+	// check looks at what the run left beyond root's files (the test Hub), when set.
+	check func(t *testing.T)
+	// adds says which paths under root the run may add (a fetch's cache), when set.
+	adds func(path string) bool
+}
+
+func TestSignalMatrix(t *testing.T) {
+	cases := []signalCase{
+		{name: "pack", pause: "create .safetensors", want: []string{"interrupted"},
+			setup: func(t *testing.T, root string) ([]string, []string, <-chan struct{}) {
+				m, _, packed := prepared(t, root)
+				return []string{"pack", m, "--out", packed}, nil, nil
+			}},
+		{name: "package", pause: "write build/torch-cuda/", want: []string{"inject: emit: interrupted before"},
+			setup: func(t *testing.T, root string) ([]string, []string, <-chan struct{}) {
+				m, pkg, _ := prepared(t, root)
+				return []string{"package", m, "--out", pkg, "--force", "--name", "other-kernel"}, nil, nil
+			}},
+		{name: "the pipeline's package step", pause: "write build/torch-cuda/", want: []string{"inject: emit: interrupted before"},
+			setup: func(t *testing.T, root string) ([]string, []string, <-chan struct{}) {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				run := filepath.Join(root, "run")
+				if code, _, errOut := runCLI(t, nil, m, "--out", run, "--skip-eval"); code != 0 {
+					t.Fatalf("pipeline: exit %d: %s", code, errOut)
+				}
+				return []string{m, "--out", run, "--skip-eval", "--force"}, nil, nil
+			}},
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		for _, c := range append(cases, hubSignalCases()...) {
+			t.Run(c.name+" "+sig.String(), func(t *testing.T) { runSignalCase(t, c, sig) })
+		}
+	}
+}
+
+func runSignalCase(t *testing.T, c signalCase, sig syscall.Signal) {
+	root := t.TempDir()
+	args, env, ready := c.setup(t, root)
+	before := treeState(t, root)
+	readyFile := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), append([]string{asCLI + "=1", pauseAt + "=" + c.pause, pauseReady + "=" + readyFile,
+		"HF_HOME=" + filepath.Join(root, "hf")}, env...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if ready == nil {
+		r := make(chan struct{})
+		go func() {
+			for {
+				if _, err := os.Stat(readyFile); err == nil {
+					close(r)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		ready = r
+	}
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("the run ended (%v) before its pause point:\n%s", err, stderr.String())
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the run never reached its pause point:\n%s", stderr.String())
+	}
+	cmd.Process.Signal(sig)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("still running 30 s after %s:\n%s", sig, stderr.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted {
+		t.Errorf("exit %v, want %d:\n%s", err, exitInterrupted, stderr.String())
+	}
+	for _, w := range c.want {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+		}
+	}
+	t.Logf("%s: exit %v:\n%s", sig, err, stderr.String())
+	after := treeState(t, root)
+	for k := range after {
+		if _, was := before[k]; !was && c.adds != nil && c.adds(k) {
+			delete(after, k)
+		}
+	}
+	if d := diffTrees(before, after); d != "" {
+		t.Errorf("the interrupted run changed the folder:\n%s", d)
+	}
+	if c.check != nil {
+		c.check(t)
+	}
+}
+
+// hubSignalCases are the signal cases against the test Hub on 127.0.0.1, which holds a
+// request until the client goes away: a fetch in the middle of a file, a push at its commit.
+func hubSignalCases() []signalCase {
+	var srv *hubtest.Server
+	var newCommit string
+	fetch := signalCase{name: "fetch", want: []string{"interrupted (partial downloads are kept and resume next time)"},
+		setup: func(t *testing.T, root string) ([]string, []string, <-chan struct{}) {
+			store := hubtest.NewStore()
+			store.Put("model", "org/tiny", "main", map[string]hubtest.File{
+				"config.json": {Data: []byte(`{"model_type":"llama"}`)}, "model.safetensors": {Data: bytes.Repeat([]byte("a"), 50_000), LFS: true}})
+			srv = hubtest.New(store)
+			ts := srv.Start()
+			t.Cleanup(ts.Close)
+			env := map[string]string{"HF_ENDPOINT": ts.URL, "HF_HOME": filepath.Join(root, "hf")}
+			if code, _, errOut := runCLI(t, env, "fetch", "org/tiny"); code != 0 { // the earlier snapshot
+				t.Fatalf("fetch: exit %d: %s", code, errOut)
+			}
+			newCommit = store.Put("model", "org/tiny", "main", map[string]hubtest.File{
+				"config.json": {Data: []byte(`{"model_type":"llama"}`)}, "model.safetensors": {Data: bytes.Repeat([]byte("b"), 50_000), LFS: true}})
+			ready := make(chan struct{})
+			srv.Inject(hubtest.Fault{Kind: hubtest.FaultStall, Path: "model.safetensors", After: 1000, Hook: func() { close(ready) }})
+			return []string{"fetch", "org/tiny"}, []string{"HF_ENDPOINT=" + ts.URL}, ready
+		},
+		// the new commit's blobs, partial and locks may appear; refs/main and the earlier
+		// snapshot stay as they were
+		adds: func(p string) bool {
+			return !strings.HasSuffix(p, "model.safetensors") && strings.Contains(p, string(filepath.Separator)+"blobs"+string(filepath.Separator)) ||
+				strings.Contains(p, ".locks") || strings.Contains(p, newCommit)
+		}}
+	var pub *hubtest.Server
+	push := signalCase{name: "push", want: []string{"hub: interrupted while committing to my-org/tiny-kernels@v1"},
+		setup: func(t *testing.T, root string) ([]string, []string, <-chan struct{}) {
+			pub = hubtest.New(nil)
+			pub.Token = "hf_signalCaseToken"
+			ts := pub.Start()
+			t.Cleanup(ts.Close)
+			ready := make(chan struct{})
+			pub.InjectPublish(hubtest.PublishFault{Route: hubtest.PubCommit, Stall: true, Hook: func() { close(ready) }})
+			return []string{"push", pushTestPkg(t), "--repo-id", "my-org/tiny-kernels"},
+				[]string{"HF_ENDPOINT=" + ts.URL, "HF_TOKEN=hf_signalCaseToken"}, ready
+		},
+		check: func(t *testing.T) {
+			if _, c, err := pub.Store.Resolve("kernel", "my-org/tiny-kernels", "v1"); err == nil && len(c.Files) > 0 {
+				t.Errorf("the interrupted push committed %d files to v1", len(c.Files))
+			}
+		}}
+	return []signalCase{fetch, push}
 }

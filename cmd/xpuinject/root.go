@@ -78,11 +78,18 @@ const (
 	exitInterrupted = 130
 )
 
+// runContextHook, when set, is given the run's context (tests that pause a run until a
+// signal has cancelled it).
+var runContextHook func(context.Context)
+
 // Main runs the CLI with args and returns the process exit code.
 func Main(args []string, f *Factory) int {
 	// SIGTERM too: a cancelled run removes its temporaries and stops its Python child.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if runContextHook != nil {
+		runContextHook(ctx)
+	}
 	if tok := hub.NewClient(f.Getenv).Token; tok != "" {
 		g := *f
 		g.Out, g.ErrOut = redacting{f.Out, tok}, redacting{f.ErrOut, tok}
