@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +39,22 @@ type faultCase struct {
 	// readOnly names a folder (relative to root) made read-only before the run.
 	readOnly string
 	maxTime  time.Duration
+	// cacheOutside puts the Hub cache outside the checked folder (a failed fetch may
+	// leave files there that the next fetch resumes or reuses).
+	cacheOutside bool
+}
+
+// faultToken is the token of the matrix's Hub cases; no 8-character piece of it may be
+// printed by any case.
+const faultToken = "hf_Zq9XvB2kLw7RtYp4Nc8Ud3JmQ"
+
+func tokenPiece(s string) string {
+	for i := 0; i+8 <= len(faultToken); i++ {
+		if strings.Contains(s, faultToken[i:i+8]) {
+			return faultToken[i : i+8]
+		}
+	}
+	return ""
 }
 
 func copyFixture(t *testing.T, name, to string) string {
@@ -83,6 +101,40 @@ func evalArgs(m, pkg, packed, out string) []string {
 func TestFaultMatrix(t *testing.T) {
 	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 	defer silent.Close()
+	// Misbehaving Hubs on 127.0.0.1, each with its fault for every request.
+	hubWith := func(faults ...hubtest.Fault) string {
+		store := hubtest.NewStore()
+		store.Put("model", "org/tiny", "main", map[string]hubtest.File{
+			"config.json":       {Data: []byte(`{"model_type":"llama"}`)},
+			"model.safetensors": {Data: bytes.Repeat([]byte{7}, 300_000), LFS: true}})
+		srv := hubtest.New(store)
+		for _, f := range faults {
+			f.Count = -1
+			srv.Inject(f)
+		}
+		ts := srv.Start()
+		t.Cleanup(ts.Close)
+		return ts.URL
+	}
+	shortWhole := hubWith(hubtest.Fault{Kind: hubtest.FaultShortWhole, Path: "model.safetensors", After: 4096})
+	huge := hubWith(hubtest.Fault{Kind: hubtest.FaultStatedSize, Route: hubtest.RouteHEAD, Path: "model.safetensors", Size: 10e12},
+		hubtest.Fault{Kind: hubtest.FaultStatedSize, Route: hubtest.RouteAPI, Path: "model.safetensors", Size: 10e12})
+	echo := map[string]string{}
+	for _, w := range []string{"sha", "path", "body", "message"} {
+		echo[w] = hubWith(hubtest.Fault{Kind: hubtest.FaultEcho, Route: hubtest.RouteAPI, Where: w})
+	}
+	for _, w := range []string{"etag", "commit"} {
+		echo[w] = hubWith(hubtest.Fault{Kind: hubtest.FaultEcho, Route: hubtest.RouteHEAD, Path: "model.safetensors", Where: w})
+	}
+	refused := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close() // nothing listens there once closed: connections are refused
+		return "http://" + l.Addr().String()
+	}()
+	fetchTiny := func(t *testing.T, root string) []string { return []string{"fetch", "org/tiny"} }
 
 	cases := []faultCase{
 		{name: "pack into another model's folder", code: exitUsage,
@@ -158,6 +210,17 @@ func TestFaultMatrix(t *testing.T) {
 			setup: func(t *testing.T, root string) []string {
 				return []string{"fetch", "org/name"}
 			}},
+		{name: "a Hub that answers 200 to every Range and cuts each answer short", code: exitError1, maxTime: 60 * time.Second,
+			env: map[string]string{"HF_ENDPOINT": shortWhole}, cacheOutside: true, setup: fetchTiny,
+			want: []string{"hub: model.safetensors: the server ignored Range", "3 restarts from byte 0, giving up"}},
+		{name: "a Hub that states 10 TB for a file", code: exitError1, maxTime: 10 * time.Second,
+			env: map[string]string{"HF_ENDPOINT": huge}, cacheOutside: true, setup: fetchTiny,
+			want: []string{"hub: model.safetensors: the server states 10.0 TB", "refused before downloading"}},
+		{name: "the Hub unreachable: a refused port", code: exitError1, maxTime: 2 * time.Second,
+			env: map[string]string{"HF_ENDPOINT": refused},
+			want: []string{"model meta-llama/Llama-3.2-1B: hub: 127.0.0.1:", "cannot be reached (connection refused)",
+				"HF_HUB_OFFLINE=1 uses the cache"},
+			setup: func(t *testing.T, root string) []string { return []string{"plan", "meta-llama/Llama-3.2-1B"} }},
 		{name: "plan edited: unknown kernel", code: exitError1,
 			want: []string{`plan.yaml: layers[1] (model.layers.0.input_layernorm): kernel "fancynorm" is not a known kernel`},
 			setup: func(t *testing.T, root string) []string {
@@ -281,6 +344,13 @@ func TestFaultMatrix(t *testing.T) {
 				return []string{m, "--out", filepath.Join(root, "ro", "run"), "--skip-eval"}
 			}},
 	}
+	// A Hub that echoes the token back, in each place an answer has for it.
+	for _, w := range []string{"sha", "path", "body", "message", "etag", "commit"} {
+		cases = append(cases, faultCase{name: "a Hub that echoes the token in the " + w, code: exitError1,
+			env: map[string]string{"HF_ENDPOINT": echo[w], "HF_TOKEN": faultToken}, cacheOutside: true,
+			setup: func(t *testing.T, root string) []string { return []string{"fetch", "org/tiny", "--include", "*"} },
+			want:  []string{"***"}})
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -296,10 +366,17 @@ func TestFaultMatrix(t *testing.T) {
 				code, stderr = runLimited(t, c.ulimitBlocks, args...)
 			} else {
 				env := map[string]string{"HF_HOME": filepath.Join(root, "hf")} // a cache inside the hashed tree
+				if c.cacheOutside {
+					env["HF_HOME"] = t.TempDir()
+				}
 				for k, v := range c.env {
 					env[k] = v
 				}
-				code, _, stderr = runCLI(t, env, args...)
+				var stdout string
+				code, stdout, stderr = runCLI(t, env, args...)
+				if l := tokenPiece(stdout + stderr); l != "" {
+					t.Errorf("%q of the token printed:\n%s%s", l, stdout, stderr)
+				}
 			}
 			took := time.Since(start)
 			if code != c.code {
@@ -374,7 +451,7 @@ func runLimited(t *testing.T, blocks int, args ...string) (int, string) {
 
 const (
 	asCLI      = "XPUINJECT_TEST_AS_CLI" // run Main on the arguments instead of the tests
-	pauseAt    = "XPUINJECT_TEST_PAUSE"  // "op path-substring": pause at that outdir operation
+	pauseAt    = "XPUINJECT_TEST_PAUSE"  // "op path-substring [kill]": pause (or SIGKILL itself) there
 	pauseReady = "XPUINJECT_TEST_READY"  // file the paused child creates
 )
 
@@ -382,10 +459,15 @@ const (
 func runAsCLI() int {
 	if p := os.Getenv(pauseAt); p != "" {
 		op, sub, _ := strings.Cut(p, " ")
+		sub, kill := strings.CutSuffix(sub, " kill")
 		var ctx context.Context
 		runContextHook = func(c context.Context) { ctx = c }
 		var once sync.Once
 		outdir.SetFault(func(o, path string) error {
+			if o == op && strings.Contains(path, sub) && kill {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL) // kill -9 at this very step
+				time.Sleep(time.Minute)
+			}
 			if o == op && strings.Contains(path, sub) && ctx != nil {
 				once.Do(func() {
 					os.WriteFile(os.Getenv(pauseReady), nil, 0o644)
@@ -558,4 +640,37 @@ func hubSignalCases() []signalCase {
 			}
 		}}
 	return []signalCase{fetch, push}
+}
+
+// TestCrashMatrix: kill -9 at each step of putting an output in place (the child kills
+// itself there), then the next run: the output is never missing, and the next run gives
+// the bytes of an uninterrupted one with nothing left beside them.
+func TestCrashMatrix(t *testing.T) {
+	for _, at := range []string{"exchange", "remove"} { // before the swap; after it, before the cleanup
+		t.Run("pack killed at "+at, func(t *testing.T) {
+			root := t.TempDir()
+			m, _, packed := prepared(t, root)
+			want := treeState(t, packed)
+			// A pack with another plan, so that the two outputs differ.
+			cmd := exec.Command(os.Args[0], "pack", m, "--out", packed, "--disable", "add-rmsnorm")
+			cmd.Env = append(os.Environ(), asCLI+"=1", pauseAt+"="+at+" packed kill")
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("the run was not killed at %s (%v):\n%s", at, err, out)
+			}
+			if _, err := outdir.ReadMarker(packed); err != nil {
+				t.Fatalf("right after kill -9 at %s the output is not there: %v", at, err)
+			}
+			if code, _, errOut := runCLI(t, nil, "pack", m, "--out", packed); code != 0 {
+				t.Fatalf("the next pack: exit %d: %s", code, errOut)
+			}
+			if d := diffTrees(want, treeState(t, packed)); d != "" {
+				t.Errorf("the next run's output differs from an uninterrupted one:\n%s", d)
+			}
+			if got := entries(t, root); !slices.Equal(got, []string{"m", "packed", "pkg"}) {
+				t.Errorf("left beside the outputs: %v", got)
+			}
+		})
+	}
 }
