@@ -344,6 +344,7 @@ func TestFaultMatrix(t *testing.T) {
 				return []string{m, "--out", filepath.Join(root, "ro", "run"), "--skip-eval"}
 			}},
 	}
+	cases = append(cases, packedContractCases(t)...)
 	// A Hub that echoes the token back, in each place an answer has for it.
 	for _, w := range []string{"sha", "path", "body", "message", "etag", "commit"} {
 		cases = append(cases, faultCase{name: "a Hub that echoes the token in the " + w, code: exitError1,
