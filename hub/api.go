@@ -230,7 +230,7 @@ func redact(u string) string {
 func (c *Client) httpError(resp *http.Response, repo, revision, path string) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	se := &StatusError{Method: resp.Request.Method, URL: redact(resp.Request.URL.String()), Status: resp.StatusCode,
-		Body: c.scrub(cmp.Or(resp.Header.Get("X-Error-Message"), strings.TrimSpace(string(body))))}
+		Body: cmp.Or(resp.Header.Get("X-Error-Message"), strings.TrimSpace(string(body)))}
 	what := repo + "@" + revision
 	if path != "" {
 		what += ": " + path

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -42,6 +43,9 @@ type Client struct {
 	// DownloadTimeout is the same bound for file downloads, and the default IdleTimeout:
 	// $HF_HUB_DOWNLOAD_TIMEOUT. Zero means DefaultTimeout.
 	DownloadTimeout time.Duration
+	// FileDeadline, when set, replaces the deadline of one file's download (by default
+	// two minutes plus its size at MinSpeed); for tests.
+	FileDeadline func(size int64) time.Duration
 	// Notify, when set, receives one line when an answer is slow in coming, saying
 	// what is waited for (the CLI prints it on stderr).
 	Notify func(msg string)
@@ -189,6 +193,11 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			if why := noNetwork(err); why != "" {
+				// Retries are for answers and dropped connections; a name that does not
+				// resolve or a port nobody listens on will not change in seconds.
+				return nil, &UnreachableError{Host: req.URL.Host, Why: why, Err: err}
+			}
 			if errors.Is(err, errNoAnswer) {
 				if noAnswer++; noAnswer >= maxNoAnswer || attempt >= c.MaxRetries {
 					return nil, fmt.Errorf("hub: %s %s: no answer within %s (%s), %d attempts: %w",
@@ -209,7 +218,7 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
 			if attempt >= c.MaxRetries {
-				return nil, &StatusError{Method: req.Method, URL: redactURL(req.URL), Status: resp.StatusCode, Body: c.scrub(strings.TrimSpace(string(body)))}
+				return nil, &StatusError{Method: req.Method, URL: redactURL(req.URL), Status: resp.StatusCode, Body: strings.TrimSpace(string(body))}
 			}
 			pause = c.Backoff(attempt + 1)
 			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && ra >= 0 {
@@ -228,6 +237,34 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 	}
 }
 
+// UnreachableError is a Hub (or a host a download is sent to) that cannot be reached
+// at all: its name does not resolve, or its port refuses connections.
+type UnreachableError struct {
+	Host, Why string
+	Err       error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("hub: %s cannot be reached (%s); HF_HUB_OFFLINE=1 uses the cache", e.Host, e.Why)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// noNetwork says why err means no network path to the host ("" when it does not): a
+// failed name resolution, a refused connection, no route.
+func noNetwork(err error) string {
+	var de *net.DNSError
+	switch {
+	case errors.As(err, &de):
+		return "name lookup: " + de.Err
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+		return "no route"
+	}
+	return ""
+}
+
 // maxRetryAfter bounds a server's Retry-After so a bad header cannot park a fetch for hours.
 const maxRetryAfter = 2 * time.Minute
 
@@ -238,15 +275,6 @@ func (c *Client) isHubHost(u *url.URL) bool {
 		return true
 	}
 	return h == "huggingface.co" || h == "hf.co"
-}
-
-// scrub removes the token from text that came from a server (an echoed header must
-// not carry it into an error message).
-func (c *Client) scrub(s string) string {
-	if c.Token == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, c.Token, "***")
 }
 
 // redactURL is the URL for messages: no password and no query (a signed CDN or

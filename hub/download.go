@@ -256,6 +256,10 @@ func (c *Client) fetchFile(ctx context.Context, cache Cache, repoType, repo, com
 	if size < 0 {
 		size = f.Size
 	}
+	if f.Size >= 0 && meta.Size >= 0 && f.Size != meta.Size {
+		return fail(fmt.Errorf("hub: %s@%s: %s: the file's answer states %d bytes, the repository listing %d; refused before downloading",
+			repo, commit, f.Path, meta.Size, f.Size))
+	}
 	if f.LFS && f.SHA256 != "" && meta.Etag != f.SHA256 {
 		return fail(fmt.Errorf("hub: %s@%s: %s: X-Linked-Etag %s differs from the listed sha256 %s", repo, commit, f.Path, meta.Etag, f.SHA256))
 	}
@@ -279,7 +283,13 @@ func (c *Client) fetchFile(ctx context.Context, cache Cache, repoType, repo, com
 		if err != nil {
 			return fail(err)
 		}
-		if !isRegular(blob) {
+		switch {
+		case isRegular(blob):
+			p.FileStart(f.Path, size, size)
+		default:
+			if err = checkRoom(blob+".incomplete", size, f.Path); err != nil {
+				break
+			}
 			err = c.downloadBlob(ctx, meta.Location, blob, size, want, f.Path, p)
 			if errors.Is(err, errLocationRefused) && ctx.Err() == nil {
 				// Signed CDN URLs expire: ask the Hub for a fresh one, once.
@@ -297,8 +307,6 @@ func (c *Client) fetchFile(ctx context.Context, cache Cache, repoType, repo, com
 				// or a bad cache node deserves a second chance but not a loop.
 				err = c.downloadBlob(ctx, meta.Location, blob, size, want, f.Path, p)
 			}
-		} else {
-			p.FileStart(f.Path, size, size)
 		}
 		unlock()
 		if err != nil {
@@ -315,6 +323,69 @@ func (c *Client) fetchFile(ctx context.Context, cache Cache, repoType, repo, com
 }
 
 type digest struct{ sha256, gitSHA1 string }
+
+// Bounds of one file's download.
+const (
+	// maxRestarts is how often a file may start over from byte 0 (a 200 to a Range
+	// request, a 416, a wrong Content-Range) before the server is given up on.
+	maxRestarts = 2
+	// maxUnstatedSize bounds a file whose size neither the listing nor the answer states.
+	maxUnstatedSize = 1 << 30
+	// MinSpeed is the slowest average a file may take before its deadline, and
+	// deadlineBase the time added to every file's deadline (connection, backoff).
+	MinSpeed     = 256 << 10
+	deadlineBase = 2 * time.Minute
+)
+
+var (
+	errFileDeadline = errors.New("hub: file deadline passed")
+	errTooLong      = errors.New("hub: more bytes than stated")
+)
+
+// fileDeadline is how long one file may take: deadlineBase plus its size at MinSpeed.
+func (c *Client) fileDeadline(size int64) time.Duration {
+	if c.FileDeadline != nil {
+		return c.FileDeadline(size)
+	}
+	if size < 0 {
+		size = 64 << 20
+	}
+	return deadlineBase + time.Duration(size/MinSpeed)*time.Second
+}
+
+// checkRoom refuses a stated size the disk holding partial cannot take, before any byte
+// is fetched (a hostile or broken X-Linked-Size must not fill the disk).
+func checkRoom(partial string, size int64, name string) error {
+	if size < 0 {
+		return nil
+	}
+	need := size
+	if st, err := os.Stat(partial); err == nil && st.Size() <= size {
+		need -= st.Size()
+	}
+	free, ok := freeBytes(filepath.Dir(partial))
+	if ok && need > free {
+		return fmt.Errorf("hub: %s: the server states %s (%d bytes), and %s has %s free; refused before downloading",
+			name, sizeText(size), size, filepath.Dir(partial), sizeText(free))
+	}
+	return nil
+}
+
+// sizeText is n in decimal units, as the Hub shows sizes.
+func sizeText(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, u := float64(n), "B"
+	for _, next := range []string{"kB", "MB", "GB", "TB", "PB", "EB"} {
+		if f < unit {
+			break
+		}
+		f, u = f/unit, next
+	}
+	return fmt.Sprintf("%.1f %s", f, u)
+}
 
 func isRegular(p string) bool {
 	st, err := os.Stat(p)
@@ -357,18 +428,53 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 		}
 	}
 	p.FileStart(name, size, have)
-	restart := func() error {
+	restarts := 0
+	var lastErr error
+	// restart discards what was received: at most maxRestarts times per file, since a
+	// server that answers every resume from byte 0 and cuts off early never finishes.
+	restart := func(why string) error {
 		p.FileAdvance(name, -have)
 		have = 0
 		hs.reset()
-		return f.Truncate(0)
+		if err := f.Truncate(0); err != nil {
+			return fmt.Errorf("hub: %s: %w", name, err)
+		}
+		if restarts++; restarts > maxRestarts {
+			msg := fmt.Sprintf("hub: %s: %s; that is %d restarts from byte 0, giving up", name, why, restarts)
+			if lastErr != nil {
+				msg += fmt.Sprintf(" (before that, %v)", lastErr)
+			}
+			return errors.New(msg)
+		}
+		return nil
 	}
 	idle := c.IdleTimeout
 	if idle <= 0 {
 		idle = c.waitFor(withKind(ctx, kindDownload)).d
 	}
+	// Every file has a deadline that grows with its size, so no pattern of answers
+	// (a byte per connection, endless resumes) can hold a fetch forever.
+	limit := c.fileDeadline(size)
+	dctx, dcancel := context.WithTimeoutCause(ctx, limit, errFileDeadline)
+	defer dcancel()
+	stopped := func() error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if dctx.Err() != nil {
+			return fmt.Errorf("hub: %s: not complete after %s, the most allowed for %s; %d bytes received; "+
+				"the partial is kept at %s and resumes next time", name, limit, sizeText(size), have, partial)
+		}
+		return nil
+	}
+	// Bytes that can be written: never past the stated size, and a bound when none is stated.
+	maxBytes := func() int64 {
+		if size >= 0 {
+			return size - have
+		}
+		return maxUnstatedSize - have
+	}
 	failures := 0
-	var lastErr error
 	for size < 0 || have < size {
 		if failures > c.MaxRetries {
 			return fmt.Errorf("hub: %s: download failed after %d attempts (partial kept at %s): %w", name, failures, partial, lastErr)
@@ -376,9 +482,9 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 		if failures > 0 {
 			t := time.NewTimer(c.Backoff(failures))
 			select {
-			case <-ctx.Done():
+			case <-dctx.Done():
 				t.Stop()
-				return ctx.Err()
+				return stopped()
 			case <-t.C:
 			}
 		}
@@ -386,18 +492,19 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 		if err != nil {
 			return fmt.Errorf("hub: %s: %w", name, err)
 		}
+		from := have
 		if have > 0 {
 			req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
 		}
 		// Bytes on disk are the identity encoding: a compressed transfer would make
 		// offsets and sizes disagree with the Range and the announced size.
 		req.Header.Set("Accept-Encoding", "identity")
-		rctx, rcancel := context.WithCancel(withKind(ctx, kindDownload))
+		rctx, rcancel := context.WithCancel(withKind(dctx, kindDownload))
 		resp, err := c.Do(rctx, req)
 		if err != nil {
 			rcancel()
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if err := stopped(); err != nil {
+				return err
 			}
 			// Do already retried connection errors, 5xx and 429.
 			return fmt.Errorf("hub: %s: download: %w", name, err)
@@ -405,14 +512,15 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 		switch resp.StatusCode {
 		case http.StatusPartialContent:
 			start, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
-			if !ok || start != have {
+			if !ok || start != have || (size >= 0 && total >= 0 && total != size) {
 				resp.Body.Close()
 				rcancel()
-				if err := restart(); err != nil {
-					return fmt.Errorf("hub: %s: %w", name, err)
+				if err := restart(fmt.Sprintf("the server answered Content-Range %q to a request from byte %d of %d",
+					resp.Header.Get("Content-Range"), from, size)); err != nil {
+					return err
 				}
 				failures++
-				lastErr = fmt.Errorf("server answered range %q to a request from byte %d", resp.Header.Get("Content-Range"), start)
+				lastErr = fmt.Errorf("server answered range %q to a request from byte %d", resp.Header.Get("Content-Range"), from)
 				continue
 			}
 			if size < 0 && total >= 0 {
@@ -420,10 +528,10 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 			}
 		case http.StatusOK:
 			if have > 0 { // the server ignored Range: start over (http_get does the same)
-				if err := restart(); err != nil {
+				if err := restart(fmt.Sprintf("the server ignored Range (it answered 200 from byte 0 to a request from byte %d)", from)); err != nil {
 					resp.Body.Close()
 					rcancel()
-					return fmt.Errorf("hub: %s: %w", name, err)
+					return err
 				}
 			}
 			if size < 0 && resp.ContentLength >= 0 && resp.Header.Get("Content-Encoding") == "" {
@@ -432,8 +540,8 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 		case http.StatusRequestedRangeNotSatisfiable:
 			resp.Body.Close()
 			rcancel()
-			if err := restart(); err != nil {
-				return fmt.Errorf("hub: %s: %w", name, err)
+			if err := restart(fmt.Sprintf("the server answered 416 to a request from byte %d of %d", from, size)); err != nil {
+				return err
 			}
 			failures++
 			lastErr = errors.New("HTTP 416")
@@ -454,20 +562,18 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 			rcancel()
 			return fmt.Errorf("hub: %s: download: %w", name, err)
 		}
-		var body io.Reader = resp.Body
-		if size >= 0 {
-			// One byte past the announced size is enough to know the answer is wrong;
-			// a server that never stops must not fill the disk.
-			body = io.LimitReader(resp.Body, size-have+1)
-		}
-		n, cerr := copyWithIdle(f, have, body, hs, idle, rcancel, func(k int) { p.FileAdvance(name, int64(k)) })
+		n, cerr := copyWithIdle(f, have, resp.Body, maxBytes(), hs, idle, rcancel, func(k int) { p.FileAdvance(name, int64(k)) })
 		resp.Body.Close()
 		rcancel()
 		have += n
-		if size >= 0 && have > size {
-			// More than announced: the content is not what the Hub described.
-			if err := restart(); err != nil {
+		if errors.Is(cerr, errTooLong) {
+			// More than stated: the content is not what the Hub described; none of it is kept.
+			p.FileAdvance(name, -have)
+			if err := f.Truncate(0); err != nil {
 				return fmt.Errorf("hub: %s: %w", name, err)
+			}
+			if size < 0 {
+				return fmt.Errorf("hub: %s: the server sent more than %s for a file whose size nobody stated: %w", name, sizeText(maxUnstatedSize), ErrChecksum)
 			}
 			return fmt.Errorf("hub: %s: the server sent more than the announced %d bytes: %w", name, size, ErrChecksum)
 		}
@@ -477,14 +583,14 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 		if cerr == nil && have == size {
 			break
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if err := stopped(); err != nil {
+			return err
 		}
-		if cerr == nil {
-			cerr = io.ErrUnexpectedEOF
+		if cerr == nil || errors.Is(cerr, io.ErrUnexpectedEOF) {
+			cerr = fmt.Errorf("the answer ended after byte %d of %d: %w", have, size, io.ErrUnexpectedEOF)
 		}
 		lastErr = cerr
-		if n > 0 {
+		if have > from {
 			failures = 0 // progress was made: the retry budget is per stall, like http_get's
 		}
 		failures++
@@ -510,9 +616,10 @@ func (c *Client) downloadBlob(ctx context.Context, loc, blob string, size int64,
 	return nil
 }
 
-// copyWithIdle copies body to f at off; if no byte arrives for idle, it cancels the
+// copyWithIdle copies body to f at off, at most limit bytes (errTooLong when the body
+// holds more; the excess is never written); if no byte arrives for idle, it cancels the
 // request (cancel) and returns the error of the aborted read.
-func copyWithIdle(f *os.File, off int64, body io.Reader, hs *hashes, idle time.Duration, cancel func(), progress func(int)) (int64, error) {
+func copyWithIdle(f *os.File, off int64, body io.Reader, limit int64, hs *hashes, idle time.Duration, cancel func(), progress func(int)) (int64, error) {
 	timer := time.AfterFunc(idle, cancel)
 	defer timer.Stop()
 	buf := make([]byte, 256<<10)
@@ -521,6 +628,9 @@ func copyWithIdle(f *os.File, off int64, body io.Reader, hs *hashes, idle time.D
 		k, err := body.Read(buf)
 		if k > 0 {
 			timer.Reset(idle)
+			if int64(k) > limit-n {
+				return n, errTooLong
+			}
 			if _, werr := f.WriteAt(buf[:k], off+n); werr != nil {
 				return n, werr
 			}
@@ -696,6 +806,12 @@ func offlineSnapshot(cache Cache, repoType string, ref Ref, opts FetchOptions, c
 		why = "offline mode (HF_HUB_OFFLINE is set)"
 	}
 	dir, commit, err := cache.LocalSnapshot(repoType, ref.Repo, ref.Revision)
+	var ue *UnreachableError
+	if err != nil && errors.As(cause, &ue) && errors.Is(err, ErrNotCached) {
+		// No network and nothing cached: one short line says both.
+		return "", "", &notCached{fmt.Sprintf("hub: %s cannot be reached (%s) and the model is not cached; "+
+			"HF_HUB_OFFLINE=1 uses the cache", ue.Host, ue.Why), ue}
+	}
 	if err != nil {
 		return "", "", fmt.Errorf("%w; %s; fetch it once with network access (xpuinject fetch %s)", err, why, ref)
 	}
@@ -762,6 +878,15 @@ func offlineSnapshot(cache Cache, repoType string, ref Ref, opts FetchOptions, c
 	}
 	return dir, commit, nil
 }
+
+// notCached is ErrNotCached with a message of its own, and the error behind it.
+type notCached struct {
+	msg   string
+	cause error
+}
+
+func (e *notCached) Error() string   { return e.msg }
+func (e *notCached) Unwrap() []error { return []error{ErrNotCached, e.cause} }
 
 func describeSelection(o FetchOptions) string {
 	s := "(default: config, tokenizer, safetensors)"

@@ -126,10 +126,7 @@ func (p *pusher) wrapStatus(err error) error {
 // (X-Error-Message header, else the JSON "error" field, else the body start) and
 // what to do about 401/403. The token never appears: it is only in a request header.
 func (p *pusher) statusError(resp *http.Response, body []byte) error {
-	msg := hubMessage(resp, body)
-	if p.c.Token != "" { // a server that echoes the request must not put the token in our error
-		msg = strings.ReplaceAll(msg, p.c.Token, "***")
-	}
+	msg := hubMessage(resp, body) // the token was redacted from the answer as it came in (secret.go)
 	se := &StatusError{Method: resp.Request.Method, URL: resp.Request.URL.Redacted(), Status: resp.StatusCode, Body: msg}
 	switch resp.StatusCode {
 	case http.StatusUnauthorized:
@@ -410,6 +407,10 @@ func (p *pusher) commit(ctx context.Context, rev, summary, description string, o
 	}
 	resp, b, err := p.send(withKind(ctx, kindCommit), http.MethodPost, p.apiURL("commit", rev), "application/x-ndjson", body, nil)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Cancelled: the Hub may or may not have applied it; it did not refuse it.
+			return "", fmt.Errorf("hub: interrupted while committing to %s@%s (the commit may or may not have been applied): %w", p.repo, rev, err)
+		}
 		return "", fmt.Errorf("%w: committing to %s@%s: %w", ErrCommitRejected, p.repo, rev, err)
 	}
 	if !ok2xx(resp) {

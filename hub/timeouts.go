@@ -120,9 +120,15 @@ func (c *Client) send(ctx context.Context, req *http.Request, w wait, attempt in
 		if noAnswer {
 			return nil, errNoAnswer
 		}
-		return nil, err
+		return nil, c.scrubErr(err)
 	}
 	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: func() { cancel(nil) }}
+	// The one place answers enter: the token is redacted from them here (secret.go).
+	k, _ := ctx.Value(kindKey{}).(requestKind)
+	if err := c.scrubAnswer(resp, k == kindDownload); err != nil {
+		resp.Body.Close()
+		return nil, c.scrubErr(err)
+	}
 	return resp, nil
 }
 

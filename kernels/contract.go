@@ -29,6 +29,16 @@ type Contract struct {
 	Layers map[string]LayerContract `json:"layers"`
 	// DefaultGPU is the GPU whose data (gpus/<name>.json) a plan uses when none is named.
 	DefaultGPU string `json:"default_gpu"`
+	// PackedChecks are what a packed checkpoint must satisfy before it is used, in the
+	// order they are checked: the CLI's pre-flight (inject/emit, CheckPacked) and the
+	// package's inject(model, packed=...) (injection.py) each implement every one.
+	PackedChecks []PackedCheck `json:"packed_checks"`
+}
+
+// PackedCheck is one property of a packed checkpoint.
+type PackedCheck struct {
+	Name string `json:"name"`
+	What string `json:"what"`
 }
 
 // LayerContract is what one layer class reads from the module it is bound to.
@@ -53,6 +63,7 @@ func TheContract() Contract {
 	c := contract
 	c.AttentionHeadDims = slices.Clone(c.AttentionHeadDims)
 	c.GEMMEpilogues = slices.Clone(c.GEMMEpilogues)
+	c.PackedChecks = slices.Clone(c.PackedChecks)
 	return c
 }
 
@@ -95,6 +106,9 @@ func ParseContract(b []byte) (Contract, error) {
 				return c, fmt.Errorf("kernels: %s: layer %s: packed role %q -> attribute %q", ContractFile, name, role, attr)
 			}
 		}
+	}
+	if len(c.PackedChecks) == 0 {
+		return c, fmt.Errorf("kernels: %s: no packed_checks", ContractFile)
 	}
 	return c, nil
 }

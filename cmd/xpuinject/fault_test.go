@@ -2,18 +2,24 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/xpuinject/xpuinject/hub/hubtest"
 	"github.com/xpuinject/xpuinject/inject/outdir"
 )
 
@@ -33,6 +39,22 @@ type faultCase struct {
 	// readOnly names a folder (relative to root) made read-only before the run.
 	readOnly string
 	maxTime  time.Duration
+	// cacheOutside puts the Hub cache outside the checked folder (a failed fetch may
+	// leave files there that the next fetch resumes or reuses).
+	cacheOutside bool
+}
+
+// faultToken is the token of the matrix's Hub cases; no 8-character piece of it may be
+// printed by any case.
+const faultToken = "hf_Zq9XvB2kLw7RtYp4Nc8Ud3JmQ"
+
+func tokenPiece(s string) string {
+	for i := 0; i+8 <= len(faultToken); i++ {
+		if strings.Contains(s, faultToken[i:i+8]) {
+			return faultToken[i : i+8]
+		}
+	}
+	return ""
 }
 
 func copyFixture(t *testing.T, name, to string) string {
@@ -79,6 +101,40 @@ func evalArgs(m, pkg, packed, out string) []string {
 func TestFaultMatrix(t *testing.T) {
 	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 	defer silent.Close()
+	// Misbehaving Hubs on 127.0.0.1, each with its fault for every request.
+	hubWith := func(faults ...hubtest.Fault) string {
+		store := hubtest.NewStore()
+		store.Put("model", "org/tiny", "main", map[string]hubtest.File{
+			"config.json":       {Data: []byte(`{"model_type":"llama"}`)},
+			"model.safetensors": {Data: bytes.Repeat([]byte{7}, 300_000), LFS: true}})
+		srv := hubtest.New(store)
+		for _, f := range faults {
+			f.Count = -1
+			srv.Inject(f)
+		}
+		ts := srv.Start()
+		t.Cleanup(ts.Close)
+		return ts.URL
+	}
+	shortWhole := hubWith(hubtest.Fault{Kind: hubtest.FaultShortWhole, Path: "model.safetensors", After: 4096})
+	huge := hubWith(hubtest.Fault{Kind: hubtest.FaultStatedSize, Route: hubtest.RouteHEAD, Path: "model.safetensors", Size: 10e12},
+		hubtest.Fault{Kind: hubtest.FaultStatedSize, Route: hubtest.RouteAPI, Path: "model.safetensors", Size: 10e12})
+	echo := map[string]string{}
+	for _, w := range []string{"sha", "path", "body", "message"} {
+		echo[w] = hubWith(hubtest.Fault{Kind: hubtest.FaultEcho, Route: hubtest.RouteAPI, Where: w})
+	}
+	for _, w := range []string{"etag", "commit"} {
+		echo[w] = hubWith(hubtest.Fault{Kind: hubtest.FaultEcho, Route: hubtest.RouteHEAD, Path: "model.safetensors", Where: w})
+	}
+	refused := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close() // nothing listens there once closed: connections are refused
+		return "http://" + l.Addr().String()
+	}()
+	fetchTiny := func(t *testing.T, root string) []string { return []string{"fetch", "org/tiny"} }
 
 	cases := []faultCase{
 		{name: "pack into another model's folder", code: exitUsage,
@@ -154,6 +210,17 @@ func TestFaultMatrix(t *testing.T) {
 			setup: func(t *testing.T, root string) []string {
 				return []string{"fetch", "org/name"}
 			}},
+		{name: "a Hub that answers 200 to every Range and cuts each answer short", code: exitError1, maxTime: 60 * time.Second,
+			env: map[string]string{"HF_ENDPOINT": shortWhole}, cacheOutside: true, setup: fetchTiny,
+			want: []string{"hub: model.safetensors: the server ignored Range", "3 restarts from byte 0, giving up"}},
+		{name: "a Hub that states 10 TB for a file", code: exitError1, maxTime: 10 * time.Second,
+			env: map[string]string{"HF_ENDPOINT": huge}, cacheOutside: true, setup: fetchTiny,
+			want: []string{"hub: model.safetensors: the server states 10.0 TB", "refused before downloading"}},
+		{name: "the Hub unreachable: a refused port", code: exitError1, maxTime: 2 * time.Second,
+			env: map[string]string{"HF_ENDPOINT": refused},
+			want: []string{"model meta-llama/Llama-3.2-1B: hub: 127.0.0.1:", "cannot be reached (connection refused)",
+				"HF_HUB_OFFLINE=1 uses the cache"},
+			setup: func(t *testing.T, root string) []string { return []string{"plan", "meta-llama/Llama-3.2-1B"} }},
 		{name: "plan edited: unknown kernel", code: exitError1,
 			want: []string{`plan.yaml: layers[1] (model.layers.0.input_layernorm): kernel "fancynorm" is not a known kernel`},
 			setup: func(t *testing.T, root string) []string {
@@ -277,6 +344,14 @@ func TestFaultMatrix(t *testing.T) {
 				return []string{m, "--out", filepath.Join(root, "ro", "run"), "--skip-eval"}
 			}},
 	}
+	cases = append(cases, packedContractCases(t)...)
+	// A Hub that echoes the token back, in each place an answer has for it.
+	for _, w := range []string{"sha", "path", "body", "message", "etag", "commit"} {
+		cases = append(cases, faultCase{name: "a Hub that echoes the token in the " + w, code: exitError1,
+			env: map[string]string{"HF_ENDPOINT": echo[w], "HF_TOKEN": faultToken}, cacheOutside: true,
+			setup: func(t *testing.T, root string) []string { return []string{"fetch", "org/tiny", "--include", "*"} },
+			want:  []string{"***"}})
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -292,10 +367,17 @@ func TestFaultMatrix(t *testing.T) {
 				code, stderr = runLimited(t, c.ulimitBlocks, args...)
 			} else {
 				env := map[string]string{"HF_HOME": filepath.Join(root, "hf")} // a cache inside the hashed tree
+				if c.cacheOutside {
+					env["HF_HOME"] = t.TempDir()
+				}
 				for k, v := range c.env {
 					env[k] = v
 				}
-				code, _, stderr = runCLI(t, env, args...)
+				var stdout string
+				code, stdout, stderr = runCLI(t, env, args...)
+				if l := tokenPiece(stdout + stderr); l != "" {
+					t.Errorf("%q of the token printed:\n%s%s", l, stdout, stderr)
+				}
 			}
 			took := time.Since(start)
 			if code != c.code {
@@ -359,4 +441,237 @@ func runLimited(t *testing.T, blocks int, args ...string) (int, string) {
 		t.Fatal(err)
 	}
 	return 0, stderr.String()
+}
+
+// The signal part of the matrix: every command that writes, stopped by SIGINT and by
+// SIGTERM in the middle of its work, exits 130, says it was interrupted, removes its
+// temporaries and leaves every earlier output as it was. The CLI runs as a child (this
+// test binary, asCLI); it is stopped at a known point, never at a guessed moment: the
+// child pauses at an outdir operation until the signal has cancelled its run, or the
+// test Hub holds a request until the signal ends it.
+
+const (
+	asCLI      = "XPUINJECT_TEST_AS_CLI" // run Main on the arguments instead of the tests
+	pauseAt    = "XPUINJECT_TEST_PAUSE"  // "op path-substring [kill]": pause (or SIGKILL itself) there
+	pauseReady = "XPUINJECT_TEST_READY"  // file the paused child creates
+)
+
+// runAsCLI is the child: Main, with the pause installed.
+func runAsCLI() int {
+	if p := os.Getenv(pauseAt); p != "" {
+		op, sub, _ := strings.Cut(p, " ")
+		sub, kill := strings.CutSuffix(sub, " kill")
+		var ctx context.Context
+		runContextHook = func(c context.Context) { ctx = c }
+		var once sync.Once
+		outdir.SetFault(func(o, path string) error {
+			if o == op && strings.Contains(path, sub) && kill {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL) // kill -9 at this very step
+				time.Sleep(time.Minute)
+			}
+			if o == op && strings.Contains(path, sub) && ctx != nil {
+				once.Do(func() {
+					os.WriteFile(os.Getenv(pauseReady), nil, 0o644)
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Minute):
+					}
+				})
+			}
+			return nil
+		})
+	}
+	return Main(os.Args[1:], NewFactory(os.Stdin, os.Stdout, os.Stderr))
+}
+
+type signalCase struct {
+	name string
+	// setup prepares root and returns the arguments, the child's environment, and a
+	// channel that says when to send the signal (nil: the child's pause file).
+	setup func(t *testing.T, root string) (args, env []string, ready <-chan struct{})
+	pause string // the child's pause point (pauseAt)
+	want  []string
+	// check looks at what the run left beyond root's files (the test Hub), when set.
+	check func(t *testing.T)
+	// adds says which paths under root the run may add (a fetch's cache), when set.
+	adds func(path string) bool
+}
+
+func TestSignalMatrix(t *testing.T) {
+	cases := []signalCase{
+		{name: "pack", pause: "create .safetensors", want: []string{"interrupted"},
+			setup: func(t *testing.T, root string) ([]string, []string, <-chan struct{}) {
+				m, _, packed := prepared(t, root)
+				return []string{"pack", m, "--out", packed}, nil, nil
+			}},
+		{name: "package", pause: "write build/torch-cuda/", want: []string{"inject: emit: interrupted before"},
+			setup: func(t *testing.T, root string) ([]string, []string, <-chan struct{}) {
+				m, pkg, _ := prepared(t, root)
+				return []string{"package", m, "--out", pkg, "--force", "--name", "other-kernel"}, nil, nil
+			}},
+		{name: "the pipeline's package step", pause: "write build/torch-cuda/", want: []string{"inject: emit: interrupted before"},
+			setup: func(t *testing.T, root string) ([]string, []string, <-chan struct{}) {
+				m := copyFixture(t, "llama-tiny", filepath.Join(root, "m"))
+				run := filepath.Join(root, "run")
+				if code, _, errOut := runCLI(t, nil, m, "--out", run, "--skip-eval"); code != 0 {
+					t.Fatalf("pipeline: exit %d: %s", code, errOut)
+				}
+				return []string{m, "--out", run, "--skip-eval", "--force"}, nil, nil
+			}},
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		for _, c := range append(cases, hubSignalCases()...) {
+			t.Run(c.name+" "+sig.String(), func(t *testing.T) { runSignalCase(t, c, sig) })
+		}
+	}
+}
+
+func runSignalCase(t *testing.T, c signalCase, sig syscall.Signal) {
+	root := t.TempDir()
+	args, env, ready := c.setup(t, root)
+	before := treeState(t, root)
+	readyFile := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), append([]string{asCLI + "=1", pauseAt + "=" + c.pause, pauseReady + "=" + readyFile,
+		"HF_HOME=" + filepath.Join(root, "hf")}, env...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if ready == nil {
+		r := make(chan struct{})
+		go func() {
+			for {
+				if _, err := os.Stat(readyFile); err == nil {
+					close(r)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		ready = r
+	}
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("the run ended (%v) before its pause point:\n%s", err, stderr.String())
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the run never reached its pause point:\n%s", stderr.String())
+	}
+	cmd.Process.Signal(sig)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("still running 30 s after %s:\n%s", sig, stderr.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted {
+		t.Errorf("exit %v, want %d:\n%s", err, exitInterrupted, stderr.String())
+	}
+	for _, w := range c.want {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+		}
+	}
+	t.Logf("%s: exit %v:\n%s", sig, err, stderr.String())
+	after := treeState(t, root)
+	for k := range after {
+		if _, was := before[k]; !was && c.adds != nil && c.adds(k) {
+			delete(after, k)
+		}
+	}
+	if d := diffTrees(before, after); d != "" {
+		t.Errorf("the interrupted run changed the folder:\n%s", d)
+	}
+	if c.check != nil {
+		c.check(t)
+	}
+}
+
+// hubSignalCases are the signal cases against the test Hub on 127.0.0.1, which holds a
+// request until the client goes away: a fetch in the middle of a file, a push at its commit.
+func hubSignalCases() []signalCase {
+	var srv *hubtest.Server
+	var newCommit string
+	fetch := signalCase{name: "fetch", want: []string{"interrupted (partial downloads are kept and resume next time)"},
+		setup: func(t *testing.T, root string) ([]string, []string, <-chan struct{}) {
+			store := hubtest.NewStore()
+			store.Put("model", "org/tiny", "main", map[string]hubtest.File{
+				"config.json": {Data: []byte(`{"model_type":"llama"}`)}, "model.safetensors": {Data: bytes.Repeat([]byte("a"), 50_000), LFS: true}})
+			srv = hubtest.New(store)
+			ts := srv.Start()
+			t.Cleanup(ts.Close)
+			env := map[string]string{"HF_ENDPOINT": ts.URL, "HF_HOME": filepath.Join(root, "hf")}
+			if code, _, errOut := runCLI(t, env, "fetch", "org/tiny"); code != 0 { // the earlier snapshot
+				t.Fatalf("fetch: exit %d: %s", code, errOut)
+			}
+			newCommit = store.Put("model", "org/tiny", "main", map[string]hubtest.File{
+				"config.json": {Data: []byte(`{"model_type":"llama"}`)}, "model.safetensors": {Data: bytes.Repeat([]byte("b"), 50_000), LFS: true}})
+			ready := make(chan struct{})
+			srv.Inject(hubtest.Fault{Kind: hubtest.FaultStall, Path: "model.safetensors", After: 1000, Hook: func() { close(ready) }})
+			return []string{"fetch", "org/tiny"}, []string{"HF_ENDPOINT=" + ts.URL}, ready
+		},
+		// the new commit's blobs, partial and locks may appear; refs/main and the earlier
+		// snapshot stay as they were
+		adds: func(p string) bool {
+			return !strings.HasSuffix(p, "model.safetensors") && strings.Contains(p, string(filepath.Separator)+"blobs"+string(filepath.Separator)) ||
+				strings.Contains(p, ".locks") || strings.Contains(p, newCommit)
+		}}
+	var pub *hubtest.Server
+	push := signalCase{name: "push", want: []string{"hub: interrupted while committing to my-org/tiny-kernels@v1"},
+		setup: func(t *testing.T, root string) ([]string, []string, <-chan struct{}) {
+			pub = hubtest.New(nil)
+			pub.Token = "hf_signalCaseToken"
+			ts := pub.Start()
+			t.Cleanup(ts.Close)
+			ready := make(chan struct{})
+			pub.InjectPublish(hubtest.PublishFault{Route: hubtest.PubCommit, Stall: true, Hook: func() { close(ready) }})
+			return []string{"push", pushTestPkg(t), "--repo-id", "my-org/tiny-kernels"},
+				[]string{"HF_ENDPOINT=" + ts.URL, "HF_TOKEN=hf_signalCaseToken"}, ready
+		},
+		check: func(t *testing.T) {
+			if _, c, err := pub.Store.Resolve("kernel", "my-org/tiny-kernels", "v1"); err == nil && len(c.Files) > 0 {
+				t.Errorf("the interrupted push committed %d files to v1", len(c.Files))
+			}
+		}}
+	return []signalCase{fetch, push}
+}
+
+// TestCrashMatrix: kill -9 at each step of putting an output in place (the child kills
+// itself there), then the next run: the output is never missing, and the next run gives
+// the bytes of an uninterrupted one with nothing left beside them.
+func TestCrashMatrix(t *testing.T) {
+	for _, at := range []string{"exchange", "remove"} { // before the swap; after it, before the cleanup
+		t.Run("pack killed at "+at, func(t *testing.T) {
+			root := t.TempDir()
+			m, _, packed := prepared(t, root)
+			want := treeState(t, packed)
+			// A pack with another plan, so that the two outputs differ.
+			cmd := exec.Command(os.Args[0], "pack", m, "--out", packed, "--disable", "add-rmsnorm")
+			cmd.Env = append(os.Environ(), asCLI+"=1", pauseAt+"="+at+" packed kill")
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("the run was not killed at %s (%v):\n%s", at, err, out)
+			}
+			if _, err := outdir.ReadMarker(packed); err != nil {
+				t.Fatalf("right after kill -9 at %s the output is not there: %v", at, err)
+			}
+			if code, _, errOut := runCLI(t, nil, "pack", m, "--out", packed); code != 0 {
+				t.Fatalf("the next pack: exit %d: %s", code, errOut)
+			}
+			if d := diffTrees(want, treeState(t, packed)); d != "" {
+				t.Errorf("the next run's output differs from an uninterrupted one:\n%s", d)
+			}
+			if got := entries(t, root); !slices.Equal(got, []string{"m", "packed", "pkg"}) {
+				t.Errorf("left beside the outputs: %v", got)
+			}
+		})
+	}
 }

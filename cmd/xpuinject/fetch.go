@@ -139,8 +139,8 @@ func snapshot(ctx context.Context, f *Factory, ref hub.Ref, o *fetchOptions) (st
 		if f.IsTerminal {
 			tp := hub.NewTermProgress(f.ErrOut)
 			defer tp.Close()
-			if fi, ok := f.ErrOut.(*os.File); ok {
-				if w, _, err := term.GetSize(int(fi.Fd())); err == nil {
+			if f.Term != nil {
+				if w, _, err := term.GetSize(int(f.Term.Fd())); err == nil {
 					tp.Columns = w
 				}
 			}

@@ -28,6 +28,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(asCLI) != "" {
+		os.Exit(runAsCLI())
+	}
 	code := m.Run()
 	if cliDir != "" {
 		os.RemoveAll(cliDir)

@@ -77,7 +77,7 @@ func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*emit.Resul
 	if err != nil {
 		return nil, err
 	}
-	res, err := emit.Write(pl, o.Out, emit.Options{
+	res, err := emit.Write(ctx, pl, o.Out, emit.Options{
 		Name: o.Name, Version: o.Version, License: o.License, RepoID: o.RepoID, PackedRepoID: o.Packed,
 		ModelClass: modelClass(g.Checkpoint), Model: modelLabel(o.Model, pl), Tool: tool(), Force: o.Force,
 		Inputs: modelInputs(dir, g.Checkpoint),

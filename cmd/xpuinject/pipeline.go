@@ -168,7 +168,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	step("packed %s", packedLine(pres))
 
 	step("package -> %s", packageDir)
-	emitted, err := emit.Write(pl, packageDir, emit.Options{
+	emitted, err := emit.Write(ctx, pl, packageDir, emit.Options{
 		Name: name, RepoID: o.RepoID, PackedRepoID: o.PackedRepoID, ModelClass: modelClass(g.Checkpoint),
 		Model: modelLabel(o.Model, pl), Tool: tool(), Force: o.Force, Inputs: inputs,
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xpuinject/xpuinject/hub"
 	"github.com/xpuinject/xpuinject/inject/outdir"
 )
 
@@ -28,15 +29,36 @@ type Factory struct {
 	Getenv func(string) string
 	// IsTerminal reports whether ErrOut is a terminal (progress bars only then).
 	IsTerminal bool
+	// Term is that terminal, for its width; nil when ErrOut is none.
+	Term *os.File
 }
 
 // NewFactory returns the Factory of a real process.
 func NewFactory(in io.Reader, out, errOut io.Writer) *Factory {
 	f := &Factory{In: in, Out: out, ErrOut: errOut, Getenv: os.Getenv}
-	if fi, ok := errOut.(*os.File); ok {
-		f.IsTerminal = isTerminal(fi)
+	if fi, ok := errOut.(*os.File); ok && isTerminal(fi) {
+		f.IsTerminal, f.Term = true, fi
 	}
 	return f
+}
+
+// redacting hides the Hub token in what a command prints. The Hub client redacts every
+// answer as it arrives; this also covers what came in as file content (a config value)
+// or from a child process, written in one piece.
+type redacting struct {
+	w     io.Writer
+	token string
+}
+
+func (r redacting) Write(p []byte) (int, error) {
+	s := hub.Redact(r.token, string(p))
+	if len(s) == len(p) && s == string(p) {
+		return r.w.Write(p)
+	}
+	if _, err := io.WriteString(r.w, s); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // exitError carries a specific exit code.
@@ -56,11 +78,23 @@ const (
 	exitInterrupted = 130
 )
 
+// runContextHook, when set, is given the run's context (tests that pause a run until a
+// signal has cancelled it).
+var runContextHook func(context.Context)
+
 // Main runs the CLI with args and returns the process exit code.
 func Main(args []string, f *Factory) int {
 	// SIGTERM too: a cancelled run removes its temporaries and stops its Python child.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if runContextHook != nil {
+		runContextHook(ctx)
+	}
+	if tok := hub.NewClient(f.Getenv).Token; tok != "" {
+		g := *f
+		g.Out, g.ErrOut = redacting{f.Out, tok}, redacting{f.ErrOut, tok}
+		f = &g
+	}
 	root := NewRootCmd(f)
 	root.SetArgs(args)
 	root.SetIn(f.In)

@@ -69,6 +69,17 @@ const (
 	FaultStall
 	// FaultTooLong sends the content followed by extra bytes (Content-Length agrees).
 	FaultTooLong
+	// FaultShortWhole answers every GET with 200 and the whole file's Content-Length,
+	// whatever the Range, and drops the connection after After bytes.
+	FaultShortWhole
+	// FaultStatedSize states Size as the file's size: in the HEAD (RouteHEAD: X-Linked-Size,
+	// or Content-Length of a regular file) or in the listing (RouteAPI, Path required).
+	FaultStatedSize
+	// FaultEcho puts the request's bearer token where Where says: RouteAPI "sha" (the
+	// revision's commit), "path" (a listed file), "body" (an error body, the token across
+	// byte 512), "message" (an error's X-Error-Message); RouteHEAD "etag", "commit"
+	// (X-Repo-Commit).
+	FaultEcho
 )
 
 // Route says which kind of request a fault applies to.
@@ -94,6 +105,8 @@ type Fault struct {
 	After      int64  // bytes sent before a cut, stall or stop
 	Status     int    // for FaultStatus
 	RetryAfter string // for FaultStatus: the Retry-After header value
+	Size       int64  // for FaultStatedSize
+	Where      string // for FaultEcho
 	// Hook, when set, is called (in its own goroutine) when the fault fires.
 	Hook func()
 }
@@ -335,11 +348,42 @@ func sortedPaths(c *Commit) []string {
 }
 
 func (s *Server) apiFault(w http.ResponseWriter, path string) bool {
+	answered, _ := s.apiFaultOf(w, nil, path)
+	return answered
+}
+
+// apiFaultOf is apiFault that also returns a fault it left to the caller (echo, size).
+func (s *Server) apiFaultOf(w http.ResponseWriter, r *http.Request, path string) (bool, *Fault) {
 	f := s.state().take(RouteAPI, path)
 	if f == nil {
-		return false
+		return false, nil
 	}
-	return s.applyHeaderFault(w, f)
+	if f.Kind == FaultEcho && r != nil && (f.Where == "body" || f.Where == "message") {
+		tok := bearer(r)
+		if f.Where == "body" {
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, "%s you sent %s", strings.Repeat("-", 486), tok)
+		} else {
+			hubError(w, http.StatusBadRequest, "", "bad token "+tok)
+		}
+		return true, nil
+	}
+	return s.applyHeaderFault(w, f), f
+}
+
+func bearer(r *http.Request) string {
+	return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+}
+
+// takeAny consumes the first fault of route for path (or any path) that match accepts.
+func (st *faultState) takeAny(r Route, path string, match func(*Fault) bool) *Fault {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var f *Fault
+	f, st.faults = takeFault(st.faults, func(f *Fault) *int { return &f.Count },
+		func(f *Fault) bool { return f.Route == r && (f.Path == "" || f.Path == path) && match(f) })
+	return f
 }
 
 // applyHeaderFault handles faults that replace the whole answer; true means answered.
@@ -365,7 +409,8 @@ func (s *Server) applyHeaderFault(w http.ResponseWriter, f *Fault) bool {
 }
 
 func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request, repoType, id, rev string) {
-	if s.apiFault(w, "") {
+	answered, echo := s.apiFaultOf(w, r, "")
+	if answered {
 		return
 	}
 	repo, c, ok := s.resolveRepo(w, r, repoType, id, rev)
@@ -378,13 +423,26 @@ func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request, repoType, id,
 		f := c.Files[p]
 		sib := map[string]any{"rfilename": p}
 		if blobs {
-			sib["size"] = len(f.Data)
+			size := int64(len(f.Data))
+			if lie := s.state().takeAny(RouteAPI, p, func(f *Fault) bool { return f.Kind == FaultStatedSize && f.Path != "" }); lie != nil {
+				size = lie.Size
+			}
+			sib["size"] = size
 			sib["blobId"] = blobID(f)
 			if f.LFS {
-				sib["lfs"] = map[string]any{"sha256": f.SHA256(), "size": len(f.Data), "pointerSize": len(lfsPointer(f))}
+				sib["lfs"] = map[string]any{"sha256": f.SHA256(), "size": size, "pointerSize": len(lfsPointer(f))}
 			}
 		}
 		siblings = append(siblings, sib)
+	}
+	sha := c.SHA
+	if echo != nil && echo.Kind == FaultEcho {
+		switch echo.Where {
+		case "sha":
+			sha = "sha-" + bearer(r)
+		case "path":
+			siblings = append(siblings, map[string]any{"rfilename": "config-" + bearer(r) + ".json", "size": 2, "blobId": c.SHA})
+		}
 	}
 	gated := any(false)
 	if repo.Gated {
@@ -394,7 +452,7 @@ func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request, repoType, id,
 		"_id":          "hubtest-" + c.SHA[:24],
 		"id":           repo.ID,
 		"modelId":      repo.ID,
-		"sha":          c.SHA,
+		"sha":          sha,
 		"lastModified": time.Unix(0, 0).UTC().Format("2006-01-02T15:04:05.000Z"),
 		"private":      repo.Private,
 		"gated":        gated,
@@ -502,8 +560,9 @@ func (s *Server) cdnHost(r *http.Request) string {
 }
 
 func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, repoType, id, rev, path string) {
+	var hf *Fault
 	if r.Method == http.MethodHead {
-		if f := s.state().take(RouteHEAD, path); f != nil && s.applyHeaderFault(w, f) {
+		if hf = s.state().take(RouteHEAD, path); hf != nil && s.applyHeaderFault(w, hf) {
 			return
 		}
 	}
@@ -512,6 +571,24 @@ func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, repoType, 
 		return
 	}
 	w.Header().Set("X-Repo-Commit", c.SHA)
+	if hf != nil && hf.Kind == FaultEcho && hf.Where == "commit" {
+		w.Header().Set("X-Repo-Commit", "commit-"+bearer(r))
+	}
+	// headerFaults change the HEAD's headers once the regular ones are set.
+	headerFaults := func() {
+		switch {
+		case hf == nil:
+		case hf.Kind == FaultEcho && hf.Where == "etag":
+			w.Header().Set("ETag", `"etag-`+bearer(r)+`"`)
+			w.Header().Del("X-Linked-Etag")
+		case hf.Kind == FaultStatedSize:
+			if w.Header().Get("X-Linked-Size") != "" {
+				w.Header().Set("X-Linked-Size", strconv.FormatInt(hf.Size, 10))
+			} else {
+				w.Header().Set("Content-Length", strconv.FormatInt(hf.Size, 10))
+			}
+		}
+	}
 	f, ok := c.Files[path]
 	if !ok {
 		hubError(w, http.StatusNotFound, "EntryNotFound", path+" does not exist on \""+rev+"\"")
@@ -526,6 +603,7 @@ func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, repoType, 
 		w.Header().Set("X-Linked-Etag", `"`+sha+`"`)
 		w.Header().Set("X-Linked-Size", strconv.Itoa(len(f.Data)))
 		w.Header().Set("Location", loc)
+		headerFaults()
 		w.WriteHeader(http.StatusFound)
 		return
 	}
@@ -533,6 +611,7 @@ func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, repoType, 
 	if r.Method == http.MethodHead {
 		w.Header().Set("Accept-Ranges", "bytes")
 		w.Header().Set("Content-Length", strconv.Itoa(len(f.Data)))
+		headerFaults()
 		w.WriteHeader(http.StatusOK)
 		return
 	}
@@ -603,7 +682,7 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, path strin
 	}
 	start, end := int64(0), int64(len(data))
 	status := http.StatusOK
-	if rg := r.Header.Get("Range"); rg != "" && !(f != nil && f.Kind == FaultIgnoreRange) {
+	if rg := r.Header.Get("Range"); rg != "" && !(f != nil && (f.Kind == FaultIgnoreRange || f.Kind == FaultShortWhole)) {
 		a, b, ok := parseRange(rg, int64(len(data)))
 		if !ok {
 			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", len(data)))
@@ -619,7 +698,7 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, path strin
 	w.WriteHeader(status)
 	body := data[start:end]
 	limit := int64(len(body))
-	if f != nil && (f.Kind == FaultCut || f.Kind == FaultDown || f.Kind == FaultStall) && f.After < limit {
+	if f != nil && (f.Kind == FaultCut || f.Kind == FaultDown || f.Kind == FaultStall || f.Kind == FaultShortWhole) && f.After < limit {
 		limit = f.After
 	}
 	// Count before writing (and take back what was not written), so the counter never

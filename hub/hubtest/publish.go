@@ -89,6 +89,10 @@ type PublishFault struct {
 	// DropAfter handles the request (a commit is applied), then closes the connection
 	// without sending the answer: the client cannot know it succeeded.
 	DropAfter bool
+	// Stall answers nothing until the client goes away (after Hook, when set).
+	Stall bool
+	// Hook, when set, is called (in its own goroutine) when the fault fires.
+	Hook func()
 	// Count is how many requests it affects: 0 means 1, negative means all.
 	Count int
 }
@@ -231,6 +235,15 @@ func (s *Server) pubHandler(route PublishRoute, h func(http.ResponseWriter, *htt
 		}()
 		if f := s.takePublishFault(route); f != nil {
 			entry.Fault = true
+			if f.Hook != nil {
+				go f.Hook()
+			}
+			if f.Stall {
+				// Read the body first: only then does the server notice the client leaving.
+				io.Copy(io.Discard, r.Body)
+				<-r.Context().Done()
+				return
+			}
 			if f.DropAfter {
 				h(&discardWriter{h: http.Header{}}, r)
 				pubDrop(rec)

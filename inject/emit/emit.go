@@ -6,6 +6,7 @@ package emit
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -109,8 +110,9 @@ type Result struct {
 //	<Extra...>
 //
 // The folder is an xpuinject output (package outdir): assembled aside and renamed into
-// place, so a failed or interrupted emit never leaves a half-written package.
-func Write(pl *plan.Plan, outDir string, opts Options) (*Result, error) {
+// place, so a failed or interrupted emit never leaves a half-written package. Cancelling
+// ctx stops it before the next file; the earlier package stays as it was.
+func Write(ctx context.Context, pl *plan.Plan, outDir string, opts Options) (*Result, error) {
 	if pl == nil {
 		return nil, fmt.Errorf("inject: emit: no plan")
 	}
@@ -145,9 +147,15 @@ func Write(pl *plan.Plan, outDir string, opts Options) (*Result, error) {
 	defer tx.Abort() // nothing once committed
 	paths := slices.Sorted(maps.Keys(files))
 	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("inject: emit: interrupted before %s (the earlier package, if any, is as it was): %w", p, err)
+		}
 		if err := tx.WriteFile(p, files[p]); err != nil {
 			return nil, fmt.Errorf("inject: emit: %w", err)
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("inject: emit: interrupted before the package was put in place: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("inject: emit: %w", err)

@@ -1,6 +1,7 @@
 package emit
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -50,7 +51,7 @@ func TestKernelName(t *testing.T) {
 
 func TestEmitTreeComplete(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "pkg")
-	res, err := Write(emitTestPlan(), out, Options{Tool: "xpuinject test", RepoID: "org/tiny-kernels", ModelClass: "LlamaForCausalLM",
+	res, err := Write(context.Background(), emitTestPlan(), out, Options{Tool: "xpuinject test", RepoID: "org/tiny-kernels", ModelClass: "LlamaForCausalLM",
 		Extra: map[string][]byte{"NOTICE": []byte("extra\n")}})
 	if err != nil {
 		t.Fatal(err)
@@ -160,13 +161,13 @@ func TestEmitTreeComplete(t *testing.T) {
 func TestEmitRefusesNonEmptyWithoutForce(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "pkg")
-	if _, err := Write(emitTestPlan(), out, Options{}); err != nil {
+	if _, err := Write(context.Background(), emitTestPlan(), out, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Write(emitTestPlan(), out, Options{}); !errors.Is(err, outdir.ErrExists) || !strings.Contains(err.Error(), "--force") {
+	if _, err := Write(context.Background(), emitTestPlan(), out, Options{}); !errors.Is(err, outdir.ErrExists) || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("want an earlier-output error naming --force, got %v", err)
 	}
-	if _, err := Write(emitTestPlan(), out, Options{Force: true}); err != nil {
+	if _, err := Write(context.Background(), emitTestPlan(), out, Options{Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	// a folder of someone else's files: never replaced, --force or not
@@ -174,7 +175,7 @@ func TestEmitRefusesNonEmptyWithoutForce(t *testing.T) {
 	os.MkdirAll(user, 0o755)
 	os.WriteFile(filepath.Join(user, "keep.txt"), []byte("user data"), 0o644)
 	for _, force := range []bool{false, true} {
-		if _, err := Write(emitTestPlan(), user, Options{Force: force}); !errors.Is(err, outdir.ErrRefused) {
+		if _, err := Write(context.Background(), emitTestPlan(), user, Options{Force: force}); !errors.Is(err, outdir.ErrRefused) {
 			t.Fatalf("force=%v over a user folder: %v", force, err)
 		}
 	}
@@ -184,7 +185,7 @@ func TestEmitRefusesNonEmptyWithoutForce(t *testing.T) {
 	// a regular file: refused, unchanged
 	file := filepath.Join(dir, "file")
 	os.WriteFile(file, []byte("x"), 0o644)
-	if _, err := Write(emitTestPlan(), file, Options{Force: true}); !errors.Is(err, outdir.ErrRefused) {
+	if _, err := Write(context.Background(), emitTestPlan(), file, Options{Force: true}); !errors.Is(err, outdir.ErrRefused) {
 		t.Fatalf("over a regular file: %v", err)
 	}
 	if b, _ := os.ReadFile(file); string(b) != "x" {
@@ -199,13 +200,13 @@ func TestEmitRefusesNonEmptyWithoutForce(t *testing.T) {
 
 func TestEmitRejectsBadInput(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := Write(emitTestPlan(), filepath.Join(dir, "a"), Options{Name: "Bad_Name"}); err == nil {
+	if _, err := Write(context.Background(), emitTestPlan(), filepath.Join(dir, "a"), Options{Name: "Bad_Name"}); err == nil {
 		t.Error("bad kernel name accepted")
 	}
-	if _, err := Write(emitTestPlan(), filepath.Join(dir, "b"), Options{Extra: map[string][]byte{"../escape.py": nil}}); err == nil {
+	if _, err := Write(context.Background(), emitTestPlan(), filepath.Join(dir, "b"), Options{Extra: map[string][]byte{"../escape.py": nil}}); err == nil {
 		t.Error("extra file outside the package accepted")
 	}
-	if _, err := Write(nil, filepath.Join(dir, "c"), Options{}); err == nil {
+	if _, err := Write(context.Background(), nil, filepath.Join(dir, "c"), Options{}); err == nil {
 		t.Error("nil plan accepted")
 	}
 	// nothing half-written
@@ -213,5 +214,42 @@ func TestEmitRejectsBadInput(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, n)); !os.IsNotExist(err) {
 			t.Errorf("%s was created by a failed emit", n)
 		}
+	}
+}
+
+// TestEmitInterrupted: a cancel during the write stops it at the next file; the earlier
+// package is unchanged and nothing is left beside it.
+func TestEmitInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "pkg")
+	first, err := Write(context.Background(), emitTestPlan(), out, Options{Name: "first-kernel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	written := 0
+	restore := outdir.SetFault(func(op, path string) error {
+		if op == "write" && strings.Contains(path, ".xpuinject-") {
+			if written++; written == 3 {
+				cancel() // as a signal arriving while the third file is written
+			}
+		}
+		return nil
+	})
+	defer restore()
+	_, err = Write(ctx, emitTestPlan(), out, Options{Name: "second-kernel", Force: true})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "interrupted before") {
+		t.Fatalf("error %v, want an interruption", err)
+	}
+	if written != 3 {
+		t.Errorf("%d files written after the cancel, want none past the third", written)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 || ents[0].Name() != "pkg" {
+		t.Errorf("beside the package: %v", ents)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "build", "torch-cuda", "metadata.json"))
+	if err != nil || !strings.Contains(string(b), `"first-kernel"`) {
+		t.Errorf("the earlier package (%d files) was changed: %s %v", len(first.Files), b, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xpuinject/xpuinject/inject/pack"
 	"github.com/xpuinject/xpuinject/inject/plan"
+	"github.com/xpuinject/xpuinject/kernels"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -43,9 +44,8 @@ func ReadPlan(dir string) (*PackagePlan, error) {
 }
 
 // CheckDigests checks that plan.yaml is the plan the package was written for (every
-// variant's metadata.json records its sha256) and the one the packed checkpoint in
-// packedDir was packed from (its plan.yaml has the same sha256, and so does every
-// shard's __metadata__).
+// variant's metadata.json records its sha256), then the packed checkpoint in packedDir
+// (CheckPacked).
 func (pp *PackagePlan) CheckDigests(packedDir string) error {
 	dir := filepath.Dir(pp.File)
 	for _, be := range emitBackends {
@@ -71,6 +71,35 @@ func (pp *PackagePlan) CheckDigests(packedDir string) error {
 				ErrDigest, pp.File, pp.SHA256, rel, m.X.PlanSHA256)
 		}
 	}
+	return pp.CheckPacked(packedDir)
+}
+
+// packedChecks implement contract.json's packed_checks, by name (contract_test.go and
+// the package's injection.py check the same list).
+var packedChecks = map[string]func(pp *PackagePlan, packedDir string) error{
+	"plan_digest":  (*PackagePlan).checkPlanDigest,
+	"shard_digest": (*PackagePlan).checkShardDigests,
+	"present":      func(pp *PackagePlan, dir string) error { return pack.VerifyTensors(pp.Plan, dir, "present") },
+	"dtype":        func(pp *PackagePlan, dir string) error { return pack.VerifyTensors(pp.Plan, dir, "dtype") },
+	"shape":        func(pp *PackagePlan, dir string) error { return pack.VerifyTensors(pp.Plan, dir, "shape") },
+}
+
+// CheckPacked checks the packed checkpoint in packedDir against the package's plan:
+// every property contract.json lists (packed_checks), in its order.
+func (pp *PackagePlan) CheckPacked(packedDir string) error {
+	for _, c := range kernels.TheContract().PackedChecks {
+		check, ok := packedChecks[c.Name]
+		if !ok {
+			return fmt.Errorf("inject: %s lists packed check %q, which this xpuinject does not know", kernels.ContractFile, c.Name)
+		}
+		if err := check(pp, packedDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (pp *PackagePlan) checkPlanDigest(packedDir string) error {
 	packedPlan := filepath.Join(packedDir, plan.FileName)
 	b, err := models.ReadSmallFile(packedPlan)
 	if err != nil {
@@ -80,6 +109,10 @@ func (pp *PackagePlan) CheckDigests(packedDir string) error {
 		return fmt.Errorf("%w: the packed checkpoint %s was packed from another plan (%s has sha256 %s, the package's plan.yaml %s); re-run 'xpuinject pack' or pass the matching --packed",
 			ErrDigest, packedDir, packedPlan, hex.EncodeToString(sum[:]), pp.SHA256)
 	}
+	return nil
+}
+
+func (pp *PackagePlan) checkShardDigests(packedDir string) error {
 	files, err := pack.Files(packedDir)
 	if err != nil {
 		return err

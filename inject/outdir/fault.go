@@ -7,7 +7,7 @@ import "sync/atomic"
 // tests make a folder read-only for root too, where chmod does not stop writes.
 var faultHook atomic.Pointer[func(op, path string) error]
 
-// SetFault installs f (ops: access, mkdir, create, write, rename) until restore is
+// SetFault installs f (ops: access, mkdir, create, write, rename, exchange, remove) until restore is
 // called. For tests of failure paths.
 func SetFault(f func(op, path string) error) (restore func()) {
 	prev := faultHook.Swap(&f)

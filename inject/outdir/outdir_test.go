@@ -162,7 +162,8 @@ func TestAbortLeavesEarlierOutput(t *testing.T) {
 }
 
 // TestCleanStale: temporaries of a dead writer go, a live writer's stay, and names that
-// only look similar are never touched.
+// only look similar are never touched. A dead writer's .old whose output is missing is
+// the earlier output caught between two renames: it is put back.
 func TestCleanStale(t *testing.T) {
 	dir := t.TempDir()
 	dead := filepath.Join(dir, ".out.xpuinject-00000000000000aa")
@@ -187,9 +188,12 @@ func TestCleanStale(t *testing.T) {
 	}
 	CleanStale(dir)
 	want := []string{".out.xpuinject-00000000000000cc.lock", ".out.xpuinject-00000000000000cc.new",
-		".out.xpuinject-00000000000000ee.tmp", ".out.xpuinject-short.new", "out.xpuinject-00000000000000dd.new", "user"}
+		".out.xpuinject-00000000000000ee.tmp", ".out.xpuinject-short.new", "out", "out.xpuinject-00000000000000dd.new", "user"}
 	if got := names(t, dir); !slices.Equal(got, want) {
 		t.Errorf("after CleanStale:\n%v\nwant\n%v", got, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "out", "plan.yaml")); err != nil || string(b) != "x" {
+		t.Errorf("the earlier output was not put back: %q, %v", b, err)
 	}
 }
 

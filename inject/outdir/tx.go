@@ -18,10 +18,16 @@ import (
 //	.<base>.xpuinject-<token>.lock   flock'ed by the writer for as long as it lives
 //	.<base>.xpuinject-<token>.new    the output being assembled
 //	.<base>.xpuinject-<token>.old    the output being replaced, on its way out
+//	.<base>.xpuinject-<token>.gone   an output being removed (Remove)
 //
 // The lock file exists (locked) before the folders and goes after them, so a .new or
 // .old without a lock file, or with one nobody holds, has no living writer.
-var tempName = regexp.MustCompile(`^(\..*\.xpuinject-[0-9a-f]{16})\.(lock|new|old)$`)
+//
+// At no moment is <base> missing while an earlier output is to be kept: on Linux, Commit
+// swaps .new and <base> in one renameat2(RENAME_EXCHANGE); elsewhere (or where the file
+// system refuses the swap) <base> goes to .old before .new takes its name, and a .old
+// whose <base> is missing is put back by the next cleanup (CleanStale).
+var tempName = regexp.MustCompile(`^(\.(.*)\.xpuinject-[0-9a-f]{16})\.(lock|new|old|gone)$`)
 
 // Tx is an output folder being written: files go under Dir, Commit puts the folder in
 // place of dest, Abort (or a crash) leaves dest as it was.
@@ -126,23 +132,36 @@ func (t *Tx) Commit() error {
 		t.Abort()
 		return err
 	}
-	moved := false
 	if _, err := os.Lstat(t.abs); err == nil {
+		swapped, err := exchange(t.newDir, t.abs)
+		if err != nil {
+			t.Abort()
+			return fmt.Errorf("output folder %s: %w", t.dest, err)
+		}
+		if swapped {
+			// .new now holds the earlier output: dest was never missing.
+			syncDir(t.parent)
+			remove(t.newDir)
+			t.release()
+			return nil
+		}
 		if err := rename(t.abs, t.oldDir); err != nil {
 			t.Abort()
 			return fmt.Errorf("output folder %s: moving the earlier output aside: %w", t.dest, err)
 		}
-		moved = true
+		if err := rename(t.newDir, t.abs); err != nil {
+			os.Rename(t.oldDir, t.abs)
+			t.Abort()
+			return fmt.Errorf("output folder %s: %w", t.dest, err)
+		}
+		syncDir(t.parent)
+		remove(t.oldDir) // only now that dest is complete and marked
+		t.release()
+		return nil
 	}
 	if err := rename(t.newDir, t.abs); err != nil {
-		if moved {
-			os.Rename(t.oldDir, t.abs)
-		}
 		t.Abort()
 		return fmt.Errorf("output folder %s: %w", t.dest, err)
-	}
-	if moved {
-		os.RemoveAll(t.oldDir)
 	}
 	syncDir(t.parent)
 	t.release()
@@ -207,20 +226,24 @@ func Remove(dest string, o Options) error {
 	}
 	t := &Tx{dest: dest, lock: lock, lockPath: prefix + ".lock"}
 	defer t.release()
-	if err := rename(abs, prefix+".old"); err != nil {
+	// .gone, not .old: a cleanup after a crash here finishes the removal, never undoes it.
+	if err := rename(abs, prefix+".gone"); err != nil {
 		return fmt.Errorf("output folder %s: cannot remove it: %w", dest, err)
 	}
-	return os.RemoveAll(prefix + ".old")
+	return remove(prefix + ".gone")
 }
 
 // CleanStale removes the temporaries in dir whose writer is gone. A temporary whose
-// lock someone holds is left alone; so is every name that is not a temporary's.
+// lock someone holds is left alone; so is every name that is not a temporary's. A .old
+// is an earlier output caught between two renames: it is put back when its output is
+// missing, and removed only when the output is there and marked.
 func CleanStale(dir string) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	groups := map[string]map[string]fs.DirEntry{}
+	outputs := map[string]string{} // temporary prefix -> the output's name
 	for _, e := range ents {
 		m := tempName.FindStringSubmatch(e.Name())
 		if m == nil {
@@ -228,11 +251,13 @@ func CleanStale(dir string) {
 		}
 		if groups[m[1]] == nil {
 			groups[m[1]] = map[string]fs.DirEntry{}
+			outputs[m[1]] = m[2]
 		}
-		groups[m[1]][m[2]] = e
+		groups[m[1]][m[3]] = e
 	}
 	for prefix, g := range groups {
 		base := filepath.Join(dir, prefix)
+		output := filepath.Join(dir, outputs[prefix])
 		var held *os.File
 		if _, ok := g["lock"]; ok {
 			f, err := os.OpenFile(base+".lock", os.O_RDONLY|syscall.O_NOFOLLOW, 0)
@@ -245,7 +270,16 @@ func CleanStale(dir string) {
 			}
 			held = f
 		}
-		for _, s := range []string{"new", "old"} {
+		if e, ok := g["old"]; ok && e.IsDir() {
+			if _, err := os.Lstat(output); errors.Is(err, fs.ErrNotExist) {
+				if os.Rename(base+".old", output) == nil {
+					syncDir(dir)
+				}
+			} else if _, err := ReadMarker(output); err != nil {
+				delete(g, "old") // an output that is not complete: keep the earlier one aside
+			}
+		}
+		for _, s := range []string{"new", "old", "gone"} {
 			if e, ok := g[s]; ok && e.IsDir() {
 				os.RemoveAll(base + "." + s)
 			} else if ok {
@@ -314,6 +348,28 @@ func rename(from, to string) error {
 		return err
 	}
 	return os.Rename(from, to)
+}
+
+// exchange swaps the folders a and b in one step where the system can (exchangeDirs);
+// false, with no error, means it cannot here and the caller renames in two steps.
+func exchange(a, b string) (bool, error) {
+	if noExchange {
+		return false, nil
+	}
+	if err := fault("exchange", b); err != nil {
+		return false, err
+	}
+	return exchangeDirs(a, b)
+}
+
+// noExchange makes exchange answer false: for tests of the two-rename path.
+var noExchange bool
+
+func remove(p string) error {
+	if err := fault("remove", p); err != nil {
+		return err
+	}
+	return os.RemoveAll(p)
 }
 
 // syncTree fsyncs every folder of the tree (files are synced as they are written), so

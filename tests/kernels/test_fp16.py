@@ -153,7 +153,8 @@ def test_packed_weights_of_the_other_half_dtype_are_refused(llama_odd_run, llama
 def test_fp16_packed_weights(llama_odd_run, llama_odd_pkg, tmp_path):
     """Packed weights in fp16 (what `xpuinject --dtype fp16` packs: the fp16 source concatenated
     and transposed, exact), made here from the model's own weights by the package's packer into
-    the packed checkpoint's tensor names; plan.yaml unchanged."""
+    the packed checkpoint's tensor names; their plan.yaml says fp16, as that pack's would, and is
+    given as the plan to carry out (the package's own plan is bf16)."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
@@ -178,8 +179,13 @@ def test_fp16_packed_weights(llama_odd_run, llama_odd_pkg, tmp_path):
         save_file({k: tensors[k].detach().contiguous() for k in names}, str(f), metadata=meta)
         n += len(names)
     assert n > 0
+    plan["dtype"] = "fp16"
+    for lp in plan["layers"]:
+        for out in lp.get("outputs") or ():
+            out["dtype"] = "F16" if out["dtype"] == "BF16" else out["dtype"]
+    (packed / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     model = load()
-    summary = llama_odd_pkg.inject(model, packed=packed)
+    summary = llama_odd_pkg.inject(model, packed=packed, plan=packed / "plan.yaml")
     assert summary["packed_tensors"] == bound and n >= bound
     out = logits(model)
     assert torch.equal(out, logits(own))  # the same tensors, attached instead of packed on the device

@@ -19,6 +19,7 @@ __all__ = [
     "NAME_ATTR",
     "VENDOR_ATTR",
     "LAYERS",
+    "PACKED_CHECKS",
     "packed_attr",
     "packed_attrs",
     "layer_for_class",
@@ -34,6 +35,9 @@ NAME_ATTR: str = CONTRACT["module_attrs"]["name"]
 VENDOR_ATTR: str = CONTRACT["module_attrs"]["vendor"]
 # layer class name -> {"classes", "reads", "packed" (role -> attribute), "sources"}
 LAYERS: Dict[str, Dict] = CONTRACT["layers"]
+# What a packed checkpoint must satisfy before inject uses it, in order; the CLI's pre-flight
+# checks the same list (inject/emit/verify.go).
+PACKED_CHECKS: Tuple[str, ...] = tuple(c["name"] for c in CONTRACT["packed_checks"])
 
 
 def packed_attr(layer: str, role: str) -> str:

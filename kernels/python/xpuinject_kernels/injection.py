@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from . import layers as _layers
-from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, VENDOR_ATTR, layer_for_class
+from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, PACKED_CHECKS, VENDOR_ATTR, layer_for_class
 from .packing import Released
 
 __all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "mark_transformers_classes", "kernel_mapping",
@@ -387,6 +387,91 @@ def _packed_files(folder: Path, where: str) -> Dict[str, Path]:
         return {k: single for k in f.keys()}
 
 
+# The shard __metadata__ key of the plan digest (inject/pack/pack.go MetaPlanSHA256).
+_META_PLAN_SHA256 = "xpuinject_plan_sha256"
+
+
+def _packed_headers(folder: Path, where: str) -> Tuple[Dict[str, Tuple[str, List[int], Path]], Dict[Path, dict]]:
+    """Tensor name -> (safetensors dtype, shape, file), and file -> __metadata__, from the headers
+    alone (no tensor is read)."""
+    try:
+        from safetensors import safe_open
+    except ImportError as e:
+        raise InjectError("loading packed weights needs safetensors (pip install safetensors)") from e
+    tensors: Dict[str, Tuple[str, List[int], Path]] = {}
+    metadata: Dict[Path, dict] = {}
+    for f in sorted(set(_packed_files(folder, where).values())):
+        if not f.is_file():
+            raise InjectError(f"{where}: {f.name} is named by the index but missing")
+        with safe_open(str(f), framework="pt") as sf:
+            metadata[f] = sf.metadata() or {}
+            for k in sf.keys():
+                sl = sf.get_slice(k)
+                tensors[k] = (sl.get_dtype(), list(sl.get_shape()), f)
+    return tensors, metadata
+
+
+def _check_packed(plan: dict, plan_bytes: bytes, digest: Optional[str], folder: Path, where: str) -> None:
+    """Every property contract.json's packed_checks lists, in its order, before the model is
+    changed: the checks the CLI makes before an eval (inject/emit/verify.go CheckPacked)."""
+    headers: list = []
+
+    def read():
+        if not headers:
+            headers.extend(_packed_headers(folder, where))
+        return headers
+
+    def outputs():
+        for lp in plan["layers"]:
+            for out in lp.get("outputs") or ():
+                yield lp, out
+
+    def shard_digest():
+        # Against the digest the package records; a plan given by the caller (plan=) has none,
+        # and is compared by content alone (plan_digest), as the caller vouches for it.
+        if not digest:
+            return
+        for f, meta in read()[1].items():
+            if meta.get(_META_PLAN_SHA256) != digest:
+                raise InjectError(
+                    f"the packed weights in {where} were packed from another plan: {f.name} records "
+                    f"{_META_PLAN_SHA256} {meta.get(_META_PLAN_SHA256)!r}, the package records {digest[:12]}…; "
+                    "use the packed weights written by the same xpuinject run as the package"
+                )
+
+    def present():
+        for lp, out in outputs():
+            if out["name"] not in read()[0]:
+                raise InjectError(f"{where}: tensor {out['name']!r} (layer {lp['module']}) is missing from the packed weights")
+
+    def dtype():
+        for _, out in outputs():
+            have, _, f = read()[0].get(out["name"], (out["dtype"], None, None))
+            if have != out["dtype"]:
+                raise InjectError(
+                    f"{where}/{f.name}: tensor {out['name']!r} is {have}, the plan says {out['dtype']}: "
+                    "it was not packed from this plan; re-run `xpuinject pack`"
+                )
+
+    def shape():
+        for _, out in outputs():
+            _, have, f = read()[0].get(out["name"], (None, out["shape"], None))
+            if list(have) != list(out["shape"]):
+                raise InjectError(f"{where}/{f.name}: tensor {out['name']!r} has shape {have}, the plan says {out['shape']}")
+
+    checks = {
+        "plan_digest": lambda: _check_packed_plan(plan, plan_bytes, digest, folder, where),
+        "shard_digest": shard_digest,
+        "present": present,
+        "dtype": dtype,
+        "shape": shape,
+    }
+    for name in PACKED_CHECKS:
+        if name not in checks:
+            raise InjectError(f"contract.json lists packed check {name!r}, which this package does not know")
+        checks[name]()
+
+
 def _load_outputs(plan: dict, folder: Path, where: str, device: torch.device) -> Dict[str, torch.Tensor]:
     """Every output tensor of a bound layer, read straight onto the device, shapes checked."""
     try:
@@ -547,7 +632,7 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
     where = None
     if packed is not None:
         folder, where = _packed_folder(packed, revision, token)
-        _check_packed_plan(full_plan, plan_bytes, digest, folder, where)
+        _check_packed(full_plan, plan_bytes, digest, folder, where)
         tensors = _load_outputs(plan_dict, folder, where, device)
         _check_packed_dtype(plan_dict, tensors, model, where)
     _check_reads(plan_dict, named, attached=packed is not None)
