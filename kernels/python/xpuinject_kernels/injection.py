@@ -706,7 +706,10 @@ def supported_bindings(model: nn.Module) -> List[Tuple[str, str]]:
         layer = "LMHead" if m is head and isinstance(m, nn.Linear) else layer_for_class(type(m).__name__)
         if layer and layer != "Linear" and not _why_not(m, layer):
             out.append((path, layer))
-    return out
+    # q/k norms run inside their attention: bound with it only, as the planner binds them
+    bound = {p for p, _ in out}
+    return [(p, layer) for p, layer in out
+            if p.rsplit(".", 1)[-1] not in ("q_norm", "k_norm") or p.rsplit(".", 1)[0] in bound]
 
 
 class _PackageLayerRepository:
