@@ -38,7 +38,7 @@ IDENTITY = "PipelineIdentityLayer"  # what transformers puts where another stage
 def attn_kwargs(path) -> dict:
     """from_pretrained arguments for the attention a model must run: eager when its config asks
     for attention logit soft-capping (Gemma 2), which SDPA ignores (transformers 5.17
-    integrations/sdpa_attention.py takes no softcap); transformers' default otherwise."""
+    integrations/sdpa_attention.py: softcap lands in its unused **kwargs); the default otherwise."""
     import transformers
 
     cfg = transformers.AutoConfig.from_pretrained(path)
