@@ -26,6 +26,7 @@ const (
 	EpilogueNone      = "none"
 	EpilogueBias      = "bias"
 	EpilogueSwiGLU    = "swiglu" // silu(gate) * up over a concatenated [gate | up] output
+	EpilogueGeGLU     = "geglu"  // gelu_tanh(gate) * up over a concatenated [gate | up] output (Gemma)
 	EpilogueHardswish = "hardswish"
 	EpilogueResidual  = "residual"
 )
@@ -146,7 +147,9 @@ func LayerGEMMs(l models.Layer) []GEMM {
 	d := l.Dims
 	switch l.Kind {
 	case models.KindAttention:
-		if _, ok := l.Tensors["q_proj.weight"]; !ok {
+		_, split := l.Tensors["q_proj.weight"]
+		_, fused := l.Tensors["qkv_proj.weight"]
+		if !split && !fused {
 			return nil
 		}
 		ep := EpilogueNone
@@ -158,9 +161,13 @@ func LayerGEMMs(l models.Layer) []GEMM {
 			{Name: "qkv_proj", K: d["hidden"], N: (h + 2*kv) * hd, Epilogue: ep},
 			{Name: "o_proj", K: h * hd, N: d["hidden"], Epilogue: ep},
 		}
-	case models.KindMLPSwiGLU:
+	case models.KindMLPSwiGLU, models.KindMLPGeGLU:
+		ep := EpilogueSwiGLU
+		if l.Kind == models.KindMLPGeGLU {
+			ep = EpilogueGeGLU
+		}
 		return []GEMM{
-			{Name: "gate_up_proj", K: d["hidden"], N: 2 * d["intermediate"], Epilogue: EpilogueSwiGLU},
+			{Name: "gate_up_proj", K: d["hidden"], N: 2 * d["intermediate"], Epilogue: ep},
 			{Name: "down_proj", K: d["intermediate"], N: d["hidden"], Epilogue: EpilogueNone},
 		}
 	case models.KindLinearBN, models.KindBNLinear:
@@ -246,13 +253,17 @@ func Default() *Registry {
 func defaultRows() []*Kernel {
 	return []*Kernel{
 		&Kernel{
-			Name: "rmsnorm", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm},
-			Layer: "RMSNorm", Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
+			// Gemma's norm (x/rms(x) · (1 + w), fp32, one rounding) is the same kernel with an
+			// fp32 weight holding 1 + w, folded offline, and no rounding before the multiply.
+			Name: "rmsnorm", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm, models.KindRMSNormGemma},
+			Layer: "RMSNorm", Layers: map[models.LayerKind]string{models.KindRMSNormGemma: "GemmaRMSNorm"},
+			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{hiddenPositive},
 		},
 		&Kernel{
-			Name: "add-rmsnorm", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm},
-			Layer: "RMSNorm", Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
+			Name: "add-rmsnorm", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm, models.KindRMSNormGemma},
+			Layer: "RMSNorm", Layers: map[models.LayerKind]string{models.KindRMSNormGemma: "GemmaRMSNorm"},
+			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{hiddenPositive},
 		},
 		&Kernel{
@@ -264,9 +275,10 @@ func defaultRows() []*Kernel {
 		},
 		&Kernel{
 			Name: "gemm", Module: "gemm",
-			Replaces: []models.LayerKind{models.KindMLPSwiGLU, models.KindLinearBN, models.KindBNLinear, models.KindLinear, models.KindLMHead},
+			Replaces: []models.LayerKind{models.KindMLPSwiGLU, models.KindMLPGeGLU, models.KindLinearBN, models.KindBNLinear,
+				models.KindLinear, models.KindLMHead},
 			Layers: map[models.LayerKind]string{
-				models.KindMLPSwiGLU: "SwiGLUMLP", models.KindLinearBN: "LinearBN",
+				models.KindMLPSwiGLU: "SwiGLUMLP", models.KindMLPGeGLU: "GeGLUMLP", models.KindLinearBN: "LinearBN",
 				models.KindBNLinear: "BNLinear", models.KindLinear: "Linear", models.KindLMHead: "LMHead",
 			},
 			Epilogues: slices.Clone(contract.GEMMEpilogues),
@@ -515,10 +527,14 @@ var (
 		},
 	}
 	attentionProjections = Constraint{
-		Text: "q/k/v/o projections (Llama-family attention)",
+		Text: "q/k/v/o projections, or a fused qkv_proj and o_proj (Phi-3)",
 		Check: func(s *Subject) error {
 			var missing []string
-			for _, role := range []string{"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"} {
+			roles := []string{"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"}
+			if _, ok := s.Layer.Tensors["qkv_proj.weight"]; ok {
+				roles = []string{"qkv_proj.weight", "o_proj.weight"}
+			}
+			for _, role := range roles {
 				if _, ok := s.Layer.Tensors[role]; !ok {
 					missing = append(missing, role)
 				}

@@ -64,11 +64,11 @@ func TestDefaultRegistryRows(t *testing.T) {
 		}
 	}
 	g, _ := r.ByName("gemm")
-	if strings.Join(g.Epilogues, ",") != "none,bias,swiglu,hardswish,residual" {
+	if strings.Join(g.Epilogues, ",") != "none,bias,swiglu,geglu,hardswish,residual" {
 		t.Errorf("gemm epilogues %v", g.Epilogues)
 	}
-	for kind, class := range map[models.LayerKind]string{models.KindMLPSwiGLU: "SwiGLUMLP", models.KindLinearBN: "LinearBN",
-		models.KindBNLinear: "BNLinear", models.KindLinear: "Linear"} {
+	for kind, class := range map[models.LayerKind]string{models.KindMLPSwiGLU: "SwiGLUMLP", models.KindMLPGeGLU: "GeGLUMLP",
+		models.KindLinearBN: "LinearBN", models.KindBNLinear: "BNLinear", models.KindLinear: "Linear"} {
 		if got := g.LayerClass(kind); got != class {
 			t.Errorf("gemm layer class for %s = %q, want %q", kind, got, class)
 		}

@@ -38,8 +38,9 @@ func TestFixturesGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dirs) < 7 {
-		t.Fatalf("found %d fixtures in %s, want at least 7 (llama-tiny, llama-sharded, llama-odd, mistral-tiny, qwen2-tiny, qwen3-tiny, levit-tiny)", len(dirs), fixtures)
+	if len(dirs) < 10 {
+		t.Fatalf("found %d fixtures in %s, want at least 10 (llama-tiny, llama-sharded, llama-odd, mistral-tiny, qwen2-tiny, "+
+			"qwen3-tiny, levit-tiny, gemma2-tiny, gemma3-tiny, phi3-tiny)", len(dirs), fixtures)
 	}
 	for _, cfg := range dirs {
 		dir := filepath.Dir(cfg)
@@ -149,6 +150,47 @@ func TestFixtureFacts(t *testing.T) {
 				t.Errorf("q_proj shape %v", got)
 			}
 		}, []string{"Qwen3RMSNorm", "Qwen3Attention", "Qwen3MLP"}},
+		"gemma2-tiny": {15, map[LayerKind]int{KindEmbedding: 1, KindRMSNormGemma: 9, KindAttention: 2, KindMLPGeGLU: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				for i, window := range []int64{16, 0} { // layer_types default: sliding, full
+					a := attn(g, i)
+					wantDims(t, a, map[string]int64{"hidden": 96, "heads": 3, "kv_heads": 1, "head_dim": 80})
+					if a.Dims["sliding_window"] != window || a.Softcap != 50 {
+						t.Errorf("layer %d: sliding_window %d softcap %g, want %d and 50", i, a.Dims["sliding_window"], a.Softcap, window)
+					}
+				}
+				h := layer(t, g, "lm_head")
+				if !h.Tied || h.Softcap != 30 || h.Tensors["weight"] != "model.embed_tokens.weight" {
+					t.Errorf("lm_head %+v", h)
+				}
+				n := layer(t, g, "model.layers.1.pre_feedforward_layernorm")
+				if n.BlockClass != "Gemma2DecoderLayer" || n.Eps != 1e-6 {
+					t.Errorf("pre_feedforward_layernorm %+v", n)
+				}
+			}, []string{"Gemma2TextScaledWordEmbedding", "Gemma2RMSNorm", "Gemma2Attention", "Gemma2MLP"}},
+		"gemma3-tiny": {15, map[LayerKind]int{KindEmbedding: 1, KindRMSNormGemma: 9, KindAttention: 2, KindMLPGeGLU: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				a := attn(g, 1)
+				wantDims(t, a, map[string]int64{"heads": 3, "kv_heads": 1, "head_dim": 96})
+				if a.Dims["sliding_window"] != 0 || attn(g, 0).Dims["sliding_window"] != 16 || a.Softcap != 0 {
+					t.Errorf("layer_types: %v / %v", attn(g, 0).Dims, a.Dims)
+				}
+				if a.Children["q_norm"] != "Gemma3RMSNorm" || a.Tensors["k_norm.weight"] != "model.layers.1.self_attn.k_norm.weight" {
+					t.Errorf("q/k norms %+v", a)
+				}
+			}, []string{"Gemma3RMSNorm", "Gemma3Attention", "Gemma3MLP"}},
+		"phi3-tiny": {7, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 3, KindAttention: 1, KindMLPSwiGLU: 1, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				a := attn(g, 0)
+				wantDims(t, a, map[string]int64{"hidden": 240, "heads": 3, "kv_heads": 1, "head_dim": 80})
+				if _, ok := a.Dims["rotary_dim"]; ok || a.Rope != "" || a.Tensors["qkv_proj.weight"] == "" {
+					t.Errorf("phi3 attention %+v", a)
+				}
+				m := layer(t, g, "model.layers.0.mlp")
+				if m.Tensors["gate_up_proj.weight"] != "model.layers.0.mlp.gate_up_proj.weight" || m.Dims["intermediate"] != 192 {
+					t.Errorf("phi3 mlp %+v", m)
+				}
+			}, []string{"Phi3RMSNorm", "Phi3Attention", "Phi3MLP"}},
 		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
 			func(t *testing.T, g *Graph) {
 				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")
@@ -257,4 +299,55 @@ func keys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Phi-3's RoPE in both spellings: Hub configs carry rope_scaling (+ top-level
+// partial_rotary_factor), configs saved by transformers 5.17 rope_parameters; Gemma 3's
+// per-layer-type rope_parameters and the Hub's rope_theta / rope_local_base_freq both load.
+func TestRopeSpellings(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		fixture string
+		edit    func(m map[string]any)
+		rotary  int64
+		rope    string
+	}{
+		{"phi3 default", "phi3-tiny", func(m map[string]any) {}, 0, ""},
+		{"phi3 hub longrope", "phi3-tiny", func(m map[string]any) {
+			delete(m, "rope_parameters")
+			m["partial_rotary_factor"] = 0.75
+			m["rope_theta"] = 10000.0
+			m["rope_scaling"] = map[string]any{"type": "longrope", "short_factor": []float64{1}, "long_factor": []float64{2}}
+		}, 60, "longrope"},
+		{"phi3 saved longrope", "phi3-tiny", func(m map[string]any) {
+			m["rope_parameters"] = map[string]any{"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+				"short_factor": []float64{1}, "long_factor": []float64{2}}
+		}, 40, "longrope"},
+		{"phi3 hub su", "phi3-tiny", func(m map[string]any) {
+			delete(m, "rope_parameters")
+			m["rope_scaling"] = map[string]any{"type": "su"}
+		}, 0, "longrope"},
+		{"gemma3 hub", "gemma3-tiny", func(m map[string]any) {
+			delete(m, "rope_parameters")
+			m["rope_theta"], m["rope_local_base_freq"], m["rope_scaling"] = 1e6, 1e4, nil
+		}, 0, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyFixture(t, c.fixture)
+			editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
+			g, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := layer(t, g, "model.layers.0.self_attn")
+			if a.Dims["rotary_dim"] != c.rotary || a.Rope != c.rope {
+				t.Errorf("rotary_dim %d rope %q, want %d %q", a.Dims["rotary_dim"], a.Rope, c.rotary, c.rope)
+			}
+		})
+	}
+	dir := copyFixture(t, "phi3-tiny")
+	editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { m["rope_parameters"] = map[string]any{"rope_type": "yarn2"} })
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `rope type "yarn2"`) {
+		t.Errorf("unknown rope type: %v", err)
+	}
 }

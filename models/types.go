@@ -71,15 +71,19 @@ func (t *Tensor) Elems() int64 {
 type LayerKind string
 
 const (
-	KindEmbedding LayerKind = "embedding"  // token embedding table
-	KindRMSNorm   LayerKind = "rmsnorm"    // y = x / rms(x) * weight
-	KindAttention LayerKind = "attention"  // q/k/v/o projections + (causal) attention, GQA
-	KindMLPSwiGLU LayerKind = "mlp-swiglu" // down(silu(gate(x)) * up(x))
-	KindLinear    LayerKind = "linear"     // y = x W^T (+ b)
-	KindLinearBN  LayerKind = "linear-bn"  // y = BN(x W^T (+ b))  (LeViT MLP / attention projections)
-	KindBNLinear  LayerKind = "bn-linear"  // y = BN(x) W^T + b    (LeViT classifier heads)
-	KindConvBN    LayerKind = "conv-bn"    // y = BN(conv2d(x))    (LeViT patch embedding)
-	KindLMHead    LayerKind = "lm-head"    // logits = x E^T (own weight or tied embedding)
+	KindEmbedding LayerKind = "embedding" // token embedding table
+	KindRMSNorm   LayerKind = "rmsnorm"   // y = x / rms(x) * weight
+	// KindRMSNormGemma is Gemma's RMSNorm: y = (x / rms(x)) * (1 + weight), all in fp32,
+	// rounded once (Gemma2RMSNorm, transformers models/gemma2/modeling_gemma2.py).
+	KindRMSNormGemma LayerKind = "rmsnorm-gemma"
+	KindAttention    LayerKind = "attention"  // q/k/v/o projections + (causal) attention, GQA
+	KindMLPSwiGLU    LayerKind = "mlp-swiglu" // down(silu(gate(x)) * up(x))
+	KindMLPGeGLU     LayerKind = "mlp-geglu"  // down(gelu_tanh(gate(x)) * up(x))  (Gemma)
+	KindLinear       LayerKind = "linear"     // y = x W^T (+ b)
+	KindLinearBN     LayerKind = "linear-bn"  // y = BN(x W^T (+ b))  (LeViT MLP / attention projections)
+	KindBNLinear     LayerKind = "bn-linear"  // y = BN(x) W^T + b    (LeViT classifier heads)
+	KindConvBN       LayerKind = "conv-bn"    // y = BN(conv2d(x))    (LeViT patch embedding)
+	KindLMHead       LayerKind = "lm-head"    // logits = x E^T (own weight or tied embedding)
 )
 
 // Layer is one replaceable module of a model: its transformers module path, class,
@@ -95,6 +99,8 @@ type Layer struct {
 	Tensors map[string]string
 	// Dims holds integer facts: "hidden", "in", "out", "heads", "kv_heads",
 	// "head_dim", "intermediate", "vocab", ... (per kind; see the architecture file).
+	// Attention layers may add "sliding_window" (the layer's window) and "rotary_dim"
+	// (rotated channels of each head, when fewer than head_dim).
 	Dims map[string]int64
 	// Eps is the normalization epsilon where the layer has one (RMSNorm, BatchNorm).
 	Eps float64 `json:",omitempty" yaml:",omitempty"`
@@ -102,6 +108,12 @@ type Layer struct {
 	Bias bool `json:",omitempty" yaml:",omitempty"`
 	// Tied marks an lm-head that reuses the embedding table.
 	Tied bool `json:",omitempty" yaml:",omitempty"`
+	// Softcap is the tanh soft-capping cap: of the attention logits for an attention
+	// layer (Gemma 2's attn_logit_softcapping), of the final logits for an lm-head
+	// (final_logit_softcapping); 0 when none.
+	Softcap float64 `json:",omitempty" yaml:",omitempty"`
+	// Rope is the attention's RoPE type when it is not the default one ("longrope").
+	Rope string `json:",omitempty" yaml:",omitempty"`
 	// Block is the index of the decoder/transformer block the layer sits in, -1 outside.
 	Block int
 	// BlockClass is the transformers class of that block's module (the decoder layer a

@@ -114,6 +114,10 @@ def randomize_degenerate(model, seed: int, fan_in_init: bool = False) -> None:
                 mod.running_mean.copy_(uniform(mod.running_mean, -0.5, 0.5))
                 mod.running_var.copy_(uniform(mod.running_var, 0.5, 2.0))
                 mod.num_batches_tracked.fill_(100)
+            elif cls.startswith("Gemma") and cls.endswith("RMSNorm"):
+                # Gemma's norms scale by (1 + weight) and start at weight 0: draw around 0, with
+                # more bits than bf16 keeps next to 1, so folding 1 + w in bf16 would show.
+                mod.weight.copy_(uniform(mod.weight, -0.3, 0.3))
             elif cls.endswith("RMSNorm") or isinstance(mod, nn.LayerNorm):
                 mod.weight.copy_(uniform(mod.weight, 0.8, 1.2))
                 if getattr(mod, "bias", None) is not None:
@@ -246,6 +250,60 @@ def build_qwen3_tiny(seed: int):
     return _seeded(seed, lambda: Qwen3ForCausalLM(cfg))
 
 
+def build_gemma2_tiny(seed: int):
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    cfg = Gemma2Config(
+        hidden_size=96,
+        intermediate_size=128,
+        num_hidden_layers=2,  # layer_types default: sliding, full
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3
+        head_dim=80,
+        query_pre_attn_scalar=64,  # != head_dim: the attention scale is its own field
+        sliding_window=16,  # shorter than the eval's sequences
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
+        tie_word_embeddings=True,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Gemma2ForCausalLM(cfg))
+
+
+def build_gemma3_tiny(seed: int):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(
+        hidden_size=96,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        layer_types=["sliding_attention", "full_attention"],
+        num_attention_heads=3,
+        num_key_value_heads=1,
+        head_dim=96,
+        query_pre_attn_scalar=96,
+        sliding_window=16,
+        tie_word_embeddings=True,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Gemma3ForCausalLM(cfg))
+
+
+def build_phi3_tiny(seed: int):
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    cfg = Phi3Config(
+        hidden_size=240,  # head_dim 80 = 240 / 3 (Phi3Config has no head_dim)
+        intermediate_size=192,
+        num_hidden_layers=1,
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3
+        tie_word_embeddings=True,  # as Phi-4-mini
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Phi3ForCausalLM(cfg))
+
+
 LEVIT_IMAGE_SIZE = 64
 
 
@@ -307,6 +365,9 @@ FIXTURE_LIST = [
     Fixture("qwen2-tiny", 1005, build_qwen2_tiny, dtype="bfloat16"),
     Fixture("qwen3-tiny", 1006, build_qwen3_tiny),
     Fixture("levit-tiny", 1007, build_levit_tiny, text=False),
+    Fixture("gemma2-tiny", 1008, build_gemma2_tiny),
+    Fixture("gemma3-tiny", 1009, build_gemma3_tiny, dtype="bfloat16"),
+    Fixture("phi3-tiny", 1010, build_phi3_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

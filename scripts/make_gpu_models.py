@@ -1,10 +1,11 @@
-"""Random-weight models shaped like Llama-3.2-1B, Llama-3.1-8B and LeViT-128S, made by
+"""Random-weight models shaped like Llama-3.2-1B, Llama-3.1-8B, Gemma-2-2B, Phi-3-mini and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
-    python scripts/make_gpu_models.py OUT_DIR [--only llama1b,llama8b,levit128s] [--layers N]
+    python scripts/make_gpu_models.py OUT_DIR [--only llama1b,llama8b,gemma2b,phi3mini,levit128s] [--layers N]
 
---layers keeps the Llama shapes but only N decoder layers (quick checks; the folder name gets
+--layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
 "-<N>l").
+Gemma-2-2B and Phi-3-mini-4k-instruct follow their published configs (testdata/published/), in bf16.
 Llama-3.2-1B's published config (hidden 2048, 16 layers, 32 heads, 8 KV heads, head_dim 64,
 intermediate 8192, vocab 128256, llama3 rope scaling, tied embeddings), saved in bf16 like the
 real checkpoint; the fixture tokenizer (vocab 512) is copied in, its ids are valid inputs.
@@ -49,15 +50,37 @@ def llama8b(out: Path, layers=None):
     ))
 
 
-def _llama(out: Path, cfg):
+def gemma2b(out: Path, layers=None):
+    """google/gemma-2-2b's config: hidden 2304, 26 layers, 8 heads, 4 KV heads, head_dim 256,
+    intermediate 9216, vocab 256000, sliding window 4096 on alternate layers, soft-capping 50 / 30,
+    tied embeddings. Norm weights drawn around 0 (Gemma scales by 1 + w)."""
+    _llama(out, transformers.Gemma2Config(
+        hidden_size=2304, intermediate_size=9216, num_hidden_layers=layers or 26, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, vocab_size=256000, max_position_embeddings=8192, rms_norm_eps=1e-6,
+        query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+        hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    ), cls=transformers.Gemma2ForCausalLM, norm=(-0.2, 0.2))
+
+
+def phi3mini(out: Path, layers=None):
+    """microsoft/Phi-3-mini-4k-instruct's config: hidden 3072, 32 layers, 32 heads (no GQA),
+    head_dim 96, intermediate 8192, vocab 32064, sliding window 2047, untied embeddings."""
+    _llama(out, transformers.Phi3Config(
+        hidden_size=3072, intermediate_size=8192, num_hidden_layers=layers or 32, num_attention_heads=32,
+        num_key_value_heads=32, vocab_size=32064, max_position_embeddings=4096, original_max_position_embeddings=4096,
+        rms_norm_eps=1e-5, sliding_window=2047, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    ), cls=transformers.Phi3ForCausalLM)
+
+
+def _llama(out: Path, cfg, cls=transformers.LlamaForCausalLM, norm=(0.8, 1.2)):
     torch.manual_seed(0)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.device(dev):
-        model = transformers.LlamaForCausalLM(cfg)
+        model = cls(cfg)
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n.endswith("norm.weight"):
-                p.uniform_(0.8, 1.2)
+                p.uniform_(*norm)
     model = model.to(torch.bfloat16).eval()
     model.save_pretrained(out)
     for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
@@ -86,12 +109,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--only", default="llama1b,levit128s")
-    ap.add_argument("--layers", type=int, default=None, help="decoder layers of the Llama shapes (default: the real count)")
+    ap.add_argument("--layers", type=int, default=None, help="decoder layers of the decoder shapes (default: the real count)")
     a = ap.parse_args()
-    makers = {"llama1b": llama1b, "llama8b": llama8b, "levit128s": levit128s}
+    makers = {"llama1b": llama1b, "llama8b": llama8b, "gemma2b": gemma2b, "phi3mini": phi3mini, "levit128s": levit128s}
     for name in a.only.split(","):
         t = time.time()
-        d = Path(a.out) / (name + (f"-{a.layers}l" if a.layers and name.startswith("llama") else ""))
+        d = Path(a.out) / (name + (f"-{a.layers}l" if a.layers and name != "levit128s" else ""))
         d.mkdir(parents=True, exist_ok=True)
         makers[name](d, a.layers)
         print(f"made {name} in {d} ({time.time() - t:.1f}s)", file=sys.stderr, flush=True)

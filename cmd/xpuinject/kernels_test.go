@@ -15,10 +15,10 @@ func TestKernelsTable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"KERNEL             REPLACES                                 LAYER CLASS\n",
-		"rmsnorm            rmsnorm                                  RMSNorm\n",
-		"gemm               mlp-swiglu, linear-bn, bn-linear,        SwiGLUMLP, LinearBN, BNLinear, Linear,\n",
+		"rmsnorm            rmsnorm, rmsnorm-gemma                   RMSNorm, GemmaRMSNorm\n",
+		"gemm               mlp-swiglu, mlp-geglu, linear-bn,        SwiGLUMLP, GeGLUMLP, LinearBN, BNLinear,\n",
 		"attention-prefill  attention                                Attention, attention_forward()\n",
-		"attention-prefill  q/k/v/o projections (Llama-family attention); head_dim in {32, 64, 80, 96, 128};\n",
+		"attention-prefill  q/k/v/o projections, or a fused qkv_proj and o_proj (Phi-3); head_dim in {32, 64,\n",
 		"Every kernel: backends cuda, xpu; computes in bf16, fp16; weights from F32, F16, BF16.\n",
 		"Vendor routes measured on h200 (kernels/python/xpuinject_kernels/gpus/h200.json)",
 		"gemm               qkv_proj K=2048 N=3072               cuBLAS  0.77x at M=1, 0.75x at M=64, 0.71x\n",

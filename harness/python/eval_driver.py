@@ -259,7 +259,9 @@ def plan_dtype(package_dir):
 
 def load(cls, path, dtype, device, run=None):
     """A model on the device; under torchrun, this rank's pipeline stage of it (run.load_kwargs)."""
-    m = cls.from_pretrained(path, dtype=dtype, **(run.load_kwargs() if run else {}))
+    kw = dict(run.load_kwargs() if run else {})
+    kw.update(sharded.attn_kwargs(path))
+    m = cls.from_pretrained(path, dtype=dtype, **kw)
     m.eval()
     m = m.to(device)
     return run.adopt(m) if run else m
@@ -544,6 +546,9 @@ def main(argv=None):
     if run.main:
         progress(f"injected via {summary['path']}: " + ", ".join(f"{k}×{v}" for k, v in summary["replaced"].items()))
     placement = {"stock": run.placement(stock), "injected": run.placement(injected)}
+    # which attention each model ran: eager where the model computes what SDPA ignores
+    result["model"]["attn_implementation"] = {
+        "stock": stock.config._attn_implementation, "injected": injected.config._attn_implementation}
 
     oracle = None
     if vision:
@@ -576,6 +581,9 @@ def main(argv=None):
         result["latency"] = {"measured": False, "reason": "the kernels ran on the CPU under the Triton interpreter, whose timings say nothing about a GPU"}
     if isinstance(oracle, sharded.LayeredOracle):
         placement["oracle"] = oracle.placement(run.rank)
+    if oracle is not None:
+        om = oracle.model if isinstance(oracle, sharded.LayeredOracle) else oracle
+        result["model"]["attn_implementation"]["oracle"] = om.config._attn_implementation
     if args.latency != "off" and on_gpu:
         del oracle  # the fp32 model is not timed: free its memory first
         try:

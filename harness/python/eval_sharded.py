@@ -34,6 +34,16 @@ COLLECTIVE_TIMEOUT = timedelta(hours=float(os.environ.get("XPUINJECT_COLLECTIVE_
 IDENTITY = "PipelineIdentityLayer"  # what transformers puts where another stage's module was
 
 
+
+def attn_kwargs(path) -> dict:
+    """from_pretrained arguments for the attention a model must run: eager when its config asks
+    for attention logit soft-capping (Gemma 2), which SDPA ignores (transformers 5.17
+    integrations/sdpa_attention.py: softcap lands in its unused **kwargs); the default otherwise."""
+    import transformers
+
+    cfg = transformers.AutoConfig.from_pretrained(path)
+    return {"attn_implementation": "eager"} if getattr(cfg, "attn_logit_softcapping", None) else {}
+
 def nbytes(tensors) -> int:
     seen, total = set(), 0
     for t in tensors:
@@ -381,7 +391,7 @@ class LayeredOracle:
         # parameters on the meta device; buffers (rotary frequencies) computed on the CPU as
         # from_pretrained computes them
         with parameters_on_meta():
-            model = cls._from_config(cfg, dtype=torch.float32)
+            model = cls._from_config(cfg, dtype=torch.float32, **attn_kwargs(path))
         model.eval()
         try:
             model.generation_config = transformers.GenerationConfig.from_pretrained(path)

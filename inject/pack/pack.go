@@ -675,6 +675,16 @@ func (p *packer) writeTensor(r *recipe, f packFile, off int64) error {
 	switch r.Op {
 	case opFoldBias, opFoldInBias:
 		return p.writeBias(r, f, off)
+	case opAddOne:
+		w, err := p.readVec(r.Parts[0])
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, r.outBytes())
+		if err := EncodeF64(buf, AddOne(w), models.F32); err != nil {
+			return r.wrap(err)
+		}
+		return writeAt(f, buf, off, r.Out.Name)
 	}
 	var rowScale, colScale []float64
 	if r.Op == opFoldRows || r.Op == opFoldCols {

@@ -111,6 +111,16 @@ func AddRowDots(out []float64, w []float64, row0 int, t []float64) {
 	}
 }
 
+// AddOne returns 1 + w[i] for each element: the (1 + weight) of Gemma's RMSNorm, exact in
+// float64 (w is at most fp32) so the F32 encode rounds once, as torch's fp32 add does.
+func AddOne(w []float64) []float64 {
+	out := make([]float64, len(w))
+	for i, x := range w {
+		out[i] = 1 + x
+	}
+	return out
+}
+
 // ---- dtype codecs over little-endian byte slices ----
 
 // decodable reports whether pack can do arithmetic on dt.
@@ -278,6 +288,7 @@ const (
 	opFoldCols                 // fold-bn-input weight: column j scaled by s[j]
 	opFoldBias                 // fold-bn / fold-conv-bn bias: a·(b − μ) + β
 	opFoldInBias               // fold-bn-input bias: b + W·(β − s·μ)
+	opAddOne                   // add-one: 1 + w, F32
 )
 
 // srcInfo is what a recipe needs to know about a source tensor.
@@ -334,7 +345,7 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 	ts := o.Transforms
 	if len(ts) > 0 {
 		switch ts[0] {
-		case plan.TFoldBN, plan.TFoldBNInput, plan.TFoldConvBN, plan.TConcatQKV, plan.TConcatGateUp:
+		case plan.TFoldBN, plan.TFoldBNInput, plan.TFoldConvBN, plan.TConcatQKV, plan.TConcatGateUp, plan.TAddOne:
 			r.Main = ts[0]
 			ts = ts[1:]
 		}
@@ -383,6 +394,16 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 		return nil
 	}
 	switch r.Main {
+	case plan.TAddOne:
+		if len(infos) != 1 || len(infos[0].Shape) != 1 {
+			return nil, r.errf("add-one wants one 1-D source (a norm weight), got %d sources, the first of shape %v",
+				len(infos), infos[0].Shape)
+		}
+		if r.CastTo != "" || r.KMajor {
+			return nil, r.errf("add-one writes F32 and takes no cast or prepack (transforms %v)", o.Transforms)
+		}
+		r.Op, r.Parts = opAddOne, []string{infos[0].Name}
+		r.setView(infos[0].Shape)
 	case "":
 		if len(infos) != 1 {
 			return nil, r.errf("%d sources but no concat transform", len(infos))
@@ -495,6 +516,9 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 	r.OutDT = r.InDT
 	if r.CastTo != "" {
 		r.OutDT = r.CastTo
+	}
+	if r.Op == opAddOne {
+		r.OutDT = models.F32
 	}
 	if r.Op == opCopy {
 		mixed := false

@@ -301,3 +301,33 @@ func TestCastToF16(t *testing.T) {
 		t.Error("I32 cast to F16")
 	}
 }
+
+func TestAddOne(t *testing.T) {
+	w := []float64{0, -0.25, 0.3000000119, -1, 1e-9}
+	got := AddOne(w)
+	for i, x := range w {
+		if got[i] != 1+x {
+			t.Errorf("AddOne[%d] = %v, want %v", i, got[i], 1+x)
+		}
+	}
+	// add-one writes F32 and refuses a cast or a prepack after it
+	lp := &plan.LayerPlan{Module: "m"}
+	src := func(string) (srcInfo, bool) { return srcInfo{Name: "w", DType: models.BF16, Shape: []int64{8}}, true }
+	for _, c := range []struct {
+		ts   []string
+		dt   string
+		want string
+	}{
+		{[]string{plan.TAddOne, plan.TCastBF16}, "BF16", "takes no cast"},
+		{[]string{plan.TAddOne}, "BF16", "plan dtype BF16"},
+	} {
+		o := plan.TensorPlan{Name: "m.offset_weight", Sources: []string{"w"}, Transforms: c.ts, Shape: []int64{8}, DType: c.dt, Layout: plan.LayoutRowMajor}
+		if _, err := newRecipe(lp, o, src); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.ts, err, c.want)
+		}
+	}
+	o := plan.TensorPlan{Name: "m.offset_weight", Sources: []string{"w"}, Transforms: []string{plan.TAddOne}, Shape: []int64{8}, DType: "F32", Layout: plan.LayoutRowMajor}
+	if r, err := newRecipe(lp, o, src); err != nil || r.OutDT != models.F32 || r.Op != opAddOne {
+		t.Errorf("add-one recipe %+v, %v", r, err)
+	}
+}

@@ -51,6 +51,9 @@ const (
 	ReasonLeViTAttention = "learned per-head attention biases over short non-causal sequences: " +
 		"the causal GQA kernels do not apply; stock path (its Linear+BatchNorm layers are planned on their own)"
 	ReasonAddRMSNorm = "fused with the residual add before it; the decoder layer is patched"
+	ReasonGemmaNorm  = "Gemma's (1 + w) folded offline and kept fp32; normalized and scaled in fp32, rounded once"
+	// Gemma's embedding multiplies by √hidden in its forward; the table itself is unscaled.
+	ReasonScaledEmbedding = "a gather (its forward scales by √hidden; the table, which a tied head reads, is unscaled); nothing to gain"
 )
 
 // New decides, for every layer of g, the kernel that replaces it or keep with the
@@ -237,18 +240,22 @@ func (p *planner) layer(l models.Layer) (LayerPlan, error) {
 	}
 	var err error
 	switch l.Kind {
-	case models.KindRMSNorm:
+	case models.KindRMSNorm, models.KindRMSNormGemma:
 		err = p.rmsnorm(l, &lp)
 	case models.KindAttention:
 		err = p.attention(l, &lp)
-	case models.KindMLPSwiGLU:
+	case models.KindMLPSwiGLU, models.KindMLPGeGLU:
 		err = p.mlp(l, &lp)
 	case models.KindLinearBN, models.KindBNLinear:
 		err = p.linearBN(l, &lp)
 	case models.KindConvBN:
 		err = p.convBN(l, &lp)
 	case models.KindEmbedding:
-		err = p.keep(l, &lp, ReasonEmbedding)
+		reason := ReasonEmbedding
+		if strings.HasSuffix(l.Class, "ScaledWordEmbedding") {
+			reason = ReasonScaledEmbedding
+		}
+		err = p.keep(l, &lp, reason)
 	case models.KindLMHead:
 		err = p.lmHead(l, &lp)
 	case models.KindLinear:
@@ -344,6 +351,12 @@ func (p *planner) lmHead(l models.Layer, lp *LayerPlan) error {
 	lp.Reason = ReasonLMHead
 	if l.Tied {
 		lp.Reason = joinReasons(ReasonLMHead, ReasonLMHeadTied)
+	}
+	if l.Softcap > 0 {
+		// The causal-LM forward caps the logits after lm_head; a cap in this GEMM's epilogue
+		// would be applied twice.
+		lp.Reason = joinReasons(lp.Reason, fmt.Sprintf("final logit soft-capping (cap %g) runs after it in the model's "+
+			"forward, on these fp32 logits", l.Softcap))
 	}
 	lp.Reason = joinReasons(lp.Reason, note)
 	return nil

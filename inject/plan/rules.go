@@ -15,7 +15,10 @@ import (
 // defines for it. Shapes are taken from the checkpoint and checked against the layer's
 // dims; a disagreement is an ErrCannotPlan (models checks shapes, so it means a bad graph).
 
-const postAttentionNorm = "post_attention_layernorm"
+const (
+	postAttentionNorm  = "post_attention_layernorm"
+	preFeedforwardNorm = "pre_feedforward_layernorm"
+)
 
 func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 	candidates := []string{"rmsnorm"}
@@ -34,30 +37,57 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 		return err
 	}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
-	lp.Outputs = []TensorPlan{p.out(w, "", "", LayoutRowMajor, p.shapeOf(w), nil, w)}
-	lp.Bindings = []Binding{bind(l.Module, l.Class, lp.Layer, nil)}
+	decoder := layerDecoder
+	if l.Kind == models.KindRMSNormGemma {
+		// Gemma's (1 + w) folded offline, kept fp32: the kernel multiplies in fp32 and rounds
+		// once, as Gemma2RMSNorm does; the module's own weight stays for the stock path.
+		o := TensorPlan{Name: l.Module + ".offset_weight", Attr: kernels.PackedAttr(layerGemmaRMSNorm, "weight"),
+			Sources: []string{w}, Transforms: []string{TAddOne}, Shape: slices.Clone(p.shapeOf(w)),
+			DType: string(models.F32), Layout: LayoutRowMajor}
+		lp.Outputs = []TensorPlan{o}
+		decoder = layerGemmaDecoder
+		note = joinReasons(ReasonGemmaNorm, note)
+	} else {
+		lp.Outputs = []TensorPlan{p.out(w, "", "", LayoutRowMajor, p.shapeOf(w), nil, w)}
+	}
+	lp.Bindings = []Binding{bind(l.Module, l.Class, lp.Layer, lp.Outputs)}
 	if k.Name == "add-rmsnorm" {
 		lp.Reason = joinReasons(ReasonAddRMSNorm, note)
 		// The residual add before this norm lives in the decoder layer's forward, so the
 		// decoder layer is what changes.
-		lp.Bindings = append(lp.Bindings, bind(parentModule(l.Module), l.BlockClass, layerDecoder, nil))
+		lp.Bindings = append(lp.Bindings, bind(parentModule(l.Module), l.BlockClass, decoder, nil))
 	} else {
 		lp.Reason = note
 	}
 	return nil
 }
 
-// fusable: a decoder block's post-attention RMSNorm whose block class is known can fuse
-// the residual add before it (add-rmsnorm, carried out by patching the block).
+// fusable: a decoder block's norm right after a residual add, whose block class is known,
+// can fuse that add (add-rmsnorm, carried out by patching the block): the post-attention
+// norm of a Llama-style block; Gemma's block adds after its post-attention norm, so there
+// it is the pre-feedforward norm.
 func fusable(l models.Layer) bool {
-	return l.Block >= 0 && l.BlockClass != "" && lastPart(l.Module) == postAttentionNorm
+	if l.Block < 0 || l.BlockClass == "" {
+		return false
+	}
+	if l.Kind == models.KindRMSNormGemma {
+		return lastPart(l.Module) == preFeedforwardNorm
+	}
+	return lastPart(l.Module) == postAttentionNorm
 }
 
 // Layer classes the rules bind besides the registry's (contract.json names them all).
 const (
-	layerDecoder = "DecoderLayer"
-	layerRMSNorm = "RMSNorm"
-	layerConvBN  = "ConvBN"
+	layerDecoder      = "DecoderLayer"
+	layerGemmaDecoder = "GemmaDecoderLayer"
+	layerRMSNorm      = "RMSNorm"
+	layerGemmaRMSNorm = "GemmaRMSNorm"
+	layerConvBN       = "ConvBN"
+	layerFusedAttn    = "FusedAttention"
+	layerFusedSwiGLU  = "FusedSwiGLUMLP"
+	layerSwiGLU       = "SwiGLUMLP"
+	fusedQKVRole      = "qkv_proj.weight"
+	fusedGateUpRole   = "gate_up_proj.weight"
 )
 
 // bind is a Binding whose reads are the layer's own (contract.json) followed by the
@@ -96,6 +126,8 @@ func (p *planner) decoderPatched(block int) bool {
 		return false
 	}
 	for _, l := range p.g.Layers {
+		// Gemma's patched block runs its MLP as a module (a norm sits between the MLP and the
+		// residual add), so only the Llama-style block inlines it.
 		if l.Block == block && l.Kind == models.KindRMSNorm && fusable(l) {
 			k, _, _ := p.choose(l, "add-rmsnorm")
 			return k != nil
@@ -108,6 +140,9 @@ var attentionRoles = []string{"q_proj.weight", "k_proj.weight", "v_proj.weight",
 var attentionOptional = []string{"q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias", "q_norm.weight", "k_norm.weight"}
 
 func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
+	if _, ok := l.Tensors[fusedQKVRole]; ok {
+		return p.fusedAttention(l, lp)
+	}
 	if _, ok := l.Tensors["q_proj.weight"]; !ok {
 		if _, ok := l.Tensors["attention_biases"]; ok {
 			return p.keep(l, lp, ReasonLeViTAttention)
@@ -130,6 +165,9 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	}
 	if nb != 0 && nb != 3 {
 		return p.keep(l, lp, "only some of q/k/v carry a bias; concat-qkv needs all three or none; stock path")
+	}
+	if why := p.stockAttention(l); why != "" {
+		return p.keep(l, lp, why)
 	}
 	k, note, why := p.choose(l, "attention-prefill")
 	if k == nil {
@@ -210,6 +248,93 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	return nil
 }
 
+// stockAttention is why an attention layer stays on the stock path whatever the kernels'
+// shape constraints say, "" when nothing does: each variant the attention and RoPE kernels
+// do not compute yet.
+func (p *planner) stockAttention(l models.Layer) string {
+	var why []string
+	if l.Softcap > 0 {
+		why = append(why, fmt.Sprintf("attention logit soft-capping (tanh, cap %g) is not in the attention kernels yet "+
+			"(and SDPA ignores it: the eval runs this model's attention eager)", l.Softcap))
+	}
+	if sw := l.Dims["sliding_window"]; sw > 0 {
+		why = append(why, fmt.Sprintf("sliding-window layer (window %d; transformers keeps only the window in its cache): "+
+			"not in the attention kernels yet", sw))
+	}
+	if rd := l.Dims["rotary_dim"]; rd > 0 {
+		why = append(why, fmt.Sprintf("partial rotary (%d of %d channels of each head): not in the rope kernel yet",
+			rd, l.Dims["head_dim"]))
+	}
+	if l.Rope != "" {
+		why = append(why, fmt.Sprintf("%s RoPE picks its factors by a host-side length test a captured graph would hide", l.Rope))
+	}
+	for _, c := range slices.Sorted(maps.Keys(l.Children)) {
+		if cls := l.Children[c]; kernels.LayerReplaces(layerGemmaRMSNorm, cls) {
+			why = append(why, fmt.Sprintf("its %s (%s, Gemma's (1 + w) form) is not bound inside the Attention layer yet", c, cls))
+			break
+		}
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	// A shape the kernels refuse anyway (head_dim 256) is said too.
+	if k, _, refused := p.choose(l, "attention-prefill"); k == nil {
+		why = append([]string{refused}, why...)
+	}
+	return strings.Join(why, "; ") + "; stock path"
+}
+
+// fusedAttention plans an attention whose checkpoint holds q/k/v as one qkv_proj (Phi-3):
+// the fused weight is kept as it is, transposed to K-major, its split recorded.
+func (p *planner) fusedAttention(l models.Layer, lp *LayerPlan) error {
+	required := []string{fusedQKVRole, "o_proj.weight"}
+	if extra := unknownRoles(l, required, nil); len(extra) > 0 {
+		return p.keep(l, lp, fmt.Sprintf("attention has tensors the FusedAttention layer does not read (%s); stock path",
+			strings.Join(extra, ", ")))
+	}
+	if err := p.needRoles(l, required); err != nil {
+		return err
+	}
+	if why := p.stockAttention(l); why != "" {
+		return p.keep(l, lp, why)
+	}
+	k, note, why := p.choose(l, "attention-prefill")
+	if k == nil {
+		return p.keep(l, lp, why)
+	}
+	d := l.Dims
+	hidden, h, kv, hd := d["hidden"], d["heads"], d["kv_heads"], d["head_dim"]
+	qn, err1 := mul(h, hd)
+	kvn, err2 := mul(kv, hd)
+	if err := errors2(err1, err2); err != nil {
+		return fmt.Errorf("%w: layer %s: %v", ErrCannotPlan, l.Module, err)
+	}
+	total, err := sum(qn, kvn, kvn)
+	if err != nil {
+		return fmt.Errorf("%w: layer %s: %v", ErrCannotPlan, l.Module, err)
+	}
+	if err := p.wantShape(l, fusedQKVRole, total, hidden); err != nil {
+		return err
+	}
+	if err := p.wantShape(l, "o_proj.weight", hidden, qn); err != nil {
+		return err
+	}
+	t, m := l.Tensors, l.Module
+	layer := layerFusedAttn
+	qkv := p.out(m+".qkv_proj.weight", "weight", kernels.PackedAttr(layer, "qkv_weight"), LayoutKMajor,
+		[]int64{hidden, total}, []int64{qn, kvn, kvn}, t[fusedQKVRole])
+	o := p.out(m+".o_proj.weight", "", kernels.PackedAttr(layer, "o_weight"), LayoutKMajor, []int64{qn, hidden}, nil, t["o_proj.weight"])
+	lp.Outputs = []TensorPlan{qkv, o}
+	lp.Kernel, lp.Layer = k.Name, layer
+	ab := bind(m, l.Class, layer, lp.Outputs)
+	ab.Vendor = vendorRoutes(p.reg.VendorOps(k.Name, l, p.tensors))
+	lp.Bindings = []Binding{ab}
+	reason := "qkv_proj kept fused as the checkpoint has it (split q, k, v recorded); prefill runs attention-prefill, " +
+		"generation attention-decode; RoPE by rope; qkv and o projections by gemm"
+	lp.Reason = joinReasons(reason+vendorReason(ab.Vendor), note)
+	return nil
+}
+
 // slidingWindow is the layer's attention window, 0 for full attention: dims
 // "sliding_window", else config.json's sliding_window unless use_sliding_window is false
 // (Qwen2 configs carry a window they do not use).
@@ -243,11 +368,23 @@ func vendorReason(vendor []VendorRoute) string {
 var mlpRoles = []string{"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
 
 func (p *planner) mlp(l models.Layer, lp *LayerPlan) error {
-	if extra := unknownRoles(l, mlpRoles, nil); len(extra) > 0 {
-		return p.keep(l, lp, fmt.Sprintf("MLP has tensors the SwiGLUMLP layer does not read (%s); stock path",
-			strings.Join(extra, ", ")))
+	_, fused := l.Tensors[fusedGateUpRole]
+	roles := mlpRoles
+	if fused {
+		roles = []string{fusedGateUpRole, "down_proj.weight"}
 	}
-	if err := p.needRoles(l, mlpRoles); err != nil {
+	layer, epilogue := layerSwiGLU, kernels.EpilogueSwiGLU
+	switch {
+	case l.Kind == models.KindMLPGeGLU:
+		layer, epilogue = "GeGLUMLP", kernels.EpilogueGeGLU
+	case fused:
+		layer = layerFusedSwiGLU
+	}
+	if extra := unknownRoles(l, roles, nil); len(extra) > 0 {
+		return p.keep(l, lp, fmt.Sprintf("MLP has tensors the %s layer does not read (%s); stock path",
+			layer, strings.Join(extra, ", ")))
+	}
+	if err := p.needRoles(l, roles); err != nil {
 		return err
 	}
 	k, note, why := p.choose(l, "gemm")
@@ -255,35 +392,53 @@ func (p *planner) mlp(l models.Layer, lp *LayerPlan) error {
 		return p.keep(l, lp, why)
 	}
 	hidden, inter := l.Dims["hidden"], l.Dims["intermediate"]
-	for _, c := range []struct {
+	twoI, err := sum(inter, inter)
+	if err != nil {
+		return fmt.Errorf("%w: layer %s: %v", ErrCannotPlan, l.Module, err)
+	}
+	want := []struct {
 		role string
 		want []int64
 	}{
 		{"gate_proj.weight", []int64{inter, hidden}}, {"up_proj.weight", []int64{inter, hidden}},
 		{"down_proj.weight", []int64{hidden, inter}},
-	} {
+	}
+	if fused {
+		want = want[1:]
+		want[0] = struct {
+			role string
+			want []int64
+		}{fusedGateUpRole, []int64{twoI, hidden}}
+	}
+	for _, c := range want {
 		if err := p.wantShape(l, c.role, c.want...); err != nil {
 			return err
 		}
 	}
-	twoI, err := sum(inter, inter)
-	if err != nil {
-		return fmt.Errorf("%w: layer %s: %v", ErrCannotPlan, l.Module, err)
-	}
 	t, m := l.Tensors, l.Module
-	gu := p.out(m+".gate_up_proj.weight", "weight", kernels.PackedAttr("SwiGLUMLP", "gate_up_weight"), LayoutKMajor,
-		[]int64{hidden, twoI}, []int64{inter, inter}, t["gate_proj.weight"], t["up_proj.weight"])
-	gu.Transforms = append([]string{TConcatGateUp}, gu.Transforms...)
-	down := p.out(m+".down_proj.weight", "", kernels.PackedAttr("SwiGLUMLP", "down_weight"), LayoutKMajor,
+	var gu TensorPlan
+	if fused {
+		// Phi-3's gate_up_proj is [gate | up] along the output already: kept as it is.
+		gu = p.out(m+".gate_up_proj.weight", "weight", kernels.PackedAttr(layer, "gate_up_weight"), LayoutKMajor,
+			[]int64{hidden, twoI}, []int64{inter, inter}, t[fusedGateUpRole])
+	} else {
+		gu = p.out(m+".gate_up_proj.weight", "weight", kernels.PackedAttr(layer, "gate_up_weight"), LayoutKMajor,
+			[]int64{hidden, twoI}, []int64{inter, inter}, t["gate_proj.weight"], t["up_proj.weight"])
+		gu.Transforms = append([]string{TConcatGateUp}, gu.Transforms...)
+	}
+	down := p.out(m+".down_proj.weight", "", kernels.PackedAttr(layer, "down_weight"), LayoutKMajor,
 		[]int64{inter, hidden}, nil, t["down_proj.weight"])
 	lp.Outputs = []TensorPlan{gu, down}
-	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
+	lp.Kernel, lp.Layer = k.Name, layer
 	mb := bind(m, l.Class, lp.Layer, lp.Outputs)
 	mb.Vendor = vendorRoutes(p.reg.VendorOps(k.Name, l, p.tensors))
 	lp.Bindings = []Binding{mb}
-	what := "gate/up by one GEMM with the swiglu epilogue, down by a plain GEMM"
+	what := "gate/up by one GEMM with the " + epilogue + " epilogue, down by a plain GEMM"
 	if p.decoderPatched(l.Block) {
-		what = "gate/up by one GEMM with the swiglu epilogue, down by a GEMM with the decoder layer's residual add in its epilogue"
+		what = "gate/up by one GEMM with the " + epilogue + " epilogue, down by a GEMM with the decoder layer's residual add in its epilogue"
+	}
+	if fused {
+		what = "gate_up_proj kept fused as the checkpoint has it (split gate, up recorded); " + what
 	}
 	lp.Reason = joinReasons(what+vendorReason(mb.Vendor), note)
 	return nil

@@ -24,6 +24,9 @@ const (
 	TCastBF16      = "cast-bf16"      // cast to bf16, round-to-nearest-even
 	TCastFP16      = "cast-fp16"      // cast to fp16, round-to-nearest-even (overflow to inf)
 	TPrepackKMajor = "prepack-kmajor" // [N, K] nn.Linear weight transposed to K-major [K, N]
+	// TAddOne folds Gemma's norm offset: 1 + w, summed exactly and rounded once to F32 (the
+	// result stays fp32: in bf16, 1 + w would lose w to the spacing near 1, 2^-7).
+	TAddOne = "add-one"
 )
 
 // The dtypes a model runs in once injected (Plan.DType); DTypeAuto picks one (Options).

@@ -114,6 +114,35 @@ def test_pipeline_fp16_cpu(tmp_path):
     assert "| metric | injected fp16 | stock fp16 |" in (out / "eval" / "report.md").read_text()
 
 
+@pytest.mark.parametrize(
+    "fixture, replaced, attn",
+    [
+        # Gemma 2: (1 + w) norms folded and fp32, GeGLU MLPs, the pre-feedforward add fused in the
+        # patched block; soft-capped, sliding attention stays stock and runs eager (SDPA ignores
+        # soft-capping), in the stock model, the injected one and the oracle alike
+        ("gemma2-tiny", {"GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "LMHead"}, "eager"),
+        # Gemma 3: q/k norms in the (1 + w) form inside stock attention, two RoPE bases
+        ("gemma3-tiny", {"GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "LMHead"}, "sdpa"),
+        # Phi-3: the checkpoint's fused qkv_proj and gate_up_proj, head_dim 80, GQA 3, tied head
+        ("phi3-tiny", {"FusedAttention", "FusedSwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
+    ],
+)
+def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):
+    r = run_pipeline(fixture, tmp_path / "run")
+    assert r.returncode == 0, r.stderr[-4000:]
+    ev = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    assert ev["injection"]["path"] == "kernels"
+    assert set(ev["injection"]["replaced"]) == replaced
+    assert ev["model"]["attn_implementation"] == {"stock": attn, "injected": attn, "oracle": attn}
+    check_accuracy(ev)
+    # greedy: the injected model leaves the stock one only where the oracle's top two tie
+    gen = ev["generation"]["injected_vs_stock"]
+    assert gen["tokens"] == 4 * 8 and gen["non_ties"] == 0, gen
+    rt = ev["generation"]["runtime"]  # the graph runtime's steps give eager's tokens
+    for name in ("stock", "injected"):
+        assert rt[name]["vs_eager"]["positions"] == 1.0, rt[name]
+
+
 def test_pipeline_levit_cpu(tmp_path):
     r = run_pipeline("levit-tiny", tmp_path / "run")
     assert r.returncode == 0, r.stderr[-4000:]

@@ -72,7 +72,10 @@ def main() -> None:
         kc.create_compatible_mapping(model)
         with kernels.use_kernel_mapping(kc.kernel_mapping, inherit_mapping=False):
             kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device="cpu")
-    layer_of = {getattr(xk.layers, n).forward: n for n in xk.layers.__all__}
+    # the first class with a forward names it (FusedSwiGLUMLP shares SwiGLUMLP's)
+    layer_of = {}
+    for n in xk.layers.__all__:
+        layer_of.setdefault(getattr(xk.layers, n).forward, n)
     bound = sorted((p, layer_of[m.forward.__func__]) for p, m in model.named_modules()
                    if isinstance(m.__dict__.get("forward"), types.MethodType) and m.forward.__func__ in layer_of)
     supported = sorted((p, layer) for p, layer in xk.supported_bindings(model) if layer != "LMHead")

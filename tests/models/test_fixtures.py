@@ -31,6 +31,9 @@ TEXT = {
     "mistral-tiny": ("mistral", "MistralForCausalLM", "F32"),
     "qwen2-tiny": ("qwen2", "Qwen2ForCausalLM", "BF16"),
     "qwen3-tiny": ("qwen3", "Qwen3ForCausalLM", "F32"),
+    "gemma2-tiny": ("gemma2", "Gemma2ForCausalLM", "F32"),
+    "gemma3-tiny": ("gemma3_text", "Gemma3ForCausalLM", "BF16"),
+    "phi3-tiny": ("phi3", "Phi3ForCausalLM", "BF16"),
 }
 VISION = {"levit-tiny": ("levit", "LevitForImageClassificationWithTeacher", "F32")}
 ALL = {**TEXT, **VISION}
@@ -66,7 +69,7 @@ def test_every_fixture_folder_is_known():
 
 def test_fixtures_total_size_budget():
     total = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert total < 6 * 1024 * 1024, f"testdata/fixtures is {total / 2**20:.2f} MiB, budget is 6 MiB"
+    assert total < 7 * 1024 * 1024, f"testdata/fixtures is {total / 2**20:.2f} MiB, budget is 7 MiB"
 
 
 def test_dtypes_cover_fp32_fp16_bf16():
@@ -116,6 +119,10 @@ def test_text_fixture_loads_and_runs(name):
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     sd = model.state_dict()
     hid, nh, nkv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
+    if model_type == "phi3":  # q/k/v and gate/up fused in the checkpoint
+        assert sd["model.layers.0.self_attn.qkv_proj.weight"].shape == ((nh + 2 * nkv) * head_dim, hid)
+        assert sd["model.layers.0.mlp.gate_up_proj.weight"].shape == (2 * cfg.intermediate_size, hid)
+        return
     assert sd["model.layers.0.self_attn.q_proj.weight"].shape == (nh * head_dim, hid)
     assert sd["model.layers.0.self_attn.k_proj.weight"].shape == (nkv * head_dim, hid)
     assert sd["model.layers.0.self_attn.v_proj.weight"].shape == (nkv * head_dim, hid)
@@ -128,12 +135,16 @@ def test_text_fixture_loads_and_runs(name):
 def test_norm_weights_and_biases_are_not_init_values(name):
     model = load(name)
     norms = [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("RMSNorm")]
-    # 2 per layer + final norm, plus q_norm/k_norm per layer for qwen3
+    # 2 per layer (Gemma: 4) + final norm, plus q_norm/k_norm per layer for qwen3 and gemma3
     cfg = model.config
-    want = 2 * cfg.num_hidden_layers + 1 + (2 * cfg.num_hidden_layers if cfg.model_type == "qwen3" else 0)
-    assert len(norms) == want
+    gemma = cfg.model_type.startswith("gemma")
+    per_layer = (4 if gemma else 2) + (2 if cfg.model_type in ("qwen3", "gemma3_text") else 0)
+    assert len(norms) == per_layer * cfg.num_hidden_layers + 1
     for n, m in norms:
         w = m.weight.float()
+        if gemma:  # Gemma scales by 1 + weight, which starts at 0
+            assert not torch.all(w == 0) and w.abs().max() <= 0.3 and w.std() > 0.01, f"{name}: {n}.weight not around 0"
+            continue
         assert not torch.all(w == 1), f"{name}: {n}.weight is all ones"
         assert 0.75 <= w.min() and w.max() <= 1.25 and w.std() > 0.01, f"{name}: {n}.weight not around 1"
     biases = [(n, p) for n, p in model.named_parameters() if n.endswith(".bias")]
@@ -250,4 +261,4 @@ def test_fixtures_match_generator():
         timeout=300,
     )
     assert r.returncode == 0, f"make_fixtures.py --check failed:\n{r.stderr[-4000:]}"
-    assert "check ok: 8 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
+    assert "check ok: 11 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8

@@ -17,6 +17,8 @@ Epilogues (constexpr EPILOGUE, bias independent of it via HAS_BIAS):
                out[M, I] = silu(x@Wg (+bg)) * (x@Wu (+bu)); bias, if any, is [2I] (gate | up).
                Each program computes the matching gate and up tiles (columns n and I + n) and
                never writes the [M, 2I] intermediate.
+  "geglu"      as swiglu with gelu's tanh approximation for silu (Gemma's gelu_pytorch_tanh):
+               out = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u, in fp32.
   "hardswish"  out = hardswish(x@W (+b))  = y * clamp(y + 3, 0, 6) / 6
   "residual"   out = x@W (+b) + r[M, N]
 
@@ -44,9 +46,11 @@ __all__ = ["gemm", "gemm_ref", "EPILOGUES"]
 # The fused epilogues (contract.json, which the planner's registry reads too).
 EPILOGUES = GEMM_EPILOGUES
 # constexpr codes
-_EPI_NONE, _EPI_SWIGLU, _EPI_HARDSWISH, _EPI_RESIDUAL = 0, 1, 2, 3
+_EPI_NONE, _EPI_SWIGLU, _EPI_HARDSWISH, _EPI_RESIDUAL, _EPI_GEGLU = 0, 1, 2, 3, 4
 _EPI_CODE = {"none": _EPI_NONE, "bias": _EPI_NONE, "swiglu": _EPI_SWIGLU, "hardswish": _EPI_HARDSWISH,
-             "residual": _EPI_RESIDUAL}
+             "residual": _EPI_RESIDUAL, "geglu": _EPI_GEGLU}
+# The gated epilogues: W is [gate | up], each program computes both tiles.
+_GATED = ("swiglu", "geglu")
 
 _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _W_DTYPES = (torch.bfloat16, torch.float16)
@@ -73,11 +77,15 @@ def _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS: tl.constexpr, EPI
     nmask = offs_n < N
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
-        if EPILOGUE == 1:
+        if EPILOGUE == 1 or EPILOGUE == 4:
             acc_up = acc_up + tl.load(b_ptr + UP_OFF + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     if EPILOGUE == 1:
         # silu(g) * u, sigmoid through exp: fp32, no intermediate rounding
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    elif EPILOGUE == 4:
+        # gelu_pytorch_tanh(g) * u; tanh(y) = 1 - 2 / (1 + exp(2y)) (saturates to +-1 without NaN)
+        y = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+        acc = 0.5 * acc * (2.0 - 2.0 / (1.0 + tl.exp(2.0 * y))) * acc_up
     elif EPILOGUE == 2:
         acc = acc * tl.minimum(tl.maximum(acc + 3.0, 0.0), 6.0) / 6.0
     return acc
@@ -103,7 +111,7 @@ def _gemm_kernel(
     if USE_DESC:
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K])
         w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[stride_wk, 1], block_shape=[BLOCK_K, BLOCK_N])
-        if EPILOGUE == 1:
+        if EPILOGUE == 1 or EPILOGUE == 4:
             # the up half as its own [K, I] tensor: OOB columns of a gate tile read zeros, never up
             wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF, shape=[K, N], strides=[stride_wk, 1],
                                                 block_shape=[BLOCK_K, BLOCK_N])
@@ -111,7 +119,7 @@ def _gemm_kernel(
             k0 = kk * BLOCK_K
             a = x_desc.load([off_m, k0]).to(wty)
             acc = tl.dot(a, w_desc.load([k0, off_n]), acc)
-            if EPILOGUE == 1:
+            if EPILOGUE == 1 or EPILOGUE == 4:
                 acc_up = tl.dot(a, wu_desc.load([k0, off_n]), acc_up)
     else:
         x_bp = tl.make_block_ptr(x_ptr, shape=(M, K), strides=(stride_xm, 1), offsets=(off_m, 0),
@@ -123,7 +131,7 @@ def _gemm_kernel(
         else:
             w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn), offsets=(0, off_n),
                                      block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
-        if EPILOGUE == 1:
+        if EPILOGUE == 1 or EPILOGUE == 4:
             if W_KMAJOR:
                 wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
                                           offsets=(0, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
@@ -133,7 +141,7 @@ def _gemm_kernel(
         for kk in range(0, tl.cdiv(K, BLOCK_K)):
             a = tl.load(x_bp, boundary_check=(0, 1), padding_option="zero").to(wty)
             acc = tl.dot(a, tl.load(w_bp, boundary_check=(0, 1), padding_option="zero"), acc)
-            if EPILOGUE == 1:
+            if EPILOGUE == 1 or EPILOGUE == 4:
                 acc_up = tl.dot(a, tl.load(wu_bp, boundary_check=(0, 1), padding_option="zero"), acc_up)
                 wu_bp = tl.advance(wu_bp, (BLOCK_K, 0))
             x_bp = tl.advance(x_bp, (0, BLOCK_K))
@@ -277,9 +285,9 @@ def _check(x, w, bias, residual, epilogue, out_dtype):
     if w.device != x.device:
         raise _err(f"weight on {w.device}, x on {x.device}")
     n_w = w.shape[1]
-    swiglu = epilogue == "swiglu"
+    swiglu = epilogue in _GATED
     if swiglu and n_w % 2 != 0:
-        raise _err(f"swiglu weight has {n_w} columns: want an even [K, 2I] (gate | up)")
+        raise _err(f"{epilogue} weight has {n_w} columns: want an even [K, 2I] (gate | up)")
     n = n_w // 2 if swiglu else n_w
     if epilogue == "bias" and bias is None:
         raise _err("epilogue 'bias' needs a bias tensor")
@@ -321,7 +329,7 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
     if bias is not None:
         bias = bias.contiguous()
     k, n_w = w.shape
-    swiglu = epilogue == "swiglu"
+    swiglu = epilogue in _GATED
     be = _backend.require_runnable(x, "gemm")
     out = _backend.empty(out_shape, out_dtype, x.device)
     x2 = _as_rows(x)
@@ -410,9 +418,11 @@ def gemm_ref(x, w, bias=None, residual=None, epilogue="none"):
     y = x.float() @ w.float()
     if bias is not None:
         y = y + bias.float()
-    if epilogue == "swiglu":
+    if epilogue in _GATED:
         i = w.shape[1] // 2
         g, u = y[..., :i], y[..., i:]
+        if epilogue == "geglu":
+            return torch.nn.functional.gelu(g, approximate="tanh") * u
         return torch.nn.functional.silu(g) * u
     if epilogue == "hardswish":
         return torch.nn.functional.hardswish(y)

@@ -42,6 +42,7 @@ from torch import nn
 
 from . import layers as _layers
 from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, PACKED_CHECKS, VENDOR_ATTR, layer_for_class
+from .families import mlp_activation
 from .packing import Released
 
 __all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "mark_transformers_classes", "kernel_mapping",
@@ -711,6 +712,56 @@ def _why_not(m: nn.Module, layer: str) -> str:
         if min(c["gate_proj"].in_features, c["gate_proj"].out_features) < MIN_GEMM_DIM:
             return f"a GEMM dimension below {MIN_GEMM_DIM}"
         return ""
+    if layer == "GemmaRMSNorm":
+        return "" if isinstance(getattr(m, "weight", None), torch.Tensor) and hasattr(m, "eps") else "no weight / eps"
+    if layer == "GeGLUMLP":
+        if not all(_linear(c.get(n)) for n in ("gate_proj", "up_proj", "down_proj")):
+            return "no gate/up/down_proj Linear children"
+        if any(c[n].bias is not None for n in ("gate_proj", "up_proj", "down_proj")):
+            return "biased projections (the planner keeps those)"
+        if mlp_activation(getattr(m, "config", None)) != "gelu_pytorch_tanh":
+            return "hidden_activation is not gelu_pytorch_tanh"
+        if min(c["gate_proj"].in_features, c["gate_proj"].out_features) < MIN_GEMM_DIM:
+            return f"a GEMM dimension below {MIN_GEMM_DIM}"
+        return ""
+    if layer == "GemmaDecoderLayer":
+        names = ("input_layernorm", "self_attn", "post_attention_layernorm", "pre_feedforward_layernorm", "mlp",
+                 "post_feedforward_layernorm")
+        if not all(isinstance(c.get(n), nn.Module) for n in names):
+            return "not a Gemma decoder block"
+        norm = c["pre_feedforward_layernorm"]
+        ok = layer_for_class(type(norm).__name__) == "GemmaRMSNorm" and not _why_not(norm, "GemmaRMSNorm")
+        return "" if ok else "its pre-feedforward norm is not a Gemma RMSNorm"
+    if layer == "FusedAttention":
+        if not all(_linear(c.get(n)) for n in ("qkv_proj", "o_proj")):
+            return "no qkv_proj / o_proj Linear children"
+        cfg = getattr(m, "config", None)
+        h = getattr(cfg, "num_attention_heads", 0)
+        kv = getattr(cfg, "num_key_value_heads", None) or h
+        d = getattr(m, "head_dim", 0)
+        rope = getattr(cfg, "rope_parameters", None) or {}
+        if d not in ATTENTION_HEAD_DIMS:
+            return f"head_dim {d} not supported (supported: {ATTENTION_HEAD_DIMS})"
+        if not h or h % kv or d % 2:
+            return f"heads {h} not a multiple of kv_heads {kv}, or head_dim {d} odd"
+        # what the planner keeps on the stock path (inject/plan/rules.go stockAttention)
+        if getattr(cfg, "sliding_window", None):
+            return "sliding-window attention"
+        if rope.get("partial_rotary_factor", 1.0) != 1.0 or rope.get("rope_type", "default") != "default":
+            return "partial rotary or LongRoPE"
+        if c["qkv_proj"].bias is not None or c["o_proj"].bias is not None:
+            return "biased projections"
+        return ""
+    if layer == "FusedSwiGLUMLP":
+        if not all(_linear(c.get(n)) for n in ("gate_up_proj", "down_proj")):
+            return "no gate_up_proj / down_proj Linear children"
+        if c["gate_up_proj"].bias is not None or c["down_proj"].bias is not None:
+            return "biased projections (the planner keeps those)"
+        if mlp_activation(getattr(m, "config", None)) not in ("silu", "swish"):
+            return "hidden_act is not silu"
+        if min(c["down_proj"].in_features, c["down_proj"].out_features) < MIN_GEMM_DIM:
+            return f"a GEMM dimension below {MIN_GEMM_DIM}"
+        return ""
     if layer == "DecoderLayer":
         norm = c.get("post_attention_layernorm")
         if not all(isinstance(c.get(n), nn.Module) for n in ("input_layernorm", "self_attn", "mlp")) or norm is None:
@@ -740,7 +791,10 @@ def supported_bindings(model: nn.Module) -> List[Tuple[str, str]]:
         layer = "LMHead" if m is head and isinstance(m, nn.Linear) else layer_for_class(type(m).__name__)
         if layer and layer != "Linear" and not _why_not(m, layer):
             out.append((path, layer))
-    return out
+    # q/k norms run inside their attention: bound with it only, as the planner binds them
+    bound = {p for p, _ in out}
+    return [(p, layer) for p, layer in out
+            if p.rsplit(".", 1)[-1] not in ("q_norm", "k_norm") or p.rsplit(".", 1)[0] in bound]
 
 
 class _PackageLayerRepository:
@@ -876,7 +930,9 @@ def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto", mode=
 # copies, transformers 5.17); the other classes contract.json lists are marked here, in these
 # transformers model modules, under names of this package's own so that transformers' default
 # kernel mapping (integrations/hub_kernels.py: "SwiGLUMLP" -> Liger) never picks them up.
-_TRANSFORMERS_MODELS = ("llama", "mistral", "qwen2", "qwen3", "levit")
+_TRANSFORMERS_MODELS = ("llama", "mistral", "qwen2", "qwen3", "levit", "gemma2", "gemma3_text", "phi3")
+# config.model_type -> the transformers models/ module that defines its classes
+_MODEL_MODULES = {"gemma3_text": "gemma3"}
 _NATIVE_MARKS = {"RMSNorm": "RMSNorm"}
 _NO_NATIVE_ROUTE = ("Linear", "LMHead")  # nn.Linear is every projection's class: plan or kernelize only
 
@@ -900,7 +956,8 @@ def mark_transformers_classes() -> Dict[str, str]:
     takes_condition = "condition" in inspect.signature(kernels.replace_kernel_forward_from_hub).parameters
     marked = {}
     for arch in _TRANSFORMERS_MODELS:
-        mod = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
+        name = _MODEL_MODULES.get(arch, arch)
+        mod = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
         for layer, spec in LAYERS.items():
             if layer in _NO_NATIVE_ROUTE:
                 continue
@@ -941,7 +998,8 @@ def kernel_mapping(repo: Union[str, os.PathLike], arch: str, *, version: Optiona
         raise InjectError("kernel_mapping: give exactly one of version= and revision= for a Hub repo")
     if arch not in _TRANSFORMERS_MODELS:
         raise InjectError(f"kernel_mapping: model type {arch!r} has no layers here (supported: {', '.join(_TRANSFORMERS_MODELS)})")
-    mod = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
+    name = _MODEL_MODULES.get(arch, arch)
+    mod = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
     meta = {"trust_remote_code": bool(trust_remote_code)}
     meta.update({"version": version} if revision is None else {"revision": revision})
     out = {}

@@ -37,7 +37,8 @@ from .contract import NAME_ATTR, packed_attr
 from .gemm import gemm
 from .rmsnorm import rms_norm
 
-__all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LMHead", "LinearBN", "BNLinear", "ConvBN", "Attention", "DecoderLayer"]
+__all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LMHead", "LinearBN", "BNLinear", "ConvBN", "Attention", "DecoderLayer",
+           "GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "FusedAttention", "FusedSwiGLUMLP"]
 
 
 def _name(module: nn.Module) -> str:
@@ -176,3 +177,5 @@ class ConvBN(nn.Module):
 # the attention and rope kernels); kernelize finds every layer class here.
 from . import decoder  # noqa: E402
 from .decoder import Attention, DecoderLayer  # noqa: E402,F401
+# Gemma's and Phi-3's layouts (families.py) build on the layers above.
+from .families import FusedAttention, FusedSwiGLUMLP, GeGLUMLP, GemmaDecoderLayer, GemmaRMSNorm  # noqa: E402,F401

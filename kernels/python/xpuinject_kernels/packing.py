@@ -81,6 +81,10 @@ def _bn_shift(bn: nn.Module) -> torch.Tensor:
 
 
 def _attention(m: nn.Module) -> Dict[str, torch.Tensor]:
+    if "qkv_proj" in m._modules:  # Phi-3: q, k, v rows already concatenated in the checkpoint
+        qkv, o = _child(m, "qkv_proj", "FusedAttention"), _child(m, "o_proj", "FusedAttention")
+        dt = _half(qkv.weight)
+        return {"qkv_weight": _kmajor(qkv.weight, dt), "o_weight": _kmajor(o.weight, dt)}
     q, k, v, o = (_child(m, n, "Attention") for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
     dt = _half(q.weight)
     out = {"qkv_weight": _kmajor(torch.cat([q.weight, k.weight, v.weight], 0), dt), "o_weight": _kmajor(o.weight, dt)}
@@ -95,6 +99,10 @@ def _attention(m: nn.Module) -> Dict[str, torch.Tensor]:
 
 
 def _swiglu(m: nn.Module) -> Dict[str, torch.Tensor]:
+    if "gate_up_proj" in m._modules:  # Phi-3: gate, then up rows, already concatenated
+        gu, d = _child(m, "gate_up_proj", "FusedSwiGLUMLP"), _child(m, "down_proj", "FusedSwiGLUMLP")
+        dt = _half(gu.weight)
+        return {"gate_up_weight": _kmajor(gu.weight, dt), "down_weight": _kmajor(d.weight, dt)}
     g, u, d = (_child(m, n, "SwiGLUMLP") for n in ("gate_proj", "up_proj", "down_proj"))
     dt = _half(g.weight)
     out = {"gate_up_weight": _kmajor(torch.cat([g.weight, u.weight], 0), dt), "down_weight": _kmajor(d.weight, dt)}
@@ -146,9 +154,18 @@ def _linear(m: nn.Module) -> Dict[str, torch.Tensor]:
     return out
 
 
+def _gemma_norm(m: nn.Module) -> Dict[str, torch.Tensor]:
+    """Gemma's norm offset: 1 + w in fp32 (the offline packer folds the same from the source)."""
+    return {"weight": 1.0 + m.weight.float()}
+
+
 _PACKERS: Dict[str, Callable[[nn.Module], Dict[str, torch.Tensor]]] = {
     "Attention": _attention,
+    "FusedAttention": _attention,
     "SwiGLUMLP": _swiglu,
+    "FusedSwiGLUMLP": _swiglu,
+    "GeGLUMLP": _swiglu,
+    "GemmaRMSNorm": _gemma_norm,
     "LinearBN": _linear_bn,
     "BNLinear": _bn_linear,
     "ConvBN": _conv_bn,

@@ -11,6 +11,11 @@ summation order of the variance.
 
 Fused add: new_residual = x + residual rounded to the activation dtype (as transformers adds two
 bf16 tensors), normed = rmsnorm(new_residual).
+
+Gemma's order (`rms_norm_gemma`, `add_rms_norm_gemma`; Gemma2RMSNorm.forward, transformers 5.17
+models/gemma2/modeling_gemma2.py): h = x.float() * rsqrt(mean(h^2) + eps); h * (1 + w.float());
+rounded once to x's dtype. The kernel takes the fp32 (1 + w) folded offline (or made from the
+module's weight on first use) and skips the rounding before the multiply.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import triton.language as tl
 
 from . import _backend, _ops
 
-__all__ = ["rms_norm", "add_rms_norm", "rms_norm_ref", "add_rms_norm_ref", "MAX_BLOCK"]
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gemma", "add_rms_norm_gemma", "rms_norm_ref", "add_rms_norm_ref",
+           "rms_norm_gemma_ref", "MAX_BLOCK"]
 
 # Largest row chunk one program holds in registers (fp32: 32 KiB per program). Rows wider than this
 # take the two-pass loop (sum of squares, then normalize); every Llama/Qwen hidden size up to 8192
@@ -37,7 +43,7 @@ _ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     N, stride_x, stride_res, stride_out, stride_res_out, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr, ROUND_NORMED: tl.constexpr = True,
 ):
     # int64 row offsets: rows * stride can pass 2^31 elements for long prefills.
     row = tl.program_id(0).to(tl.int64)
@@ -56,7 +62,9 @@ def _rms_norm_kernel(
         xf = x.to(tl.float32)
         var = tl.sum(xf * xf, axis=0) / N
         rstd = 1.0 / tl.sqrt(var + eps)
-        normed = (xf * rstd).to(act_ty).to(tl.float32)
+        normed = xf * rstd
+        if ROUND_NORMED:  # Llama rounds before the weight; Gemma multiplies in fp32
+            normed = normed.to(act_ty).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(out_row + cols, (w * normed).to(out_ptr.dtype.element_ty), mask=mask)
     else:
@@ -82,7 +90,9 @@ def _rms_norm_kernel(
                 # re-reading our own stores
                 r = tl.load(res_ptr + row * stride_res + c, mask=mask, other=0.0)
                 x = (x.to(tl.float32) + r.to(tl.float32)).to(act_ty)
-            normed = (x.to(tl.float32) * rstd).to(act_ty).to(tl.float32)
+            normed = x.to(tl.float32) * rstd
+            if ROUND_NORMED:
+                normed = normed.to(act_ty).to(tl.float32)
             w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
             tl.store(out_row + c, (w * normed).to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -119,8 +129,9 @@ def _check(x: torch.Tensor, weight: torch.Tensor, eps: float, what: str) -> None
         raise ValueError(f"xpuinject_kernels: {what}: eps must be >= 0, got {eps}")
 
 
-def _launch(x2, r2, w, out2, rout2, eps, warps=None):
-    """The kernel launch on validated [rows, N] operands; warps overrides num_warps(block)."""
+def _launch(x2, r2, w, out2, rout2, eps, warps=None, round_normed=True):
+    """The kernel launch on validated [rows, N] operands; warps overrides num_warps(block);
+    round_normed=False is Gemma's order (no rounding before the weight)."""
     n = x2.shape[1]
     block = min(_backend.next_pow2(n), MAX_BLOCK)
     has_res = r2 is not None
@@ -128,7 +139,7 @@ def _launch(x2, r2, w, out2, rout2, eps, warps=None):
         x2, r2 if has_res else x2, w, out2, rout2 if has_res else out2,
         n, x2.stride(0), r2.stride(0) if has_res else 0, out2.stride(0), rout2.stride(0) if has_res else 0,
         float(eps),
-        HAS_RESIDUAL=has_res, BLOCK=block, SINGLE=n <= block,
+        HAS_RESIDUAL=has_res, BLOCK=block, SINGLE=n <= block, ROUND_NORMED=round_normed,
         num_warps=warps or num_warps(block),
     )
 
@@ -235,6 +246,75 @@ def _add_rms_norm_fake(x, residual, weight, eps, num_warps):
 _ops.define("rms_norm", "(Tensor x, Tensor weight, float eps, int num_warps) -> Tensor", _rms_norm, _rms_norm_fake)
 _ops.define("add_rms_norm", "(Tensor x, Tensor residual, Tensor weight, float eps, int num_warps) -> (Tensor, Tensor)",
             _add_rms_norm, _add_rms_norm_fake)
+
+
+def rms_norm_gemma(x: torch.Tensor, weight: torch.Tensor, eps: float, config: Optional[dict] = None) -> torch.Tensor:
+    """y = (x * rsqrt(mean(x^2, -1) + eps) * weight).to(x.dtype), all in fp32 and rounded once:
+    Gemma's RMSNorm with weight = 1 + w (fp32, folded offline). Returns x's shape and dtype.
+    The op: torch.ops.<ns>.rms_norm_gemma."""
+    warps = _warps(config, "rms_norm_gemma")
+    if _ops.traced(x):
+        return _ops.op("rms_norm_gemma")(x, weight, float(eps), warps)
+    return _rms_norm_gemma(x, weight, eps, warps)
+
+
+def _rms_norm_gemma(x, weight, eps, num_warps):
+    _check(x, weight, eps, "rms_norm_gemma")
+    _backend.require_runnable(x, "rms_norm_gemma")
+    out = _backend.empty(x.shape, x.dtype, x.device)
+    if x.numel() == 0:
+        return out
+    _launch(_rows(x, "x"), None, weight.contiguous(), out.view(-1, x.shape[-1]), None, eps, warps=num_warps or None,
+            round_normed=False)
+    _backend.count("rms_norm_gemma")
+    return out
+
+
+def _rms_norm_gemma_fake(x, weight, eps, num_warps):
+    _check(x, weight, eps, "rms_norm_gemma")
+    return x.new_empty(x.shape)
+
+
+def add_rms_norm_gemma(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                       config: Optional[dict] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Fused residual add + Gemma RMSNorm: (new_residual, normed), new_residual = (x + residual)
+    in x.dtype, normed = rms_norm_gemma(new_residual, weight, eps) in x.dtype.
+    The op: torch.ops.<ns>.add_rms_norm_gemma."""
+    warps = _warps(config, "add_rms_norm_gemma")
+    if _ops.traced(x):
+        return _ops.op("add_rms_norm_gemma")(x, residual, weight, float(eps), warps)
+    return _add_rms_norm_gemma(x, residual, weight, eps, warps)
+
+
+def _add_rms_norm_gemma(x, residual, weight, eps, num_warps):
+    _check_add(x, residual, weight, eps)
+    _backend.require_runnable(x, "add_rms_norm_gemma")
+    out = _backend.empty(x.shape, x.dtype, x.device)
+    new_res = _backend.empty(x.shape, x.dtype, x.device)
+    if x.numel() == 0:
+        return new_res, out
+    n = x.shape[-1]
+    _launch(_rows(x, "x"), _rows(residual, "residual"), weight.contiguous(), out.view(-1, n), new_res.view(-1, n), eps,
+            warps=num_warps or None, round_normed=False)
+    _backend.count("add_rms_norm_gemma")
+    return new_res, out
+
+
+def _add_rms_norm_gemma_fake(x, residual, weight, eps, num_warps):
+    _check_add(x, residual, weight, eps)
+    return x.new_empty(x.shape), x.new_empty(x.shape)
+
+
+_ops.define("rms_norm_gemma", "(Tensor x, Tensor weight, float eps, int num_warps) -> Tensor", _rms_norm_gemma,
+            _rms_norm_gemma_fake)
+_ops.define("add_rms_norm_gemma", "(Tensor x, Tensor residual, Tensor weight, float eps, int num_warps) -> (Tensor, Tensor)",
+            _add_rms_norm_gemma, _add_rms_norm_gemma_fake)
+
+
+def rms_norm_gemma_ref(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """float64 reference of Gemma's norm from the raw weight w: x / rms(x) * (1 + w), unrounded."""
+    xd = x.double()
+    return xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.double())
 
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

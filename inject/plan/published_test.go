@@ -1,0 +1,162 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xpuinject/xpuinject/models"
+)
+
+// publishedDir holds config.json files as published checkpoints carry them.
+const publishedDir = "../../testdata/published"
+
+// headerOnly writes dir/model.safetensors with the tensors cfg implies for its model_type,
+// as a header whose data is a sparse hole: planning reads only headers.
+func headerOnly(t *testing.T, dir string, cfg map[string]any) {
+	t.Helper()
+	n := func(k string) int64 { v, _ := cfg[k].(float64); return int64(v) }
+	h, heads, layers, inter, vocab := n("hidden_size"), n("num_attention_heads"), n("num_hidden_layers"), n("intermediate_size"), n("vocab_size")
+	kv, hd := n("num_key_value_heads"), n("head_dim")
+	if kv == 0 {
+		kv = heads
+	}
+	if hd == 0 {
+		hd = h / heads
+	}
+	var ts []*models.Tensor
+	add := func(name string, shape ...int64) {
+		ts = append(ts, &models.Tensor{Name: name, DType: models.BF16, Shape: shape})
+	}
+	mt := cfg["model_type"].(string)
+	add("model.embed_tokens.weight", vocab, h)
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && mt == "phi3" {
+		add("lm_head.weight", vocab, h)
+	}
+	add("model.norm.weight", h)
+	for l := int64(0); l < layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		add(p+"input_layernorm.weight", h)
+		add(p+"post_attention_layernorm.weight", h)
+		add(p+"self_attn.o_proj.weight", h, heads*hd)
+		add(p+"mlp.down_proj.weight", h, inter)
+		if mt == "phi3" {
+			add(p+"self_attn.qkv_proj.weight", (heads+2*kv)*hd, h)
+			add(p+"mlp.gate_up_proj.weight", 2*inter, h)
+			continue
+		}
+		add(p+"pre_feedforward_layernorm.weight", h)
+		add(p+"post_feedforward_layernorm.weight", h)
+		add(p+"self_attn.q_proj.weight", heads*hd, h)
+		add(p+"self_attn.k_proj.weight", kv*hd, h)
+		add(p+"self_attn.v_proj.weight", kv*hd, h)
+		add(p+"mlp.gate_proj.weight", inter, h)
+		add(p+"mlp.up_proj.weight", inter, h)
+		if mt == "gemma3_text" {
+			add(p+"self_attn.q_norm.weight", hd)
+			add(p+"self_attn.k_norm.weight", hd)
+		}
+	}
+	f, err := os.Create(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	off, err := models.WriteHeader(f, ts, map[string]string{"format": "pt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data int64
+	for _, tt := range ts {
+		data += 2 * tt.Elems()
+	}
+	if err := f.Truncate(off + data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPublishedConfigs plans the published Gemma 2, Gemma 3 and Phi-3 / Phi-4-mini layouts
+// and checks what each family gets: which layers run our kernels and why the rest stay.
+func TestPublishedConfigs(t *testing.T) {
+	cases := map[string]struct {
+		kernel, kept int
+		attnReason   []string // in the reason of every attention layer's keep
+		check        func(t *testing.T, p *Plan)
+	}{
+		// 26 layers × (4 norms + MLP) + final norm + lm_head on our kernels; attention kept.
+		"google--gemma-2-2b": {26*5 + 2, 26 + 1, []string{"soft-capping (tanh, cap 50)"}, nil},
+		"google--gemma-3-1b-it": {26*5 + 2, 26 + 1, nil, func(t *testing.T, p *Plan) {
+			// layer 5 is the first full-attention one (sliding_window_pattern 6); head_dim 256
+			for i, want := range map[int]string{0: "sliding-window layer (window 512", 5: "head_dim 256 not supported"} {
+				if r := layerPlan(t, p, fmt.Sprintf("model.layers.%d.self_attn", i)).Reason; !strings.Contains(r, want) {
+					t.Errorf("layer %d attention reason %q, want %q", i, r, want)
+				}
+			}
+		}},
+		"microsoft--Phi-3-mini-4k-instruct": {32*3 + 2, 32 + 1, []string{"sliding-window layer (window 2047"}, func(t *testing.T, p *Plan) {
+			m := layerPlan(t, p, "model.layers.0.mlp")
+			if m.Layer != "FusedSwiGLUMLP" || len(m.Outputs) != 2 || fmt.Sprint(m.Outputs[0].Split) != "[8192 8192]" ||
+				len(m.Outputs[0].Sources) != 1 || fmt.Sprint(m.Outputs[0].Transforms) != "[prepack-kmajor]" {
+				t.Errorf("fused gate_up: %+v", m)
+			}
+		}},
+		"microsoft--Phi-4-mini-instruct": {32*3 + 2, 32 + 1, []string{"partial rotary (96 of 128 channels"}, nil},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			raw, err := os.ReadFile(filepath.Join(publishedDir, name, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg map[string]any
+			if err := json.Unmarshal(raw, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			headerOnly(t, dir, cfg)
+			g, err := models.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := New(g, nil, Options{Tool: "xpuinject (test)"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkPlanInvariants(t, g, p)
+			got := p.Counts()
+			if got.Kernel != c.kernel || got.Kept != c.kept {
+				t.Errorf("%v, want %d on our kernels and %d kept", got, c.kernel, c.kept)
+			}
+			for _, l := range p.Layers {
+				if l.Kind != string(models.KindAttention) {
+					continue
+				}
+				for _, want := range c.attnReason {
+					if l.Kernel != KernelKeep || !strings.Contains(l.Reason, want) {
+						t.Errorf("%s: kernel %s, reason %q, want kept with %q", l.Module, l.Kernel, l.Reason, want)
+					}
+				}
+			}
+			if c.check != nil {
+				c.check(t, p)
+			}
+		})
+	}
+}
+
+func layerPlan(t *testing.T, p *Plan, module string) LayerPlan {
+	t.Helper()
+	for _, l := range p.Layers {
+		if l.Module == module {
+			return l
+		}
+	}
+	t.Fatalf("no layer %s in the plan", module)
+	return LayerPlan{}
+}

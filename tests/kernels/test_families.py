@@ -1,0 +1,155 @@
+"""Gemma's and Phi-3's kernel variants against float64 references and transformers' own modules:
+the Gemma RMSNorm order (fp32 normalize, times the fp32 (1 + w), one rounding), its fused residual
+add, the GeGLU epilogue of the gate/up GEMM, and the layers that run them (bf16 and fp16, odd
+shapes)."""
+
+import pytest
+import torch
+from transformers import Gemma2Config, Phi3Config
+from transformers.models.gemma2.modeling_gemma2 import Gemma2MLP, Gemma2RMSNorm
+from transformers.models.phi3.modeling_phi3 import Phi3Attention, Phi3MLP
+
+from xpuinject_kernels import layers, packing, rmsnorm
+from xpuinject_kernels.gemm import gemm, gemm_ref
+
+EPS = 1e-6
+DTYPES = [torch.bfloat16, torch.float16]
+
+
+def ulp(dtype, x):
+    """The spacing of dtype at |x| (the error one rounding may add, times two)."""
+    return torch.finfo(dtype).eps * x.abs().clamp(min=torch.finfo(dtype).tiny)
+
+
+def gemma_w(n):
+    # a raw Gemma weight around 0, not representable in bf16 with 1 added
+    return 0.3 * torch.sin(0.7 * torch.arange(n, dtype=torch.float64) + 0.1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(5, 123), (3, 7, 96), (2, 2304)])
+def test_rms_norm_gemma_rounds_once(device, dtype, shape):
+    torch.manual_seed(0)
+    x = (torch.randn(shape) * 2 + 0.3).to(dtype)
+    w = gemma_w(shape[-1])
+    ref = rmsnorm.rms_norm_gemma_ref(x, w, EPS)  # float64, no rounding
+    got = rmsnorm.rms_norm_gemma(x.to(device), (1 + w).float().to(device), EPS).cpu()
+    assert got.dtype == dtype and got.shape == x.shape
+    err = (got.double() - ref).abs()
+    # one rounding of an fp32 result: half an ulp of the output, plus fp32 noise
+    assert (err <= 0.5 * ulp(dtype, ref) + 1e-5 * ref.abs() + 1e-6).all(), err.max()
+    # Llama's order (round after normalizing, then multiply) is measurably further from the reference
+    llama = rmsnorm.rms_norm(x.to(device), (1 + w).float().to(device), EPS).cpu().to(dtype)
+    assert (llama.double() - ref).abs().mean() > err.mean()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_gemma_matches_transformers(device, dtype):
+    """The stock half-precision module holds w in its dtype; given 1 + that w the kernel computes
+    what Gemma2RMSNorm computes (up to the order of the variance sum)."""
+    torch.manual_seed(1)
+    n = 200
+    x = (torch.randn(4, 9, n) * 3).to(dtype)
+    m = Gemma2RMSNorm(n, eps=EPS).to(dtype)
+    with torch.no_grad():
+        m.weight.copy_(gemma_w(n).to(dtype))
+        want = m(x)
+    got = rmsnorm.rms_norm_gemma(x.to(device), 1.0 + m.weight.float().to(device), EPS).cpu()
+    mism = (got != want).float().mean().item()
+    assert mism < 0.01 and (got.double() - want.double()).abs().max() <= ulp(dtype, want.double()).max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_gemma(device, dtype):
+    torch.manual_seed(2)
+    x, r = (torch.randn(6, 160) * 2).to(dtype), (torch.randn(6, 160)).to(dtype)
+    w = gemma_w(160)
+    new_res, normed = rmsnorm.add_rms_norm_gemma(x.to(device), r.to(device), (1 + w).float().to(device), EPS)
+    assert torch.equal(new_res.cpu(), x + r)  # the residual rounded as a half-precision add rounds it
+    ref = rmsnorm.rms_norm_gemma_ref(x + r, w, EPS)
+    assert normed.dtype == dtype
+    assert ((normed.cpu().double() - ref).abs() <= 0.5 * ulp(dtype, ref) + 1e-5 * ref.abs() + 1e-6).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, k, i, bias", [(5, 96, 80, False), (17, 40, 48, True), (1, 64, 128, False)])
+def test_gemm_geglu(device, dtype, m, k, i, bias):
+    torch.manual_seed(3)
+    x = torch.randn(m, k).to(dtype)
+    w = (torch.randn(k, 2 * i) / k**0.5).to(dtype)  # [gate | up], K-major
+    b = (torch.randn(2 * i) * 0.1).to(dtype) if bias else None
+    y = x.double() @ w.double() + (b.double() if bias else 0)
+    g, u = y[:, :i], y[:, i:]
+    ref = 0.5 * g * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (g + 0.044715 * g**3))) * u  # float64
+    got = gemm(x.to(device), w.to(device), bias=None if b is None else b.to(device), epilogue="geglu").cpu()
+    assert got.shape == (m, i) and got.dtype == dtype
+    err = (got.double() - ref).abs()
+    assert (err <= ulp(dtype, ref) + 1e-4 * ref.abs().max()).all(), err.max()
+    # not the swiglu epilogue: silu and tanh-gelu differ by far more than rounding here
+    silu = gemm(x.to(device), w.to(device), bias=None if b is None else b.to(device), epilogue="swiglu").cpu()
+    assert (silu.double() - ref).abs().max() > 10 * err.max()
+    assert torch.allclose(gemm_ref(x, w, b, epilogue="geglu").double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_geglu_refuses_odd_columns(device):
+    with pytest.raises(ValueError, match="geglu weight has 7 columns"):
+        gemm(torch.randn(2, 16).to(device), torch.randn(16, 7).to(torch.bfloat16).to(device), epilogue="geglu")
+
+
+def _bind(module, layer):
+    import types
+
+    module.forward = types.MethodType(getattr(layers, layer).forward, module)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemma_layers_match_transformers(device, dtype):
+    """GemmaRMSNorm (packing 1 + w from the module's own weight) and GeGLUMLP against the stock
+    Gemma2 modules in the same dtype, both against the float64 module."""
+    torch.manual_seed(4)
+    cfg = Gemma2Config(hidden_size=96, intermediate_size=80, num_attention_heads=3, num_key_value_heads=1, head_dim=32)
+    mlp = Gemma2MLP(cfg)
+    for p in mlp.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    x = torch.randn(3, 5, 96)
+    want64 = mlp.double()(x.double())
+    stock = Gemma2MLP(cfg).to(dtype)
+    stock.load_state_dict(mlp.state_dict())
+    ours = Gemma2MLP(cfg).to(dtype).to(device)
+    ours.load_state_dict(mlp.state_dict())
+    _bind(ours, "GeGLUMLP")
+    with torch.no_grad():
+        s, o = stock(x.to(dtype)), ours(x.to(dtype).to(device)).cpu()
+    assert o.dtype == dtype and getattr(ours, "xpuinject_gate_up_weight", None) is not None
+    assert (o.double() - want64).abs().mean() <= 1.5 * (s.double() - want64).abs().mean() + 1e-6
+
+    norm = Gemma2RMSNorm(96, eps=EPS)
+    with torch.no_grad():
+        norm.weight.copy_(gemma_w(96))
+    ours_n = Gemma2RMSNorm(96, eps=EPS).to(dtype).to(device)
+    ours_n.load_state_dict(norm.state_dict())
+    _bind(ours_n, "GemmaRMSNorm")
+    with torch.no_grad():
+        got = ours_n(x.to(dtype).to(device)).cpu()
+    packed = ours_n.xpuinject_norm_weight
+    assert packed.dtype == torch.float32 and torch.equal(packed.cpu(), 1.0 + ours_n.weight.float().cpu())
+    ref = rmsnorm.rms_norm_gemma_ref(x.to(dtype), norm.weight.to(dtype), EPS)
+    assert (got.double() - ref).abs().max() <= ulp(dtype, ref).max()
+
+
+def test_phi3_fused_layers_pack_from_fused_children(device):
+    """FusedSwiGLUMLP and FusedAttention pack Phi-3's fused gate_up_proj and qkv_proj as they are
+    (the split is along the output rows, as concat-gate-up / concat-qkv lay it out)."""
+    torch.manual_seed(5)
+    cfg = Phi3Config(hidden_size=240, intermediate_size=64, num_attention_heads=3, num_key_value_heads=1)
+    mlp = Phi3MLP(cfg).to(torch.bfloat16).to(device)
+    x = torch.randn(2, 7, 240).to(torch.bfloat16).to(device)
+    with torch.no_grad():
+        want = mlp(x)
+        _bind(mlp, "FusedSwiGLUMLP")
+        got = mlp(x)
+    assert torch.equal(mlp.xpuinject_gate_up_weight, mlp.gate_up_proj.weight.t().contiguous())
+    assert (got.float() - want.float()).abs().max() <= 0.02 * want.float().abs().max()
+    attn = Phi3Attention(cfg, layer_idx=0).to(torch.bfloat16)
+    packed = packing._attention(attn)
+    assert torch.equal(packed["qkv_weight"], attn.qkv_proj.weight.t().contiguous()) and packed["qkv_weight"].shape == (240, 400)
