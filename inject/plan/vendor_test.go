@@ -52,9 +52,9 @@ func TestPlanVendorRoutes(t *testing.T) {
 		attn, mlp                []string
 	}{
 		{"llama-3.2-1b", 2048, 32, 8, 64, 8192,
-			[]string{"attention-decode", "attention-prefill", "o_proj", "qkv_proj"}, []string{"down_proj<=64"}},
+			[]string{"attention-prefill", "o_proj", "qkv_proj"}, []string{"down_proj<=64"}},
 		{"llama-3.1-8b", 4096, 32, 8, 128, 14336,
-			[]string{"attention-decode", "attention-prefill", "o_proj<=64", "qkv_proj<=64"}, []string{"down_proj<=64"}},
+			[]string{"attention-prefill", "o_proj<=64", "qkv_proj<=64"}, []string{"down_proj<=64"}},
 		{"unmeasured head_dim 32", 1024, 32, 8, 32, 4096, nil, nil},
 		{"tiny fixture shape", 64, 4, 2, 16, 128, nil, nil},
 	}
