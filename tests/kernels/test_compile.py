@@ -18,6 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "testdata" / "fixtures"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test compiles the same layer code again: without a reset the compiles of earlier
+    tests count towards dynamo's recompile limit, which fullgraph=True turns into a failure."""
+    torch._dynamo.reset()
+    yield
+
+
 def load(fixture, dtype=torch.bfloat16):
     cfg = transformers.AutoConfig.from_pretrained(FIXTURES / fixture)
     return getattr(transformers, cfg.architectures[0]).from_pretrained(FIXTURES / fixture, dtype=dtype).eval(), cfg
