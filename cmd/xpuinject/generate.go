@@ -118,7 +118,8 @@ type generateTarget struct {
 func resolveGenerate(ctx context.Context, f *Factory, o *generateOptions) (*generateTarget, error) {
 	st, err := os.Stat(o.Dir)
 	if err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("generate: %s: not a folder (want a run folder from 'xpuinject MODEL --out DIR' or a package folder)", o.Dir)
+		return nil, &usageError{fmt.Errorf("generate: %s: not a folder; give a run folder that "+
+			"'xpuinject MODEL --out DIR' wrote, or the package folder in it", o.Dir)}
 	}
 	t := &generateTarget{}
 	switch {
@@ -129,7 +130,8 @@ func resolveGenerate(ctx context.Context, f *Factory, o *generateOptions) (*gene
 		t.PackageDir = o.Dir
 		t.PackedDir = filepath.Join(filepath.Dir(filepath.Clean(o.Dir)), "packed")
 	default:
-		return nil, fmt.Errorf("generate: %s holds neither package/plan.yaml (a run folder) nor plan.yaml and build/ (a package folder)", o.Dir)
+		return nil, &usageError{fmt.Errorf("generate: %s holds neither package/plan.yaml (a run folder) "+
+			"nor plan.yaml and build/ (a package folder); 'xpuinject MODEL --out DIR' writes one", o.Dir)}
 	}
 	if o.PackedDir != "" {
 		t.PackedDir = o.PackedDir

@@ -131,8 +131,8 @@ func TestPlanUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"plan"}, "accepts 1 arg(s), received 0"},
-		{[]string{"plan", dir, dir}, "accepts 1 arg(s), received 2"},
+		{[]string{"plan"}, "plan: missing MODEL: a local folder (config.json + safetensors), a preset"},
+		{[]string{"plan", dir, dir}, "plan takes 1 argument(s), MODEL; got 2"},
 		{[]string{"plan", dir, "--json", "--yaml"}, "--json and --yaml exclude each other"},
 		{[]string{"plan", dir, "--dtype", "fp8"}, `--dtype "fp8": want auto, bf16 or fp16`},
 		{[]string{"plan", dir, "--gpu", "H200"}, `--gpu: kernels: GPU name "H200": want lowercase letters, digits and dashes (known: h200)`},
@@ -158,16 +158,21 @@ func TestPlanModelErrors(t *testing.T) {
 	bad := t.TempDir()
 	os.WriteFile(filepath.Join(bad, "config.json"), []byte(`{"model_type": "gpt2"}`), 0o644)
 	for _, c := range []struct {
-		arg, want string
+		arg  string
+		code int
+		want string
 	}{
-		{empty, "folder has no config.json"},
-		{file, "a file, not a folder"},
-		{"./no/such/folder", "model ./no/such/folder: no local folder ./no/such/folder"},
-		{bad, "models: no safetensors weights"},
-		{"../../testdata/quantized/llama-tiny-fp8", "testdata/quantized/llama-tiny-fp8 is quantized (FP8: config.json quantization_config.quant_method \"fp8\""},
+		// A MODEL that is no model folder at all is bad usage, named with what to give.
+		{empty, exitUsage, "folder has no config.json; give a Hugging Face model folder (config.json + safetensors)"},
+		{file, exitUsage, "a file, not a folder; give the folder that holds config.json"},
+		{"./no/such/folder", exitUsage, "model ./no/such/folder: no such folder; give a folder with config.json " +
+			"and safetensors, a preset (levit, llama, llama8b, mistral, qwen2, qwen3) or org/name[@revision]"},
+		{"/nonexistent", exitUsage, "model /nonexistent: no such folder"},
+		{bad, exitError1, "models: no safetensors weights"},
+		{"../../testdata/quantized/llama-tiny-fp8", exitError1, "testdata/quantized/llama-tiny-fp8 is quantized (FP8: config.json quantization_config.quant_method \"fp8\""},
 	} {
 		code, out, errOut := runCLI(t, nil, "plan", c.arg)
-		if code != exitError1 || out != "" || !strings.Contains(errOut, c.want) {
+		if code != c.code || out != "" || !strings.Contains(errOut, c.want) {
 			t.Errorf("%s: exit %d stdout %q stderr %q, want %q", c.arg, code, out, errOut, c.want)
 		}
 	}

@@ -123,7 +123,7 @@ func TestPushCommandErrors(t *testing.T) {
 		want string
 	}{
 		{"no repo id", []string{pkg}, exitUsage, "--repo-id ORG/NAME is required"},
-		{"no dir", []string{"--repo-id", "a/b"}, exitUsage, "accepts 1 arg"},
+		{"no dir", []string{"--repo-id", "a/b"}, exitUsage, "push: missing DIR: a run folder"},
 		{"negative version", []string{pkg, "--repo-id", "a/b", "--version", "-1"}, exitUsage, "--version -1"},
 		{"not a package", []string{notPkg, "--repo-id", "a/b"}, exitError1, "not a kernel-hub package: " + notPkg + " has no build/ folder"},
 		{"bad repo id", []string{pkg, "--repo-id", "a/b@v1"}, exitUsage, `--repo-id "a/b@v1": want ORG/NAME`},

@@ -136,12 +136,42 @@ func isUsageError(err error) bool {
 	return errors.As(err, &u)
 }
 
-// exactArgs is cobra.ExactArgs with a usage error.
+// argHelp says what each positional argument of the commands' Use lines is, so that a
+// missing one is named with what to give.
+var argHelp = map[string]string{
+	"MODEL":          "a local folder (config.json + safetensors), a preset or org/name[@revision]",
+	"DIR":            "a run folder (out/<name>) or the package folder in it",
+	"PKG_OR_RUN_DIR": "a run folder (out/<name>) or the package folder in it",
+}
+
+// exactArgs is cobra.ExactArgs with a usage error that names the arguments (the upper-case
+// words of the command's Use line) and what each is.
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
-			return &usageError{err}
+		if len(args) == n {
+			return nil
 		}
-		return nil
+		var names []string
+		for _, w := range strings.Fields(cmd.Use)[1:] {
+			if strings.HasPrefix(w, "-") {
+				break
+			}
+			names = append(names, w)
+		}
+		usage := fmt.Sprintf("(usage: %s; see '%s --help')", cmd.UseLine(), cmd.CommandPath())
+		switch {
+		case len(args) < n && len(args) < len(names):
+			missing := names[len(args)]
+			what := ""
+			if h, ok := argHelp[missing]; ok {
+				what = ": " + h
+			}
+			return &usageError{fmt.Errorf("%s: missing %s%s\n%s", cmd.Name(), missing, what, usage)}
+		case n == 0:
+			return &usageError{fmt.Errorf("%s takes no arguments; got %q\n%s", cmd.Name(), args, usage)}
+		default:
+			return &usageError{fmt.Errorf("%s takes %d argument(s), %s; got %d: %q\n%s",
+				cmd.Name(), n, strings.Join(names, " "), len(args), args, usage)}
+		}
 	}
 }
