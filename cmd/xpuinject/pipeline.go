@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/harness"
+	"github.com/xpuinject/xpuinject/hub"
 	"github.com/xpuinject/xpuinject/inject/emit"
 	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/inject/pack"
@@ -117,6 +119,22 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	if err != nil {
 		return &usageError{err}
 	}
+	// Every output is checked before any work (a fetch, the plan), so that a refused --out
+	// is a usage error found at once; checked again below with the checkpoint's files.
+	var textInput []outdir.Input
+	if o.Eval.Text != "" {
+		textInput = []outdir.Input{{Path: o.Eval.Text, What: "the --text file"}}
+	}
+	if label, local, ok := argLabel(o.Model); ok {
+		out := pipelineOut(o.Out, emit.KernelName(label))
+		early := textInput
+		if local != "" {
+			early = append(modelInputs(local, nil), textInput...)
+		}
+		if err := checkPipelineOut(out, o.Force, early); err != nil {
+			return err
+		}
+	}
 	step("resolve %s", o.Model)
 	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Plan)
 	if err != nil {
@@ -125,25 +143,11 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	step("plan: %s, %s; dtype %s", pl.Arch, pl.Counts(), pl.DType)
 
 	name := emit.KernelName(modelLabel(o.Model, pl))
-	out := o.Out
-	if out == "" {
-		out = filepath.Join("out", name)
-	}
+	out := pipelineOut(o.Out, name)
 	packedDir, packageDir, evalDir := filepath.Join(out, "packed"), filepath.Join(out, "package"), filepath.Join(out, "eval")
-	inputs := modelInputs(dir, g.Checkpoint)
-	if o.Eval.Text != "" {
-		inputs = append(inputs, outdir.Input{Path: o.Eval.Text, What: "the --text file"})
-	}
-	// Every output is checked before any work: the run folder is xpuinject's (or new),
-	// each part is missing, empty, or an earlier run's, replaced only with --force.
-	if err := outdir.Check(out, outdir.Options{Kind: outdir.KindPipeline, Replace: true, Inputs: inputs}); err != nil {
+	inputs := append(modelInputs(dir, g.Checkpoint), textInput...)
+	if err := checkPipelineOut(out, o.Force, inputs); err != nil {
 		return err
-	}
-	parts := []struct{ dir, kind string }{{packedDir, outdir.KindPacked}, {packageDir, outdir.KindPackage}, {evalDir, outdir.KindEval}}
-	for _, p := range parts {
-		if err := outdir.Check(p.dir, outdir.Options{Kind: p.kind, Replace: o.Force, Inputs: inputs}); err != nil {
-			return err
-		}
 	}
 	_, statErr := os.Lstat(out)
 	if err := outdir.EnsureDir(out, outdir.Options{Kind: outdir.KindPipeline, Tool: tool(), Inputs: inputs}); err != nil {
@@ -268,4 +272,54 @@ func removeIfBare(dir string, inputs []outdir.Input) {
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) == 1 && ents[0].Name() == outdir.MarkerFile {
 		outdir.Remove(dir, outdir.Options{Kind: outdir.KindPipeline, Inputs: inputs})
 	}
+}
+
+// pipelineOut is the run folder: --out, else out/<kernel name>.
+func pipelineOut(out, name string) string {
+	if out == "" {
+		return filepath.Join("out", name)
+	}
+	return out
+}
+
+// checkPipelineOut checks a run folder and its parts: the run folder is xpuinject's (or
+// new), each part is missing, empty, or an earlier run's, replaced only with force.
+func checkPipelineOut(out string, force bool, inputs []outdir.Input) error {
+	if err := outdir.Check(out, outdir.Options{Kind: outdir.KindPipeline, Replace: true, Inputs: inputs}); err != nil {
+		return err
+	}
+	for _, p := range []struct{ dir, kind string }{
+		{filepath.Join(out, "packed"), outdir.KindPacked},
+		{filepath.Join(out, "package"), outdir.KindPackage},
+		{filepath.Join(out, "eval"), outdir.KindEval},
+	} {
+		if err := outdir.Check(p.dir, outdir.Options{Kind: p.kind, Replace: force, Inputs: inputs}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// argLabel is modelLabel from the MODEL argument alone, before it is resolved: a local
+// folder's name (and the folder), a preset's or org/name's repository. ok is false when
+// the argument is none of these (resolveModel then says why).
+func argLabel(arg string) (label, local string, ok bool) {
+	if st, err := os.Stat(arg); err == nil {
+		if !st.IsDir() {
+			return "", "", false
+		}
+		abs, err := filepath.Abs(arg)
+		if err != nil {
+			return "", "", false
+		}
+		return filepath.Base(filepath.Clean(arg)), abs, true
+	}
+	name, _, _ := strings.Cut(arg, "@")
+	if p, ok := lookupPreset(name); ok {
+		return p.Ref().Repo, "", true
+	}
+	if r, err := hub.ParseRef(arg); err == nil {
+		return r.Repo, "", true
+	}
+	return "", "", false
 }
