@@ -40,7 +40,7 @@ func newGenerateCmdWith(f *Factory, runF func(context.Context, *generateOptions)
 	o := &generateOptions{}
 	cmd := &cobra.Command{
 		Use:   "generate PKG_OR_RUN_DIR --prompt TEXT",
-		Short: "generate text with the injected model under the graph runtime, streamed, with its speed",
+		Short: "generate text with the injected model under the graph runtime, with its speed",
 		Long: `Load the model a package was planned for, inject the package from its packed weights and
 generate from --prompt with the package's graph runtime (a prefill, then decode steps
 captured once as device graphs and replayed; eager where the device has no graphs). The
@@ -118,8 +118,8 @@ type generateTarget struct {
 func resolveGenerate(ctx context.Context, f *Factory, o *generateOptions) (*generateTarget, error) {
 	st, err := os.Stat(o.Dir)
 	if err != nil || !st.IsDir() {
-		return nil, &usageError{fmt.Errorf("generate: %s: not a folder; give a run folder that "+
-			"'xpuinject MODEL --out DIR' wrote, or the package folder in it", o.Dir)}
+		return nil, &usageError{fmt.Errorf("generate: %s: not a folder\n"+
+			"give a run folder that 'xpuinject MODEL --out DIR' wrote, or the package folder in it", o.Dir)}
 	}
 	t := &generateTarget{}
 	switch {
@@ -130,8 +130,9 @@ func resolveGenerate(ctx context.Context, f *Factory, o *generateOptions) (*gene
 		t.PackageDir = o.Dir
 		t.PackedDir = filepath.Join(filepath.Dir(filepath.Clean(o.Dir)), "packed")
 	default:
-		return nil, &usageError{fmt.Errorf("generate: %s holds neither package/plan.yaml (a run folder) "+
-			"nor plan.yaml and build/ (a package folder); 'xpuinject MODEL --out DIR' writes one", o.Dir)}
+		return nil, &usageError{fmt.Errorf("generate: %s is no run or package folder\n"+
+			"want package/plan.yaml (a run folder) or plan.yaml and build/ (a package folder);\n"+
+			"'xpuinject MODEL --out DIR' writes one", o.Dir)}
 	}
 	if o.PackedDir != "" {
 		t.PackedDir = o.PackedDir

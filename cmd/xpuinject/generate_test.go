@@ -41,7 +41,7 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{[]string{"generate", "--prompt", "hi"}, exitUsage, "missing PKG_OR_RUN_DIR"},
 		// past the flags: the folder is checked before Python is looked for
 		{[]string{"generate", filepath.Join(t.TempDir(), "none"), "--prompt", "hi"}, exitUsage, "not a folder"},
-		{[]string{"generate", t.TempDir(), "--prompt", "hi"}, exitUsage, "holds neither package/plan.yaml"},
+		{[]string{"generate", t.TempDir(), "--prompt", "hi"}, exitUsage, "is no run or package folder\nwant package/plan.yaml"},
 	} {
 		code, stdout, stderr := runCLI(t, nil, c.args...)
 		if code != c.code || !strings.Contains(stderr, c.msg) || stdout != "" {

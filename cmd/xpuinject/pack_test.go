@@ -67,7 +67,7 @@ func TestPackCommandUsage(t *testing.T) {
 		{[]string{"pack", src, "--out", t.TempDir(), "--max-shard-size", "5 parsecs"}, exitUsage, "--max-shard-size"},
 		{[]string{"pack", src, "--out", t.TempDir(), "--disable", "nope"}, exitUsage, `--disable "nope"`},
 		{[]string{"pack", src, "--out", t.TempDir(), "--plan", "p.yaml", "--disable", "gemm"}, exitUsage, "exclude each other"},
-		{[]string{"pack", "--out", t.TempDir()}, exitUsage, "pack: missing MODEL: a local folder"},
+		{[]string{"pack", "--out", t.TempDir()}, exitUsage, "pack: missing MODEL: a model folder"},
 		{[]string{"pack", src, "--out", t.TempDir(), "--plan", filepath.Join(t.TempDir(), "missing.yaml")}, exitError1, "--plan"},
 		{[]string{"pack", filepath.Join(t.TempDir(), "nothing-here"), "--out", t.TempDir()}, exitUsage, "nothing-here: no such folder"},
 	} {

@@ -32,7 +32,7 @@ func newPackageCmdWith(f *Factory, runF func(context.Context, *packageOptions) e
 	o := &packageOptions{}
 	cmd := &cobra.Command{
 		Use:   "package MODEL --out DIR",
-		Short: "write the kernel-hub package (Triton kernels, layers and the injection that carries out the plan) for a model",
+		Short: "write the kernel-hub package: kernels, layers and the injection of the plan",
 		Long: `Write a kernel-hub package for MODEL's plan: build/torch-cuda and build/torch-xpu
 (noarch Triton variants with metadata.json and the plan), torch-ext/ sources, build.toml,
 a card README.md and plan.yaml. The package injects itself: its inject(model, packed=...)

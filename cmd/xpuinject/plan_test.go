@@ -131,14 +131,15 @@ func TestPlanUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"plan"}, "plan: missing MODEL: a local folder (config.json + safetensors), a preset"},
+		{[]string{"plan"}, "plan: missing MODEL: a model folder, a preset or org/name[@revision]"},
 		{[]string{"plan", dir, dir}, "plan takes 1 argument(s), MODEL; got 2"},
 		{[]string{"plan", dir, "--json", "--yaml"}, "--json and --yaml exclude each other"},
 		{[]string{"plan", dir, "--dtype", "fp8"}, `--dtype "fp8": want auto, bf16 or fp16`},
 		{[]string{"plan", dir, "--gpu", "H200"}, `--gpu: kernels: GPU name "H200": want lowercase letters, digits and dashes (known: h200)`},
-		{[]string{"plan", dir, "--disable", "flash"}, `--disable "flash": no such kernel (kernels: rmsnorm, add-rmsnorm, rope, gemm, attention-prefill, attention-decode)`},
+		{[]string{"plan", dir, "--disable", "flash"}, "--disable \"flash\": no such kernel\n(kernels: rmsnorm, add-rmsnorm, rope, gemm, attention-prefill, attention-decode)"},
 		{[]string{"plan", dir, "--bogus"}, "unknown flag: --bogus"},
-		{[]string{"plan", "not a model"}, `not a model: "not a model": no local folder not a model, no preset not a model (presets: levit, llama, llama8b, mistral, qwen2, qwen3), and not org/name[@revision]`},
+		{[]string{"plan", "not a model"}, `not a model: "not a model": no local folder, no preset and not org/name[@revision]` +
+			"\n(presets: levit, llama, llama8b, mistral, qwen2, qwen3)"},
 		{[]string{"plan", "llama@"}, `"llama@": empty revision after @`},
 	} {
 		code, out, errOut := runCLI(t, nil, c.args...)
@@ -163,10 +164,10 @@ func TestPlanModelErrors(t *testing.T) {
 		want string
 	}{
 		// A MODEL that is no model folder at all is bad usage, named with what to give.
-		{empty, exitUsage, "folder has no config.json; give a Hugging Face model folder (config.json + safetensors)"},
+		{empty, exitUsage, "folder has no config.json\ngive a Hugging Face model folder (config.json + safetensors)"},
 		{file, exitUsage, "a file, not a folder; give the folder that holds config.json"},
-		{"./no/such/folder", exitUsage, "model ./no/such/folder: no such folder; give a folder with config.json " +
-			"and safetensors, a preset (levit, llama, llama8b, mistral, qwen2, qwen3) or org/name[@revision]"},
+		{"./no/such/folder", exitUsage, "model ./no/such/folder: no such folder\ngive a folder with config.json " +
+			"and safetensors, a preset\n(levit, llama, llama8b, mistral, qwen2, qwen3) or org/name[@revision]"},
 		{"/nonexistent", exitUsage, "model /nonexistent: no such folder"},
 		{bad, exitError1, "models: no safetensors weights"},
 		{"../../testdata/quantized/llama-tiny-fp8", exitError1, "testdata/quantized/llama-tiny-fp8 is quantized (FP8: config.json quantization_config.quant_method \"fp8\""},

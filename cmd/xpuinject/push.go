@@ -38,7 +38,7 @@ func newPushCmdWith(f *Factory, runF func(*PushOptions) error) *cobra.Command {
 	opts := &PushOptions{}
 	cmd := &cobra.Command{
 		Use:   "push DIR --repo-id ORG/NAME",
-		Short: "publish a kernel package (repo type kernel) and its packed weights (a model repo) to the Hub",
+		Short: "publish a kernel package (kernel repo) and its packed weights (model repo) to the Hub",
 		Long: `Publish what an xpuinject run wrote, so that kernels and transformers alone can use it:
 
   the kernel package (DIR, or DIR/package of a run folder) to the kernel repository

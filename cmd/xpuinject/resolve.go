@@ -39,8 +39,8 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 			return "", src, fmt.Errorf("model %s: %w", arg, err)
 		}
 		if _, err := os.Stat(filepath.Join(abs, "config.json")); err != nil {
-			return "", src, &usageError{fmt.Errorf("model %s: folder has no config.json; give a Hugging Face model folder "+
-				"(config.json + safetensors), e.g. testdata/fixtures/llama-odd", abs)}
+			return "", src, &usageError{fmt.Errorf("model %s: folder has no config.json\n"+
+				"give a Hugging Face model folder (config.json + safetensors), e.g. testdata/fixtures/llama-odd", abs)}
 		}
 		return abs, plan.Source{Path: abs}, nil
 	}
@@ -57,18 +57,18 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 	} else {
 		r, err := hub.ParseRef(arg)
 		if err != nil || (hasRev && rev == "") {
-			tried := []string{"no local folder " + arg, "no preset " + name + " (presets: " + presetNames() + ")"}
 			if looksLikePath(arg) {
 				// Bad usage like any other MODEL that is none of the accepted forms.
-				return "", src, &usageError{fmt.Errorf("model %s: no such folder; give a folder with config.json "+
-					"and safetensors, a preset (%s) or org/name[@revision]", arg, presetNames())}
+				return "", src, &usageError{fmt.Errorf("model %s: no such folder\n"+
+					"give a folder with config.json and safetensors, a preset\n(%s) or org/name[@revision]",
+					arg, presetNames())}
 			}
 			hint := ""
 			if p := nearestPreset(name); p != "" {
 				hint = fmt.Sprintf("; did you mean %s?", p)
 			}
-			return "", src, &usageError{fmt.Errorf("%w: %q: %s, and not org/name[@revision]%s",
-				errModelArg, arg, strings.Join(tried, ", "), hint)}
+			return "", src, &usageError{fmt.Errorf("%w: %q: no local folder, no preset and not org/name[@revision]%s\n"+
+				"(presets: %s)", errModelArg, arg, hint, presetNames())}
 		}
 		ref = r
 	}

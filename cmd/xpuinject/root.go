@@ -48,6 +48,9 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// maxColumns is the widest line of any help text or message.
+const maxColumns = 100
+
 // Exit codes, decided here only.
 const (
 	exitOK          = 0
@@ -103,6 +106,9 @@ func NewRootCmd(f *Factory) *cobra.Command {
 		newKernelsCmd(f),
 	)
 	root.SetHelpCommand(newHelpCmd(root))
+	// Flag descriptions wrap to fit maxColumns (cobra's template, pflag's wrapping).
+	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), ".FlagUsages |",
+		fmt.Sprintf(".FlagUsagesWrapped %d |", maxColumns)))
 	return root
 }
 
@@ -139,7 +145,7 @@ func isUsageError(err error) bool {
 // argHelp says what each positional argument of the commands' Use lines is, so that a
 // missing one is named with what to give.
 var argHelp = map[string]string{
-	"MODEL":          "a local folder (config.json + safetensors), a preset or org/name[@revision]",
+	"MODEL":          "a model folder, a preset or org/name[@revision]",
 	"DIR":            "a run folder (out/<name>) or the package folder in it",
 	"PKG_OR_RUN_DIR": "a run folder (out/<name>) or the package folder in it",
 }
