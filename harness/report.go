@@ -105,13 +105,17 @@ func Markdown(r *Result, plots []string) []byte {
 		rep = append(rep, fmt.Sprintf("%s×%d", k, r.Injection.Replaced[k]))
 		total += r.Injection.Replaced[k]
 	}
-	kept := fmt.Sprintf("%d layers kept", len(r.Injection.Kept))
+	// Counted as the plan and pack count: modules, layer bindings, packed tensors.
+	kept := fmt.Sprintf("%d modules kept", len(r.Injection.Kept))
 	if len(r.Injection.Kept) == 1 {
-		kept = "1 layer kept"
+		kept = "1 module kept"
 	}
-	fmt.Fprintf(&b, "- injected through `%s` on backend `%s`: %d modules bound (%s); %s; %d packed tensors, %s\n",
-		r.Injection.Path, r.Injection.Backend, total, strings.Join(rep, ", "), kept,
-		r.Injection.PackedTensors, models.HumanBytes(r.Injection.PackedBytes))
+	loaded := fmt.Sprintf("%d packed tensors loaded, %s", r.Injection.PackedTensors, models.HumanBytes(r.Injection.PackedBytes))
+	if n := r.Injection.PackedKeptTensors; n > 0 {
+		loaded += fmt.Sprintf(" (of %d: the %d of kept modules stay the model's own)", r.Injection.PackedTensors+n, n)
+	}
+	fmt.Fprintf(&b, "- injected through `%s` on backend `%s`: %d layer bindings (%s); %s; %s\n",
+		r.Injection.Path, r.Injection.Backend, total, strings.Join(rep, ", "), kept, loaded)
 	if a := r.Autotune; a != nil {
 		data := "no tuned configs for this GPU"
 		if len(a.GPUData) > 0 {

@@ -214,6 +214,9 @@ type Result struct {
 		} `json:"kept"`
 		PackedTensors int   `json:"packed_tensors"`
 		PackedBytes   int64 `json:"packed_bytes"`
+		// PackedKeptTensors are kept modules' tensors in the packed checkpoint, which
+		// injection does not load (absent from older files: 0).
+		PackedKeptTensors int `json:"packed_kept_tensors"`
 	} `json:"injection"`
 	Accuracy struct {
 		Input            map[string]any `json:"input"`

@@ -523,7 +523,9 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         check_only: check plan, model and packed weights against each other; change nothing.
 
     Returns a summary: backend, replaced {layer class: modules}, replaced_modules, kept
-    [{module, reason}], packed (where the weights came from, or None), packed_tensors, packed_bytes.
+    [{module, reason}], packed (where the weights came from, or None), packed_tensors and
+    packed_bytes (loaded and attached), packed_kept_tensors (kept modules' tensors in the packed
+    checkpoint, not loaded: the model's own copies serve).
 
     A pipeline stage of transformers' pipeline parallelism (`DistributedConfig(pp_size=N)`) binds
     and loads only the modules it holds; the summary lists the others as `other_stages`. A model
@@ -580,6 +582,8 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         "packed": where,
         "packed_tensors": len(tensors),
         "packed_bytes": nbytes,
+        # the packed checkpoint holds kept modules' weights too (cast); the model keeps its own
+        "packed_kept_tensors": sum(len(lp.get("outputs") or ()) for lp in full_plan["layers"] if not lp.get("bindings")) if tensors else 0,
     }
     if other_stages:
         summary["other_stages"] = other_stages
