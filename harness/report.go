@@ -283,14 +283,16 @@ func writePlacement(b *bytes.Buffer, r *Result) {
 	}
 }
 
+// layerRange shows decoder layers [start, end) with their count, so that a lone index (layer
+// 0 of a one-layer model) does not read as a count: "0–15 (16 layers)", "0 (1 layer)".
 func layerRange(l []int) string {
 	switch {
 	case len(l) != 2 || l[1] <= l[0]:
 		return "none"
 	case l[1]-l[0] == 1:
-		return fmt.Sprint(l[0])
+		return fmt.Sprintf("%d (1 layer)", l[0])
 	}
-	return fmt.Sprintf("%d–%d", l[0], l[1]-1)
+	return fmt.Sprintf("%d–%d (%d layers)", l[0], l[1]-1, l[1]-l[0])
 }
 
 func stageExtras(st Stage) string {

@@ -191,13 +191,26 @@ func TestReportPlacement(t *testing.T) {
 	for _, want := range []string{
 		"- device: cuda (NVIDIA H200) ×2, one pipeline stage each\n",
 		"The bf16 models were split into 2 pipeline stages",
-		"| stock bf16 | 0 | h200-a | cuda:0 | 0–15 | embeddings | 8000.0 |",
-		"| injected bf16 | 1 | h200-a | cuda:1 | 16–31 | final norm, head | 8100.0 |",
+		"| stock bf16 | 0 | h200-a | cuda:0 | 0–15 (16 layers) | embeddings | 8000.0 |",
+		"| injected bf16 | 1 | h200-a | cuda:1 | 16–31 (16 layers) | final norm, head | 8100.0 |",
 		"fp32 oracle (rank 0 on h200-a, cuda:0): read from the checkpoint unit by unit",
 		"12 of 35 units stayed on the device (10000.0 MB of a 10500.0 MB budget), the others were read from the checkpoint again on every pass: 1200 loads in all.",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// A stage's decoder layers [start, end) show with their count: [0, 1) is layer 0, one layer.
+func TestLayerRange(t *testing.T) {
+	for _, c := range []struct {
+		in   []int
+		want string
+	}{{[]int{0, 1}, "0 (1 layer)"}, {[]int{0, 16}, "0–15 (16 layers)"}, {[]int{16, 32}, "16–31 (16 layers)"},
+		{[]int{3, 3}, "none"}, {nil, "none"}} {
+		if got := layerRange(c.in); got != c.want {
+			t.Errorf("layerRange(%v) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

@@ -761,8 +761,7 @@ def main(argv=None):
         except Exception as e:
             traceback.print_exc()
             fail(5, f"building the fp32 oracle from {args.model}: {type(e).__name__}: {e}")
-        progress(f"fp32 oracle on {device}, layer by layer from the checkpoint: up to "
-                 f"{oracle.budget / 2**30:.1f} GiB of its layers stay on the device")
+        progress(f"fp32 oracle on {device}, layer by layer from the checkpoint: {oracle.budget_line()}")
 
     try:
         if vision:
