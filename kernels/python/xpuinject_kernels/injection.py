@@ -45,6 +45,7 @@ from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, VEND
 from .packing import Released
 
 __all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "mark_transformers_classes", "kernel_mapping",
+           "kernel_config_mapping",
            "InjectError", "PLAN_SCHEMA", "PLAN_FILE"]
 
 # The plan.yaml schema this package reads (inject/PLAN.md).
@@ -809,7 +810,7 @@ def mark_transformers_classes() -> Dict[str, str]:
     `kernels`, as transformers itself marks its RMSNorm classes: `kernel_layer_name` on the
     class, and with kernels >= 0.17 a `kernel_condition` that admits only modules whose shapes
     the kernels take. Then `from_pretrained(..., use_kernels=True,
-    kernel_config=KernelConfig(kernel_mapping(REPO, "llama")))` (the model's config.model_type)
+    kernel_config=KernelConfig(kernel_config_mapping(REPO, "llama")))` (the model's config.model_type)
     binds the package's layers. Classes that already carry a mark keep it. Returns
     {class name: mark} of every class this call marked."""
     import importlib
@@ -835,37 +836,67 @@ def mark_transformers_classes() -> Dict[str, str]:
     return marked
 
 
-def kernel_mapping(repo: Union[str, os.PathLike], arch: str, *, version: Optional[int] = 1, revision: Optional[str] = None,
-                   trust_remote_code: bool = False) -> dict:
-    """The `kernel_mapping` of a transformers `KernelConfig` for a model of type `arch`
-    (config.model_type: "llama", "qwen3", "levit", ...): every mark its classes carry after
-    `mark_transformers_classes` (and transformers' own "RMSNorm") mapped to this package's layer.
-    transformers refuses a mapping that names a mark the model does not have, hence `arch`.
-
-        KernelConfig(kernel_mapping("my-org/llama-xpu-kernels", "llama", trust_remote_code=True), inherit_mapping=False)
-        KernelConfig(kernel_mapping("/abs/path/package", "llama"), use_local_kernel=True)
-
-    `repo` is a Hub kernel repo id (`version` or `revision`; `trust_remote_code` for a publisher
-    the Hub does not list as trusted) or an absolute local package folder (kernels'
-    LocalLayerRepository; the Hub arguments do not apply)."""
+def _mapping_layers(fn: str, repo, arch: str, version, revision):
+    """Checks the arguments of the two mapping helpers; returns (repo as str, local, [(mark, layer)])."""
     import importlib
 
     s = os.fspath(repo)
     local = os.path.isabs(s)
     if not local and not _REPO_ID.match(s):
-        raise InjectError(f"kernel_mapping: {s!r} is neither an absolute package folder nor a Hub repo id (org/name)")
+        raise InjectError(f"{fn}: {s!r} is neither an absolute package folder nor a Hub repo id (org/name)")
     if local and not Path(s).is_dir():
-        raise InjectError(f"kernel_mapping: {s}: no such folder (the package folder written by `xpuinject package`)")
-    if not local and (version is None) == (revision is None):
-        raise InjectError("kernel_mapping: give exactly one of version= and revision= for a Hub repo")
+        raise InjectError(f"{fn}: {s}: no such folder (the package folder written by `xpuinject package`)")
+    if not local and version is not None and revision is not None:
+        raise InjectError(f"{fn}: give version= or revision= for a Hub repo, not both")
     if arch not in _TRANSFORMERS_MODELS:
-        raise InjectError(f"kernel_mapping: model type {arch!r} has no layers here (supported: {', '.join(_TRANSFORMERS_MODELS)})")
+        raise InjectError(f"{fn}: model type {arch!r} has no layers here (supported: {', '.join(_TRANSFORMERS_MODELS)})")
     mod = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
+    layers = [(_mark(layer), layer) for layer, spec in LAYERS.items()
+              if layer not in _NO_NATIVE_ROUTE and any(isinstance(mod.__dict__.get(c), type) for c in spec["classes"])]
+    return s, local, layers
+
+
+def kernel_mapping(repo: Union[str, os.PathLike], arch: str, *, version: Optional[int] = None, revision: Optional[str] = None,
+                   trust_remote_code: bool = False, devices=("cuda", "xpu")) -> dict:
+    """What `kernels.use_kernel_mapping` takes for a model of type `arch` (config.model_type:
+    "llama", "qwen3", "levit", ...): every mark its classes carry after `mark_transformers_classes`
+    (and transformers' own "RMSNorm") mapped, for each of `devices`, to this package's layer as a
+    `kernels.LayerRepository` (a Hub repo) or `kernels.LocalLayerRepository` (a local folder):
+
+        with kernels.use_kernel_mapping(kernel_mapping("my-org/llama-xpu-kernels", "llama", trust_remote_code=True)):
+            model = kernels.kernelize(model, mode=kernels.Mode.INFERENCE)
+
+    `repo` is a Hub kernel repo id (`version`, 1 by default, or `revision`; `trust_remote_code` for a publisher
+    the Hub does not list as trusted) or an absolute local package folder (the Hub arguments do
+    not apply). `devices`: the device types to map (the package's builds: cuda and xpu; "cpu" runs
+    the kernels under Triton's interpreter). For transformers' `KernelConfig`, whose mapping is of
+    another form, see `kernel_config_mapping`."""
+    import kernels
+
+    s, local, layers = _mapping_layers("kernel_mapping", repo, arch, version, revision)
+    version = 1 if version is None and revision is None else version
+    out = {}
+    for mark, layer in layers:
+        if local:
+            r = kernels.LocalLayerRepository(Path(s), layer_name=layer)
+        else:
+            r = kernels.LayerRepository(s, layer_name=layer, version=version, revision=revision,
+                                        trust_remote_code=bool(trust_remote_code))
+        out[mark] = {d: r for d in devices}
+    return out
+
+
+def kernel_config_mapping(repo: Union[str, os.PathLike], arch: str, *, version: Optional[int] = None,
+                          revision: Optional[str] = None, trust_remote_code: bool = False) -> dict:
+    """The `kernel_mapping` of a transformers `KernelConfig` for a model of type `arch`: every
+    mark (as `kernel_mapping`) mapped to "repo:Layer", with the Hub arguments for a Hub repo.
+    transformers refuses a mapping that names a mark the model does not have, hence `arch`.
+
+        KernelConfig(kernel_config_mapping("my-org/llama-xpu-kernels", "llama", trust_remote_code=True), inherit_mapping=False)
+        KernelConfig(kernel_config_mapping("/abs/path/package", "llama"), use_local_kernel=True)
+    """
+    s, local, layers = _mapping_layers("kernel_config_mapping", repo, arch, version, revision)
+    version = 1 if version is None and revision is None else version
     meta = {"trust_remote_code": bool(trust_remote_code)}
     meta.update({"version": version} if revision is None else {"revision": revision})
-    out = {}
-    for layer, spec in LAYERS.items():
-        if layer in _NO_NATIVE_ROUTE or not any(isinstance(mod.__dict__.get(c), type) for c in spec["classes"]):
-            continue
-        out[_mark(layer)] = f"{s}:{layer}" if local else (f"{s}:{layer}", dict(meta))
-    return out
+    return {mark: f"{s}:{layer}" if local else (f"{s}:{layer}", dict(meta)) for mark, layer in layers}
