@@ -487,21 +487,24 @@ def _refuse_saving(model: nn.Module, source: str) -> None:
     """After the packed weights replaced the original projections, the model's state_dict holds
     neither the checkpoint's tensors (the projections are released) nor a checkpoint transformers
     can load (packed names, folded BatchNorms): transformers' save_pretrained would write part of
-    it and its from_pretrained would initialise the rest at random. save_pretrained and
-    push_to_hub (which saves through it) refuse instead, on this model only."""
+    it and its from_pretrained would initialise the rest at random. save_pretrained,
+    push_to_hub (which saves through it) and state_dict (which would silently hold only the
+    tensors not released) refuse instead, on this model only."""
     cls = type(model).__name__
 
-    def refuse(*args, **kwargs):
-        raise InjectError(
-            f"{cls}.save_pretrained: this model runs offline-packed weights (inject(model, packed=...)) and its original "
-            f"projections were released, so it cannot be saved as a {cls} checkpoint; save the original model instead "
-            f"(load {source} again, or call save_pretrained before inject), or keep the packed checkpoint `xpuinject pack` "
-            "wrote (`xpuinject push` publishes it) and inject it again after loading"
-        )
+    def refusal(name):
+        def refuse(*args, **kwargs):
+            raise InjectError(
+                f"{cls}.{name}: this model runs offline-packed weights (inject(model, packed=...)) and its original "
+                f"projections were released, so it cannot be saved as a {cls} checkpoint; save the original model "
+                f"instead (load {source} again, or call {name} before inject), or keep the packed checkpoint "
+                "`xpuinject pack` wrote (`xpuinject push` publishes it) and inject it again after loading"
+            )
+        return refuse
 
-    for name in ("save_pretrained", "push_to_hub"):
+    for name in ("save_pretrained", "push_to_hub", "state_dict"):
         if hasattr(model, name):
-            object.__setattr__(model, name, refuse)
+            object.__setattr__(model, name, refusal(name))
 
 
 def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, token=None, plan=None,
@@ -514,8 +517,8 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         packed: the offline-packed weights: a folder written by `xpuinject pack`, or a Hub repo
             id published by `xpuinject push` (downloaded into the HF cache). They are checked
             against the package's plan, attached to the modules, and the original projections
-            are released; the model's save_pretrained and push_to_hub then refuse (its weights
-            are no longer a transformers checkpoint). None: the layers pack the model's own
+            are released; the model's save_pretrained, push_to_hub and state_dict then refuse
+            (its weights are no longer a transformers checkpoint). None: the layers pack the model's own
             weights on first use, into buffers state_dict leaves out, so saving still writes the
             original checkpoint.
         revision: branch, tag or commit of a `packed` repo id.
