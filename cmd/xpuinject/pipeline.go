@@ -28,6 +28,7 @@ type pipelineOptions struct {
 	RepoID       string
 	PackedRepoID string
 	Private      bool
+	SourceRepo   string // --source-repo-id: the Hub model of a local MODEL folder, for the cards
 	Force        bool
 	MaxShardSize string
 	Plan         planFlags
@@ -80,6 +81,15 @@ repo), eval/ (eval.json, report.md, plots).`,
 			if o.PackedRepoID != "" && o.PackedRepoID == o.RepoID {
 				return &usageError{fmt.Errorf("--packed-repo-id %s is the kernel repository; the packed weights need a repository of their own", o.PackedRepoID)}
 			}
+			if o.SourceRepo != "" {
+				if _, err := parseSourceRepo(o.SourceRepo); err != nil {
+					return err
+				}
+			}
+			if _, local, ok := argLabel(o.Model); o.Push && ok && local != "" && o.SourceRepo == "" {
+				return &usageError{fmt.Errorf("--push: %s is a local folder\nHub users cannot load it: "+
+					"pass --source-repo-id ORG/NAME[@REVISION], the Hub model the folder holds", o.Model)}
+			}
 			if o.Push && o.SkipEval {
 				return &usageError{fmt.Errorf("--push publishes only after a successful eval; drop --skip-eval (or publish by hand with 'xpuinject push')")}
 			}
@@ -102,6 +112,8 @@ repo), eval/ (eval.json, report.md, plots).`,
 	fl.StringVar(&o.RepoID, "repo-id", "", "Hub kernel repository to publish the package to (with --push)")
 	fl.StringVar(&o.PackedRepoID, "packed-repo-id", "", "Hub model repository for the packed weights (default: <repo-id>-packed)")
 	fl.BoolVar(&o.Private, "private", false, "create the Hub repositories private (with --push)")
+	fl.StringVar(&o.SourceRepo, "source-repo-id", "", "Hub model (ORG/NAME[@REVISION]) the published cards name when "+
+		"MODEL is a local folder (with --push)")
 	fl.BoolVar(&o.Force, "force", false, "replace an earlier run's outputs in --out (never other files)")
 	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", "largest packed shard")
 	fl.BoolVar(&o.JSON, "json", false, "print where every artifact went as one JSON object")
@@ -208,6 +220,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		pushed, err = publish(ctx, f, publishSet{PackageDir: packageDir, PackedDir: packedDir, SourceDir: dir,
 			EvalFile: filepath.Join(evalDir, "eval.json")}, publishOptions{
 			RepoID: o.RepoID, PackedRepoID: packedID, Private: o.Private, Model: modelLabel(o.Model, pl),
+			SourceRepo: o.SourceRepo,
 		})
 		if err != nil {
 			return fmt.Errorf("push: %w", err)

@@ -43,3 +43,26 @@ func TestPipelineRerunWithoutForceRefusedFirst(t *testing.T) {
 		t.Error("the refused run changed the earlier run's plan.yaml")
 	}
 }
+
+// --push of a model from a local folder needs the Hub id its cards will name, asked for
+// before any work; a malformed one is refused the same way.
+func TestPipelinePushOfALocalFolderAsksForTheSourceRepo(t *testing.T) {
+	tiny := filepath.Join(fixtures, "llama-tiny")
+	out := filepath.Join(t.TempDir(), "run")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{tiny, "--out", out, "--push", "--repo-id", "a/b"}, "pass --source-repo-id ORG/NAME[@REVISION]"},
+		{[]string{tiny, "--out", out, "--push", "--repo-id", "a/b", "--source-repo-id", "nope"},
+			`--source-repo-id "nope": want ORG/NAME[@REVISION]`},
+	} {
+		code, stdout, errOut := runCLI(t, nil, c.args...)
+		if code != exitUsage || stdout != "" || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "resolve ") {
+			t.Errorf("%v: exit %d stdout %q stderr %q; want exit 2 and %q before any work", c.args, code, stdout, errOut, c.want)
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a refused run left %s", out)
+	}
+}

@@ -27,6 +27,7 @@ type PushOptions struct {
 	DryRun       bool
 	Model        string
 	JSON         bool
+	SourceRepo   string // --source-repo-id
 }
 
 func newPushCmd(f *Factory) *cobra.Command {
@@ -91,6 +92,8 @@ every operation for both repositories and sends nothing.`,
 	fl.BoolVar(&opts.DryRun, "dry-run", false, "print the operations and send nothing")
 	fl.BoolVar(&opts.JSON, "json", false, "print the results (or the dry-run operations) as JSON")
 	fl.StringVar(&opts.Model, "model", "", "model named in the commit message when the package does not record it")
+	fl.StringVar(&opts.SourceRepo, "source-repo-id", "", "Hub model (ORG/NAME[@REVISION]) the cards name when the "+
+		"package was planned from a local folder")
 	return cmd
 }
 
@@ -101,7 +104,7 @@ func pushRun(ctx context.Context, f *Factory, opts *PushOptions) error {
 	}
 	res, err := publish(ctx, f, set, publishOptions{
 		RepoID: opts.RepoID, PackedRepoID: opts.PackedRepoID, Private: opts.Private, Version: opts.Version,
-		DryRun: opts.DryRun, Model: opts.Model,
+		DryRun: opts.DryRun, Model: opts.Model, SourceRepo: opts.SourceRepo,
 	})
 	if err != nil {
 		return fmt.Errorf("push: %w", err)

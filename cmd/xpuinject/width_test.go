@@ -50,7 +50,7 @@ func TestUsageErrorWidth(t *testing.T) {
 		{"plan", empty}, {"plan", "llama@"}, {"pack", tiny}, {"pack"}, {"package", tiny}, {"eval", tiny},
 		{"push"}, {"push", empty}, {"fetch"}, {"kernels", "x"}, {"pakc"}, {"plan", tiny, "--bogus"},
 		{"plan", tiny, "--dtype", "fp8"}, {"plan", tiny, "--disable", "flash"}, {"help", "nope"},
-		{tiny, "--push"}, {"generate", empty, "--prompt", "hi"},
+		{tiny, "--push"}, {tiny, "--push", "--repo-id", "a/b"}, {"generate", empty, "--prompt", "hi"},
 	} {
 		code, _, errOut := runCLI(t, nil, args...)
 		if code != exitUsage {

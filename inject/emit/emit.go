@@ -212,7 +212,7 @@ func packageFiles(pl *plan.Plan, opts Options) (map[string][]byte, error) {
 		files["build/torch-"+be+"/metadata.json"] = append(b, '\n')
 	}
 	files["build.toml"] = buildTOML(opts)
-	files["README.md"] = card(pl, opts)
+	files["README.md"] = Card(pl, opts)
 	for p, b := range opts.Extra {
 		clean := filepath.ToSlash(filepath.Clean(p))
 		if strings.HasPrefix(clean, "../") || filepath.IsAbs(p) || strings.HasPrefix(clean, "build/") {
@@ -273,9 +273,10 @@ func buildTOML(opts Options) []byte {
 	return b.Bytes()
 }
 
-// card renders the package's README.md: front matter for the Hub, what the package
-// replaces and how to use it.
-func card(pl *plan.Plan, opts Options) []byte {
+// Card renders the package's README.md: front matter for the Hub, what the package
+// replaces and how to use it. Write writes it; push renders it again when the published
+// card must name another source model than the plan's local folder.
+func Card(pl *plan.Plan, opts Options) []byte {
 	var b bytes.Buffer
 	b.WriteString("---\nlibrary_name: kernels\n")
 	fmt.Fprintf(&b, "license: %s\n", opts.License)
