@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -211,7 +212,7 @@ func packageFiles(pl *plan.Plan, opts Options) (map[string][]byte, error) {
 		}
 		files["build/torch-"+be+"/metadata.json"] = append(b, '\n')
 	}
-	files["build.toml"] = buildTOML(opts)
+	files["build.toml"] = buildTOML(opts, pyExtensions(files, "torch-ext/"+module+"/"))
 	files["README.md"] = Card(pl, opts)
 	for p, b := range opts.Extra {
 		clean := filepath.ToSlash(filepath.Clean(p))
@@ -251,9 +252,31 @@ func variantDigest(files map[string][]byte, prefix string) map[string]any {
 	return map[string]any{"algorithm": "sha256", "files": hashes}
 }
 
+// pyExtensions are the extensions of every file under prefix, sorted: what build.toml's
+// pyext must list for kernel-builder to copy them all into the variants (it copies only
+// torch-ext files of these extensions, "py" and "pyi" by default; nix-builder/lib/
+// source-set.nix in huggingface/kernels), the package's JSON and YAML data included.
+func pyExtensions(files map[string][]byte, prefix string) []string {
+	seen := map[string]bool{}
+	for p := range files {
+		if rest, ok := strings.CutPrefix(p, prefix); ok {
+			if ext := path.Ext(rest); ext != "" {
+				seen[ext[1:]] = true
+			}
+		}
+	}
+	exts := make([]string, 0, len(seen))
+	for e := range seen {
+		exts = append(exts, e)
+	}
+	sort.Strings(exts)
+	return exts
+}
+
 // buildTOML is kernel-builder's description of the package, edition buildEdition: a
-// noarch torch kernel whose variants are the backends'.
-func buildTOML(opts Options) []byte {
+// noarch torch kernel whose variants are the backends', with the extensions of its files
+// (edition 5's [torch-noarch] takes pyext; kernels-data/src/config/v5.rs TorchNoarch).
+func buildTOML(opts Options, pyext []string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by %s. A pure-Python Triton kernel: kernel-builder builds it as noarch\n", opts.Tool)
 	fmt.Fprintf(&b, "# variants (build/torch-cuda, build/torch-xpu) from torch-ext/%s.\n", ModuleName(opts.Name))
@@ -269,7 +292,14 @@ func buildTOML(opts Options) []byte {
 	if opts.RepoID != "" {
 		fmt.Fprintf(&b, "\n[general.hub]\nrepo-id = %q\n", opts.RepoID)
 	}
-	b.WriteString("\n[torch-noarch]\n")
+	b.WriteString("\n[torch-noarch]\npyext = [")
+	for i, e := range pyext {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", e)
+	}
+	b.WriteString("]\n")
 	return b.Bytes()
 }
 

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -154,6 +156,25 @@ func TestEmitTreeComplete(t *testing.T) {
 	if !strings.Contains(string(toml), "[torch-noarch]") || !strings.Contains(string(toml), `backends = ["cuda", "xpu"]`) ||
 		!strings.Contains(string(toml), "\nedition = 5\n") {
 		t.Errorf("build.toml:\n%s", toml)
+	}
+	// kernel-builder copies only torch-ext files whose extension pyext lists: every file of
+	// the package's sources must be one (contract.json, plan.yaml and gpus/*.json are data).
+	if !strings.Contains(string(toml), "\n[torch-noarch]\npyext = [\"json\", \"py\", \"yaml\"]\n") {
+		t.Errorf("build.toml lacks pyext for the data files:\n%s", toml)
+	}
+	var data []string
+	filepath.WalkDir(filepath.Join(out, "torch-ext"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if ext := filepath.Ext(p); !slices.Contains([]string{".json", ".py", ".yaml"}, ext) {
+				t.Errorf("torch-ext file %s: extension %q is not in pyext", p, ext)
+			} else if ext != ".py" {
+				data = append(data, filepath.Base(p))
+			}
+		}
+		return nil
+	})
+	if slices.Sort(data); !slices.Equal(data, []string{"contract.json", "h200.json", "plan.yaml"}) {
+		t.Errorf("torch-ext data files %v", data)
 	}
 }
 
