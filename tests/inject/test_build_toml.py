@@ -6,8 +6,12 @@ carries out its plan, as the emitted one does."""
 from __future__ import annotations
 
 import shutil
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: kernels depends on tomli there
+    import tomli as tomllib
 
 import torch
 import transformers
