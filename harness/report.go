@@ -128,7 +128,11 @@ func Markdown(r *Result, plots []string) []byte {
 	writePlacement(&b, r)
 
 	in := r.Accuracy.Input
-	fmt.Fprintf(&b, "## Accuracy against the fp32 model\n\nInput: %s. Both %[2]s models are compared with the fp32 model (the oracle); "+
+	b.WriteString("## Accuracy against the fp32 model\n\n")
+	if r.Untrained() {
+		fmt.Fprintf(&b, "> **Random weights.** %s\n\n", capitalize(r.UntrainedNote()))
+	}
+	fmt.Fprintf(&b, "Input: %s. Both %[2]s models are compared with the fp32 model (the oracle); "+
 		"the last column is injected error over stock error: near 1× means the kernels cost no accuracy beyond %[2]s itself.\n\n", describeInput(in), r.HalfDtype())
 	inj, st := r.Accuracy.Injected, r.Accuracy.Stock
 	fmt.Fprintf(&b, "| metric | injected %[1]s | stock %[1]s | injected / stock |\n| --- | --- | --- | --- |\n", r.HalfDtype())
@@ -473,4 +477,11 @@ func pct(n Num) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f%%", 100*float64(n))
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }

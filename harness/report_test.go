@@ -214,3 +214,27 @@ func TestLayerRange(t *testing.T) {
 		}
 	}
 }
+
+// The report says when the weights are random and what to read instead.
+func TestReportSaysWhenWeightsAreRandom(t *testing.T) {
+	r, err := ReadResult("../cmd/xpuinject/testdata/eval-random.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(Markdown(r, nil))
+	want := "> **Random weights.** The fp32 model itself predicts this text no better than chance (perplexity 966.43, " +
+		"vocabulary 512): its weights are random or untrained, as the shipped fixtures' are, so its perplexity, " +
+		"relative errors and generated text mean nothing. Read the injected / stock ratios instead: near 1× means " +
+		"the kernels cost no accuracy beyond bf16 itself.\n"
+	if !r.Untrained() || !strings.Contains(md, want) {
+		t.Errorf("report lacks %q:\n%s", want, md)
+	}
+	gpu, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu.Model.VocabSize = 128256 // perplexity 12.5: a trained model
+	if gpu.Untrained() || strings.Contains(string(Markdown(gpu, nil)), "Random weights") {
+		t.Error("a trained model's report says its weights are random")
+	}
+}

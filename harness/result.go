@@ -192,6 +192,8 @@ type Result struct {
 		Class string `json:"class"`
 		// Dtype is what the stock and injected models ran in: the plan's (bf16 when absent).
 		Dtype string `json:"dtype"`
+		// VocabSize is the model's vocabulary (text models; 0 when absent).
+		VocabSize int `json:"vocab_size,omitempty"`
 	} `json:"model"`
 	Device struct {
 		Type      string `json:"type"`
@@ -295,4 +297,23 @@ func (r *Result) HalfDtype() string {
 		return "bf16"
 	}
 	return r.Model.Dtype
+}
+
+// Untrained reports whether the fp32 model itself predicts the text no better than chance
+// (its perplexity at least half the vocabulary, which a uniform guess reaches): its weights
+// are random, or not trained for this kind of text, as the shipped fixtures' are. Its
+// absolute figures (perplexity, relative errors, generated text) then mean nothing; the
+// injected/stock ratios still say what the kernels cost.
+func (r *Result) Untrained() bool {
+	p := r.Accuracy.OraclePerplexity
+	return p != nil && r.Model.VocabSize > 0 && float64(*p) >= 0.5*float64(r.Model.VocabSize)
+}
+
+// UntrainedNote is what the report and the CLI say of an untrained model.
+func (r *Result) UntrainedNote() string {
+	return fmt.Sprintf("the fp32 model itself predicts this text no better than chance (perplexity %s, "+
+		"vocabulary %d): its weights are random or untrained, as the shipped fixtures' are, so its perplexity, "+
+		"relative errors and generated text mean nothing. Read the injected / stock ratios instead: near 1× "+
+		"means the kernels cost no accuracy beyond %s itself.", f(*r.Accuracy.OraclePerplexity), r.Model.VocabSize,
+		r.HalfDtype())
 }

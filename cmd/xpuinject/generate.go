@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -179,6 +180,7 @@ func generateRun(ctx context.Context, f *Factory, o *generateOptions) error {
 	if err != nil {
 		return err
 	}
+	warnUntrained(f.ErrOut, t.PackageDir)
 	py, err := harness.FindPython(o.Python, f.Getenv)
 	if err != nil {
 		return err
@@ -247,4 +249,16 @@ func generationSummary(name string, g *harness.Generation) string {
 		s += fmt.Sprintf("; capture %.2f s, once", float64(g.CaptureS))
 	}
 	return s
+}
+
+// warnUntrained says, before any text, when the run's eval found the model's weights random:
+// its text is then noise by nature, not a sign that the kernels are wrong.
+func warnUntrained(w io.Writer, packageDir string) {
+	r, err := harness.ReadResult(filepath.Join(filepath.Dir(filepath.Clean(packageDir)), "eval", "eval.json"))
+	if err != nil || !r.Untrained() {
+		return
+	}
+	fmt.Fprintf(w, "note: random weights (the eval's fp32 perplexity %.0f, vocabulary %d): the text below is\n"+
+		"noise whatever the kernels do; the eval's injected / stock ratios say what they cost\n",
+		float64(*r.Accuracy.OraclePerplexity), r.Model.VocabSize)
 }

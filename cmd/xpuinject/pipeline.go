@@ -256,6 +256,11 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	} else {
 		fmt.Fprintf(f.Out, "eval       skipped (--skip-eval)\n")
 	}
+	if report != nil {
+		if r, err := harness.ReadResult(arts.Eval); err == nil {
+			writeRunSummary(f.Out, r, out, o.Eval.Device)
+		}
+	}
 	if pushed != nil {
 		fmt.Fprintf(f.Out, "published  %s (branch %s)\n", pushed.Kernel.URL, pushed.Kernel.Branch)
 		if pushed.Packed != nil {
@@ -335,4 +340,36 @@ func argLabel(arg string) (label, local string, ok bool) {
 		return r.Repo, "", true
 	}
 	return "", "", false
+}
+
+// writeRunSummary ends a pipeline run with what its numbers mean: the injected / stock
+// accuracy ratios, whether the weights are random (then only the ratios mean something),
+// and the next command to run.
+func writeRunSummary(w io.Writer, r *harness.Result, out, device string) {
+	var parts []string
+	for _, m := range []struct{ key, name string }{{"max_abs", "max abs"}, {"mean_abs", "mean abs"}, {"kl", "KL"}} {
+		if c, ok := r.Accuracy.Compare[m.key]; ok && c.Ratio != nil {
+			parts = append(parts, fmt.Sprintf("%s %.2f×", m.name, float64(*c.Ratio)))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "accuracy   injected / stock %s error: %s (1×: no cost)\n",
+			r.HalfDtype(), strings.Join(parts, ", "))
+	}
+	if r.Untrained() {
+		p := float64(*r.Accuracy.OraclePerplexity)
+		fmt.Fprintf(w, "note       random weights: the fp32 model predicts the text no better than chance\n"+
+			"           (perplexity %.0f, vocabulary %d), so perplexity, relative errors and generated\n"+
+			"           text mean nothing here; read the ratios above\n", p, r.Model.VocabSize)
+	}
+	gen := fmt.Sprintf("xpuinject generate %s --prompt \"Hello\"", out)
+	if device == "cpu" || r.Device.Type == "cpu" {
+		gen += " --device cpu --max-new-tokens 8"
+	}
+	if r.Model.Arch != "levit" {
+		fmt.Fprintf(w, "next       %s\n", gen)
+	}
+	if r.Untrained() {
+		fmt.Fprintf(w, "           a real model: xpuinject llama --out out/llama (GPU; docs/gpu.md)\n")
+	}
 }

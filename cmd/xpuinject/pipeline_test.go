@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/xpuinject/xpuinject/harness"
 )
 
 // A re-run over an earlier run without --force is refused before any work: no plan, no
@@ -64,5 +67,55 @@ func TestPipelinePushOfALocalFolderAsksForTheSourceRepo(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a refused run left %s", out)
+	}
+}
+
+// A run ends with what its numbers mean: the ratios, a note when the weights are random, and
+// the next command; a trained model's run has no note.
+func TestRunSummary(t *testing.T) {
+	r, err := harness.ReadResult("testdata/eval-random.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	writeRunSummary(&b, r, "out/demo", "auto")
+	want := `accuracy   injected / stock bf16 error: max abs 0.91×, mean abs 0.93×, KL 0.87× (1×: no cost)
+note       random weights: the fp32 model predicts the text no better than chance
+           (perplexity 966, vocabulary 512), so perplexity, relative errors and generated
+           text mean nothing here; read the ratios above
+next       xpuinject generate out/demo --prompt "Hello" --device cpu --max-new-tokens 8
+           a real model: xpuinject llama --out out/llama (GPU; docs/gpu.md)
+`
+	if b.String() != want {
+		t.Errorf("summary:\n%s\nwant:\n%s", b.String(), want)
+	}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if n := utf8.RuneCountInString(line); n > maxColumns {
+			t.Errorf("a line of %d columns: %s", n, line)
+		}
+	}
+	*r.Accuracy.OraclePerplexity = 31.4 // a trained model: SmolLM2-135M's
+	b.Reset()
+	writeRunSummary(&b, r, "out/smol", "cuda")
+	if strings.Contains(b.String(), "random") || strings.Contains(b.String(), "a real model") {
+		t.Errorf("a trained model's summary:\n%s", b.String())
+	}
+}
+
+// generate warns before the text when the run's eval found random weights.
+func TestGenerateWarnsOfRandomWeights(t *testing.T) {
+	run := t.TempDir()
+	os.MkdirAll(filepath.Join(run, "eval"), 0o755)
+	b, _ := os.ReadFile("testdata/eval-random.json")
+	os.WriteFile(filepath.Join(run, "eval", "eval.json"), b, 0o644)
+	var w strings.Builder
+	warnUntrained(&w, filepath.Join(run, "package"))
+	if !strings.HasPrefix(w.String(), "note: random weights (the eval's fp32 perplexity 966, vocabulary 512)") {
+		t.Errorf("warning %q", w.String())
+	}
+	w.Reset()
+	warnUntrained(&w, filepath.Join(t.TempDir(), "package")) // no eval: nothing to say
+	if w.Len() != 0 {
+		t.Errorf("warning without an eval: %q", w.String())
 	}
 }
