@@ -112,7 +112,7 @@ func Markdown(r *Result, plots []string) []byte {
 	}
 	loaded := fmt.Sprintf("%d packed tensors loaded, %s", r.Injection.PackedTensors, models.HumanBytes(r.Injection.PackedBytes))
 	if n := r.Injection.PackedKeptTensors; n > 0 {
-		loaded += fmt.Sprintf(" (of %d: the %d of kept modules stay the model's own)", r.Injection.PackedTensors+n, n)
+		loaded += fmt.Sprintf(" (of %d packed; %d of kept modules, whose own weights serve)", r.Injection.PackedTensors+n, n)
 	}
 	fmt.Fprintf(&b, "- injected through `%s` on backend `%s`: %d layer bindings (%s); %s; %s\n",
 		r.Injection.Path, r.Injection.Backend, total, strings.Join(rep, ", "), kept, loaded)
