@@ -183,7 +183,7 @@ type Placement struct {
 	Injected *ModelPlacement  `json:"injected,omitempty"`
 }
 
-// Result is eval.json, written by the driver (README documents the schema).
+// Result is eval.json, written by the driver (docs/eval.md documents the schema).
 type Result struct {
 	Schema int `json:"schema"`
 	Model  struct {
