@@ -67,6 +67,10 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 			if p := nearestPreset(name); p != "" {
 				hint = fmt.Sprintf("; did you mean %s?", p)
 			}
+			// a shipped fixture named from the clone's root ("llama-odd")
+			if fx := filepath.Join("testdata", "fixtures", arg); isDir(fx) {
+				hint = fmt.Sprintf("; did you mean %s?", fx)
+			}
 			return "", src, &usageError{fmt.Errorf("%w: %q: no local folder, no preset and not org/name[@revision]%s\n"+
 				"(presets: %s)", errModelArg, arg, hint, presetNames())}
 		}

@@ -151,3 +151,16 @@ func TestNearMissesSuggest(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// A fixture's bare name, typed from the clone's root, is pointed at its folder.
+func TestResolveSuggestsAFixture(t *testing.T) {
+	wd, _ := os.Getwd()
+	if err := os.Chdir("../.."); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	code, _, errOut := runCLI(t, nil, "plan", "llama-odd")
+	if code != exitUsage || !strings.Contains(errOut, "did you mean testdata/fixtures/llama-odd?") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
