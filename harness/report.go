@@ -130,7 +130,7 @@ func Markdown(r *Result, plots []string) []byte {
 	in := r.Accuracy.Input
 	b.WriteString("## Accuracy against the fp32 model\n\n")
 	if r.Untrained() {
-		fmt.Fprintf(&b, "> **Random weights.** %s\n\n", capitalize(r.UntrainedNote()))
+		fmt.Fprintf(&b, "> **Random or untrained weights.** %s\n\n", capitalize(r.UntrainedNote()))
 	}
 	fmt.Fprintf(&b, "Input: %s. Both %[2]s models are compared with the fp32 model (the oracle); "+
 		"the last column is injected error over stock error: near 1× means the kernels cost no accuracy beyond %[2]s itself.\n\n", describeInput(in), r.HalfDtype())

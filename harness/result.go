@@ -301,19 +301,19 @@ func (r *Result) HalfDtype() string {
 
 // Untrained reports whether the fp32 model itself predicts the text no better than chance
 // (its perplexity at least half the vocabulary, which a uniform guess reaches): its weights
-// are random, or not trained for this kind of text, as the shipped fixtures' are. Its
-// absolute figures (perplexity, relative errors, generated text) then mean nothing; the
-// injected/stock ratios still say what the kernels cost.
+// are random (as the shipped fixtures' are), untrained, or cut to a few layers. Its absolute
+// figures (perplexity, relative errors, generated text) then mean nothing; the injected /
+// stock ratios still say what the kernels cost.
 func (r *Result) Untrained() bool {
 	p := r.Accuracy.OraclePerplexity
 	return p != nil && r.Model.VocabSize > 0 && float64(*p) >= 0.5*float64(r.Model.VocabSize)
 }
 
-// UntrainedNote is what the report and the CLI say of an untrained model.
+// UntrainedNote is what the report says of an untrained model.
 func (r *Result) UntrainedNote() string {
 	return fmt.Sprintf("the fp32 model itself predicts this text no better than chance (perplexity %s, "+
-		"vocabulary %d): its weights are random or untrained, as the shipped fixtures' are, so its perplexity, "+
-		"relative errors and generated text mean nothing. Read the injected / stock ratios instead: near 1× "+
-		"means the kernels cost no accuracy beyond %s itself.", f(*r.Accuracy.OraclePerplexity), r.Model.VocabSize,
-		r.HalfDtype())
+		"vocabulary %d): its weights are random (as the shipped fixtures' are), untrained or cut to a few "+
+		"layers, so its perplexity, relative errors and generated text mean nothing. Read the injected / stock "+
+		"ratios instead: near 1× means the kernels cost no accuracy beyond %s itself.",
+		f(*r.Accuracy.OraclePerplexity), r.Model.VocabSize, r.HalfDtype())
 }

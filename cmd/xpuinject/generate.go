@@ -258,7 +258,8 @@ func warnUntrained(w io.Writer, packageDir string) {
 	if err != nil || !r.Untrained() {
 		return
 	}
-	fmt.Fprintf(w, "note: random weights (the eval's fp32 perplexity %.0f, vocabulary %d): the text below is\n"+
-		"noise whatever the kernels do; the eval's injected / stock ratios say what they cost\n",
+	fmt.Fprintf(w, "note: random or untrained weights (the eval's fp32 perplexity %.0f, vocabulary %d):\n"+
+		"the text below is noise whatever the kernels do; the eval's injected / stock ratios say what\n"+
+		"they cost\n",
 		float64(*r.Accuracy.OraclePerplexity), r.Model.VocabSize)
 }

@@ -358,9 +358,9 @@ func writeRunSummary(w io.Writer, r *harness.Result, out, device string) {
 	}
 	if r.Untrained() {
 		p := float64(*r.Accuracy.OraclePerplexity)
-		fmt.Fprintf(w, "note       random weights: the fp32 model predicts the text no better than chance\n"+
-			"           (perplexity %.0f, vocabulary %d), so perplexity, relative errors and generated\n"+
-			"           text mean nothing here; read the ratios above\n", p, r.Model.VocabSize)
+		fmt.Fprintf(w, "note       random or untrained weights: the fp32 model predicts the text no better than\n"+
+			"           chance (perplexity %.0f, vocabulary %d), so perplexity, relative errors and\n"+
+			"           generated text mean nothing here; read the ratios above\n", p, r.Model.VocabSize)
 	}
 	gen := fmt.Sprintf("xpuinject generate %s --prompt \"Hello\"", out)
 	if device == "cpu" || r.Device.Type == "cpu" {

@@ -80,9 +80,9 @@ func TestRunSummary(t *testing.T) {
 	var b strings.Builder
 	writeRunSummary(&b, r, "out/demo", "auto")
 	want := `accuracy   injected / stock bf16 error: max abs 0.91×, mean abs 0.93×, KL 0.87× (1×: no cost)
-note       random weights: the fp32 model predicts the text no better than chance
-           (perplexity 966, vocabulary 512), so perplexity, relative errors and generated
-           text mean nothing here; read the ratios above
+note       random or untrained weights: the fp32 model predicts the text no better than
+           chance (perplexity 966, vocabulary 512), so perplexity, relative errors and
+           generated text mean nothing here; read the ratios above
 next       xpuinject generate out/demo --prompt "Hello" --device cpu --max-new-tokens 8
            a real model: xpuinject llama --out out/llama (GPU; docs/gpu.md)
 `
@@ -110,8 +110,13 @@ func TestGenerateWarnsOfRandomWeights(t *testing.T) {
 	os.WriteFile(filepath.Join(run, "eval", "eval.json"), b, 0o644)
 	var w strings.Builder
 	warnUntrained(&w, filepath.Join(run, "package"))
-	if !strings.HasPrefix(w.String(), "note: random weights (the eval's fp32 perplexity 966, vocabulary 512)") {
+	if !strings.HasPrefix(w.String(), "note: random or untrained weights (the eval's fp32 perplexity 966, vocabulary 512)") {
 		t.Errorf("warning %q", w.String())
+	}
+	for _, line := range strings.Split(w.String(), "\n") {
+		if n := utf8.RuneCountInString(line); n > maxColumns {
+			t.Errorf("a warning line of %d columns: %s", n, line)
+		}
 	}
 	w.Reset()
 	warnUntrained(&w, filepath.Join(t.TempDir(), "package")) // no eval: nothing to say
