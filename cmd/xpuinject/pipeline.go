@@ -81,12 +81,17 @@ repo), eval/ (eval.json, report.md, plots).`,
 			if o.PackedRepoID != "" && o.PackedRepoID == o.RepoID {
 				return &usageError{fmt.Errorf("--packed-repo-id %s is the kernel repository; the packed weights need a repository of their own", o.PackedRepoID)}
 			}
+			_, local, ok := argLabel(o.Model)
 			if o.SourceRepo != "" {
 				if _, err := parseSourceRepo(o.SourceRepo); err != nil {
 					return err
 				}
+				if !o.Push || (ok && local == "") {
+					return &usageError{fmt.Errorf("--source-repo-id names the Hub model of a local MODEL folder " +
+						"for the cards --push publishes; drop it here")}
+				}
 			}
-			if _, local, ok := argLabel(o.Model); o.Push && ok && local != "" && o.SourceRepo == "" {
+			if o.Push && ok && local != "" && o.SourceRepo == "" {
 				return &usageError{fmt.Errorf("--push: %s is a local folder\nHub users cannot load it: "+
 					"pass --source-repo-id ORG/NAME[@REVISION], the Hub model the folder holds", o.Model)}
 			}

@@ -59,6 +59,9 @@ func TestPipelinePushOfALocalFolderAsksForTheSourceRepo(t *testing.T) {
 		{[]string{tiny, "--out", out, "--push", "--repo-id", "a/b"}, "pass --source-repo-id ORG/NAME[@REVISION]"},
 		{[]string{tiny, "--out", out, "--push", "--repo-id", "a/b", "--source-repo-id", "nope"},
 			`--source-repo-id "nope": want ORG/NAME[@REVISION]`},
+		{[]string{tiny, "--out", out, "--source-repo-id", "org/m"}, "--source-repo-id names the Hub model of a local"},
+		{[]string{"org/m", "--out", out, "--push", "--repo-id", "a/b", "--source-repo-id", "org/m"},
+			"drop it here"},
 	} {
 		code, stdout, errOut := runCLI(t, nil, c.args...)
 		if code != exitUsage || stdout != "" || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "resolve ") {
