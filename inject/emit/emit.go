@@ -356,7 +356,7 @@ func Card(pl *plan.Plan, opts Options) []byte {
 		sort.Strings(cls)
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %d |\n", r.layer, r.kernel, strings.Join(cls, ", "), r.n)
 	}
-	fmt.Fprintf(&b, "\n%s (reasons in `plan.yaml`); the model runs in %s.\n\n", pl.Counts(), pl.DType)
+	fmt.Fprintf(&b, "\n%s. Why each module is where it is: `plan.yaml`. The model runs in %s.\n\n", pl.Counts(), pl.DType)
 	repo := cmp.Or(opts.RepoID, "ORG/"+opts.Name)
 	packed := cmp.Or(opts.PackedRepoID, PackedRepoID(repo))
 	b.WriteString("## Usage\n\n")

@@ -140,7 +140,7 @@ func TestEmitTreeComplete(t *testing.T) {
 	}
 	readme, _ := os.ReadFile(filepath.Join(out, "README.md"))
 	for _, s := range []string{"---\nlibrary_name: kernels\n", "license: apache-2.0", "base_model: org/Tiny-Llama.v2",
-		"| `RMSNorm` | rmsnorm | `LlamaRMSNorm` | 1 |", "3 modules: 2 on our kernels, 1 kept; 0 layer bindings; packs 0 tensors (reasons in `plan.yaml`); the model runs in bf16.",
+		"| `RMSNorm` | rmsnorm | `LlamaRMSNorm` | 1 |", "3 modules: 2 on our kernels, 1 kept; 0 layer bindings; packs 0 tensors. Why each module is where it is: `plan.yaml`. The model runs in bf16.",
 		"from transformers import LlamaForCausalLM\n\nmodel = LlamaForCausalLM.from_pretrained(\"org/Tiny-Llama.v2\", " +
 			"revision=\"0123456789abcdef0123456789abcdef01234567\", dtype=torch.bfloat16).to(\"cuda\").eval()",
 		"xpuinject = get_kernel(\"org/tiny-kernels\", version=1, trust_remote_code=True)\n",
