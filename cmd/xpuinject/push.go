@@ -54,6 +54,9 @@ func newPushCmdWith(f *Factory, runF func(*PushOptions) error) *cobra.Command {
   card with the usage, the source and revision, and the eval summary (--eval, else
   DIR/eval/eval.json of a run folder when it is newer than the packed plan).
 
+The cards name the source model by its Hub id and revision; for a package planned from a
+local folder, --source-repo-id ORG/NAME[@REVISION] names it (push refuses without it).
+
 Without packed weights only the kernel repository is published. The token is $HF_TOKEN,
 else the one 'hf auth login' saved; $HF_ENDPOINT picks another Hub. --dry-run prints
 every operation for both repositories and sends nothing.`,
