@@ -127,3 +127,17 @@ func TestGenerateWarnsOfRandomWeights(t *testing.T) {
 		t.Errorf("warning without an eval: %q", w.String())
 	}
 }
+
+// package over an earlier package without --force is refused before planning too.
+func TestPackageRerunWithoutForceRefusedFirst(t *testing.T) {
+	m := filepath.Join(fixtures, "llama-tiny")
+	out := filepath.Join(t.TempDir(), "pkg")
+	if code, _, errOut := runCLI(t, nil, "package", m, "--out", out); code != 0 {
+		t.Fatalf("first package: exit %d: %s", code, errOut)
+	}
+	// a plan flag that fails only when planning: the refusal must come first
+	code, _, errOut := runCLI(t, nil, "package", m, "--out", out, "--gpu", "nosuchgpu")
+	if code != exitUsage || !strings.Contains(errOut, "--force") || strings.Contains(errOut, "nosuchgpu") {
+		t.Errorf("exit %d: %s; want the --out refusal before any planning", code, errOut)
+	}
+}
