@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -73,7 +74,12 @@ func Main(args []string, f *Factory) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(f.ErrOut, "xpuinject: "+err.Error())
+	msg := "xpuinject: " + err.Error()
+	if f.IsTerminal {
+		// On a terminal every line fits maxColumns; logs keep one line per message for grep.
+		msg = wrapLines(msg, maxColumns)
+	}
+	fmt.Fprintln(f.ErrOut, msg)
 	var ee *exitError
 	switch {
 	case errors.As(err, &ee):
@@ -180,4 +186,27 @@ func exactArgs(n int) cobra.PositionalArgs {
 				cmd.Name(), n, strings.Join(names, " "), len(args), args, usage)}
 		}
 	}
+}
+
+// wrapLines breaks every line of s longer than width at its last space within width,
+// continuing two spaces in; a word longer than width (a long path) stays whole on its line.
+func wrapLines(s string, width int) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		for utf8.RuneCountInString(line) > width {
+			r := []rune(line)
+			cut := strings.LastIndex(string(r[:width+1]), " ")
+			if cut <= 2 { // the first word alone is too long: it gets a line of its own
+				next := strings.Index(string(r[width+1:]), " ")
+				if next < 0 {
+					break
+				}
+				cut = len(string(r[:width+1])) + next
+			}
+			out = append(out, line[:cut])
+			line = "  " + strings.TrimLeft(line[cut:], " ")
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
 }

@@ -63,3 +63,32 @@ func TestUsageErrorWidth(t *testing.T) {
 		}
 	}
 }
+
+// On a terminal every error line fits maxColumns, whatever the message.
+func TestErrorsWrapOnATerminal(t *testing.T) {
+	long := strings.Repeat("word ", 50) + "end"
+	got := wrapLines("xpuinject: "+long+"\nsecond line", maxColumns)
+	lines := strings.Split(got, "\n")
+	for _, l := range lines {
+		if n := utf8.RuneCountInString(l); n > maxColumns {
+			t.Errorf("a line of %d columns: %q", n, l)
+		}
+	}
+	if strings.Join(strings.Fields(got), " ") != strings.Join(strings.Fields("xpuinject: "+long+" second line"), " ") ||
+		lines[len(lines)-1] != "second line" || !strings.HasPrefix(lines[1], "  word") {
+		t.Errorf("wrapped %q", got)
+	}
+	if w := wrapLines(strings.Repeat("x", 150), maxColumns); w != strings.Repeat("x", 150) {
+		t.Errorf("an unbreakable word was cut: %q", w)
+	}
+	var errOut bytes.Buffer
+	f := &Factory{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &errOut, Getenv: func(string) string { return "" },
+		IsTerminal: true}
+	dir := t.TempDir()
+	Main([]string{"plan", filepath.Join(dir, strings.Repeat("long-folder-name-", 3), "and", "more", "words")}, f)
+	for _, l := range strings.Split(strings.TrimRight(errOut.String(), "\n"), "\n") {
+		if n := utf8.RuneCountInString(l); n > maxColumns && len(strings.Fields(l)) > 1 {
+			t.Errorf("a terminal error line of %d columns, not one long word: %q", n, l)
+		}
+	}
+}
