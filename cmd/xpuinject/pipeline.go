@@ -250,7 +250,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	}
 	fmt.Fprintf(f.Out, "model      %s\n", arts.Model)
 	fmt.Fprintf(f.Out, "plan       %s\n", arts.Plan)
-	fmt.Fprintf(f.Out, "packed     %s (%s; %s)\n", packedDir, pl.Counts().TensorsString(), models.HumanBytes(pres.OutputBytes))
+	fmt.Fprintf(f.Out, "packed     %s: %s, %s\n", packedDir, pl.Counts().TensorsString(), models.HumanBytes(pres.OutputBytes))
 	fmt.Fprintf(f.Out, "package    %s (%s, %d files)\n", packageDir, emitted.Name, len(emitted.Files))
 	if report != nil {
 		fmt.Fprintf(f.Out, "eval       %s\n", arts.Eval)
