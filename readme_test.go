@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// The README is the first hour: short, narrow, and in order: what the tool does (three
+// The README is what a new user reads first: short, narrow, and in order: what it does (three
 // lines), the install, the two commands, then a GPU run; the reference lives in docs/.
 func TestReadmeShapeAndOrder(t *testing.T) {
 	b, err := os.ReadFile("README.md")
