@@ -190,8 +190,8 @@ func writePlanTable(w io.Writer, p *plan.Plan) error {
 		writeParagraph(w, ref, n, len(ref))
 	}
 	fmt.Fprintln(w)
-	writeParagraph(w, "", fmt.Sprintf("%s (%s, %s); dtype %s; vendor routes measured on %s.", p.Counts(), p.Arch,
-		sourceString(p.Source), p.DType, dash(p.GPU)), 0)
+	writeParagraph(w, "", fmt.Sprintf("%s %s: %s; dtype %s; vendor routes measured on %s.", p.Arch, sourceString(p.Source), p.Counts(),
+		p.DType, dash(p.GPU)), 0)
 	return nil
 }
 

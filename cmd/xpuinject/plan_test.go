@@ -67,8 +67,8 @@ func TestPlanDisable(t *testing.T) {
 			t.Errorf("no line %q in\n%s", line, out)
 		}
 	}
-	if !strings.Contains(strings.Join(strings.Fields(out), " "), " 11 modules: 5 on our kernels, 6 kept; 5 layer bindings; "+
-		"packs 21 tensors (16 of kept modules) (llama, llama-tiny); dtype bf16; vendor routes measured on h200.") {
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), " llama llama-tiny: 11 modules: 5 on our kernels, 6 kept; 5 layer bindings; "+
+		"packs 21 tensors (16 of kept modules); dtype bf16; vendor routes measured on h200.") {
 		t.Errorf("summary wrong:\n%s", out)
 	}
 }
@@ -195,8 +195,8 @@ func TestPlanFromHFCache(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if !strings.HasSuffix(strings.Join(strings.Fields(out), " "),
-		" 11 modules: 8 on our kernels, 3 kept; 10 layer bindings; packs 19 tensors (9 of kept modules) "+
-			"(llama, tiny-org/llama-tiny@"+sha+"); dtype bf16; vendor routes measured on h200.") {
+		" llama tiny-org/llama-tiny@"+sha+": 11 modules: 8 on our kernels, 3 kept; 10 layer bindings; "+
+			"packs 19 tensors (9 of kept modules); dtype bf16; vendor routes measured on h200.") {
 		t.Fatalf("summary:\n%s", out)
 	}
 	code, out, errOut = runCLI(t, env, "plan", "tiny-org/llama-tiny@"+sha, "--json")
