@@ -105,13 +105,17 @@ func Markdown(r *Result, plots []string) []byte {
 		rep = append(rep, fmt.Sprintf("%s×%d", k, r.Injection.Replaced[k]))
 		total += r.Injection.Replaced[k]
 	}
-	kept := fmt.Sprintf("%d layers kept", len(r.Injection.Kept))
+	// Counted as the plan and pack count: modules, layer bindings, packed tensors.
+	kept := fmt.Sprintf("%d modules kept", len(r.Injection.Kept))
 	if len(r.Injection.Kept) == 1 {
-		kept = "1 layer kept"
+		kept = "1 module kept"
 	}
-	fmt.Fprintf(&b, "- injected through `%s` on backend `%s`: %d modules bound (%s); %s; %d packed tensors, %s\n",
-		r.Injection.Path, r.Injection.Backend, total, strings.Join(rep, ", "), kept,
-		r.Injection.PackedTensors, models.HumanBytes(r.Injection.PackedBytes))
+	loaded := fmt.Sprintf("%d packed tensors loaded, %s", r.Injection.PackedTensors, models.HumanBytes(r.Injection.PackedBytes))
+	if n := r.Injection.PackedKeptTensors; n > 0 {
+		loaded += fmt.Sprintf(" (of %d packed; %d of kept modules, whose own weights serve)", r.Injection.PackedTensors+n, n)
+	}
+	fmt.Fprintf(&b, "- injected through `%s` on backend `%s`: %d layer bindings (%s); %s; %s\n",
+		r.Injection.Path, r.Injection.Backend, total, strings.Join(rep, ", "), kept, loaded)
 	if a := r.Autotune; a != nil {
 		data := "no tuned configs for this GPU"
 		if len(a.GPUData) > 0 {
@@ -124,7 +128,11 @@ func Markdown(r *Result, plots []string) []byte {
 	writePlacement(&b, r)
 
 	in := r.Accuracy.Input
-	fmt.Fprintf(&b, "## Accuracy against the fp32 model\n\nInput: %s. Both %[2]s models are compared with the fp32 model (the oracle); "+
+	b.WriteString("## Accuracy against the fp32 model\n\n")
+	if r.Untrained() {
+		fmt.Fprintf(&b, "> **Random or untrained weights.** %s\n\n", capitalize(r.UntrainedNote()))
+	}
+	fmt.Fprintf(&b, "Input: %s. Both %[2]s models are compared with the fp32 model (the oracle); "+
 		"the last column is injected error over stock error: near 1× means the kernels cost no accuracy beyond %[2]s itself.\n\n", describeInput(in), r.HalfDtype())
 	inj, st := r.Accuracy.Injected, r.Accuracy.Stock
 	fmt.Fprintf(&b, "| metric | injected %[1]s | stock %[1]s | injected / stock |\n| --- | --- | --- | --- |\n", r.HalfDtype())
@@ -279,14 +287,16 @@ func writePlacement(b *bytes.Buffer, r *Result) {
 	}
 }
 
+// layerRange shows decoder layers [start, end) with their count, so that a lone index (layer
+// 0 of a one-layer model) does not read as a count: "0–15 (16 layers)", "0 (1 layer)".
 func layerRange(l []int) string {
 	switch {
 	case len(l) != 2 || l[1] <= l[0]:
 		return "none"
 	case l[1]-l[0] == 1:
-		return fmt.Sprint(l[0])
+		return fmt.Sprintf("%d (1 layer)", l[0])
 	}
-	return fmt.Sprintf("%d–%d", l[0], l[1]-1)
+	return fmt.Sprintf("%d–%d (%d layers)", l[0], l[1]-1, l[1]-l[0])
 }
 
 func stageExtras(st Stage) string {
@@ -474,4 +484,11 @@ func pct(n Num) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f%%", 100*float64(n))
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }

@@ -40,7 +40,7 @@ func TestReadResultAndReport(t *testing.T) {
 	md, _ := os.ReadFile(filepath.Join(dir, files.Markdown))
 	for _, want := range []string{
 		"# xpuinject report: llama-1b (llama)",
-		"1 layer kept; 12 packed tensors, 2.4 MB\n",
+		"1 module kept; 12 packed tensors loaded, 2.4 MB (of 14 packed; 2 of kept modules, whose own weights serve)\n",
 		"- autotuning during the run: 2 problem classes autotuned (1 benchmarked), 7 launched from tuned configs (tuned configs from gpus/h200.json)\n",
 		"| max abs error | 0.31 | 0.35 | 0.89× |",
 		"| max rel error (floor 0.02) | 4.2 | 4 | 1.05× |",
@@ -191,13 +191,50 @@ func TestReportPlacement(t *testing.T) {
 	for _, want := range []string{
 		"- device: cuda (NVIDIA H200) ×2, one pipeline stage each\n",
 		"The bf16 models were split into 2 pipeline stages",
-		"| stock bf16 | 0 | h200-a | cuda:0 | 0–15 | embeddings | 8000.0 |",
-		"| injected bf16 | 1 | h200-a | cuda:1 | 16–31 | final norm, head | 8100.0 |",
+		"| stock bf16 | 0 | h200-a | cuda:0 | 0–15 (16 layers) | embeddings | 8000.0 |",
+		"| injected bf16 | 1 | h200-a | cuda:1 | 16–31 (16 layers) | final norm, head | 8100.0 |",
 		"fp32 oracle (rank 0 on h200-a, cuda:0): read from the checkpoint unit by unit",
 		"12 of 35 units stayed on the device (10000.0 MB of a 10500.0 MB budget), the others were read from the checkpoint again on every pass: 1200 loads in all.",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// A stage's decoder layers [start, end) show with their count: [0, 1) is layer 0, one layer.
+func TestLayerRange(t *testing.T) {
+	for _, c := range []struct {
+		in   []int
+		want string
+	}{{[]int{0, 1}, "0 (1 layer)"}, {[]int{0, 16}, "0–15 (16 layers)"}, {[]int{16, 32}, "16–31 (16 layers)"},
+		{[]int{3, 3}, "none"}, {nil, "none"}} {
+		if got := layerRange(c.in); got != c.want {
+			t.Errorf("layerRange(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// The report says when the weights are random and what to read instead.
+func TestReportSaysWhenWeightsAreRandom(t *testing.T) {
+	r, err := ReadResult("../cmd/xpuinject/testdata/eval-random.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(Markdown(r, nil))
+	want := "> **Random or untrained weights.** The fp32 model itself predicts this text no better than chance " +
+		"(perplexity 966.43, vocabulary 512): its weights are random (as the shipped fixtures' are), untrained or " +
+		"cut to a few layers, so its perplexity, relative errors and generated text mean nothing. Read the " +
+		"injected / stock ratios instead: near 1× means the kernels cost no accuracy beyond bf16 itself.\n"
+	if !r.Untrained() || !strings.Contains(md, want) {
+		t.Errorf("report lacks %q:\n%s", want, md)
+	}
+	gpu, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu.Model.VocabSize = 128256 // perplexity 12.5: a trained model
+	if gpu.Untrained() || strings.Contains(string(Markdown(gpu, nil)), "untrained weights") {
+		t.Error("a trained model's report says its weights are random")
 	}
 }

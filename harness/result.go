@@ -187,7 +187,7 @@ type Placement struct {
 	Injected *ModelPlacement  `json:"injected,omitempty"`
 }
 
-// Result is eval.json, written by the driver (README documents the schema).
+// Result is eval.json, written by the driver (docs/eval.md documents the schema).
 type Result struct {
 	Schema int `json:"schema"`
 	Model  struct {
@@ -196,6 +196,8 @@ type Result struct {
 		Class string `json:"class"`
 		// Dtype is what the stock and injected models ran in: the plan's (bf16 when absent).
 		Dtype string `json:"dtype"`
+		// VocabSize is the model's vocabulary (text models; 0 when absent).
+		VocabSize int `json:"vocab_size,omitempty"`
 	} `json:"model"`
 	Device struct {
 		Type      string `json:"type"`
@@ -218,6 +220,9 @@ type Result struct {
 		} `json:"kept"`
 		PackedTensors int   `json:"packed_tensors"`
 		PackedBytes   int64 `json:"packed_bytes"`
+		// PackedKeptTensors are kept modules' tensors in the packed checkpoint, which
+		// injection does not load (absent from older files: 0).
+		PackedKeptTensors int `json:"packed_kept_tensors"`
 	} `json:"injection"`
 	Accuracy struct {
 		Input            map[string]any `json:"input"`
@@ -297,4 +302,23 @@ func (r *Result) HalfDtype() string {
 		return "bf16"
 	}
 	return r.Model.Dtype
+}
+
+// Untrained reports whether the fp32 model itself predicts the text no better than chance
+// (its perplexity at least half the vocabulary, which a uniform guess reaches): its weights
+// are random (as the shipped fixtures' are), untrained, or cut to a few layers. Its absolute
+// figures (perplexity, relative errors, generated text) then mean nothing; the injected /
+// stock ratios still say what the kernels cost.
+func (r *Result) Untrained() bool {
+	p := r.Accuracy.OraclePerplexity
+	return p != nil && r.Model.VocabSize > 0 && float64(*p) >= 0.5*float64(r.Model.VocabSize)
+}
+
+// UntrainedNote is what the report says of an untrained model.
+func (r *Result) UntrainedNote() string {
+	return fmt.Sprintf("the fp32 model itself predicts this text no better than chance (perplexity %s, "+
+		"vocabulary %d): its weights are random (as the shipped fixtures' are), untrained or cut to a few "+
+		"layers, so its perplexity, relative errors and generated text mean nothing. Read the injected / stock "+
+		"ratios instead: near 1× means the kernels cost no accuracy beyond %s itself.",
+		f(*r.Accuracy.OraclePerplexity), r.Model.VocabSize, r.HalfDtype())
 }

@@ -42,6 +42,8 @@ type PushOptions struct {
 	ToolVersion string
 	// Progress receives one line per step (nil: discarded). The token is never written.
 	Progress io.Writer
+	// Card, when set, is published as README.md instead of the package's own card.
+	Card []byte
 }
 
 // PushResult says what was (or, for a dry run, would be) published.
@@ -98,6 +100,12 @@ func Push(ctx context.Context, c *Client, dir string, opts PushOptions) (*PushRe
 	pkg, err := LoadPackage(dir)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Card != nil {
+		if pkg.CardMeta, err = parseFrontMatter(opts.Card); err != nil {
+			return nil, fmt.Errorf("hub: card: %w", err)
+		}
+		pkg.Card = PackageFile{Path: "README.md", Data: opts.Card}
 	}
 	version, err := pushVersion(pkg, opts.Version)
 	if err != nil {

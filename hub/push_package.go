@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -381,10 +383,10 @@ func readRegular(file, rel string) ([]byte, error) {
 }
 
 // parseFrontMatter reads the card's YAML front matter ("---" lines around it, as
-// huggingface_hub's repocard.py REGEX_YAML_BLOCK). Only top-level "key: value"
-// scalars and the first item of top-level lists are kept: that is all publishing
-// needs (base_model, library_name), and it avoids a YAML dependency. A card without
-// front matter has none; an unterminated block is an error (the Hub rejects it).
+// huggingface_hub's repocard.py REGEX_YAML_BLOCK) with yaml.v3. Top-level scalars and the
+// first item of top-level lists of scalars are kept: that is all publishing needs
+// (base_model, library_name). A card without front matter has none; an unterminated or
+// malformed block is an error (the Hub rejects it).
 func parseFrontMatter(card []byte) (map[string]string, error) {
 	meta := map[string]string{}
 	text := strings.ReplaceAll(string(bytes.TrimPrefix(card, []byte("\ufeff"))), "\r\n", "\n")
@@ -393,49 +395,30 @@ func parseFrontMatter(card []byte) (map[string]string, error) {
 	}
 	body, _, ok := strings.Cut(text[4:], "\n---")
 	if !ok {
-		return nil, errors.New("front matter starts with --- but never ends")
+		if !strings.HasPrefix(text[4:], "---") {
+			return nil, errors.New("front matter starts with --- but never ends")
+		}
+		body = "" // "---\n---": an empty block
 	}
-	var listKey string
-	for _, line := range strings.Split(body, "\n") {
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#") {
-			continue
-		}
-		if line[0] == ' ' || line[0] == '\t' || line[0] == '-' {
-			item, isItem := strings.CutPrefix(strings.TrimSpace(line), "- ")
-			if isItem && listKey != "" && meta[listKey] == "" {
-				meta[listKey] = unquoteYAML(item)
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(body), &doc); err != nil {
+		return nil, fmt.Errorf("front matter: %w", err)
+	}
+	for k, v := range doc {
+		if list, ok := v.([]any); ok {
+			v = nil
+			if len(list) > 0 {
+				v = list[0]
 			}
-			continue
 		}
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		listKey = ""
-		if v == "" {
-			listKey = k
+		switch v := v.(type) {
+		case nil:
 			meta[k] = ""
-			continue
+		case map[string]any, []any:
+			// nested: nothing publishing reads
+		default:
+			meta[k] = fmt.Sprint(v)
 		}
-		if strings.HasPrefix(v, "[") && strings.HasSuffix(v, "]") {
-			first, _, _ := strings.Cut(strings.Trim(v, "[]"), ",")
-			v = first
-		}
-		meta[k] = unquoteYAML(v)
 	}
 	return meta, nil
-}
-
-func unquoteYAML(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) > 0 && (s[0] == '"' || s[0] == '\'') {
-		if end := strings.IndexByte(s[1:], s[0]); end >= 0 {
-			return s[1 : end+1]
-		}
-	}
-	if i := strings.Index(s, " #"); i >= 0 {
-		s = strings.TrimSpace(s[:i])
-	}
-	return s
 }

@@ -64,6 +64,7 @@ func TestLoadPackageErrors(t *testing.T) {
 			f["build/torch-xpu/metadata.json"] = `{"name": "tiny-kernels", "version": 2}`
 		}, "disagree on version"},
 		{"unterminated front matter", func(f map[string]string) { f["README.md"] = "---\nlibrary_name: kernels\n" }, "front matter starts with --- but never ends"},
+		{"malformed front matter", func(f map[string]string) { f["README.md"] = "---\nbase_model: [org/x\n---\n" }, "front matter: yaml:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files := pushPkgFiles("1")
@@ -76,7 +77,7 @@ func TestLoadPackageErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want %q", err, tc.want)
 			}
-			if tc.name != "unterminated front matter" && !errors.Is(err, hub.ErrNotPackage) {
+			if !strings.HasSuffix(tc.name, "front matter") && !errors.Is(err, hub.ErrNotPackage) {
 				t.Errorf("%v is not ErrNotPackage", err)
 			}
 		})
@@ -96,6 +97,9 @@ func TestPackageModelFromFrontMatter(t *testing.T) {
 		{"# no front matter\n", `, "model": "org/h"`, "org/h"},
 		{"---\ntags:\n  - base_model: org/nested\n---\n", "", ""},
 		{"# nothing\n", "", ""},
+		// YAML a line parser misreads: a folded scalar, a flow list with a quoted comma
+		{"---\nbase_model: >-\n  org/folded\n---\n", "", "org/folded"},
+		{"---\nbase_model: [\"org/i,j\", org/k]\n---\n", "", "org/i,j"},
 	} {
 		files := pushPkgFiles("1")
 		files["README.md"] = tc.card

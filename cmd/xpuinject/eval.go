@@ -60,7 +60,8 @@ The fp32 oracle is read from the checkpoint layer by layer, so it never needs th
 model in memory. With --gpus N (or when the two 16-bit models do not fit one GPU) they are
 split into N pipeline stages, one process and GPU each, under torchrun; with --device cpu,
 N processes talk over gloo.`,
-		Example: `  xpuinject eval testdata/fixtures/llama-tiny --package out/package --packed out/packed --out out/eval --device cpu
+		Example: `  xpuinject eval testdata/fixtures/llama-tiny --package out/package --packed out/packed \
+      --out out/eval --device cpu
   xpuinject eval llama8b --package out/package --packed out/packed --out out/eval --gpus 2`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,7 +41,7 @@ func newGenerateCmdWith(f *Factory, runF func(context.Context, *generateOptions)
 	o := &generateOptions{}
 	cmd := &cobra.Command{
 		Use:   "generate PKG_OR_RUN_DIR --prompt TEXT",
-		Short: "generate text with the injected model under the graph runtime, streamed, with its speed",
+		Short: "generate text with the injected model under the graph runtime, with its speed",
 		Long: `Load the model a package was planned for, inject the package from its packed weights and
 generate from --prompt with the package's graph runtime (a prefill, then decode steps
 captured once as device graphs and replayed; eager where the device has no graphs). The
@@ -118,7 +119,8 @@ type generateTarget struct {
 func resolveGenerate(ctx context.Context, f *Factory, o *generateOptions) (*generateTarget, error) {
 	st, err := os.Stat(o.Dir)
 	if err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("generate: %s: not a folder (want a run folder from 'xpuinject MODEL --out DIR' or a package folder)", o.Dir)
+		return nil, &usageError{fmt.Errorf("generate: %s: not a folder\n"+
+			"give a run folder that 'xpuinject MODEL --out DIR' wrote, or the package folder in it", o.Dir)}
 	}
 	t := &generateTarget{}
 	switch {
@@ -129,7 +131,9 @@ func resolveGenerate(ctx context.Context, f *Factory, o *generateOptions) (*gene
 		t.PackageDir = o.Dir
 		t.PackedDir = filepath.Join(filepath.Dir(filepath.Clean(o.Dir)), "packed")
 	default:
-		return nil, fmt.Errorf("generate: %s holds neither package/plan.yaml (a run folder) nor plan.yaml and build/ (a package folder)", o.Dir)
+		return nil, &usageError{fmt.Errorf("generate: %s is no run or package folder\n"+
+			"want package/plan.yaml (a run folder) or plan.yaml and build/ (a package folder);\n"+
+			"'xpuinject MODEL --out DIR' writes one", o.Dir)}
 	}
 	if o.PackedDir != "" {
 		t.PackedDir = o.PackedDir
@@ -176,6 +180,7 @@ func generateRun(ctx context.Context, f *Factory, o *generateOptions) error {
 	if err != nil {
 		return err
 	}
+	warnUntrained(f.ErrOut, t.PackageDir)
 	py, err := harness.FindPython(o.Python, f.Getenv)
 	if err != nil {
 		return err
@@ -244,4 +249,17 @@ func generationSummary(name string, g *harness.Generation) string {
 		s += fmt.Sprintf("; capture %.2f s, once", float64(g.CaptureS))
 	}
 	return s
+}
+
+// warnUntrained says, before any text, when the run's eval found the model's weights random:
+// its text is then noise by nature, not a sign that the kernels are wrong.
+func warnUntrained(w io.Writer, packageDir string) {
+	r, err := harness.ReadResult(filepath.Join(filepath.Dir(filepath.Clean(packageDir)), "eval", "eval.json"))
+	if err != nil || !r.Untrained() {
+		return
+	}
+	fmt.Fprintf(w, "note: random or untrained weights (the eval's fp32 perplexity %.0f, vocabulary %d):\n"+
+		"the text below is noise whatever the kernels do; the eval's injected / stock ratios say what\n"+
+		"they cost\n",
+		float64(*r.Accuracy.OraclePerplexity), r.Model.VocabSize)
 }

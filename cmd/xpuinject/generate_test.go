@@ -38,10 +38,10 @@ func TestGenerateUsageErrors(t *testing.T) {
 		{[]string{"generate", run, "--prompt", "hi", "--do-sample", "--top-k", "-1"}, exitUsage, "--top-k -1"},
 		{[]string{"generate", run, "--prompt", "hi", "--do-sample", "--top-p", "1.5"}, exitUsage, "--top-p 1.5: want a value in (0, 1]"},
 		{[]string{"generate", run, "--prompt", "hi", "--top-p", "0.9"}, exitUsage, "--top-p applies to sampling: add --do-sample"},
-		{[]string{"generate", "--prompt", "hi"}, exitUsage, "accepts 1 arg"},
+		{[]string{"generate", "--prompt", "hi"}, exitUsage, "missing PKG_OR_RUN_DIR"},
 		// past the flags: the folder is checked before Python is looked for
-		{[]string{"generate", filepath.Join(t.TempDir(), "none"), "--prompt", "hi"}, exitError1, "not a folder"},
-		{[]string{"generate", t.TempDir(), "--prompt", "hi"}, exitError1, "holds neither package/plan.yaml"},
+		{[]string{"generate", filepath.Join(t.TempDir(), "none"), "--prompt", "hi"}, exitUsage, "not a folder"},
+		{[]string{"generate", t.TempDir(), "--prompt", "hi"}, exitUsage, "is no run or package folder\nwant package/plan.yaml"},
 	} {
 		code, stdout, stderr := runCLI(t, nil, c.args...)
 		if code != c.code || !strings.Contains(stderr, c.msg) || stdout != "" {

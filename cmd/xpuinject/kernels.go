@@ -23,7 +23,7 @@ func newKernelsCmdWith(f *Factory, runF func(*kernelsOptions) error) *cobra.Comm
 	o := &kernelsOptions{}
 	cmd := &cobra.Command{
 		Use:   "kernels",
-		Short: "list the kernels, the layers they replace, their constraints and the measured vendor routes",
+		Short: "list the kernels, the layers they replace, their limits and the vendor routes",
 		Long: `List the registry: every kernel, the layer kinds it replaces and the kernel-hub layer
 classes that do it, what a layer must satisfy, then the vendor routes and kept targets
 measured on --gpu (kernels/python/xpuinject_kernels/gpus/<gpu>.json) and how many tuned

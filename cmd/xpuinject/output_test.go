@@ -211,7 +211,7 @@ func TestResultJSON(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(stdout), &k) != nil {
 		t.Fatalf("package: exit %d %q %s", code, stdout, errOut)
 	}
-	if k.Kernel != "xpuinject-llama-tiny" || k.Plan != "11 layers: 8 on our kernels, 3 kept" || len(k.Files) < 20 {
+	if k.Kernel != "xpuinject-llama-tiny" || k.Plan != "11 modules: 8 on our kernels, 3 kept; 10 layer bindings; packs 19 tensors (9 of kept modules)" || len(k.Files) < 20 {
 		t.Errorf("package --json %+v", k)
 	}
 	code, stdout, _ = runCLI(t, nil, "fetch", dir, "--json")

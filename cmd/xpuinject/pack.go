@@ -36,8 +36,10 @@ func newPackCmdWith(f *Factory, runF func(context.Context, *packOptions) error) 
 model.safetensors (or model-0000i-of-0000N.safetensors shards and
 model.safetensors.index.json) holding exactly the plan's output tensors (BatchNorm
 folded, q/k/v and gate/up concatenated, cast to the plan's dtype (bf16 or fp16), K-major
-where a kernel reads [K, N]), and plan.yaml. Layers the plan keeps use the model's own
-weights and are not copied. Every shard's __metadata__ names the source, its sha256s, the
+where a kernel reads [K, N]), and plan.yaml. The tensors of modules the plan keeps are
+written too, cast to the plan's dtype (a kept embedding table, which a tied lm_head
+reads, among them), so the checkpoint holds every weight; injection leaves those to the
+model's own copy. Every shard's __metadata__ names the source, its sha256s, the
 transforms, this tool's version and the plan's sha256. Tensors stream through in row
 blocks: memory stays near the largest output tensor whatever the model size.
 
@@ -133,7 +135,7 @@ func packRun(ctx context.Context, f *Factory, o *packOptions) error {
 		return writeJSON(f.Out, packSummary{Dir: abs, Files: res.Files, Tensors: res.Tensors, Bytes: res.OutputBytes,
 			SourceBytes: res.InputBytes, PlanSHA256: res.PlanSHA256})
 	}
-	fmt.Fprintf(f.ErrOut, "packed %s\n", packedLine(res))
+	fmt.Fprintf(f.ErrOut, "packed %s\n", packedLine(res, pl))
 	fmt.Fprintln(f.Out, abs)
 	for _, name := range res.Files {
 		fmt.Fprintln(f.Out, "  "+name)
@@ -151,10 +153,12 @@ type packSummary struct {
 	PlanSHA256  string   `json:"plan_sha256"`
 }
 
-// packedLine is how every command states a pack: "97 tensors, 1.9 GB from 4.9 GB of
-// source tensors" (the eval report says "97 packed tensors, 1.9 GB").
-func packedLine(res *pack.Result) string {
-	return fmt.Sprintf("%d tensors, %s from %s of source tensors", res.Tensors, models.HumanBytes(res.OutputBytes),
+// packedLine is how every command states a pack, counting tensors as the plan does:
+// "97 packed tensors (1 of kept modules), 1.9 GB from 4.9 GB of source tensors".
+func packedLine(res *pack.Result, pl *plan.Plan) string {
+	c := pl.Counts()
+	c.Tensors = res.Tensors
+	return fmt.Sprintf("%s, %s from %s of source tensors", c.TensorsString(), models.HumanBytes(res.OutputBytes),
 		models.HumanBytes(res.InputBytes))
 }
 

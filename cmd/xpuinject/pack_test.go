@@ -67,9 +67,9 @@ func TestPackCommandUsage(t *testing.T) {
 		{[]string{"pack", src, "--out", t.TempDir(), "--max-shard-size", "5 parsecs"}, exitUsage, "--max-shard-size"},
 		{[]string{"pack", src, "--out", t.TempDir(), "--disable", "nope"}, exitUsage, `--disable "nope"`},
 		{[]string{"pack", src, "--out", t.TempDir(), "--plan", "p.yaml", "--disable", "gemm"}, exitUsage, "exclude each other"},
-		{[]string{"pack", "--out", t.TempDir()}, exitUsage, "accepts 1 arg"},
+		{[]string{"pack", "--out", t.TempDir()}, exitUsage, "pack: missing MODEL: a model folder"},
 		{[]string{"pack", src, "--out", t.TempDir(), "--plan", filepath.Join(t.TempDir(), "missing.yaml")}, exitError1, "--plan"},
-		{[]string{"pack", filepath.Join(t.TempDir(), "nothing-here"), "--out", t.TempDir()}, exitError1, "nothing-here"},
+		{[]string{"pack", filepath.Join(t.TempDir(), "nothing-here"), "--out", t.TempDir()}, exitUsage, "nothing-here: no such folder"},
 	} {
 		code, stdout, stderr := runCLI(t, nil, c.args...)
 		if code != c.code || !strings.Contains(stderr, c.msg) || stdout != "" {

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/inject/emit"
+	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/inject/plan"
 	"github.com/xpuinject/xpuinject/models"
 )
@@ -32,7 +33,7 @@ func newPackageCmdWith(f *Factory, runF func(context.Context, *packageOptions) e
 	o := &packageOptions{}
 	cmd := &cobra.Command{
 		Use:   "package MODEL --out DIR",
-		Short: "write the kernel-hub package (Triton kernels, layers and the injection that carries out the plan) for a model",
+		Short: "write the kernel-hub package: kernels, layers and the injection of the plan",
 		Long: `Write a kernel-hub package for MODEL's plan: build/torch-cuda and build/torch-xpu
 (noarch Triton variants with metadata.json and the plan), torch-ext/ sources, build.toml,
 a card README.md and plan.yaml. The package injects itself: its inject(model, packed=...)
@@ -73,6 +74,17 @@ holding or inside MODEL is refused.`,
 }
 
 func packageRun(ctx context.Context, f *Factory, o *packageOptions) (*emit.Result, error) {
+	// A refused --out (an earlier package without --force) is a usage error found before any
+	// work; emit.Write checks again with the checkpoint's files.
+	if _, local, ok := argLabel(o.Model); ok {
+		var in []outdir.Input
+		if local != "" {
+			in = modelInputs(local, nil)
+		}
+		if err := outdir.Check(o.Out, outdir.Options{Kind: outdir.KindPackage, Replace: o.Force, Inputs: in}); err != nil {
+			return nil, err
+		}
+	}
 	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Plan)
 	if err != nil {
 		return nil, err

@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xpuinject/xpuinject/harness"
+	"github.com/xpuinject/xpuinject/hub"
 	"github.com/xpuinject/xpuinject/inject/emit"
 	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/inject/pack"
@@ -26,6 +28,7 @@ type pipelineOptions struct {
 	RepoID       string
 	PackedRepoID string
 	Private      bool
+	SourceRepo   string // --source-repo-id: the Hub model of a local MODEL folder, for the cards
 	Force        bool
 	MaxShardSize string
 	Plan         planFlags
@@ -49,10 +52,10 @@ against the original.
   xpuinject MODEL --push ... then publish the package (kernel repo --repo-id) and the packed
                          weights (model repo --packed-repo-id), only after a successful eval
 
-MODEL is a local folder (config.json + safetensors), a preset (` + presetNames() + `) or
-org/name[@revision]. Artifacts go under --out (default out/<kernel name>):
-packed/ (weights + plan.yaml), package/ (the kernel-hub repo), eval/ (eval.json,
-report.md, plots).`,
+MODEL is a local folder (config.json + safetensors), a preset
+(` + presetNames() + `) or org/name[@revision]. Artifacts go under
+--out (default out/<kernel name>): packed/ (weights + plan.yaml), package/ (the kernel-hub
+repo), eval/ (eval.json, report.md, plots).`,
 		Example: `  xpuinject testdata/fixtures/llama-tiny --device cpu        # offline, on a shipped fixture
   xpuinject llama --out out/llama                            # Llama-3.2-1B on the GPU
   xpuinject llama --push --repo-id my-org/llama-xpu-kernels  # and publish`,
@@ -78,6 +81,20 @@ report.md, plots).`,
 			if o.PackedRepoID != "" && o.PackedRepoID == o.RepoID {
 				return &usageError{fmt.Errorf("--packed-repo-id %s is the kernel repository; the packed weights need a repository of their own", o.PackedRepoID)}
 			}
+			_, local, ok := argLabel(o.Model)
+			if o.SourceRepo != "" {
+				if _, err := parseSourceRepo(o.SourceRepo); err != nil {
+					return err
+				}
+				if !o.Push || (ok && local == "") {
+					return &usageError{fmt.Errorf("--source-repo-id names the Hub model of a local MODEL folder " +
+						"for the cards --push publishes; drop it here")}
+				}
+			}
+			if o.Push && ok && local != "" && o.SourceRepo == "" {
+				return &usageError{fmt.Errorf("--push: %s is a local folder\nHub users cannot load it: "+
+					"pass --source-repo-id ORG/NAME[@REVISION], the Hub model the folder holds", o.Model)}
+			}
 			if o.Push && o.SkipEval {
 				return &usageError{fmt.Errorf("--push publishes only after a successful eval; drop --skip-eval (or publish by hand with 'xpuinject push')")}
 			}
@@ -100,6 +117,8 @@ report.md, plots).`,
 	fl.StringVar(&o.RepoID, "repo-id", "", "Hub kernel repository to publish the package to (with --push)")
 	fl.StringVar(&o.PackedRepoID, "packed-repo-id", "", "Hub model repository for the packed weights (default: <repo-id>-packed)")
 	fl.BoolVar(&o.Private, "private", false, "create the Hub repositories private (with --push)")
+	fl.StringVar(&o.SourceRepo, "source-repo-id", "", "Hub model (ORG/NAME[@REVISION]) the published cards name when "+
+		"MODEL is a local folder (with --push)")
 	fl.BoolVar(&o.Force, "force", false, "replace an earlier run's outputs in --out (never other files)")
 	fl.StringVar(&o.MaxShardSize, "max-shard-size", "5GB", "largest packed shard")
 	fl.BoolVar(&o.JSON, "json", false, "print where every artifact went as one JSON object")
@@ -117,6 +136,22 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	if err != nil {
 		return &usageError{err}
 	}
+	// Every output is checked before any work (a fetch, the plan), so that a refused --out
+	// is a usage error found at once; checked again below with the checkpoint's files.
+	var textInput []outdir.Input
+	if o.Eval.Text != "" {
+		textInput = []outdir.Input{{Path: o.Eval.Text, What: "the --text file"}}
+	}
+	if label, local, ok := argLabel(o.Model); ok {
+		out := pipelineOut(o.Out, emit.KernelName(label))
+		early := textInput
+		if local != "" {
+			early = append(modelInputs(local, nil), textInput...)
+		}
+		if err := checkPipelineOut(out, o.Force, early); err != nil {
+			return err
+		}
+	}
 	step("resolve %s", o.Model)
 	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Plan)
 	if err != nil {
@@ -125,25 +160,11 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	step("plan: %s, %s; dtype %s", pl.Arch, pl.Counts(), pl.DType)
 
 	name := emit.KernelName(modelLabel(o.Model, pl))
-	out := o.Out
-	if out == "" {
-		out = filepath.Join("out", name)
-	}
+	out := pipelineOut(o.Out, name)
 	packedDir, packageDir, evalDir := filepath.Join(out, "packed"), filepath.Join(out, "package"), filepath.Join(out, "eval")
-	inputs := modelInputs(dir, g.Checkpoint)
-	if o.Eval.Text != "" {
-		inputs = append(inputs, outdir.Input{Path: o.Eval.Text, What: "the --text file"})
-	}
-	// Every output is checked before any work: the run folder is xpuinject's (or new),
-	// each part is missing, empty, or an earlier run's, replaced only with --force.
-	if err := outdir.Check(out, outdir.Options{Kind: outdir.KindPipeline, Replace: true, Inputs: inputs}); err != nil {
+	inputs := append(modelInputs(dir, g.Checkpoint), textInput...)
+	if err := checkPipelineOut(out, o.Force, inputs); err != nil {
 		return err
-	}
-	parts := []struct{ dir, kind string }{{packedDir, outdir.KindPacked}, {packageDir, outdir.KindPackage}, {evalDir, outdir.KindEval}}
-	for _, p := range parts {
-		if err := outdir.Check(p.dir, outdir.Options{Kind: p.kind, Replace: o.Force, Inputs: inputs}); err != nil {
-			return err
-		}
 	}
 	_, statErr := os.Lstat(out)
 	if err := outdir.EnsureDir(out, outdir.Options{Kind: outdir.KindPipeline, Tool: tool(), Inputs: inputs}); err != nil {
@@ -165,7 +186,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	if err != nil {
 		return err
 	}
-	step("packed %s", packedLine(pres))
+	step("packed %s", packedLine(pres, pl))
 
 	step("package -> %s", packageDir)
 	emitted, err := emit.Write(ctx, pl, packageDir, emit.Options{
@@ -204,6 +225,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		pushed, err = publish(ctx, f, publishSet{PackageDir: packageDir, PackedDir: packedDir, SourceDir: dir,
 			EvalFile: filepath.Join(evalDir, "eval.json")}, publishOptions{
 			RepoID: o.RepoID, PackedRepoID: packedID, Private: o.Private, Model: modelLabel(o.Model, pl),
+			SourceRepo: o.SourceRepo,
 		})
 		if err != nil {
 			return fmt.Errorf("push: %w", err)
@@ -228,7 +250,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	}
 	fmt.Fprintf(f.Out, "model      %s\n", arts.Model)
 	fmt.Fprintf(f.Out, "plan       %s\n", arts.Plan)
-	fmt.Fprintf(f.Out, "packed     %s (%d tensors, %s)\n", packedDir, pres.Tensors, models.HumanBytes(pres.OutputBytes))
+	fmt.Fprintf(f.Out, "packed     %s: %s, %s\n", packedDir, pl.Counts().TensorsString(), models.HumanBytes(pres.OutputBytes))
 	fmt.Fprintf(f.Out, "package    %s (%s, %d files)\n", packageDir, emitted.Name, len(emitted.Files))
 	if report != nil {
 		fmt.Fprintf(f.Out, "eval       %s\n", arts.Eval)
@@ -238,6 +260,11 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		}
 	} else {
 		fmt.Fprintf(f.Out, "eval       skipped (--skip-eval)\n")
+	}
+	if report != nil {
+		if r, err := harness.ReadResult(arts.Eval); err == nil {
+			writeRunSummary(f.Out, r, out, o.Eval.Device)
+		}
 	}
 	if pushed != nil {
 		fmt.Fprintf(f.Out, "published  %s (branch %s)\n", pushed.Kernel.URL, pushed.Kernel.Branch)
@@ -267,5 +294,87 @@ type pipelineArtifacts struct {
 func removeIfBare(dir string, inputs []outdir.Input) {
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) == 1 && ents[0].Name() == outdir.MarkerFile {
 		outdir.Remove(dir, outdir.Options{Kind: outdir.KindPipeline, Inputs: inputs})
+	}
+}
+
+// pipelineOut is the run folder: --out, else out/<kernel name>.
+func pipelineOut(out, name string) string {
+	if out == "" {
+		return filepath.Join("out", name)
+	}
+	return out
+}
+
+// checkPipelineOut checks a run folder and its parts: the run folder is xpuinject's (or
+// new), each part is missing, empty, or an earlier run's, replaced only with force.
+func checkPipelineOut(out string, force bool, inputs []outdir.Input) error {
+	if err := outdir.Check(out, outdir.Options{Kind: outdir.KindPipeline, Replace: true, Inputs: inputs}); err != nil {
+		return err
+	}
+	for _, p := range []struct{ dir, kind string }{
+		{filepath.Join(out, "packed"), outdir.KindPacked},
+		{filepath.Join(out, "package"), outdir.KindPackage},
+		{filepath.Join(out, "eval"), outdir.KindEval},
+	} {
+		if err := outdir.Check(p.dir, outdir.Options{Kind: p.kind, Replace: force, Inputs: inputs}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// argLabel is modelLabel from the MODEL argument alone, before it is resolved: a local
+// folder's name (and the folder), a preset's or org/name's repository. ok is false when
+// the argument is none of these (resolveModel then says why).
+func argLabel(arg string) (label, local string, ok bool) {
+	if st, err := os.Stat(arg); err == nil {
+		if !st.IsDir() {
+			return "", "", false
+		}
+		abs, err := filepath.Abs(arg)
+		if err != nil {
+			return "", "", false
+		}
+		return filepath.Base(filepath.Clean(arg)), abs, true
+	}
+	name, _, _ := strings.Cut(arg, "@")
+	if p, ok := lookupPreset(name); ok {
+		return p.Ref().Repo, "", true
+	}
+	if r, err := hub.ParseRef(arg); err == nil {
+		return r.Repo, "", true
+	}
+	return "", "", false
+}
+
+// writeRunSummary ends a pipeline run with what its numbers mean: the injected / stock
+// accuracy ratios, whether the weights are random (then only the ratios mean something),
+// and the next command to run.
+func writeRunSummary(w io.Writer, r *harness.Result, out, device string) {
+	var parts []string
+	for _, m := range []struct{ key, name string }{{"max_abs", "max abs"}, {"mean_abs", "mean abs"}, {"kl", "KL"}} {
+		if c, ok := r.Accuracy.Compare[m.key]; ok && c.Ratio != nil {
+			parts = append(parts, fmt.Sprintf("%s %.2f×", m.name, float64(*c.Ratio)))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "accuracy   injected / stock %s error: %s (1×: no cost)\n",
+			r.HalfDtype(), strings.Join(parts, ", "))
+	}
+	if r.Untrained() {
+		p := float64(*r.Accuracy.OraclePerplexity)
+		fmt.Fprintf(w, "note       random or untrained weights: the fp32 model predicts the text no better than\n"+
+			"           chance (perplexity %.0f, vocabulary %d), so perplexity, relative errors and\n"+
+			"           generated text mean nothing here; read the ratios above\n", p, r.Model.VocabSize)
+	}
+	gen := fmt.Sprintf("xpuinject generate %s --prompt \"Hello\"", out)
+	if device == "cpu" || r.Device.Type == "cpu" {
+		gen += " --device cpu --max-new-tokens 8"
+	}
+	if r.Model.Arch != "levit" {
+		fmt.Fprintf(w, "next       %s\n", gen)
+	}
+	if r.Untrained() {
+		fmt.Fprintf(w, "           a real model: xpuinject llama --out out/llama (GPU; docs/gpu.md)\n")
 	}
 }

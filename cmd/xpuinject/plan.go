@@ -73,9 +73,10 @@ pack writes, with the tensors the packed checkpoint will hold; --json the same a
 The plan uses the vendor routes measured on --gpu (kernels/python/xpuinject_kernels/gpus/);
 a GPU without measured data plans every layer on our kernels.
 
-MODEL is a local folder with config.json and safetensors, a preset name (` + presetNames() + `),
-or org/name[@revision]: read from the Hugging Face cache, downloaded first when it is not
-there. Only config.json and the safetensors headers are read, never tensor data.`,
+MODEL is a local folder with config.json and safetensors, a preset name
+(` + presetNames() + `), or org/name[@revision]: read from the Hugging
+Face cache, downloaded first when it is not there. Only config.json and the safetensors
+headers are read, never tensor data.`,
 		Example: `  xpuinject plan testdata/fixtures/llama-tiny
   xpuinject plan llama --yaml > plan.yaml
   xpuinject plan Qwen/Qwen2.5-0.5B --disable add-rmsnorm,attention-prefill --dtype fp16`,
@@ -105,7 +106,7 @@ func checkDisable(disable []string) error {
 	reg := kernels.Default()
 	for _, d := range disable {
 		if _, ok := reg.ByName(d); !ok {
-			return &usageError{fmt.Errorf("--disable %q: no such kernel (kernels: %s)", d, strings.Join(reg.Names(), ", "))}
+			return &usageError{fmt.Errorf("--disable %q: no such kernel\n(kernels: %s)", d, strings.Join(reg.Names(), ", "))}
 		}
 	}
 	return nil
@@ -189,8 +190,8 @@ func writePlanTable(w io.Writer, p *plan.Plan) error {
 		writeParagraph(w, ref, n, len(ref))
 	}
 	fmt.Fprintln(w)
-	writeParagraph(w, "", fmt.Sprintf("%s (%s, %s); dtype %s; vendor routes measured on %s.", p.Counts(), p.Arch,
-		sourceString(p.Source), p.DType, dash(p.GPU)), 0)
+	writeParagraph(w, "", fmt.Sprintf("%s %s: %s; dtype %s; vendor routes measured on %s.", p.Arch, sourceString(p.Source), p.Counts(),
+		p.DType, dash(p.GPU)), 0)
 	return nil
 }
 

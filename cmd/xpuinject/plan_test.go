@@ -67,7 +67,8 @@ func TestPlanDisable(t *testing.T) {
 			t.Errorf("no line %q in\n%s", line, out)
 		}
 	}
-	if !strings.Contains(out, "\n11 layers: 5 on our kernels, 6 kept (llama, llama-tiny); dtype bf16; vendor routes measured on h200.\n") {
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), " llama llama-tiny: 11 modules: 5 on our kernels, 6 kept; 5 layer bindings; "+
+		"packs 21 tensors (16 of kept modules); dtype bf16; vendor routes measured on h200.") {
 		t.Errorf("summary wrong:\n%s", out)
 	}
 }
@@ -131,14 +132,15 @@ func TestPlanUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"plan"}, "accepts 1 arg(s), received 0"},
-		{[]string{"plan", dir, dir}, "accepts 1 arg(s), received 2"},
+		{[]string{"plan"}, "plan: missing MODEL: a model folder, a preset or org/name[@revision]"},
+		{[]string{"plan", dir, dir}, "plan takes 1 argument(s), MODEL; got 2"},
 		{[]string{"plan", dir, "--json", "--yaml"}, "--json and --yaml exclude each other"},
 		{[]string{"plan", dir, "--dtype", "fp8"}, `--dtype "fp8": want auto, bf16 or fp16`},
 		{[]string{"plan", dir, "--gpu", "H200"}, `--gpu: kernels: GPU name "H200": want lowercase letters, digits and dashes (known: h200)`},
-		{[]string{"plan", dir, "--disable", "flash"}, `--disable "flash": no such kernel (kernels: rmsnorm, add-rmsnorm, rope, gemm, attention-prefill, attention-decode)`},
+		{[]string{"plan", dir, "--disable", "flash"}, "--disable \"flash\": no such kernel\n(kernels: rmsnorm, add-rmsnorm, rope, gemm, attention-prefill, attention-decode)"},
 		{[]string{"plan", dir, "--bogus"}, "unknown flag: --bogus"},
-		{[]string{"plan", "not a model"}, `not a model: "not a model": no local folder not a model, no preset not a model (presets: levit, llama, llama8b, mistral, qwen2, qwen3), and not org/name[@revision]`},
+		{[]string{"plan", "not a model"}, `not a model: "not a model": no local folder, no preset and not org/name[@revision]` +
+			"\n(presets: levit, llama, llama8b, mistral, qwen2, qwen3)"},
 		{[]string{"plan", "llama@"}, `"llama@": empty revision after @`},
 	} {
 		code, out, errOut := runCLI(t, nil, c.args...)
@@ -158,16 +160,21 @@ func TestPlanModelErrors(t *testing.T) {
 	bad := t.TempDir()
 	os.WriteFile(filepath.Join(bad, "config.json"), []byte(`{"model_type": "gpt2"}`), 0o644)
 	for _, c := range []struct {
-		arg, want string
+		arg  string
+		code int
+		want string
 	}{
-		{empty, "folder has no config.json"},
-		{file, "a file, not a folder"},
-		{"./no/such/folder", "model ./no/such/folder: no local folder ./no/such/folder"},
-		{bad, "models: no safetensors weights"},
-		{"../../testdata/quantized/llama-tiny-fp8", "testdata/quantized/llama-tiny-fp8 is quantized (FP8: config.json quantization_config.quant_method \"fp8\""},
+		// A MODEL that is no model folder at all is bad usage, named with what to give.
+		{empty, exitUsage, "folder has no config.json\ngive a Hugging Face model folder (config.json + safetensors)"},
+		{file, exitUsage, "a file, not a folder; give the folder that holds config.json"},
+		{"./no/such/folder", exitUsage, "model ./no/such/folder: no such folder\ngive a folder with config.json " +
+			"and safetensors, a preset\n(levit, llama, llama8b, mistral, qwen2, qwen3) or org/name[@revision]"},
+		{"/nonexistent", exitUsage, "model /nonexistent: no such folder"},
+		{bad, exitError1, "models: no safetensors weights"},
+		{"../../testdata/quantized/llama-tiny-fp8", exitError1, "testdata/quantized/llama-tiny-fp8 is quantized (FP8: config.json quantization_config.quant_method \"fp8\""},
 	} {
 		code, out, errOut := runCLI(t, nil, "plan", c.arg)
-		if code != exitError1 || out != "" || !strings.Contains(errOut, c.want) {
+		if code != c.code || out != "" || !strings.Contains(errOut, c.want) {
 			t.Errorf("%s: exit %d stdout %q stderr %q, want %q", c.arg, code, out, errOut, c.want)
 		}
 	}
@@ -188,7 +195,8 @@ func TestPlanFromHFCache(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if !strings.HasSuffix(strings.Join(strings.Fields(out), " "),
-		" 11 layers: 8 on our kernels, 3 kept (llama, tiny-org/llama-tiny@"+sha+"); dtype bf16; vendor routes measured on h200.") {
+		" llama tiny-org/llama-tiny@"+sha+": 11 modules: 8 on our kernels, 3 kept; 10 layer bindings; "+
+			"packs 19 tensors (9 of kept modules); dtype bf16; vendor routes measured on h200.") {
 		t.Fatalf("summary:\n%s", out)
 	}
 	code, out, errOut = runCLI(t, env, "plan", "tiny-org/llama-tiny@"+sha, "--json")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/xpuinject/xpuinject/harness"
 	"github.com/xpuinject/xpuinject/hub"
@@ -32,6 +33,9 @@ type publishOptions struct {
 	Version      int
 	DryRun       bool
 	Model        string
+	// SourceRepo is the Hub model (ORG/NAME[@REVISION]) the cards name when the plan was
+	// made from a local folder, whose path means nothing to a Hub user.
+	SourceRepo string
 }
 
 // publishResult is push's result (--json): one entry per repository.
@@ -55,17 +59,45 @@ func publish(ctx context.Context, f *Factory, set publishSet, o publishOptions) 
 	if err != nil {
 		return nil, err
 	}
+	// A package xpuinject wrote carries its plan; another kernel-hub package is published as it is.
+	pp := &emit.PackagePlan{Plan: &plan.Plan{}}
+	if _, err := os.Stat(filepath.Join(set.PackageDir, plan.FileName)); err == nil {
+		if pp, err = emit.ReadPlan(set.PackageDir); err != nil {
+			return nil, err
+		}
+	} else if o.SourceRepo != "" {
+		return nil, &usageError{fmt.Errorf("--source-repo-id: %s has no plan.yaml whose source it could name", set.PackageDir)}
+	}
+	src := pp.Plan.Source
+	if pp.File != "" {
+		if src, err = cardSource(pp.Plan, o.SourceRepo); err != nil {
+			return nil, err
+		}
+	}
+	packedID := o.PackedRepoID
+	if packedID == "" {
+		packedID = emit.PackedRepoID(o.RepoID)
+	}
+	version := o.Version
+	if version == 0 {
+		version = max(pkg.Version(), 1)
+	}
+	license := pkg.Metadata[pkg.Variants[0]].License
+	var kernelCard []byte
+	if src != pp.Plan.Source {
+		// The package's card names the local folder: render it again for the Hub model.
+		pl := *pp.Plan
+		pl.Source = src
+		cls := ""
+		if dir, err := sourceDir(f, set.SourceDir, pp.Plan); err == nil {
+			cls = configClass(filepath.Join(dir, "config.json"))
+		}
+		kernelCard = emit.Card(&pl, emit.Options{Name: pkg.Name(), Version: version, License: license, RepoID: o.RepoID,
+			PackedRepoID: packedID, ModelClass: cls, Model: src.Repo, Tool: tool()})
+	}
 	res := &publishResult{}
 	if set.PackedDir != "" {
-		packedID := o.PackedRepoID
-		if packedID == "" {
-			packedID = emit.PackedRepoID(o.RepoID)
-		}
-		version := o.Version
-		if version == 0 {
-			version = max(pkg.Version(), 1)
-		}
-		files, summary, err := packedRepoFiles(f, set, packedID, o.RepoID, version, pkg.Metadata[pkg.Variants[0]].License)
+		files, summary, err := packedRepoFiles(f, set, packedID, o.RepoID, version, license, src)
 		if err != nil {
 			return nil, err
 		}
@@ -80,7 +112,7 @@ func publish(ctx context.Context, f *Factory, set publishSet, o publishOptions) 
 	}
 	res.Kernel, err = hub.Push(ctx, c, set.PackageDir, hub.PushOptions{
 		RepoID: o.RepoID, Private: o.Private, Version: o.Version, DryRun: o.DryRun, Model: o.Model,
-		ToolVersion: Version, Progress: f.ErrOut,
+		ToolVersion: Version, Progress: f.ErrOut, Card: kernelCard,
 	})
 	if err != nil {
 		if res.Packed != nil && !o.DryRun {
@@ -94,7 +126,8 @@ func publish(ctx context.Context, f *Factory, set publishSet, o publishOptions) 
 // packedRepoFiles lists the packed repo's files: the packed tensors (streamed from disk),
 // plan.yaml, the source model's config / generation / tokenizer files, and the card. It
 // also returns how the card names the source model.
-func packedRepoFiles(f *Factory, set publishSet, packedID, kernelRepo string, version int, license string) ([]hub.PackageFile, string, error) {
+func packedRepoFiles(f *Factory, set publishSet, packedID, kernelRepo string, version int, license string,
+	src plan.Source) ([]hub.PackageFile, string, error) {
 	planBytes, err := os.ReadFile(filepath.Join(set.PackedDir, "plan.yaml"))
 	if err != nil {
 		return nil, "", fmt.Errorf("packed weights %s: %w", set.PackedDir, err)
@@ -115,16 +148,17 @@ func packedRepoFiles(f *Factory, set publishSet, packedID, kernelRepo string, ve
 		}
 		files = append(files, pf)
 	}
-	src, err := sourceDir(f, set.SourceDir, pl)
+	srcDir, err := sourceDir(f, set.SourceDir, pl)
 	if err != nil {
 		return nil, "", err
 	}
+	pl.Source = src // the Hub model the card names
 	var cls string
 	for _, n := range sourceFiles {
-		p := filepath.Join(src, n)
+		p := filepath.Join(srcDir, n)
 		if _, err := os.Stat(p); err != nil {
 			if n == "config.json" {
-				return nil, "", fmt.Errorf("source model %s has no config.json (pass --source with the checkpoint folder)", src)
+				return nil, "", fmt.Errorf("source model %s has no config.json (pass --source with the checkpoint folder)", srcDir)
 			}
 			continue
 		}
@@ -285,4 +319,39 @@ func metricValues(m harness.Metrics) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// cardSource is the source model the published cards name: the plan's Hub repository, or
+// for a plan made from a local folder the Hub model --source-repo-id names (the folder's
+// path would tell Hub users to load a folder only this machine has).
+func cardSource(pl *plan.Plan, flag string) (plan.Source, error) {
+	if pl.Source.Repo != "" {
+		if flag != "" {
+			return plan.Source{}, &usageError{fmt.Errorf("--source-repo-id %s: the plan already names its source, %s; "+
+				"drop the flag", flag, pl.Source.Repo)}
+		}
+		return pl.Source, nil
+	}
+	if flag == "" {
+		return plan.Source{}, &usageError{fmt.Errorf("the package was planned from a local folder, %s\n"+
+			"Hub users cannot load it: pass --source-repo-id ORG/NAME[@REVISION], the Hub model the folder holds",
+			pl.Source.Path)}
+	}
+	ref, err := parseSourceRepo(flag)
+	if err != nil {
+		return plan.Source{}, err
+	}
+	return plan.Source{Path: pl.Source.Path, Repo: ref.Repo, Revision: ref.Revision}, nil
+}
+
+// parseSourceRepo checks --source-repo-id: ORG/NAME, with an optional @REVISION.
+func parseSourceRepo(flag string) (hub.Ref, error) {
+	ref, err := hub.ParseRef(flag)
+	if err != nil {
+		return ref, &usageError{fmt.Errorf("--source-repo-id %q: want ORG/NAME[@REVISION], a Hub model id", flag)}
+	}
+	if !strings.Contains(flag, "@") {
+		ref.Revision = "" // the card then loads the repo's default branch, as from_pretrained does
+	}
+	return ref, nil
 }

@@ -27,6 +27,7 @@ type PushOptions struct {
 	DryRun       bool
 	Model        string
 	JSON         bool
+	SourceRepo   string // --source-repo-id
 }
 
 func newPushCmd(f *Factory) *cobra.Command {
@@ -38,7 +39,7 @@ func newPushCmdWith(f *Factory, runF func(*PushOptions) error) *cobra.Command {
 	opts := &PushOptions{}
 	cmd := &cobra.Command{
 		Use:   "push DIR --repo-id ORG/NAME",
-		Short: "publish a kernel package (repo type kernel) and its packed weights (a model repo) to the Hub",
+		Short: "publish a kernel package (kernel repo) and its packed weights (model repo) to the Hub",
 		Long: `Publish what an xpuinject run wrote, so that kernels and transformers alone can use it:
 
   the kernel package (DIR, or DIR/package of a run folder) to the kernel repository
@@ -52,6 +53,9 @@ func newPushCmdWith(f *Factory, runF func(*PushOptions) error) *cobra.Command {
   model (--source, else the plan's source folder or its snapshot in the HF cache), and a
   card with the usage, the source and revision, and the eval summary (--eval, else
   DIR/eval/eval.json of a run folder when it is newer than the packed plan).
+
+The cards name the source model by its Hub id and revision; for a package planned from a
+local folder, --source-repo-id ORG/NAME[@REVISION] names it (push refuses without it).
 
 Without packed weights only the kernel repository is published. The token is $HF_TOKEN,
 else the one 'hf auth login' saved; $HF_ENDPOINT picks another Hub. --dry-run prints
@@ -91,6 +95,8 @@ every operation for both repositories and sends nothing.`,
 	fl.BoolVar(&opts.DryRun, "dry-run", false, "print the operations and send nothing")
 	fl.BoolVar(&opts.JSON, "json", false, "print the results (or the dry-run operations) as JSON")
 	fl.StringVar(&opts.Model, "model", "", "model named in the commit message when the package does not record it")
+	fl.StringVar(&opts.SourceRepo, "source-repo-id", "", "Hub model (ORG/NAME[@REVISION]) the cards name when the "+
+		"package was planned from a local folder")
 	return cmd
 }
 
@@ -101,7 +107,7 @@ func pushRun(ctx context.Context, f *Factory, opts *PushOptions) error {
 	}
 	res, err := publish(ctx, f, set, publishOptions{
 		RepoID: opts.RepoID, PackedRepoID: opts.PackedRepoID, Private: opts.Private, Version: opts.Version,
-		DryRun: opts.DryRun, Model: opts.Model,
+		DryRun: opts.DryRun, Model: opts.Model, SourceRepo: opts.SourceRepo,
 	})
 	if err != nil {
 		return fmt.Errorf("push: %w", err)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -33,6 +32,10 @@ func pushTestPkg(t *testing.T) string {
 	}
 	return dir
 }
+
+// tinySource names the Hub model of the llama-tiny fixture, for cards of packages planned
+// from its folder.
+var tinySource = []string{"--source-repo-id", "tiny-org/llama-tiny@0123456789abcdef0123456789abcdef01234567"}
 
 func runPush(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -123,7 +126,7 @@ func TestPushCommandErrors(t *testing.T) {
 		want string
 	}{
 		{"no repo id", []string{pkg}, exitUsage, "--repo-id ORG/NAME is required"},
-		{"no dir", []string{"--repo-id", "a/b"}, exitUsage, "accepts 1 arg"},
+		{"no dir", []string{"--repo-id", "a/b"}, exitUsage, "push: missing DIR: a run folder"},
 		{"negative version", []string{pkg, "--repo-id", "a/b", "--version", "-1"}, exitUsage, "--version -1"},
 		{"not a package", []string{notPkg, "--repo-id", "a/b"}, exitError1, "not a kernel-hub package: " + notPkg + " has no build/ folder"},
 		{"bad repo id", []string{pkg, "--repo-id", "a/b@v1"}, exitUsage, `--repo-id "a/b@v1": want ORG/NAME`},
@@ -212,7 +215,13 @@ func TestPushPublishesPackedWeights(t *testing.T) {
 	defer ts.Close()
 	env := map[string]string{"HF_ENDPOINT": ts.URL, "HF_TOKEN": "hf_packTok", "HF_HOME": t.TempDir()}
 
+	// Planned from a local folder: the cards would name its path, so push asks for the Hub id.
 	code, out, errOut := runPush(t, env, run, "--repo-id", "my-org/tiny-kernels", "--dry-run")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "planned from a local folder") ||
+		!strings.Contains(errOut, "pass --source-repo-id ORG/NAME[@REVISION]") {
+		t.Fatalf("no --source-repo-id: exit %d stdout %q stderr %q", code, out, errOut)
+	}
+	code, out, errOut = runPush(t, env, append([]string{run, "--repo-id", "my-org/tiny-kernels", "--dry-run"}, tinySource...)...)
 	if code != 0 {
 		t.Fatalf("dry run: exit %d: %s", code, errOut)
 	}
@@ -231,7 +240,7 @@ func TestPushPublishesPackedWeights(t *testing.T) {
 		t.Fatal("a dry run created a repository")
 	}
 
-	code, out, errOut = runPush(t, env, run, "--repo-id", "my-org/tiny-kernels")
+	code, out, errOut = runPush(t, env, append([]string{run, "--repo-id", "my-org/tiny-kernels"}, tinySource...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -262,14 +271,33 @@ func TestPushPublishesPackedWeights(t *testing.T) {
 	}
 	card := string(main.Files["README.md"].Data)
 	abs, _ := filepath.Abs(filepath.Join(fixtures, "llama-tiny"))
+	load := `from_pretrained("tiny-org/llama-tiny", revision="0123456789abcdef0123456789abcdef01234567", dtype=torch.bfloat16)`
 	for _, want := range []string{
-		"model = LlamaForCausalLM.from_pretrained(" + strconv.Quote(abs) + ", dtype=torch.bfloat16)",
+		"base_model: tiny-org/llama-tiny\n",
+		"model = LlamaForCausalLM." + load,
 		`xpuinject = get_kernel("my-org/tiny-kernels", version=1, trust_remote_code=True)`,
 		`xpuinject.inject(model, packed="my-org/tiny-kernels-packed")`,
-		"The weights of `" + abs + "`",
+		"The weights of `tiny-org/llama-tiny`",
 	} {
 		if !strings.Contains(card, want) {
 			t.Errorf("card lacks %q:\n%s", want, card)
+		}
+	}
+	// the kernel repo's card (main) names the Hub model too, never the local folder
+	_, kmain, err := srv.Store.Resolve("kernel", "my-org/tiny-kernels", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcard := string(kmain.Files["README.md"].Data)
+	for _, c := range []string{card, kcard} {
+		if strings.Contains(c, abs) {
+			t.Errorf("a published card names the local folder %s:\n%s", abs, c)
+		}
+	}
+	for _, want := range []string{"base_model: tiny-org/llama-tiny\n", "model = LlamaForCausalLM." + load,
+		`xpuinject = get_kernel("my-org/tiny-kernels", version=1, trust_remote_code=True)`} {
+		if !strings.Contains(kcard, want) {
+			t.Errorf("kernel card lacks %q:\n%s", want, kcard)
 		}
 	}
 	if strings.Contains(card, "## Evaluation") {
@@ -290,14 +318,15 @@ func TestPushPublishesPackedWeights(t *testing.T) {
 	if _, err := srv.Store.Apply("model", "my-org/tiny-kernels-packed", "main", "extra", map[string]hubtest.File{"old.bin": {Data: []byte("x")}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut = runPush(t, env, filepath.Join(run, "package"), "--repo-id", "my-org/tiny-kernels", "--packed-repo-id", "my-org/weights", "--json")
+	code, out, errOut = runPush(t, env, append([]string{filepath.Join(run, "package"), "--repo-id", "my-org/tiny-kernels",
+		"--packed-repo-id", "my-org/weights", "--json"}, tinySource...)...)
 	if code != 0 {
 		t.Fatalf("package folder with ../packed: exit %d: %s", code, errOut)
 	}
 	if srv.Store.Repo("model", "my-org/weights") == nil || !strings.Contains(out, `"packed": {`) {
 		t.Errorf("--packed-repo-id ignored or ../packed not found:\n%s", out)
 	}
-	code, _, errOut = runPush(t, env, run, "--repo-id", "my-org/tiny-kernels")
+	code, _, errOut = runPush(t, env, append([]string{run, "--repo-id", "my-org/tiny-kernels"}, tinySource...)...)
 	_, main, _ = srv.Store.Resolve("model", "my-org/tiny-kernels-packed", "main")
 	if _, stale := main.Files["old.bin"]; code != 0 || stale {
 		t.Errorf("second push: exit %d, old.bin still there: %v (%s)", code, stale, errOut)
@@ -320,7 +349,7 @@ func TestPushPackedErrors(t *testing.T) {
 		{"eval not json", []string{a, "--repo-id", "o/k", "--eval", filepath.Join(a, "packed", "plan.yaml"), "--dry-run"}, exitError1, "--eval: harness:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out, errOut := runPush(t, env, tc.args...)
+			code, out, errOut := runPush(t, env, append(tc.args, tinySource...)...)
 			if code != tc.code || !strings.Contains(errOut, tc.want) || out != "" {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d and %q", code, out, errOut, tc.code, tc.want)
 			}
@@ -336,7 +365,8 @@ func TestPushRecordsTheEval(t *testing.T) {
 	ts := srv.Start()
 	defer ts.Close()
 	env := map[string]string{"HF_ENDPOINT": ts.URL, "HF_TOKEN": "hf_evalTok", "HF_HOME": t.TempDir()}
-	code, _, errOut := runPush(t, env, run, "--repo-id", "o/k", "--eval", "../../harness/testdata/eval-gpu.json")
+	code, _, errOut := runPush(t, env, append([]string{run, "--repo-id", "o/k", "--eval", "../../harness/testdata/eval-gpu.json"},
+		tinySource...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}

@@ -32,14 +32,15 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 	}
 	if st, statErr := os.Stat(arg); statErr == nil {
 		if !st.IsDir() {
-			return "", src, fmt.Errorf("model %s: a file, not a folder (want a folder with config.json)", arg)
+			return "", src, &usageError{fmt.Errorf("model %s: a file, not a folder; give the folder that holds config.json", arg)}
 		}
 		abs, err := filepath.Abs(arg)
 		if err != nil {
 			return "", src, fmt.Errorf("model %s: %w", arg, err)
 		}
 		if _, err := os.Stat(filepath.Join(abs, "config.json")); err != nil {
-			return "", src, fmt.Errorf("model %s: folder has no config.json", abs)
+			return "", src, &usageError{fmt.Errorf("model %s: folder has no config.json\n"+
+				"give a Hugging Face model folder (config.json + safetensors), e.g. testdata/fixtures/llama-odd", abs)}
 		}
 		return abs, plan.Source{Path: abs}, nil
 	}
@@ -56,16 +57,22 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 	} else {
 		r, err := hub.ParseRef(arg)
 		if err != nil || (hasRev && rev == "") {
-			tried := []string{"no local folder " + arg, "no preset " + name + " (presets: " + presetNames() + ")"}
 			if looksLikePath(arg) {
-				return "", src, fmt.Errorf("model %s: %s", arg, tried[0])
+				// Bad usage like any other MODEL that is none of the accepted forms.
+				return "", src, &usageError{fmt.Errorf("model %s: no such folder\n"+
+					"give a folder with config.json and safetensors, a preset\n(%s) or org/name[@revision]",
+					arg, presetNames())}
 			}
 			hint := ""
 			if p := nearestPreset(name); p != "" {
 				hint = fmt.Sprintf("; did you mean %s?", p)
 			}
-			return "", src, &usageError{fmt.Errorf("%w: %q: %s, and not org/name[@revision]%s",
-				errModelArg, arg, strings.Join(tried, ", "), hint)}
+			// a shipped fixture named from the clone's root ("llama-odd")
+			if fx := filepath.Join("testdata", "fixtures", arg); isDir(fx) {
+				hint = fmt.Sprintf("; did you mean %s?", fx)
+			}
+			return "", src, &usageError{fmt.Errorf("%w: %q: no local folder, no preset and not org/name[@revision]%s\n"+
+				"(presets: %s)", errModelArg, arg, hint, presetNames())}
 		}
 		ref = r
 	}

@@ -85,7 +85,7 @@ func TestResolveModel(t *testing.T) {
 
 	// Neither folder, preset nor reference.
 	for _, arg := range []string{"", "gpt9", "a/b/c/d", "org/m@"} {
-		if _, _, err := resolveModel(ctx, f, arg); err == nil || !isUsageError(err) && !strings.Contains(err.Error(), "no local folder") {
+		if _, _, err := resolveModel(ctx, f, arg); err == nil || !isUsageError(err) {
 			t.Errorf("%q: %v", arg, err)
 		}
 	}
@@ -149,5 +149,18 @@ func TestNearMissesSuggest(t *testing.T) {
 	code, _, stderr = runCLI(t, nil, "packge", "x", "--out", "y")
 	if code != exitUsage || !strings.Contains(stderr, "Did you mean this?\n\tpack\n\tpackage\n") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// A fixture's bare name, typed from the clone's root, is pointed at its folder.
+func TestResolveSuggestsAFixture(t *testing.T) {
+	wd, _ := os.Getwd()
+	if err := os.Chdir("../.."); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	code, _, errOut := runCLI(t, nil, "plan", "llama-odd")
+	if code != exitUsage || !strings.Contains(errOut, "did you mean testdata/fixtures/llama-odd?") {
+		t.Errorf("exit %d: %s", code, errOut)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -70,6 +71,9 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// maxColumns is the widest line of any help text or message.
+const maxColumns = 100
+
 // Exit codes, decided here only.
 const (
 	exitOK          = 0
@@ -104,7 +108,12 @@ func Main(args []string, f *Factory) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(f.ErrOut, "xpuinject: "+err.Error())
+	msg := "xpuinject: " + err.Error()
+	if f.IsTerminal {
+		// On a terminal every line fits maxColumns; logs keep one line per message for grep.
+		msg = wrapLines(msg, maxColumns)
+	}
+	fmt.Fprintln(f.ErrOut, msg)
 	var ee *exitError
 	switch {
 	case errors.As(err, &ee):
@@ -137,6 +146,9 @@ func NewRootCmd(f *Factory) *cobra.Command {
 		newKernelsCmd(f),
 	)
 	root.SetHelpCommand(newHelpCmd(root))
+	// Flag descriptions wrap to fit maxColumns (cobra's template, pflag's wrapping).
+	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), ".FlagUsages |",
+		fmt.Sprintf(".FlagUsagesWrapped %d |", maxColumns)))
 	return root
 }
 
@@ -170,12 +182,65 @@ func isUsageError(err error) bool {
 	return errors.As(err, &u)
 }
 
-// exactArgs is cobra.ExactArgs with a usage error.
+// argHelp says what each positional argument of the commands' Use lines is, so that a
+// missing one is named with what to give.
+var argHelp = map[string]string{
+	"MODEL":          "a model folder, a preset or org/name[@revision]",
+	"DIR":            "a run folder (out/<name>) or the package folder in it",
+	"PKG_OR_RUN_DIR": "a run folder (out/<name>) or the package folder in it",
+}
+
+// exactArgs is cobra.ExactArgs with a usage error that names the arguments (the upper-case
+// words of the command's Use line) and what each is.
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
-			return &usageError{err}
+		if len(args) == n {
+			return nil
 		}
-		return nil
+		var names []string
+		for _, w := range strings.Fields(cmd.Use)[1:] {
+			if strings.HasPrefix(w, "-") {
+				break
+			}
+			names = append(names, w)
+		}
+		usage := fmt.Sprintf("(usage: %s; see '%s --help')", cmd.UseLine(), cmd.CommandPath())
+		switch {
+		case len(args) < n && len(args) < len(names):
+			missing := names[len(args)]
+			what := ""
+			if h, ok := argHelp[missing]; ok {
+				what = ": " + h
+			}
+			return &usageError{fmt.Errorf("%s: missing %s%s\n%s", cmd.Name(), missing, what, usage)}
+		case n == 0:
+			return &usageError{fmt.Errorf("%s takes no arguments; got %q\n%s", cmd.Name(), args, usage)}
+		default:
+			return &usageError{fmt.Errorf("%s takes %d argument(s), %s; got %d: %q\n%s",
+				cmd.Name(), n, strings.Join(names, " "), len(args), args, usage)}
+		}
 	}
+}
+
+// wrapLines breaks every line of s longer than width at its last space within width,
+// continuing two spaces in; a word longer than width (a long path) stays whole on its line.
+func wrapLines(s string, width int) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		for utf8.RuneCountInString(line) > width {
+			r := []rune(line)
+			cut := strings.LastIndex(string(r[:width+1]), " ")
+			if cut <= 2 { // the first word alone is too long: it gets a line of its own
+				next := strings.Index(string(r[width+1:]), " ")
+				if next < 0 {
+					break
+				}
+				cut = len(string(r[:width+1])) + next
+			}
+			out = append(out, line[:cut])
+			line = "  " + strings.TrimLeft(line[cut:], " ")
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
 }

@@ -20,7 +20,6 @@ Imported by eval_driver.py from the folder it is written to (the Go harness writ
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import socket
@@ -52,6 +51,14 @@ def nbytes(tensors) -> int:
         seen.add(id(t))
         total += t.numel() * t.element_size()
     return total
+
+
+def _human(n: int) -> str:
+    """Bytes as "1.9 MB", "21.2 GB" (decimal units, as the CLI prints sizes)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def model_bytes(model) -> int:
@@ -349,26 +356,16 @@ def checkpoint_index(folder: Path) -> dict:
         return {k: single for k in f.keys()}
 
 
-@contextlib.contextmanager
 def parameters_on_meta():
     """Every parameter registered inside lands on the meta device (no memory), buffers where they
-    were made: what accelerate's init_empty_weights() does (accelerate/big_modeling.py,
-    init_on_device), without needing accelerate on the GPU machine."""
-    from torch import nn
-
-    register = nn.Module.register_parameter
-
-    def on_meta(module, name, param):
-        register(module, name, param)
-        if param is not None:
-            p = module._parameters[name]
-            module._parameters[name] = type(p)(p.to("meta"), requires_grad=param.requires_grad)
-
-    nn.Module.register_parameter = on_meta
+    were made (the rotary frequencies, computed as from_pretrained computes them): accelerate's
+    init_empty_weights(include_buffers=False)."""
     try:
-        yield
-    finally:
-        nn.Module.register_parameter = register
+        from accelerate import init_empty_weights
+    except ImportError as e:
+        raise ImportError("the layered fp32 oracle builds the model on the meta device with accelerate: "
+                          "pip install accelerate (requirements.txt pins it)") from e
+    return init_empty_weights(include_buffers=False)
 
 
 class LayeredOracle:
@@ -427,6 +424,8 @@ class LayeredOracle:
         for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
             self._key[target] = self._key.get(source, source)
         self.budget = budget if budget is not None and budget >= 0 else self.auto_budget(cfg, tokens)
+        # what the whole fp32 model's weights take (meta tensors know their sizes; tied once)
+        self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self.kept, self.kept_bytes, self.loads, self.streamed_loads = set(), 0, 0, 0
         for name, m in units:
             m.register_forward_pre_hook(functools.partial(self._before, name))
@@ -435,6 +434,13 @@ class LayeredOracle:
         self._load(*embed)
         self.kept.add(embed[0])
         self.kept_bytes += model_bytes(embed[1])
+
+    def budget_line(self) -> str:
+        """How much of the model may stay on the device, sized to the model."""
+        size = _human(self.model_bytes)
+        if self.model_bytes <= self.budget:
+            return f"all {size} of its weights fit the device budget and stay after their first load"
+        return f"up to {_human(self.budget)} of its {size} of weights stay on the device, the rest is read again each pass"
 
     def auto_budget(self, cfg, tokens: int) -> int:
         """What may stay on the device: its free memory less a forward's activations and 1 GiB."""

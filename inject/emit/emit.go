@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -219,8 +220,8 @@ func packageFiles(pl *plan.Plan, opts Options) (map[string][]byte, error) {
 		}
 		files["build/torch-"+be+"/metadata.json"] = append(b, '\n')
 	}
-	files["build.toml"] = buildTOML(opts)
-	files["README.md"] = card(pl, opts)
+	files["build.toml"] = buildTOML(opts, pyExtensions(files, "torch-ext/"+module+"/"))
+	files["README.md"] = Card(pl, opts)
 	for p, b := range opts.Extra {
 		clean := filepath.ToSlash(filepath.Clean(p))
 		if strings.HasPrefix(clean, "../") || filepath.IsAbs(p) || strings.HasPrefix(clean, "build/") {
@@ -259,9 +260,31 @@ func variantDigest(files map[string][]byte, prefix string) map[string]any {
 	return map[string]any{"algorithm": "sha256", "files": hashes}
 }
 
+// pyExtensions are the extensions of every file under prefix, sorted: what build.toml's
+// pyext must list for kernel-builder to copy them all into the variants (it copies only
+// torch-ext files of these extensions, "py" and "pyi" by default; nix-builder/lib/
+// source-set.nix in huggingface/kernels), the package's JSON and YAML data included.
+func pyExtensions(files map[string][]byte, prefix string) []string {
+	seen := map[string]bool{}
+	for p := range files {
+		if rest, ok := strings.CutPrefix(p, prefix); ok {
+			if ext := path.Ext(rest); ext != "" {
+				seen[ext[1:]] = true
+			}
+		}
+	}
+	exts := make([]string, 0, len(seen))
+	for e := range seen {
+		exts = append(exts, e)
+	}
+	sort.Strings(exts)
+	return exts
+}
+
 // buildTOML is kernel-builder's description of the package, edition buildEdition: a
-// noarch torch kernel whose variants are the backends'.
-func buildTOML(opts Options) []byte {
+// noarch torch kernel whose variants are the backends', with the extensions of its files
+// (edition 5's [torch-noarch] takes pyext; kernels-data/src/config/v5.rs TorchNoarch).
+func buildTOML(opts Options, pyext []string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by %s. A pure-Python Triton kernel: kernel-builder builds it as noarch\n", opts.Tool)
 	fmt.Fprintf(&b, "# variants (build/torch-cuda, build/torch-xpu) from torch-ext/%s.\n", ModuleName(opts.Name))
@@ -277,13 +300,21 @@ func buildTOML(opts Options) []byte {
 	if opts.RepoID != "" {
 		fmt.Fprintf(&b, "\n[general.hub]\nrepo-id = %q\n", opts.RepoID)
 	}
-	b.WriteString("\n[torch-noarch]\n")
+	b.WriteString("\n[torch-noarch]\npyext = [")
+	for i, e := range pyext {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", e)
+	}
+	b.WriteString("]\n")
 	return b.Bytes()
 }
 
-// card renders the package's README.md: front matter for the Hub, what the package
-// replaces and how to use it.
-func card(pl *plan.Plan, opts Options) []byte {
+// Card renders the package's README.md: front matter for the Hub, what the package
+// replaces and how to use it. Write writes it; push renders it again when the published
+// card must name another source model than the plan's local folder.
+func Card(pl *plan.Plan, opts Options) []byte {
 	var b bytes.Buffer
 	b.WriteString("---\nlibrary_name: kernels\n")
 	fmt.Fprintf(&b, "license: %s\n", opts.License)
@@ -333,7 +364,7 @@ func card(pl *plan.Plan, opts Options) []byte {
 		sort.Strings(cls)
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %d |\n", r.layer, r.kernel, strings.Join(cls, ", "), r.n)
 	}
-	fmt.Fprintf(&b, "\n%s (reasons in `plan.yaml`); the model runs in %s.\n\n", pl.Counts(), pl.DType)
+	fmt.Fprintf(&b, "\n%s. Why each module is where it is: `plan.yaml`. The model runs in %s.\n\n", pl.Counts(), pl.DType)
 	repo := cmp.Or(opts.RepoID, "ORG/"+opts.Name)
 	packed := cmp.Or(opts.PackedRepoID, PackedRepoID(repo))
 	b.WriteString("## Usage\n\n")

@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -139,7 +141,7 @@ func TestEmitTreeComplete(t *testing.T) {
 	}
 	readme, _ := os.ReadFile(filepath.Join(out, "README.md"))
 	for _, s := range []string{"---\nlibrary_name: kernels\n", "license: apache-2.0", "base_model: org/Tiny-Llama.v2",
-		"| `RMSNorm` | rmsnorm | `LlamaRMSNorm` | 1 |", "3 layers: 2 on our kernels, 1 kept (reasons in `plan.yaml`); the model runs in bf16.",
+		"| `RMSNorm` | rmsnorm | `LlamaRMSNorm` | 1 |", "3 modules: 2 on our kernels, 1 kept; 0 layer bindings; packs 0 tensors. Why each module is where it is: `plan.yaml`. The model runs in bf16.",
 		"from transformers import LlamaForCausalLM\n\nmodel = LlamaForCausalLM.from_pretrained(\"org/Tiny-Llama.v2\", " +
 			"revision=\"0123456789abcdef0123456789abcdef01234567\", dtype=torch.bfloat16).to(\"cuda\").eval()",
 		"xpuinject = get_kernel(\"org/tiny-kernels\", version=1, trust_remote_code=True)\n",
@@ -155,6 +157,25 @@ func TestEmitTreeComplete(t *testing.T) {
 	if !strings.Contains(string(toml), "[torch-noarch]") || !strings.Contains(string(toml), `backends = ["cuda", "xpu"]`) ||
 		!strings.Contains(string(toml), "\nedition = 5\n") {
 		t.Errorf("build.toml:\n%s", toml)
+	}
+	// kernel-builder copies only torch-ext files whose extension pyext lists: every file of
+	// the package's sources must be one (contract.json, plan.yaml and gpus/*.json are data).
+	if !strings.Contains(string(toml), "\n[torch-noarch]\npyext = [\"json\", \"py\", \"yaml\"]\n") {
+		t.Errorf("build.toml lacks pyext for the data files:\n%s", toml)
+	}
+	var data []string
+	filepath.WalkDir(filepath.Join(out, "torch-ext"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if ext := filepath.Ext(p); !slices.Contains([]string{".json", ".py", ".yaml"}, ext) {
+				t.Errorf("torch-ext file %s: extension %q is not in pyext", p, ext)
+			} else if ext != ".py" {
+				data = append(data, filepath.Base(p))
+			}
+		}
+		return nil
+	})
+	if slices.Sort(data); !slices.Equal(data, []string{"contract.json", "h200.json", "plan.yaml"}) {
+		t.Errorf("torch-ext data files %v", data)
 	}
 }
 

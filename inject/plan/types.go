@@ -143,16 +143,23 @@ type TensorPlan struct {
 	Split []int64 `yaml:"split,omitempty" json:"split,omitempty"`
 }
 
-// Counts are a plan's layers by what runs them; the CLI, the package card and the eval
+// Counts are a plan's modules (its layers, one per plan row) by what runs them, the layer
+// bindings they make and the tensors pack writes; the CLI, the package card and the eval
 // report all count this way.
 type Counts struct {
-	Layers int
+	Layers int // modules the plan lists
 	Kernel int // replaced by one of our kernels
 	Folded int // a stock op on folded weights through a binding (a kept conv-bn: ConvBN)
 	Kept   int // the stock module on its own weights: no binding
+	// Bindings are the modules given a layer class; a fused add-RMSNorm also binds its
+	// decoder layer, so there can be more than Kernel+Folded.
+	Bindings int
+	// Tensors are the tensors pack writes; KeptTensors of them are kept modules' own
+	// weights, cast to the plan's dtype, which injection leaves to the model's copy.
+	Tensors, KeptTensors int
 }
 
-// Counts counts p's layers.
+// Counts counts p's modules, bindings and tensors.
 func (p *Plan) Counts() Counts {
 	c := Counts{Layers: len(p.Layers)}
 	for _, l := range p.Layers {
@@ -163,16 +170,29 @@ func (p *Plan) Counts() Counts {
 			c.Folded++
 		default:
 			c.Kept++
+			c.KeptTensors += len(l.Outputs)
 		}
+		c.Bindings += len(l.Bindings)
+		c.Tensors += len(l.Outputs)
 	}
 	return c
 }
 
-// String is "33 layers: 18 on our kernels, 4 on stock ops with folded weights, 11 kept".
+// String is "33 modules: 18 on our kernels, 4 on stock ops with folded weights, 11 kept;
+// 26 layer bindings; packs 40 tensors (11 of kept modules)".
 func (c Counts) String() string {
-	s := fmt.Sprintf("%d layers: %d on our kernels", c.Layers, c.Kernel)
+	s := fmt.Sprintf("%d modules: %d on our kernels", c.Layers, c.Kernel)
 	if c.Folded > 0 {
 		s += fmt.Sprintf(", %d on stock ops with folded weights", c.Folded)
 	}
-	return s + fmt.Sprintf(", %d kept", c.Kept)
+	return s + fmt.Sprintf(", %d kept; %d layer bindings; packs %s", c.Kept, c.Bindings, c.TensorsString())
+}
+
+// TensorsString is "40 tensors (11 of kept modules)", as pack reports them.
+func (c Counts) TensorsString() string {
+	s := fmt.Sprintf("%d tensors", c.Tensors)
+	if c.KeptTensors > 0 {
+		s += fmt.Sprintf(" (%d of kept modules)", c.KeptTensors)
+	}
+	return s
 }

@@ -74,6 +74,20 @@ def test_layered_oracle_equals_the_whole_fp32_model(sharded, fixture):
         assert all(any(n.startswith(u + ".") for u in oracle.kept) for n in held)
 
 
+def test_layered_oracle_budget_line_is_sized_to_the_model(sharded):
+    """The progress line says how much of this model stays, not the free memory of the device."""
+    path = FIXTURES / "llama-odd"
+    whole = sharded.LayeredOracle(transformers.LlamaForCausalLM, path, torch.device("cpu"), tokens=48)
+    sharded.forward_text(whole.model, torch.arange(8).unsqueeze(0))
+    # the figure is what the oracle holds once every unit is loaded (the untied head copy too)
+    want = whole.placement()["kept_bytes"]
+    assert whole.model_bytes == want and 1e6 < want < 3e6  # llama-odd: 1.9 MB, nothing like the device's free memory
+    assert whole.budget_line() == f"all {want / 1e6:.1f} MB of its weights fit the device budget and stay after their first load"
+    tight = sharded.LayeredOracle(transformers.LlamaForCausalLM, path, torch.device("cpu"), budget=1000, tokens=48)
+    assert tight.budget_line() == (f"up to 1.0 kB of its {want / 1e6:.1f} MB of weights stay on the device, "
+                                   "the rest is read again each pass")
+
+
 def test_layered_oracle_names_a_missing_tensor(sharded, tmp_path):
     from safetensors.torch import load_file, save_file
 

@@ -189,7 +189,7 @@ def published(hub):
     revision = re.search(r"revision: ([0-9a-f]{40})", plan).group(1)
     # packed weights for another model (a local fixture), and for the same model with another plan (private)
     xpuinject(env, FIXTURES / "llama-tiny", "--skip-eval", "--out", tmp / "other-model")
-    xpuinject(env, "push", tmp / "other-model", "--repo-id", "org/other-model")
+    xpuinject(env, "push", tmp / "other-model", "--repo-id", "org/other-model", "--source-repo-id", "org/llama-tiny")
     xpuinject(env, SOURCE, "--skip-eval", "--disable", "add-rmsnorm", "--out", tmp / "other-plan")
     xpuinject(env, "push", tmp / "other-plan", "--repo-id", "org/other-plan", "--private")
     return url, tmp, run, revision

@@ -137,8 +137,9 @@ def test_kernels_kernelize_from_a_local_repository_in_compile_mode(llama_odd_run
     llama_odd_pkg.mark_transformers_classes()
     model, cfg = load("llama-odd")
     repo = llama_odd_run / "package"
-    mapping = {mark: {"cpu": LocalLayerRepository(repo, layer_name=value.rsplit(":", 1)[1])}
-               for mark, value in llama_odd_pkg.kernel_mapping(repo.resolve(), "llama").items()}
+    # kernel_mapping returns what use_kernel_mapping takes, as it is
+    mapping = llama_odd_pkg.kernel_mapping(repo.resolve(), "llama", devices=("cpu",))
+    assert mapping["xpuinject.Attention"] == {"cpu": LocalLayerRepository(repo.resolve(), layer_name="Attention")}
     with use_kernel_mapping(mapping, inherit_mapping=False):
         kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE, device="cpu")
     bound = sorted(p for p, m in model.named_modules() if "forward" in m.__dict__)
@@ -169,3 +170,20 @@ def test_compiled_with_grad_mode_on(llama_odd_run, llama_odd_pkg, cache):
     e_pre, e_step, e_len = run(model)
     assert int(c_len) == int(e_len) == 10
     assert torch.equal(c_pre, e_pre) and torch.equal(c_step, e_step)
+
+
+def test_kernel_mapping_and_kernel_config_mapping_for_a_hub_repo(llama_odd_pkg):
+    """The two helpers, each in the form its consumer takes: kernels' LayerRepository per device
+    for use_kernel_mapping, "repo:Layer" with the Hub arguments for transformers' KernelConfig."""
+    from kernels import LayerRepository, use_kernel_mapping
+
+    m = llama_odd_pkg.kernel_mapping("my-org/llama-xpu-kernels", "llama", trust_remote_code=True)
+    assert sorted(m) == ["RMSNorm", "xpuinject.Attention", "xpuinject.DecoderLayer", "xpuinject.SwiGLUMLP"]
+    want = LayerRepository("my-org/llama-xpu-kernels", layer_name="SwiGLUMLP", version=1, trust_remote_code=True)
+    assert m["xpuinject.SwiGLUMLP"] == {"cuda": want, "xpu": want}
+    with use_kernel_mapping(m, inherit_mapping=False):  # takes it (no Hub call until kernelize)
+        pass
+    kc = llama_odd_pkg.kernel_config_mapping("my-org/llama-xpu-kernels", "llama", revision="abc")
+    assert kc["xpuinject.SwiGLUMLP"] == ("my-org/llama-xpu-kernels:SwiGLUMLP", {"trust_remote_code": False, "revision": "abc"})
+    with pytest.raises(llama_odd_pkg.InjectError, match="kernel_mapping: 'not a repo' is neither"):
+        llama_odd_pkg.kernel_mapping("not a repo", "llama")

@@ -82,6 +82,11 @@ def test_inject_matches_stock_and_releases_originals(built, how):
     summary = pkg.inject(model, packed=built / "run" / "packed")
     assert summary["replaced"] == {"Attention": 2, "DecoderLayer": 2, "LMHead": 1, "RMSNorm": 9, "SwiGLUMLP": 2}
     assert summary["packed"] == str(built / "run" / "packed") and summary["packed_tensors"] == 18
+    # pack wrote the kept embedding table too: loaded + kept = every tensor of the checkpoint
+    from safetensors import safe_open
+    with safe_open(str(built / "run" / "packed" / "model.safetensors"), framework="pt") as f:
+        on_disk = len(list(f.keys()))
+    assert summary["packed_kept_tensors"] == 1 and summary["packed_tensors"] + 1 == on_disk
     assert [k["module"] for k in summary["kept"]] == ["model.embed_tokens"]
     at = model.model.layers[0].self_attn
     assert isinstance(at.q_proj, pkg.Released) and isinstance(model.model.layers[0].mlp.down_proj, pkg.Released)

@@ -1,5 +1,5 @@
 """save_pretrained after injection: with offline-packed weights (the originals released) it
-refuses and writes nothing; with the model's own weights (kernelize, inject without packed) it
+refuses and writes nothing, and state_dict refuses as it does; with the model's own weights (kernelize, inject without packed) it
 writes the original checkpoint, which reloads into a stock model computing exactly what the
 stock original computes."""
 
@@ -34,6 +34,9 @@ def test_save_after_packed_inject_refuses_and_writes_nothing(llama_odd_run, llam
         model.save_pretrained(dest)
     with pytest.raises(llama_odd_pkg.InjectError, match="cannot be saved"):
         model.push_to_hub("someone/never-pushed")
+    # state_dict refuses too, rather than return the few tensors that were not released
+    with pytest.raises(llama_odd_pkg.InjectError, match=r"LlamaForCausalLM.state_dict: .*cannot be saved"):
+        model.state_dict()
     assert not dest.exists()
     assert "save_pretrained" not in load().__dict__  # other models, and the class, are untouched
 

@@ -3,7 +3,7 @@ either kernels release first on sys.path): `python use_kernels_route.py PACKAGE 
 
 The package marks the classes transformers leaves unmarked (mark_transformers_classes), a
 KernelConfig maps every mark to the package's layer through kernels' LocalLayerRepository
-(kernel_mapping), and the model is loaded with `use_kernels=True` -- where transformers takes
+(kernel_config_mapping), and the model is loaded with `use_kernels=True` -- where transformers takes
 the installed kernels release (5.17: 0.16.x). Where it does not (0.17.x), transformers refuses
 use_kernels, and the script runs what `PreTrainedModel.set_use_kernels` runs inside (KernelConfig's
 sanitize and compatible mapping, then kernels.kernelize under that mapping), on the same
@@ -49,7 +49,7 @@ def main() -> None:
     cfg = transformers.AutoConfig.from_pretrained(fixture)
     cls = getattr(transformers, cfg.architectures[0])
     marked = xk.mark_transformers_classes()
-    kc = KernelConfig(xk.kernel_mapping(package, cfg.model_type), use_local_kernel=True)
+    kc = KernelConfig(xk.kernel_config_mapping(package, cfg.model_type), use_local_kernel=True)
     cpu_mapping_allowed()
     launches = sum(xk._backend.launch_counts.values())
     refused = None

@@ -9,8 +9,9 @@ Injection (injection.py):
       carries out the package's plan.yaml; `packed` is a folder or Hub repo of offline-packed weights
   kernelize(model, *, use_kernels="auto", mode=None) -> summary
       no plan: binds every supported module; the layers pack the model's own weights
-  mark_transformers_classes(), kernel_mapping(repo, ...): transformers' own route,
-      from_pretrained(..., use_kernels=True, kernel_config=KernelConfig(kernel_mapping(repo)))
+  mark_transformers_classes(), then kernel_mapping(repo, arch) for kernels.use_kernel_mapping, or
+      kernel_config_mapping(repo, arch) for transformers' own route,
+      from_pretrained(..., use_kernels=True, kernel_config=KernelConfig(kernel_config_mapping(repo, arch)))
   supported_bindings(model), load_plan(path=None), InjectError, Released
 Ops (each a torch custom op, torch.ops.<package module name>.<op>, see _ops.py):
   rms_norm(x, weight, eps) -> y
@@ -40,7 +41,8 @@ from .attention import attention_forward, decode_attention, flash_attention_pref
 from .gemm import EPILOGUES as GEMM_EPILOGUES
 from .gemm import gemm
 from .gpus import tuning_report
-from .injection import InjectError, inject, kernel_mapping, kernelize, load_plan, mark_transformers_classes, supported_bindings
+from .injection import (InjectError, inject, kernel_config_mapping, kernel_mapping, kernelize, load_plan,
+                        mark_transformers_classes, supported_bindings)
 from .packing import Released
 from .rmsnorm import add_rms_norm, rms_norm
 from .rope import apply_rope
@@ -51,6 +53,7 @@ __all__ = [
     "supported_bindings",
     "mark_transformers_classes",
     "kernel_mapping",
+    "kernel_config_mapping",
     "load_plan",
     "InjectError",
     "Released",

@@ -5,6 +5,11 @@ The interpreter is how the kernels run on a machine without a GPU (CI, and `xpui
 changes only the emulation, never a kernel, and is a no-op unless the interpreter is on.
 The package's inject and kernelize apply them for a model on the CPU; the kernel tests apply
 them in conftest.py.
+
+The interpreter holds tensors as numpy arrays, so these patches work on numpy arrays too; they
+take numpy from the interpreter module (`interp.np`) rather than importing it: the package
+itself needs nothing beyond torch, triton and kernels' own dependencies, and numpy is there
+exactly when Triton's interpreter is.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ def _patch_interpreter_bf16_rounding() -> None:
     the interpreter is up to 1 ulp low and a bf16 oracle comparison would need a loose tolerance.
     Only the emulation changes; kernels are untouched. test_rmsnorm checks the patch is in effect.
     """
-    import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter as interp
+
+    np = interp.np
 
     builder = interp.InterpreterBuilder
     if getattr(builder, "_xpuinject_rtne", False):
@@ -51,8 +57,9 @@ def _patch_interpreter_index_numpy2() -> None:
     to Python scalars"), so every runtime-bounded for-loop fails. Compiled kernels are unaffected.
     We keep `for` loops in kernels (not `while`) because only `for` loops get software pipelining.
     """
-    import numpy as np
     from triton.runtime import interpreter as interp
+
+    np = interp.np
 
     if getattr(interp, "_xpuinject_index_patched", False):
         return
@@ -80,9 +87,10 @@ def _patch_interpreter_bf16_dot() -> None:
     multiplies bit patterns (errors ~1e10). We widen bf16 operands to fp32 first (exact), which
     is what tensor cores / DPAS do: exact products, fp32 accumulation.
     """
-    import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter as interp
+
+    np = interp.np
 
     builder = interp.InterpreterBuilder
     if getattr(builder, "_xpuinject_bf16_dot", False):

@@ -46,6 +46,7 @@ from .families import mlp_activation
 from .packing import Released
 
 __all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "mark_transformers_classes", "kernel_mapping",
+           "kernel_config_mapping",
            "InjectError", "PLAN_SCHEMA", "PLAN_FILE"]
 
 # The plan.yaml schema this package reads (inject/PLAN.md).
@@ -572,21 +573,24 @@ def _refuse_saving(model: nn.Module, source: str) -> None:
     """After the packed weights replaced the original projections, the model's state_dict holds
     neither the checkpoint's tensors (the projections are released) nor a checkpoint transformers
     can load (packed names, folded BatchNorms): transformers' save_pretrained would write part of
-    it and its from_pretrained would initialise the rest at random. save_pretrained and
-    push_to_hub (which saves through it) refuse instead, on this model only."""
+    it and its from_pretrained would initialise the rest at random. save_pretrained,
+    push_to_hub (which saves through it) and state_dict (which would silently hold only the
+    tensors not released) refuse instead, on this model only."""
     cls = type(model).__name__
 
-    def refuse(*args, **kwargs):
-        raise InjectError(
-            f"{cls}.save_pretrained: this model runs offline-packed weights (inject(model, packed=...)) and its original "
-            f"projections were released, so it cannot be saved as a {cls} checkpoint; save the original model instead "
-            f"(load {source} again, or call save_pretrained before inject), or keep the packed checkpoint `xpuinject pack` "
-            "wrote (`xpuinject push` publishes it) and inject it again after loading"
-        )
+    def refusal(name):
+        def refuse(*args, **kwargs):
+            raise InjectError(
+                f"{cls}.{name}: this model runs offline-packed weights (inject(model, packed=...)) and its original "
+                f"projections were released, so it cannot be saved as a {cls} checkpoint; save the original model "
+                f"instead (load {source} again, or call {name} before inject), or keep the packed checkpoint "
+                "`xpuinject pack` wrote (`xpuinject push` publishes it) and inject it again after loading"
+            )
+        return refuse
 
-    for name in ("save_pretrained", "push_to_hub"):
+    for name in ("save_pretrained", "push_to_hub", "state_dict"):
         if hasattr(model, name):
-            object.__setattr__(model, name, refuse)
+            object.__setattr__(model, name, refusal(name))
 
 
 def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, token=None, plan=None,
@@ -599,8 +603,8 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         packed: the offline-packed weights: a folder written by `xpuinject pack`, or a Hub repo
             id published by `xpuinject push` (downloaded into the HF cache). They are checked
             against the package's plan, attached to the modules, and the original projections
-            are released; the model's save_pretrained and push_to_hub then refuse (its weights
-            are no longer a transformers checkpoint). None: the layers pack the model's own
+            are released; the model's save_pretrained, push_to_hub and state_dict then refuse
+            (its weights are no longer a transformers checkpoint). None: the layers pack the model's own
             weights on first use, into buffers state_dict leaves out, so saving still writes the
             original checkpoint.
         revision: branch, tag or commit of a `packed` repo id.
@@ -609,7 +613,9 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         check_only: check plan, model and packed weights against each other; change nothing.
 
     Returns a summary: backend, replaced {layer class: modules}, replaced_modules, kept
-    [{module, reason}], packed (where the weights came from, or None), packed_tensors, packed_bytes.
+    [{module, reason}], packed (where the weights came from, or None), packed_tensors and
+    packed_bytes (loaded and attached), packed_kept_tensors (kept modules' tensors in the packed
+    checkpoint, not loaded: the model's own copies serve).
 
     A pipeline stage of transformers' pipeline parallelism (`DistributedConfig(pp_size=N)`) binds
     and loads only the modules it holds; the summary lists the others as `other_stages`. A model
@@ -666,6 +672,8 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         "packed": where,
         "packed_tensors": len(tensors),
         "packed_bytes": nbytes,
+        # the packed checkpoint holds kept modules' weights too (cast); the model keeps its own
+        "packed_kept_tensors": sum(len(lp.get("outputs") or ()) for lp in full_plan["layers"] if not lp.get("bindings")) if tensors else 0,
     }
     if other_stages:
         summary["other_stages"] = other_stages
@@ -946,7 +954,7 @@ def mark_transformers_classes() -> Dict[str, str]:
     `kernels`, as transformers itself marks its RMSNorm classes: `kernel_layer_name` on the
     class, and with kernels >= 0.17 a `kernel_condition` that admits only modules whose shapes
     the kernels take. Then `from_pretrained(..., use_kernels=True,
-    kernel_config=KernelConfig(kernel_mapping(REPO, "llama")))` (the model's config.model_type)
+    kernel_config=KernelConfig(kernel_config_mapping(REPO, "llama")))` (the model's config.model_type)
     binds the package's layers. Classes that already carry a mark keep it. Returns
     {class name: mark} of every class this call marked."""
     import importlib
@@ -973,38 +981,68 @@ def mark_transformers_classes() -> Dict[str, str]:
     return marked
 
 
-def kernel_mapping(repo: Union[str, os.PathLike], arch: str, *, version: Optional[int] = 1, revision: Optional[str] = None,
-                   trust_remote_code: bool = False) -> dict:
-    """The `kernel_mapping` of a transformers `KernelConfig` for a model of type `arch`
-    (config.model_type: "llama", "qwen3", "levit", ...): every mark its classes carry after
-    `mark_transformers_classes` (and transformers' own "RMSNorm") mapped to this package's layer.
-    transformers refuses a mapping that names a mark the model does not have, hence `arch`.
-
-        KernelConfig(kernel_mapping("my-org/llama-xpu-kernels", "llama", trust_remote_code=True), inherit_mapping=False)
-        KernelConfig(kernel_mapping("/abs/path/package", "llama"), use_local_kernel=True)
-
-    `repo` is a Hub kernel repo id (`version` or `revision`; `trust_remote_code` for a publisher
-    the Hub does not list as trusted) or an absolute local package folder (kernels'
-    LocalLayerRepository; the Hub arguments do not apply)."""
+def _mapping_layers(fn: str, repo, arch: str, version, revision):
+    """Checks the arguments of the two mapping helpers; returns (repo as str, local, [(mark, layer)])."""
     import importlib
 
     s = os.fspath(repo)
     local = os.path.isabs(s)
     if not local and not _REPO_ID.match(s):
-        raise InjectError(f"kernel_mapping: {s!r} is neither an absolute package folder nor a Hub repo id (org/name)")
+        raise InjectError(f"{fn}: {s!r} is neither an absolute package folder nor a Hub repo id (org/name)")
     if local and not Path(s).is_dir():
-        raise InjectError(f"kernel_mapping: {s}: no such folder (the package folder written by `xpuinject package`)")
-    if not local and (version is None) == (revision is None):
-        raise InjectError("kernel_mapping: give exactly one of version= and revision= for a Hub repo")
+        raise InjectError(f"{fn}: {s}: no such folder (the package folder written by `xpuinject package`)")
+    if not local and version is not None and revision is not None:
+        raise InjectError(f"{fn}: give version= or revision= for a Hub repo, not both")
     if arch not in _TRANSFORMERS_MODELS:
-        raise InjectError(f"kernel_mapping: model type {arch!r} has no layers here (supported: {', '.join(_TRANSFORMERS_MODELS)})")
+        raise InjectError(f"{fn}: model type {arch!r} has no layers here (supported: {', '.join(_TRANSFORMERS_MODELS)})")
     name = _MODEL_MODULES.get(arch, arch)
     mod = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    layers = [(_mark(layer), layer) for layer, spec in LAYERS.items()
+              if layer not in _NO_NATIVE_ROUTE and any(isinstance(mod.__dict__.get(c), type) for c in spec["classes"])]
+    return s, local, layers
+
+
+def kernel_mapping(repo: Union[str, os.PathLike], arch: str, *, version: Optional[int] = None, revision: Optional[str] = None,
+                   trust_remote_code: bool = False, devices=("cuda", "xpu")) -> dict:
+    """What `kernels.use_kernel_mapping` takes for a model of type `arch` (config.model_type:
+    "llama", "qwen3", "levit", ...): every mark its classes carry after `mark_transformers_classes`
+    (and transformers' own "RMSNorm") mapped, for each of `devices`, to this package's layer as a
+    `kernels.LayerRepository` (a Hub repo) or `kernels.LocalLayerRepository` (a local folder):
+
+        with kernels.use_kernel_mapping(kernel_mapping("my-org/llama-xpu-kernels", "llama", trust_remote_code=True)):
+            model = kernels.kernelize(model, mode=kernels.Mode.INFERENCE)
+
+    `repo` is a Hub kernel repo id (`version`, 1 by default, or `revision`; `trust_remote_code` for a publisher
+    the Hub does not list as trusted) or an absolute local package folder (the Hub arguments do
+    not apply). `devices`: the device types to map (the package's builds: cuda and xpu; "cpu" runs
+    the kernels under Triton's interpreter). For transformers' `KernelConfig`, whose mapping is of
+    another form, see `kernel_config_mapping`."""
+    import kernels
+
+    s, local, layers = _mapping_layers("kernel_mapping", repo, arch, version, revision)
+    version = 1 if version is None and revision is None else version
+    out = {}
+    for mark, layer in layers:
+        if local:
+            r = kernels.LocalLayerRepository(Path(s), layer_name=layer)
+        else:
+            r = kernels.LayerRepository(s, layer_name=layer, version=version, revision=revision,
+                                        trust_remote_code=bool(trust_remote_code))
+        out[mark] = {d: r for d in devices}
+    return out
+
+
+def kernel_config_mapping(repo: Union[str, os.PathLike], arch: str, *, version: Optional[int] = None,
+                          revision: Optional[str] = None, trust_remote_code: bool = False) -> dict:
+    """The `kernel_mapping` of a transformers `KernelConfig` for a model of type `arch`: every
+    mark (as `kernel_mapping`) mapped to "repo:Layer", with the Hub arguments for a Hub repo.
+    transformers refuses a mapping that names a mark the model does not have, hence `arch`.
+
+        KernelConfig(kernel_config_mapping("my-org/llama-xpu-kernels", "llama", trust_remote_code=True), inherit_mapping=False)
+        KernelConfig(kernel_config_mapping("/abs/path/package", "llama"), use_local_kernel=True)
+    """
+    s, local, layers = _mapping_layers("kernel_config_mapping", repo, arch, version, revision)
+    version = 1 if version is None and revision is None else version
     meta = {"trust_remote_code": bool(trust_remote_code)}
     meta.update({"version": version} if revision is None else {"revision": revision})
-    out = {}
-    for layer, spec in LAYERS.items():
-        if layer in _NO_NATIVE_ROUTE or not any(isinstance(mod.__dict__.get(c), type) for c in spec["classes"]):
-            continue
-        out[_mark(layer)] = f"{s}:{layer}" if local else (f"{s}:{layer}", dict(meta))
-    return out
+    return {mark: f"{s}:{layer}" if local else (f"{s}:{layer}", dict(meta)) for mark, layer in layers}
