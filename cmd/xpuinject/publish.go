@@ -306,6 +306,7 @@ func evalSummary(r *harness.Result) *emit.EvalSummary {
 	if !lat.Measured {
 		s.LatencyNote = lat.Reason
 	}
+	s.LatencyMethod = lat.Method
 	return s
 }
 

@@ -88,6 +88,8 @@ type EvalSummary struct {
 	Latency []EvalRow
 	// LatencyNote says why latency is absent when it is.
 	LatencyNote string
+	// LatencyMethod is how every path was timed (eval.json latency.method).
+	LatencyMethod string
 }
 
 // EvalRow is one line of an EvalSummary table.
@@ -158,6 +160,9 @@ func writeEvalSummary(b *bytes.Buffer, e *EvalSummary) {
 			fmt.Fprintf(b, "| %s | %s |\n", r.What, num(r.Ratio))
 		}
 		b.WriteString("\n")
+		if e.LatencyMethod != "" {
+			fmt.Fprintf(b, "Timed: %s.\n\n", e.LatencyMethod)
+		}
 	} else if e.LatencyNote != "" {
 		fmt.Fprintf(b, "Latency was not measured: %s.\n\n", e.LatencyNote)
 	}

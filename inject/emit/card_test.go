@@ -38,13 +38,14 @@ func TestModelCardRecordsSourceAndEval(t *testing.T) {
 		Usage: Usage{ModelClass: "LlamaForCausalLM", KernelRepo: "org/k", Version: 1, PackedRepo: "org/k-packed"},
 		Eval: &EvalSummary{Device: "NVIDIA H200",
 			Accuracy: []EvalRow{{What: "mean_abs", Injected: 0.0123, Stock: 0.0145, Ratio: 0.848}, {What: "kl", Injected: 1e-5, Stock: 2e-5, Ratio: math.NaN()}},
-			Latency:  []EvalRow{{What: "prefill 512 tokens, batch 1", Ratio: 0.91}}},
+			Latency:  []EvalRow{{What: "prefill 512 tokens, batch 1", Ratio: 0.91}}, LatencyMethod: "one loop for every path"},
 	}))
 	for _, s := range []string{"---\nbase_model: org/m\nlicense: apache-2.0\ntags:\n- xpuinject\n", "# org/k-packed\n",
 		"The weights of `org/m` (revision `abc`) packed by xpuinject 1.2.3 for the kernel package [`org/k`](https://huggingface.co/kernels/org/k)",
 		`xpuinject.inject(model, packed="org/k-packed")`, "## Evaluation of the run that packed these weights (NVIDIA H200)",
 		"concatenated, bf16, K-major", "| metric | injected | stock bf16 | ratio |",
-		"| mean_abs | 0.0123 | 0.0145 | 0.848 |", "| kl | 1e-05 | 2e-05 | - |", "| prefill 512 tokens, batch 1 | 0.91 |"} {
+		"| mean_abs | 0.0123 | 0.0145 | 0.848 |", "| kl | 1e-05 | 2e-05 | - |", "| prefill 512 tokens, batch 1 | 0.91 |",
+		"Timed: one loop for every path.\n"} {
 		if !strings.Contains(card, s) {
 			t.Errorf("card lacks %q:\n%s", s, card)
 		}
