@@ -65,18 +65,23 @@ def grf_option(value: str) -> str:
 FLOATS = {"eps", "qk_scale", "mask_min"}
 FP32_PTRS = {"PM", "PL", "PACC"}
 INT_PTRS = {"LENS"}
-PTR_NAMES = {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC"}
+INT64_PTRS = {"COUNTER"}
+# pointer parameters named without a _ptr suffix, per kernel module (elsewhere M, N, K are sizes)
+PTR_NAMES = {
+    "attention": {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC"},
+    "rope_cache": {"Q", "K", "V", "QO", "KC", "VC", "COS", "SIN", "COUNTER"},
+}
 
 
 def mock_args(fn, act, constexprs):
-    # attention names its pointers Q, K, V, O, M (mask), ...; elsewhere M, N, K are sizes
-    ptr_names = PTR_NAMES if fn.fn.__module__.endswith("attention") else set()
+    ptr_names = PTR_NAMES.get(fn.fn.__module__.rsplit(".", 1)[-1], set())
     args = []
     for p in fn.params:
         if p.is_constexpr:
             args.append(constexprs[p.name])
         elif p.name.endswith("_ptr") or p.name in ptr_names:
-            args.append(torch.float32 if p.name in FP32_PTRS else torch.int32 if p.name in INT_PTRS else act)
+            args.append(torch.float32 if p.name in FP32_PTRS else torch.int32 if p.name in INT_PTRS
+                        else torch.int64 if p.name in INT64_PTRS else act)
         elif p.name in FLOATS:
             args.append(0.125)
         else:
@@ -90,18 +95,22 @@ DESC_PATHS = (True, False)
 def cases():
     import importlib
 
-    from xpuinject_kernels import _backend, attention, rmsnorm, rope
+    from xpuinject_kernels import _backend, attention, rmsnorm, rope, rope_cache
 
     gemm = importlib.import_module("xpuinject_kernels.gemm")  # the package exports gemm() itself
 
     bf16 = torch.bfloat16
     yield "rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16, dict(HAS_RESIDUAL=False, BLOCK=2048, SINGLE=True)
     yield "add-rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16, dict(HAS_RESIDUAL=True, BLOCK=4096, SINGLE=True)
+    yield ("rmsnorm gemma", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
+           dict(HAS_RESIDUAL=False, BLOCK=2048, SINGLE=True, ROUND_NORMED=False))
     yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=32)
+    yield ("rope + cache write", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128))
     gcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in _backend.gemm_configs("xpu")]
     # gemm() takes the descriptor path only where this Triton has tl.make_tensor_descriptor
     # (_backend.has_descriptors); elsewhere only block pointers are ever compiled.
-    for epi in ("none", "bias", "swiglu", "hardswish", "residual"):
+    for epi in ("none", "bias", "swiglu", "geglu", "hardswish", "residual"):
         for desc in DESC_PATHS:
             yield (f"gemm {epi} {'desc' if desc else 'blockptr'}", gemm._gemm_kernel, gcfgs, bf16,
                    dict(HAS_BIAS=epi == "bias", EPILOGUE=gemm._EPI_CODE[epi], USE_DESC=desc, W_KMAJOR=True))
