@@ -233,6 +233,7 @@ func Markdown(r *Result, plots []string) []byte {
 			fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(filepath.Base(p), ".png"), filepath.Base(p))
 		}
 	}
+	writeTimings(&b, r)
 	return b.Bytes()
 }
 
@@ -491,4 +492,35 @@ func capitalize(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// writeTimings is the "Where the time went" section: each stage's wall seconds and share of
+// the run's, and what no stage names.
+func writeTimings(b *bytes.Buffer, r *Result) {
+	t := r.Timings
+	if t == nil || len(t.Stages) == 0 {
+		return
+	}
+	wall := float64(t.WallS)
+	b.WriteString("\n## Where the time went\n\n")
+	if wall <= 0 {
+		wall = float64(t.DriverS)
+		fmt.Fprintf(b, "The eval driver's stages (its wall: %s s).\n\n", seconds(wall))
+	} else {
+		fmt.Fprintf(b, "The whole run, %s s from the command's start to this report.\n\n", seconds(wall))
+	}
+	b.WriteString("| stage | s | share |\n| --- | --- | --- |\n")
+	share := func(s float64) string {
+		if wall <= 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.0f %%", 100*s/wall)
+	}
+	for _, s := range t.Stages {
+		fmt.Fprintf(b, "| %s | %s | %s |\n", s.Stage, seconds(float64(s.S)), share(float64(s.S)))
+	}
+	if t.WallS > 0 {
+		o := t.Other()
+		fmt.Fprintf(b, "| other (no stage names it) | %s | %s |\n", seconds(o), share(o))
+	}
 }

@@ -274,6 +274,35 @@ type Result struct {
 		Autotuned   int      `json:"autotuned"`
 		Benchmarked int      `json:"benchmarked"`
 	} `json:"autotune,omitempty"`
+	// Timings is where the run's time went: the stages in order, the CLI's before the eval
+	// driver's, and the whole run's wall. Absent from older files.
+	Timings *Timings `json:"timings,omitempty"`
+}
+
+// Timings are the wall seconds of a run's stages.
+type Timings struct {
+	// StartedAt is when the eval driver started, in seconds since the Unix epoch.
+	StartedAt float64 `json:"started_at,omitempty"`
+	// DriverS is the eval driver's wall, from its start to its result.
+	DriverS Num `json:"driver_s"`
+	// WallS is the whole command's wall, from its start to the report (0: not recorded).
+	WallS  Num         `json:"wall_s,omitempty"`
+	Stages []StageTime `json:"stages"`
+}
+
+// StageTime is one named part of a run and its wall seconds.
+type StageTime struct {
+	Stage string `json:"stage"`
+	S     Num    `json:"s"`
+}
+
+// Other is the part of the wall no stage names.
+func (t *Timings) Other() float64 {
+	var sum float64
+	for _, s := range t.Stages {
+		sum += float64(s.S)
+	}
+	return float64(t.WallS) - sum
 }
 
 // ReadResult parses an eval.json.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/xpuinject/xpuinject/inject/outdir"
 )
@@ -43,6 +45,11 @@ type Options struct {
 	// the driver's defaults).
 	Prefill       []int
 	DecodeBatches []int
+	// Before are the command's own stages before the eval (the pipeline's plan, pack and
+	// package), and Start when the command started: the report's "Where the time went" then
+	// covers the whole run. A zero Start is this eval's own start.
+	Before []StageTime
+	Start  time.Time
 	// Progress receives the driver's progress lines (stderr of the run).
 	Progress io.Writer
 	// Env is the process environment (os.Environ() in production).
@@ -67,6 +74,7 @@ var ErrInjection = errors.New("harness: injection failed")
 // there is replaced, any other folder refused. The driver runs in its own process group
 // and dies with this process, also when this process is killed.
 func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
+	began := time.Now()
 	for _, d := range []struct{ flag, path string }{{"model", o.ModelDir}, {"package", o.PackageDir}, {"packed", o.PackedDir}} {
 		if st, err := os.Stat(d.path); err != nil || !st.IsDir() {
 			return nil, nil, fmt.Errorf("harness: %s folder %q does not exist", d.flag, d.path)
@@ -146,6 +154,7 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 	cmd.Stdout = progress
 	child := startChild(cmd)
 	defer child.done()
+	spawned := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("harness: starting %s: %w", o.Python, err)
 	}
@@ -206,6 +215,9 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := addTimings(res, out, o, began, spawned); err != nil {
+		return nil, nil, err
+	}
 	files, err := WriteReport(res, tx)
 	if err != nil {
 		return nil, nil, err
@@ -218,6 +230,45 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		files.Plots[i] = filepath.Join(o.OutDir, p)
 	}
 	return res, files, nil
+}
+
+// addTimings completes the driver's timings with the command's: its stages before the eval,
+// the eval's set-up until the driver started, and the wall from the command's start; eval.json
+// gets the same object.
+func addTimings(res *Result, path string, o Options, began, spawned time.Time) error {
+	t := res.Timings
+	if t == nil {
+		return nil // a driver that records none
+	}
+	start := o.Start
+	if start.IsZero() {
+		start = began
+	}
+	up := time.Unix(0, int64(t.StartedAt*1e9)).Sub(spawned).Seconds()
+	stages := append(slices.Clone(o.Before), StageTime{"eval set-up (checks, driver files)", Num(spawned.Sub(began).Seconds())})
+	if up > 0 {
+		stages = append(stages, StageTime{"python interpreter start", Num(up)})
+	}
+	t.Stages = append(stages, t.Stages...)
+	t.WallS = Num(time.Since(start).Seconds())
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("harness: %s: %w", path, err)
+	}
+	if doc["timings"], err = json.Marshal(t); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	if b, err = json.MarshalIndent(doc, "", "  "); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("harness: %w", err)
+	}
+	return nil
 }
 
 // lockedWriter serializes writes from several goroutines.

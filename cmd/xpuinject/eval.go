@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,6 +35,10 @@ type evalOptions struct {
 	Decode      []int // batch sizes of the timed decode steps (nil: 1 and 8)
 	JSON        bool  // print where the results went as JSON (eval's own flag)
 	GPUs        int   // pipeline stages, one device each (0: as many as the models need)
+	// The pipeline's own stages before the eval and its start, so that the report's "Where the
+	// time went" covers the whole run (zero: the eval's).
+	before []harness.StageTime
+	start  time.Time
 }
 
 var (
@@ -186,6 +191,7 @@ func checkRun(g *models.Graph, modelDir, packageDir, packedDir string) (*emit.Pa
 
 // runEval runs the driver on an already checked model/package/packed triple and writes the report.
 func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (*harness.ReportFiles, error) {
+	began := time.Now()
 	py, err := harness.FindPython(o.Python, f.Getenv)
 	if err != nil {
 		return nil, err
@@ -215,7 +221,13 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 		label += fmt.Sprintf(" ×%d (pipeline stages, torchrun)", stages)
 	}
 	fmt.Fprintf(f.ErrOut, "eval: %s (torch %s, transformers %s, triton %s) on %s\n", py, env.Torch, env.Transformers, env.Triton, label)
+	start := o.start
+	if start.IsZero() {
+		start = began
+	}
+	before := append(slices.Clone(o.before), harness.StageTime{Stage: "find and probe Python", S: harness.Num(time.Since(began).Seconds())})
 	_, files, err := harness.Run(ctx, harness.Options{
+		Before: before, Start: start,
 		Python: py, ModelDir: modelDir, PackageDir: o.PackageDir, PackedDir: o.PackedDir, OutDir: o.Out, Tool: tool(),
 		Device: o.Device, Stages: stages, TextFile: o.Text, Tokens: o.Tokens, GenTokens: o.GenTokens, Latency: o.Latency,
 		Repeats: o.Repeats, DecodeSteps: o.DecodeSteps, Prefill: o.Prefill, DecodeBatches: o.Decode, Progress: f.ErrOut,

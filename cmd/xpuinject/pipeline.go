@@ -152,12 +152,20 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 			return err
 		}
 	}
+	// Where the run's time goes, stage by stage, for the report (eval adds its own).
+	var stages []harness.StageTime
+	mark := start
+	stage := func(name string) {
+		stages = append(stages, harness.StageTime{Stage: name, S: harness.Num(time.Since(mark).Seconds())})
+		mark = time.Now()
+	}
 	step("resolve %s", o.Model)
 	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Plan)
 	if err != nil {
 		return err
 	}
 	step("plan: %s, %s; dtype %s", pl.Arch, pl.Counts(), pl.DType)
+	stage("checks, resolve and plan")
 
 	name := emit.KernelName(modelLabel(o.Model, pl))
 	out := pipelineOut(o.Out, name)
@@ -187,6 +195,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		return err
 	}
 	step("packed %s", packedLine(pres, pl))
+	stage("pack")
 
 	step("package -> %s", packageDir)
 	emitted, err := emit.Write(ctx, pl, packageDir, emit.Options{
@@ -203,10 +212,12 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	if err := outdir.Remove(evalDir, outdir.Options{Kind: outdir.KindEval, Inputs: inputs}); err != nil {
 		return err
 	}
+	stage("package")
 	var report *harness.ReportFiles
 	if !o.SkipEval {
 		ev := o.Eval
 		ev.Model, ev.PackageDir, ev.PackedDir, ev.Out = dir, packageDir, packedDir, evalDir
+		ev.before, ev.start = stages, start
 		step("eval -> %s", evalDir)
 		// eval's own artifact lines go nowhere: the pipeline prints its own summary. (No
 		// plan/package/packed check here: all three were just made from this model.)

@@ -27,6 +27,11 @@ Exit codes: 0 ok, 2 bad arguments / missing input, 3 a missing Python package or
 
 from __future__ import annotations
 
+import time
+
+# When the driver started (before torch and transformers load): the first stage's clock.
+T0 = time.time()
+
 import argparse
 import json
 import math
@@ -46,6 +51,51 @@ from latency import LATENCY_PATHS, Paths, latency, peak_memory  # noqa: E402,F40
 
 SCHEMA = 3
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+
+
+class Stages:
+    """Wall seconds of each stage of the eval, printed as it ends and recorded in eval.json
+    `timings` (the CLI adds its own stages before it and the whole run's wall)."""
+
+    def __init__(self, t0: float):
+        self.t0 = t0
+        self.rows = []
+        self._mark = t0
+
+    def add(self, name: str, seconds: float) -> None:
+        self.rows.append({"stage": name, "s": round(seconds, 3)})
+        if RANK == 0:
+            progress(f"{name}: {seconds:.1f} s")
+
+    def lap(self, name: str) -> None:
+        """A stage that ran from the end of the previous one until now."""
+        now = time.time()
+        self.add(name, now - self._mark)
+        self._mark = now
+
+    def __call__(self, name: str):
+        return _Stage(self, name)
+
+    def result(self) -> dict:
+        return {"started_at": self.t0, "driver_s": round(time.time() - self.t0, 3), "stages": self.rows}
+
+
+class _Stage:
+    def __init__(self, stages: Stages, name: str):
+        self.stages, self.name = stages, name
+
+    def __enter__(self):
+        self.t = time.time()
+        return self
+
+    def __exit__(self, *exc):
+        now = time.time()
+        self.stages.add(self.name, now - self.t)
+        self.stages._mark = now
+        return False
+
+
+STAGES = Stages(T0)
 RANK = int(os.environ.get("RANK", "0"))
 
 
@@ -525,23 +575,26 @@ def main(argv=None):
         result["versions"]["triton"] = triton.__version__
     except ImportError:
         fail(3, "python package missing: triton (pip install triton)")
+    STAGES.lap("python start-up and imports")
 
     dtype_name, dtype = plan_dtype(args.package)
     result["model"]["dtype"] = dtype_name
     where = f"{run.world} pipeline stages ({run.backend})" if run.pipeline else str(device)
     progress(f"loading {cls.__name__} from {args.model}: stock {dtype_name} and injected {dtype_name} on {where}")
-    stock = load(cls, args.model, dtype, device, run)
-    injected = load(cls, args.model, dtype, device, run)
-    try:
-        pkg, loaded_by = load_package(args.package, device)
-    except Exception as e:
-        traceback.print_exc()
-        fail(4, f"loading the package {args.package}: {type(e).__name__}: {e}")
-    InjectError = pkg.InjectError
-    try:
-        summary = pkg.inject(injected, packed=args.packed)
-    except InjectError as e:
-        fail(4, str(e))
+    with STAGES("load the stock and injected models"):
+        stock = load(cls, args.model, dtype, device, run)
+        injected = load(cls, args.model, dtype, device, run)
+    with STAGES("load the package and inject it"):
+        try:
+            pkg, loaded_by = load_package(args.package, device)
+        except Exception as e:
+            traceback.print_exc()
+            fail(4, f"loading the package {args.package}: {type(e).__name__}: {e}")
+        InjectError = pkg.InjectError
+        try:
+            summary = pkg.inject(injected, packed=args.packed)
+        except InjectError as e:
+            fail(4, str(e))
     summary["path"] = loaded_by
     summary = run.merge_injection(summary)
     result["injection"] = summary
@@ -555,14 +608,17 @@ def main(argv=None):
     oracle = None
     if vision:
         progress(f"loading the fp32 oracle on {device}")
-        oracle = load(cls, args.model, torch.float32, device)
+        with STAGES("load the fp32 oracle"):
+            oracle = load(cls, args.model, torch.float32, device)
         placement["oracle"] = {"mode": "whole", "rank": 0, "device": str(device), "bytes": sharded.model_bytes(oracle)}
     elif run.main:
-        try:
-            oracle = sharded.LayeredOracle(cls, args.model, device, budget=args.oracle_memory, tokens=text_tokens(args, on_gpu))
-        except Exception as e:
-            traceback.print_exc()
-            fail(5, f"building the fp32 oracle from {args.model}: {type(e).__name__}: {e}")
+        with STAGES("build the fp32 oracle"):
+            try:
+                oracle = sharded.LayeredOracle(cls, args.model, device, budget=args.oracle_memory,
+                                               tokens=text_tokens(args, on_gpu))
+            except Exception as e:
+                traceback.print_exc()
+                fail(5, f"building the fp32 oracle from {args.model}: {type(e).__name__}: {e}")
         progress(f"fp32 oracle on {device}, layer by layer from the checkpoint: {oracle.budget_line()}")
 
     try:
@@ -597,6 +653,8 @@ def main(argv=None):
         result["autotune"] = at = pkg.tuning_report()
         progress(f"autotune: {at['autotuned']} problem classes autotuned ({at['benchmarked']} benchmarked), "
                  f"{at['tuned']} launched from tuned configs ({', '.join(at['gpu_data']) or 'none for this device'})")
+    STAGES.lap("the rest of the eval")
+    result["timings"] = STAGES.result()
 
     run.close()
     if not run.main:
@@ -635,6 +693,7 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
     if graphs is None and mode != "eager":
         return {"measured": False, "reason": f"--latency {args.latency}: no device graphs here ({why}); use --latency eager"}
     paths = Paths(stock, injected, rtmod, errors)
+    lat_stage.STAGE = STAGES
     progress(f"latency ({mode}): " + ", ".join(LATENCY_PATHS[mode]))
     names = LATENCY_PATHS[mode]
     if vision:
@@ -645,7 +704,7 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
     if not vision:
         ids = torch.randint(0, cfg.vocab_size, (1, max(int(x) for x in args.prefill.split(","))), device=device)
         for name, m in (("stock", stock), ("injected", injected)):
-            with torch.no_grad():
+            with torch.no_grad(), STAGES(f"latency: peak memory {name}"):
                 # a pipeline's figure is its fullest device's
                 lat["peak_memory_bytes"][name] = run.max_over_ranks(peak_memory(device, lambda: m(input_ids=ids, use_cache=False)))
     method = lat_stage.method(args, vision)
@@ -681,13 +740,15 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
     n_gen = args.gen_tokens or (128 if on_gpu else 8)
     prompts = prompt_windows(ids, args.prompts, min(32, ids.shape[1] // args.prompts))
     runs = {}
-    if oracle is not None:
-        lo, ho = sharded.forward_text(oracle, ids)
-        progress(f"oracle: greedy generation of {n_gen} tokens after each of {len(prompts)} prompts, in one batch")
-        runs["oracle"] = sharded.greedy_batch(oracle, prompts, n_gen)
-    runs["oracle"] = run.broadcast(runs.get("oracle"))
-    ls, hs = run.forward_text(stock, ids)
-    li, hi = run.forward_text(injected, ids)
+    with STAGES("oracle: fp32 forward and greedy generation"):
+        if oracle is not None:
+            lo, ho = sharded.forward_text(oracle, ids)
+            progress(f"oracle: greedy generation of {n_gen} tokens after each of {len(prompts)} prompts, in one batch")
+            runs["oracle"] = sharded.greedy_batch(oracle, prompts, n_gen)
+        runs["oracle"] = run.broadcast(runs.get("oracle"))
+    with STAGES("accuracy: stock and injected forwards"):
+        ls, hs = run.forward_text(stock, ids)
+        li, hi = run.forward_text(injected, ids)
     if run.main:
         inj = logits_metrics(li, lo, ids, args.floor)
         stk = logits_metrics(ls, lo, ids, args.floor)
@@ -707,9 +768,10 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
         result["layers"] = layers
     progress(f"greedy generation of {n_gen} tokens after each of {len(prompts)} prompts")
     models = {"oracle": oracle, "stock": stock, "injected": injected}
-    for name in ("stock", "injected"):
-        runs[name] = [greedy(models[name], p, n_gen) for p in prompts]
-    report = generation_report(models, runs, prompts, n_gen, margin_bound(ls, lo) if run.main else None)
+    with STAGES("greedy generation: stock and injected"):
+        for name in ("stock", "injected"):
+            runs[name] = [greedy(models[name], p, n_gen) for p in prompts]
+        report = generation_report(models, runs, prompts, n_gen, margin_bound(ls, lo) if run.main else None)
     if run.main:
         result["generation"] = report
     if args.runtime_generation and run.pipeline:
@@ -717,18 +779,20 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
             result["generation"]["runtime"] = {"graphs": False, "reason": f"{run.world} pipeline stages: {PIPELINE_EAGER}"}
     elif args.runtime_generation:
         progress("greedy generation under the graph runtime (stock, injected)")
-        rtmod = runtime_module(args.package, device)
-        result["generation"]["runtime"] = runtime_report(rtmod, device, models, runs, prompts, n_gen, report["tie_bound"])
+        with STAGES("greedy generation under the graph runtime"):
+            rtmod = runtime_module(args.package, device)
+            result["generation"]["runtime"] = runtime_report(rtmod, device, models, runs, prompts, n_gen, report["tie_bound"])
 
 
 def evaluate_vision(args, cfg, device, oracle, stock, injected, result):
     size = getattr(cfg, "image_size", 224)
     pixels = make_images(args.images, size, args.seed).to(device)
     progress(f"accuracy on {args.images} generated {size}x{size} images")
-    lo, ho = forward_vision(oracle, pixels)
-    half = next(stock.parameters()).dtype
-    ls, hs = forward_vision(stock, pixels.to(half))
-    li, hi = forward_vision(injected, pixels.to(half))
+    with STAGES("accuracy: oracle, stock and injected forwards"):
+        lo, ho = forward_vision(oracle, pixels)
+        half = next(stock.parameters()).dtype
+        ls, hs = forward_vision(stock, pixels.to(half))
+        li, hi = forward_vision(injected, pixels.to(half))
     inj = logits_metrics(li, lo, None, args.floor)
     stk = logits_metrics(ls, lo, None, args.floor)
     result["accuracy"] = {

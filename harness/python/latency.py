@@ -154,10 +154,17 @@ def forward_kwargs(model):
     return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
+# The eval's stage clock (eval_driver.Stages): each path's set-up and timing is one stage.
+STAGE = None
+
+
 def measure(paths, path, label, fn):
     """Run fn(path) -> (ms, setup_s); a path that fails is recorded once and reads null."""
     try:
-        return fn(path)
+        if STAGE is None:
+            return fn(path)
+        with STAGE(f"latency: {label} {path}"):
+            return fn(path)
     except Exception as e:  # a compile or capture failure must not cost the other paths
         msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         paths.errors.setdefault(path, f"{label}: {msg}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -47,6 +48,23 @@ def check_accuracy(ev: dict):
         assert layer["injected"]["mean_rel"] <= 1.5 * layer["stock"]["mean_rel"] + 1e-6, layer["name"]
 
 
+def check_timings(ev: dict, out: Path, stderr: str):
+    """Every stage of the run is named with its seconds, and what no stage names is under 10 %
+    of the whole run's wall (from the CLI's start to the report)."""
+    t = ev["timings"]
+    names = [s["stage"] for s in t["stages"]]
+    for want in ("checks, resolve and plan", "pack", "package", "find and probe Python", "python start-up and imports",
+                 "load the stock and injected models", "load the package and inject it", "build the fp32 oracle",
+                 "oracle: fp32 forward and greedy generation", "accuracy: stock and injected forwards",
+                 "greedy generation: stock and injected", "greedy generation under the graph runtime"):
+        assert want in names, names
+    named = sum(s["s"] for s in t["stages"])
+    assert all(s["s"] >= 0 for s in t["stages"])
+    assert 0 <= t["wall_s"] - named < 0.1 * t["wall_s"], t
+    assert "load the stock and injected models: " in stderr  # printed as the stage ends
+    assert "## Where the time went" in (out / "eval" / "report.md").read_text()
+
+
 @pytest.mark.parametrize(
     "fixture, replaced",
     [
@@ -64,7 +82,7 @@ def test_pipeline_llama_cpu(tmp_path, fixture, replaced):
     # every artifact the summary names exists
     for line in r.stdout.splitlines():
         kind, _, rest = line.partition(" ")
-        path = rest.strip().split(" (")[0]
+        path = re.split(r": | \(", rest.strip())[0]  # "DIR: 8 tensors ..." or "DIR (name, ...)"
         if kind in ("plan", "packed", "package", "eval", "report", "plot"):
             assert Path(path).exists(), line
     ev = json.loads((out / "eval" / "eval.json").read_text())
@@ -75,6 +93,7 @@ def test_pipeline_llama_cpu(tmp_path, fixture, replaced):
     assert set(ev["injection"]["replaced"]) == replaced
     assert ev["latency"]["measured"] is False and "interpreter" in ev["latency"]["reason"]
     check_accuracy(ev)
+    check_timings(ev, out, r.stderr)
     assert ev["accuracy"]["input"]["tokens"] >= 64
     assert ev["generation"]["new_tokens"] == 8
     rt = ev["generation"]["runtime"]  # the graph runtime's steps, eager on the CPU, give the same tokens
