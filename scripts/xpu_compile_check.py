@@ -100,8 +100,10 @@ def cases():
     gemm = importlib.import_module("xpuinject_kernels.gemm")  # the package exports gemm() itself
 
     bf16 = torch.bfloat16
-    yield "rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16, dict(HAS_RESIDUAL=False, BLOCK=2048, SINGLE=True)
-    yield "add-rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16, dict(HAS_RESIDUAL=True, BLOCK=4096, SINGLE=True)
+    yield ("rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
+           dict(HAS_RESIDUAL=False, BLOCK=2048, SINGLE=True, ROUND_NORMED=True))
+    yield ("add-rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
+           dict(HAS_RESIDUAL=True, BLOCK=4096, SINGLE=True, ROUND_NORMED=True))
     yield ("rmsnorm gemma", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
            dict(HAS_RESIDUAL=False, BLOCK=2048, SINGLE=True, ROUND_NORMED=False))
     yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=32)
