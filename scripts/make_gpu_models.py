@@ -1,7 +1,9 @@
-"""Random-weight models shaped like Llama-3.2-1B, Llama-3.1-8B, Gemma-2-2B, Phi-3-mini and LeViT-128S, made by
-transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
+"""Random-weight models shaped like the presets (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B,
+Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini and LeViT-128S, made by transformers from configs
+on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
-    python scripts/make_gpu_models.py OUT_DIR [--only llama1b,llama8b,gemma2b,phi3mini,levit128s] [--layers N]
+    python scripts/make_gpu_models.py OUT_DIR [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,phi3mini,levit128s]
+        [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
 "-<N>l").
@@ -72,6 +74,39 @@ def phi3mini(out: Path, layers=None):
     ), cls=transformers.Phi3ForCausalLM)
 
 
+def qwen2(out: Path, layers=None):
+    """Qwen/Qwen2.5-0.5B's config (the qwen2 preset): hidden 896, 24 layers, 14 heads, 2 KV heads,
+    head_dim 64, intermediate 4864, vocab 151936, q/k/v biases, tied embeddings."""
+    _llama(out, transformers.Qwen2Config(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=layers or 24, num_attention_heads=14,
+        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=True,
+        bos_token_id=0, eos_token_id=1,
+    ), cls=transformers.Qwen2ForCausalLM)
+
+
+def qwen3(out: Path, layers=None):
+    """Qwen/Qwen3-0.6B's config (the qwen3 preset): hidden 1024, 28 layers, 16 heads, 8 KV heads,
+    head_dim 128, intermediate 3072, vocab 151936, q/k RMSNorms, tied embeddings."""
+    _llama(out, transformers.Qwen3Config(
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=layers or 28, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=True,
+        bos_token_id=0, eos_token_id=1,
+    ), cls=transformers.Qwen3ForCausalLM)
+
+
+def mistral7b(out: Path, layers=None):
+    """mistralai/Mistral-7B-v0.1's config (the mistral preset): hidden 4096, 32 layers, 32 heads,
+    8 KV heads, head_dim 128, intermediate 14336, vocab 32000, sliding window 4096, untied."""
+    _llama(out, transformers.MistralConfig(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers or 32, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=32000, max_position_embeddings=32768, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, sliding_window=4096,
+        tie_word_embeddings=False, bos_token_id=0, eos_token_id=1,
+    ), cls=transformers.MistralForCausalLM)
+
+
 def _llama(out: Path, cfg, cls=transformers.LlamaForCausalLM, norm=(0.8, 1.2)):
     torch.manual_seed(0)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -111,7 +146,8 @@ def main():
     ap.add_argument("--only", default="llama1b,levit128s")
     ap.add_argument("--layers", type=int, default=None, help="decoder layers of the decoder shapes (default: the real count)")
     a = ap.parse_args()
-    makers = {"llama1b": llama1b, "llama8b": llama8b, "gemma2b": gemma2b, "phi3mini": phi3mini, "levit128s": levit128s}
+    makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
+              "gemma2b": gemma2b, "phi3mini": phi3mini, "levit128s": levit128s}
     for name in a.only.split(","):
         t = time.time()
         d = Path(a.out) / (name + (f"-{a.layers}l" if a.layers and name != "levit128s" else ""))
