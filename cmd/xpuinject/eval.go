@@ -31,7 +31,7 @@ type evalOptions struct {
 	Latency     string
 	Repeats     int
 	DecodeSteps int
-	Prefill     []int // prompt lengths timed (nil: the driver's 128, 512, 2048)
+	Prefill     []int // prompt lengths timed (nil: the driver's 512)
 	Decode      []int // batch sizes of the timed decode steps (nil: 1 and 8)
 	JSON        bool  // print where the results went as JSON (eval's own flag)
 	GPUs        int   // pipeline stages, one device each (0: as many as the models need)
@@ -103,7 +103,8 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.StringVar(&o.Latency, "latency", "auto", "latency paths on a GPU: eager (stock, injected), graph (stock compiled, stock and injected under the graph runtime), both, or off; auto: graph where the device captures graphs, else eager")
 	fl.IntVar(&o.Repeats, "repeats", 0, "timed calls per prefill point (default 30)")
 	fl.IntVar(&o.DecodeSteps, "decode-steps", 0, "decode steps timed in a loop per decode point (default 100)")
-	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated (default 128,512,2048)")
+	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated (default 512; each point costs "+
+		"each compiled path a compile)")
 	fl.IntSliceVar(&o.Decode, "decode-batches", nil, "batch sizes whose decode step is timed, comma-separated (default 1,8)")
 	fl.IntVar(&o.GPUs, "gpus", 0, "GPUs to split the stock and injected models over as pipeline stages, one process each under torchrun (0: one, or as many as they need; with --device cpu: processes over gloo)")
 }

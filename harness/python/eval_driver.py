@@ -142,7 +142,8 @@ def parse_args(argv):
     p.add_argument("--latency", choices=["auto", "eager", "graph", "both", "off"], default="auto",
                    help="latency paths: eager (stock, injected), graph (stock compiled, stock and injected under "
                         "the graph runtime), both; auto: graph where the device captures graphs, else eager")
-    p.add_argument("--prefill", default="128,512,2048", help="prefill lengths for latency")
+    # one prefill point by default: each point costs each compiled path a compile (static shapes)
+    p.add_argument("--prefill", default="512", help="prefill lengths for latency, comma-separated")
     p.add_argument("--decode-batches", default="1,8", help="batch sizes for per-token decode latency")
     p.add_argument("--repeats", type=positive("--repeats"), default=30, help="timed calls per prefill / forward point")
     p.add_argument("--decode-steps", type=positive("--decode-steps"), default=100,
