@@ -273,3 +273,27 @@ def test_package_carries_the_runtime(llama_odd_run):
     variant = llama_odd_run / "package" / "build" / "torch-cuda"
     assert (variant / "runtime.py").read_bytes() == (Path(rt.__file__)).read_bytes()
     assert os.path.exists(llama_odd_run / "package" / "build" / "torch-xpu" / "runtime.py")
+
+
+def test_fused_static_cache_path_equals_the_unfused_dynamic_one():
+    """The static-cache path (RoPE + cache write in one kernel at the layer's counter, decode
+    attention reading only the filled slots) decodes the same greedy tokens as the unfused path
+    of model.generate's default dynamic cache (the rope kernel, cache.update, attention over the
+    cached keys), on qwen3-tiny (GQA 2, per-head q/k norms) in bf16 with every layer on our
+    kernels; batch 1 and a left-padded batch. Both read the same keys; only the decode kernel's
+    split of them differs (by the cache bucket against the filled length)."""
+    from xpuinject_kernels import kernelize
+
+    model = load("qwen3-tiny", torch.bfloat16)
+    summary = kernelize(model, use_kernels=False)
+    assert summary["replaced"]["Attention"] == 2
+    counts = _backend.launch_counts
+    for x, m in ((prompts()[0][:1], None), prompts(pads=(0, 4))):
+        before = counts["rope_cache_write"], counts["apply_rope"] + counts["apply_rope.inplace"]
+        with torch.no_grad():
+            dyn = model.generate(x, attention_mask=m, max_new_tokens=12, do_sample=False)
+        assert counts["rope_cache_write"] == before[0]  # the dynamic cache never takes the fused write
+        assert counts["apply_rope"] + counts["apply_rope.inplace"] > before[1]
+        fused = rt.generate(model, x, m, max_new_tokens=12)
+        assert counts["rope_cache_write"] > before[0]
+        assert torch.equal(fused, dyn), f"batch {x.shape[0]}"
