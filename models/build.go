@@ -129,3 +129,23 @@ func mainClass(ck *Checkpoint) string {
 	}
 	return ""
 }
+
+// checkDecoderSizes refuses a decoder config whose sizes cannot describe a model: every count
+// positive (layers may be 0) before the architecture checks how they relate.
+func checkDecoderSizes(ck *Checkpoint, vocab, hidden, inter, heads, kvHeads, layers int64) error {
+	for _, v := range []struct {
+		name string
+		v    int64
+	}{
+		{"vocab_size", vocab}, {"hidden_size", hidden}, {"intermediate_size", inter},
+		{"num_attention_heads", heads}, {"num_key_value_heads", kvHeads},
+	} {
+		if v.v <= 0 {
+			return configError(ck, "%s is %d, must be positive", v.name, v.v)
+		}
+	}
+	if layers < 0 {
+		return configError(ck, "num_hidden_layers is %d", layers)
+	}
+	return nil
+}

@@ -96,19 +96,9 @@ func (f llamaFamily) config(ck *Checkpoint) (*llamaConfig, error) {
 	if c.NumKeyValueHeads.V == 0 {
 		c.NumKeyValueHeads.V = c.NumAttentionHeads
 	}
-	for _, v := range []struct {
-		name string
-		v    int64
-	}{
-		{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
-		{"num_attention_heads", c.NumAttentionHeads}, {"num_key_value_heads", c.NumKeyValueHeads.V},
-	} {
-		if v.v <= 0 {
-			return nil, configError(ck, "%s is %d, must be positive", v.name, v.v)
-		}
-	}
-	if c.NumHiddenLayers < 0 {
-		return nil, configError(ck, "num_hidden_layers is %d", c.NumHiddenLayers)
+	if err := checkDecoderSizes(ck, c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads,
+		c.NumKeyValueHeads.V, c.NumHiddenLayers); err != nil {
+		return nil, err
 	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads.V != 0 {
 		return nil, configError(ck, "num_attention_heads %d is not a multiple of num_key_value_heads %d",
