@@ -149,3 +149,17 @@ func checkDecoderSizes(ck *Checkpoint, vocab, hidden, inter, heads, kvHeads, lay
 	}
 	return nil
 }
+
+// lmHead adds the lm_head layer head (Dims "vocab", "hidden"): its own weight, or with tied the
+// embedding emb's, which transformers ties it to (_tied_weights_keys; a checkpoint may still
+// carry a copy, which the model ignores). hidden names where the hidden size came from.
+func (b *builder) lmHead(head Layer, emb string, tied bool, hidden string) {
+	vocab, h := head.Dims["vocab"], head.Dims["hidden"]
+	why := fmt.Sprintf("vocab_size=%d, %s", vocab, hidden)
+	if tied {
+		head.Tied = true
+		b.add(head, need{"weight", emb + ".weight", []int64{vocab, h}, why + ", tie_word_embeddings=true", false})
+		return
+	}
+	b.add(head, need{"weight", "lm_head.weight", []int64{vocab, h}, why, false})
+}

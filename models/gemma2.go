@@ -246,13 +246,7 @@ func (f gemmaFamily) build(ck *Checkpoint) (*Graph, error) {
 		if c.FinalLogitSoftcapping != nil {
 			head.Softcap = *c.FinalLogitSoftcapping
 		}
-		why := fmt.Sprintf("vocab_size=%d, %s", vocab, hidden)
-		if c.TieWordEmbeddings {
-			head.Tied = true
-			b.add(head, need{"weight", emb + ".weight", []int64{vocab, h}, why + ", tie_word_embeddings=true", false})
-		} else {
-			b.add(head, need{"weight", "lm_head.weight", []int64{vocab, h}, why, false})
-		}
+		b.lmHead(head, emb, c.TieWordEmbeddings, hidden)
 	}
 	return b.graph(func(name string) bool {
 		return (c.TieWordEmbeddings && name == "lm_head.weight") || strings.HasSuffix(name, ".rotary_emb.inv_freq")

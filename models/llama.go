@@ -209,17 +209,8 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 	norm(prefix+"norm", -1)
 
 	if lmHead {
-		head := Layer{Module: "lm_head", Kind: KindLMHead, Class: "Linear", Block: -1,
-			Dims: map[string]int64{"vocab": vocab, "hidden": h}}
-		why := fmt.Sprintf("vocab_size=%d, %s", vocab, hidden)
-		if c.TieWordEmbeddings {
-			// transformers ties lm_head.weight to the embedding (_tied_weights_keys);
-			// a checkpoint may still carry a copy, which the model ignores.
-			head.Tied = true
-			b.add(head, need{"weight", emb + ".weight", []int64{vocab, h}, why + ", tie_word_embeddings=true", false})
-		} else {
-			b.add(head, need{"weight", "lm_head.weight", []int64{vocab, h}, why, false})
-		}
+		b.lmHead(Layer{Module: "lm_head", Kind: KindLMHead, Class: "Linear", Block: -1,
+			Dims: map[string]int64{"vocab": vocab, "hidden": h}}, emb, c.TieWordEmbeddings, hidden)
 	}
 	return b.graph(func(name string) bool {
 		if c.TieWordEmbeddings && name == "lm_head.weight" {
