@@ -121,8 +121,8 @@ func Markdown(r *Result, plots []string) []byte {
 		if len(a.GPUData) > 0 {
 			data = "tuned configs from " + strings.Join(a.GPUData, ", ")
 		}
-		fmt.Fprintf(&b, "- autotuning during the run: %d problem classes autotuned (%d benchmarked), %d launched from "+
-			"tuned configs (%s)\n", a.Autotuned, a.Benchmarked, a.Tuned, data)
+		fmt.Fprintf(&b, "- launch configs: %d problem classes from tuned configs (%s), %d from heuristic configs "+
+			"derived from their shapes, %d autotuned (%d benchmarked)\n", a.Tuned, data, a.Heuristic, a.Autotuned, a.Benchmarked)
 	}
 	b.WriteString("\n")
 	writePlacement(&b, r)

@@ -41,7 +41,8 @@ func TestReadResultAndReport(t *testing.T) {
 	for _, want := range []string{
 		"# xpuinject report: llama-1b (llama)",
 		"1 module kept; 12 packed tensors loaded, 2.4 MB (of 14 packed; 2 of kept modules, whose own weights serve)\n",
-		"- autotuning during the run: 2 problem classes autotuned (1 benchmarked), 7 launched from tuned configs (tuned configs from gpus/h200.json)\n",
+		"- launch configs: 7 problem classes from tuned configs (tuned configs from gpus/h200.json), 3 from heuristic " +
+			"configs derived from their shapes, 2 autotuned (1 benchmarked)\n",
 		"| max abs error | 0.31 | 0.35 | 0.89× |",
 		"| max rel error (floor 0.02) | 4.2 | 4 | 1.05× |",
 		"| top-1 agreement | 0.981 | 0.979 | — |",

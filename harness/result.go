@@ -271,6 +271,7 @@ type Result struct {
 	Autotune *struct {
 		GPUData     []string `json:"gpu_data"`
 		Tuned       int      `json:"tuned"`
+		Heuristic   int      `json:"heuristic"`
 		Autotuned   int      `json:"autotuned"`
 		Benchmarked int      `json:"benchmarked"`
 	} `json:"autotune,omitempty"`

@@ -39,6 +39,9 @@ type Options struct {
 	GenTokens int    // 0 = driver default
 	Latency   string // auto|eager|graph|both|off
 	Repeats   int    // 0 = driver default
+	// Autotune autotunes the kernel classes the GPU's tuned configs do not cover (the driver's
+	// XPUINJECT_AUTOTUNE=1) instead of giving them a config derived from their shape.
+	Autotune bool
 	// DecodeSteps is how many decode steps each decode point times in a loop; 0 = driver default.
 	DecodeSteps int
 	// Prefill and DecodeBatches are the timed prompt lengths and decode batch sizes (nil:
@@ -132,6 +135,9 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 	}
 	cmd := exec.CommandContext(ctx, o.Python, args...)
 	env := driverEnv(o.Env, o.Device)
+	if o.Autotune {
+		env = append(env, "XPUINJECT_AUTOTUNE=1")
+	}
 	if o.Stages > 1 {
 		env = append(env, stageEnv(env, o.Device, o.Stages)...)
 	}

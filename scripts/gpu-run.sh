@@ -70,7 +70,7 @@ for s in $STEPS; do
     log "pipeline $name rc=$?"
     mkdir -p "$OUT/$s"
     cp "$WORK/run-$s"/eval/{report.md,eval.json,latency.png,layers.png} "$OUT/$s/" 2>/dev/null
-    sed -n '/^- autotuning during the run/p; /^## Accuracy/,/^## Per layer/p; /^## Latency/,$p' \
+    sed -n '/^- launch configs:/p; /^## Accuracy/,/^## Per layer/p; /^## Latency/,$p' \
       "$WORK/run-$s/eval/report.md" >>"$OUT/summary.txt" 2>/dev/null
     [ "$s" = llama8b ] && rm -rf "$WORK/models/$name" "$WORK/run-$s/packed" ;;  # 16 GB + 16 GB
   coldstart)

@@ -31,6 +31,7 @@ type evalOptions struct {
 	Latency     string
 	Repeats     int
 	DecodeSteps int
+	Autotune    bool
 	Prefill     []int // prompt lengths timed (nil: the driver's 512)
 	Decode      []int // batch sizes of the timed decode steps (nil: 1 and 8)
 	JSON        bool  // print where the results went as JSON (eval's own flag)
@@ -103,6 +104,8 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.StringVar(&o.Latency, "latency", "auto", "latency paths on a GPU: eager (stock, injected), graph (stock compiled, stock and injected under the graph runtime), both, or off; auto: graph where the device captures graphs, else eager")
 	fl.IntVar(&o.Repeats, "repeats", 0, "timed calls per prefill point (default 30)")
 	fl.IntVar(&o.DecodeSteps, "decode-steps", 0, "decode steps timed in a loop per decode point (default 100)")
+	fl.BoolVar(&o.Autotune, "autotune", false, "autotune the kernel classes the GPU's shipped tuned configs do not "+
+		"cover (default: a config derived from each shape, at once)")
 	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated (default 512; each point costs "+
 		"each compiled path a compile)")
 	fl.IntSliceVar(&o.Decode, "decode-batches", nil, "batch sizes whose decode step is timed, comma-separated (default 1,8)")
@@ -231,7 +234,7 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 		Before: before, Start: start,
 		Python: py, ModelDir: modelDir, PackageDir: o.PackageDir, PackedDir: o.PackedDir, OutDir: o.Out, Tool: tool(),
 		Device: o.Device, Stages: stages, TextFile: o.Text, Tokens: o.Tokens, GenTokens: o.GenTokens, Latency: o.Latency,
-		Repeats: o.Repeats, DecodeSteps: o.DecodeSteps, Prefill: o.Prefill, DecodeBatches: o.Decode, Progress: f.ErrOut,
+		Repeats: o.Repeats, DecodeSteps: o.DecodeSteps, Autotune: o.Autotune, Prefill: o.Prefill, DecodeBatches: o.Decode, Progress: f.ErrOut,
 	})
 	if err != nil {
 		return nil, err

@@ -113,8 +113,8 @@ func kernelsRun(w io.Writer, reg *kernels.Registry, o *kernelsOptions) error {
 	}
 	fmt.Fprintln(w)
 	if gpu.File == "" {
-		writeParagraph(w, "", fmt.Sprintf("No measured data for GPU %q (have: %s): no vendor routes, and the kernels autotune "+
-			"on first use.", gpu.Name, strings.Join(kernels.GPUs(), ", ")), 0)
+		writeParagraph(w, "", fmt.Sprintf("No measured data for GPU %q (have: %s): no vendor routes, and each kernel "+
+			"class takes a config derived from its shape (--autotune tunes them).", gpu.Name, strings.Join(kernels.GPUs(), ", ")), 0)
 		return nil
 	}
 	writeParagraph(w, "", fmt.Sprintf("Vendor routes measured on %s (kernels/%s/%s): the layer stays replaced, the "+

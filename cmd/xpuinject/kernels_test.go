@@ -32,7 +32,7 @@ func TestKernelsTable(t *testing.T) {
 		}
 	}
 	code, out, _ = runCLI(t, nil, "kernels", "--gpu", "h100")
-	if code != 0 || !strings.Contains(out, `No measured data for GPU "h100" (have: h200): no vendor routes, and the kernels`) ||
+	if code != 0 || !strings.Contains(out, `No measured data for GPU "h100" (have: h200): no vendor routes, and each kernel`) ||
 		strings.Contains(out, "cuBLAS") {
 		t.Errorf("--gpu h100: exit %d\n%s", code, out)
 	}

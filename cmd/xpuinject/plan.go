@@ -127,7 +127,7 @@ func loadPlan(ctx context.Context, f *Factory, model string, pf planFlags) (dir 
 		return "", nil, nil, err
 	}
 	if reg.GPU().File == "" {
-		fmt.Fprintf(f.ErrOut, "note: no measured data for GPU %q (have: %s): no vendor routes; kernels autotune on first use\n",
+		fmt.Fprintf(f.ErrOut, "note: no measured data for GPU %q (have: %s): no vendor routes; kernels take shape-derived configs\n",
 			reg.GPU().Name, strings.Join(kernels.GPUs(), ", "))
 	}
 	p, err = plan.New(g, reg, plan.Options{Source: src, Tool: "xpuinject " + Version, Disable: pf.Disable, DType: pf.DType})

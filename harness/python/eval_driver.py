@@ -652,8 +652,8 @@ def main(argv=None):
     # problem classes launched from the GPU's tuned configs, and those the autotuner had to tune
     if run.main and hasattr(pkg, "tuning_report"):
         result["autotune"] = at = pkg.tuning_report()
-        progress(f"autotune: {at['autotuned']} problem classes autotuned ({at['benchmarked']} benchmarked), "
-                 f"{at['tuned']} launched from tuned configs ({', '.join(at['gpu_data']) or 'none for this device'})")
+        progress(f"launch configs: {at['tuned']} problem classes tuned ({', '.join(at['gpu_data']) or 'none for this device'}), "
+                 f"{at.get('heuristic', 0)} heuristic, {at['autotuned']} autotuned ({at['benchmarked']} benchmarked)")
     STAGES.lap("the rest of the eval")
     result["timings"] = STAGES.result()
 

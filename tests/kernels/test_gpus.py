@@ -28,8 +28,7 @@ def fake_gpu(monkeypatch):
     data = {"gpu": "fake", "devices": ["Fake GPU"], "file": "gpus/fake.json", "tuned": []}
     monkeypatch.setattr(gpus, "device_data", lambda device: data)
     monkeypatch.setattr(gemm, "_BEST", {})
-    monkeypatch.setattr(attention, "_TUNED", {})
-    monkeypatch.setattr(attention, "_HAS_TUNED", {})
+    monkeypatch.setattr(attention, "_CONFIGS", {})
     before = dict(_backend.launch_counts)
     yield data
     _backend.launch_counts.clear()
@@ -161,3 +160,59 @@ def test_tune_writes_what_gemm_looks_up(tmp_path, monkeypatch):
     cfg = gpus.tuned_config("gemm", {"epilogue": "swiglu", "m_bucket": 2048, "k": 2048, "n": 16384}, "cuda")
     assert cfg is not None and cfg.kwargs["BLOCK_N"] == 256 and cfg.num_stages == 3
     del sys.modules["tune"]
+
+
+def test_a_class_without_a_tuned_config_takes_its_heuristic_at_once(monkeypatch):
+    """No benchmarking before the first launch: the heuristic config, counted; autotuning only
+    when asked for (XPUINJECT_AUTOTUNE=1, `xpuinject --autotune`)."""
+    monkeypatch.delenv("XPUINJECT_AUTOTUNE", raising=False)
+    before = dict(_backend.launch_counts)
+    made = []
+    cfg = gpus.heuristic_config("gemm", lambda: made.append(1) or "the heuristic")
+    assert cfg == "the heuristic" and made == [1]
+    assert _backend.launch_counts["heuristic.gemm"] == before.get("heuristic.gemm", 0) + 1
+    assert _backend.launch_counts["autotune.configs_timed"] == before.get("autotune.configs_timed", 0)
+    assert gpus.tuning_report()["heuristic"] >= 1
+    monkeypatch.setenv("XPUINJECT_AUTOTUNE", "1")
+    assert gpus.heuristic_config("gemm", lambda: made.append(2)) is None and made == [1]
+
+
+def _same(a, b) -> bool:
+    return (a.kwargs, a.num_warps, a.num_stages) == (b.kwargs, b.num_warps, b.num_stages)
+
+
+# The projections of the preset models (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B, Qwen3-0.6B,
+# Mistral-7B) and LeViT-128S's widest: (K, N of the output, gated).
+PRESET_GEMMS = [(2048, 3072, False), (2048, 2048, False), (2048, 8192, True), (8192, 2048, False),
+                (4096, 6144, False), (4096, 4096, False), (4096, 14336, True), (14336, 4096, False),
+                (896, 1152, False), (896, 4864, True), (4864, 896, False), (1024, 4096, False),
+                (1024, 3072, True), (3072, 1024, False), (384, 768, False), (768, 384, False)]
+
+
+@pytest.mark.parametrize("be", ["cuda", "xpu"])
+@pytest.mark.parametrize("m", [1, 8, 64, 512, 2048, 16384])
+def test_gemm_heuristic_is_a_config_the_pruner_keeps(monkeypatch, be, m):
+    """The heuristic picks among the backend's own configs, and only one that fits its registers
+    or shared memory (the pruner's rule), for every preset projection and token count; decode on
+    CUDA takes the tiles measured best there."""
+    monkeypatch.setattr(_backend, "is_interpret", lambda: False)
+    for k, n, gated in PRESET_GEMMS:
+        nb = 2 if gated else 1
+        cfg = _backend.gemm_heuristic(be, m, n, k, nb)
+        kept = _backend.gemm_prune(be, nb)(_backend.gemm_configs(be, n_b_tiles=nb), {"M": m, "N": n, "K": k})
+        assert any(_same(c, cfg) for c in kept), (be, m, k, n)
+        if be == "cuda" and m <= 16:
+            want = (32, 512) if k >= 8192 else (64, 256)
+            assert (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"]) == (16, *want), (m, k, n)
+
+
+@pytest.mark.parametrize("be", ["cuda", "xpu"])
+def test_attention_heuristics_are_configs_the_pruner_keeps(monkeypatch, be):
+    monkeypatch.setattr(_backend, "is_interpret", lambda: False)
+    for seq in (7, 64, 512, 2048):
+        for block_d in (64, 128):
+            cfg = attention._prefill_heuristic(be, seq, block_d)
+            kept = attention._prefill_prune(be)(attention._prefill_configs(be),
+                                                {"SEQ_Q_BUCKET": attention._bucket(seq), "BLOCK_D": block_d})
+            assert any(_same(c, cfg) for c in kept), (be, seq, block_d)
+    assert any(_same(c, attention._decode_heuristic(be)) for c in attention._decode_configs(be))

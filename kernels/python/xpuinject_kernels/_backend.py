@@ -389,6 +389,37 @@ def gemm_prune(be: str, n_b_tiles: int) -> Callable:
     return prune
 
 
+# The launch constants a GEMM class takes when no tuned config covers it, CUDA, by token count M:
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), the first that passes gemm_prune. Decode
+# (M <= 16): within 3 % of the autotuner's pick at every projection of Llama-3.2-1B and
+# Llama-3.1-8B on the H200 (32x512 tiles for the deep down projections, 64x256 elsewhere;
+# benchmarks/bench_decode_step.py, docs/results/2026-12-01-h200/decode-step-kernels.json).
+# Larger M: the prefill tiles that led the 2026-11-29 sweep (docs/results/2026-11-29-h200).
+_CUDA_GEMM_HEURISTIC = (
+    (16, lambda k: [(16, 32, 512, 4, 3)] if k >= 8192 else [(16, 64, 256, 4, 3)]),
+    (64, lambda k: [(64, 64, 128, 4, 4), (16, 64, 256, 4, 3)]),
+    (512, lambda k: [(64, 128, 64, 4, 4), (64, 256, 64, 4, 4)]),
+    (None, lambda k: [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 3)]),
+)
+
+
+def gemm_heuristic(be: str, m: int, n: int, k: int, n_b_tiles: int = 1) -> triton.Config:
+    """The GEMM config of a class no tuned config covers, from its shape and without benchmarking:
+    one of gemm_configs(be) that gemm_prune keeps (so it fits the registers / shared memory), the
+    preferred one for M on CUDA, the first survivor (the list's order) on XPU."""
+    keep = gemm_prune(be, n_b_tiles)(gemm_configs(be, n_b_tiles=n_b_tiles), {"M": m, "N": n, "K": k})
+    if be == "cuda":
+        for top, want in _CUDA_GEMM_HEURISTIC:
+            if top is None or m <= top:
+                for bm, bn, bk, w, st in want(k):
+                    for c in keep:
+                        kw = c.kwargs
+                        if (kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], c.num_warps, c.num_stages) == (bm, bn, bk, w, st):
+                            return c
+                break
+    return keep[0]
+
+
 _autotuned: Dict[tuple, object] = {}
 
 

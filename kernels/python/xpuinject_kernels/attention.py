@@ -502,27 +502,33 @@ def _decode_fn(be: str):
     return fn
 
 
-_TUNED: dict = {}  # (kernel, device, problem key) -> the GPU's tuned triton.Config, or None
-_HAS_TUNED: dict = {}  # device -> whether its GPU's data file has tuned configs at all
+_CONFIGS: dict = {}  # (kernel, device, problem key) -> its launch config, or None (autotune)
 
 
-def _has_tuned(device: torch.device) -> bool:
-    """Cheap first test, so a GPU without tuned data pays one dict lookup per launch."""
-    has = _HAS_TUNED.get(device)
-    if has is None:
-        has = _HAS_TUNED[device] = bool((gpus.device_data(device) or {}).get("tuned"))
-    return has
-
-
-def _tuned(kernel: str, device: torch.device, **key):
-    """The config tuned for this problem on this GPU model (gpus/<gpu>.json), looked up once per
-    problem class; None autotunes as the two functions above do."""
+def _launch_config(kernel: str, device: torch.device, heuristic, **key):
+    """The config of this problem class on this GPU, looked up once per class: tuned on its model
+    (gpus/<gpu>.json), else on a GPU `heuristic()`; None autotunes as the two functions above do
+    (the interpreter's one config, or XPUINJECT_AUTOTUNE=1: gpus.heuristic_config)."""
     k = (kernel, device.type, device.index, tuple(key.items()))
     try:
-        return _TUNED[k]
+        return _CONFIGS[k]
     except KeyError:
-        cfg = _TUNED[k] = gpus.tuned_config(kernel, key, device)
+        cfg = gpus.tuned_config(kernel, key, device)
+        if cfg is None and not _backend.is_interpret():
+            cfg = gpus.heuristic_config(kernel, heuristic)
+        _CONFIGS[k] = cfg
         return cfg
+
+
+def _prefill_heuristic(be: str, seq_q: int, block_d: int) -> triton.Config:
+    """A prefill class no tuned config covers: the first config the pruner keeps for it (each
+    list is in order of preference)."""
+    return _prefill_prune(be)(_prefill_configs(be), {"SEQ_Q_BUCKET": _bucket(seq_q), "BLOCK_D": block_d})[0]
+
+
+def _decode_heuristic(be: str) -> triton.Config:
+    """A decode class no tuned config covers: 64-key blocks (one per 64-key split on CUDA)."""
+    return _decode_configs(be)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -666,9 +672,9 @@ def _prefill(q, k, v, scaling, causal, key_mask, attn_mask) -> torch.Tensor:
 
     out = _backend.empty((b, sq, h, d), q.dtype, q.device)
     block_d = max(16, _backend.next_pow2(d))
-    tuned = None if not _has_tuned(q.device) else _tuned(
-        "attention.prefill", q.device, seq_q_bucket=_bucket(sq), seq_k_bucket=_bucket(sk), head_dim=d,
-        is_causal=bool(causal), mask_kind=mask_kind)
+    tuned = _launch_config(
+        "attention.prefill", q.device, lambda: _prefill_heuristic(be, sq, block_d), seq_q_bucket=_bucket(sq),
+        seq_k_bucket=_bucket(sk), head_dim=d, is_causal=bool(causal), mask_kind=mask_kind)
     if tuned is not None:
         launch = _prefill_kernel[(_backend.cdiv(sq, tuned.kwargs["BLOCK_M"]), b * h)]
         extra = tuned.all_kwargs()
@@ -816,9 +822,9 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits) -> torch.Tensor:
         n = b * h * num_splits
         ws = _backend.empty((n * (d + 2),), torch.float32, q.device)
         pm, pl, pacc = ws[:n], ws[n:2 * n], ws[2 * n:]
-    tuned = None if not _has_tuned(q.device) else _tuned(
-        "attention.decode", q.device, split_bucket=_bucket(split_size), head_dim=d, block_g=block_g,
-        mask_kind=mask_kind, single=single)
+    tuned = _launch_config(
+        "attention.decode", q.device, lambda: _decode_heuristic(be), split_bucket=_bucket(split_size), head_dim=d,
+        block_g=block_g, mask_kind=mask_kind, single=single)
     launch = (_decode_split_kernel if tuned is not None else _decode_fn(be))[(num_splits, b * hk)]
     launch(
         q, k, v, m_t, lens_t, pm, pl, pacc, out,

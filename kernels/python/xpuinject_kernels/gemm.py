@@ -381,11 +381,14 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
     if cfg is not None:
         _backend.count("gemm.launch_cached")
     else:
-        # A config tuned on this GPU model (gpus/<gpu>.json) replaces autotuning this class;
-        # the interpreter has nothing to tune: one tile sized by the problem.
+        # The config tuned on this GPU model (gpus/<gpu>.json); else the interpreter's one tile
+        # sized by the problem, or on a GPU one derived from the shape (gpus.heuristic_config:
+        # autotuning only when asked).
         cfg = gpus.tuned_config("gemm", {"epilogue": epilogue, "m_bucket": m_bucket, "k": k, "n": n_w}, x.device)
         if cfg is None and _backend.is_interpret():
             cfg = _backend.interpret_gemm_config(m, n)
+        elif cfg is None:
+            cfg = gpus.heuristic_config("gemm", lambda: _backend.gemm_heuristic(be, m, n, k, 2 if swiglu else 1))
         if cfg is not None:
             _BEST[lkey] = cfg
     if cfg is not None:

@@ -8,23 +8,28 @@ an entry's key launches that config directly; every other launch autotunes as be
 names some of the launcher's problem fields ({"epilogue", "m_bucket", "k", "n"} for gemm; the
 autotune key, lowercase, for attention); a field it leaves out matches any value.
 
-`tuning_report()` counts, for a run, the problem classes launched from a tuned config and those
-the autotuner had to resolve (benchmarked, or read from Triton's on-disk cache); the eval
-records it, so "a known GPU does no autotuning" can be checked on the GPU.
+A problem class no entry covers takes a heuristic config at once, derived from its shape by the
+kernel (`heuristic_config`): nothing is benchmarked before the first launch. XPUINJECT_AUTOTUNE=1
+(`xpuinject --autotune`) autotunes such classes instead, as a sweep does.
+
+`tuning_report()` counts, for a run, the problem classes launched from a tuned config, from a
+heuristic one, and those the autotuner had to resolve (benchmarked, or read from Triton's on-disk
+cache); the eval records it, so "a known GPU does no autotuning" can be checked on the GPU.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 import triton
 
 from . import _backend
 
-__all__ = ["tuned_config", "device_data", "tuning_report"]
+__all__ = ["tuned_config", "heuristic_config", "autotune_requested", "device_data", "tuning_report"]
 
 _DIR = Path(__file__).with_name("gpus")
 _files: Optional[List[dict]] = None
@@ -80,6 +85,23 @@ def tuned_config(kernel: str, key: Dict[str, object], device) -> Optional[triton
     return None
 
 
+def autotune_requested() -> bool:
+    """Whether classes without a tuned config autotune (XPUINJECT_AUTOTUNE=1) instead of taking
+    their heuristic config."""
+    return os.environ.get("XPUINJECT_AUTOTUNE", "0").lower() in ("1", "true", "on", "yes")
+
+
+def heuristic_config(kernel: str, heuristic: Callable[[], triton.Config]) -> Optional[triton.Config]:
+    """The config a GPU launch of `kernel` takes for a class no tuned config covers: heuristic(),
+    derived from the shape, counted as "heuristic.<kernel>"; None when autotuning was asked for
+    (XPUINJECT_AUTOTUNE=1). Callers look a class up once and keep the answer."""
+    if autotune_requested():
+        return None
+    cfg = heuristic()
+    _backend.count(f"heuristic.{kernel}")
+    return cfg
+
+
 def tuning_report() -> dict:
     """What this process tuned so far: problem classes launched from a shipped tuned config, and
     those an autotuner resolved (by benchmarking its configs, or from Triton's disk cache)."""
@@ -90,6 +112,8 @@ def tuning_report() -> dict:
         "gpu_data": files,
         "tuned": sum(by("tuned.").values()),
         "tuned_by_kernel": by("tuned."),
+        "heuristic": sum(by("heuristic.").values()),
+        "heuristic_by_kernel": by("heuristic."),
         "autotuned": sum(by("autotune.key.").values()),
         "autotuned_by_kernel": by("autotune.key."),
         "benchmarked": c["autotune.benchmarked"],
