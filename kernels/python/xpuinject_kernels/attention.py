@@ -515,7 +515,7 @@ def _launch_config(kernel: str, device: torch.device, heuristic, **key):
     except KeyError:
         cfg = gpus.tuned_config(kernel, key, device)
         if cfg is None and not _backend.is_interpret():
-            cfg = gpus.heuristic_config(kernel, heuristic)
+            cfg = gpus.heuristic_config(kernel, key, heuristic)
         _CONFIGS[k] = cfg
         return cfg
 

@@ -388,7 +388,8 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
         if cfg is None and _backend.is_interpret():
             cfg = _backend.interpret_gemm_config(m, n)
         elif cfg is None:
-            cfg = gpus.heuristic_config("gemm", lambda: _backend.gemm_heuristic(be, m, n, k, 2 if swiglu else 1))
+            cfg = gpus.heuristic_config("gemm", {"epilogue": epilogue, "m_bucket": m_bucket, "k": k, "n": n_w},
+                                        lambda: _backend.gemm_heuristic(be, m, n, k, 2 if swiglu else 1))
         if cfg is not None:
             _BEST[lkey] = cfg
     if cfg is not None:

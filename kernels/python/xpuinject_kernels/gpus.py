@@ -91,14 +91,22 @@ def autotune_requested() -> bool:
     return os.environ.get("XPUINJECT_AUTOTUNE", "0").lower() in ("1", "true", "on", "yes")
 
 
-def heuristic_config(kernel: str, heuristic: Callable[[], triton.Config]) -> Optional[triton.Config]:
+# The problem classes launched with a heuristic config: {kernel, key, config}, what a sweep
+# (benchmarks/tune.py) must cover for the GPU to need none.
+_heuristic_classes: List[dict] = []
+
+
+def heuristic_config(kernel: str, key: Dict[str, object],
+                     heuristic: Callable[[], triton.Config]) -> Optional[triton.Config]:
     """The config a GPU launch of `kernel` takes for a class no tuned config covers: heuristic(),
-    derived from the shape, counted as "heuristic.<kernel>"; None when autotuning was asked for
-    (XPUINJECT_AUTOTUNE=1). Callers look a class up once and keep the answer."""
+    derived from the shape, counted as "heuristic.<kernel>" and recorded with its key; None when
+    autotuning was asked for (XPUINJECT_AUTOTUNE=1). Callers look a class up once and keep it."""
     if autotune_requested():
         return None
     cfg = heuristic()
     _backend.count(f"heuristic.{kernel}")
+    _heuristic_classes.append({"kernel": kernel, "key": dict(key),
+                               "config": dict(cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)})
     return cfg
 
 
@@ -114,6 +122,7 @@ def tuning_report() -> dict:
         "tuned_by_kernel": by("tuned."),
         "heuristic": sum(by("heuristic.").values()),
         "heuristic_by_kernel": by("heuristic."),
+        "heuristic_classes": list(_heuristic_classes),
         "autotuned": sum(by("autotune.key.").values()),
         "autotuned_by_kernel": by("autotune.key."),
         "benchmarked": c["autotune.benchmarked"],
