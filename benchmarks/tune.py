@@ -5,6 +5,8 @@
     python3 benchmarks/tune.py --smoke --out DIR   # CPU, TRITON_INTERPRET=1: tiny shapes, a few
                                                    # candidates each, checks only
     python3 benchmarks/tune.py --out DIR --write-tuned kernels/python/xpuinject_kernels/gpus/<gpu>.json
+    python3 benchmarks/tune.py --out DIR --only gemm --classes RUN/eval/eval.json --write-tuned ...
+        # the GEMM classes that run launched with heuristic configs (autotune.heuristic_classes)
 
 Every candidate goes through the kernel's public function with `config=` (the launch constants),
 is checked against an fp32 reference (rel. error < 1e-2) and timed with the benchmarks' timer
@@ -93,13 +95,42 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cache-dir", default="", help="TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR")
     p.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes, checks only (no timing)")
     p.add_argument("--write-tuned", default="", help="a per-GPU data file (gpus/<gpu>.json): write the GEMM best configs into it")
+    p.add_argument("--classes", default="", help="an eval.json: sweep the GEMM classes its run launched with heuristic "
+                   "configs (autotune.heuristic_classes) instead of the built-in shapes")
     a = p.parse_args(argv)
     a.parts = [s.strip() for s in a.only.split(",") if s.strip()]
     bad = [s for s in a.parts if s not in ("rmsnorm", "rope", "gemm")]
     if bad:
         p.error(f"--only: unknown part(s) {', '.join(bad)} (want rmsnorm, rope, gemm)")
     a.timer = "graph"
+    a.gemm_classes = None
+    if a.classes:
+        try:
+            a.gemm_classes = classes_from_eval(a.classes)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            p.error(f"--classes {a.classes}: {e}")
     return a
+
+
+def classes_from_eval(path: str):
+    """The GEMM shapes (label, M, K, N of the weight, epilogue) of the classes an eval launched
+    with heuristic configs: M is the class's token bucket, so the winner serves the whole class."""
+    with open(path, encoding="utf-8") as f:
+        run = json.load(f)
+    classes = (run.get("autotune") or {}).get("heuristic_classes")
+    if classes is None:
+        raise ValueError("no autotune.heuristic_classes (an eval.json of a GPU run by this version)")
+    out, seen = [], set()
+    for c in classes:
+        if c["kernel"] != "gemm":
+            continue
+        k = c["key"]
+        shape = (int(k["m_bucket"]), int(k["k"]), int(k["n"]), str(k["epilogue"]))
+        if shape not in seen:
+            seen.add(shape)
+            m, kk, n, epi = shape
+            out.append((f"{epi} M={m} K={kk} N={n}", m, kk, n, epi))
+    return out
 
 
 class Sweep:
@@ -211,22 +242,31 @@ def sweep_gemm(sw: Sweep):
     env, xk, torch = sw.env, sw.env.xk, sw.env.torch
     F = torch.nn.functional
     g = env.gen()
-    for label, m, k, n_w, epi in gemm_shapes(sw.args.smoke):
+    shapes = sw.args.gemm_classes if sw.args.gemm_classes is not None else gemm_shapes(sw.args.smoke)
+    for label, m, k, n_w, epi in shapes:
         if sw.over_budget():
             benchlib.log(f"[tune] budget spent before {label}")
             return
-        swiglu = epi == "swiglu"
+        swiglu = epi in ("swiglu", "geglu")
         n = n_w // 2 if swiglu else n_w
         shape = dict(M=m, K=k, N=n_w, epilogue=epi)
 
-        def make(m=m, k=k, n_w=n_w):
-            return benchlib.gemm_inputs(env, g, m, k, n_w)
+        def make(m=m, k=k, n_w=n_w, epi=epi):
+            return benchlib.gemm_inputs(env, g, m, k, n_w, bias=epi == "bias", residual=epi == "residual")
 
         set_bytes = (m * k + k * n_w + m * n) * 2
         s0 = make()
         ref = s0["x"].float() @ s0["w"].float()
-        if swiglu:
+        if epi == "swiglu":
             ref = F.silu(ref[:, :n]) * ref[:, n:]
+        elif epi == "geglu":
+            ref = F.gelu(ref[:, :n], approximate="tanh") * ref[:, n:]
+        elif epi == "hardswish":
+            ref = F.hardswish(ref)
+        elif epi == "bias":
+            ref = ref + s0["b"].float()
+        elif epi == "residual":
+            ref = ref + s0["r"].float()
         flops = 2 * m * k * n_w
         # cuBLAS: nn.Linear layout (stock) and the packed K-major weight (a vendor route); the
         # matmul alone, before any epilogue
@@ -239,8 +279,8 @@ def sweep_gemm(sw: Sweep):
         for cand in cands:
             cfg = dict(zip(GEMM_KEYS, cand))
 
-            def fn(s, cfg=cfg):
-                return xk.gemm(s["x"], s["w"], epilogue=epi, config=cfg)
+            def fn(s, cfg=cfg, epi=epi):
+                return xk.gemm(s["x"], s["w"], bias=s.get("b"), residual=s.get("r"), epilogue=epi, config=cfg)
 
             try:
                 err = benchlib.rel_err(env, fn(s0), [ref])
