@@ -9,6 +9,7 @@
 #     scripts/gpu-run.sh
 #   env: OUT (default out/gpu-run under the repo root), STEPS (default "tests llama levit bench tune host";
 #        "runtime" is the graph runtime check on Llama-3.2-1B, Llama-3.1-8B and LeViT-128S shapes;
+#        "decode" benchmarks/bench_decode_step.py (DECODE_PARTS, T_DECODE);
 #        "coldstart" the Llama-3.2-1B-shaped pipeline on an empty Triton cache, to count what it
 #        autotuned with the GPU's shipped tuned configs: eval.json "autotune"),
 #        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
@@ -93,6 +94,13 @@ for s in $STEPS; do
     timeout "${T_TUNE:-300}" python3 benchmarks/tune.py --out "$OUT/tune" --budget-s $(( ${T_TUNE:-300} - 60 )) \
       >"$OUT/tune.log" 2>&1
     log "tune rc=$?" ;;
+  decode)
+    # every kernel of a decode step against cuBLAS/SDPA/unfused, then the whole step on every path
+    log "decode step"
+    timeout "${T_DECODE:-540}" python3 benchmarks/bench_decode_step.py --out "$OUT/decode" \
+      --parts "${DECODE_PARTS:-kernels,model,profile}" >"$OUT/decode.log" 2>&1
+    log "decode rc=$?"
+    tail -40 "$OUT/decode.log" >>"$OUT/summary.txt" ;;
   host)
     log "launcher host time"
     timeout "${T_HOST:-120}" python3 benchmarks/bench_host.py --out "$OUT/host" >"$OUT/host.log" 2>&1
@@ -144,7 +152,7 @@ for s in $STEPS; do
     sed -n '/^## Accuracy/,/^$/p; /^## Latency/,$p' "$OUT/scale/compare.md" >>"$OUT/summary.txt"
     rm -rf "$WORK/models/llama8b" "$WORK/run-scale" "$WORK/eval-scale-2gpu" ;;  # 16 GB + 16 GB
   *)
-    log "unknown step $s (want tests, real, llama, llama8b, levit, coldstart, bench, tune, host, runtime, scale)" ;;
+    log "unknown step $s (want tests, real, llama, llama8b, levit, coldstart, bench, tune, decode, host, runtime, scale)" ;;
   esac
 done
 log "done: $OUT"
