@@ -206,6 +206,9 @@ def reference(o: dict, layer: dict, src: dict[str, torch.Tensor]):
                 bias = src[srcs[1]].to(dt) if has_b else torch.zeros(w.shape[0], dtype=dt)
                 outs.append(bias + wd @ (beta.to(dt) - s * mean.to(dt)))
         return "fold", (outs[0], outs[1], o["role"] == "weight")
+    if main == "add-one":
+        # Gemma's (1 + w) norm weight: the sum in fp64, rounded once to the F32 the plan writes
+        return "exact", (1.0 + src[srcs[0]].to(torch.float64)).to(torch.float32)
     raise AssertionError(f"unknown transform {main}")
 
 
