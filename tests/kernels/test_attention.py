@@ -478,3 +478,76 @@ def test_llama_end_to_end(device, registered, dtype):
         assert mo.max_abs <= 2.0 * ms.max_abs + 1e-3
         agree = (o.argmax(-1) == r.argmax(-1)).float().mean().item()
         assert agree >= 0.9, f"top-1 agreement with fp32 model {agree}"
+
+
+# ---------------------------------------------------------------------------------------------
+# variants: logit soft-capping (Gemma 2) and sliding windows
+# ---------------------------------------------------------------------------------------------
+
+VARIANT_PREFILL_CASES = [
+    # b, h, hk, sq, sk, d, dtype, softcap, window
+    (2, 6, 2, 37, 37, 64, torch.bfloat16, 2.0, None),  # GQA 3, a cap that bends the scores
+    (1, 6, 2, 37, 37, 80, torch.float16, None, 11),  # window shorter than the prompt
+    (2, 6, 2, 37, 37, 64, torch.bfloat16, 2.0, 11),  # both, tails in every block
+    (1, 6, 2, 9, 45, 96, torch.bfloat16, 1.5, 20),  # KV prefix: queries are the last 9 of 45
+    (1, 3, 1, 33, 33, 128, torch.float32, 50.0, 1),  # window 1: each query sees itself only
+]
+
+
+@pytest.mark.parametrize("kind", ["coord", "random"])
+@pytest.mark.parametrize("case", VARIANT_PREFILL_CASES,
+                         ids=lambda c: "h{}kv{}q{}k{}d{}-{}-cap{}-w{}".format(*c[1:6], str(c[6])[6:], c[7], c[8]))
+def test_prefill_softcap_and_window(device, case, kind):
+    b, h, hk, sq, sk, d, dtype, cap, win = case
+    q32, k32, v32, q, k, v = qkv(b, h, hk, sq, sk, d, kind, dtype, device)
+    q32, q = q32 * 3, (q32 * 3).to(dtype).to(device)  # scores of several units: the cap matters
+    out = A.flash_attention_prefill(q, k, v, causal=True, softcap=cap, window=win)
+    check(f"prefill {case}", out, q32, k32, v32, q, k, v, causal=True, softcap=cap, window=win)
+    if cap or win:  # the variant changed the result (a test of the test)
+        plain = A.flash_attention_prefill(q, k, v, causal=True)
+        assert not torch.equal(out, plain)
+
+
+def test_prefill_window_with_mask_matches_windowed_mask(device):
+    """A 4-D causal mask plus window= gives what a mask holding the window gives (transformers
+    builds the windowed mask itself for sliding layers)."""
+    b, h, hk, s, d, w = 1, 6, 2, 40, 64, 13
+    q32, k32, v32, q, k, v = qkv(b, h, hk, s, s, d, "random", torch.bfloat16, device)
+    i = torch.arange(s)[:, None]
+    j = torch.arange(s)[None, :]
+    causal = (j <= i)[None, None].to(device)
+    windowed = causal & (j > i - w)[None, None].to(device)
+    a = A.flash_attention_prefill(q, k, v, causal=False, attn_mask=causal, window=w)
+    ref = A.flash_attention_prefill(q, k, v, causal=False, attn_mask=windowed)
+    assert torch.equal(a, ref)
+    check("prefill mask + window", a, q32, k32, v32, q, k, v, causal=False, attn_mask=windowed)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cap, win", [(2.0, None), (None, 23), (1.5, 70)])
+def test_decode_softcap_and_window(device, dtype, cap, win):
+    """Decode over a static-cache view (capacity 100, per-row lengths 67 / 5 / 40), GQA 3, the
+    window older than some rows' first split and shorter than others' lengths."""
+    b, h, hk, capacity, d = 3, 6, 2, 100, 64
+    q32 = make((b, h, 1, d), "random", 0) * 3
+    kc32, vc32 = make((b, hk, capacity, d), "random", 1), make((b, hk, capacity, d), "random", 2)
+    q = q32.to(dtype).to(device)
+    kc, vc = kc32.to(dtype).to(device), vc32.to(dtype).to(device)
+    lens = torch.tensor([67, 5, 40], dtype=torch.int64, device=device)
+    for splits in (1, 4):
+        out = A.decode_attention(q, kc, vc, kv_lens=lens, num_splits=splits, softcap=cap, window=win)
+        check(f"decode cap{cap} w{win} s{splits}", out, q32, kc32, vc32, q, kc, vc,
+              causal=False, kv_lens=lens, softcap=cap, window=win)
+    # without lengths the query is the last key's position
+    out = A.decode_attention(q, kc, vc, num_splits=3, softcap=cap, window=win)
+    check(f"decode full cap{cap} w{win}", out, q32, kc32, vc32, q, kc, vc, causal=False, softcap=cap, window=win)
+
+
+def test_variant_arguments_are_checked(device):
+    q = torch.zeros(1, 2, 4, 32, dtype=torch.bfloat16, device=device)
+    for bad, msg in (({"softcap": -1.0}, "softcap -1.0"), ({"softcap": float("nan")}, "softcap nan"),
+                     ({"window": -3}, "window -3"), ({"window": 2.5}, "window 2.5")):
+        with pytest.raises(ValueError, match=msg):
+            A.flash_attention_prefill(q, q, q, **bad)
+        with pytest.raises(ValueError, match=msg):
+            A.decode_attention(q[:, :, :1], q, q, **bad)
