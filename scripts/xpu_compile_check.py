@@ -105,9 +105,14 @@ def cases():
     yield "add-rmsnorm", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16, dict(HAS_RESIDUAL=True, BLOCK=4096, SINGLE=True)
     yield ("rmsnorm gemma", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
            dict(HAS_RESIDUAL=False, BLOCK=2048, SINGLE=True, ROUND_NORMED=False))
-    yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=32)
+    yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=32, BLOCK_PASS=0)
     yield ("rope + cache write", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
-           dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128))
+           dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=0))
+    # partial rotary (Phi-4-mini: 96 of 128 channels rotate, 32 are copied)
+    yield ("rope partial rotary", rope._rope_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64, BLOCK_PASS=32))
+    yield ("rope + cache write partial rotary", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=32))
     gcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in _backend.gemm_configs("xpu")]
     # gemm() takes the descriptor path only where this Triton has tl.make_tensor_descriptor
     # (_backend.has_descriptors); elsewhere only block pointers are ever compiled.
