@@ -116,11 +116,11 @@ def _scaled(raw, qk_scale, cap_l2, SOFTCAP: tl.constexpr):
     """Scores in log2 units. SOFTCAP: cap * tanh(raw * scaling / cap) (Gemma 2's
     attn_logit_softcapping, transformers 5.17 models/gemma2/modeling_gemma2.py
     eager_attention_forward), with qk_scale = scaling / cap and cap_l2 = cap * log2(e); tanh as
-    1 - 2 / (exp(2x) + 1), which saturates to +-1 without overflow (exp2 -> inf or 0).
-    Otherwise raw * qk_scale with qk_scale = scaling * log2(e)."""
+    1 - 2 / (exp(2x) + 1), its exponent clamped where fp32's tanh is already +-1 (|x| > 43), so
+    exp2 neither overflows nor underflows. Otherwise raw * qk_scale, qk_scale = scaling * log2(e)."""
     if SOFTCAP:
-        x = raw * qk_scale
-        t = 1.0 - 2.0 / (tl.math.exp2(x * 2.8853900817779268) + 1.0)
+        y = tl.minimum(tl.maximum(raw * qk_scale * 2.8853900817779268, -126.0), 126.0)
+        t = 1.0 - 2.0 / (tl.math.exp2(y) + 1.0)
         return t * cap_l2
     else:
         return raw * qk_scale
