@@ -655,7 +655,7 @@ func TestPlanSlidingWindowNote(t *testing.T) {
 		cfg  map[string]any
 		want string
 	}{
-		{map[string]any{"sliding_window": 4096.0}, "; sliding window 4096: relies on the 4-D mask transformers passes to attention_forward"},
+		{map[string]any{"sliding_window": 4096.0}, "; sliding window 4096: in the 4-D mask transformers passes, and decode over a static cache skips keys older than it"},
 		{map[string]any{"sliding_window": 4096.0, "use_sliding_window": false}, ""},
 		{map[string]any{"sliding_window": nil}, ""},
 		{nil, ""},
