@@ -86,12 +86,21 @@ func TestPublishedConfigs(t *testing.T) {
 		attnReason   []string // in the reason of every attention layer's keep
 		check        func(t *testing.T, p *Plan)
 	}{
-		// 26 layers × (4 norms + MLP) + final norm + lm_head on our kernels; attention kept for
-		// its head_dim 256 alone (soft-capping and sliding windows are in the kernels).
-		"google--gemma-2-2b": {26*5 + 2, 26 + 1, []string{"head_dim 256 not supported"}, nil},
-		"google--gemma-3-1b-it": {26*5 + 2, 26 + 1, []string{"head_dim 256 not supported"}, func(t *testing.T, p *Plan) {
+		// 26 layers × (4 norms + MLP + attention) + final norm + lm_head on our kernels, attention
+		// at head_dim 256 with its soft-capping and windows; the embedding kept.
+		"google--gemma-2-2b": {26*6 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			// even layers slide (Gemma2Config's default pattern: the Hub config has no layer_types)
+			for i, window := range map[int]bool{0: true, 1: false} {
+				r := layerPlan(t, p, fmt.Sprintf("model.layers.%d.self_attn", i)).Reason
+				if !strings.Contains(r, "soft-capping (tanh, cap 50) in the kernels") ||
+					strings.Contains(r, "sliding window 4096") != window {
+					t.Errorf("layer %d attention reason %q, want the cap and a window: %v", i, r, window)
+				}
+			}
+		}},
+		"google--gemma-3-1b-it": {26*6 + 2, 1, nil, func(t *testing.T, p *Plan) {
 			// layer 0 slides, layer 5 is the first full-attention one (sliding_window_pattern 6)
-			for i, want := range map[int]string{0: "head_dim 256 not supported", 5: "head_dim 256 not supported"} {
+			for i, want := range map[int]string{0: "sliding window 512", 5: "by gemm"} {
 				if r := layerPlan(t, p, fmt.Sprintf("model.layers.%d.self_attn", i)).Reason; !strings.Contains(r, want) {
 					t.Errorf("layer %d attention reason %q, want %q", i, r, want)
 				}

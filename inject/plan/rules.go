@@ -344,12 +344,13 @@ func (p *planner) slidingWindow(l models.Layer) int64 {
 		return sw
 	}
 	cfg := p.g.Checkpoint.Config
-	// Per-layer windows (Gemma's layer_types, or its older sliding_window_pattern) are in Dims:
-	// the other layers of such a model are full attention.
-	for _, k := range []string{"layer_types", "sliding_window_pattern"} {
-		if v, ok := cfg[k]; ok && v != nil {
-			return 0
-		}
+	// Gemma's windows are per layer (layer_types, or each config class's default pattern), and
+	// models puts them in Dims: its other layers are full attention.
+	if mt, _ := cfg["model_type"].(string); strings.HasPrefix(mt, "gemma") {
+		return 0
+	}
+	if v, ok := cfg["layer_types"]; ok && v != nil {
+		return 0
 	}
 	sw, ok := cfg["sliding_window"].(float64)
 	if !ok || sw <= 0 || sw > math.MaxInt32 {

@@ -350,8 +350,10 @@ def test_attention_forward_errors_name_the_module(device):
     with pytest.raises(ValueError, match=r"layer_idx 3.*head_dim 48 unsupported"):
         A.attention_forward(mod, torch.zeros(1, 4, 5, 48, **bf), torch.zeros(1, 2, 5, 48, **bf),
                             torch.zeros(1, 2, 5, 48, **bf), None)
-    with pytest.raises(ValueError, match=r"layer_idx 3.*'softcap'"):
-        A.attention_forward(mod, q, k, k, None, softcap=30.0)
+    with pytest.raises(ValueError, match=r"layer_idx 3.*'sinks'"):
+        A.attention_forward(mod, q, k, k, None, sinks=torch.zeros(4, **bf))
+    with pytest.raises(ValueError, match=r"layer_idx 3.*softcap -30.0"):  # a cap is computed, a bad one named
+        A.attention_forward(mod, q, k, k, None, softcap=-30.0)
     with pytest.raises(ValueError, match=r"num_key_value_groups 4"):
         A.attention_forward(_FakeAttn(groups=4), q, k, k, None)
     with pytest.raises(ValueError, match=r"layer_idx 3.*attn_mask shape"):
@@ -491,6 +493,8 @@ VARIANT_PREFILL_CASES = [
     (2, 6, 2, 37, 37, 64, torch.bfloat16, 2.0, 11),  # both, tails in every block
     (1, 6, 2, 9, 45, 96, torch.bfloat16, 1.5, 20),  # KV prefix: queries are the last 9 of 45
     (1, 3, 1, 33, 33, 128, torch.float32, 50.0, 1),  # window 1: each query sees itself only
+    (1, 6, 2, 21, 21, 256, torch.bfloat16, 2.0, 9),  # Gemma's head_dim 256
+    (1, 3, 1, 5, 26, 256, torch.float16, None, None),  # head_dim 256, a KV prefix, plain
 ]
 
 
@@ -524,11 +528,11 @@ def test_prefill_window_with_mask_matches_windowed_mask(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("cap, win", [(2.0, None), (None, 23), (1.5, 70)])
-def test_decode_softcap_and_window(device, dtype, cap, win):
+@pytest.mark.parametrize("cap, win, d", [(2.0, None, 64), (None, 23, 64), (1.5, 70, 64), (2.0, 23, 256)])
+def test_decode_softcap_and_window(device, dtype, cap, win, d):
     """Decode over a static-cache view (capacity 100, per-row lengths 67 / 5 / 40), GQA 3, the
     window older than some rows' first split and shorter than others' lengths."""
-    b, h, hk, capacity, d = 3, 6, 2, 100, 64
+    b, h, hk, capacity = 3, 6, 2, 100
     q32 = make((b, h, 1, d), "random", 0) * 3
     kc32, vc32 = make((b, hk, capacity, d), "random", 1), make((b, hk, capacity, d), "random", 2)
     q = q32.to(dtype).to(device)
@@ -551,3 +555,23 @@ def test_variant_arguments_are_checked(device):
             A.flash_attention_prefill(q, q, q, **bad)
         with pytest.raises(ValueError, match=msg):
             A.decode_attention(q[:, :, :1], q, q, **bad)
+
+
+def test_attention_forward_passes_softcap_and_window(device):
+    """transformers passes softcap= and sliding_window= (Gemma2Attention): without a mask both
+    apply; with a mask the window is the mask's (a static layer's whole buffer comes with it, so
+    the keys need not end at the last query)."""
+    b, h, hk, s, d, w = 1, 6, 2, 30, 64, 7
+    q32, k32, v32, q, k, v = qkv(b, h, hk, s, s, d, "random", torch.bfloat16, device)
+    q32, q = q32 * 3, (q32 * 3).to(torch.bfloat16).to(device)
+    mod = _FakeAttn(groups=3)
+    out, _ = A.attention_forward(mod, q, k, v, None, scaling=0.2, softcap=2.0, sliding_window=w)
+    check("attention_forward cap + window", out, q32, k32, v32, q, k, v, causal=True, scaling=0.2, softcap=2.0, window=w)
+    # a 16-slot padded buffer past the 30 keys, with a causal mask over the real ones: the window
+    # must come from the mask alone (the kernel's own would count from the buffer's end)
+    kp = torch.cat([k, torch.zeros(b, hk, 16, d, dtype=k.dtype, device=device)], dim=2)
+    vp = torch.cat([v, torch.zeros(b, hk, 16, d, dtype=v.dtype, device=device)], dim=2)
+    i, j = torch.arange(s)[:, None], torch.arange(s + 16)[None, :]
+    mask = ((j <= i) & (j > i - w))[None, None].to(device)
+    got, _ = A.attention_forward(mod, q, kp, vp, mask, scaling=0.2, softcap=2.0, sliding_window=w)
+    assert torch.equal(got, out)
