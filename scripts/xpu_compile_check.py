@@ -132,16 +132,28 @@ def cases():
         yield (f"attention decode d{hd}", attention._decode_split_kernel, dcfgs, bf16,
                dict(HEAD_DIM=hd, BLOCK_D=hd, BLOCK_G=16, HAS_LENS=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32",
                     UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=False))
-    # Gemma 2's soft-capped, sliding layers: the tanh cap and the window bounds, causal and with
-    # a 4-D mask, split and single-pass decode.
-    for mask_kind in (0, 2):
-        yield (f"attention prefill d128 mask{mask_kind} softcap sliding", attention._prefill_kernel, pcfgs, bf16,
-               dict(HEAD_DIM=128, BLOCK_D=128, IS_CAUSAL=mask_kind == 0, MASK_KIND=mask_kind, MASK_ADD=True,
-                    DOT_PREC="tf32", UPCAST=False, SOFTCAP=True, SLIDING=True))
-    for single in (False, True):
-        yield (f"attention decode d128 softcap sliding single={single}", attention._decode_split_kernel, dcfgs, bf16,
-               dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=True,
-                    DOT_PREC="tf32", UPCAST=False, SINGLE=single, SOFTCAP=True, SLIDING=True))
+    # Gemma 2's soft-capped, sliding layers (head_dim 256 as published, 128 as a smaller shape):
+    # the tanh cap and the window bounds, causal and with a 4-D mask, split and single-pass decode.
+    for hd in (128, 256):
+        for mask_kind in (0, 2):
+            yield (f"attention prefill d{hd} mask{mask_kind} softcap sliding", attention._prefill_kernel, pcfgs, bf16,
+                   dict(HEAD_DIM=hd, BLOCK_D=hd, IS_CAUSAL=mask_kind == 0, MASK_KIND=mask_kind, MASK_ADD=True,
+                        DOT_PREC="tf32", UPCAST=False, SOFTCAP=True, SLIDING=True))
+        for single in (False, True):
+            yield (f"attention decode d{hd} softcap sliding single={single}", attention._decode_split_kernel, dcfgs,
+                   bf16, dict(HEAD_DIM=hd, BLOCK_D=hd, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=True,
+                              DOT_PREC="tf32", UPCAST=False, SINGLE=single, SOFTCAP=True, SLIDING=True))
+    # Gemma 3 (head_dim 256, no cap, sliding or full)
+    yield ("attention prefill d256 mask0", attention._prefill_kernel, pcfgs, bf16,
+           dict(HEAD_DIM=256, BLOCK_D=256, IS_CAUSAL=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32", UPCAST=False,
+                SOFTCAP=False, SLIDING=False))
+    yield ("attention decode d256", attention._decode_split_kernel, dcfgs, bf16,
+           dict(HEAD_DIM=256, BLOCK_D=256, BLOCK_G=16, HAS_LENS=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32",
+                UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=True))
+    yield "attention decode reduce d256", attention._decode_reduce_kernel, [({}, 4, 1)], bf16, dict(
+        HEAD_DIM=256, BLOCK_D=256, BLOCK_S=16)
+    yield ("rope + cache write d256", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK_H=8, BLOCK_HALF=128, BLOCK_D=256, BLOCK_PASS=0))
     yield "attention decode reduce", attention._decode_reduce_kernel, [({}, 4, 1)], bf16, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16)
 
 
