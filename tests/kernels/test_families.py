@@ -228,3 +228,50 @@ def test_gemma_attention_on_our_kernels(device, dtype, family, layer_idx):
         with torch.no_grad():
             other = plain(x, position_embeddings=(cos, sin), attention_mask=_window_mask(s, None, torch.float64))[0]
         assert (other - want).abs().mean() > 10 * err.mean()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_phi3_partial_rotary_attention_on_our_kernels(device, dtype):
+    """FusedAttention on a Phi3Attention with Phi-4-mini's partial_rotary_factor 0.75 (60 of 80
+    channels rotate) and a sliding window shorter than the sequence, GQA 3, against the float64
+    module: within the stock module's own error in the same dtype."""
+    from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
+
+    torch.manual_seed(7)
+    cfg = Phi3Config(hidden_size=240, num_attention_heads=3, num_key_value_heads=1, sliding_window=6,
+                     pad_token_id=0, attn_implementation="eager",
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75})
+    rot = Phi3RotaryEmbedding(cfg)
+    ref = Phi3Attention(cfg, layer_idx=0).double().eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.copy_(torch.randn_like(p) * 0.15)
+    s = 13
+    x = torch.randn(2, s, 240, dtype=torch.float64)
+    pos = torch.arange(s)[None].expand(2, s)
+
+    def run(m, dt, dev):
+        cos, sin = rot(x.to(dt), pos)
+        assert cos.shape[-1] == 60
+        with torch.no_grad():
+            out, _ = m(x.to(dt).to(dev), position_embeddings=(cos.to(dev), sin.to(dev)),
+                       attention_mask=_window_mask(s, cfg.sliding_window, dt).to(dev))
+        return out.cpu().double()
+
+    want = run(ref, torch.float64, "cpu")
+    stock = Phi3Attention(cfg, layer_idx=0).to(dtype).eval()
+    stock.load_state_dict(ref.state_dict())
+    ours = Phi3Attention(cfg, layer_idx=0).to(dtype).to(device).eval()
+    ours.load_state_dict(ref.state_dict())
+    _bind(ours, "FusedAttention")
+    got, got_stock = run(ours, dtype, device), run(stock, dtype, "cpu")
+    assert getattr(ours, "xpuinject_qkv_weight", None) is not None
+    err, err_stock = (got - want).abs(), (got_stock - want).abs()
+    assert err.mean() <= 1.2 * err_stock.mean() + 1e-6, (err.mean(), err_stock.mean())
+    assert err.max() <= 2 * err_stock.max() + 1e-6, (err.max(), err_stock.max())
+    # rotating all 80 channels instead would be far off: the partial rotation is what we matched
+    cfg_full = Phi3Config(**{**cfg.to_dict(), "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})
+    with torch.no_grad():
+        other = ref(x, position_embeddings=Phi3RotaryEmbedding(cfg_full)(x, pos),
+                    attention_mask=_window_mask(s, cfg.sliding_window, torch.float64))[0]
+    assert (other - want).abs().mean() > 10 * err.mean()
