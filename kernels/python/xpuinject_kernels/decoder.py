@@ -1,10 +1,11 @@
 """Layers that replace a Llama-family attention block and decoder layer.
 
-`Attention` replaces LlamaAttention.forward (and Mistral/Qwen2/Qwen3's, which share the
-signature): one GEMM over the packed, concatenated QKV weight, RoPE by the rope kernel,
-qwen3's per-head q/k RMSNorm by the rmsnorm kernel, the KV cache update through the
-model's own Cache object, flash-attention prefill or split-K decode, and one GEMM for the
-output projection.
+`Attention` replaces LlamaAttention.forward (and Mistral/Qwen2/Qwen3's and Gemma 2/3's, which
+share the signature): one GEMM over the packed, concatenated QKV weight, RoPE by the rope kernel,
+qwen3's and Gemma 3's per-head q/k RMSNorm by the rmsnorm kernels, Gemma 2's logit soft-capping
+(`attn_logit_softcapping`) and a sliding layer's window (`sliding_window`) in the attention
+kernels, the KV cache update through the model's own Cache object, flash-attention prefill or
+split-K decode, and one GEMM for the output projection.
 
 `DecoderLayer` replaces LlamaDecoderLayer.forward to fuse the residual add that precedes
 the post-attention RMSNorm into one kernel (add_rms_norm returns both the new residual
@@ -228,7 +229,7 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
 
 
 class Attention(nn.Module):
-    """Replaces LlamaAttention.forward (Mistral, Qwen2, Qwen3 alike)."""
+    """Replaces LlamaAttention.forward (Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 alike)."""
 
     has_backward = False
     can_torch_compile = True
