@@ -242,9 +242,9 @@ func TestAccepts(t *testing.T) {
 		}, true, ""},
 		{"head_dim 32", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(128, 4, 2, 32, models.F32) }, true, ""},
 		{"head_dim 16", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F32) },
-			false, "head_dim 16 not supported (supported: {32, 64, 80, 96, 128})"},
+			false, "head_dim 16 not supported (supported: {32, 64, 80, 96, 128, 256})"},
 		{"head_dim 48", "attention-prefill", func() (models.Layer, map[string]*models.Tensor) { return attn(192, 4, 2, 48, models.F32) },
-			false, "head_dim 48 not supported (supported: {32, 64, 80, 96, 128})"},
+			false, "head_dim 48 not supported (supported: {32, 64, 80, 96, 128, 256})"},
 		{"head_dim 80 odd heads aligned", "attention-decode", func() (models.Layer, map[string]*models.Tensor) {
 			return attn(400, 5, 5, 80, models.F16)
 		}, true, ""},

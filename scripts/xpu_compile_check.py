@@ -62,7 +62,7 @@ def grf_option(value: str) -> str:
     return value
 
 
-FLOATS = {"eps", "qk_scale", "mask_min"}
+FLOATS = {"eps", "qk_scale", "mask_min", "cap_l2"}
 FP32_PTRS = {"PM", "PL", "PACC"}
 INT_PTRS = {"LENS"}
 INT64_PTRS = {"COUNTER"}
@@ -78,7 +78,8 @@ def mock_args(fn, act, constexprs):
     args = []
     for p in fn.params:
         if p.is_constexpr:
-            args.append(constexprs[p.name])
+            # a constexpr with a default (rmsnorm's ROUND_NORMED) takes it unless the case names it
+            args.append(constexprs[p.name] if p.name in constexprs or not p.has_default else p.default)
         elif p.name.endswith("_ptr") or p.name in ptr_names:
             args.append(torch.float32 if p.name in FP32_PTRS else torch.int32 if p.name in INT_PTRS
                         else torch.int64 if p.name in INT64_PTRS else act)
@@ -106,9 +107,14 @@ def cases():
            dict(HAS_RESIDUAL=True, BLOCK=4096, SINGLE=True, ROUND_NORMED=True))
     yield ("rmsnorm gemma", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
            dict(HAS_RESIDUAL=False, BLOCK=2048, SINGLE=True, ROUND_NORMED=False))
-    yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=32)
+    yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=32, BLOCK_PASS=0)
     yield ("rope + cache write", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
-           dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128))
+           dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=0))
+    # partial rotary (Phi-4-mini: 96 of 128 channels rotate, 32 are copied)
+    yield ("rope partial rotary", rope._rope_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64, BLOCK_PASS=32))
+    yield ("rope + cache write partial rotary", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=32))
     gcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in _backend.gemm_configs("xpu")]
     # gemm() takes the descriptor path only where this Triton has tl.make_tensor_descriptor
     # (_backend.has_descriptors); elsewhere only block pointers are ever compiled.
@@ -124,10 +130,32 @@ def cases():
         for mask_kind in (0, 1, 2):
             yield (f"attention prefill d{hd} mask{mask_kind}", attention._prefill_kernel, pcfgs, bf16,
                    dict(HEAD_DIM=hd, BLOCK_D=hd, IS_CAUSAL=mask_kind == 0, MASK_KIND=mask_kind, MASK_ADD=False,
-                        DOT_PREC="tf32", UPCAST=False))
+                        DOT_PREC="tf32", UPCAST=False, SOFTCAP=False, SLIDING=False))
         yield (f"attention decode d{hd}", attention._decode_split_kernel, dcfgs, bf16,
                dict(HEAD_DIM=hd, BLOCK_D=hd, BLOCK_G=16, HAS_LENS=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32",
-                    UPCAST=False, SINGLE=False))
+                    UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=False))
+    # Gemma 2's soft-capped, sliding layers (head_dim 256 as published, 128 as a smaller shape):
+    # the tanh cap and the window bounds, causal and with a 4-D mask, split and single-pass decode.
+    for hd in (128, 256):
+        for mask_kind in (0, 2):
+            yield (f"attention prefill d{hd} mask{mask_kind} softcap sliding", attention._prefill_kernel, pcfgs, bf16,
+                   dict(HEAD_DIM=hd, BLOCK_D=hd, IS_CAUSAL=mask_kind == 0, MASK_KIND=mask_kind, MASK_ADD=True,
+                        DOT_PREC="tf32", UPCAST=False, SOFTCAP=True, SLIDING=True))
+        for single in (False, True):
+            yield (f"attention decode d{hd} softcap sliding single={single}", attention._decode_split_kernel, dcfgs,
+                   bf16, dict(HEAD_DIM=hd, BLOCK_D=hd, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=True,
+                              DOT_PREC="tf32", UPCAST=False, SINGLE=single, SOFTCAP=True, SLIDING=True))
+    # Gemma 3 (head_dim 256, no cap, sliding or full)
+    yield ("attention prefill d256 mask0", attention._prefill_kernel, pcfgs, bf16,
+           dict(HEAD_DIM=256, BLOCK_D=256, IS_CAUSAL=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32", UPCAST=False,
+                SOFTCAP=False, SLIDING=False))
+    yield ("attention decode d256", attention._decode_split_kernel, dcfgs, bf16,
+           dict(HEAD_DIM=256, BLOCK_D=256, BLOCK_G=16, HAS_LENS=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32",
+                UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=True))
+    yield "attention decode reduce d256", attention._decode_reduce_kernel, [({}, 4, 1)], bf16, dict(
+        HEAD_DIM=256, BLOCK_D=256, BLOCK_S=16)
+    yield ("rope + cache write d256", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK_H=8, BLOCK_HALF=128, BLOCK_D=256, BLOCK_PASS=0))
     yield "attention decode reduce", attention._decode_reduce_kernel, [({}, 4, 1)], bf16, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16)
 
 

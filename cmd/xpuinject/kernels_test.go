@@ -83,7 +83,7 @@ func TestKernelsJSON(t *testing.T) {
 	}
 	rows := doc.Kernels
 	if len(rows) != 6 || rows[3].Name != "gemm" || rows[3].Module != "gemm" || rows[3].Layers["linear-bn"] != "LinearBN" ||
-		rows[4].Constraints[1].Text != "head_dim in {32, 64, 80, 96, 128}" {
+		rows[4].Constraints[1].Text != "head_dim in {32, 64, 80, 96, 128, 256}" {
 		t.Fatalf("rows %+v", rows)
 	}
 	if doc.GPU.Name != "h200" || doc.GPUFile != "gpus/h200.json" {

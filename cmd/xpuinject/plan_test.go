@@ -117,7 +117,7 @@ func TestPlanYAMLAndJSON(t *testing.T) {
 	// and writes its seven tensors (q/k/v biases included) under their own names.
 	a := py.Layers[2]
 	if a.Module != "model.layers.0.self_attn" || a.Kernel != "keep" || len(a.Outputs) != 7 ||
-		a.Reason != "attention-prefill: head_dim 16 not supported (supported: {32, 64, 80, 96, 128})" ||
+		a.Reason != "attention-prefill: head_dim 16 not supported (supported: {32, 64, 80, 96, 128, 256})" ||
 		a.Outputs[0].Name != "model.layers.0.self_attn.k_proj.bias" {
 		t.Fatalf("qwen2 attention: %+v", a)
 	}

@@ -306,9 +306,9 @@ func TestPlanKeepReasons(t *testing.T) {
 		reason string
 	}{
 		{name: "head_dim 48", cfg: func(c *llamaCfg) { c.hd = 48 }, module: "model.layers.0.self_attn",
-			reason: "attention-prefill: head_dim 48 not supported (supported: {32, 64, 80, 96, 128})"},
+			reason: "attention-prefill: head_dim 48 not supported (supported: {32, 64, 80, 96, 128, 256})"},
 		{name: "head_dim 16", cfg: func(c *llamaCfg) { c.hd, c.heads, c.kv = 16, 4, 2 }, module: "model.layers.0.self_attn",
-			reason: "attention-prefill: head_dim 16 not supported (supported: {32, 64, 80, 96, 128})"},
+			reason: "attention-prefill: head_dim 16 not supported (supported: {32, 64, 80, 96, 128, 256})"},
 		{name: "gqa", cfg: func(c *llamaCfg) { c.heads, c.kv = 3, 2 }, module: "model.layers.0.self_attn",
 			reason: "attention-prefill: heads 3 not a multiple of kv_heads 2"},
 		{name: "dtype F64", cfg: func(c *llamaCfg) { c.dt = models.F64 }, module: "model.layers.0.mlp",
@@ -655,7 +655,7 @@ func TestPlanSlidingWindowNote(t *testing.T) {
 		cfg  map[string]any
 		want string
 	}{
-		{map[string]any{"sliding_window": 4096.0}, "; sliding window 4096: relies on the 4-D mask transformers passes to attention_forward"},
+		{map[string]any{"sliding_window": 4096.0}, "; sliding window 4096: in the 4-D mask transformers passes, and decode over a static cache skips keys older than it"},
 		{map[string]any{"sliding_window": 4096.0, "use_sliding_window": false}, ""},
 		{map[string]any{"sliding_window": nil}, ""},
 		{nil, ""},

@@ -86,24 +86,40 @@ func TestPublishedConfigs(t *testing.T) {
 		attnReason   []string // in the reason of every attention layer's keep
 		check        func(t *testing.T, p *Plan)
 	}{
-		// 26 layers × (4 norms + MLP) + final norm + lm_head on our kernels; attention kept.
-		"google--gemma-2-2b": {26*5 + 2, 26 + 1, []string{"soft-capping (tanh, cap 50)"}, nil},
-		"google--gemma-3-1b-it": {26*5 + 2, 26 + 1, nil, func(t *testing.T, p *Plan) {
-			// layer 5 is the first full-attention one (sliding_window_pattern 6); head_dim 256
-			for i, want := range map[int]string{0: "sliding-window layer (window 512", 5: "head_dim 256 not supported"} {
+		// 26 layers × (4 norms + MLP + attention) + final norm + lm_head on our kernels, attention
+		// at head_dim 256 with its soft-capping and windows; the embedding kept.
+		"google--gemma-2-2b": {26*6 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			// even layers slide (Gemma2Config's default pattern: the Hub config has no layer_types)
+			for i, window := range map[int]bool{0: true, 1: false} {
+				r := layerPlan(t, p, fmt.Sprintf("model.layers.%d.self_attn", i)).Reason
+				if !strings.Contains(r, "soft-capping (tanh, cap 50) in the kernels") ||
+					strings.Contains(r, "sliding window 4096") != window {
+					t.Errorf("layer %d attention reason %q, want the cap and a window: %v", i, r, window)
+				}
+			}
+		}},
+		"google--gemma-3-1b-it": {26*6 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			// layer 0 slides, layer 5 is the first full-attention one (sliding_window_pattern 6)
+			for i, want := range map[int]string{0: "sliding window 512", 5: "by gemm"} {
 				if r := layerPlan(t, p, fmt.Sprintf("model.layers.%d.self_attn", i)).Reason; !strings.Contains(r, want) {
 					t.Errorf("layer %d attention reason %q, want %q", i, r, want)
 				}
 			}
 		}},
-		"microsoft--Phi-3-mini-4k-instruct": {32*3 + 2, 32 + 1, []string{"sliding-window layer (window 2047"}, func(t *testing.T, p *Plan) {
+		// every layer on our kernels, attention with its window of 2047; the embedding kept
+		"microsoft--Phi-3-mini-4k-instruct": {32*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			a := layerPlan(t, p, "model.layers.0.self_attn")
+			if a.Layer != "FusedAttention" || !strings.Contains(a.Reason, "sliding window 2047") {
+				t.Errorf("attention: layer %s, reason %q, want FusedAttention with its sliding window", a.Layer, a.Reason)
+			}
 			m := layerPlan(t, p, "model.layers.0.mlp")
 			if m.Layer != "FusedSwiGLUMLP" || len(m.Outputs) != 2 || fmt.Sprint(m.Outputs[0].Split) != "[8192 8192]" ||
 				len(m.Outputs[0].Sources) != 1 || fmt.Sprint(m.Outputs[0].Transforms) != "[prepack-kmajor]" {
 				t.Errorf("fused gate_up: %+v", m)
 			}
 		}},
-		"microsoft--Phi-4-mini-instruct": {32*3 + 2, 32 + 1, []string{"partial rotary (96 of 128 channels"}, nil},
+		// partial rotary is in the rope kernels: only LongRoPE's host-side factor choice keeps attention
+		"microsoft--Phi-4-mini-instruct": {32*3 + 2, 32 + 1, []string{"longrope RoPE picks its factors"}, nil},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

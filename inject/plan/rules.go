@@ -220,8 +220,10 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 		lp.Outputs = append(lp.Outputs, p.out(m+".o_proj.bias", "", kernels.PackedAttr("Attention", "o_bias"), LayoutRowMajor, []int64{hidden}, nil, ob))
 	}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
-	// qwen3's per-head q/k RMSNorms run inside the attention layer (it calls them), so
-	// their modules get the RMSNorm layer too.
+	// qwen3's and Gemma 3's per-head q/k RMSNorms run inside the attention layer (it calls
+	// them), so their modules get the RMSNorm layer too. Gemma's (1 + w) form gets
+	// GemmaRMSNorm, which makes 1 + w in fp32 from the module's weight on first use (packed
+	// attributes attach to the attention module, not to its children): stock's own numbers.
 	var children []string
 	var childBindings []Binding
 	for _, c := range []string{"q_norm", "k_norm"} {
@@ -233,19 +235,36 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 		if cls == "" {
 			return fmt.Errorf("%w: layer %s has a %s tensor but the graph names no class for its %s module", ErrCannotPlan, m, c+".weight", c)
 		}
+		layer := layerRMSNorm
+		if kernels.LayerReplaces(layerGemmaRMSNorm, cls) {
+			layer = layerGemmaRMSNorm
+		}
 		lp.Outputs = append(lp.Outputs, p.out(n, "", "", LayoutRowMajor, []int64{hd}, nil, n))
 		children = append(children, c)
-		childBindings = append(childBindings, bind(m+"."+c, cls, layerRMSNorm, nil))
+		childBindings = append(childBindings, bind(m+"."+c, cls, layer, nil))
 	}
 	ab := bind(m, l.Class, lp.Layer, lp.Outputs, children...)
 	ab.Vendor = vendor
 	lp.Bindings = append([]Binding{ab}, childBindings...)
 	reason := "prefill runs attention-prefill, generation attention-decode; RoPE by rope; q/k/v and o projections by gemm"
-	if sw := p.slidingWindow(l); sw > 0 {
-		reason += fmt.Sprintf("; sliding window %d: relies on the 4-D mask transformers passes to attention_forward", sw)
-	}
-	lp.Reason = joinReasons(reason+vendorReason(vendor), note)
+	lp.Reason = joinReasons(reason+p.variantReason(l)+vendorReason(vendor), note)
 	return nil
+}
+
+// variantReason is the reason's part for the attention variants a layer runs, "" when none.
+func (p *planner) variantReason(l models.Layer) string {
+	var r string
+	if l.Softcap > 0 {
+		r += fmt.Sprintf("; logit soft-capping (tanh, cap %g) in the kernels", l.Softcap)
+	}
+	if rd := l.Dims["rotary_dim"]; rd > 0 {
+		r += fmt.Sprintf("; partial rotary: %d of %d channels of each head rotate", rd, l.Dims["head_dim"])
+	}
+	if sw := p.slidingWindow(l); sw > 0 {
+		r += fmt.Sprintf("; sliding window %d: in the 4-D mask transformers passes, and decode over a static "+
+			"cache skips keys older than it", sw)
+	}
+	return r
 }
 
 // stockAttention is why an attention layer stays on the stock path whatever the kernels'
@@ -253,26 +272,8 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 // do not compute yet.
 func (p *planner) stockAttention(l models.Layer) string {
 	var why []string
-	if l.Softcap > 0 {
-		why = append(why, fmt.Sprintf("attention logit soft-capping (tanh, cap %g) is not in the attention kernels yet "+
-			"(and SDPA ignores it: the eval runs this model's attention eager)", l.Softcap))
-	}
-	if sw := l.Dims["sliding_window"]; sw > 0 {
-		why = append(why, fmt.Sprintf("sliding-window layer (window %d; transformers keeps only the window in its cache): "+
-			"not in the attention kernels yet", sw))
-	}
-	if rd := l.Dims["rotary_dim"]; rd > 0 {
-		why = append(why, fmt.Sprintf("partial rotary (%d of %d channels of each head): not in the rope kernel yet",
-			rd, l.Dims["head_dim"]))
-	}
 	if l.Rope != "" {
 		why = append(why, fmt.Sprintf("%s RoPE picks its factors by a host-side length test a captured graph would hide", l.Rope))
-	}
-	for _, c := range slices.Sorted(maps.Keys(l.Children)) {
-		if cls := l.Children[c]; kernels.LayerReplaces(layerGemmaRMSNorm, cls) {
-			why = append(why, fmt.Sprintf("its %s (%s, Gemma's (1 + w) form) is not bound inside the Attention layer yet", c, cls))
-			break
-		}
 	}
 	if len(why) == 0 {
 		return ""
@@ -331,7 +332,7 @@ func (p *planner) fusedAttention(l models.Layer, lp *LayerPlan) error {
 	lp.Bindings = []Binding{ab}
 	reason := "qkv_proj kept fused as the checkpoint has it (split q, k, v recorded); prefill runs attention-prefill, " +
 		"generation attention-decode; RoPE by rope; qkv and o projections by gemm"
-	lp.Reason = joinReasons(reason+vendorReason(ab.Vendor), note)
+	lp.Reason = joinReasons(reason+p.variantReason(l)+vendorReason(ab.Vendor), note)
 	return nil
 }
 
@@ -343,6 +344,14 @@ func (p *planner) slidingWindow(l models.Layer) int64 {
 		return sw
 	}
 	cfg := p.g.Checkpoint.Config
+	// Gemma's windows are per layer (layer_types, or each config class's default pattern), and
+	// models puts them in Dims: its other layers are full attention.
+	if mt, _ := cfg["model_type"].(string); strings.HasPrefix(mt, "gemma") {
+		return 0
+	}
+	if v, ok := cfg["layer_types"]; ok && v != nil {
+		return 0
+	}
 	sw, ok := cfg["sliding_window"].(float64)
 	if !ok || sw <= 0 || sw > math.MaxInt32 {
 		return 0

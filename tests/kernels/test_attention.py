@@ -350,8 +350,10 @@ def test_attention_forward_errors_name_the_module(device):
     with pytest.raises(ValueError, match=r"layer_idx 3.*head_dim 48 unsupported"):
         A.attention_forward(mod, torch.zeros(1, 4, 5, 48, **bf), torch.zeros(1, 2, 5, 48, **bf),
                             torch.zeros(1, 2, 5, 48, **bf), None)
-    with pytest.raises(ValueError, match=r"layer_idx 3.*'softcap'"):
-        A.attention_forward(mod, q, k, k, None, softcap=30.0)
+    with pytest.raises(ValueError, match=r"layer_idx 3.*'sinks'"):
+        A.attention_forward(mod, q, k, k, None, sinks=torch.zeros(4, **bf))
+    with pytest.raises(ValueError, match=r"layer_idx 3.*softcap -30.0"):  # a cap is computed, a bad one named
+        A.attention_forward(mod, q, k, k, None, softcap=-30.0)
     with pytest.raises(ValueError, match=r"num_key_value_groups 4"):
         A.attention_forward(_FakeAttn(groups=4), q, k, k, None)
     with pytest.raises(ValueError, match=r"layer_idx 3.*attn_mask shape"):
@@ -478,3 +480,98 @@ def test_llama_end_to_end(device, registered, dtype):
         assert mo.max_abs <= 2.0 * ms.max_abs + 1e-3
         agree = (o.argmax(-1) == r.argmax(-1)).float().mean().item()
         assert agree >= 0.9, f"top-1 agreement with fp32 model {agree}"
+
+
+# ---------------------------------------------------------------------------------------------
+# variants: logit soft-capping (Gemma 2) and sliding windows
+# ---------------------------------------------------------------------------------------------
+
+VARIANT_PREFILL_CASES = [
+    # b, h, hk, sq, sk, d, dtype, softcap, window
+    (2, 6, 2, 37, 37, 64, torch.bfloat16, 2.0, None),  # GQA 3, a cap that bends the scores
+    (1, 6, 2, 37, 37, 80, torch.float16, None, 11),  # window shorter than the prompt
+    (2, 6, 2, 37, 37, 64, torch.bfloat16, 2.0, 11),  # both, tails in every block
+    (1, 6, 2, 9, 45, 96, torch.bfloat16, 1.5, 20),  # KV prefix: queries are the last 9 of 45
+    (1, 3, 1, 33, 33, 128, torch.float32, 50.0, 1),  # window 1: each query sees itself only
+    (1, 6, 2, 21, 21, 256, torch.bfloat16, 2.0, 9),  # Gemma's head_dim 256
+    (1, 3, 1, 5, 26, 256, torch.float16, None, None),  # head_dim 256, a KV prefix, plain
+]
+
+
+@pytest.mark.parametrize("kind", ["coord", "random"])
+@pytest.mark.parametrize("case", VARIANT_PREFILL_CASES,
+                         ids=lambda c: "h{}kv{}q{}k{}d{}-{}-cap{}-w{}".format(*c[1:6], str(c[6])[6:], c[7], c[8]))
+def test_prefill_softcap_and_window(device, case, kind):
+    b, h, hk, sq, sk, d, dtype, cap, win = case
+    q32, k32, v32, q, k, v = qkv(b, h, hk, sq, sk, d, kind, dtype, device)
+    q32, q = q32 * 3, (q32 * 3).to(dtype).to(device)  # scores of several units: the cap matters
+    out = A.flash_attention_prefill(q, k, v, causal=True, softcap=cap, window=win)
+    check(f"prefill {case}", out, q32, k32, v32, q, k, v, causal=True, softcap=cap, window=win)
+    if cap or win:  # the variant changed the result (a test of the test)
+        plain = A.flash_attention_prefill(q, k, v, causal=True)
+        assert not torch.equal(out, plain)
+
+
+def test_prefill_window_with_mask_matches_windowed_mask(device):
+    """A 4-D causal mask plus window= gives what a mask holding the window gives (transformers
+    builds the windowed mask itself for sliding layers)."""
+    b, h, hk, s, d, w = 1, 6, 2, 40, 64, 13
+    q32, k32, v32, q, k, v = qkv(b, h, hk, s, s, d, "random", torch.bfloat16, device)
+    i = torch.arange(s)[:, None]
+    j = torch.arange(s)[None, :]
+    causal = (j <= i)[None, None].to(device)
+    windowed = causal & (j > i - w)[None, None].to(device)
+    a = A.flash_attention_prefill(q, k, v, causal=False, attn_mask=causal, window=w)
+    ref = A.flash_attention_prefill(q, k, v, causal=False, attn_mask=windowed)
+    assert torch.equal(a, ref)
+    check("prefill mask + window", a, q32, k32, v32, q, k, v, causal=False, attn_mask=windowed)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cap, win, d", [(2.0, None, 64), (None, 23, 64), (1.5, 70, 64), (2.0, 23, 256)])
+def test_decode_softcap_and_window(device, dtype, cap, win, d):
+    """Decode over a static-cache view (capacity 100, per-row lengths 67 / 5 / 40), GQA 3, the
+    window older than some rows' first split and shorter than others' lengths."""
+    b, h, hk, capacity = 3, 6, 2, 100
+    q32 = make((b, h, 1, d), "random", 0) * 3
+    kc32, vc32 = make((b, hk, capacity, d), "random", 1), make((b, hk, capacity, d), "random", 2)
+    q = q32.to(dtype).to(device)
+    kc, vc = kc32.to(dtype).to(device), vc32.to(dtype).to(device)
+    lens = torch.tensor([67, 5, 40], dtype=torch.int64, device=device)
+    for splits in (1, 4):
+        out = A.decode_attention(q, kc, vc, kv_lens=lens, num_splits=splits, softcap=cap, window=win)
+        check(f"decode cap{cap} w{win} s{splits}", out, q32, kc32, vc32, q, kc, vc,
+              causal=False, kv_lens=lens, softcap=cap, window=win)
+    # without lengths the query is the last key's position
+    out = A.decode_attention(q, kc, vc, num_splits=3, softcap=cap, window=win)
+    check(f"decode full cap{cap} w{win}", out, q32, kc32, vc32, q, kc, vc, causal=False, softcap=cap, window=win)
+
+
+def test_variant_arguments_are_checked(device):
+    q = torch.zeros(1, 2, 4, 32, dtype=torch.bfloat16, device=device)
+    for bad, msg in (({"softcap": -1.0}, "softcap -1.0"), ({"softcap": float("nan")}, "softcap nan"),
+                     ({"window": -3}, "window -3"), ({"window": 2.5}, "window 2.5")):
+        with pytest.raises(ValueError, match=msg):
+            A.flash_attention_prefill(q, q, q, **bad)
+        with pytest.raises(ValueError, match=msg):
+            A.decode_attention(q[:, :, :1], q, q, **bad)
+
+
+def test_attention_forward_passes_softcap_and_window(device):
+    """transformers passes softcap= and sliding_window= (Gemma2Attention): without a mask both
+    apply; with a mask the window is the mask's (a static layer's whole buffer comes with it, so
+    the keys need not end at the last query)."""
+    b, h, hk, s, d, w = 1, 6, 2, 30, 64, 7
+    q32, k32, v32, q, k, v = qkv(b, h, hk, s, s, d, "random", torch.bfloat16, device)
+    q32, q = q32 * 3, (q32 * 3).to(torch.bfloat16).to(device)
+    mod = _FakeAttn(groups=3)
+    out, _ = A.attention_forward(mod, q, k, v, None, scaling=0.2, softcap=2.0, sliding_window=w)
+    check("attention_forward cap + window", out, q32, k32, v32, q, k, v, causal=True, scaling=0.2, softcap=2.0, window=w)
+    # a 16-slot padded buffer past the 30 keys, with a causal mask over the real ones: the window
+    # must come from the mask alone (the kernel's own would count from the buffer's end)
+    kp = torch.cat([k, torch.zeros(b, hk, 16, d, dtype=k.dtype, device=device)], dim=2)
+    vp = torch.cat([v, torch.zeros(b, hk, 16, d, dtype=v.dtype, device=device)], dim=2)
+    i, j = torch.arange(s)[:, None], torch.arange(s + 16)[None, :]
+    mask = ((j <= i) & (j > i - w))[None, None].to(device)
+    got, _ = A.attention_forward(mod, q, kp, vp, mask, scaling=0.2, softcap=2.0, sliding_window=w)
+    assert torch.equal(got, out)

@@ -153,3 +153,125 @@ def test_phi3_fused_layers_pack_from_fused_children(device):
     attn = Phi3Attention(cfg, layer_idx=0).to(torch.bfloat16)
     packed = packing._attention(attn)
     assert torch.equal(packed["qkv_weight"], attn.qkv_proj.weight.t().contiguous()) and packed["qkv_weight"].shape == (240, 400)
+
+
+def _window_mask(s, window, dtype):
+    """transformers' additive mask for a causal layer, windowed when window is set."""
+    i, j = torch.arange(s)[:, None], torch.arange(s)[None, :]
+    keep = (j <= i) & ((j > i - window) if window else True)
+    return torch.where(keep, torch.zeros((), dtype=dtype), torch.full((), torch.finfo(dtype).min, dtype=dtype))[None, None]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family, layer_idx", [("gemma2", 0), ("gemma2", 1), ("gemma3", 0)])
+def test_gemma_attention_on_our_kernels(device, dtype, family, layer_idx):
+    """Our Attention layer bound on Gemma2Attention (query_pre_attn_scalar scaling, tanh logit
+    soft-capping, a sliding window shorter than the sequence on layer 0) and on Gemma3Attention
+    (its q/k norms in the (1 + w) form, bound to GemmaRMSNorm), against the float64 module:
+    within the stock module's own error in the same dtype. GQA 3, head_dim 80."""
+    from transformers import Gemma3TextConfig
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2Attention, Gemma2RotaryEmbedding
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3Attention, Gemma3RotaryEmbedding
+
+    torch.manual_seed(6)
+    common = dict(hidden_size=96, num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=1, head_dim=80, sliding_window=5,
+                  layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=48,
+                  attn_implementation="eager")
+    if family == "gemma2":
+        cfg = Gemma2Config(attn_logit_softcapping=3.0, **common)  # a cap the scores reach
+        cls, rot = Gemma2Attention, Gemma2RotaryEmbedding(cfg)
+    else:
+        cfg = Gemma3TextConfig(**common)
+        cls, rot = Gemma3Attention, Gemma3RotaryEmbedding(cfg)
+    ref = cls(cfg, layer_idx=layer_idx).double().eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.copy_(torch.randn_like(p) * (0.3 if p.dim() > 1 else 0.2))
+    s = 11
+    x = torch.randn(2, s, 96, dtype=torch.float64) * 2
+    pos = torch.arange(s)[None].expand(2, s)
+    window = cfg.sliding_window if ref.sliding_window else None
+    if family == "gemma2":
+        assert ref.attn_logit_softcapping == 3.0 and ref.scaling == 48 ** -0.5
+    rope_kw = {} if family == "gemma2" else {"layer_type": cfg.layer_types[layer_idx]}
+
+    def run(m, dt, dev):
+        cos, sin = rot(x.to(dt), pos, **rope_kw)
+        with torch.no_grad():
+            out, _ = m(x.to(dt).to(dev), position_embeddings=(cos.to(dev), sin.to(dev)),
+                       attention_mask=_window_mask(s, window, dt).to(dev))
+        return out.cpu().double()
+
+    want = run(ref, torch.float64, "cpu")
+    stock = cls(cfg, layer_idx=layer_idx).to(dtype).eval()
+    stock.load_state_dict(ref.state_dict())
+    got_stock = run(stock, dtype, "cpu")
+    ours = cls(cfg, layer_idx=layer_idx).to(dtype).to(device).eval()
+    ours.load_state_dict(ref.state_dict())
+    _bind(ours, "Attention")
+    if family == "gemma3":
+        _bind(ours.q_norm, "GemmaRMSNorm")
+        _bind(ours.k_norm, "GemmaRMSNorm")
+    got = run(ours, dtype, device)
+    assert getattr(ours, "xpuinject_qkv_weight", None) is not None  # our layer ran, on its packed weight
+    if family == "gemma3":
+        assert ours.q_norm.xpuinject_norm_weight.dtype == torch.float32
+    err, err_stock = (got - want).abs(), (got_stock - want).abs()
+    assert err.mean() <= 1.2 * err_stock.mean() + 1e-6, (err.mean(), err_stock.mean())
+    assert err.max() <= 2 * err_stock.max() + 1e-6, (err.max(), err_stock.max())
+    # the variants matter at these shapes: without the cap, or without the window, the output moves
+    if family == "gemma2" or window:
+        plain = cls(cfg, layer_idx=layer_idx).double().eval()
+        plain.load_state_dict(ref.state_dict())
+        plain.attn_logit_softcapping, plain.sliding_window = None, None
+        cos, sin = rot(x, pos, **rope_kw)
+        with torch.no_grad():
+            other = plain(x, position_embeddings=(cos, sin), attention_mask=_window_mask(s, None, torch.float64))[0]
+        assert (other - want).abs().mean() > 10 * err.mean()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_phi3_partial_rotary_attention_on_our_kernels(device, dtype):
+    """FusedAttention on a Phi3Attention with Phi-4-mini's partial_rotary_factor 0.75 (60 of 80
+    channels rotate) and a sliding window shorter than the sequence, GQA 3, against the float64
+    module: within the stock module's own error in the same dtype."""
+    from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
+
+    torch.manual_seed(7)
+    cfg = Phi3Config(hidden_size=240, num_attention_heads=3, num_key_value_heads=1, sliding_window=6,
+                     pad_token_id=0, attn_implementation="eager",
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75})
+    rot = Phi3RotaryEmbedding(cfg)
+    ref = Phi3Attention(cfg, layer_idx=0).double().eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.copy_(torch.randn_like(p) * 0.15)
+    s = 13
+    x = torch.randn(2, s, 240, dtype=torch.float64)
+    pos = torch.arange(s)[None].expand(2, s)
+
+    def run(m, dt, dev):
+        cos, sin = rot(x.to(dt), pos)
+        assert cos.shape[-1] == 60
+        with torch.no_grad():
+            out, _ = m(x.to(dt).to(dev), position_embeddings=(cos.to(dev), sin.to(dev)),
+                       attention_mask=_window_mask(s, cfg.sliding_window, dt).to(dev))
+        return out.cpu().double()
+
+    want = run(ref, torch.float64, "cpu")
+    stock = Phi3Attention(cfg, layer_idx=0).to(dtype).eval()
+    stock.load_state_dict(ref.state_dict())
+    ours = Phi3Attention(cfg, layer_idx=0).to(dtype).to(device).eval()
+    ours.load_state_dict(ref.state_dict())
+    _bind(ours, "FusedAttention")
+    got, got_stock = run(ours, dtype, device), run(stock, dtype, "cpu")
+    assert getattr(ours, "xpuinject_qkv_weight", None) is not None
+    err, err_stock = (got - want).abs(), (got_stock - want).abs()
+    assert err.mean() <= 1.2 * err_stock.mean() + 1e-6, (err.mean(), err_stock.mean())
+    assert err.max() <= 2 * err_stock.max() + 1e-6, (err.max(), err_stock.max())
+    # rotating all 80 channels instead would be far off: the partial rotation is what we matched
+    cfg_full = Phi3Config(**{**cfg.to_dict(), "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})
+    with torch.no_grad():
+        other = ref(x, position_embeddings=Phi3RotaryEmbedding(cfg_full)(x, pos),
+                    attention_mask=_window_mask(s, cfg.sliding_window, torch.float64))[0]
+    assert (other - want).abs().mean() > 10 * err.mean()

@@ -147,3 +147,55 @@ def test_rope_bad_inputs(device):
         rope.apply_rope(q, k.half(), cos, sin)
     with pytest.raises(ValueError, match="dtype"):
         rope.apply_rope(q.to(torch.int32), k.to(torch.int32), cos, sin)
+
+
+def phi3_rotary(head_dim, factor, seq, batch, dtype, device):
+    """cos/sin of Phi-3's own rotary embedding with partial_rotary_factor (Phi-4-mini: 0.75):
+    [batch, seq, head_dim * factor]."""
+    from transformers import Phi3Config
+    from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
+
+    cfg = Phi3Config(hidden_size=head_dim * 3, num_attention_heads=3, num_key_value_heads=1,
+                     max_position_embeddings=256, pad_token_id=0,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": factor})
+    positions = torch.arange(seq).unsqueeze(0).expand(batch, seq) * 5 + 2
+    cos, sin = Phi3RotaryEmbedding(cfg)(torch.zeros(1, dtype=dtype), positions)
+    return cos.to(device), sin.to(device)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("dtype,hq,hk,d,factor", [
+    (torch.bfloat16, 6, 2, 128, 0.75),  # Phi-4-mini's 96 of 128, GQA 3
+    (torch.float16, 3, 1, 80, 0.6),     # 48 of 80: the rotated half (24) and the rest (32) odd-sized tiles
+])
+def test_rope_partial_rotary(device, inplace, dtype, hq, hk, d, factor):
+    from transformers.models.phi3.modeling_phi3 import apply_rotary_pos_emb as phi3_rope
+
+    b, s = 2, 7
+    cos, sin = phi3_rotary(d, factor, s, b, dtype, device)
+    rd = cos.shape[-1]
+    assert rd == int(d * factor) < d
+    q = make((b, hq, s, d), "coord", dtype, device)
+    k = make((b, hk, s, d), "random", dtype, device)
+    q0, k0 = q.clone(), k.clone()
+    qo, ko = rope.apply_rope(q, k, cos, sin, inplace=inplace)
+    # fp64 reference: the first rd channels rotate, the rest are the inputs bit for bit
+    qr, kr = rope.apply_rope_ref(q0, k0, cos, sin, dtype=torch.float64)
+    ulp = BF16_ULP if dtype == torch.bfloat16 else FP16_ULP
+    metrics.assert_close("partial q vs fp64", qo, qr, atol=1e-6, rtol=ulp)
+    metrics.assert_close("partial k vs fp64", ko, kr, atol=1e-6, rtol=ulp)
+    assert torch.equal(qo[..., rd:], q0[..., rd:]) and torch.equal(ko[..., rd:], k0[..., rd:])
+    assert not torch.equal(qo[..., :rd], q0[..., :rd])
+    qs, ks = phi3_rope(q0, k0, cos, sin)  # transformers' own, rounding three times
+    metrics.assert_close("partial q vs transformers", qo, qs, atol=4 * ulp, rtol=2 * ulp)
+    metrics.assert_close("partial k vs transformers", ko, ks, atol=4 * ulp, rtol=2 * ulp)
+
+
+def test_rope_partial_rotary_bad_widths(device):
+    q = torch.zeros(1, 2, 3, 64, dtype=torch.bfloat16, device=device)
+    for rd in (66, 31):
+        cs = torch.zeros(1, 3, rd, dtype=torch.bfloat16, device=device)
+        with pytest.raises(ValueError, match=f"cos shape \\(1, 3, {rd}\\).*rotary_dim even and at most head_dim 64"):
+            rope.apply_rope(q, q, cs, cs)
+    with pytest.raises(ValueError, match="cos has 48 columns, sin 32"):
+        rope.apply_rope(q, q, torch.zeros(1, 3, 48, device=device), torch.zeros(1, 3, 32, device=device))

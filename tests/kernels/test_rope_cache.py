@@ -87,3 +87,29 @@ def test_decode_reads_only_up_to_counter(device, dtype, b, hq, hk, d, length, ca
                                   key_mask=pad[:, :length].to(device), dtype=torch.float64)
     assert torch.isfinite(got.float()).all()
     metrics.assert_close("decode vs fp64", got, ref, atol=2e-3, rtol=2 * ULP[dtype], min_cosine=0.9999)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("s,hq,hk,d,factor,start", [
+    (1, 6, 2, 128, 0.75, 40),  # Phi-4-mini's 96 of 128, GQA 3, a decode token
+    (5, 3, 1, 80, 0.6, 2),     # 48 of 80, a prefill mid-cache
+])
+def test_rope_cache_write_partial_rotary(device, dtype, s, hq, hk, d, factor, start):
+    from test_rope import phi3_rotary
+
+    b, length = 2, 47
+    q, k, v = projections(b, s, hq, hk, d, dtype, device)
+    cos, sin = phi3_rotary(d, factor, s, b, dtype, device)
+    rd = cos.shape[-1]
+    kc = torch.randn(b, hk, length, d).to(dtype).to(device)
+    vc = torch.randn(b, hk, length, d).to(dtype).to(device)
+    counter = torch.tensor(start, device=device)
+    want_q, want_k, want_v = rope_cache.rope_cache_write_ref(q, k, v, cos, sin, kc, vc, counter)
+    got = rope_cache.rope_cache_write(q, k, v, cos, sin, kc, vc, counter)
+    ulp = ULP[dtype]
+    metrics.assert_close("partial q_rot", got, want_q, atol=1e-6, rtol=ulp)
+    metrics.assert_close("partial k_cache", kc, want_k, atol=1e-6, rtol=ulp)
+    assert torch.equal(vc, want_v.to(dtype))
+    # the channels past rotary_dim are k's own, bit for bit, in the written slots
+    assert torch.equal(kc[:, :, start:start + s, rd:], k.transpose(1, 2)[..., rd:])
+    assert torch.equal(got[..., rd:], q.transpose(1, 2)[..., rd:])

@@ -112,17 +112,34 @@ def _score(a, b, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def _scaled(raw, qk_scale, cap_l2, SOFTCAP: tl.constexpr):
+    """Scores in log2 units. SOFTCAP: cap * tanh(raw * scaling / cap) (Gemma 2's
+    attn_logit_softcapping, transformers 5.17 models/gemma2/modeling_gemma2.py
+    eager_attention_forward), with qk_scale = scaling / cap and cap_l2 = cap * log2(e); tanh as
+    1 - 2 / (exp(2x) + 1), its exponent clamped where fp32's tanh is already +-1 (|x| > 43), so
+    exp2 neither overflows nor underflows. Otherwise raw * qk_scale, qk_scale = scaling * log2(e)."""
+    if SOFTCAP:
+        y = tl.minimum(tl.maximum(raw * qk_scale * 2.8853900817779268, -126.0), 126.0)
+        t = 1.0 - 2.0 / (tl.math.exp2(y) + 1.0)
+        return t * cap_l2
+    else:
+        return raw * qk_scale
+
+
+@triton.jit
 def _prefill_block(
     acc, l_i, m_i, q, k_base, v_base, m_base,
     offs_m, offs_d, start_n,
     stride_kn, stride_kd, stride_vn, stride_vd, stride_mm, stride_mn,
-    SEQ_Q, SEQ_K, causal_off, qk_scale, mask_min,
+    SEQ_Q, SEQ_K, causal_off, qk_scale, mask_min, cap_l2, window,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     APPLY_CAUSAL: tl.constexpr, CHECK_N: tl.constexpr,
     MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+    SOFTCAP: tl.constexpr, SLIDING: tl.constexpr,
 ):
     """One BLOCK_N key block of the online softmax. CHECK_N: the block may run past SEQ_K;
-    APPLY_CAUSAL: the block crosses the diagonal."""
+    APPLY_CAUSAL: the block crosses the diagonal; SLIDING: query i (at position i + causal_off)
+    sees only keys j > i + causal_off - window (transformers' sliding_window_overlay)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_n64 = offs_n.to(tl.int64)
     n_ok = offs_n < SEQ_K
@@ -134,6 +151,8 @@ def _prefill_block(
         keep = keep & n_ok[None, :]
     if APPLY_CAUSAL:
         keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_off)
+    if SLIDING:
+        keep = keep & (offs_n[None, :] > offs_m[:, None] + causal_off - window)
     bias = tl.zeros([BLOCK_N], dtype=tl.float32)[None, :]
     if MASK_KIND == 1:
         mv = tl.load(m_base + offs_n64 * stride_mn, mask=n_ok, other=0)
@@ -169,7 +188,7 @@ def _prefill_block(
             k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
         else:
             k = tl.load(k_ptrs)
-        s = _score(q, k, DOT_PREC, UPCAST) * qk_scale + bias
+        s = _scaled(_score(q, k, DOT_PREC, UPCAST), qk_scale, cap_l2, SOFTCAP) + bias
         s = tl.where(keep, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # A row with nothing attended so far keeps m = -inf; shift by 0 so exp2 gives 0, not NaN.
@@ -198,11 +217,11 @@ def _prefill_kernel(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_mb, stride_mh, stride_mm, stride_mn,
-    H, GROUP, SEQ_Q, SEQ_K, qk_scale, mask_min,
+    H, GROUP, SEQ_Q, SEQ_K, qk_scale, mask_min, cap_l2, window,
     SEQ_Q_BUCKET, SEQ_K_BUCKET,  # autotune keys only
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     IS_CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, SOFTCAP: tl.constexpr, SLIDING: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     num_m = tl.cdiv(SEQ_Q, BLOCK_M)
@@ -242,19 +261,24 @@ def _prefill_kernel(
     else:
         full_hi = (SEQ_K // BLOCK_N) * BLOCK_N
         hi = SEQ_K
+    lo = 0
+    if SLIDING:
+        # Blocks wholly older than the first row's window carry no weight: start past them.
+        lo = (tl.maximum(start_m * BLOCK_M + causal_off - window + 1, 0) // BLOCK_N) * BLOCK_N
+        full_hi = tl.maximum(full_hi, lo)
 
-    for start_n in range(0, full_hi, BLOCK_N):
+    for start_n in range(lo, full_hi, BLOCK_N):
         acc, l_i, m_i = _prefill_block(
             acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, offs_d, start_n,
             stride_kn, stride_kd, stride_vn, stride_vd, stride_mm, stride_mn,
-            SEQ_Q, SEQ_K, causal_off, qk_scale, mask_min,
-            HEAD_DIM, BLOCK_D, BLOCK_N, False, False, MASK_KIND, MASK_ADD, DOT_PREC, UPCAST)
+            SEQ_Q, SEQ_K, causal_off, qk_scale, mask_min, cap_l2, window,
+            HEAD_DIM, BLOCK_D, BLOCK_N, False, False, MASK_KIND, MASK_ADD, DOT_PREC, UPCAST, SOFTCAP, SLIDING)
     for start_n in range(full_hi, hi, BLOCK_N):
         acc, l_i, m_i = _prefill_block(
             acc, l_i, m_i, q, k_base, v_base, m_base, offs_m, offs_d, start_n,
             stride_kn, stride_kd, stride_vn, stride_vd, stride_mm, stride_mn,
-            SEQ_Q, SEQ_K, causal_off, qk_scale, mask_min,
-            HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, True, MASK_KIND, MASK_ADD, DOT_PREC, UPCAST)
+            SEQ_Q, SEQ_K, causal_off, qk_scale, mask_min, cap_l2, window,
+            HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, True, MASK_KIND, MASK_ADD, DOT_PREC, UPCAST, SOFTCAP, SLIDING)
 
     # Fully masked rows: l = 0 and acc = 0 -> output 0.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -278,11 +302,11 @@ def _decode_split_kernel(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_mb, stride_mh, stride_mn,
     stride_ob, stride_oh, stride_od,
-    H, H_KV, GROUP, SEQ_K, SPLIT_SIZE, NUM_SPLITS, qk_scale, mask_min,
+    H, H_KV, GROUP, SEQ_K, SPLIT_SIZE, NUM_SPLITS, qk_scale, mask_min, cap_l2, window,
     SPLIT_BUCKET,  # autotune key only
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr,
     HAS_LENS: tl.constexpr, MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr,
-    UPCAST: tl.constexpr, SINGLE: tl.constexpr,
+    UPCAST: tl.constexpr, SINGLE: tl.constexpr, SOFTCAP: tl.constexpr, SLIDING: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     pid_s = tl.program_id(0)
@@ -307,6 +331,9 @@ def _decode_split_kernel(
         kv_end = tl.minimum(tl.load(LENS + off_b * stride_lens).to(tl.int32), SEQ_K)
     start = pid_s * SPLIT_SIZE
     end = tl.minimum(start + SPLIT_SIZE, kv_end)
+    if SLIDING:
+        # The query sits at kv_end - 1: keys before kv_end - window get no weight and are not read.
+        start = tl.maximum(start, kv_end - window)
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
@@ -317,7 +344,7 @@ def _decode_split_kernel(
         n_ok = offs_n < end
         k = tl.load(k_base + offs_n64[None, :] * stride_kn + offs_d[:, None] * stride_kd,
                     mask=n_ok[None, :] & d_ok[:, None], other=0.0)
-        s = _score(q, k, DOT_PREC, UPCAST) * qk_scale  # [BLOCK_G, BLOCK_N]
+        s = _scaled(_score(q, k, DOT_PREC, UPCAST), qk_scale, cap_l2, SOFTCAP)  # [BLOCK_G, BLOCK_N]
         keep = n_ok[None, :] & g_ok[:, None]
         if MASK_KIND == 1:
             mv = tl.load(m_base[:, None] + offs_n64[None, :] * stride_mn, mask=keep, other=0)
@@ -585,6 +612,20 @@ def _mask_operand(where: str, mask: torch.Tensor, q: torch.Tensor):
     raise ValueError(f"attention: {where}: mask dtype {mask.dtype} unsupported (want bool, integer, float16, bfloat16 or float32)")
 
 
+def _variants(where: str, scaling: float, softcap, window):
+    """(qk_scale, cap_l2, window, SOFTCAP, SLIDING) for the kernels from the public arguments:
+    softcap None/0 (off) or > 0; window None/0 (off) or a key count >= 1."""
+    if softcap is not None and not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"attention: {where}: softcap {softcap!r}, want None or a finite number >= 0")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ValueError(f"attention: {where}: window {window!r}, want None or an integer >= 0 (keys)")
+    if softcap:
+        qk_scale, cap_l2 = float(scaling) / float(softcap), float(softcap) * _LOG2E
+    else:
+        qk_scale, cap_l2 = float(scaling) * _LOG2E, 0.0
+    return qk_scale, cap_l2, int(window or 0), bool(softcap), bool(window)
+
+
 def _upcast(dtype: torch.dtype) -> bool:
     return dtype == torch.bfloat16 and _backend.is_interpret()
 
@@ -608,20 +649,25 @@ def flash_attention_prefill(
     causal: bool = True,
     key_mask: Optional[torch.Tensor] = None,
     attn_mask: Optional[torch.Tensor] = None,
+    softcap: Optional[float] = None,
+    window: Optional[int] = None,
 ) -> torch.Tensor:
     """Flash attention over q [b, h, sq, d], k/v [b, hk, sk, d] -> out [b, sq, h, d] (q.dtype).
 
     causal: bottom-right aligned (queries are the last sq of sk positions; needs sq <= sk).
     key_mask: [b, sk] padding mask; attn_mask: general [b|1, h|1, sq|1, sk] mask (module docstring
     for value conventions). Both may be given; they combine (a pair needs both).
+    softcap: scores become softcap * tanh(scores / softcap) before masks (Gemma 2).
+    window: sliding window of that many keys: query i (position i + sk - sq) sees keys
+    j > i + sk - sq - window, on top of any mask.
     The op: torch.ops.<ns>.attention_prefill (_ops.py).
     """
     if _ops.traced(q):
-        return _ops.call("attention_prefill", q, k, v, scaling, bool(causal), key_mask, attn_mask)
-    return _prefill(q, k, v, scaling, causal, key_mask, attn_mask)
+        return _ops.call("attention_prefill", q, k, v, scaling, bool(causal), key_mask, attn_mask, softcap, window)
+    return _prefill(q, k, v, scaling, causal, key_mask, attn_mask, softcap, window)
 
 
-def _prefill_fake(q, k, v, scaling, causal, key_mask, attn_mask):
+def _prefill_fake(q, k, v, scaling, causal, key_mask, attn_mask, softcap=None, window=None):
     where = "flash_attention_prefill"
     b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
     if causal and sq > sk:
@@ -629,7 +675,7 @@ def _prefill_fake(q, k, v, scaling, causal, key_mask, attn_mask):
     return q.new_empty((b, sq, h, d))
 
 
-def _prefill(q, k, v, scaling, causal, key_mask, attn_mask) -> torch.Tensor:
+def _prefill(q, k, v, scaling, causal, key_mask, attn_mask, softcap=None, window=None) -> torch.Tensor:
     where = "flash_attention_prefill"
     b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
     be = _backend.require_runnable(q, where)
@@ -637,6 +683,7 @@ def _prefill(q, k, v, scaling, causal, key_mask, attn_mask) -> torch.Tensor:
         raise ValueError(f"attention: {where}: causal with seq_q {sq} > seq_k {sk} (queries must be the last seq_q keys)")
     if scaling is None:
         scaling = 1.0 / math.sqrt(d)
+    qk_scale, cap_l2, win, has_cap, sliding = _variants(where, scaling, softcap, window)
     if key_mask is not None and attn_mask is not None:
         # Fold the key mask into the general one (both broadcast to [b, 1, 1|sq, sk]).
         km = key_mask if key_mask.dtype == torch.bool or key_mask.dtype.is_floating_point else key_mask != 0
@@ -686,11 +733,11 @@ def _prefill(q, k, v, scaling, causal, key_mask, attn_mask) -> torch.Tensor:
         *q.stride(), *k.stride(), *v.stride(),
         out.stride(0), out.stride(2), out.stride(1), out.stride(3),
         *sm,
-        h, h // hk, sq, sk, float(scaling) * _LOG2E, mask_min,
+        h, h // hk, sq, sk, qk_scale, mask_min, cap_l2, win,
         _bucket(sq), _bucket(sk),
         HEAD_DIM=d, BLOCK_D=block_d,
         IS_CAUSAL=bool(causal), MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
-        UPCAST=_upcast(q.dtype), **extra,
+        UPCAST=_upcast(q.dtype), SOFTCAP=has_cap, SLIDING=sliding, **extra,
     )
     _backend.count("attention.prefill")
     _backend.count(("attention.prefill.mask_key", "attention.prefill.mask_full", "attention.prefill.nomask")[
@@ -741,6 +788,8 @@ def decode_attention(
     kv_lens: Optional[torch.Tensor] = None,
     key_mask: Optional[torch.Tensor] = None,
     num_splits: Optional[int] = None,
+    softcap: Optional[float] = None,
+    window: Optional[int] = None,
 ) -> torch.Tensor:
     """One-token attention: q [b, h, 1, d] against a KV cache k/v [b, hk, L, d] -> [b, 1, h, d].
 
@@ -749,14 +798,16 @@ def decode_attention(
     part of its bucket).
     key_mask: [b, L] or [b, 1|h, L] (or a 4-D [b, 1|h, 1, L] transformers mask): conventions as in
     the module docstring. num_splits: override the split count (tests); default from the GPU size.
+    softcap, window: as flash_attention_prefill's; the query is the last valid key's position
+    (kv_lens[b] - 1, or seq_k - 1), so keys before kv_lens[b] - window are not read.
     The op: torch.ops.<ns>.attention_decode.
     """
     if _ops.traced(q):
-        return _ops.call("attention_decode", q, k, v, scaling, kv_lens, key_mask, num_splits)
-    return _decode(q, k, v, scaling, kv_lens, key_mask, num_splits)
+        return _ops.call("attention_decode", q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window)
+    return _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window)
 
 
-def _decode_fake(q, k, v, scaling, kv_lens, key_mask, num_splits):
+def _decode_fake(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None):
     where = "decode_attention"
     b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
     if sq != 1:
@@ -764,7 +815,7 @@ def _decode_fake(q, k, v, scaling, kv_lens, key_mask, num_splits):
     return q.new_empty((b, 1, h, d))
 
 
-def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits) -> torch.Tensor:
+def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None) -> torch.Tensor:
     where = "decode_attention"
     b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
     if sq != 1:
@@ -772,6 +823,7 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits) -> torch.Tensor:
     be = _backend.require_runnable(q, where)
     if scaling is None:
         scaling = 1.0 / math.sqrt(d)
+    qk_scale, cap_l2, win, has_cap, sliding = _variants(where, scaling, softcap, window)
     group = h // hk
 
     has_lens = kv_lens is not None
@@ -833,11 +885,11 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits) -> torch.Tensor:
         *k.stride(), *v.stride(),
         *sm,
         out.stride(0), out.stride(2), out.stride(3),
-        h, hk, group, sk, split_size, num_splits, float(scaling) * _LOG2E, mask_min,
+        h, hk, group, sk, split_size, num_splits, qk_scale, mask_min, cap_l2, win,
         _bucket(split_size),
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g,
         HAS_LENS=has_lens, MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
-        UPCAST=_upcast(q.dtype), SINGLE=single, **(tuned.all_kwargs() if tuned is not None else {}),
+        UPCAST=_upcast(q.dtype), SINGLE=single, SOFTCAP=has_cap, SLIDING=sliding, **(tuned.all_kwargs() if tuned is not None else {}),
     )
     _backend.count("attention.decode")
     if single:
@@ -854,10 +906,12 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits) -> torch.Tensor:
 
 
 _ops.define("attention_prefill",
-            "(Tensor q, Tensor k, Tensor v, float? scaling, bool causal, Tensor? key_mask, Tensor? attn_mask) -> Tensor",
+            "(Tensor q, Tensor k, Tensor v, float? scaling, bool causal, Tensor? key_mask, Tensor? attn_mask, "
+            "float? softcap=None, int? window=None) -> Tensor",
             _prefill, _prefill_fake)
 _ops.define("attention_decode",
-            "(Tensor q, Tensor k, Tensor v, float? scaling, Tensor? kv_lens, Tensor? key_mask, int? num_splits) -> Tensor",
+            "(Tensor q, Tensor k, Tensor v, float? scaling, Tensor? kv_lens, Tensor? key_mask, int? num_splits, "
+            "float? softcap=None, int? window=None) -> Tensor",
             _decode, _decode_fake)
 
 
@@ -878,6 +932,8 @@ def attention_ref(
     kv_lens: Optional[torch.Tensor] = None,
     dtype: torch.dtype = torch.float32,
     round_p_to: Optional[torch.dtype] = None,
+    softcap: Optional[float] = None,
+    window: Optional[int] = None,
 ) -> torch.Tensor:
     """Same semantics as the kernels, computed with an explicit [b, h, sq, sk] softmax in `dtype`
     (fp32 by default, fp64 for a tighter reference). Returns [b, sq, h, d] in `dtype`.
@@ -892,6 +948,8 @@ def attention_ref(
     kf = kf.repeat_interleave(g, dim=1)
     vf = vf.repeat_interleave(g, dim=1)
     s = torch.matmul(qf, kf.transpose(-1, -2)) * scaling
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
     keep = torch.ones(b, h, sq, sk, dtype=torch.bool, device=q.device)
     bias = torch.zeros(b, h, sq, sk, dtype=dtype, device=q.device)
 
@@ -921,6 +979,13 @@ def attention_ref(
     if kv_lens is not None:
         j = torch.arange(sk, device=q.device)
         keep = keep & (j[None, None, None, :] < kv_lens.reshape(-1, 1, 1, 1))
+    if window:
+        # query i sits at position i + sk - sq, or, over a cache of kv_lens, at kv_lens - 1
+        j = torch.arange(sk, device=q.device)[None, None, None, :]
+        pos = torch.arange(sq, device=q.device)[None, None, :, None] + (sk - sq)
+        if kv_lens is not None:
+            pos = kv_lens.reshape(-1, 1, 1, 1) - 1
+        keep = keep & (j > pos - window)
     s = torch.where(keep, s + bias, torch.full((), float("-inf"), dtype=dtype, device=q.device))
     row_any = keep.any(-1, keepdim=True)
     s = torch.where(row_any, s, torch.zeros((), dtype=dtype, device=q.device))
@@ -959,7 +1024,9 @@ def attention_forward(
     `is_causal`/`module.is_causal`, or no mask) or a 4-D [b, 1, q, k] bool (True = attend) /
     additive float mask that already holds causality and padding; GQA is handled in the kernel
     (no repeat_kv). With no mask, is_causal and kv_len > q_len (prefill into an empty static
-    cache), keys past q_len are dropped exactly as sdpa does (upper-left alignment). Returns
+    cache), keys past q_len are dropped exactly as sdpa does (upper-left alignment). `softcap`
+    (Gemma 2's attn_logit_softcapping) caps the scaled scores as eager_attention_forward does;
+    `sliding_window` applies where no mask came (a mask already holds the window). Returns
     (out [b, q, h, d], None). Unsupported inputs raise; nothing silently falls back.
 
     The mask only reaches this function if the name is also registered in transformers'
@@ -970,7 +1037,7 @@ def attention_forward(
     if dropout and float(dropout) > 0.0:
         raise ValueError(f"attention: {who}: dropout {dropout} > 0 is unsupported (training path); "
                          "the xpuinject kernels are inference-only (model.eval() sets dropout to 0)")
-    for unsupported in ("position_bias", "s_aux", "sinks", "softcap"):
+    for unsupported in ("position_bias", "s_aux", "sinks"):
         if kwargs.get(unsupported) is not None:
             raise ValueError(f"attention: {who}: argument {unsupported!r} is unsupported by the xpuinject kernels")
     if isinstance(query, torch.Tensor) and query.dim() == 4 and query.shape[-1] not in SUPPORTED_HEAD_DIMS:
@@ -986,15 +1053,22 @@ def attention_forward(
     q_len, kv_len = query.shape[2], key.shape[2]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(q_len > 1 and attention_mask is None and causal)
+    softcap = kwargs.get("softcap")
+    # A mask from transformers already holds a sliding layer's window (masking_utils
+    # sliding_window_causal_mask_function), and the keys it goes with need not end at the last
+    # query (a static layer's whole buffer); without a mask the keys do end there.
+    window = kwargs.get("sliding_window") if attention_mask is None else None
     try:
         if q_len == 1:
-            out = decode_attention(query, key, value, scaling=scaling, key_mask=attention_mask)
+            out = decode_attention(query, key, value, scaling=scaling, key_mask=attention_mask, softcap=softcap,
+                                   window=window)
         else:
             if causal and kv_len > q_len:
                 # sdpa_attention_forward: only reachable when prefilling an empty static cache
                 # (transformers returns no mask then); the valid keys are the first q_len.
                 key, value = key[:, :, :q_len, :], value[:, :, :q_len, :]
-            out = flash_attention_prefill(query, key, value, scaling=scaling, causal=causal, attn_mask=attention_mask)
+            out = flash_attention_prefill(query, key, value, scaling=scaling, causal=causal, attn_mask=attention_mask,
+                                          softcap=softcap, window=window)
     except ValueError as e:
         raise ValueError(f"attention: {who}: {e}") from e
     return out, None

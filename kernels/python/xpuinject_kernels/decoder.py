@@ -1,10 +1,11 @@
 """Layers that replace a Llama-family attention block and decoder layer.
 
-`Attention` replaces LlamaAttention.forward (and Mistral/Qwen2/Qwen3's, which share the
-signature): one GEMM over the packed, concatenated QKV weight, RoPE by the rope kernel,
-qwen3's per-head q/k RMSNorm by the rmsnorm kernel, the KV cache update through the
-model's own Cache object, flash-attention prefill or split-K decode, and one GEMM for the
-output projection.
+`Attention` replaces LlamaAttention.forward (and Mistral/Qwen2/Qwen3's and Gemma 2/3's, which
+share the signature): one GEMM over the packed, concatenated QKV weight, RoPE by the rope kernel,
+qwen3's and Gemma 3's per-head q/k RMSNorm by the rmsnorm kernels, Gemma 2's logit soft-capping
+(`attn_logit_softcapping`) and a sliding layer's window (`sliding_window`) in the attention
+kernels, the KV cache update through the model's own Cache object, flash-attention prefill or
+split-K decode, and one GEMM for the output projection.
 
 `DecoderLayer` replaces LlamaDecoderLayer.forward to fuse the residual add that precedes
 the post-attention RMSNorm into one kernel (add_rms_norm returns both the new residual
@@ -206,23 +207,29 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         q, k = apply_rope(q, k, cos, sin, inplace=not torch.is_grad_enabled())
         if past_key_values is not None:
             k, v = past_key_values.update(k, v, module.layer_idx)
-    if q_len == 1 and kv_lens is not None and not _vendor(module, "attention-decode"):
+    softcap = getattr(module, "attn_logit_softcapping", None)
+    # SDPA has no soft-capping (integrations/sdpa_attention.py ignores it): capped layers stay ours.
+    vendor_attn = softcap is None and _vendor(module, "attention-prefill" if q_len > 1 else "attention-decode")
+    if q_len == 1 and kv_lens is not None and not vendor_attn:
         # Decode over the static cache: only the filled slots are read (the length comes from the
-        # counter on the device); the mask then only adds padding.
-        out = decode_attention(q, k, v, scaling=module.scaling, kv_lens=kv_lens, key_mask=attention_mask)
-    elif _vendor(module, "attention-prefill" if q_len > 1 else "attention-decode"):
+        # counter on the device); the mask then only adds padding. A sliding layer's window is
+        # also the kernel's own (the query sits at kv_lens - 1), so keys older than it are not read.
+        out = decode_attention(q, k, v, scaling=module.scaling, kv_lens=kv_lens, key_mask=attention_mask,
+                               softcap=softcap, window=getattr(module, "sliding_window", None))
+    elif vendor_attn:
         out = _sdpa(module, q, k, v, attention_mask, module.scaling)
     else:
         out, _ = attention_forward(
             module, q, k, v, attention_mask, dropout=0.0, scaling=module.scaling,
-            sliding_window=getattr(module, "sliding_window", None), **kwargs,
+            sliding_window=getattr(module, "sliding_window", None),
+            softcap=softcap, **kwargs,
         )
     out = out.reshape(*input_shape, h * d)
     return _proj(out, _packed(module, _O_W, "Attention"), getattr(module, _O_B, None), _vendor(module, "o_proj", m))
 
 
 class Attention(nn.Module):
-    """Replaces LlamaAttention.forward (Mistral, Qwen2, Qwen3 alike)."""
+    """Replaces LlamaAttention.forward (Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 alike)."""
 
     has_backward = False
     can_torch_compile = True

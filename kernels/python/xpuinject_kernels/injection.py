@@ -753,10 +753,8 @@ def _why_not(m: nn.Module, layer: str) -> str:
         if not h or h % kv or d % 2:
             return f"heads {h} not a multiple of kv_heads {kv}, or head_dim {d} odd"
         # what the planner keeps on the stock path (inject/plan/rules.go stockAttention)
-        if getattr(cfg, "sliding_window", None):
-            return "sliding-window attention"
-        if rope.get("partial_rotary_factor", 1.0) != 1.0 or rope.get("rope_type", "default") != "default":
-            return "partial rotary or LongRoPE"
+        if rope.get("rope_type", "default") != "default":
+            return f"{rope.get('rope_type')} RoPE (LongRoPE picks its factors by a host-side length test)"
         if c["qkv_proj"].bias is not None or c["o_proj"].bias is not None:
             return "biased projections"
         return ""

@@ -5,7 +5,10 @@
 (transformers 5.17 modeling_llama.py apply_rotary_pos_emb / rotate_half). cos/sin are taken as the
 model's rotary embedding computed them ([batch, seq, head_dim], batch may be 1 and broadcast), so
 every rope_scaling variant (Llama-3, YaRN, dynamic, ...) works unchanged: only the rotation is
-fused here.
+fused here. Partial rotary (Phi-3's partial_rotary_factor): cos/sin carry rotary_dim < head_dim
+columns, and only the first rotary_dim channels of each head rotate (rotate-half within them);
+the rest pass through unchanged (transformers 5.17 models/phi3/modeling_phi3.py
+apply_rotary_pos_emb).
 
 Layout: q [batch, heads_q, seq, head_dim], k [batch, heads_k, seq, head_dim] (GQA: heads_k may
 differ), any strides with a unit last stride (views of a fused qkv projection are fine).
@@ -37,7 +40,7 @@ _ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 def _rope_one(
     x_ptr, o_ptr, cos_row, sin_row, b, s, h0, H,
     sxb, sxh, sxs, sob, soh, sos,
-    HALF, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    HALF, PASS, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_PASS: tl.constexpr,
 ):
     heads = h0 + tl.arange(0, BLOCK_H)
     cols = tl.arange(0, BLOCK_HALF)
@@ -61,16 +64,21 @@ def _rope_one(
     oty = o_ptr.dtype.element_ty
     tl.store(orow + ho + cols[None, :], o1.to(oty), mask=mask)
     tl.store(orow + ho + HALF + cols[None, :], o2.to(oty), mask=mask)
+    if BLOCK_PASS > 0:  # partial rotary, out of place: channels past 2 * HALF are copied as they are
+        pcols = 2 * HALF + tl.arange(0, BLOCK_PASS)
+        pmask = hmask[:, None] & (tl.arange(0, BLOCK_PASS) < PASS)[None, :]
+        xp = tl.load(xrow + hx + pcols[None, :], mask=pmask, other=0.0)
+        tl.store(orow + ho + pcols[None, :], xp.to(oty), mask=pmask)
 
 
 @triton.jit
 def _rope_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
-    S, HQ, HK, HALF,
+    S, HQ, HK, HALF, PASS,
     sqb, sqh, sqs, skb, skh, sks,
     sqob, sqoh, sqos, skob, skoh, skos,
     scb, scs, ssb, sss,
-    BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_PASS: tl.constexpr,
 ):
     # grid: (batch * seq,). One program rotates every q head and every k head of one token, so
     # the token's cos/sin row is fetched from memory once (each tile's load after the first hits
@@ -83,10 +91,10 @@ def _rope_kernel(
     sin_row = sin_ptr + b * ssb + s * sss
     for h0 in range(0, HQ, BLOCK_HQ):
         _rope_one(q_ptr, qo_ptr, cos_row, sin_row, b, s, h0, HQ,
-                  sqb, sqh, sqs, sqob, sqoh, sqos, HALF, BLOCK_HQ, BLOCK_HALF)
+                  sqb, sqh, sqs, sqob, sqoh, sqos, HALF, PASS, BLOCK_HQ, BLOCK_HALF, BLOCK_PASS)
     for h0 in range(0, HK, BLOCK_HK):
         _rope_one(k_ptr, ko_ptr, cos_row, sin_row, b, s, h0, HK,
-                  skb, skh, sks, skob, skoh, skos, HALF, BLOCK_HK, BLOCK_HALF)
+                  skb, skh, sks, skob, skoh, skos, HALF, PASS, BLOCK_HK, BLOCK_HALF, BLOCK_PASS)
 
 
 # num_warps of the one-token-per-program kernel. H200 sweep of the previous (q and k in
@@ -110,16 +118,18 @@ def _check_qk(t: torch.Tensor, name: str) -> None:
 
 
 def _cs(t: torch.Tensor, name: str, batch: int, seq: int, d: int) -> torch.Tensor:
-    """Validate cos/sin [batch or 1, seq, head_dim]; return a 3-D view with unit last stride."""
+    """Validate cos/sin [batch or 1, seq, rotary_dim] (rotary_dim even, <= head_dim d: partial
+    rotary when smaller); return a 3-D view with unit last stride."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"xpuinject_kernels: apply_rope: {name} must be a tensor")
     if t.dim() == 4 and t.shape[1] == 1:  # already unsqueezed at dim 1 ([b, 1, s, d])
         t = t[:, 0]
     if t.dim() == 2:  # [seq, head_dim]
         t = t.unsqueeze(0)
-    if t.dim() != 3 or t.shape[0] not in (1, batch) or t.shape[1] != seq or t.shape[2] != d:
+    if t.dim() != 3 or t.shape[0] not in (1, batch) or t.shape[1] != seq or not (0 < t.shape[2] <= d) or t.shape[2] % 2:
         raise ValueError(
-            f"xpuinject_kernels: apply_rope: {name} shape {tuple(t.shape)}: want [{batch} or 1, {seq}, {d}]"
+            f"xpuinject_kernels: apply_rope: {name} shape {tuple(t.shape)}: want [{batch} or 1, {seq}, rotary_dim] "
+            f"with rotary_dim even and at most head_dim {d}"
         )
     if t.dtype not in _ACT_DTYPES:
         raise ValueError(f"xpuinject_kernels: apply_rope: {name} dtype {t.dtype} not supported")
@@ -175,7 +185,10 @@ def _check_rope(q, k, cos, sin) -> Tuple[torch.Tensor, torch.Tensor]:
     for t, n in ((k, "k"), (cos, "cos"), (sin, "sin")):
         if isinstance(t, torch.Tensor) and t.device != q.device:
             raise ValueError(f"xpuinject_kernels: apply_rope: {n} on {t.device}, q on {q.device}")
-    return _cs(cos, "cos", bq, sq, d), _cs(sin, "sin", bq, sq, d)
+    cos, sin = _cs(cos, "cos", bq, sq, d), _cs(sin, "sin", bq, sq, d)
+    if cos.shape[2] != sin.shape[2]:
+        raise ValueError(f"xpuinject_kernels: apply_rope: cos has {cos.shape[2]} columns, sin {sin.shape[2]}")
+    return cos, sin
 
 
 def _apply_rope(q, k, cos, sin, tile_elems: int, num_warps: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -191,7 +204,7 @@ def _apply_rope(q, k, cos, sin, tile_elems: int, num_warps: int) -> Tuple[torch.
     ko = _backend.empty_like(ki)
     if q.numel() == 0 and k.numel() == 0:
         return qo, ko
-    _launch(qi, ki, qo, ko, cos, sin, tile_elems or 2048, num_warps or ROPE_NUM_WARPS)
+    _launch(qi, ki, qo, ko, cos, sin, tile_elems or 2048, num_warps or ROPE_NUM_WARPS, copy_pass=True)
     _backend.count("apply_rope")
     return qo, ko
 
@@ -226,12 +239,15 @@ _ops.define("apply_rope_", "(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin,
             _apply_rope_, _apply_rope_inplace_fake, mutates=("q", "k"))
 
 
-def _launch(qi, ki, qo, ko, cos, sin, tile_elems: int = 2048, num_warps: int = ROPE_NUM_WARPS) -> None:
+def _launch(qi, ki, qo, ko, cos, sin, tile_elems: int = 2048, num_warps: int = ROPE_NUM_WARPS,
+            copy_pass: bool = False) -> None:
     """The kernel launch of apply_rope on validated operands. tile_elems (elements per half-tile,
-    which sets the heads per tile) and num_warps are the launch constants `config` sets."""
+    which sets the heads per tile) and num_warps are the launch constants `config` sets.
+    copy_pass: an out-of-place call copies the channels past rotary_dim (in place they stay)."""
     bq, hq, sq, d = qi.shape
     hk = ki.shape[1]
-    half = d // 2
+    half = cos.shape[2] // 2
+    npass = d - 2 * half
     block_half = _backend.next_pow2(half)
     # heads per tile: up to ~2K elements per half-tile (a 128-dim head is 2 halves of 64); a
     # whole Llama token's q (32 heads) and k (8 heads) are then one tile each.
@@ -241,11 +257,12 @@ def _launch(qi, ki, qo, ko, cos, sin, tile_elems: int = 2048, num_warps: int = R
     ssb = sin.stride(0) if sin.shape[0] == bq and bq > 1 else 0
     _rope_kernel[(bq * sq,)](
         qi, ki, qo, ko, cos, sin,
-        sq, hq, hk, half,
+        sq, hq, hk, half, npass,
         qi.stride(0), qi.stride(1), qi.stride(2), ki.stride(0), ki.stride(1), ki.stride(2),
         qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
         scb, cos.stride(1), ssb, sin.stride(1),
         BLOCK_HQ=min(_backend.next_pow2(hq), cap), BLOCK_HK=min(_backend.next_pow2(hk), cap), BLOCK_HALF=block_half,
+        BLOCK_PASS=_backend.next_pow2(npass) if copy_pass and npass else 0,
         num_warps=num_warps,
     )
 
@@ -255,9 +272,16 @@ def rotate_half_ref(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def apply_rope_ref(q, k, cos, sin):
-    """fp32 reference (transformers' formula with unsqueeze_dim=1, no intermediate rounding)."""
-    c = cos.float().unsqueeze(1)
-    s = sin.float().unsqueeze(1)
-    qf, kf = q.float(), k.float()
-    return qf * c + rotate_half_ref(qf) * s, kf * c + rotate_half_ref(kf) * s
+def apply_rope_ref(q, k, cos, sin, dtype=torch.float32):
+    """Reference in `dtype` (transformers' formula with unsqueeze_dim=1, no intermediate
+    rounding); cos/sin narrower than head_dim rotate only the first rotary_dim channels."""
+    c = cos.to(dtype).unsqueeze(1)
+    s = sin.to(dtype).unsqueeze(1)
+    rd = c.shape[-1]
+
+    def rot(x):
+        x = x.to(dtype)
+        r = x[..., :rd]
+        return torch.cat((r * c + rotate_half_ref(r) * s, x[..., rd:]), dim=-1)
+
+    return rot(q), rot(k)

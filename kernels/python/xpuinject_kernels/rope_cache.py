@@ -5,7 +5,8 @@
 with c the cache layer's own device-side write counter (`StaticLayer.cumulative_length`, a 0-d
 int64 tensor, transformers 5.17 cache_utils.py) read on the device, so a captured decode step
 writes where the counter says without a host sync. The rotation is rope.py's (rotate-half, fp32
-math, one rounding). The counter is not advanced here: every program reads it, so the caller
+math, one rounding; cos/sin of rotary_dim < head_dim columns rotate only the first rotary_dim
+channels, and the rest are copied as they are). The counter is not advanced here: every program reads it, so the caller
 advances it after the launch, as StaticLayer.update does (`cumulative_length.add_(seq)`).
 
 Replaces, per decoder layer: the RoPE kernel, the two `index_copy_` cache writes and the
@@ -41,7 +42,8 @@ _HEADS_PER_PROGRAM = 8
 
 
 @triton.jit
-def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, BLOCK_HALF: tl.constexpr):
+def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, PASS,
+            BLOCK_HALF: tl.constexpr, BLOCK_PASS: tl.constexpr):
     cols = tl.arange(0, BLOCK_HALF)
     cmask = cols < HALF
     mask = hmask[:, None] & cmask[None, :]
@@ -58,17 +60,22 @@ def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, BLOCK_
     oty = o_row.dtype.element_ty
     tl.store(o_row + ho + cols[None, :], o1.to(oty), mask=mask)
     tl.store(o_row + ho + HALF + cols[None, :], o2.to(oty), mask=mask)
+    if BLOCK_PASS > 0:  # partial rotary: the channels past 2 * HALF, unrotated
+        pcols = 2 * HALF + tl.arange(0, BLOCK_PASS)
+        pmask = hmask[:, None] & (tl.arange(0, BLOCK_PASS) < PASS)[None, :]
+        xp = tl.load(x_row + hx + pcols[None, :], mask=pmask, other=0.0)
+        tl.store(o_row + ho + pcols[None, :], xp.to(oty), mask=pmask)
 
 
 @triton.jit
 def _rope_cache_kernel(
     Q, K, V, QO, KC, VC, COS, SIN, COUNTER,
-    S, HQ, HK, HALF, D, L, NQB,
+    S, HQ, HK, HALF, PASS, D, L, NQB,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh,
     sqob, sqos, sqoh,
     skcb, skch, skcn, svcb, svch, svcn,
     scb, scs, ssb, sss,
-    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_PASS: tl.constexpr,
 ):
     tok = tl.program_id(0).to(tl.int64)
     blk = tl.program_id(1)
@@ -79,13 +86,13 @@ def _rope_cache_kernel(
     if blk < NQB:
         heads = blk * BLOCK_H + tl.arange(0, BLOCK_H)
         _rotate(Q + b * sqb + s * sqs, QO + b * sqob + s * sqos, cos_row, sin_row, heads, heads < HQ,
-                sqh, sqoh, HALF, BLOCK_HALF)
+                sqh, sqoh, HALF, PASS, BLOCK_HALF, BLOCK_PASS)
     else:
         slot = tl.load(COUNTER).to(tl.int64) + s
         heads = (blk - NQB) * BLOCK_H + tl.arange(0, BLOCK_H)
         hmask = (heads < HK) & (slot < L)
         _rotate(K + b * skb + s * sks, KC + b * skcb + slot * skcn, cos_row, sin_row, heads, hmask,
-                skh, skch, HALF, BLOCK_HALF)
+                skh, skch, HALF, PASS, BLOCK_HALF, BLOCK_PASS)
         cols = tl.arange(0, BLOCK_D)
         mask = hmask[:, None] & (cols < D)[None, :]
         h64 = heads.to(tl.int64)[:, None]
@@ -136,7 +143,10 @@ def _check(q, k, v, cos, sin, k_cache, v_cache, counter):
         raise _err("counter must be a one-element int32/int64 tensor (the cache layer's cumulative_length)")
     if counter.device != q.device:
         raise _err(f"counter on {counter.device}, q on {q.device}")
-    return _cs(cos, "cos", b, s, d), _cs(sin, "sin", b, s, d)
+    cos, sin = _cs(cos, "cos", b, s, d), _cs(sin, "sin", b, s, d)
+    if cos.shape[2] != sin.shape[2]:
+        raise _err(f"cos has {cos.shape[2]} columns, sin {sin.shape[2]}")
+    return cos, sin
 
 
 def _rope_cache_write_fake(q, k, v, cos, sin, k_cache, v_cache, counter):
@@ -153,20 +163,21 @@ def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter) -> torch.Ten
     qo = _backend.empty((b, s, hq, d), q.dtype, q.device)
     if b * s == 0:
         return qo.transpose(1, 2)
-    half = d // 2
+    half = cos.shape[2] // 2
+    npass = d - 2 * half
     bh = _HEADS_PER_PROGRAM
     nqb, nkb = _backend.cdiv(hq, bh), _backend.cdiv(hk, bh)
     scb = cos.stride(0) if cos.shape[0] == b and b > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] == b and b > 1 else 0
     _rope_cache_kernel[(b * s, nqb + nkb)](
         q, k, v, qo, k_cache, v_cache, cos, sin, counter.reshape(()),
-        s, hq, hk, half, d, k_cache.shape[2], nqb,
+        s, hq, hk, half, npass, d, k_cache.shape[2], nqb,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         qo.stride(0), qo.stride(1), qo.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         scb, cos.stride(1), ssb, sin.stride(1),
         BLOCK_H=bh, BLOCK_HALF=_backend.next_pow2(half), BLOCK_D=_backend.next_pow2(d),
-        num_warps=ROPE_NUM_WARPS,
+        BLOCK_PASS=_backend.next_pow2(npass) if npass else 0, num_warps=ROPE_NUM_WARPS,
     )
     _backend.count("rope_cache_write")
     return qo.transpose(1, 2)
@@ -182,16 +193,12 @@ _ops.define(
 def rope_cache_write_ref(q, k, v, cos, sin, k_cache, v_cache, counter, dtype=torch.float64) -> Tuple[torch.Tensor, ...]:
     """Reference in `dtype`: returns (q_rot [B, Hq, S, D], k_cache', v_cache') without touching
     the inputs; slots past the cache's end are dropped as the kernel drops them."""
-    from .rope import rotate_half_ref
+    from .rope import apply_rope_ref
 
-    c = cos.to(dtype)
-    sn = sin.to(dtype)
+    c, sn = cos, sin
     if c.dim() == 2:
         c, sn = c[None], sn[None]
-    c, sn = c[:, :, None, :], sn[:, :, None, :]  # [B|1, S, 1, D]
-    qf, kf = q.to(dtype), k.to(dtype)
-    q_rot = (qf * c + rotate_half_ref(qf) * sn).transpose(1, 2)
-    k_rot = (kf * c + rotate_half_ref(kf) * sn).transpose(1, 2)  # [B, Hk, S, D]
+    q_rot, k_rot = apply_rope_ref(q.transpose(1, 2), k.transpose(1, 2), c, sn, dtype=dtype)  # [B, H, S, D]
     kc, vc = k_cache.to(dtype).clone(), v_cache.to(dtype).clone()
     start = int(counter)
     for i in range(q.shape[1]):
