@@ -440,6 +440,8 @@ def _prefill_configs(be: str):
             ({"BLOCK_M": 128, "BLOCK_N": 32}, 8, 3),
             ({"BLOCK_M": 64, "BLOCK_N": 64}, 8, 2),
             ({"BLOCK_M": 64, "BLOCK_N": 32}, 4, 2),
+            # head_dim 256 (Gemma): the only tile whose live registers fit the file there
+            ({"BLOCK_M": 64, "BLOCK_N": 64}, 16, 2),
         ]
         return [triton.Config({**kw, "grf_mode": "256"}, num_warps=w, num_stages=s) for kw, w, s in cfgs]
     # CUDA (Hopper): 128-row query tiles, 64/128-key blocks, 4/8 warps, 2-3 stages (the space the
@@ -469,9 +471,12 @@ def _prefill_prune(be: str):
                 if _prefill_bytes(c, block_d) > budget:
                     continue
             else:
-                # Hopper: the K and V stages live in shared memory.
+                # Hopper: the K and V stages live in shared memory, the fp32 output tile in
+                # registers (a 128x256 tile over 4 warps would spill: head_dim 256).
                 smem = c.num_stages * 2 * c.kwargs["BLOCK_N"] * block_d * 2
                 if smem > _backend.CUDA_SMEM_BYTES:
+                    continue
+                if c.kwargs["BLOCK_M"] * block_d > _backend.CUDA_ACC_PER_THREAD * 32 * c.num_warps:
                     continue
             # 64-row tiles only where a 128-row tile would be mostly padding.
             if c.kwargs["BLOCK_M"] < 128 and isinstance(seq_q, int) and seq_q > 64:
