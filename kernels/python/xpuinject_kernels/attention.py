@@ -478,12 +478,16 @@ def _prefill_prune(be: str):
                     continue
                 if c.kwargs["BLOCK_M"] * block_d > _backend.CUDA_ACC_PER_THREAD * 32 * c.num_warps:
                     continue
-            # 64-row tiles only where a 128-row tile would be mostly padding.
-            if c.kwargs["BLOCK_M"] < 128 and isinstance(seq_q, int) and seq_q > 64:
-                continue
-            if c.kwargs["BLOCK_M"] >= 128 and isinstance(seq_q, int) and seq_q <= 64 and be != "xpu":
-                continue
             keep.append(c)
+        # 64-row tiles only where a 128-row tile would be mostly padding, or where none fits
+        # (head_dim 256 on XPU).
+        if isinstance(seq_q, int):
+            def rows_ok(c):
+                if c.kwargs["BLOCK_M"] < 128:
+                    return seq_q <= 64
+                return seq_q > 64 or be == "xpu"
+
+            keep = [c for c in keep if rows_ok(c)] or keep
         if not keep:
             keep = [min(configs, key=lambda c: _prefill_bytes(c, block_d))]
         return keep
