@@ -15,8 +15,12 @@ import (
 // hidden, 2·intermediate] (each expert's gate then up), down [experts, intermediate,
 // hidden]; the router weight is K-major [hidden, experts].
 
-// layerSparseMoE is the kernel-hub layer class bound to an MoE block.
-const layerSparseMoE = "SparseMoE"
+// layerSparseMoE is the kernel-hub layer class bound to an MoE block, layerMoEDecoder the one
+// of a decoder layer whose forward takes Mixtral's parameter order.
+const (
+	layerSparseMoE  = "SparseMoE"
+	layerMoEDecoder = "MoEDecoderLayer"
+)
 
 // moeRouters are the routing rules the MoE kernel computes (models' Router* values).
 var moeRouters = []string{models.RouterSoftmaxTopK, models.RouterSoftmaxTopKNorm, models.RouterSoftmaxTopKNormFP32}
@@ -67,9 +71,6 @@ func (p *planner) moe(l models.Layer, lp *LayerPlan) error {
 		return p.keep(l, lp, fmt.Sprintf("router %q is not one the MoE kernel computes (%s); stock path",
 			l.Router, strings.Join(moeRouters, ", ")))
 	}
-	if _, ok := p.reg.ByName("moe"); !ok {
-		return p.keep(l, lp, "no fused MoE kernel in this build's registry; stock path")
-	}
 	k, note, why := p.choose(l, "moe")
 	if k == nil {
 		return p.keep(l, lp, why)
@@ -95,9 +96,15 @@ func (p *planner) moe(l models.Layer, lp *LayerPlan) error {
 		[]int64{experts, inter, hidden}, nil, down)
 	lp.Outputs = []TensorPlan{router, gu, dn}
 	lp.Kernel, lp.Layer = k.Name, layer
-	lp.Bindings = []Binding{bind(m, l.Class, layer, lp.Outputs)}
-	what := fmt.Sprintf("%d experts, top %d, router %s; routing on the device; a grouped GEMM over the experts hit "+
-		"with the swiglu epilogue, then down with the routing weight and the scatter-add in its epilogue", experts, topK, l.Router)
+	var extra []string
+	if l.Router != models.RouterSoftmaxTopKNormFP32 {
+		// Qwen3's router says whether it renormalizes (Mixtral's always does).
+		extra = append(extra, "gate.norm_topk_prob")
+	}
+	lp.Bindings = []Binding{bind(m, l.Class, layer, lp.Outputs, extra...)}
+	what := fmt.Sprintf("%d experts, top %d, router %s, routed on the device; only the experts hit run: gate/up "+
+		"with the swiglu epilogue, down with the routing weight in its epilogue (decode: GEMVs; prefill: "+
+		"grouped GEMMs over the tokens sorted by expert)", experts, topK, l.Router)
 	lp.Reason = joinReasons(what, note)
 	return nil
 }

@@ -84,7 +84,8 @@ def test_tied_scores_resolve_as_torch_topk(device, tokens):
     router = router.to(dtype)
     x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(8)).abs().to(dtype)
     ids = check(x, router, gate_up, down, 3, "softmax-topk-norm", device)
-    probs = torch.softmax(x.to(device).float() @ router.to(device).float(), dim=-1)
+    logits = (x.to(device).float() @ router.to(device).float()).to(dtype).float()  # rounded, as stock's
+    probs = torch.softmax(logits, dim=-1)
     want = torch.topk(probs, 3, dim=-1).indices.cpu()
     assert torch.equal(ids, want)
     assert set(ids.flatten().tolist()) <= {0, 2, 3, 5}
@@ -126,3 +127,22 @@ def test_op_traces_with_fake_tensors():
         out = M.moe(x, torch.empty(H, E, **bf), torch.empty(E, H, 2 * I, **bf), torch.empty(E, I, H, **bf), 2,
                     "softmax-topk")
         assert out.shape == (3, 5, H) and out.dtype == torch.bfloat16
+
+
+def test_router_picks_stocks_experts(device):
+    """From the same bf16 activations, the kernel's routing is transformers' own router's: the
+    logits rounded as its F.linear rounds them, so near-ties fall the same way."""
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
+
+    cfg = Qwen3MoeConfig(hidden_size=H, num_experts=E, num_experts_per_tok=2, norm_topk_prob=True)
+    stock = Qwen3MoeTopKRouter(cfg)
+    with torch.no_grad():
+        stock.weight.copy_(torch.randn(E, H, generator=torch.Generator().manual_seed(1)) * 0.05)
+    stock = stock.to(torch.bfloat16)
+    # many tokens, small logits: many scores a bf16 rounding apart
+    x = (torch.randn(512, H, generator=torch.Generator().manual_seed(2)) * 0.3).to(torch.bfloat16)
+    _, wts, ids = stock(x)
+    got_ids, got_w = M.route(x.to(device), stock.weight.t().contiguous().to(device), 2, "softmax-topk-norm")
+    assert torch.equal(got_ids.cpu(), ids)
+    torch.testing.assert_close(got_w.cpu(), wts.float(), rtol=2**-8, atol=0)

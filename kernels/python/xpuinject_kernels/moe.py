@@ -11,10 +11,11 @@ softmax in fp32 (one Triton program per token), then top-k by torch.topk on the 
 resolve exactly as torch.topk resolves them there; the chosen probabilities are renormalized to sum
 1 ("softmax-topk-norm", Mixtral's "softmax-topk-norm-fp32") or not ("softmax-topk"); the Qwen3
 rules round the weights to the activation dtype as the stock router does, Mixtral's keeps them
-fp32. The stock router rounds its logits to the activation dtype before the softmax; here they stay
-fp32, so the experts picked are those of the exact logits (stock can tie two experts bf16 cannot
-tell apart). Nothing syncs with the host and nothing has a data-dependent shape (no nonzero), so
-a decode step can be captured in a graph.
+fp32. The logits are rounded to the activation dtype before the softmax, as the stock router's
+F.linear rounds them, so from the same activations the kernel picks stock's experts, ties included
+(one expert swapped moves a block's output far more than any rounding: 0.3 of max error on the
+qwen3_moe fixture from one near-tied token). Nothing syncs with the host and nothing has a
+data-dependent shape (no nonzero), so a decode step can be captured in a graph.
 
 Two expert paths, both reading only the experts hit:
   decode (tokens <= DECODE_MAX_TOKENS): one program per (token, slot) and column tile runs the
@@ -63,6 +64,9 @@ def _router_softmax_kernel(x_ptr, w_ptr, p_ptr, H, E, stride_x, stride_w, stride
         w = tl.load(w_ptr + offs_k[:, None] * stride_w + offs_e[None, :],
                     mask=(offs_k[:, None] < H) & (offs_e[None, :] < E), other=0.0).to(tl.float32)
         acc += tl.sum(x[:, None] * w, axis=0)
+    # Rounded to the activation dtype first, as the stock router's F.linear output is: from the
+    # same activations the experts picked are then stock's, near-ties included.
+    acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
     logits = tl.where(offs_e < E, acc, float("-inf"))
     m = tl.max(logits, axis=0)
     e = tl.exp(logits - m)
@@ -308,9 +312,15 @@ def moe(x: torch.Tensor, router_w: torch.Tensor, gate_up_w: torch.Tensor, down_w
     return _moe(x, router_w, gate_up_w, down_w, top_k, router)
 
 
+def _ref_logits(x, router_w):
+    """The router logits as the kernel and the stock router round them, in fp64."""
+    x2 = x.reshape(-1, x.shape[-1])
+    return (x2.double() @ router_w.double()).to(x.dtype).double()
+
+
 def route_ref(x, router_w, top_k, router):
     """fp64 routing: ids by torch.topk over the fp64 softmax, weights as `route` makes them."""
-    probs = torch.softmax(x.double().reshape(-1, x.shape[-1]) @ router_w.double(), dim=-1)
+    probs = torch.softmax(_ref_logits(x, router_w), dim=-1)
     vals, ids = torch.topk(probs, top_k, dim=-1)
     if router != "softmax-topk":
         vals = vals / vals.sum(dim=-1, keepdim=True)
@@ -322,7 +332,7 @@ def moe_ref(x, router_w, gate_up_w, down_w, top_k, router, ids=None):
     x2 = x.double().reshape(-1, x.shape[-1])
     rids, vals = route_ref(x, router_w, top_k, router)
     if ids is not None:  # the kernel's choice where fp64 and fp32 order a near-tie differently
-        probs = torch.softmax(x2 @ router_w.double(), dim=-1)
+        probs = torch.softmax(_ref_logits(x, router_w), dim=-1)
         vals = probs.gather(1, ids.reshape(rids.shape))
         if router != "softmax-topk":
             vals = vals / vals.sum(dim=-1, keepdim=True)
