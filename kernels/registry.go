@@ -170,6 +170,11 @@ func LayerGEMMs(l models.Layer) []GEMM {
 			{Name: "gate_up_proj", K: d["hidden"], N: 2 * d["intermediate"], Epilogue: ep},
 			{Name: "down_proj", K: d["intermediate"], N: d["hidden"], Epilogue: EpilogueNone},
 		}
+	case models.KindMoE: // per expert hit
+		return []GEMM{
+			{Name: "gate_up_proj", K: d["hidden"], N: 2 * d["intermediate"], Epilogue: EpilogueSwiGLU},
+			{Name: "down_proj", K: d["intermediate"], N: d["hidden"], Epilogue: EpilogueNone},
+		}
 	case models.KindLinearBN, models.KindBNLinear:
 		return []GEMM{{Name: "linear", K: d["in"], N: d["out"], Epilogue: EpilogueBias}}
 	case models.KindLMHead:
@@ -297,6 +302,13 @@ func defaultRows() []*Kernel {
 			Layer: "Attention", Function: "attention_forward",
 			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{attentionProjections, attentionHeadDim, attentionGQA},
+		},
+		&Kernel{
+			// The whole sparse MoE block: routing, the experts' gate/up with the swiglu epilogue
+			// and down with the routing weight, over only the experts hit (moe.py).
+			Name: "moe", Module: "moe", Replaces: []models.LayerKind{models.KindMoE}, Layer: "SparseMoE",
+			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
+			Constraints: []Constraint{gemmMinDims},
 		},
 	}
 }

@@ -43,7 +43,7 @@ func TestBadCheckpoints(t *testing.T) {
 		}, ErrBadConfig, []string{"config.json", "model_type", "supported: gemma2, gemma3_text, levit, llama"}},
 		{"unknown model_type", "llama-tiny", func(t *testing.T, dir string) {
 			editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { m["model_type"] = "gpt9" })
-		}, nil, []string{`unsupported model_type "gpt9"`, "supported: gemma2, gemma3_text, levit, llama, mistral, phi3, qwen2, qwen3", "config.json"}},
+		}, nil, []string{`unsupported model_type "gpt9"`, "supported: gemma2, gemma3_text, levit, llama, mistral, mixtral, phi3, qwen2, qwen3, qwen3_moe", "config.json"}},
 		{"truncated safetensors", "llama-tiny", func(t *testing.T, dir string) {
 			p := filepath.Join(dir, st)
 			fi, _ := os.Stat(p)
@@ -415,7 +415,7 @@ func TestSyntheticCheckpoint(t *testing.T) {
 }
 
 func TestSupported(t *testing.T) {
-	want := []string{"gemma2", "gemma3_text", "levit", "llama", "mistral", "phi3", "qwen2", "qwen3"}
+	want := []string{"gemma2", "gemma3_text", "levit", "llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "qwen3_moe"}
 	if got := Supported(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Supported() = %v, want %v", got, want)
 	}

@@ -150,6 +150,32 @@ func TestFixtureFacts(t *testing.T) {
 				t.Errorf("q_proj shape %v", got)
 			}
 		}, []string{"Qwen3RMSNorm", "Qwen3Attention", "Qwen3MLP"}},
+		"qwen3-moe-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMoE: 1, KindMLPSwiGLU: 1, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				m := layer(t, g, "model.layers.0.mlp")
+				wantDims(t, m, map[string]int64{"hidden": 64, "intermediate": 24, "experts": 6, "top_k": 2})
+				if m.Router != RouterSoftmaxTopKNorm || m.BlockClass != "Qwen3MoeDecoderLayer" || len(m.Tensors) != 1+6*3 {
+					t.Errorf("moe block %+v", m)
+				}
+				wantTensors(t, m, map[string]string{"gate.weight": "model.layers.0.mlp.gate.weight",
+					"experts.5.up_proj.weight": "model.layers.0.mlp.experts.5.up_proj.weight"})
+				// mlp_only_layers: [1] keeps a dense MLP of intermediate_size there.
+				wantDims(t, layer(t, g, "model.layers.1.mlp"), map[string]int64{"hidden": 64, "intermediate": 48})
+				wantDims(t, attn(g, 1), map[string]int64{"hidden": 64, "heads": 2, "kv_heads": 1, "head_dim": 32})
+			}, []string{"Qwen3MoeRMSNorm", "Qwen3MoeAttention", "Qwen3MoeSparseMoeBlock", "Qwen3MoeMLP"}},
+		"mixtral-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMoE: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				m := layer(t, g, "model.layers.1.mlp")
+				wantDims(t, m, map[string]int64{"hidden": 64, "intermediate": 24, "experts": 6, "top_k": 3})
+				if m.Router != RouterSoftmaxTopKNormFP32 || m.Class != "MixtralSparseMoeBlock" {
+					t.Errorf("moe block %+v", m)
+				}
+				// The module is the loaded name (mlp), the tensors the checkpoint's.
+				wantTensors(t, m, map[string]string{"gate.weight": "model.layers.1.block_sparse_moe.gate.weight",
+					"experts.2.gate_proj.weight": "model.layers.1.block_sparse_moe.experts.2.w1.weight",
+					"experts.2.up_proj.weight":   "model.layers.1.block_sparse_moe.experts.2.w3.weight",
+					"experts.2.down_proj.weight": "model.layers.1.block_sparse_moe.experts.2.w2.weight"})
+			}, []string{"MixtralRMSNorm", "MixtralAttention", "MixtralSparseMoeBlock"}},
 		"gemma2-tiny": {15, map[LayerKind]int{KindEmbedding: 1, KindRMSNormGemma: 9, KindAttention: 2, KindMLPGeGLU: 2, KindLMHead: 1}, 1,
 			func(t *testing.T, g *Graph) {
 				for i, window := range []int64{16, 0} { // layer_types default: sliding, full

@@ -57,6 +57,12 @@ type llamaFamily struct {
 	// ignore lists tensor-name suffixes a checkpoint may hold that no module owns
 	// (rotary inv_freq buffers some older checkpoints saved).
 	ignore []string
+	// sparse, when set, reads the family's mixture-of-experts config and returns what
+	// builds block i's feed-forward; that returns false where the block keeps the dense
+	// MLP (moe.go).
+	sparse func(ck *Checkpoint, c *llamaConfig) (func(b *builder, blk string, i int) bool, error)
+	// mlpClass is the dense MLP's class when it is not <class>MLP.
+	mlpClass string
 }
 
 func never(*llamaConfig) bool { return false }
@@ -154,6 +160,16 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 			need{"weight", module + ".weight", []int64{h}, hidden, false})
 	}
 	qkvBias, oBias, mlpBias := f.qkvBias(c), f.oBias(c), f.mlpBias(c)
+	var sparse func(b *builder, blk string, i int) bool
+	if f.sparse != nil {
+		if sparse, err = f.sparse(ck, c); err != nil {
+			return nil, err
+		}
+	}
+	mlpClass := f.class + "MLP"
+	if f.mlpClass != "" {
+		mlpClass = f.mlpClass
+	}
 	for i := 0; i < int(c.NumHiddenLayers) && b.err == nil; i++ {
 		blk := fmt.Sprintf("%slayers.%d", prefix, i)
 		norm(blk+".input_layernorm", i)
@@ -190,6 +206,9 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 
 		norm(blk+".post_attention_layernorm", i)
 
+		if sparse != nil && sparse(b, blk, i) {
+			continue
+		}
 		mlp := blk + ".mlp"
 		why := fmt.Sprintf("intermediate_size=%d, %s", inter, hidden)
 		needs = []need{
@@ -203,7 +222,7 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 				need{"up_proj.bias", mlp + ".up_proj.bias", []int64{inter}, why, false},
 				need{"down_proj.bias", mlp + ".down_proj.bias", []int64{h}, hidden, false})
 		}
-		b.add(Layer{Module: mlp, Kind: KindMLPSwiGLU, Class: f.class + "MLP", Block: i, Bias: mlpBias,
+		b.add(Layer{Module: mlp, Kind: KindMLPSwiGLU, Class: mlpClass, Block: i, Bias: mlpBias,
 			BlockClass: f.class + "DecoderLayer", Dims: map[string]int64{"hidden": h, "intermediate": inter}}, needs...)
 	}
 	norm(prefix+"norm", -1)

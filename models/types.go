@@ -84,6 +84,9 @@ const (
 	KindBNLinear     LayerKind = "bn-linear"  // y = BN(x) W^T + b    (LeViT classifier heads)
 	KindConvBN       LayerKind = "conv-bn"    // y = BN(conv2d(x))    (LeViT patch embedding)
 	KindLMHead       LayerKind = "lm-head"    // logits = x E^T (own weight or tied embedding)
+	// KindMoE is a sparse mixture-of-experts block: a router picks top_k of the experts per
+	// token, each a SwiGLU MLP, and their outputs are summed with the routing weights.
+	KindMoE LayerKind = "moe-swiglu"
 )
 
 // Layer is one replaceable module of a model: its transformers module path, class,
@@ -114,6 +117,8 @@ type Layer struct {
 	Softcap float64 `json:",omitempty" yaml:",omitempty"`
 	// Rope is the attention's RoPE type when it is not the default one ("longrope").
 	Rope string `json:",omitempty" yaml:",omitempty"`
+	// Router is an MoE block's routing rule (RouterSoftmaxTopK, ...), "" elsewhere.
+	Router string `json:",omitempty" yaml:",omitempty"`
 	// Block is the index of the decoder/transformer block the layer sits in, -1 outside.
 	Block int
 	// BlockClass is the transformers class of that block's module (the decoder layer a

@@ -250,6 +250,45 @@ def build_qwen3_tiny(seed: int):
     return _seeded(seed, lambda: Qwen3ForCausalLM(cfg))
 
 
+def build_qwen3_moe_tiny(seed: int):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    cfg = Qwen3MoeConfig(
+        hidden_size=64,
+        intermediate_size=48,  # the dense layer's MLP
+        moe_intermediate_size=24,  # one expert's width, not a power of two
+        num_experts=6,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        mlp_only_layers=[1],  # layer 1 keeps a dense Qwen3MoeMLP
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        tie_word_embeddings=True,  # the budget: experts take the bytes
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Qwen3MoeForCausalLM(cfg))
+
+
+def build_mixtral_tiny(seed: int):
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = MixtralConfig(
+        hidden_size=64,
+        intermediate_size=24,  # one expert's width, not a power of two
+        num_local_experts=6,
+        num_experts_per_tok=3,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        tie_word_embeddings=True,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: MixtralForCausalLM(cfg))
+
+
 def build_gemma2_tiny(seed: int):
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
@@ -368,6 +407,10 @@ FIXTURE_LIST = [
     Fixture("gemma2-tiny", 1008, build_gemma2_tiny),
     Fixture("gemma3-tiny", 1009, build_gemma3_tiny, dtype="bfloat16"),
     Fixture("phi3-tiny", 1010, build_phi3_tiny, dtype="bfloat16"),
+    # save_pretrained writes each expert as 2D tensors, as the Hub publishes them (Mixtral's
+    # under block_sparse_moe.experts.N.w1/w2/w3): transformers' conversion runs in reverse.
+    Fixture("qwen3-moe-tiny", 1011, build_qwen3_moe_tiny, dtype="bfloat16"),
+    Fixture("mixtral-tiny", 1012, build_mixtral_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

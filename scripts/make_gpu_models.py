@@ -1,9 +1,9 @@
 """Random-weight models shaped like the presets (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B,
-Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini and LeViT-128S, made by transformers from configs
-on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
+Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Qwen3-30B-A3B and LeViT-128S, made by
+transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
-    python scripts/make_gpu_models.py OUT_DIR [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,phi3mini,levit128s]
-        [--layers N]
+    python scripts/make_gpu_models.py OUT_DIR
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,phi3mini,qwen3moe30b,levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
 "-<N>l").
@@ -107,11 +107,31 @@ def mistral7b(out: Path, layers=None):
     ), cls=transformers.MistralForCausalLM)
 
 
-def _llama(out: Path, cfg, cls=transformers.LlamaForCausalLM, norm=(0.8, 1.2)):
+def qwen3moe30b(out: Path, layers=None):
+    """Qwen/Qwen3-30B-A3B's config: hidden 2048, 48 layers, 32 heads, 4 KV heads, head_dim 128,
+    128 experts of width 768, top 8 renormalized (norm_topk_prob), every layer sparse, vocab
+    151936, untied embeddings, rope_theta 1e6. Built in bf16 on the device (fp32 would need 122 GB
+    for the full model); save_pretrained writes each expert's 2D tensors, as the Hub has them."""
+    cfg = transformers.Qwen3MoeConfig(
+        hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], num_hidden_layers=layers or 48,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+    )
+    _llama(out, cfg, cls=transformers.Qwen3MoeForCausalLM, dtype=torch.bfloat16)
+
+
+def _llama(out: Path, cfg, cls=transformers.LlamaForCausalLM, norm=(0.8, 1.2), dtype=torch.float32):
     torch.manual_seed(0)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    with torch.device(dev):
-        model = cls(cfg)
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(dev):
+            model = cls(cfg)
+    finally:
+        torch.set_default_dtype(prev)
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n.endswith("norm.weight"):
@@ -147,7 +167,7 @@ def main():
     ap.add_argument("--layers", type=int, default=None, help="decoder layers of the decoder shapes (default: the real count)")
     a = ap.parse_args()
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "phi3mini": phi3mini, "levit128s": levit128s}
+              "gemma2b": gemma2b, "phi3mini": phi3mini, "qwen3moe30b": qwen3moe30b, "levit128s": levit128s}
     for name in a.only.split(","):
         t = time.time()
         d = Path(a.out) / (name + (f"-{a.layers}l" if a.layers and name != "levit128s" else ""))

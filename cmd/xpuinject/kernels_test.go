@@ -82,7 +82,8 @@ func TestKernelsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := doc.Kernels
-	if len(rows) != 6 || rows[3].Name != "gemm" || rows[3].Module != "gemm" || rows[3].Layers["linear-bn"] != "LinearBN" ||
+	if len(rows) != 7 || rows[6].Name != "moe" || rows[6].Replaces[0] != "moe-swiglu" || rows[3].Name != "gemm" ||
+		rows[3].Module != "gemm" || rows[3].Layers["linear-bn"] != "LinearBN" ||
 		rows[4].Constraints[1].Text != "head_dim in {32, 64, 80, 96, 128, 256}" {
 		t.Fatalf("rows %+v", rows)
 	}

@@ -340,6 +340,34 @@ def free_memory(device) -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
+def moe_checkpoint_parts(index: dict, key: str):
+    """The checkpoint tensors behind a mixture-of-experts parameter that transformers 5.17 builds
+    at load (conversion_mapping.py), as ([[names of expert 0], ...], stacked) or None: experts'
+    gate_up_proj [E, 2I, H] is each expert's gate then up weight concatenated, stacked; down_proj
+    [E, H, I] the experts' down weights stacked; Mixtral's checkpoints name the block
+    block_sparse_moe and the projections w1 (gate), w3 (up), w2 (down)."""
+    import re
+
+    m = re.fullmatch(r"(.*)\.mlp\.(experts\.gate_up_proj|experts\.down_proj|gate\.weight)", key)
+    if m is None:
+        return None
+    base, what = m.groups()
+    for block, (gate, up, down) in ((".mlp", ("gate_proj", "up_proj", "down_proj")), (".block_sparse_moe", ("w1", "w3", "w2"))):
+        pre = base + block
+        if what == "gate.weight":
+            if pre + ".gate.weight" in index:
+                return [[pre + ".gate.weight"]], False
+            continue
+        groups, e = [], 0
+        while f"{pre}.experts.{e}.{down}.weight" in index:
+            names = (gate, up) if what == "experts.gate_up_proj" else (down,)
+            groups.append([f"{pre}.experts.{e}.{n}.weight" for n in names])
+            e += 1
+        if groups:
+            return groups, True
+    return None
+
+
 def checkpoint_index(folder: Path) -> dict:
     """Tensor name -> safetensors file of a checkpoint (one file, or shards with their index)."""
     import json
@@ -469,12 +497,21 @@ class LayeredOracle:
                 if t.device.type != "meta":
                     continue
                 key = self._key.get(full, full)
-                f = self.index.get(key)
-                if f is None:
-                    raise KeyError(f"{self.path}: the checkpoint has no tensor {key!r} (module {name!r} of the fp32 model)")
-                if f not in handles:
-                    handles[f] = safe_open(str(f), framework="pt", device="cpu")
-                v = handles[f].get_tensor(key)
+
+                def read(key):
+                    f = self.index.get(key)
+                    if f not in handles:
+                        handles[f] = safe_open(str(f), framework="pt", device="cpu")
+                    return handles[f].get_tensor(key)
+
+                if key in self.index:
+                    v = read(key)
+                else:
+                    parts = moe_checkpoint_parts(self.index, key)
+                    if parts is None:
+                        raise KeyError(f"{self.path}: the checkpoint has no tensor {key!r} (module {name!r} of the fp32 model)")
+                    groups, stacked = parts
+                    v = torch.stack([torch.cat([read(n) for n in g], 0) for g in groups]) if stacked else read(groups[0][0])
                 if list(v.shape) != list(t.shape):
                     raise ValueError(f"{f}: tensor {key!r} has shape {list(v.shape)}, the model wants {list(t.shape)}")
                 # cast on the device: half the bytes cross the bus, and the cast is exact either way

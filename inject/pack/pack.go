@@ -314,6 +314,7 @@ func maxKMajor(rs []*recipe) int64 {
 		if r.KMajor && r.outBytes() > m {
 			m = r.outBytes()
 		}
+		m = max(m, maxKMajor(r.Subs))
 	}
 	return m
 }
@@ -673,6 +674,15 @@ func (p *packer) writeTensor(r *recipe, f packFile, off int64) error {
 		return nil
 	}
 	switch r.Op {
+	case opStack:
+		// One expert's slice at a time: memory stays one slice, not the stacked tensor.
+		for _, s := range r.Subs {
+			if err := p.writeTensor(s, f, off); err != nil {
+				return err
+			}
+			off += s.outBytes()
+		}
+		return nil
 	case opFoldBias, opFoldInBias:
 		return p.writeBias(r, f, off)
 	case opAddOne:

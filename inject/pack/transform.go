@@ -289,6 +289,7 @@ const (
 	opFoldBias                 // fold-bn / fold-conv-bn bias: a·(b − μ) + β
 	opFoldInBias               // fold-bn-input bias: b + W·(β − s·μ)
 	opAddOne                   // add-one: 1 + w, F32
+	opStack                    // stack-experts: Subs written one after another (transform_moe.go)
 )
 
 // srcInfo is what a recipe needs to know about a source tensor.
@@ -318,6 +319,8 @@ type recipe struct {
 	Raw    bool // bytes copied/rearranged without decoding (no arithmetic, no rounding)
 	// viewShape is the result's shape before prepack-kmajor.
 	viewShape []int64
+	// Subs are a stacked output's slices, one recipe per expert (opStack).
+	Subs []*recipe
 }
 
 func (r *recipe) errf(format string, a ...any) error {
@@ -340,6 +343,9 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 			return nil, r.errf("source %q is not in the checkpoint", n)
 		}
 		infos[i] = s
+	}
+	if len(o.Transforms) > 0 && o.Transforms[0] == plan.TStackExperts {
+		return newStackRecipe(lp, o, src)
 	}
 	// Transform order: [main] [cast-bf16 | cast-fp16] [prepack-kmajor].
 	ts := o.Transforms

@@ -231,6 +231,7 @@ func (p *planner) layer(l models.Layer) (LayerPlan, error) {
 		Tensors: maps.Clone(l.Tensors),
 		Dims:    maps.Clone(l.Dims),
 		Eps:     l.Eps,
+		Router:  l.Router,
 	}
 	if lp.Tensors == nil {
 		lp.Tensors = map[string]string{}
@@ -246,6 +247,8 @@ func (p *planner) layer(l models.Layer) (LayerPlan, error) {
 		err = p.attention(l, &lp)
 	case models.KindMLPSwiGLU, models.KindMLPGeGLU:
 		err = p.mlp(l, &lp)
+	case models.KindMoE:
+		err = p.moe(l, &lp)
 	case models.KindLinearBN, models.KindBNLinear:
 		err = p.linearBN(l, &lp)
 	case models.KindConvBN:

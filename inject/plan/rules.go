@@ -38,6 +38,9 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 	}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
 	decoder := layerDecoder
+	if kernels.LayerReplaces(layerMoEDecoder, l.BlockClass) {
+		decoder = layerMoEDecoder // Mixtral's decoder layer takes its parameters in another order
+	}
 	if l.Kind == models.KindRMSNormGemma {
 		// Gemma's (1 + w) folded offline, kept fp32: the kernel multiplies in fp32 and rounds
 		// once, as Gemma2RMSNorm does; the module's own weight stays for the stock path.

@@ -27,6 +27,9 @@ const (
 	// TAddOne folds Gemma's norm offset: 1 + w, summed exactly and rounded once to F32 (the
 	// result stays fp32: in bf16, 1 + w would lose w to the spacing near 1, 2^-7).
 	TAddOne = "add-one"
+	// TStackExperts stacks one tensor per expert along a new leading dim [experts, ...];
+	// the transforms after it apply to each expert's slice (an MoE layer's packed weights).
+	TStackExperts = "stack-experts"
 )
 
 // The dtypes a model runs in once injected (Plan.DType); DTypeAuto picks one (Options).
@@ -92,6 +95,8 @@ type LayerPlan struct {
 	// Dims are the shape facts of the layer (hidden, heads, ...).
 	Dims map[string]int64 `yaml:"dims,omitempty" json:"dims,omitempty"`
 	Eps  float64          `yaml:"eps,omitempty" json:"eps,omitempty"`
+	// Router is an MoE layer's routing rule (models.RouterSoftmaxTopK, ...).
+	Router string `yaml:"router,omitempty" json:"router,omitempty"`
 	// Bindings are every module whose forward the package replaces for this layer: the
 	// layer's own module, and the modules a fusion or delegation adds (the decoder layer
 	// of a fused add+RMSNorm, qwen3's q/k norms). Injection carries out exactly these.

@@ -153,6 +153,13 @@ def reference(o: dict, layer: dict, src: dict[str, torch.Tensor]):
     eps = float(layer.get("eps", 0.0))  # pyyaml reads "1e-05" (no dot) as a string
     if main is None:
         return "exact", src[srcs[0]]
+    if main == "stack-experts":
+        # one group of sources per expert, each transformed by the rest (finish leaves it be)
+        e = int(o["shape"][0])
+        per = len(srcs) // e
+        sub = dict(o, transforms=ts[1:], shape=o["shape"][1:])
+        return "exact", torch.stack([finish(reference(dict(sub, sources=srcs[i * per:(i + 1) * per]), layer, src)[1], sub)
+                                     for i in range(e)])
     if main in ("concat-qkv", "concat-gate-up"):
         return "exact", torch.cat([src[n] for n in srcs], dim=0)
     if main in ("fold-bn", "fold-conv-bn"):
@@ -214,6 +221,8 @@ def reference(o: dict, layer: dict, src: dict[str, torch.Tensor]):
 
 def finish(t: torch.Tensor, o: dict) -> torch.Tensor:
     ts = o.get("transforms") or []
+    if "stack-experts" in ts:  # reference() finished each expert's slice
+        return t
     if "cast-bf16" in ts:
         t = t.to(torch.bfloat16)
     if "cast-fp16" in ts:

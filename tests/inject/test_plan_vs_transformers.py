@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -53,11 +54,27 @@ def checkpoint_names(folder: Path) -> set[str]:
     return names
 
 
+_EXPERT = re.compile(r"(.*)\.(?:mlp|block_sparse_moe)\.experts\.\d+\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight")
+_ROUTER = re.compile(r"(.*)\.block_sparse_moe\.gate\.weight")
+
+
+def loaded(name: str) -> str:
+    """The state_dict name a checkpoint tensor loads into: MoE experts' per-expert 2D tensors are
+    stacked at load into experts.gate_up_proj / experts.down_proj, and Mixtral's block_sparse_moe
+    is renamed mlp (transformers 5.17 conversion_mapping.py)."""
+    m = _EXPERT.fullmatch(name)
+    if m:
+        stacked = "down_proj" if m.group(2) in ("down_proj", "w2") else "gate_up_proj"
+        return f"{m.group(1)}.mlp.experts.{stacked}"
+    m = _ROUTER.fullmatch(name)
+    return f"{m.group(1)}.mlp.gate.weight" if m else name
+
+
 def referenced(layer: dict) -> set[str]:
     refs = set(layer.get("tensors", {}).values())
     for out in layer.get("outputs") or []:
         refs |= set(out.get("sources") or [])
-    return refs
+    return {loaded(r) for r in refs}
 
 
 @pytest.fixture(scope="module", params=FIXTURE_NAMES)
@@ -129,7 +146,7 @@ def test_bindings_name_transformers_modules_and_attributes(planned):
 def test_plan_tensors_exist_and_cover_state_dict(planned):
     name, folder, cfg, plan, model = planned
     sd = model.state_dict()
-    stored = checkpoint_names(folder)
+    stored = {loaded(n) for n in checkpoint_names(folder)}
     assert stored <= set(sd), f"{name}: checkpoint tensors not in the model: {sorted(stored - set(sd))[:5]}"
 
     used: set[str] = set()
@@ -172,7 +189,11 @@ def test_plan_outputs_are_consistent_with_sources(planned):
             shape = out.get("shape")
             assert isinstance(shape, list) and all(isinstance(d, int) and d > 0 for d in shape), f"{where}: shape {shape}"
             tf = out.get("transforms") or []
-            srcs = [sd[s] for s in out["sources"]]
+            if "stack-experts" in tf:  # [E, ...] of each expert's K-major slice of the stacked tensor
+                stacked = sd[loaded(out["sources"][0])]
+                assert shape == [stacked.shape[0], stacked.shape[2], stacked.shape[1]], f"{where}: {shape} vs {stacked.shape}"
+                continue
+            srcs = [sd[loaded(s)] for s in out["sources"]]
             if any(t.startswith("concat-") for t in tf):
                 split = out.get("split") or []
                 assert split == [s.shape[0] for s in srcs], f"{where}: split {split} vs sources"

@@ -79,6 +79,41 @@ def stock_snapshot(fixture):
     return run(model, inputs(fixture)), {c: dict(c.__dict__) for c in classes}, model
 
 
+class _Picks:
+    """The experts each MoE block's router picks per token, in the oracle and the two bf16 models,
+    each from its own block input and scored with the oracle's fp32 router."""
+
+    def __init__(self, models):
+        self.inputs = {}
+        layers = lambda m: getattr(getattr(m, "model", None), "layers", None) or []  # noqa: E731
+        for n, m in models.items():
+            for i, layer in enumerate(layers(m)):
+                if hasattr(getattr(layer, "mlp", None), "experts"):
+                    layer.mlp.register_forward_hook(
+                        lambda mod, a, out, n=n, i=i: self.inputs.__setitem__((n, i), a[0].detach().float()))
+        self.routers = {i: layer.mlp.gate for i, layer in enumerate(layers(models["oracle"]))
+                        if hasattr(getattr(layer, "mlp", None), "experts")}
+
+    def __bool__(self):
+        return bool(self.routers)
+
+    def agree(self):
+        ok = None
+        for i, gate in self.routers.items():
+            def top(n):
+                h = self.inputs[(n, i)]
+                return torch.topk(h @ gate.weight.float().t(), gate.top_k, dim=-1).indices.sort(-1).values
+            o = top("oracle")
+            both = (top("stock") == o).all(-1) & (top("kernels") == o).all(-1)
+            ok = both if ok is None else ok & both
+        # causal attention carries a swap to every later position of its sequence
+        return torch.cummin(ok.int(), dim=-1).values.bool()
+
+
+def moe_picks(oracle, stock, model):
+    return _Picks({"oracle": oracle, "stock": stock, "kernels": model})
+
+
 @pytest.mark.parametrize("fixture", ALL)
 def test_package_alone_kernelizes_every_architecture(pkg, fixture):
     before, class_dicts, _ = stock_snapshot(fixture)
@@ -96,9 +131,19 @@ def test_package_alone_kernelizes_every_architecture(pkg, fixture):
     assert not any(p not in summary["replaced_modules"] for p, m in model.named_modules() if "forward" in m.__dict__)
 
     x = inputs(fixture)
+    picks = moe_picks(oracle, stock, model)
     ref, st, out = run(oracle, x), run(stock, x), run(model, x)
     assert sum(pkg._backend.launch_counts.values()) > sum(launches.values())  # our kernels ran
     assert not torch.equal(out, st)
+    if picks:
+        # An MoE block sends a token to other experts than the fp32 model's wherever two scores are
+        # closer than bf16 activations resolve; stock and the kernels do so about equally often
+        # (equal counts over 12 inputs of these fixtures), each at their own tokens, and one
+        # swapped expert outweighs all other rounding. Both are measured up to the first swap of
+        # either in each sequence.
+        keep = picks.agree()
+        assert keep.float().mean() >= 0.5, keep
+        ref, st, out = ref[keep], st[keep], out[keep]
     m_out, kl_out, top_out = errors(out, ref)
     m_st, kl_st, top_st = errors(st, ref)
     print(f"{fixture}: kernelized {m_out.line()} kl={kl_out:.3e} top1={top_out:.3f}; stock {m_st.line()} kl={kl_st:.3e}")

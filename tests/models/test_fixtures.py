@@ -34,6 +34,8 @@ TEXT = {
     "gemma2-tiny": ("gemma2", "Gemma2ForCausalLM", "F32"),
     "gemma3-tiny": ("gemma3_text", "Gemma3ForCausalLM", "BF16"),
     "phi3-tiny": ("phi3", "Phi3ForCausalLM", "BF16"),
+    "qwen3-moe-tiny": ("qwen3_moe", "Qwen3MoeForCausalLM", "BF16"),
+    "mixtral-tiny": ("mixtral", "MixtralForCausalLM", "BF16"),
 }
 VISION = {"levit-tiny": ("levit", "LevitForImageClassificationWithTeacher", "F32")}
 ALL = {**TEXT, **VISION}
@@ -127,7 +129,10 @@ def test_text_fixture_loads_and_runs(name):
     assert sd["model.layers.0.self_attn.k_proj.weight"].shape == (nkv * head_dim, hid)
     assert sd["model.layers.0.self_attn.v_proj.weight"].shape == (nkv * head_dim, hid)
     assert sd["model.layers.0.self_attn.o_proj.weight"].shape == (hid, nh * head_dim)
-    assert sd["model.layers.0.mlp.gate_proj.weight"].shape == (cfg.intermediate_size, hid)
+    if model_type in ("qwen3_moe", "mixtral"):  # layer 0 is sparse (experts checked below)
+        assert sd["model.layers.0.mlp.gate.weight"].shape == (6, hid)
+    else:
+        assert sd["model.layers.0.mlp.gate_proj.weight"].shape == (cfg.intermediate_size, hid)
     assert sd["lm_head.weight"].shape == (cfg.vocab_size, hid)
 
 
@@ -138,7 +143,7 @@ def test_norm_weights_and_biases_are_not_init_values(name):
     # 2 per layer (Gemma: 4) + final norm, plus q_norm/k_norm per layer for qwen3 and gemma3
     cfg = model.config
     gemma = cfg.model_type.startswith("gemma")
-    per_layer = (4 if gemma else 2) + (2 if cfg.model_type in ("qwen3", "gemma3_text") else 0)
+    per_layer = (4 if gemma else 2) + (2 if cfg.model_type in ("qwen3", "qwen3_moe", "gemma3_text") else 0)
     assert len(norms) == per_layer * cfg.num_hidden_layers + 1
     for n, m in norms:
         w = m.weight.float()
@@ -197,6 +202,43 @@ def test_qwen3_and_mistral_specifics():
     assert m.model.layers[0].self_attn.q_norm.weight.shape == (q3.head_dim,)
     mi = AutoConfig.from_pretrained(FIXTURES / "mistral-tiny")
     assert mi.sliding_window == 32 < mi.max_position_embeddings
+
+
+@pytest.mark.parametrize("name,block,names", [
+    ("qwen3-moe-tiny", "mlp", ("gate_proj", "up_proj", "down_proj")),
+    ("mixtral-tiny", "block_sparse_moe", ("w1", "w3", "w2")),
+])
+def test_moe_fixtures_store_experts_as_the_hub_does(name, block, names):
+    """Each expert is its own 2D tensors on disk (transformers stacks them at load), and the
+    router spreads the prose's tokens over every expert, each token to distinct experts."""
+    cfg = AutoConfig.from_pretrained(FIXTURES / name)
+    experts = getattr(cfg, "num_local_experts", None) or cfg.num_experts
+    width = cfg.moe_intermediate_size if name.startswith("qwen3") else cfg.intermediate_size
+    assert experts == 6 and width & (width - 1) != 0
+    with safe_open(FIXTURES / name / "model.safetensors", "pt") as f:
+        keys = set(f.keys())
+        gate, up, down = (f"model.layers.0.{block}.experts.5.{n}.weight" for n in names)
+        assert f.get_slice(gate).get_shape() == [width, cfg.hidden_size]
+        assert f.get_slice(up).get_shape() == [width, cfg.hidden_size]
+        assert f.get_slice(down).get_shape() == [cfg.hidden_size, width]
+    assert not any("gate_up_proj" in k for k in keys)
+    model = load(name)
+    layer0 = model.model.layers[0].mlp
+    assert tuple(layer0.experts.gate_up_proj.shape) == (experts, 2 * width, cfg.hidden_size)
+    tok = AutoTokenizer.from_pretrained(FIXTURES / name)
+    ids = torch.tensor([tok(PROSE.read_text()[:2000])["input_ids"][:256]])
+    hit = torch.zeros(experts, dtype=torch.long)
+
+    def count(_, args, out):
+        _, _, idx = out
+        assert (idx.sort(-1).values.diff(dim=-1) > 0).all()
+        hit.add_(torch.bincount(idx.flatten(), minlength=experts))
+
+    h = layer0.gate.register_forward_hook(count)
+    with torch.no_grad():
+        model(input_ids=ids)
+    h.remove()
+    assert (hit > 0).all(), hit.tolist()
 
 
 def test_levit_fixture_loads_and_runs():
@@ -261,4 +303,4 @@ def test_fixtures_match_generator():
         timeout=300,
     )
     assert r.returncode == 0, f"make_fixtures.py --check failed:\n{r.stderr[-4000:]}"
-    assert "check ok: 11 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
+    assert "check ok: 13 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8

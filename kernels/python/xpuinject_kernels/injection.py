@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from . import layers as _layers
+from . import moe_layer
 from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, PACKED_CHECKS, VENDOR_ATTR, layer_for_class
 from .families import mlp_activation
 from .packing import Released
@@ -238,8 +239,11 @@ def _check_model(plan: dict, model: nn.Module, named: Dict[str, nn.Module], wher
         if not lp.get("bindings"):
             continue
         for out in lp.get("outputs") or ():
-            for i, want in _expected_source_shapes(out):
-                src = out["sources"][i]
+            if lp["bindings"][0]["layer"] == "SparseMoE":  # per-expert sources, stacked at load
+                checks = moe_layer.loaded_sources(lp["module"], out)
+            else:
+                checks = [(out["sources"][i], want) for i, want in _expected_source_shapes(out)]
+            for src, want in checks:
                 t = tensors.get(src)
                 if t is None:
                     raise InjectError(f"{made_for}: it packs {out['name']!r} from {src!r}, which this model does not have")
@@ -784,6 +788,8 @@ def _why_not(m: nn.Module, layer: str) -> str:
     if layer == "LMHead":
         ok = isinstance(m, nn.Linear) and min(m.in_features, m.out_features) >= MIN_GEMM_DIM
         return "" if ok else f"not a Linear with both dimensions >= {MIN_GEMM_DIM}"
+    if layer in ("SparseMoE", "MoEDecoderLayer"):
+        return moe_layer.why_not(m, layer, _why_not)
     return f"{layer} is bound only where a plan says so"
 
 

@@ -38,7 +38,8 @@ from .gemm import gemm
 from .rmsnorm import rms_norm
 
 __all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LMHead", "LinearBN", "BNLinear", "ConvBN", "Attention", "DecoderLayer",
-           "GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "FusedAttention", "FusedSwiGLUMLP"]
+           "GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "SparseMoE",
+           "MoEDecoderLayer"]
 
 
 def _name(module: nn.Module) -> str:
@@ -179,3 +180,5 @@ from . import decoder  # noqa: E402
 from .decoder import Attention, DecoderLayer  # noqa: E402,F401
 # Gemma's and Phi-3's layouts (families.py) build on the layers above.
 from .families import FusedAttention, FusedSwiGLUMLP, GeGLUMLP, GemmaDecoderLayer, GemmaRMSNorm  # noqa: E402,F401
+# The sparse mixture-of-experts block (moe_layer.py).
+from .moe_layer import MoEDecoderLayer, SparseMoE  # noqa: E402,F401

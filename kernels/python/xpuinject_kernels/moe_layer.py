@@ -1,0 +1,116 @@
+"""The kernel-hub layer of a sparse mixture-of-experts block (Qwen3MoeSparseMoeBlock,
+MixtralSparseMoeBlock; transformers 5.17): router and experts as one fused moe call on the
+packed weights (contract.json `SparseMoE`):
+  xpuinject_router_weight   [hidden, experts]                K-major router
+  xpuinject_gate_up_weight  [experts, hidden, 2*intermediate] each expert's K-major [gate | up]
+  xpuinject_down_weight     [experts, intermediate, hidden]   each expert's K-major down
+The routing rule follows the block's router: Qwen3's renormalizes when gate.norm_topk_prob and
+rounds the weights to the activation dtype; Mixtral's (no such attribute) always renormalizes and
+keeps them fp32 (moe.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .contract import MIN_GEMM_DIM, packed_attr
+from .layers import _name, _packed
+from .moe import moe
+from .rmsnorm import add_rms_norm
+
+__all__ = ["SparseMoE", "MoEDecoderLayer"]
+
+_ROUTER_W = packed_attr("SparseMoE", "router_weight")
+_GATE_UP_W = packed_attr("SparseMoE", "gate_up_weight")
+_DOWN_W = packed_attr("SparseMoE", "down_weight")
+
+
+def router_rule(block: nn.Module) -> str:
+    """The moe routing rule of a stock MoE block."""
+    norm = getattr(block.gate, "norm_topk_prob", None)
+    if norm is None:
+        return "softmax-topk-norm-fp32"
+    return "softmax-topk-norm" if norm else "softmax-topk"
+
+
+class SparseMoE(nn.Module):
+    """Replaces Qwen3MoeSparseMoeBlock.forward / MixtralSparseMoeBlock.forward(hidden_states)."""
+
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            raise RuntimeError(f"xpuinject_kernels: SparseMoE: module {_name(self)!r} is in training mode; "
+                               "the fused kernel is inference-only (call model.eval())")
+        rw = _packed(self, _ROUTER_W, "SparseMoE")
+        gu = _packed(self, _GATE_UP_W, "SparseMoE")
+        dn = _packed(self, _DOWN_W, "SparseMoE")
+        return moe(hidden_states.to(gu.dtype), rw, gu, dn, int(self.gate.top_k), router_rule(self))
+
+
+class MoEDecoderLayer(nn.Module):
+    """Replaces MixtralDecoderLayer.forward, whose parameters come in another order than
+    LlamaDecoderLayer's (position_embeddings second; transformers 5.17 modeling_mixtral.py): the
+    residual add after attention and the post-attention RMSNorm as one add_rms_norm kernel, then
+    the MoE block and the final residual add."""
+
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, position_ids=None,
+                past_key_values=None, **kwargs):
+        residual = hidden_states
+        hidden_states = self.input_layernorm(hidden_states)
+        hidden_states, _ = self.self_attn(
+            hidden_states=hidden_states,
+            position_embeddings=position_embeddings,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            **kwargs,
+        )
+        norm = self.post_attention_layernorm
+        residual, hidden_states = add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
+        return residual + self.mlp(hidden_states)
+
+
+def why_not(m: nn.Module, layer: str, why_not_other) -> str:
+    """Why kernelize may not bind `layer` to m ("" when it may): the planner's checks for the
+    same layer (inject/plan/rules_moe.go, kernels/registry.go), on the live module."""
+    c = m._modules
+    if layer == "MoEDecoderLayer":
+        norm = c.get("post_attention_layernorm")
+        if not all(isinstance(c.get(n), nn.Module) for n in ("input_layernorm", "self_attn", "mlp")) or norm is None:
+            return "not a pre-norm decoder block"
+        return "" if not why_not_other(norm, "RMSNorm") else "its post-attention norm is not an RMSNorm"
+    gate, experts = c.get("gate"), c.get("experts")
+    gu, dn = getattr(experts, "gate_up_proj", None), getattr(experts, "down_proj", None)
+    w = getattr(gate, "weight", None)
+    if not all(isinstance(t, torch.Tensor) for t in (w, gu, dn)) or gu.dim() != 3 or dn.dim() != 3:
+        return "no router weight and stacked experts (gate.weight, experts.gate_up_proj, experts.down_proj)"
+    if type(getattr(experts, "act_fn", None)).__name__ != "SiLUActivation":
+        return "the experts' activation is not silu"
+    e, two_i, h = gu.shape
+    if min(h, two_i // 2) < MIN_GEMM_DIM:
+        return f"a GEMM dimension below {MIN_GEMM_DIM}"
+    if not 1 <= int(getattr(gate, "top_k", 0)) <= e:
+        return "top_k outside 1 to the number of experts"
+    return ""
+
+
+def loaded_sources(module: str, out: dict):
+    """(tensor name, shape) in the loaded model for a SparseMoE output of a plan. The plan's
+    sources are the checkpoint's per-expert 2D tensors (Mixtral's under block_sparse_moe, w1/w2/w3);
+    transformers 5.17 loads them stacked under the block's own module (conversion_mapping.py):
+    gate.weight [E, H], experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]."""
+    shape = [int(d) for d in out["shape"]]
+    name = out["name"]
+    if name.endswith(".router.weight"):  # [H, E]
+        return [(module + ".gate.weight", shape[::-1])]
+    if name.endswith(".gate_up_proj.weight"):  # [E, H, 2I]
+        return [(module + ".experts.gate_up_proj", [shape[0], shape[2], shape[1]])]
+    if name.endswith(".down_proj.weight"):  # [E, I, H]
+        return [(module + ".experts.down_proj", [shape[0], shape[2], shape[1]])]
+    raise ValueError(f"xpuinject_kernels: SparseMoE: {module}: unknown packed output {name!r}")

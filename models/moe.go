@@ -1,0 +1,81 @@
+package models
+
+import "fmt"
+
+// The mixture-of-experts block the MoE families share (qwen3_moe.go, mixtral.go). Read
+// against transformers 5.17 models/qwen3_moe/modeling_qwen3_moe.py and
+// models/mixtral/modeling_mixtral.py.
+//
+// Checkpoints store every expert as its own 2D tensors, as save_pretrained writes them and
+// the Hub publishes them; transformers stacks them at load (conversion_mapping.py) into the
+// experts module's gate_up_proj [E, 2I, H] and down_proj [E, H, I]. The layer's roles name
+// those 2D tensors:
+//
+//	gate.weight                    router weight [experts, hidden]
+//	experts.<e>.gate_proj.weight   expert e's gate [intermediate, hidden]
+//	experts.<e>.up_proj.weight     expert e's up [intermediate, hidden]
+//	experts.<e>.down_proj.weight   expert e's down [hidden, intermediate]
+//
+// Dims: "hidden", "intermediate" (one expert's width), "experts", "top_k".
+
+// Routing rules (Layer.Router). Every one takes the softmax of the router logits in fp32
+// and the top_k of the probabilities (torch.topk); they differ after that.
+const (
+	// RouterSoftmaxTopK keeps the top-k probabilities as the weights, rounded to the
+	// activation dtype (Qwen3MoeTopKRouter, norm_topk_prob false).
+	RouterSoftmaxTopK = "softmax-topk"
+	// RouterSoftmaxTopKNorm divides them by their sum first (norm_topk_prob true).
+	RouterSoftmaxTopKNorm = "softmax-topk-norm"
+	// RouterSoftmaxTopKNormFP32 divides them by their sum and keeps them fp32, so each
+	// expert's output is scaled in fp32 (MixtralTopKRouter): the softmax over the top-k
+	// logits.
+	RouterSoftmaxTopKNormFP32 = "softmax-topk-norm-fp32"
+)
+
+// moeBlock is one family's MoE block as the checkpoint names it.
+type moeBlock struct {
+	class                string
+	experts, topK, inter int64
+	hidden               int64
+	router               string
+	// prefix is the checkpoint's name of the block under a decoder layer ("mlp",
+	// "block_sparse_moe"); the module is always "mlp", the name transformers loads it as.
+	prefix string
+	// gate, up, down are the expert projections' checkpoint names (gate_proj or w1, ...).
+	gate, up, down string
+	// why says which config fields give experts and the expert width.
+	expertsField, interField string
+}
+
+func (m moeBlock) add(b *builder, blk string, i int, blockClass string) {
+	h, e, inter := m.hidden, m.experts, m.inter
+	src := blk + "." + m.prefix
+	hidden := fmt.Sprintf("hidden_size=%d", h)
+	why := fmt.Sprintf("%s=%d, %s", m.interField, inter, hidden)
+	needs := []need{{"gate.weight", src + ".gate.weight", []int64{e, h},
+		fmt.Sprintf("%s=%d, %s", m.expertsField, e, hidden), false}}
+	for x := int64(0); x < e; x++ {
+		pre := fmt.Sprintf("%s.experts.%d.", src, x)
+		role := fmt.Sprintf("experts.%d.", x)
+		needs = append(needs,
+			need{role + "gate_proj.weight", pre + m.gate + ".weight", []int64{inter, h}, why, false},
+			need{role + "up_proj.weight", pre + m.up + ".weight", []int64{inter, h}, why, false},
+			need{role + "down_proj.weight", pre + m.down + ".weight", []int64{h, inter}, why, false})
+	}
+	b.add(Layer{Module: blk + ".mlp", Kind: KindMoE, Class: m.class, Block: i, BlockClass: blockClass,
+		Router: m.router, Dims: map[string]int64{"hidden": h, "intermediate": inter, "experts": e, "top_k": m.topK}},
+		needs...)
+}
+
+// checkMoE validates the expert counts every family shares.
+func checkMoE(ck *Checkpoint, experts, topK, inter int64, expertsField, interField string) error {
+	switch {
+	case experts <= 0:
+		return configError(ck, "%s is %d, must be positive", expertsField, experts)
+	case topK <= 0 || topK > experts:
+		return configError(ck, "num_experts_per_tok is %d, want 1 to %s (%d)", topK, expertsField, experts)
+	case inter <= 0:
+		return configError(ck, "%s is %d, must be positive", interField, inter)
+	}
+	return nil
+}
