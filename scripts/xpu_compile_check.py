@@ -73,13 +73,24 @@ PTR_NAMES = {
 }
 
 
+# pointer parameters of another dtype than the activations, per kernel module
+PTR_DTYPES = {
+    "moe": {"ids_ptr": torch.int32, "rows_ptr": torch.int32, "bexp_ptr": torch.int32, "wts_ptr": torch.float32,
+            "p_ptr": torch.float32, "y_ptr": torch.float32},
+}
+
+
 def mock_args(fn, act, constexprs):
-    ptr_names = PTR_NAMES.get(fn.fn.__module__.rsplit(".", 1)[-1], set())
+    module = fn.fn.__module__.rsplit(".", 1)[-1]
+    ptr_names = PTR_NAMES.get(module, set())
+    dtypes = PTR_DTYPES.get(module, {})
     args = []
     for p in fn.params:
         if p.is_constexpr:
             # a constexpr with a default (rmsnorm's ROUND_NORMED) takes it unless the case names it
             args.append(constexprs[p.name] if p.name in constexprs or not p.has_default else p.default)
+        elif p.name in dtypes:
+            args.append(dtypes[p.name])
         elif p.name.endswith("_ptr") or p.name in ptr_names:
             args.append(torch.float32 if p.name in FP32_PTRS else torch.int32 if p.name in INT_PTRS
                         else torch.int64 if p.name in INT64_PTRS else act)
@@ -96,7 +107,7 @@ DESC_PATHS = (True, False)
 def cases():
     import importlib
 
-    from xpuinject_kernels import _backend, attention, rmsnorm, rope, rope_cache
+    from xpuinject_kernels import _backend, attention, moe, rmsnorm, rope, rope_cache
 
     gemm = importlib.import_module("xpuinject_kernels.gemm")  # the package exports gemm() itself
 
@@ -157,6 +168,12 @@ def cases():
     yield ("rope + cache write d256", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
            dict(BLOCK_H=8, BLOCK_HALF=128, BLOCK_D=256, BLOCK_PASS=0))
     yield "attention decode reduce", attention._decode_reduce_kernel, [({}, 4, 1)], bf16, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16)
+    # mixture of experts (moe.py's fixed tiles): routing, the decode GEMVs, the grouped prefill GEMMs
+    yield "moe router", moe._router_softmax_kernel, [({}, 4, 1)], bf16, dict(BLOCK_K=64, BLOCK_E=128)
+    yield "moe decode gate/up", moe._decode_gate_up_kernel, [({}, 4, 1)], bf16, dict(BLOCK_K=64, BLOCK_N=64)
+    yield "moe decode down", moe._decode_down_kernel, [({}, 4, 1)], bf16, dict(TOP_K=8, BLOCK_K=64, BLOCK_N=64)
+    yield "moe grouped gate/up", moe._grouped_gate_up_kernel, [({}, 4, 1)], bf16, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=64)
+    yield "moe grouped down", moe._grouped_down_kernel, [({}, 4, 1)], bf16, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=64)
 
 
 def main():
