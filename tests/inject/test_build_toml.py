@@ -5,6 +5,7 @@ carries out its plan, as the emitted one does."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -40,12 +41,17 @@ def test_variant_rebuilt_from_pyext_loads_and_checks_its_plan(llama_odd_run, tmp
     variant = pkg / "build" / "torch-cuda"
     pyext = rebuilt_variant(package, variant)
     assert pyext == ["json", "py", "yaml"]
-    shutil.copyfile(package / "build" / "torch-cuda" / "metadata.json", variant / "metadata.json")
+    # The rebuilt copy under a module name of its own: a second import under the first's name would
+    # register its ops under another namespace and share the first's submodules.
+    meta = json.loads((package / "build" / "torch-cuda" / "metadata.json").read_text())
+    meta["id"] += "_rebuilt"
+    (variant / "metadata.json").write_text(json.dumps(meta))
     # the rebuilt variant holds every file the emitted one does (its digest aside)
     emitted = {p.relative_to(package / "build" / "torch-cuda") for p in (package / "build" / "torch-cuda").rglob("*")
                if p.is_file() and "__pycache__" not in p.parts}
     assert emitted == {p.relative_to(variant) for p in variant.rglob("*") if p.is_file()}
     k = get_local_kernel(pkg, backend="cuda")
+    assert Path(k.__file__).resolve().parent == variant.resolve() and k.__name__ == meta["id"]
     model = transformers.LlamaForCausalLM.from_pretrained(FIXTURES / "llama-odd", dtype=torch.bfloat16).eval()
     r = k.inject(model, packed=llama_odd_run / "packed", check_only=True)
     assert r["checked"] and r["packed_tensors"] == 7
