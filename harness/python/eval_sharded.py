@@ -118,6 +118,9 @@ class Run:
         if self.pipeline:
             import torch.distributed as dist
 
+            # every rank done before any tears the group down: a rank still in a send when its
+            # peer's connection closes aborts (gloo), failing the whole run after its result
+            dist.barrier()
             dist.destroy_process_group()
 
     def load_kwargs(self) -> dict:
