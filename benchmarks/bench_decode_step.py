@@ -46,6 +46,9 @@ SHAPES = {
     "tiny": dict(hidden=128, inter=96, layers=2, heads=4, kv=2, head_dim=32, vocab=512, tie=False),
 }
 CTX = 512  # prompt tokens before the timed steps (the eval's decode context)
+# gemv.py launch configs the kernels part sweeps: (BLOCK_N, BLOCK_K) tiles x K splits
+GEMV_TILES = ((64, 128), (128, 64), (64, 256), (32, 256))
+GEMV_SPLITS = (1, 2, 4, 8, 16, 32)
 
 T0 = time.time()
 
@@ -145,19 +148,29 @@ def kernel_cases(torch, sh, M, device, smoke):
                 return torch.nn.functional.silu(a) * b
             return y + res if epi == "residual" else y
 
+        r_of = lambda epi, res: res if epi == "residual" else None  # noqa: E731
         variants = {"cuBLAS": cublas,
-                    "ours": lambda i, ws=ws, x=x, res=res, epi=epi: gemm(
-                        x, ws[i], residual=res if epi == "residual" else None, epilogue=epi)}
+                    "ours": lambda i, ws=ws, x=x, res=res, epi=epi: gemm(x, ws[i], residual=r_of(epi, res), epilogue=epi),
+                    # the tiled kernel (no split-K) that decode GEMMs took before gemv.py
+                    "ours tiled": lambda i, ws=ws, x=x, res=res, epi=epi: gemm(
+                        x, ws[i], residual=r_of(epi, res), epilogue=epi, use_descriptors=False)}
         if not smoke:
-            from xpuinject_kernels import _backend
+            import triton
 
-            for c in _backend.gemm_configs("cuda", n_b_tiles=2 if epi == "swiglu" else 1):
-                if c.kwargs["BLOCK_M"] != 16:
-                    continue
-                cfg = dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
-                label = "ours {BLOCK_N}x{BLOCK_K} w{num_warps} s{num_stages}".format(**cfg)
-                variants[label] = (lambda i, ws=ws, x=x, res=res, epi=epi, cfg=cfg: gemm(
-                    x, ws[i], residual=res if epi == "residual" else None, epilogue=epi, config=cfg))
+            from xpuinject_kernels import gemv
+
+            n_out = N // 2 if epi == "swiglu" else N
+            for bn, bk in GEMV_TILES:
+                for split in GEMV_SPLITS:
+                    if split * bk > K:
+                        continue
+                    cfg = triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split}, num_warps=4, num_stages=3)
+
+                    def run(i, ws=ws, x=x, res=res, epi=epi, cfg=cfg, n_out=n_out):
+                        o = torch.empty(x.shape[0], n_out, dtype=x.dtype, device=x.device)
+                        return gemv.gemv(x, ws[i], None, r_of(epi, res), o, epi, cfg)
+
+                    variants[f"gemv {bn}x{bk} split{split}"] = run
         cases.append((f"{name} K={K} N={N}", variants, byt, "cuBLAS"))
 
     # --- attention over a static cache bucket, filled to `length`
@@ -205,6 +218,33 @@ def kernel_cases(torch, sh, M, device, smoke):
         "rope + index_copy x2": unfused,
         "ours fused": lambda i: rope_cache.rope_cache_write(qv, kv_, vv, cos, sin, ks[i], vs[i], counter),
     }, 2 * M * (H + 2 * KV) * D * 2, "rope + index_copy x2"))
+
+    # --- token selection over the vocabulary: the runtime's greedy step (argmax + bookkeeping)
+    from xpuinject_kernels import greedy
+
+    V = sh["vocab"]
+    logits = rnd(M, V)
+    st = dict(unfinished=torch.ones(M, dtype=torch.bool, device=device), n_gen=torch.zeros((), dtype=torch.long, device=device),
+              out=torch.zeros(M, 4 * L + 8, dtype=torch.long, device=device), cur=torch.zeros((), dtype=torch.long, device=device),
+              pad=torch.zeros((), dtype=torch.long, device=device), eos=torch.full((4,), -1, dtype=torch.long, device=device),
+              tok=torch.zeros(M, 1, dtype=torch.long, device=device))
+
+    def torch_select(i):
+        st["cur"].zero_()
+        nxt = logits.float().argmax(-1)
+        alive = st["unfinished"]
+        st["n_gen"].add_(alive.any().long())
+        nxt = torch.where(alive, nxt, st["pad"])
+        st["out"].index_copy_(1, (st["cur"] + 1).view(1), nxt[:, None])
+        st["unfinished"].logical_and_(~(nxt[:, None] == st["eos"][None, :]).any(-1))
+        st["tok"].copy_(nxt[:, None])
+        st["cur"].add_(1)
+
+    def fused_select(i):
+        st["cur"].zero_()
+        greedy.greedy_select(logits, **st)
+
+    cases.append((f"greedy select V={V}", {"torch ops": torch_select, "ours": fused_select}, M * V * 2, "torch ops"))
 
     # --- norms
     w = rnd(hid)

@@ -99,7 +99,8 @@ type Kept struct {
 // Tuned is a launch config the benchmark chose for one problem class: the layers launch it
 // directly instead of autotuning (gpus.py).
 type Tuned struct {
-	// Kernel is the autotuned launcher: "gemm", "attention.prefill" or "attention.decode".
+	// Kernel is the tuned launcher: "gemm", "gemv" (decode-sized GEMMs), "attention.prefill"
+	// or "attention.decode".
 	Kernel string `json:"kernel"`
 	// Key selects the calls it applies to (gemm: epilogue, m_bucket, k, n; attention: the
 	// autotuner's key, lowercase); a key it does not name matches any value.
@@ -115,6 +116,7 @@ var TunedConfigKeys = map[string][]string{
 	"gemm":              {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps", "num_stages"},
 	"attention.prefill": {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"},
 	"attention.decode":  {"BLOCK_N", "num_warps", "num_stages"},
+	"gemv":              {"BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"},
 }
 
 // Token-count classes of a GEMM route: the layer picks the route per call from M, the

@@ -295,6 +295,32 @@ def test_decode_default_splits_cover_cache(device):
     check("decode default splits L600", out, q32, k32, v32, q, k, v, causal=False)
 
 
+@pytest.mark.parametrize("splits", [1, 3, 8])
+@pytest.mark.parametrize("hk, d", [(1, 64), (2, 128)])
+def test_decode_advance_attends_the_new_key_and_counts_it(device, splits, hk, d):
+    """advance=True: the counter holds the length before this step's key (written at slot
+    counter); the launch attends over counter + 1 keys, then adds 1 to the counter. GQA 7 and 2,
+    a cache length (54) that is no multiple of a split or block; the semaphores end at zero."""
+    b, h, capacity, filled = 2, 7 * hk if hk == 1 else 4, 80, 53
+    q32 = make((b, h, 1, d), "random", 0)
+    kc32, vc32 = make((b, hk, capacity, d), "random", 1), make((b, hk, capacity, d), "random", 2)
+    q = q32.to(torch.bfloat16).to(device)
+    kc, vc = kc32.to(torch.bfloat16).to(device), vc32.to(torch.bfloat16).to(device)
+    counter = torch.tensor(filled, dtype=torch.int64, device=device)
+    before = counts()
+    out = A.decode_attention(q, kc, vc, kv_lens=counter, num_splits=splits, advance=True)
+    assert int(counter) == filled + 1
+    assert delta(before, "attention.decode.advance") == 1
+    lens = torch.full((b,), filled + 1, dtype=torch.int64, device=device)
+    check(f"decode advance s{splits} kv{hk} d{d}", out, q32, kc32, vc32, q, kc, vc, causal=False, kv_lens=lens)
+    # the same numbers as a launch that reads the advanced length without advancing it
+    plain = A.decode_attention(q, kc, vc, kv_lens=counter, num_splits=splits)
+    assert torch.equal(out, plain) and int(counter) == filled + 1
+    assert int(_backend.semaphores(q.device, 1).abs().sum()) == 0
+    with pytest.raises(ValueError, match="0-d counter"):
+        A.decode_attention(q, kc, vc, kv_lens=lens, advance=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # bad inputs
 # ---------------------------------------------------------------------------------------------

@@ -94,7 +94,8 @@ def test_descriptor_policy():
 @pytest.mark.parametrize("epilogue", ["bias", "residual"])
 def test_gemm_misaligned_falls_back(device, epilogue):
     # K=70 bf16: x rows are 140 bytes apart (not 16-byte aligned) -> block pointers, still right
-    masters, (x, w, b, r) = make_inputs((5,), 70, 123, "coord", torch.bfloat16, device, epilogue)
+    # (21 rows: past gemv.MAX_M, so the tiled kernel takes the call)
+    masters, (x, w, b, r) = make_inputs((21,), 70, 123, "coord", torch.bfloat16, device, epilogue)
     assert not _backend.tma_ok(x)
     before = _backend.launch_counts["gemm.blockptr"]
     y = G.gemm(x, w, b, r, epilogue)
@@ -107,7 +108,7 @@ def test_gemm_misaligned_falls_back(device, epilogue):
 def test_gemm_strided_x_view(device):
     # x is a column slice of a wider activation (row stride 72, base offset 2 elements): no copy,
     # base misaligned -> block pointers
-    masters, (xw, w, b, r) = make_inputs((6,), 72, 40, "random", torch.bfloat16, device, "bias")
+    masters, (xw, w, b, r) = make_inputs((22,), 72, 40, "random", torch.bfloat16, device, "bias")
     x = xw[:, 2:66]
     w = w[2:66]
     assert x.stride(0) == 72 and not _backend.tma_ok(x)
@@ -120,11 +121,11 @@ def test_gemm_strided_x_view(device):
 
 def test_gemm_swiglu_unaligned_intermediate(device):
     # I=20: the up half starts 40 bytes into each W row -> not a valid descriptor base -> block ptrs
-    masters, (x, w, b, r) = make_inputs((3, 3), 48, 40, "coord", torch.bfloat16, device, "swiglu")
+    masters, (x, w, b, r) = make_inputs((5, 5), 48, 40, "coord", torch.bfloat16, device, "swiglu")
     before = _backend.launch_counts["gemm.blockptr"]
     y = G.gemm(x, w, b, epilogue="swiglu")
     assert _backend.launch_counts["gemm.blockptr"] == before + 1
-    assert y.shape == (3, 3, 20)
+    assert y.shape == (5, 5, 20)
     check("gemm swiglu I=20", y, x, w, b, r, masters, "swiglu")
     # and without bias
     y2 = G.gemm(x, w, epilogue="swiglu")
@@ -158,7 +159,7 @@ def test_gemm_fp16_activation_and_vector_x(device):
 def test_gemm_launch_cache(device):
     # the second call of a problem class skips the autotuner and must give the same result; a
     # different class (other N) goes through the autotuner again
-    masters, (x, w, b, r) = make_inputs((7,), 48, 80, "coord", torch.bfloat16, device, "bias")
+    masters, (x, w, b, r) = make_inputs((19,), 48, 80, "coord", torch.bfloat16, device, "bias")
     y1 = G.gemm(x, w, b, epilogue="bias")
     hits = _backend.launch_counts["gemm.launch_cached"]
     y2 = G.gemm(x, w, b, epilogue="bias")

@@ -42,7 +42,7 @@ def test_shipped_files_parse_and_name_their_devices():
         d = json.loads(p.read_text())
         assert d["gpu"] == p.stem and d["devices"], p
         for e in d["tuned"]:
-            assert e["kernel"] in ("gemm", "attention.prefill", "attention.decode") and e["config"], e
+            assert e["kernel"] in ("gemm", "gemv", "attention.prefill", "attention.decode") and e["config"], e
     # off a GPU (CPU, interpreter) no file applies
     assert gpus.device_data("cpu") is None
 

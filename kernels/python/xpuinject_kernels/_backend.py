@@ -135,6 +135,52 @@ def _fix_interpreter() -> None:
     _interpreter_fixed = True
 
 
+_CU_CACHE: Dict[tuple, int] = {}
+
+
+def compute_units(device: torch.device) -> int:
+    """SMs (CUDA) or Xe cores (XPU) of device; 8 under the interpreter or when unknown (a few
+    programs per kernel, enough to exercise split paths)."""
+    key = (device.type, device.index)
+    n = _CU_CACHE.get(key)
+    if n is None:
+        n = _CU_CACHE[key] = _query_compute_units(device)
+    return n
+
+
+def _query_compute_units(device: torch.device) -> int:
+    try:
+        if device.type == "cuda" and not is_interpret():
+            return int(torch.cuda.get_device_properties(device).multi_processor_count)
+        if device.type == "xpu" and not is_interpret():
+            props = torch.xpu.get_device_properties(device)
+            for attr in ("gpu_subslice_count", "max_compute_units"):
+                n = getattr(props, attr, None)
+                if n:
+                    return int(n)
+    except (RuntimeError, AssertionError, AttributeError):
+        pass
+    return 8
+
+
+# Per device: int32 counters that kernels reducing across programs count arrivals in (the last
+# program to arrive finishes the work and puts its counter back to 0). Never freed or shrunk: a
+# captured CUDA graph keeps the address it was recorded with.
+SEMAPHORES = 1 << 16
+_SEMAPHORES: Dict[tuple, torch.Tensor] = {}
+
+
+def semaphores(device: torch.device, n: int) -> torch.Tensor:
+    """The device's zeroed semaphore buffer (at least n counters)."""
+    if n > SEMAPHORES:
+        raise ValueError(f"xpuinject_kernels: a launch needs {n} semaphores, the buffer has {SEMAPHORES}")
+    key = (device.type, device.index)
+    t = _SEMAPHORES.get(key)
+    if t is None:
+        t = _SEMAPHORES[key] = torch.zeros(SEMAPHORES, dtype=torch.int32, device=device)
+    return t
+
+
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for host code. triton.cdiv is a constexpr_function in Triton 3.6: ~5 us per
     call from Python (argument unwrapping), and a decode step's launchers made about nine such

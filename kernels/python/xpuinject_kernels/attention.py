@@ -295,8 +295,8 @@ def _prefill_kernel(
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, M, LENS, PM, PL, PACC, O,
-    stride_lens,
+    Q, K, V, M, LENS, PM, PL, PACC, O, SEM,
+    stride_lens, LEN_ADD, GRID_SLOT, TOTAL,
     stride_qb, stride_qh, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -307,7 +307,7 @@ def _decode_split_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr,
     HAS_LENS: tl.constexpr, MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr,
     UPCAST: tl.constexpr, SINGLE: tl.constexpr, SOFTCAP: tl.constexpr, SLIDING: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    ADVANCE: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pid_s = tl.program_id(0)
     pid_bk = tl.program_id(1)
@@ -328,7 +328,10 @@ def _decode_split_kernel(
 
     kv_end = SEQ_K
     if HAS_LENS:
-        kv_end = tl.minimum(tl.load(LENS + off_b * stride_lens).to(tl.int32), SEQ_K)
+        # LEN_ADD: keys written since the length was counted (the token a fused RoPE + cache
+        # write just stored, whose counter this launch advances)
+        lens = tl.load(LENS + off_b * stride_lens)
+        kv_end = tl.minimum(lens.to(tl.int32) + LEN_ADD, SEQ_K)
     start = pid_s * SPLIT_SIZE
     end = tl.minimum(start + SPLIT_SIZE, kv_end)
     if SLIDING:
@@ -380,14 +383,22 @@ def _decode_split_kernel(
         tl.store(PM + row, m_i, mask=g_ok)
         tl.store(PL + row, l_i, mask=g_ok)
         tl.store(PACC + row[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=g_ok[:, None] & d_ok[None, :])
+    if ADVANCE and SINGLE:
+        # One split (no reduce launch): the last program of the grid advances the cache counter;
+        # every program read it before counting itself here.
+        tl.debug_barrier()
+        done = tl.atomic_add(SEM + GRID_SLOT, 1)
+        if done == TOTAL - 1:
+            tl.store(LENS, lens + LEN_ADD)
+            tl.atomic_xchg(SEM + GRID_SLOT, 0)
 
 
 @triton.jit
 def _decode_reduce_kernel(
-    PM, PL, PACC, O,
+    PM, PL, PACC, O, LENS,
     stride_ob, stride_oh, stride_od,
-    H, NUM_SPLITS,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    H, NUM_SPLITS, LEN_ADD,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ADVANCE: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)  # b * H + h
     off_b = pid // H
@@ -409,6 +420,10 @@ def _decode_reduce_kernel(
     out = acc / l_safe
     tl.store(O + off_b * stride_ob + off_h * stride_oh + offs_d * stride_od,
              out.to(O.dtype.element_ty), mask=d_ok)
+    if ADVANCE:
+        # the split launch before this one read the cache counter: advance it (one program)
+        if pid == 0:
+            tl.store(LENS, tl.load(LENS) + LEN_ADD)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -754,30 +769,8 @@ def _prefill(q, k, v, scaling, causal, key_mask, attn_mask, softcap=None, window
     return out
 
 
-_CU_CACHE = {}
-
-
 def _num_compute_units(device: torch.device) -> int:
-    key = (device.type, device.index)
-    n = _CU_CACHE.get(key)
-    if n is None:
-        n = _CU_CACHE[key] = _query_compute_units(device)
-    return n
-
-
-def _query_compute_units(device: torch.device) -> int:
-    try:
-        if device.type == "cuda":
-            return int(torch.cuda.get_device_properties(device).multi_processor_count)
-        if device.type == "xpu":
-            props = torch.xpu.get_device_properties(device)
-            for attr in ("gpu_subslice_count", "max_compute_units"):
-                n = getattr(props, attr, None)
-                if n:
-                    return int(n)
-    except (RuntimeError, AssertionError, AttributeError):
-        pass
-    return 8  # interpreter / unknown: a few splits, enough to exercise the reduce
+    return _backend.compute_units(device)
 
 
 def decode_num_splits(batch: int, kv_heads: int, seq_k: int, device: torch.device) -> int:
@@ -799,6 +792,7 @@ def decode_attention(
     num_splits: Optional[int] = None,
     softcap: Optional[float] = None,
     window: Optional[int] = None,
+    advance: bool = False,
 ) -> torch.Tensor:
     """One-token attention: q [b, h, 1, d] against a KV cache k/v [b, hk, L, d] -> [b, 1, h, d].
 
@@ -809,11 +803,24 @@ def decode_attention(
     the module docstring. num_splits: override the split count (tests); default from the GPU size.
     softcap, window: as flash_attention_prefill's; the query is the last valid key's position
     (kv_lens[b] - 1, or seq_k - 1), so keys before kv_lens[b] - window are not read.
-    The op: torch.ops.<ns>.attention_decode.
+    advance: kv_lens (0-d) is a static cache layer's counter read before this step's key was
+    written at slot kv_lens (rope_cache_write): the step attends over kv_lens + 1 keys and the
+    launch then adds 1 to the counter, as StaticLayer.update would, with no launch of its own.
+    The ops: torch.ops.<ns>.attention_decode, and attention_decode_advance (which mutates kv_lens).
     """
+    if advance:
+        if not isinstance(kv_lens, torch.Tensor) or kv_lens.dim() != 0:
+            raise ValueError("attention: decode_attention: advance=True needs kv_lens, a 0-d counter tensor")
+        if _ops.traced(q):
+            return _ops.call("attention_decode_advance", q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window)
+        return _decode_advance(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window)
     if _ops.traced(q):
         return _ops.call("attention_decode", q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window)
     return _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window)
+
+
+def _decode_advance(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None) -> torch.Tensor:
+    return _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window, advance=True)
 
 
 def _decode_fake(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None):
@@ -824,7 +831,8 @@ def _decode_fake(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, 
     return q.new_empty((b, 1, h, d))
 
 
-def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None) -> torch.Tensor:
+def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None,
+            advance: bool = False) -> torch.Tensor:
     where = "decode_attention"
     b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
     if sq != 1:
@@ -886,10 +894,12 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, windo
     tuned = _launch_config(
         "attention.decode", q.device, lambda: _decode_heuristic(be), split_bucket=_bucket(split_size), head_dim=d,
         block_g=block_g, mask_kind=mask_kind, single=single)
+    # one split with advance: the grid counts its programs in a semaphore (no reduce launch)
+    sem = _backend.semaphores(q.device, b * hk + 1) if (advance and single) else out
     launch = (_decode_split_kernel if tuned is not None else _decode_fn(be))[(num_splits, b * hk)]
     launch(
-        q, k, v, m_t, lens_t, pm, pl, pacc, out,
-        lens_stride,
+        q, k, v, m_t, lens_t, pm, pl, pacc, out, sem,
+        lens_stride, 1 if advance else 0, b * hk, num_splits * b * hk,
         q.stride(0), q.stride(1), q.stride(3),
         *k.stride(), *v.stride(),
         *sm,
@@ -898,16 +908,19 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, windo
         _bucket(split_size),
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g,
         HAS_LENS=has_lens, MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
-        UPCAST=_upcast(q.dtype), SINGLE=single, SOFTCAP=has_cap, SLIDING=sliding, **(tuned.all_kwargs() if tuned is not None else {}),
+        UPCAST=_upcast(q.dtype), SINGLE=single, SOFTCAP=has_cap, SLIDING=sliding, ADVANCE=advance,
+        **(tuned.all_kwargs() if tuned is not None else {}),
     )
     _backend.count("attention.decode")
+    if advance:
+        _backend.count("attention.decode.advance")
     if single:
         return out
     _decode_reduce_kernel[(b * h,)](
-        pm, pl, pacc, out,
+        pm, pl, pacc, out, lens_t,
         out.stride(0), out.stride(2), out.stride(3),
-        h, num_splits,
-        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=max(2, _backend.next_pow2(num_splits)),
+        h, num_splits, 1 if advance else 0,
+        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=max(2, _backend.next_pow2(num_splits)), ADVANCE=advance,
         num_warps=4,
     )
     _backend.count("attention.decode.split")
@@ -922,6 +935,10 @@ _ops.define("attention_decode",
             "(Tensor q, Tensor k, Tensor v, float? scaling, Tensor? kv_lens, Tensor? key_mask, int? num_splits, "
             "float? softcap=None, int? window=None) -> Tensor",
             _decode, _decode_fake)
+_ops.define("attention_decode_advance",
+            "(Tensor q, Tensor k, Tensor v, float? scaling, Tensor(a!) kv_lens, Tensor? key_mask, int? num_splits, "
+            "float? softcap=None, int? window=None) -> Tensor",
+            _decode_advance, _decode_fake, mutates=("kv_lens",))
 
 
 # ---------------------------------------------------------------------------------------------

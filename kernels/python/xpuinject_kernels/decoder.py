@@ -190,14 +190,19 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     layer = None
     if past_key_values is not None and q.dim() == 4:
         layer = _static_layer(past_key_values, getattr(module, "layer_idx", None), q.shape[0], kv, d, k.dtype)
+    softcap = getattr(module, "attn_logit_softcapping", None)
+    # SDPA has no soft-capping (integrations/sdpa_attention.py ignores it): capped layers stay ours.
+    vendor_attn = softcap is None and _vendor(module, "attention-prefill" if q_len > 1 else "attention-decode")
     kv_lens = None
     if layer is not None:
         # A static cache: RoPE and the cache write in one kernel at the layer's own device-side
-        # counter, which then advances as StaticLayer.update advances it.
+        # counter, which then advances as StaticLayer.update advances it: at decode inside our
+        # attention launch, else here.
         if not layer.is_initialized:
             layer.lazy_initialization(k.transpose(1, 2), v.transpose(1, 2))
         q = rope_cache_write(q, k, v, cos, sin, layer.keys, layer.values, layer.cumulative_length)
-        layer.cumulative_length.add_(q_len)
+        if q_len != 1 or vendor_attn:
+            layer.cumulative_length.add_(q_len)
         k, v = layer.keys, layer.values
         kv_lens = layer.cumulative_length
     else:
@@ -207,15 +212,12 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         q, k = apply_rope(q, k, cos, sin, inplace=not torch.is_grad_enabled())
         if past_key_values is not None:
             k, v = past_key_values.update(k, v, module.layer_idx)
-    softcap = getattr(module, "attn_logit_softcapping", None)
-    # SDPA has no soft-capping (integrations/sdpa_attention.py ignores it): capped layers stay ours.
-    vendor_attn = softcap is None and _vendor(module, "attention-prefill" if q_len > 1 else "attention-decode")
     if q_len == 1 and kv_lens is not None and not vendor_attn:
         # Decode over the static cache: only the filled slots are read (the length comes from the
         # counter on the device); the mask then only adds padding. A sliding layer's window is
         # also the kernel's own (the query sits at kv_lens - 1), so keys older than it are not read.
         out = decode_attention(q, k, v, scaling=module.scaling, kv_lens=kv_lens, key_mask=attention_mask,
-                               softcap=softcap, window=getattr(module, "sliding_window", None))
+                               softcap=softcap, window=getattr(module, "sliding_window", None), advance=True)
     elif vendor_attn:
         out = _sdpa(module, q, k, v, attention_mask, module.scaling)
     else:

@@ -338,6 +338,11 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
         return out
     o2 = out.view(-1, n)
     r2 = _as_rows(residual) if residual is not None else None
+    if fixed is None and use_descriptors is None and gemv.supports(m, kmajor, be):
+        # decode-sized M: split-K over the weight, reduced in the same launch (gemv.py)
+        gemv.gemv(x2, w, bias, r2, o2, epilogue)
+        _backend.count(f"gemm.{epilogue}")
+        return out
     up_off = n if swiglu else 0
 
     operands = [x2, w, o2] + ([r2] if r2 is not None else []) + ([w[:, n:]] if swiglu else [])
@@ -433,3 +438,6 @@ def gemm_ref(x, w, bias=None, residual=None, epilogue="none"):
     if epilogue == "residual":
         return y + residual.float()
     return y
+
+
+from . import gemv  # noqa: E402  (gemv.py takes its epilogue from this module)

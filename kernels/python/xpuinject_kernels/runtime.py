@@ -159,6 +159,14 @@ def _model_device(model) -> torch.device:
 # ---------------------------------------------------------------------------------------------
 
 
+def _fused_select(logits: torch.Tensor) -> bool:
+    """Whether greedy selection runs as one Triton launch: on a GPU, or on the CPU under the
+    Triton interpreter (an eager CPU runtime without it keeps the torch ops)."""
+    from . import _backend
+
+    return logits.device.type in ("cuda", "xpu") or _backend.is_interpret()
+
+
 @dataclass
 class _Slot:
     """Everything one (batch bucket, cache length) owns: the cache and the static tensors a step
@@ -325,6 +333,12 @@ class Runtime:
     def _select(self, slot: _Slot, logits: torch.Tensor, mode: str) -> None:
         """Pick each row's next token from its last logits and advance the slot: all device ops.
         Mirrors transformers' generate loop: finished rows get pad, EOS finishes a row."""
+        if mode == "greedy" and slot.trace_vals is None and _fused_select(logits):
+            # argmax and the bookkeeping below in one launch (greedy.py)
+            from .greedy import greedy_select
+
+            greedy_select(logits, slot.unfinished, slot.n_gen, slot.out, slot.cur, slot.pad, slot.eos, slot.tok)
+            return
         scores = logits.float()  # generate compares float32 logits
         nxt = scores.argmax(-1) if mode == "greedy" else _sample(scores, slot.temperature, slot.top_k, slot.top_p)
         if slot.trace_vals is not None:

@@ -1,0 +1,205 @@
+"""Decode-sized GEMM (M <= 16 rows) on pre-packed K-major weights: split-K, reduced in the kernel.
+
+    out[M, N] = epilogue(x[M, K] @ W[K, N] (+ bias[N]))       the epilogues of gemm.py
+
+At decode a projection is one pass over its weight, and what limits it is how many programs
+stream that weight at once. A [K, N] weight cut into N tiles alone leaves most of the GPU idle
+at N = 4096 (64 tiles of 64 columns for 132 SMs on an H200), and a second launch that sums
+split-K partials (as cuBLAS's splitKreduce does) costs a launch. Here the grid is (N tiles,
+K splits): each program multiplies one [K / SPLIT_K, BLOCK_N] slab, stores its fp32 partial, and
+counts itself in a per-tile semaphore; the program that arrives last sums the partials in split
+order (so the result does not depend on arrival order), runs the epilogue, writes the output and
+puts the semaphore back to 0 for the next launch. One launch, any epilogue, and deterministic.
+
+The semaphores are one zeroed int32 buffer per device (`_backend.semaphores`) that every launch
+leaves zeroed; launches on one stream are ordered, so they share it. A launch killed midway
+would leave counts behind, which is why only this module and the attention decode kernel use it.
+
+The dot runs through tl.dot on a 16-row tile (rows past M load as zeros): the weight stream is
+the cost, and the tensor cores take the padding for free. Accumulation is fp32; the output is
+rounded once after the epilogue, as in gemm.py.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _backend, gpus
+from .gemm import _EPI_CODE, _GATED, _epilogue
+
+__all__ = ["MAX_M", "gemv", "supports", "heuristic_config", "CONFIG_KEYS"]
+
+# Rows a launch covers (one tl.dot tile); larger M takes gemm.py's tiled kernel.
+MAX_M = 16
+_BLOCK_M = 16
+CONFIG_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr, w_ptr, b_ptr, r_ptr, o_ptr, ws_ptr, sem_ptr,
+    M, N, K, K_PER_SPLIT, UP_OFF, N_WS,
+    stride_xm, stride_wk, stride_rm, stride_om,
+    HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    RED_SPLITS: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    gated: tl.constexpr = EPILOGUE == 1 or EPILOGUE == 4
+    wty = w_ptr.dtype.element_ty
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    k_lo = pid_k * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = offs_k < k_hi
+        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                    other=0.0).to(wty)
+        w_rows = w_ptr + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
+        w_ok = k_ok[:, None] & n_ok[None, :]
+        acc = tl.dot(a, tl.load(w_rows, mask=w_ok, other=0.0), acc)
+        if gated:
+            acc_up = tl.dot(a, tl.load(w_rows + UP_OFF, mask=w_ok, other=0.0), acc_up)
+
+    out_ok = m_ok[:, None] & n_ok[None, :]
+    if SPLIT_K > 1:
+        # Partials [SPLIT_K, M, N_WS] fp32 (gated: the up half at column offset N of each row).
+        ws_tile = ws_ptr + (pid_k * M + offs_m[:, None]) * N_WS + offs_n[None, :]
+        tl.store(ws_tile, acc, mask=out_ok)
+        if gated:
+            tl.store(ws_tile + N, acc_up, mask=out_ok)
+        # Every thread's partial is stored before the (acq_rel, device-scope) count is taken.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(sem_ptr + pid_n, 1)
+        if arrived == SPLIT_K - 1:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            # RED_SPLITS partials per load: one wave of loads rather than a chain of SPLIT_K
+            # (the tail every launch waits for); .cg reads at L2, where the other programs'
+            # stores are, never a stale L1 line
+            offs_s = tl.arange(0, RED_SPLITS)
+            for s0 in range(0, SPLIT_K, RED_SPLITS):
+                s_ok = (s0 + offs_s) < SPLIT_K
+                part = ws_ptr + (((s0 + offs_s)[:, None, None] * M + offs_m[None, :, None]) * N_WS
+                                 + offs_n[None, None, :])
+                ok3 = s_ok[:, None, None] & out_ok[None, :, :]
+                acc += tl.sum(tl.load(part, mask=ok3, other=0.0, cache_modifier=".cg"), axis=0)
+                if gated:
+                    acc_up += tl.sum(tl.load(part + N, mask=ok3, other=0.0, cache_modifier=".cg"), axis=0)
+            acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
+            if EPILOGUE == 3:
+                acc = acc + tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=out_ok,
+                                    other=0.0).to(tl.float32)
+            tl.store(o_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(o_ptr.dtype.element_ty),
+                     mask=out_ok)
+            tl.atomic_xchg(sem_ptr + pid_n, 0)
+    else:
+        acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
+        if EPILOGUE == 3:
+            acc = acc + tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=out_ok,
+                                other=0.0).to(tl.float32)
+        tl.store(o_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(o_ptr.dtype.element_ty), mask=out_ok)
+
+
+def supports(m: int, kmajor: bool, be: str) -> bool:
+    """Whether a gemm call of m rows takes this kernel: decode-sized M on a packed K-major weight
+    (the lm_head's weight.t() view of a tied embedding has N tiles enough without split-K)."""
+    return 0 < m <= MAX_M and kmajor and be in ("cuda", "xpu", "cpu")
+
+
+# Programs the heuristic aims for per SM. On the H200 the decode projections were fastest at
+# 1.5-3 per SM: fewer leave HBM idle, more add partials and a longer reduce for nothing
+# (benchmarks/bench_decode_step.py; docs/results/2026-12-01-h200/decode-step-kernels-gemv.json).
+_PROGRAMS_PER_SM = 1.5
+
+
+def heuristic_config(be: str, m: int, n: int, k: int, n_b_tiles: int, units: int) -> triton.Config:
+    """A launch config from the shape alone: 64 x 128 tiles (128-byte rows of a bf16 weight), and
+    the fewest K splits (a power of two) that put _PROGRAMS_PER_SM weight tiles in flight on each
+    of the device's `units` compute units (a gated program streams two), each split at least two
+    BLOCK_K steps deep."""
+    block_n, block_k = 64, 128
+    tiles = _backend.cdiv(n, block_n) * n_b_tiles
+    split = 1
+    while tiles * split < _PROGRAMS_PER_SM * units and k // (split * 2) >= 2 * block_k:
+        split *= 2
+    return triton.Config({"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split}, num_warps=4,
+                         num_stages=3 if be == "cuda" else 2)
+
+
+def _config_key(epilogue: str, m_bucket: int, k: int, n_w: int) -> dict:
+    return {"epilogue": epilogue, "m_bucket": m_bucket, "k": k, "n": n_w}
+
+
+_BEST: dict = {}
+
+
+def launch_config(be, device, epilogue, m, n, k, n_w, dtypes) -> triton.Config:
+    """The config a launch takes: tuned for this GPU (gpus/<gpu>.json, kernel "gemv"), else the
+    shape heuristic (recorded as such), kept per problem class."""
+    m_bucket = _backend.next_pow2(m)
+    lkey = (be, _backend.is_interpret(), dtypes, m_bucket, n, k, epilogue)
+    cfg = _BEST.get(lkey)
+    if cfg is not None:
+        _backend.count("gemv.launch_cached")
+        return cfg
+    key = _config_key(epilogue, m_bucket, k, n_w)
+    n_b = 2 if epilogue in _GATED else 1
+    cfg = gpus.tuned_config("gemv", key, device)
+    if cfg is None:
+        units = _backend.compute_units(device)
+        if _backend.is_interpret():
+            cfg = heuristic_config(be, m, n, k, n_b, units)
+        else:
+            # an explicit autotune request still gets this config: a GEMV has one knob that
+            # matters (the split count), which the shape sets
+            cfg = gpus.heuristic_config("gemv", key, lambda: heuristic_config(be, m, n, k, n_b, units)) or \
+                heuristic_config(be, m, n, k, n_b, units)
+    _BEST[lkey] = cfg
+    return cfg
+
+
+def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Optional[torch.Tensor],
+         o2: torch.Tensor, epilogue: str, config: Optional[triton.Config] = None) -> torch.Tensor:
+    """o2[M, N] = epilogue(x2 @ w (+ bias)) (+ r2): the operands as gemm.py's launcher checked and
+    shaped them (rows with unit column stride; w K-major [K, N_w]). Writes and returns o2."""
+    be = _backend.backend(x2)
+    m, k = x2.shape
+    n_w = w.shape[1]
+    gated = epilogue in _GATED
+    n = n_w // 2 if gated else n_w
+    cfg = config or launch_config(be, x2.device, epilogue, m, n, k, n_w,
+                                  (x2.dtype, w.dtype, o2.dtype, None if r2 is None else r2.dtype))
+    kw = cfg.kwargs
+    block_k = kw["BLOCK_K"]
+    split = max(1, min(int(kw["SPLIT_K"]), _backend.cdiv(k, block_k)))
+    k_per = _backend.cdiv(_backend.cdiv(k, split), block_k) * block_k  # whole BLOCK_K steps per split
+    split = _backend.cdiv(k, k_per)
+    tiles = _backend.cdiv(n, kw["BLOCK_N"])
+    if split > 1:
+        ws = torch.empty((split * m * n_w,), dtype=torch.float32, device=x2.device)
+        sem = _backend.semaphores(x2.device, tiles)
+    else:
+        ws = sem = o2  # unused
+    _gemv_kernel[(tiles, split)](
+        x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2, ws, sem,
+        m, n, k, k_per, n if gated else 0, n_w,
+        x2.stride(0), w.stride(0), r2.stride(0) if r2 is not None else 0, o2.stride(0),
+        HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue],
+        BLOCK_M=_BLOCK_M, BLOCK_N=kw["BLOCK_N"], BLOCK_K=block_k, SPLIT_K=split,
+        RED_SPLITS=min(4, _backend.next_pow2(split)),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    _backend.count("gemv")
+    _backend.count(f"gemv.{epilogue}")
+    return o2

@@ -1,0 +1,105 @@
+"""Decode-sized GEMM (gemv.py): split-K reduced in the kernel by the last program to arrive, every
+epilogue, odd shapes (K not a multiple of a split, N not a multiple of a tile, M up to 16), against
+an fp64 reference; gemm() routes M <= 16 on a packed weight to it; its semaphores end at zero."""
+
+import importlib
+
+import pytest
+import torch
+import triton
+
+import metrics
+from xpuinject_kernels import _backend, gemv
+
+G = importlib.import_module("xpuinject_kernels.gemm")
+
+
+def ref64(x, w, b, r, epilogue):
+    """fp64 of the bf16 operands (the kernel's inputs), epilogue in fp64."""
+    y = x.double() @ w.double()
+    if b is not None:
+        y = y + b.double()
+    if epilogue in ("swiglu", "geglu"):
+        i = w.shape[1] // 2
+        g, u = y[:, :i], y[:, i:]
+        act = torch.nn.functional.silu(g) if epilogue == "swiglu" else torch.nn.functional.gelu(g, approximate="tanh")
+        return act * u
+    if epilogue == "hardswish":
+        return torch.nn.functional.hardswish(y)
+    if epilogue == "residual":
+        return y + r.double()
+    return y
+
+
+def operands(m, k, n_w, epilogue, dtype, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g).to(dtype).to(device)
+    w = (torch.randn(k, n_w, generator=g) * k ** -0.5).to(torch.bfloat16).to(device)
+    b = (torch.randn(n_w, generator=g) * 0.3).to(torch.bfloat16).to(device) if epilogue == "bias" else None
+    n = n_w // 2 if epilogue in ("swiglu", "geglu") else n_w
+    r = torch.randn(m, n, generator=g).to(dtype).to(device) if epilogue == "residual" else None
+    return x, w, b, r, n
+
+
+def cfg(block_n, block_k, split):
+    return triton.Config({"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split}, num_warps=4, num_stages=2)
+
+
+def run(x, w, b, r, n, epilogue, config=None):
+    out = _backend.empty((x.shape[0], n), x.dtype, x.device)
+    return gemv.gemv(x, w, b, r, out, epilogue, config)
+
+
+@pytest.mark.parametrize("epilogue", ["none", "bias", "residual", "swiglu", "geglu", "hardswish"])
+@pytest.mark.parametrize("m,k,n_w,split", [(1, 200, 72, 3), (3, 130, 40, 4), (8, 96, 100, 1), (16, 72, 34, 2),
+                                           (2, 400, 40, 6)])
+def test_gemv_matches_fp64(device, epilogue, m, k, n_w, split):
+    # K = 200 over 3 splits of 32-row steps: the last split is short; N = 72 / 100 / 34: partial tiles
+    if epilogue in ("swiglu", "geglu") and n_w % 2:
+        n_w += 1
+    x, w, b, r, n = operands(m, k, n_w, epilogue, torch.bfloat16, device)
+    y = run(x, w, b, r, n, epilogue, cfg(32, 32, split))
+    ref = ref64(x, w, b, r, epilogue)
+    scale = ref.abs().max().item()
+    # one bf16 rounding of the output, plus fp32 accumulation noise
+    metrics.assert_close(f"gemv {epilogue} m{m} k{k} n{n_w} split{split}", y, ref.to(y.dtype),
+                         atol=1e-3 * scale + 1e-6, rtol=2.0**-7)
+    assert int(_backend.semaphores(x.device, 1).abs().sum()) == 0, "every counter back at zero"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gemv_same_result_for_every_arrival_order(device, dtype):
+    # partials are summed in split order by whichever program arrives last: two launches agree bit
+    # for bit, and a different split count only moves fp32 rounding
+    x, w, b, r, n = operands(5, 256, 96, "residual", dtype, device, seed=3)
+    y1 = run(x, w, b, r, n, "residual", cfg(32, 32, 4))
+    y2 = run(x, w, b, r, n, "residual", cfg(32, 32, 4))
+    assert torch.equal(y1, y2)
+    y3 = run(x, w, b, r, n, "residual", cfg(32, 32, 1))
+    metrics.assert_close("gemv split 4 vs 1", y1, y3, atol=1e-2, rtol=2.0**-7)
+
+
+def test_gemm_routes_decode_rows_to_gemv(device):
+    x, w, b, r, n = operands(4, 96, 64, "bias", torch.bfloat16, device, seed=5)
+    before = _backend.launch_counts["gemv"]
+    tiled = _backend.launch_counts["gemm.blockptr"] + _backend.launch_counts["gemm.desc"]
+    y = G.gemm(x, w, b, epilogue="bias")
+    assert _backend.launch_counts["gemv"] == before + 1
+    assert _backend.launch_counts["gemm.blockptr"] + _backend.launch_counts["gemm.desc"] == tiled
+    metrics.assert_close("gemm -> gemv", y, ref64(x, w, b, None, "bias").to(y.dtype), atol=2e-2, rtol=2.0**-7)
+    # 17 rows, an explicit config, or a weight.t() view: the tiled kernel
+    x17 = torch.randn(17, 96).bfloat16().to(device)
+    G.gemm(x17, w, b, epilogue="bias")
+    G.gemm(x, w.t().contiguous().t(), b, epilogue="bias")
+    assert _backend.launch_counts["gemv"] == before + 1
+
+
+def test_gemv_heuristic_splits_to_fill_the_device():
+    # 64 tiles of 64 columns on 132 SMs: split K until 1.5 tiles per SM, each split >= 2 BLOCK_K steps
+    c = gemv.heuristic_config("cuda", 1, 4096, 4096, 1, 132)
+    assert c.kwargs == {"BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 4}
+    # a gated weight streams two tiles per program; a wide N fills the device alone
+    assert gemv.heuristic_config("cuda", 1, 14336, 4096, 2, 132).kwargs["SPLIT_K"] == 1
+    assert gemv.heuristic_config("cuda", 1, 128256, 2048, 1, 132).kwargs["SPLIT_K"] == 1
+    # a shallow K caps the split
+    assert gemv.heuristic_config("cuda", 1, 256, 512, 1, 132).kwargs["SPLIT_K"] == 2
