@@ -13,7 +13,7 @@ on that layer's own weights and cache (so nothing is served from L2 that a model
 captured in a CUDA graph and replayed; time per call and GB/s of the fewest bytes the work moves
 (weights and K/V up to the cache's filled length read once, outputs written once), and that as a
 share of the device-to-device copy bandwidth measured first. Each GEMM also runs every decode
-launch config (BLOCK_M 16), so the table says which config each shape wants.
+launch config of gemv.py with --sweep, so the table says which config each shape wants.
 
 model: a random-weight model of each shape built in memory, the package's layers bound by
 `kernelize` (they pack the model's own weights), timed by the eval's own latency code
@@ -114,7 +114,7 @@ def copy_bandwidth(torch, device):
     return 2 * x.numel() * 10 / (a.elapsed_time(b) * 1e-3)
 
 
-def kernel_cases(torch, sh, M, device, smoke):
+def kernel_cases(torch, sh, M, device, smoke, sweep=False):
     """(name, variants {label: fn(i)}, bytes, check) for one shape and batch M: every kernel of the
     decode step on per-layer data."""
     from xpuinject_kernels import attention, rmsnorm, rope, rope_cache
@@ -154,7 +154,7 @@ def kernel_cases(torch, sh, M, device, smoke):
                     # the tiled kernel (no split-K) that decode GEMMs took before gemv.py
                     "ours tiled": lambda i, ws=ws, x=x, res=res, epi=epi: gemm(
                         x, ws[i], residual=r_of(epi, res), epilogue=epi, use_descriptors=False)}
-        if not smoke:
+        if sweep and not smoke:
             import triton
 
             from xpuinject_kernels import gemv
@@ -195,7 +195,7 @@ def kernel_cases(torch, sh, M, device, smoke):
         "ours": lambda i: attention.decode_attention(q, ks[i], vs[i], scaling=scale, kv_lens=counter, key_mask=mask),
         "ours no mask": lambda i: attention.decode_attention(q, ks[i], vs[i], scaling=scale, kv_lens=counter),
     }
-    for n_split in (2, 4, 8, 16, 32):  # the split count sets the parallelism of a step over its bucket
+    for n_split in ((2, 4, 8, 16, 32) if sweep else ()):  # the split count sets a step's parallelism
         variants[f"ours splits={n_split}"] = (lambda i, n_split=n_split: attention.decode_attention(
             q, ks[i], vs[i], scaling=scale, kv_lens=counter, key_mask=mask, num_splits=n_split))
     cases.append((f"attention decode L={length}/{bucket}", variants,
@@ -264,7 +264,7 @@ def run_kernels(torch, args, device, res):
     rows = res.setdefault("kernels", [])
     for shape in args.shapes:
         for M in args.batches:
-            cases, layers = kernel_cases(torch, SHAPES[shape], M, device, args.smoke)
+            cases, layers = kernel_cases(torch, SHAPES[shape], M, device, args.smoke, args.sweep)
             for name, variants, nbytes, base in cases:
                 row = {"shape": shape, "M": M, "case": name, "bytes": nbytes, "us": {}, "base": base}
                 for label, fn in variants.items():
@@ -320,6 +320,7 @@ ROUTE_SETS = {
     "planned": (("qkv_proj", "o_proj", "attention-decode"), ("down_proj",)),  # before: gpus/h200.json's decode routes
     "gemms-cublas": (("qkv_proj", "o_proj"), ("down_proj",)),  # our attention, cuBLAS GEMMs
     "all-ours": ((), ()),
+    "qkv-cublas": (("qkv_proj",), ()),  # ours for o and down (gemv.py at M <= 16)
 }
 
 
@@ -354,7 +355,7 @@ def run_model(torch, transformers, args, device, res):
         for B in args.batches:
             ids = torch.randint(0, cfg.vocab_size, (B, ctx), generator=torch.Generator().manual_seed(B)).to(device)
             row = {"shape": shape, "batch": B, "context": ctx, "cache_len": cache_len, "steps": n, "ms": {}, "setup_s": {}}
-            todo = [("stock_compiled", None), ("stock_graph", None)]
+            todo = [(p, None) for p in ("stock_compiled", "stock_graph") if p in args.stock]
             todo += [(f"injected_graph[{r}]", r) for r in args.routes]
             todo += [(f"injected_compiled[{r}]", r) for r in args.compiled_routes]
             for label, routes in todo:
@@ -444,11 +445,14 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--routes", default="planned,gemms-cublas,all-ours", help="route sets for injected_graph")
     ap.add_argument("--compiled-routes", default="gemms-cublas", help="route sets for injected_compiled")
+    ap.add_argument("--stock", default="stock_compiled,stock_graph", help="stock paths of the model part")
+    ap.add_argument("--sweep", action="store_true", help="kernels part: every gemv config and split count too")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
     args.shapes = ["tiny"] if args.smoke else args.shapes.split(",")
     args.batches = [int(b) for b in args.batches.split(",")]
     args.parts = args.parts.split(",")
+    args.stock = [p for p in args.stock.split(",") if p]
     args.routes = [r for r in args.routes.split(",") if r]
     args.compiled_routes = [r for r in args.compiled_routes.split(",") if r]
     for r in args.routes + args.compiled_routes:

@@ -23,7 +23,10 @@ The rule, per operation a layer runs (`ratio` = vendor time / ours, < 1: the ven
 decode attention as a model pays it: SDPA's route with the mask a decode step carries repeats K/V
 to every query head on CUDA (xpuinject_kernels/decoder.py `_sdpa`), so the route's time is that of
 SDPA on repeated K/V, copies included, against ours reading the cache up to its filled length;
-its rows replace the run's decode-attention rows.
+its rows replace the run's decode-attention rows. Its GEMM rows (M = batch, each decoder layer's
+projection as the step runs it: gemv.py at M <= gemv.MAX_M, timed at the tuned config the data
+file ships when the run swept configs) replace the run's rows of the same projection at those
+token counts; the run's larger M (the tiled kernel) stay.
 
 An operation that is not routed but missed its benchmark target becomes a "kept" entry: the
 plan says why the layer keeps our kernel. The planner (kernels/gpus.go) reads the file;
@@ -100,9 +103,26 @@ STEP_MODELS = {"1b": "llama-3.2-1b", "8b": "llama-3.1-8b"}
 STEP_VENDOR = "SDPA repeat_kv"
 
 
-def load_decode_step(path: str) -> (List[Dict], Dict):
+# bench_decode_step.py's GEMM cases -> (kind, bench_gemm's projection:variant) as classify reads them
+STEP_GEMMS = {"qkv_proj": ("gemm", "qkv:none"), "o_proj": ("gemm", "o:none"), "down_proj": ("gemm", "down:residual"),
+              "gate_up_proj": ("swiglu", "gate_up:swiglu")}
+
+
+def shipped_gemv_label(tuned: List[Dict], epilogue: str, k: int, n: int) -> Optional[str]:
+    """The bench_decode_step.py --sweep column of the gemv config the data file ships for this
+    class (what a decode step launches), or None."""
+    for e in tuned:
+        key = e.get("key") or {}
+        if e.get("kernel") == "gemv" and key.get("epilogue") == epilogue and key.get("k") == k and key.get("n") == n:
+            c = e["config"]
+            return f"gemv {c['BLOCK_N']}x{c['BLOCK_K']} split{c['SPLIT_K']}"
+    return None
+
+
+def load_decode_step(path: str, tuned: Optional[List[Dict]] = None) -> (List[Dict], Dict):
     """Decode-attention rows of a bench_decode_step.py run (kernels part), priced with the glue
-    the vendor route implies, and the run's stamp."""
+    the vendor route implies, its GEMM rows (cuBLAS against ours: the shipped tuned gemv config's
+    column when the run swept it, else the default launch), and the run's stamp."""
     sys.path.insert(0, HERE)
     from bench_decode_step import SHAPES
 
@@ -110,6 +130,17 @@ def load_decode_step(path: str) -> (List[Dict], Dict):
         run = json.load(f)
     rows = []
     for r in run.get("kernels") or []:
+        g = re.fullmatch(r"(\w+) K=(\d+) N=(\d+)", r.get("case", ""))
+        us = r.get("us") or {}
+        if g and g.group(1) in STEP_GEMMS and r.get("shape") in STEP_MODELS and us.get("ours") and us.get("cuBLAS"):
+            kind, proj = STEP_GEMMS[g.group(1)]
+            k, n = int(g.group(2)), int(g.group(3))
+            label = shipped_gemv_label(tuned or [], proj.split(":")[1], k, n)
+            ours = us.get(label) or us["ours"]
+            dims = f"M={r['M']} K={k} N={n}"
+            rows.append(dict(kind=kind, model=STEP_MODELS[r["shape"]], shape=dims if kind == "swiglu" else f"{proj} {dims}",
+                             ratio=us["cuBLAS"] / ours, target="", target_desc="", target_value=None))
+            continue
         m = re.fullmatch(r"attention decode L=(\d+)/(\d+)", r.get("case", ""))
         us = r.get("us") or {}
         if not m or r.get("shape") not in STEP_MODELS or not us.get("ours") or not us.get(STEP_VENDOR):
@@ -120,6 +151,26 @@ def load_decode_step(path: str) -> (List[Dict], Dict):
     if not rows:
         raise ValueError("no decode-attention rows (want the kernels part of benchmarks/bench_decode_step.py)")
     return rows, dict(device=run.get("device"), command="benchmarks/bench_decode_step.py --parts kernels")
+
+
+def _gemm_key(row: Dict):
+    p = shape_params(row["shape"])
+    first = row["shape"].split(" ", 1)[0]
+    return row["kind"], row["model"], first if ":" in first else "", p.get("K"), p.get("N"), p.get("M")
+
+
+def replaced(row: Dict, step_rows: List[Dict]) -> bool:
+    """Whether a run row is a GEMM the decode-step rows measured again: the same projection and
+    shape at a token count up to the largest they measured (gemv.py's rows, M <= gemv.MAX_M)."""
+    if row["kind"] not in ("gemm", "swiglu"):
+        return False
+    kind, model, proj, k, n, m = _gemm_key(row)
+    for s in step_rows:
+        if s["kind"] in ("gemm", "swiglu"):
+            sk = _gemm_key(s)
+            if sk[:5] == (kind, model, proj, k, n) and m <= max(_gemm_key(t)[5] for t in step_rows if _gemm_key(t)[:5] == sk[:5]):
+                return True
+    return False
 
 
 def classify(row: Dict, decode_max: int) -> Optional[Dict]:
@@ -167,7 +218,9 @@ def derive(rows: List[Dict], decode_max: int, stamp: Dict) -> (List[Dict], List[
         classes = sorted({r["cls"] for r in rs})
         routed = [c for c in classes if geomean([r["ratio"] for r in rs if r["cls"] == c]) < 1]
         base = {k: info[k] for k in ("kernel", "op", "gemm", "k", "n", "head_dims", "epilogue") if k in info}
-        measured = [dict(shape=r["mshape"], ratio=round(r["ratio"], 3)) for r in rs]
+        # by token count (M=1 before M=64), then as measured
+        order = sorted(range(len(rs)), key=lambda i: (shape_params(rs[i]["mshape"]).get("M", 0), i))
+        measured = [dict(shape=rs[i]["mshape"], ratio=round(rs[i]["ratio"], 3)) for i in order]
         if routed:
             e = dict(base)
             if info.get("epilogue"):
@@ -217,28 +270,31 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"routes: {a.run}: {e}", file=sys.stderr)
         return 2
+    out = os.path.normpath(a.out or os.path.join(PKG, "gpus", a.gpu + ".json"))
+    data = {}
+    if os.path.exists(out):
+        with open(out, encoding="utf-8") as f:
+            data = json.load(f)
     if a.decode_step:
         try:
-            step_rows, step_run = load_decode_step(a.decode_step)
+            step_rows, step_run = load_decode_step(a.decode_step, data.get("tuned"))
         except (OSError, ValueError) as e:
             print(f"routes: {a.decode_step}: {e}", file=sys.stderr)
             return 2
         if step_run.get("device") and a.device and step_run["device"] != a.device:
             print(f"routes: {a.decode_step} ran on {step_run['device']}, not {a.device}", file=sys.stderr)
             return 2
-        rows = [r for r in rows if r["kind"] != "decode"] + step_rows
+        rows = [r for r in rows if r["kind"] != "decode" and not replaced(r, step_rows)] + step_rows
     device = a.device or run.get("device") or ""
     date = a.date or run.get("date") or ""
     command = a.bench_command or run.get("command") or ""
     if not (device and date and command):
         ap.error("the run does not say its device, date and command: give --device, --date and --bench-command")
-    source = os.path.relpath(os.path.abspath(a.run), os.path.join(HERE, os.pardir)).replace(os.sep, "/")
+    rel = lambda f: os.path.relpath(os.path.abspath(f), os.path.join(HERE, os.pardir)).replace(os.sep, "/")  # noqa: E731
+    source = rel(a.run)
+    if a.decode_step:
+        command += f"; decode rows: {step_run['command']} ({rel(a.decode_step)})"
     routes, kept = derive(rows, decode_max_tokens(), dict(date=date, command=command, source=source))
-    out = os.path.normpath(a.out or os.path.join(PKG, "gpus", a.gpu + ".json"))
-    data = {}
-    if os.path.exists(out):
-        with open(out, encoding="utf-8") as f:
-            data = json.load(f)
     devices = data.get("devices") or []
     if device not in devices:
         devices.append(device)

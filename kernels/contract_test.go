@@ -44,7 +44,7 @@ func TestParseContractRejects(t *testing.T) {
 		}
 	}
 	c := TheContract()
-	if c.DecodeMaxTokens != 64 || c.ModuleAttrs["vendor"] != "xpuinject_vendor" || len(LayerNames()) < 8 || c.DefaultGPU != "h200" {
+	if c.DecodeMaxTokens != 16 || c.ModuleAttrs["vendor"] != "xpuinject_vendor" || len(LayerNames()) < 8 || c.DefaultGPU != "h200" {
 		t.Errorf("embedded contract: %+v", c)
 	}
 	if !LayerReplaces("DecoderLayer", "Qwen3DecoderLayer") || LayerReplaces("RMSNorm", "LlamaMLP") {

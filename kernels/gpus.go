@@ -141,7 +141,7 @@ func (rt *Route) TokenBounds() (minTokens, maxTokens int64) {
 	return 0, 0
 }
 
-// When describes the shapes a route covers ("down_proj K=8192 N=2048 at decode (M <= 64)").
+// When describes the shapes a route covers ("down_proj K=8192 N=2048 at decode (M <= 16)").
 func (rt *Route) When() string {
 	switch {
 	case rt.GEMM != "":

@@ -494,11 +494,11 @@ def test_routes_py_reproduces_the_shipped_gpu_data(tmp_path):
                         os.path.join(repo, "docs", "results", "2026-11-29-h200", "bench-v2.csv"), "--gpu", "h200",
                         "--device", "NVIDIA H200", "--date", "2026-11-29", "--bench-command",
                         "the predecessor of benchmarks/run_all.py (same cases, checks and timer) with --budget-s 365",
-                        "--decode-step", os.path.join(repo, "docs", "results", "2026-12-01-h200", "decode-step-kernels.json"),
+                        "--decode-step", os.path.join(repo, "docs", "results", "2026-12-01-h200", "decode-step-kernels-gemv.json"),
                         "--out", str(out)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     # decode attention priced with the K/V copies its SDPA route implies: no decode route
-    assert "8 routes, 1 kept entries from 98 rows" in r.stdout
+    assert "7 routes, 1 kept entries from 106 rows" in r.stdout
     assert not [x for x in json.loads(out.read_text())["routes"] if x["op"] == "attention-decode"]
     assert out.read_text() == open(shipped, encoding="utf-8").read()
     # a csv says nothing of where it was measured: routes.py asks

@@ -46,7 +46,6 @@ def _gemv_kernel(
     stride_xm, stride_wk, stride_rm, stride_om,
     HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    RED_SPLITS: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -84,18 +83,12 @@ def _gemv_kernel(
         if arrived == SPLIT_K - 1:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            # RED_SPLITS partials per load: one wave of loads rather than a chain of SPLIT_K
-            # (the tail every launch waits for); .cg reads at L2, where the other programs'
-            # stores are, never a stale L1 line
-            offs_s = tl.arange(0, RED_SPLITS)
-            for s0 in range(0, SPLIT_K, RED_SPLITS):
-                s_ok = (s0 + offs_s) < SPLIT_K
-                part = ws_ptr + (((s0 + offs_s)[:, None, None] * M + offs_m[None, :, None]) * N_WS
-                                 + offs_n[None, None, :])
-                ok3 = s_ok[:, None, None] & out_ok[None, :, :]
-                acc += tl.sum(tl.load(part, mask=ok3, other=0.0, cache_modifier=".cg"), axis=0)
+            for s in range(0, SPLIT_K):
+                part = ws_ptr + (s * M + offs_m[:, None]) * N_WS + offs_n[None, :]
+                # .cg: read at L2, where the other programs' stores are, never a stale L1 line
+                acc += tl.load(part, mask=out_ok, other=0.0, cache_modifier=".cg")
                 if gated:
-                    acc_up += tl.sum(tl.load(part + N, mask=ok3, other=0.0, cache_modifier=".cg"), axis=0)
+                    acc_up += tl.load(part + N, mask=out_ok, other=0.0, cache_modifier=".cg")
             acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
             if EPILOGUE == 3:
                 acc = acc + tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=out_ok,
@@ -197,7 +190,6 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         x2.stride(0), w.stride(0), r2.stride(0) if r2 is not None else 0, o2.stride(0),
         HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue],
         BLOCK_M=_BLOCK_M, BLOCK_N=kw["BLOCK_N"], BLOCK_K=block_k, SPLIT_K=split,
-        RED_SPLITS=min(4, _backend.next_pow2(split)),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     _backend.count("gemv")
