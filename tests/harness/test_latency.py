@@ -115,7 +115,8 @@ def test_moe_stock_is_timed_on_every_experts_implementation(monkeypatch):
     now, compiled = [0.0], [False]
     model.register_forward_pre_hook(lambda *_: now.__setitem__(0, now[0] + (0.5e-3 if compiled[0] else 1e-3)))
     for m in L.experts_modules(model):
-        m.register_forward_pre_hook(lambda mod, *_: now.__setitem__(0, now[0] + cost[mod.config._experts_implementation]))
+        m.register_forward_pre_hook(
+            lambda mod, *_: now.__setitem__(0, now[0] + cost[mod.config._experts_implementation]))
     monkeypatch.setattr(L, "clock", lambda: now[0])
     seen = []
 
@@ -136,10 +137,12 @@ def test_moe_stock_is_timed_on_every_experts_implementation(monkeypatch):
     paths = L.Paths(model, model, runtime_ns(), {})
     paths.compile = fake_compile
     names = L.path_names("graph", model)
-    assert names == ("stock_eager", "stock_compiled", "stock_graph", "injected_graph", "injected_compiled", "stock_best")
+    assert names == ("stock_eager", "stock_compiled", "stock_graph", "injected_graph", "injected_compiled",
+                     "stock_best")
     row = decode_row(paths, ("stock_eager", "stock_compiled", "stock_best"), model)
     got = {(e["path"], e["experts_implementation"]): e for e in row["stock_experts"]}
-    assert list(got) == [(p, s) for p in ("stock_eager", "stock_compiled") for s in ("eager", "batched_mm", "grouped_mm")]
+    assert list(got) == [(p, s) for p in ("stock_eager", "stock_compiled")
+                         for s in ("eager", "batched_mm", "grouped_mm")]
     for s, c in cost.items():
         assert got["stock_eager", s]["ms"] == pytest.approx(1.0 + c * 1e3)
     assert got["stock_compiled", "eager"]["ms"] is None
@@ -168,8 +171,9 @@ def test_moe_every_setting_failing_names_each_reason():
     assert "anchor" not in row
     assert [e["error"] for e in row["stock_experts"]] == [
         "RuntimeError: no eager", "RuntimeError: no batched_mm", "RuntimeError: no grouped_mm"]
-    assert paths.errors["stock_eager"] == ("prefill 16: no experts implementation ran: eager: RuntimeError: no eager; "
-                                           "batched_mm: RuntimeError: no batched_mm; grouped_mm: RuntimeError: no grouped_mm")
+    assert paths.errors["stock_eager"] == (
+        "prefill 16: no experts implementation ran: eager: RuntimeError: no eager; "
+        "batched_mm: RuntimeError: no batched_mm; grouped_mm: RuntimeError: no grouped_mm")
     assert paths.errors["stock_best"] == "prefill 16: no stock setting ran"
 
 
