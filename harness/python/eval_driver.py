@@ -717,6 +717,10 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
                 # a pipeline's figure is its fullest device's
                 lat["peak_memory_bytes"][name] = run.max_over_ranks(peak_memory(device, lambda: m(input_ids=ids, use_cache=False)))
     method = lat_stage.method(args, vision)
+    if lat_stage.experts_settings(stock):
+        method += ("; stock eager and stock compiled each timed on every experts_implementation (" +
+                   ", ".join(lat_stage.experts_settings(stock)) + "), each reading its fastest; stock_best: the "
+                   "fastest of all, the anchor")
     if run.pipeline:
         method += f"; {run.world} pipeline stages, one device each, timed on rank 0 (the first stage, which waits for the last one's logits)"
     lat.update({"measured": True, "mode": mode, "paths": list(names), "method": method,
