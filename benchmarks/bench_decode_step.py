@@ -364,7 +364,8 @@ def run_model(torch, transformers, args, device, res):
                     path = path.replace("graph", "eager")
                 if routes is not None:
                     set_routes(injected, ROUTE_SETS[routes], VENDOR_ATTR)
-                    paths._decoders.pop(path, None)  # recompile: the routes are Python state dynamo guards on
+                    # recompile: the routes are Python state dynamo guards on
+                    paths._decoders.pop((path, paths.experts), None)
                 t = time.time()
                 try:
                     ms, setup = L.decode_point(paths, path, ids, cfg, cache_len, n)

@@ -255,10 +255,11 @@ func LayerErrorChart(r *Result) image.Image {
 	return c.Render()
 }
 
-// pathColors: stock paths in greys (darkest: the compiled one to beat), injected in blues.
+// pathColors: stock paths in greys (darkest: the anchor to beat), injected in blues.
 var pathColors = map[string]color.RGBA{
 	PathStockEager:    {0xc4, 0xc9, 0xd2, 0xff},
 	PathStockCompiled: {0x3d, 0x44, 0x4f, 0xff},
+	PathStockBest:     {0x1b, 0x1f, 0x26, 0xff},
 	PathStockGraph:    colStock,
 	PathInjectedGraph: colInjected,
 	PathInjectedEager: {0x9c, 0xc3, 0xf0, 0xff},

@@ -221,6 +221,7 @@ func Markdown(r *Result, plots []string) []byte {
 	} else {
 		writeLatency(&b, r)
 	}
+	writeRoofline(&b, r)
 	if len(r.Injection.Kept) > 0 {
 		b.WriteString("\n## Kept on the stock path\n\n| module | reason |\n| --- | --- |\n")
 		for _, k := range r.Injection.Kept {
@@ -331,6 +332,8 @@ func PathLabel(path string) string {
 		return "injected compiled"
 	case PathInjectedEager:
 		return "injected eager"
+	case PathStockBest:
+		return "stock best"
 	}
 	return strings.ReplaceAll(path, "_", " ")
 }
@@ -391,13 +394,23 @@ func rowRatio(x LatencyRow, rp [2]string) string {
 }
 
 func writeLatency(b *bytes.Buffer, r *Result) {
+	anchor := ", the fastest stock path and the anchor"
+	if r.hasStockExperts() {
+		anchor = ""
+	}
 	fmt.Fprintf(b, "%s.\n\nPaths: stock eager and injected eager are plain forwards; stock compiled is transformers' "+
-		"StaticCache under torch.compile(mode=\"reduce-overhead\"), the fastest stock path and the anchor; injected "+
+		"StaticCache under torch.compile(mode=\"reduce-overhead\")%s; injected "+
 		"compiled is the injected model the same way; stock graph and injected graph run under the package's graph "+
-		"runtime (captured once, replayed). A ratio below 1× means the first path is faster.\n\n", r.Latency.Method)
+		"runtime (captured once, replayed). A ratio below 1× means the first path is faster.\n\n", r.Latency.Method, anchor)
 	if r.Latency.Default != "" {
 		fmt.Fprintf(b, "The default path, which `xpuinject generate` and the package's card use: %s.\n\n",
 			PathLabel(r.Latency.Default))
+	}
+	if r.hasStockExperts() {
+		b.WriteString("A mixture-of-experts model's stock is timed on each experts implementation transformers offers " +
+			"(`experts_implementation`), eager and compiled: stock eager and stock compiled show their fastest, " +
+			"stock best the fastest of all, the anchor here (every setting: the experts table below). Stock graph " +
+			"runs the implementation the model loaded with.\n\n")
 	}
 	var setupRows []string
 	for _, t := range r.latencyPoints() {
@@ -459,6 +472,115 @@ func writeLatency(b *bytes.Buffer, r *Result) {
 	if len(r.Latency.PeakMemoryBytes) > 0 {
 		fmt.Fprintf(b, "Peak memory during the longest prefill: stock %.1f MB, injected %.1f MB.\n",
 			float64(r.Latency.PeakMemoryBytes["stock"])/1e6, float64(r.Latency.PeakMemoryBytes["injected"])/1e6)
+	}
+	writeStockExperts(b, r)
+}
+
+func (r *Result) hasStockExperts() bool {
+	for _, t := range r.latencyPoints() {
+		for _, x := range t.rows {
+			if len(x.StockExperts) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeStockExperts is the table of a mixture-of-experts model's stock on each experts
+// implementation: one row per point and implementation, the anchor in bold, and why each
+// setting that could not run failed.
+func writeStockExperts(b *bytes.Buffer, r *Result) {
+	if !r.hasStockExperts() {
+		return
+	}
+	b.WriteString("\n### Stock on each experts implementation\n\n")
+	b.WriteString("ms (per token for decode); the fastest of a point, the anchor (stock best), in bold; " +
+		"— could not run (why: below).\n\n")
+	b.WriteString("| point | experts_implementation | stock eager | stock compiled |\n| --- | --- | --- | --- |\n")
+	type failure struct{ path, impl, why string }
+	var failures []failure
+	failedAt := map[failure][]string{}
+	for _, t := range r.latencyPoints() {
+		for _, x := range t.rows {
+			point := strings.SplitN(t.title, " ", 2)[0] + " " + t.name(x)
+			var impls []string
+			cells := map[[2]string]string{}
+			for _, e := range x.StockExperts {
+				if !slices.Contains(impls, e.ExpertsImplementation) {
+					impls = append(impls, e.ExpertsImplementation)
+				}
+				c := "—"
+				if !math.IsNaN(float64(e.MS)) {
+					c = f(e.MS)
+					if x.Anchor != nil && x.Anchor.Path == e.Path && x.Anchor.ExpertsImplementation == e.ExpertsImplementation {
+						c = "**" + c + "**"
+					}
+				}
+				if e.Error != "" {
+					k := failure{e.Path, e.ExpertsImplementation, e.Error}
+					if _, seen := failedAt[k]; !seen {
+						failures = append(failures, k)
+					}
+					failedAt[k] = append(failedAt[k], point)
+				}
+				cells[[2]string{e.ExpertsImplementation, e.Path}] = c
+			}
+			for _, impl := range impls {
+				cell := func(p string) string {
+					if c, ok := cells[[2]string{impl, p}]; ok {
+						return c
+					}
+					return "not timed"
+				}
+				fmt.Fprintf(b, "| %s | %s | %s | %s |\n", point, impl, cell(PathStockEager), cell(PathStockCompiled))
+			}
+		}
+	}
+	b.WriteString("\n")
+	for _, k := range failures {
+		fmt.Fprintf(b, "- %s, %s experts (%s): %s\n", PathLabel(k.path), k.impl, strings.Join(failedAt[k], ", "), k.why)
+	}
+	if len(failures) > 0 {
+		b.WriteString("\n")
+	}
+}
+
+// writeRoofline is a mixture-of-experts model's active-bytes roofline at batch 1, with each
+// path's measured decode at batch 1 against it.
+func writeRoofline(b *bytes.Buffer, r *Result) {
+	rf := r.Roofline
+	if rf == nil {
+		return
+	}
+	fmt.Fprintf(b, "\n## Active-bytes roofline at batch 1\n\n%s: %.3f GB / %.1f TB/s = **%s ms** per token "+
+		"(%s, top-%d experts; every expert's weights would be %.3f GB).\n\n", capitalize(rf.Method),
+		float64(rf.TotalBytes)/1e9, float64(rf.BandwidthBps)/1e12, f(rf.MS), rf.Dtype, rf.TopK, float64(rf.ExpertsBytes)/1e9)
+	b.WriteString("| part | MB | share |\n| --- | --- | --- |\n")
+	for _, p := range RooflineParts {
+		n, ok := rf.Bytes[p[0]]
+		if !ok || (n == 0 && p[0] == "other") {
+			continue
+		}
+		share := "—"
+		if rf.TotalBytes > 0 {
+			share = fmt.Sprintf("%.1f %%", 100*float64(n)/float64(rf.TotalBytes))
+		}
+		fmt.Fprintf(b, "| %s | %.3f | %s |\n", p[1], float64(n)/1e6, share)
+	}
+	for _, x := range r.Latency.Decode {
+		if x.Batch != 1 {
+			continue
+		}
+		var parts []string
+		for _, p := range measuredPaths(r.Latency.Paths, []LatencyRow{x}) {
+			if v, ok := x.Value(p); ok && rf.MS > 0 {
+				parts = append(parts, fmt.Sprintf("%s %s ms (%.2f× the roofline)", PathLabel(p), f(Num(v)), v/float64(rf.MS)))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(b, "\nDecode at batch 1: %s.\n", strings.Join(parts, ", "))
+		}
 	}
 }
 

@@ -239,3 +239,56 @@ func TestReportSaysWhenWeightsAreRandom(t *testing.T) {
 		t.Error("a trained model's report says its weights are random")
 	}
 }
+
+// A mixture-of-experts model's stock is timed on each experts implementation: the report heads
+// its tables with the fastest (stock best), lists every setting with the anchor in bold, says
+// why a setting could not run, and sets decode at batch 1 against the active-bytes roofline.
+func TestReportMoEStockSettingsAndRoofline(t *testing.T) {
+	r, err := ReadResult("testdata/eval-moe-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := r.Latency.Decode[0]
+	if pair, ratio, ok := x.Headline(); !ok || pair != [2]string{PathInjectedGraph, PathStockBest} || ratio != 0.6 {
+		t.Errorf("headline %v %v %v, want injected graph / stock best 0.6", pair, ratio, ok)
+	}
+	md := string(Markdown(r, nil))
+	for _, want := range []string{
+		"| decode batch (512-token prompt) | stock eager ms/token | stock compiled ms/token | stock best ms/token | " +
+			"stock graph ms/token | injected graph ms/token | injected compiled ms/token | injected graph / stock best | " +
+			"injected compiled / stock best | injected graph / stock compiled | injected compiled / stock compiled | " +
+			"injected graph / stock graph |",
+		"| 1 | 30 | 4 | 4 | 5 | 2.4 | 2.6 | 0.60× | 0.65× | 0.60× | 0.65× | 0.48× |",
+		"stock compiled is transformers' StaticCache under torch.compile(mode=\"reduce-overhead\"); injected compiled",
+		"### Stock on each experts implementation",
+		"| point | experts_implementation | stock eager | stock compiled |",
+		"| prefill 2048 | eager | 400 | — |",
+		"| prefill 2048 | grouped_mm | 90 | **60** |",
+		"| decode 1 | batched_mm | 30 | **4** |",
+		"| decode 1 | grouped_mm | 35 | 4.5 |",
+		"- stock compiled, eager experts (prefill 2048, decode 1): Unsupported: Dynamic shape operator",
+		"## Active-bytes roofline at batch 1",
+		": 5.481 GB / 4.2 TB/s = **1.3049 ms** per token (bf16, top-8 experts; every expert's weights would be 57.982 GB).",
+		"| top-k experts | 3623.879 | 66.1 % |",
+		"| embedding row | 0.004 | 0.0 % |",
+		"Decode at batch 1: stock eager 30 ms (22.99× the roofline), stock compiled 4 ms (3.07× the roofline), " +
+			"stock best 4 ms (3.07× the roofline), stock graph 5 ms (3.83× the roofline), injected graph 2.4 ms " +
+			"(1.84× the roofline), injected compiled 2.6 ms (1.99× the roofline).",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "the fastest stock path and the anchor") || strings.Contains(md, "| other |") {
+		t.Error("a part of zero bytes named other is listed")
+	}
+	// a dense model's report has neither section
+	dense, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md = string(Markdown(dense, nil))
+	if strings.Contains(md, "experts") || strings.Contains(md, "roofline") || strings.Contains(md, "stock best") {
+		t.Errorf("dense report mentions experts or a roofline:\n%s", md)
+	}
+}

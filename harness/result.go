@@ -93,15 +93,21 @@ const (
 	// PathInjectedCompiled is injected on a StaticCache under torch.compile(mode="reduce-overhead").
 	PathInjectedCompiled = "injected_compiled"
 	PathInjectedEager    = "injected_eager" // injected, eager
+	// PathStockBest is a mixture-of-experts model's stock on its fastest experts implementation,
+	// eager or compiled: the anchor there.
+	PathStockBest = "stock_best"
 )
 
 // LatencyPaths lists every path in report order.
-var LatencyPaths = []string{PathStockEager, PathStockCompiled, PathStockGraph, PathInjectedGraph,
+var LatencyPaths = []string{PathStockEager, PathStockCompiled, PathStockBest, PathStockGraph, PathInjectedGraph,
 	PathInjectedCompiled, PathInjectedEager}
 
 // LatencyRatios are the compared pairs (numerator, denominator); the first measured one is the
-// headline: the default path (what generate and the card use) against the anchor, stock compiled.
+// headline: the default path (what generate and the card use) against the anchor, stock best
+// where the model has experts, else stock compiled.
 var LatencyRatios = [][2]string{
+	{PathInjectedGraph, PathStockBest},
+	{PathInjectedCompiled, PathStockBest},
 	{PathInjectedGraph, PathStockCompiled},
 	{PathInjectedCompiled, PathStockCompiled},
 	{PathInjectedGraph, PathStockGraph},
@@ -119,6 +125,49 @@ type LatencyRow struct {
 	MS       map[string]Num `json:"ms"`
 	SetupS   map[string]Num `json:"setup_s,omitempty"`
 	Ratios   map[string]Num `json:"ratios,omitempty"`
+	// StockExperts is a mixture-of-experts model's stock timed on each experts implementation
+	// (absent for a dense model); ExpertsImplementation names each stock path's fastest, Anchor
+	// the fastest of all (the figure of PathStockBest).
+	StockExperts          []ExpertsSetting  `json:"stock_experts,omitempty"`
+	ExpertsImplementation map[string]string `json:"experts_implementation,omitempty"`
+	Anchor                *Anchor           `json:"anchor,omitempty"`
+}
+
+// ExpertsSetting is one stock path timed on one experts implementation: its ms, or null and
+// why it could not run.
+type ExpertsSetting struct {
+	Path                  string `json:"path"`
+	ExpertsImplementation string `json:"experts_implementation"`
+	MS                    Num    `json:"ms"`
+	SetupS                *Num   `json:"setup_s,omitempty"`
+	Error                 string `json:"error,omitempty"`
+}
+
+// Anchor names the stock path and experts implementation that ran a point fastest.
+type Anchor struct {
+	Path                  string `json:"path"`
+	ExpertsImplementation string `json:"experts_implementation"`
+}
+
+// Roofline is a mixture-of-experts model's active-bytes roofline at batch 1: the weight bytes
+// one decode step reads (Bytes by part, in RooflineParts order) over the bandwidth.
+type Roofline struct {
+	Batch        int              `json:"batch"`
+	Dtype        string           `json:"dtype"`
+	TopK         int              `json:"top_k"`
+	BandwidthBps Num              `json:"bandwidth_Bps"`
+	Bytes        map[string]int64 `json:"bytes"`
+	TotalBytes   int64            `json:"total_bytes"`
+	ExpertsBytes int64            `json:"experts_bytes"` // every expert's, for comparison
+	MS           Num              `json:"ms"`
+	Method       string           `json:"method"`
+}
+
+// RooflineParts are Roofline.Bytes' keys in report order, with their labels.
+var RooflineParts = [][2]string{
+	{"attention", "attention"}, {"norms", "norms"}, {"router", "routers"},
+	{"experts_active", "top-k experts"}, {"dense_mlp", "dense MLP layers"},
+	{"embedding_row", "embedding row"}, {"lm_head", "lm_head"}, {"other", "other"},
 }
 
 // Value returns the row's ms for path and whether it was measured (present and a number).
@@ -266,6 +315,8 @@ type Result struct {
 		Forward         []LatencyRow      `json:"forward,omitempty"`
 		PeakMemoryBytes map[string]int64  `json:"peak_memory_bytes,omitempty"`
 	} `json:"latency"`
+	// Roofline is a mixture-of-experts model's active-bytes roofline (absent for a dense model).
+	Roofline *Roofline `json:"roofline,omitempty"`
 	// Autotune is what the kernels tuned during the run (the package's tuning_report): on a
 	// GPU whose tuned configs ship with the package, Autotuned is 0. Absent from older files.
 	Autotune *struct {

@@ -10,6 +10,8 @@
 #   env: OUT (default out/gpu-run under the repo root), STEPS (default "tests llama levit bench tune host";
 #        "runtime" is the graph runtime check on Llama-3.2-1B, Llama-3.1-8B and LeViT-128S shapes;
 #        "decode" benchmarks/bench_decode_step.py (DECODE_PARTS, T_DECODE);
+#        "moe" benchmarks/bench_moe.py: the MoE block against transformers' grouped_mm and
+#        batched_mm experts (MOE_ARGS, T_MOE);
 #        "coldstart" the Llama-3.2-1B-shaped pipeline on an empty Triton cache, to count what it
 #        autotuned with the GPU's shipped tuned configs: eval.json "autotune"),
 #        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
@@ -101,6 +103,12 @@ for s in $STEPS; do
       --parts "${DECODE_PARTS:-kernels,model,profile}" >"$OUT/decode.log" 2>&1
     log "decode rc=$?"
     tail -40 "$OUT/decode.log" >>"$OUT/summary.txt" ;;
+  moe)
+    # one MoE block of Qwen3-30B-A3B and of Mixtral-8x7B at 1, 8, 64, 2048 tokens, every path checked first
+    log "moe block"
+    timeout "${T_MOE:-300}" python3 benchmarks/bench_moe.py --out "$OUT/moe" ${MOE_ARGS:-} >"$OUT/moe.log" 2>&1
+    log "moe rc=$?"
+    sed -n '/^| shape/,$p' "$OUT/moe/moe.md" >>"$OUT/summary.txt" 2>/dev/null ;;
   host)
     log "launcher host time"
     timeout "${T_HOST:-120}" python3 benchmarks/bench_host.py --out "$OUT/host" >"$OUT/host.log" 2>&1
@@ -152,7 +160,8 @@ for s in $STEPS; do
     sed -n '/^## Accuracy/,/^$/p; /^## Latency/,$p' "$OUT/scale/compare.md" >>"$OUT/summary.txt"
     rm -rf "$WORK/models/llama8b" "$WORK/run-scale" "$WORK/eval-scale-2gpu" ;;  # 16 GB + 16 GB
   *)
-    log "unknown step $s (want tests, real, llama, llama8b, levit, coldstart, bench, tune, decode, host, runtime, scale)" ;;
+    log "unknown step $s (want tests, real, llama, llama8b, levit, coldstart, bench, tune, decode, moe, host, runtime," \
+      "scale)" ;;
   esac
 done
 log "done: $OUT"

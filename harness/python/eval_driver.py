@@ -602,6 +602,12 @@ def main(argv=None):
     if run.main:
         progress(f"injected via {summary['path']}: " + ", ".join(f"{k}×{v}" for k, v in summary["replaced"].items()))
     placement = {"stock": run.placement(stock), "injected": run.placement(injected)}
+    if not vision and run.main:
+        rf = moe_roofline(cls, args.model, cfg, dtype, dtype_name)
+        if rf is not None:
+            result["roofline"] = rf
+            progress(f"active-bytes roofline at batch 1: {rf['total_bytes'] / 1e9:.3f} GB / "
+                     f"{rf['bandwidth_Bps'] / 1e12:.1f} TB/s = {rf['ms']:.3f} ms per token")
     # which attention each model ran: eager where the model computes what SDPA ignores
     result["model"]["attn_implementation"] = {
         "stock": stock.config._attn_implementation, "injected": injected.config._attn_implementation}
@@ -695,8 +701,10 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
         return {"measured": False, "reason": f"--latency {args.latency}: no device graphs here ({why}); use --latency eager"}
     paths = Paths(stock, injected, rtmod, errors)
     lat_stage.STAGE = STAGES
-    progress(f"latency ({mode}): " + ", ".join(LATENCY_PATHS[mode]))
-    names = LATENCY_PATHS[mode]
+    names = lat_stage.path_names(mode, stock)
+    progress(f"latency ({mode}): " + ", ".join(names))
+    if lat_stage.experts_settings(stock):
+        progress("stock timed on each experts implementation: " + ", ".join(lat_stage.experts_settings(stock)))
     if vision:
         lat = lat_stage.vision_latency(paths, names, cfg, device, args, make_images)
     else:
@@ -709,13 +717,28 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
                 # a pipeline's figure is its fullest device's
                 lat["peak_memory_bytes"][name] = run.max_over_ranks(peak_memory(device, lambda: m(input_ids=ids, use_cache=False)))
     method = lat_stage.method(args, vision)
+    if lat_stage.experts_settings(stock):
+        method += ("; stock eager and stock compiled each timed on every experts_implementation (" +
+                   ", ".join(lat_stage.experts_settings(stock)) + "), each reading its fastest; stock_best: the "
+                   "fastest of all, the anchor")
     if run.pipeline:
         method += f"; {run.world} pipeline stages, one device each, timed on rank 0 (the first stage, which waits for the last one's logits)"
-    lat.update({"measured": True, "mode": mode, "paths": list(LATENCY_PATHS[mode]), "method": method,
+    lat.update({"measured": True, "mode": mode, "paths": list(names), "method": method,
                 "default": lat_stage.DEFAULT_PATH})
     if errors:
         lat["errors"] = errors
     return lat
+
+
+def moe_roofline(cls, path, cfg, dtype, dtype_name):
+    """eval.json `roofline` of a mixture-of-experts model, counted on the whole model built on the
+    meta device (a pipeline stage holds only its layers); None for a dense model."""
+    can = getattr(cls, "_can_set_experts_implementation", None)
+    if can is None or not can():
+        return None
+    with sharded.parameters_on_meta():
+        model = cls._from_config(cfg, dtype=dtype, **sharded.attn_kwargs(path))
+    return lat_stage.roofline(model, int(cfg.num_experts_per_tok), dtype.itemsize, dtype_name)
 
 
 def runtime_module(package_dir, device):

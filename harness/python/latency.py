@@ -16,10 +16,18 @@ Paths:
   injected_compiled  injected on a StaticCache under torch.compile(mode="reduce-overhead",
                      fullgraph=True) (the kernels are custom ops)
   injected_eager     injected, eager
+  stock_best         mixture-of-experts models only: stock's fastest setting, the anchor there
+
+A mixture-of-experts model's stock side is timed on every experts implementation transformers
+offers (EXPERTS_IMPLEMENTATIONS), each eager and compiled as above: `stock_eager` and
+`stock_compiled` read their fastest setting, `stock_best` the fastest of all, and the point's
+`stock_experts` lists every setting with its figure or why it could not run. Dense models have no
+such setting and are timed as they load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 
@@ -33,9 +41,19 @@ LATENCY_PATHS = {
     "graph": ("stock_compiled", "stock_graph", "injected_graph", "injected_compiled"),
     "both": ("stock_eager", "stock_compiled", "stock_graph", "injected_graph", "injected_compiled", "injected_eager"),
 }
+# Stock's fastest experts implementation (mixture-of-experts models only): the anchor there.
+BEST_PATH = "stock_best"
+# What transformers 5.17 runs an MoE block's experts with without a kernel from the Hub
+# (transformers/integrations/moe.py: the module's own loop over the experts hit, and the
+# ExpertsInterface's batched_mm and grouped_mm; its deepgemm and sonicmoe fetch kernels from the Hub).
+EXPERTS_IMPLEMENTATIONS = ("eager", "batched_mm", "grouped_mm")
+# The stock paths timed on each experts implementation.
+EXPERTS_PATHS = ("stock_eager", "stock_compiled")
 # Ratios reported (numerator, denominator); the first present one is the headline: the default
-# path against the anchor.
+# path against the anchor (stock_best where the model has experts, else stock_compiled).
 LATENCY_RATIOS = (
+    (DEFAULT_PATH, BEST_PATH),
+    ("injected_compiled", BEST_PATH),
     (DEFAULT_PATH, "stock_compiled"),
     ("injected_compiled", "stock_compiled"),
     ("injected_graph", "stock_graph"),
@@ -111,6 +129,9 @@ class Paths:
 
     def __init__(self, stock, injected, rtmod, errors):
         self.stock, self.injected, self.rt, self.errors = stock, injected, rtmod, errors
+        # the stock model's experts implementation being timed (None: as loaded); compiled
+        # functions are kept per setting, so no setting runs another's graphs
+        self.experts = None
         self._compiled = {}
         self._decoders = {}
 
@@ -129,15 +150,17 @@ class Paths:
 
     def compiled(self, path):
         """The path's model under torch.compile(mode="reduce-overhead", fullgraph=True): forwards."""
-        c = self._compiled.get(path)
+        key = (path, self.experts)
+        c = self._compiled.get(key)
         if c is None:
-            c = self._compiled[path] = self.compile(self.model(path))
+            c = self._compiled[key] = self.compile(self.model(path))
         return c
 
     def decoder(self, path):
         """One compiled decode step of the path's model: forward on the cache, then argmax over
         the last logits in float32 (as the graph runtime and generate select), in one graph."""
-        fn = self._decoders.get(path)
+        key = (path, self.experts)
+        fn = self._decoders.get(key)
         if fn is None:
             model = self.model(path)
             kw = forward_kwargs(model)
@@ -146,8 +169,48 @@ class Paths:
                 logits = model(input_ids=tok, position_ids=pos, past_key_values=cache, use_cache=True, **kw).logits
                 return logits[:, -1, :].float().argmax(-1, keepdim=True)
 
-            fn = self._decoders[path] = self.compile(decode)
+            fn = self._decoders[key] = self.compile(decode)
         return fn
+
+
+def experts_modules(model):
+    """The modules transformers runs through its experts interface (`@use_experts_implementation`
+    sets has_gate on each): empty for a dense model."""
+    return [m for m in model.modules() if hasattr(m, "has_gate") and hasattr(m, "num_experts")]
+
+
+def experts_settings(model):
+    """The experts implementations a model's stock side is timed on: EXPERTS_IMPLEMENTATIONS where
+    transformers can switch the model's experts (PreTrainedModel.set_experts_implementation), none
+    for a dense model."""
+    can = getattr(type(model), "_can_set_experts_implementation", None)
+    if can is None or not hasattr(model, "set_experts_implementation") or not can():
+        return ()
+    return EXPERTS_IMPLEMENTATIONS if experts_modules(model) else ()
+
+
+@contextlib.contextmanager
+def experts_implementation(model, name):
+    """The model's experts run `name` inside; its setting before is restored after (transformers'
+    get_experts_implementation snapshots it in the form set_experts_implementation takes)."""
+    before = model.get_experts_implementation()
+    model.set_experts_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_experts_implementation(before)
+
+
+def path_names(mode, model):
+    """The paths a point is measured on in mode: LATENCY_PATHS, and for a model with experts
+    settings stock eager too where stock compiled is timed (the fastest setting may be an eager
+    one) and stock_best."""
+    names = LATENCY_PATHS[mode]
+    if not experts_settings(model):
+        return names
+    if "stock_compiled" in names and "stock_eager" not in names:
+        names = ("stock_eager",) + names
+    return names + (BEST_PATH,)
 
 
 def forward_kwargs(model):
@@ -158,18 +221,85 @@ def forward_kwargs(model):
 STAGE = None
 
 
-def measure(paths, path, label, fn):
-    """Run fn(path) -> (ms, setup_s); a path that fails is recorded once and reads null."""
+def attempt(path, label, fn):
+    """Run fn(path) -> (ms, setup_s, None), or (None, None, why) when it raised."""
     try:
         if STAGE is None:
-            return fn(path)
+            return (*fn(path), None)
         with STAGE(f"latency: {label} {path}"):
-            return fn(path)
+            return (*fn(path), None)
     except Exception as e:  # a compile or capture failure must not cost the other paths
         msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        paths.errors.setdefault(path, f"{label}: {msg}")
         progress(f"latency {label} {path}: failed: {msg}")
+        return None, None, msg
+
+
+def measure(paths, path, label, fn):
+    """Run fn(path) -> (ms, setup_s); a path that fails is recorded once and reads null."""
+    ms, setup, why = attempt(path, label, fn)
+    if why is not None:
+        paths.errors.setdefault(path, f"{label}: {why}")
+    return ms, setup
+
+
+def measure_experts(paths, path, label, fn, row):
+    """Time the stock path on each experts implementation: every setting's figure, or why it could
+    not run, goes to row["stock_experts"]; the path reads its fastest (null, with each setting's
+    reason in paths.errors, when none ran)."""
+    model = paths.model(path)
+    tried = row.setdefault("stock_experts", [])
+    got = []
+    for name in experts_settings(model):
+        def on_setting(p, name=name):
+            with experts_implementation(model, name):
+                return fn(p)
+
+        paths.experts = name
+        try:
+            ms, setup, why = attempt(path, f"{label} ({name} experts)", on_setting)
+        finally:
+            paths.experts = None
+        e = {"path": path, "experts_implementation": name, "ms": ms}
+        if setup is not None:
+            e["setup_s"] = setup
+        if why is not None:
+            e["error"] = why
+        tried.append(e)
+        got.append(e)
+    ok = [e for e in got if e["ms"] is not None]
+    if not ok:
+        paths.errors.setdefault(path, f"{label}: no experts implementation ran: " +
+                                "; ".join(f"{e['experts_implementation']}: {e['error']}" for e in got))
         return None, None
+    best = min(ok, key=lambda e: e["ms"])
+    row.setdefault("experts_implementation", {})[path] = best["experts_implementation"]
+    return best["ms"], best.get("setup_s")
+
+
+def measure_point(paths, names, label, fn, row):
+    """Every path in names at one point into row: ms, setup_s, and for a model with experts
+    settings each stock setting, the fastest as stock_best and the `anchor` that names it."""
+    sweep = bool(experts_settings(paths.stock))
+    for name in names:
+        if name == BEST_PATH:
+            continue
+        if sweep and name in EXPERTS_PATHS:
+            ms, setup = measure_experts(paths, name, label, fn, row)
+        else:
+            ms, setup = measure(paths, name, label, fn)
+        row["ms"][name] = ms
+        if setup is not None:
+            row["setup_s"][name] = setup
+    if BEST_PATH in names:
+        ok = [e for e in row.get("stock_experts", []) if e["ms"] is not None]
+        row["ms"][BEST_PATH] = None
+        if ok:
+            best = min(ok, key=lambda e: e["ms"])
+            row["ms"][BEST_PATH] = best["ms"]
+            row["anchor"] = {"path": best["path"], "experts_implementation": best["experts_implementation"]}
+        else:
+            paths.errors.setdefault(BEST_PATH, f"{label}: no stock setting ran")
+    row["ratios"] = point_ratios(row["ms"])
 
 
 def forward_point(paths, path, call, device, n):
@@ -249,14 +379,9 @@ def latency(paths, names, cfg, device, args):
     for L in lengths:
         ids = torch.randint(0, vocab, (1, L), generator=g).to(device)
         row = {"tokens": L, "batch": 1, "ms": {}, "setup_s": {}}
-        for name in names:
-            with torch.no_grad():
-                ms, setup = measure(paths, name, f"prefill {L}", lambda p: forward_point(
-                    paths, p, lambda m: m(input_ids=ids, use_cache=False, **kw), device, args.repeats))
-            row["ms"][name] = ms
-            if setup is not None:
-                row["setup_s"][name] = setup
-        row["ratios"] = point_ratios(row["ms"])
+        with torch.no_grad():
+            measure_point(paths, names, f"prefill {L}", lambda p: forward_point(
+                paths, p, lambda m: m(input_ids=ids, use_cache=False, **kw), device, args.repeats), row)
         rows["prefill"].append(row)
         progress(f"latency prefill {L}: " + describe_point(row))
     ctx = 512
@@ -265,13 +390,7 @@ def latency(paths, names, cfg, device, args):
     for B in batches:
         ids = torch.randint(0, vocab, (B, ctx), generator=g).to(device)
         row = {"batch": B, "context": ctx, "cache_len": cache_len, "steps": n, "ms": {}, "setup_s": {}}
-        for name in names:
-            ms, setup = measure(paths, name, f"decode batch {B}",
-                                lambda p: decode_point(paths, p, ids, cfg, cache_len, n))
-            row["ms"][name] = ms
-            if setup is not None:
-                row["setup_s"][name] = setup
-        row["ratios"] = point_ratios(row["ms"])
+        measure_point(paths, names, f"decode batch {B}", lambda p: decode_point(paths, p, ids, cfg, cache_len, n), row)
         rows["decode"].append(row)
         progress(f"latency decode batch {B}: " + describe_point(row))
     return rows
@@ -305,14 +424,9 @@ def vision_latency(paths, names, cfg, device, args, make_images):
     for B in (1, 32):
         px = make_images(B, size, args.seed + B).to(device).to(next(paths.stock.parameters()).dtype)
         row = {"batch": B, "ms": {}, "setup_s": {}}
-        for name in names:
-            with torch.no_grad():
-                ms, setup = measure(paths, name, f"batch {B}", lambda p: forward_point(
-                    paths, p, lambda m: m(pixel_values=px), device, args.repeats))
-            row["ms"][name] = ms
-            if setup is not None:
-                row["setup_s"][name] = setup
-        row["ratios"] = point_ratios(row["ms"])
+        with torch.no_grad():
+            measure_point(paths, names, f"batch {B}", lambda p: forward_point(
+                paths, p, lambda m: m(pixel_values=px), device, args.repeats), row)
         rows.append(row)
         progress(f"latency batch {B}: " + describe_point(row))
     return {"forward": rows}
@@ -328,3 +442,70 @@ def peak_memory(device, fn):
     fn()
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated()
+
+
+# The HBM bandwidth the batch-1 decode roofline divides by: the H200's device copy measured
+# 4.28 TB/s in the kernel benchmarks (BENCHMARKS.md), rounded down.
+HBM_BYTES_PER_S = 4.2e12
+# The parts of a model a batch-1 decode step reads, in report order.
+ROOFLINE_PARTS = ("attention", "norms", "router", "experts_active", "dense_mlp", "embedding_row", "lm_head", "other")
+
+
+def active_bytes(model, top_k: int, itemsize: int):
+    """The weight bytes one decode step at batch 1 reads, by part: every parameter once, except
+    the embedding (one row) and each MoE layer's experts (top_k of them). Parameters are counted
+    at itemsize bytes (the plan's dtype); the KV cache is not counted."""
+    experts = {}
+    for name, m in model.named_modules():
+        if hasattr(m, "has_gate") and hasattr(m, "num_experts"):
+            experts[name] = int(m.num_experts)
+    blocks = {name.rpartition(".")[0] for name in experts}
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    head = head.weight if head is not None else None
+    norms = {name for name, m in model.named_modules() if type(m).__name__.endswith("Norm")}
+    parts = dict.fromkeys(ROOFLINE_PARTS, 0)
+    all_experts = 0
+
+    def under(name, prefixes):
+        return next((p for p in prefixes if name.startswith(p + ".")), None)
+
+    for name, t in model.named_parameters():
+        n = t.numel() * itemsize
+        owner = name.rpartition(".")[0]
+        if t is emb:
+            parts["embedding_row"] += emb.shape[1] * itemsize
+            if head is emb:  # tied: the head reads the whole matrix
+                parts["lm_head"] += n
+        elif t is head:
+            parts["lm_head"] += n
+        elif (e := under(name, experts)) is not None:
+            all_experts += n
+            # every expert is the same size: top_k of num_experts are read
+            parts["experts_active"] += n * top_k // experts[e]
+        elif under(name, blocks) is not None:
+            parts["router"] += n
+        elif owner in norms:
+            parts["norms"] += n
+        elif ".self_attn." in f".{name}":
+            parts["attention"] += n
+        elif ".mlp." in f".{name}":
+            parts["dense_mlp"] += n
+        else:
+            parts["other"] += n
+    return parts, all_experts
+
+
+def roofline(model, top_k: int, itemsize: int, dtype_name: str):
+    """eval.json `roofline`: a mixture-of-experts model's active-bytes roofline at batch 1 (None
+    for a dense model)."""
+    if not experts_modules(model):
+        return None
+    parts, all_experts = active_bytes(model, top_k, itemsize)
+    total = sum(parts.values())
+    return {"batch": 1, "dtype": dtype_name, "top_k": top_k, "bandwidth_Bps": HBM_BYTES_PER_S,
+            "bytes": parts, "total_bytes": total, "experts_bytes": all_experts,
+            "ms": total / HBM_BYTES_PER_S * 1e3,
+            "method": "weights one decode step reads at batch 1 (attention, norms, router, lm_head and the "
+                      "embedding row in full, the top-k experts of every MoE layer, dense MLP layers in full; "
+                      "the KV cache not counted) / the bandwidth"}

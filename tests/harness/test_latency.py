@@ -68,8 +68,162 @@ def test_every_decode_path_is_timed_by_the_same_loop(monkeypatch):
 
 
 def test_ratios_put_the_default_path_against_the_anchor_first():
+    # a dense model: stock compiled is the anchor
     ms = {"stock_compiled": 2.0, "injected_graph": 1.5, "injected_compiled": 1.0, "stock_graph": None}
     r = L.point_ratios(ms)
     assert list(r) == ["injected_graph/stock_compiled", "injected_compiled/stock_compiled"]
     assert r["injected_graph/stock_compiled"] == pytest.approx(0.75)
-    assert L.LATENCY_RATIOS[0] == (L.DEFAULT_PATH, "stock_compiled") and L.DEFAULT_PATH == "injected_graph"
+    assert L.DEFAULT_PATH == "injected_graph"
+    # a mixture-of-experts model: stock's fastest setting is
+    r = L.point_ratios(dict(ms, stock_best=1.2))
+    assert list(r)[:2] == ["injected_graph/stock_best", "injected_compiled/stock_best"]
+    assert r["injected_graph/stock_best"] == pytest.approx(1.25)
+
+
+FIXTURES = ROOT / "testdata" / "fixtures"
+
+
+def moe_model():
+    return transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "qwen3-moe-tiny").eval()
+
+
+def runtime_ns():
+    class Runtime(rt.Runtime):  # no device graphs on the CPU: the runtime's eager steps
+        def __init__(self, m, graphs="auto"):
+            super().__init__(m, graphs=False)
+
+    return SimpleNamespace(Runtime=Runtime, cache_bucket=rt.cache_bucket)
+
+
+def decode_row(paths, names, model, n=3):
+    ids = torch.randint(3, 500, (1, 8), generator=torch.Generator().manual_seed(0))
+    cache_len = rt.cache_bucket(ids.shape[1] + 2 * L.WARMUP + n + 1)
+    row = {"ms": {}, "setup_s": {}}
+    L.measure_point(paths, names, "decode batch 1",
+                    lambda p: L.decode_point(paths, p, ids, model.config, cache_len, n), row)
+    return row
+
+
+def test_moe_stock_is_timed_on_every_experts_implementation(monkeypatch):
+    """Each stock path runs once per experts implementation, by the same timer; each path reads
+    its fastest setting, stock_best the fastest of all, and the anchor names it. A fake clock: a
+    forward costs 1 ms (0.5 ms compiled) plus what the experts implementation costs."""
+    model = moe_model()
+    loaded = model.get_experts_implementation()
+    assert L.experts_settings(model) == ("eager", "batched_mm", "grouped_mm")
+    cost = {"eager": 3e-3, "batched_mm": 1e-3, "grouped_mm": 2e-3}
+    now, compiled = [0.0], [False]
+    model.register_forward_pre_hook(lambda *_: now.__setitem__(0, now[0] + (0.5e-3 if compiled[0] else 1e-3)))
+    for m in L.experts_modules(model):
+        m.register_forward_pre_hook(
+            lambda mod, *_: now.__setitem__(0, now[0] + cost[mod.config._experts_implementation]))
+    monkeypatch.setattr(L, "clock", lambda: now[0])
+    seen = []
+
+    def fake_compile(fn):
+        setting = model.config._experts_implementation
+        seen.append(setting)
+
+        def run(*a, **k):
+            if setting == "eager":  # what dynamo says of the experts loop under fullgraph
+                raise RuntimeError("Could not extract specialized integer from data-dependent expression u0")
+            compiled[0] = True
+            try:
+                return fn(*a, **k)
+            finally:
+                compiled[0] = False
+        return run
+
+    paths = L.Paths(model, model, runtime_ns(), {})
+    paths.compile = fake_compile
+    names = L.path_names("graph", model)
+    assert names == ("stock_eager", "stock_compiled", "stock_graph", "injected_graph", "injected_compiled",
+                     "stock_best")
+    row = decode_row(paths, ("stock_eager", "stock_compiled", "stock_best"), model)
+    got = {(e["path"], e["experts_implementation"]): e for e in row["stock_experts"]}
+    assert list(got) == [(p, s) for p in ("stock_eager", "stock_compiled")
+                         for s in ("eager", "batched_mm", "grouped_mm")]
+    for s, c in cost.items():
+        assert got["stock_eager", s]["ms"] == pytest.approx(1.0 + c * 1e3)
+    assert got["stock_compiled", "eager"]["ms"] is None
+    assert "data-dependent" in got["stock_compiled", "eager"]["error"]
+    assert got["stock_compiled", "batched_mm"]["ms"] == pytest.approx(1.5)
+    assert got["stock_compiled", "grouped_mm"]["ms"] == pytest.approx(2.5)
+    assert seen == ["eager", "batched_mm", "grouped_mm"]  # one compiled step per setting
+    assert row["ms"]["stock_eager"] == pytest.approx(2.0) and row["ms"]["stock_compiled"] == pytest.approx(1.5)
+    assert row["experts_implementation"] == {"stock_eager": "batched_mm", "stock_compiled": "batched_mm"}
+    assert row["ms"]["stock_best"] == pytest.approx(1.5)
+    assert row["anchor"] == {"path": "stock_compiled", "experts_implementation": "batched_mm"}
+    assert paths.errors == {}  # a setting that failed is the setting's, not the path's
+    assert model.get_experts_implementation() == loaded  # set back after each setting
+
+
+def test_moe_every_setting_failing_names_each_reason():
+    model = moe_model()
+    paths = L.Paths(model, model, runtime_ns(), {})
+
+    def fail(path):
+        raise RuntimeError(f"no {model.config._experts_implementation}")
+
+    row = {"ms": {}, "setup_s": {}}
+    L.measure_point(paths, ("stock_eager", "stock_best"), "prefill 16", fail, row)
+    assert row["ms"] == {"stock_eager": None, "stock_best": None}
+    assert "anchor" not in row
+    assert [e["error"] for e in row["stock_experts"]] == [
+        "RuntimeError: no eager", "RuntimeError: no batched_mm", "RuntimeError: no grouped_mm"]
+    assert paths.errors["stock_eager"] == (
+        "prefill 16: no experts implementation ran: eager: RuntimeError: no eager; "
+        "batched_mm: RuntimeError: no batched_mm; grouped_mm: RuntimeError: no grouped_mm")
+    assert paths.errors["stock_best"] == "prefill 16: no stock setting ran"
+
+
+def test_moe_experts_loop_does_not_compile_whole():
+    """torch.compile(fullgraph=True) itself (inductor swapped for dynamo's eager backend, out of
+    reach on the CPU): the stock experts loop's data-dependent shapes stop the eager setting, with
+    dynamo's reason; batched_mm and grouped_mm compile and run."""
+    model = moe_model()
+    paths = L.Paths(model, model, runtime_ns(), {})
+    paths.compile = lambda fn: torch.compile(fn, backend="eager", fullgraph=True, dynamic=False)
+    row = decode_row(paths, ("stock_compiled", "stock_best"), model, n=2)
+    got = {e["experts_implementation"]: e for e in row["stock_experts"]}
+    assert got["eager"]["ms"] is None and "data-dependent" in got["eager"]["error"], got["eager"]
+    assert got["batched_mm"]["ms"] > 0 and got["grouped_mm"]["ms"] > 0
+    best = min(("batched_mm", "grouped_mm"), key=lambda s: got[s]["ms"])
+    assert row["anchor"] == {"path": "stock_compiled", "experts_implementation": best}
+    assert row["ms"]["stock_compiled"] == row["ms"]["stock_best"] == got[best]["ms"]
+    assert paths.errors == {}
+
+
+def test_dense_model_keeps_its_paths(monkeypatch):
+    model = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "llama-tiny").eval()
+    assert L.experts_settings(model) == () and L.experts_modules(model) == []
+    for mode in ("eager", "graph", "both"):
+        assert L.path_names(mode, model) == L.LATENCY_PATHS[mode]
+    now = [0.0]
+    model.register_forward_pre_hook(lambda *_: now.__setitem__(0, now[0] + 1e-3))
+    monkeypatch.setattr(L, "clock", lambda: now[0])
+    row = decode_row(L.Paths(model, model, runtime_ns(), {}), ("stock_eager", "injected_eager"), model)
+    assert list(row) == ["ms", "setup_s", "ratios"]
+    assert row["ms"] == {"stock_eager": pytest.approx(1.0), "injected_eager": pytest.approx(1.0)}
+    assert row["ratios"] == {"injected_eager/stock_eager": pytest.approx(1.0)}
+
+
+def test_active_bytes_of_the_qwen3_moe_fixture():
+    """By hand, from testdata/fixtures/qwen3-moe-tiny/config.json (hidden 64, 2 heads and 1 KV head
+    of 32, 6 experts of width 24, top-2, layer 1 dense of width 48, vocab 512, tied), bf16:
+      attention  per layer q 64x64 + k 32x64 + v 32x64 + o 64x64 = 12288, 2 layers: 24576 -> 49152 B
+      norms      per layer q_norm 32 + k_norm 32 + 2 x 64 = 192, 2 layers + final 64: 448 -> 896 B
+      router     6 x 64 = 384 -> 768 B
+      experts    gate_up 6x48x64 + down 6x64x24 = 27648 -> 55296 B, top 2 of 6: 18432 B
+      dense MLP  (48x64) x 2 + 64x48 = 9216 -> 18432 B
+      embedding  one row of 64 -> 128 B; lm_head (tied to it) 512 x 64 -> 65536 B"""
+    model = moe_model()
+    parts, all_experts = L.active_bytes(model, 2, 2)
+    assert parts == {"attention": 49152, "norms": 896, "router": 768, "experts_active": 18432, "dense_mlp": 18432,
+                     "embedding_row": 128, "lm_head": 65536, "other": 0}
+    assert all_experts == 55296
+    rf = L.roofline(model, 2, 2, "bf16")
+    assert rf["total_bytes"] == 153344 and rf["bandwidth_Bps"] == L.HBM_BYTES_PER_S == 4.2e12
+    assert rf["ms"] == pytest.approx(153344 / 4.2e12 * 1e3)
+    dense = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "llama-tiny")
+    assert L.roofline(dense, 2, 2, "bf16") is None

@@ -154,6 +154,7 @@ def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):
     assert set(ev["injection"]["replaced"]) == replaced
     assert ev["model"]["attn_implementation"] == {"stock": attn, "injected": attn, "oracle": attn}
     check_accuracy(ev)
+    assert "roofline" not in ev  # a dense model has no experts to count
     # greedy: the injected model leaves the stock one only where the oracle's top two tie
     gen = ev["generation"]["injected_vs_stock"]
     assert gen["tokens"] == 4 * 8 and gen["non_ties"] == 0, gen
@@ -163,21 +164,29 @@ def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):
 
 
 @pytest.mark.parametrize(
-    "fixture, replaced",
+    "fixture, replaced, active_bytes",
     [
-        # Qwen3-MoE: 6 experts, top-2, norm_topk_prob; layer 1 dense (mlp_only_layers)
-        ("qwen3-moe-tiny", {"Attention", "DecoderLayer", "RMSNorm", "SparseMoE", "SwiGLUMLP", "LMHead"}),
-        # Mixtral: 6 experts, top-3, fp32 routing weights; its own decoder-layer signature
-        ("mixtral-tiny", {"Attention", "MoEDecoderLayer", "RMSNorm", "SparseMoE", "LMHead"}),
+        # Qwen3-MoE: 6 experts, top-2, norm_topk_prob; layer 1 dense (mlp_only_layers). Active
+        # bytes by hand: tests/harness/test_latency.py test_active_bytes_of_the_qwen3_moe_fixture
+        ("qwen3-moe-tiny", {"Attention", "DecoderLayer", "RMSNorm", "SparseMoE", "SwiGLUMLP", "LMHead"}, 153344),
+        # Mixtral: 6 experts, top-3, fp32 routing weights; its own decoder-layer signature. Active
+        # bytes (bf16): attention 2 x 12288 x 2 = 49152, norms (2 x 2 x 64 + 64) x 2 = 640, routers
+        # 2 x 384 x 2 = 1536, experts 2 x 27648 x 2 x 3/6 = 55296, embedding row 128, lm_head 65536
+        ("mixtral-tiny", {"Attention", "MoEDecoderLayer", "RMSNorm", "SparseMoE", "LMHead"}, 172288),
     ],
 )
-def test_pipeline_moe_cpu(tmp_path, fixture, replaced):
+def test_pipeline_moe_cpu(tmp_path, fixture, replaced, active_bytes):
     """The MoE families end to end: the fused MoE kernel's model is at least as close to the fp32
     model as stock bf16 (KL and max error at most 1.0x stock's), greedy decoding leaves stock's
-    tokens only at the oracle's ties, and the graph runtime's steps give eager's tokens."""
+    tokens only at the oracle's ties, and the graph runtime's steps give eager's tokens. eval.json
+    and the report carry the active-bytes roofline at batch 1."""
     r = run_pipeline(fixture, tmp_path / "run")
     assert r.returncode == 0, r.stderr[-4000:]
     ev = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    rf = ev["roofline"]
+    assert rf["total_bytes"] == active_bytes and rf["ms"] == pytest.approx(active_bytes / 4.2e12 * 1e3), rf
+    report = (tmp_path / "run" / "eval" / "report.md").read_text()
+    assert "## Active-bytes roofline at batch 1" in report and "| top-k experts |" in report
     assert ev["injection"]["path"] == "kernels"
     assert set(ev["injection"]["replaced"]) == replaced
     check_accuracy(ev)

@@ -506,3 +506,52 @@ def test_routes_py_reproduces_the_shipped_gpu_data(tmp_path):
                         os.path.join(repo, "docs", "results", "2026-11-29-h200", "bench-v2.csv"), "--gpu", "h200",
                         "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--device, --date and --bench-command" in r.stderr
+
+
+def test_moe_bench_smoke(tmp_path):
+    """benchmarks/bench_moe.py --smoke: both families' tiny blocks at a decode-path and a
+    prefill-path token count; ours, grouped_mm and batched_mm each checked against the block's
+    own experts loop, nothing timed."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TRITON_INTERPRET="1")
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--smoke", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads((out / "moe.json").read_text())
+    assert [(r["shape"], r["tokens"]) for r in res["rows"]] == [
+        ("qwen3-moe-tiny", 3), ("qwen3-moe-tiny", 19), ("mixtral-tiny", 3), ("mixtral-tiny", 19)]
+    for r in res["rows"]:
+        assert set(r["paths"]) == {"ours", "grouped_mm", "batched_mm"}
+        for name, path in r["paths"].items():
+            assert path["check_ok"] and path["rel_err"] < 1e-2 and "ms" not in path, (r["shape"], name, path)
+        assert r["routing_match"] == 1.0
+    assert "| qwen3-moe-tiny | 19 |" in (out / "moe.md").read_text()
+    bad = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--smoke", "--out", str(out),
+                          "--shapes", "qwen3-30b-a3b"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert bad.returncode == 2 and "unknown shape 'qwen3-30b-a3b'" in bad.stderr  # full shapes are not smoke shapes
+
+
+def test_moe_bench_check_fails_on_wrong_output():
+    """The check is not vacuous: experts weights 10% off make ours fail it, the stock paths pass."""
+    bm = load("bench_moe")
+    env = bl.setup(types.SimpleNamespace(smoke=True, cache_dir=None, timer="graph", rep_ms=1.0), competitors=False)
+    from xpuinject_kernels import packing
+    from xpuinject_kernels.contract import packed_attr
+
+    sh = bm.SMOKE_SHAPES["qwen3-moe-tiny"]
+    m, cfg = bm.block(env, sh)
+    packing.pack(m, "SparseMoE")
+    rw, gu, dn = (getattr(m, packed_attr("SparseMoE", r)) for r in ("router_weight", "gate_up_weight", "down_weight"))
+    row = bm.run_case(env, "qwen3-moe-tiny", sh, 5, (m, cfg, rw, gu * 1.1, dn))
+    assert not row["paths"]["ours"]["check_ok"], row["paths"]["ours"]
+    assert row["paths"]["grouped_mm"]["check_ok"] and row["paths"]["batched_mm"]["check_ok"]
+    assert cfg._experts_implementation == "eager"  # set back after each path
+
+
+def test_moe_bench_active_bytes():
+    bm = load("bench_moe")
+    # Qwen3-30B-A3B, one token hitting 8 experts: router 2048 x 128, 8 x (gate, up, down) of
+    # 2048 x 768, one row in and out, bf16
+    assert bm.active_bytes(bm.SHAPES["qwen3-30b-a3b"], 1, 8) == 2 * (2048 * 128 + 8 * 3 * 2048 * 768 + 2 * 2048)
+    # batched_mm at 2048 Mixtral tokens: 4096 pairs x 3 x 4096 x 14336 bf16 values, ~1.4 TB
+    assert bm.batched_mm_bytes(bm.SHAPES["mixtral-8x7b"], 2048) == 4096 * 3 * 4096 * 14336 * 2
