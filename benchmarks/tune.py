@@ -1,40 +1,61 @@
 #!/usr/bin/env python3
 """Sweep the kernels' launch constants on a GPU and write what each measured, per GPU.
 
-    python3 benchmarks/tune.py --out DIR [--only rmsnorm,rope,gemm] [--budget-s 240] [--rep-ms 30]
+    python3 benchmarks/tune.py --out DIR [--only rmsnorm,rope,gemm,attention] [--budget-s 240] [--rep-ms 30]
     python3 benchmarks/tune.py --smoke --out DIR   # CPU, TRITON_INTERPRET=1: tiny shapes, a few
-                                                   # candidates each, checks only
+                                                   # candidates each, checked, timed by the wall clock
     python3 benchmarks/tune.py --out DIR --write-tuned kernels/python/xpuinject_kernels/gpus/<gpu>.json
-    python3 benchmarks/tune.py --out DIR --only gemm --classes RUN/eval/eval.json --write-tuned ...
-        # the GEMM classes that run launched with heuristic configs (autotune.heuristic_classes)
+    python3 benchmarks/tune.py --out DIR --only gemm,attention --classes RUN/eval/eval.json --write-tuned ...
+        # the GEMM and attention classes that run launched with heuristic configs
+        # (autotune.heuristic_classes)
 
-Every candidate goes through the kernel's public function with `config=` (the launch constants),
-is checked against an fp32 reference (rel. error < 1e-2) and timed with the benchmarks' timer
-(benchlib.time_calls: CUDA-graph replays over input sets rotating past 3x L2, median).
+Every candidate goes through the kernel's public function with `config=` (the launch constants;
+attention: attention._forced_config, which launches it as a tuned config is launched), is
+checked against an fp32 reference (rel. error < 1e-2) and timed with the benchmarks' timer
+(benchlib.time_calls: CUDA-graph replays over input sets rotating past 3x L2, median). Under
+--smoke a candidate's time is one call's wall clock in the interpreter: it picks a winner for
+the plumbing, not for a GPU.
 
   rmsnorm, add-rmsnorm  num_warps at M = 2048, 16384
   rope                  num_warps and tile_elems (heads per tile), out of place and in place
-  gemm                  every candidate block config below, beside cuBLAS on the nn.Linear weight
-                        and on the packed K-major weight (what a vendor route runs)
+  gemm                  every candidate block config below (the SwiGLU / GeGLU epilogues too),
+                        beside cuBLAS on the nn.Linear weight and on the packed K-major weight
+                        (what a vendor route runs)
+  attention             prefill (BLOCK_M, BLOCK_N, warps, stages) and decode (BLOCK_N, warps,
+                        stages), per problem class of the launcher (its tuned-config key)
+
+The autotuned kernels (gemm, attention) are swept per problem class, and each class's candidates
+also include the config a launch takes without a tuned one (its shape-derived heuristic) and the
+autotuner's pick (what `xpuinject --autotune` launches; the autotuner benchmarks its own
+configs, or reads Triton's disk cache), each timed with the same timer: the class's best is
+never slower than either, and tune.json's "classes" lists all three per class.
 
 Writes DIR/tune.json, one file per GPU:
-  {gpu, date, command, smoke, torch, triton, copy_GBps, wall_s,
-   entries: [{kernel, label, shape, config, vendor?, measured: {us, rel_err, GBps?, frac?, TFLOPs?},
-              best?}]}
+  {gpu, date, command, smoke, timer, torch, triton, copy_GBps, wall_s,
+   entries: [{kernel, label, shape, key?, config, vendor?, measured: {us, rel_err, GBps?, frac?,
+              TFLOPs?}, best?}],
+   classes: [{kernel, label, key, tuned: {config, us}, heuristic: {config, us},
+              autotune: {config, us} | null}]}
 (`config` is what the kernel's `config=` takes; vendor rows have config null and name the call;
-`best` marks our fastest correct config per kernel and shape), and DIR/tune.csv, one row per entry.
+`best` marks our fastest correct config per kernel and shape; `key` is the problem class of an
+autotuned kernel's entry, as its tuned config is looked up; autotune is null where no autotuner
+runs: the interpreter's GEMM), and DIR/tune.csv, one row per entry.
 
---write-tuned FILE puts each GEMM shape's best config into a per-GPU data file's "tuned" section
-(kernels/gpus.go describes it; its routes stay): key {epilogue, m_bucket, k, n} (m_bucket: M
-rounded up to a power of two, the launch cache's class), the six launch constants, the time. On
-that GPU `gemm` then launches it instead of autotuning the class. Commit DIR/tune.json beside it
-(docs/results/) so the source it names exists.
+--write-tuned FILE puts each class's best config into a per-GPU data file's "tuned" section
+(xpuinject_kernels/gpus.py reads it; its routes stay): the key the launcher looks up (gemm:
+{epilogue, m_bucket, k, n}, m_bucket M rounded up to a power of two, the launch cache's class;
+attention.prefill / attention.decode: the class key the launch itself computed), the launch
+constants, and the times of the best, the heuristic's and the autotuner's pick. On that GPU the
+kernel then launches it for the class instead of its heuristic (or autotuning). Commit
+DIR/tune.json beside it (docs/results/) so the source it names exists.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import importlib
 import json
 import os
 import sys
@@ -60,6 +81,18 @@ GEMM_SMALL = [
 GEMM_SMOKE = [(32, 64, 32, 8, 4, 3), (16, 32, 32, 1, 4, 3), (16, 16, 64, 1, 2, 4)]
 GEMM_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 
+# Attention, CUDA: prefill (BLOCK_M, BLOCK_N, num_warps, num_stages) around the autotuner's space
+# (attention._prefill_configs, after the Triton fused-attention tutorial's for H100); decode
+# (BLOCK_N, num_warps, num_stages): key blocks up to a split's 64 keys and past them. Candidates
+# that would not fit shared memory or spill the fp32 output tile are skipped (attention_fits).
+ATTN_PREFILL = [(bm, bn, w, st) for bm in (64, 128) for bn in (32, 64, 128) for w in (4, 8) for st in (2, 3)]
+ATTN_DECODE = [(bn, w, st) for bn in (16, 32, 64, 128) for w in (2, 4, 8) for st in (2, 3)]
+ATTN_PREFILL_SMOKE = [(16, 16, 4, 1), (32, 16, 2, 1)]
+ATTN_DECODE_SMOKE = [(16, 4, 1), (32, 2, 1)]
+ATTN_KEYS = {"attention.prefill": ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"),
+             "attention.decode": ("BLOCK_N", "num_warps", "num_stages")}
+PARTS = ("rmsnorm", "rope", "gemm", "attention")
+
 MODELS = {"1b": dict(hidden=2048, heads=32, kv=8, hd=64, inter=8192),
           "8b": dict(hidden=4096, heads=32, kv=8, hd=128, inter=14336)}
 SMOKE_MODELS = {"tiny": dict(hidden=64, heads=4, kv=2, hd=32, inter=48)}
@@ -82,46 +115,87 @@ def gemm_shapes(smoke: bool = False):
     for m in (1, 64):
         out += [(f"1b qkv M={m}", m, 2048, 3072, "none"), (f"1b o M={m}", m, 2048, 2048, "none"),
                 (f"1b down M={m}", m, 8192, 2048, "none"), (f"8b o M={m}", m, 4096, 4096, "none"),
-                (f"8b down M={m}", m, 14336, 4096, "none"), (f"8b qkv M={m}", m, 4096, 6144, "none")]
+                (f"8b down M={m}", m, 14336, 4096, "none"), (f"8b qkv M={m}", m, 4096, 6144, "none"),
+                (f"1b swiglu M={m}", m, 2048, 2 * MODELS["1b"]["inter"], "swiglu"),
+                (f"8b swiglu M={m}", m, 4096, 2 * MODELS["8b"]["inter"], "swiglu")]
+    return out
+
+
+def attention_shapes(smoke: bool = False):
+    """(kernel, label, problem) of the built-in attention classes: causal prefill of a whole
+    prompt, and a decode step over a cache with the launcher's own split count. A problem is
+    {b, h, kv, sq, sk, d, causal, mask_kind} (prefill) or {b, h, kv, sk, d, mask_kind, splits}
+    (decode; splits None: the launcher's), mask_kind as attention.py numbers it."""
+    if smoke:
+        c = SMOKE_MODELS["tiny"]
+        return [("attention.prefill", "tiny prefill S=33", dict(b=1, h=c["heads"], kv=c["kv"], sq=33, sk=33, d=c["hd"],
+                                                              causal=True, mask_kind=0)),
+                ("attention.decode", "tiny decode B=2 L=40", dict(b=2, h=c["heads"], kv=c["kv"], sk=40, d=c["hd"],
+                                                                mask_kind=0, splits=None))]
+    out = []
+    for name, c in MODELS.items():
+        for s in (512, 2048, 8192):
+            out.append(("attention.prefill", f"{name} prefill S={s}",
+                        dict(b=1, h=c["heads"], kv=c["kv"], sq=s, sk=s, d=c["hd"], causal=True, mask_kind=0)))
+        for b, length in ((1, 1024), (1, 8192), (8, 2048)):
+            out.append(("attention.decode", f"{name} decode B={b} L={length}",
+                        dict(b=b, h=c["heads"], kv=c["kv"], sk=length, d=c["hd"], mask_kind=0, splits=None)))
     return out
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="folder for tune.json and tune.csv (created)")
-    p.add_argument("--only", default="rmsnorm,rope,gemm", help="comma list of: rmsnorm (with add-rmsnorm), rope, gemm")
+    p.add_argument("--only", default=",".join(PARTS),
+                   help="comma list of: rmsnorm (with add-rmsnorm), rope, gemm, attention")
     p.add_argument("--budget-s", type=float, default=240.0, help="stop starting new shapes after this many seconds")
     p.add_argument("--rep-ms", type=float, default=30.0, help="timed milliseconds per candidate")
     p.add_argument("--cache-dir", default="", help="TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR")
-    p.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1, tiny shapes, checks only (no timing)")
-    p.add_argument("--write-tuned", default="", help="a per-GPU data file (gpus/<gpu>.json): write the GEMM best configs into it")
-    p.add_argument("--classes", default="", help="an eval.json: sweep the GEMM classes its run launched with heuristic "
-                   "configs (autotune.heuristic_classes) instead of the built-in shapes")
+    p.add_argument("--smoke", action="store_true",
+                   help="CPU, TRITON_INTERPRET=1, tiny shapes, checked, timed by the wall clock")
+    p.add_argument("--write-tuned", default="",
+                   help="a per-GPU data file (gpus/<gpu>.json): write each class's best config into it")
+    p.add_argument("--classes", default="", help="an eval.json: sweep the GEMM and attention classes its run launched "
+                   "with heuristic configs (autotune.heuristic_classes) instead of the built-in shapes")
     a = p.parse_args(argv)
     a.parts = [s.strip() for s in a.only.split(",") if s.strip()]
-    bad = [s for s in a.parts if s not in ("rmsnorm", "rope", "gemm")]
+    bad = [s for s in a.parts if s not in PARTS]
     if bad:
-        p.error(f"--only: unknown part(s) {', '.join(bad)} (want rmsnorm, rope, gemm)")
+        p.error(f"--only: unknown part(s) {', '.join(bad)} (want {', '.join(PARTS)})")
+    if a.write_tuned:
+        try:
+            with open(a.write_tuned, encoding="utf-8") as f:
+                json.load(f)
+        except OSError as e:
+            p.error(f"--write-tuned {a.write_tuned}: {e.strerror} (want a per-GPU data file)")
+        except ValueError as e:
+            p.error(f"--write-tuned {a.write_tuned}: not JSON: {e}")
     a.timer = "graph"
-    a.gemm_classes = None
+    a.gemm_classes = a.attention_classes = None
     if a.classes:
         try:
             a.gemm_classes = classes_from_eval(a.classes)
+            if "attention" in a.parts:
+                a.attention_classes = attention_classes_from_eval(a.classes, a.smoke)
         except (OSError, ValueError, KeyError, TypeError) as e:
             p.error(f"--classes {a.classes}: {e}")
     return a
 
 
-def classes_from_eval(path: str):
-    """The GEMM shapes (label, M, K, N of the weight, epilogue) of the classes an eval launched
-    with heuristic configs: M is the class's token bucket, so the winner serves the whole class."""
+def _heuristic_classes(path: str):
     with open(path, encoding="utf-8") as f:
         run = json.load(f)
     classes = (run.get("autotune") or {}).get("heuristic_classes")
     if classes is None:
         raise ValueError("no autotune.heuristic_classes (an eval.json of a GPU run by this version)")
+    return classes
+
+
+def classes_from_eval(path: str):
+    """The GEMM shapes (label, M, K, N of the weight, epilogue) of the classes an eval launched
+    with heuristic configs: M is the class's token bucket, so the winner serves the whole class."""
     out, seen = [], set()
-    for c in classes:
+    for c in _heuristic_classes(path):
         if c["kernel"] != "gemm":
             continue
         k = c["key"]
@@ -133,6 +207,42 @@ def classes_from_eval(path: str):
     return out
 
 
+def attention_classes_from_eval(path: str, smoke: bool = False):
+    """The attention problems (kernel, label, problem, key) of the classes an eval launched with
+    heuristic configs, each one problem of its class: the sequence lengths at their buckets, the
+    heads of a Llama-shaped model (smoke: the tiny one's), a query-head group that fills the
+    key's BLOCK_G; a decode class's split count gives its split bucket (16 splits, 2 under --smoke,
+    or 1 where the class is single). The sweep checks that a launch of it computes the recorded key."""
+    heads, kv = (SMOKE_MODELS["tiny"]["heads"], SMOKE_MODELS["tiny"]["kv"]) if smoke else (32, 8)
+    out, seen = [], set()
+    for c in _heuristic_classes(path):
+        kernel, k = c["kernel"], c["key"]
+        if kernel not in ATTN_KEYS:
+            continue
+        ident = (kernel, tuple(sorted(k.items())))
+        if ident in seen:
+            continue
+        seen.add(ident)
+        try:
+            mask = int(k["mask_kind"])
+            if kernel == "attention.prefill":
+                sq, sk = int(k["seq_q_bucket"]), int(k["seq_k_bucket"])
+                prob = dict(b=1, h=heads, kv=kv, sq=sq, sk=sk, d=int(k["head_dim"]), causal=bool(k["is_causal"]),
+                            mask_kind=mask)
+                label = f"prefill Sq={sq} Sk={sk} D={prob['d']}{' causal' if prob['causal'] else ''} mask={mask}"
+            else:
+                block_g, split = int(k["block_g"]), int(k["split_bucket"])
+                group = heads // kv if block_g <= 16 else block_g
+                splits = 1 if k["single"] else (2 if smoke else 16)
+                prob = dict(b=1, h=group * kv, kv=kv, sk=split * splits, d=int(k["head_dim"]), mask_kind=mask,
+                            splits=splits)
+                label = f"decode split={split} D={prob['d']} G={group} splits={splits} mask={mask}"
+        except KeyError as e:
+            raise ValueError(f"heuristic class {kernel} {k}: no field {e}") from None
+        out.append((kernel, label, prob, dict(k)))
+    return out
+
+
 class Sweep:
     """Records entries, times candidates and keeps to the time budget."""
 
@@ -140,6 +250,7 @@ class Sweep:
         self.env, self.args = env, args
         self.t0 = time.time()
         self.entries = []
+        self.classes = []  # per autotuned class: the best, the heuristic's and the autotuner's pick
         self.bw = None  # copy bandwidth, bytes/s
 
     def over_budget(self) -> bool:
@@ -147,7 +258,11 @@ class Sweep:
 
     def timed(self, fn, make, set_bytes):
         if self.args.smoke:
-            return None
+            # The interpreter: one call's wall clock (it picks a winner for the plumbing only).
+            s = make()
+            t = time.perf_counter()
+            fn(s)
+            return (time.perf_counter() - t) * 1e6
         n = benchlib.rotation_sets(set_bytes, self.env.l2, max_sets=32)
         return benchlib.time_calls(self.env, fn, [make() for _ in range(n)])["us"]
 
@@ -156,13 +271,15 @@ class Sweep:
             return {}
         return dict(GBps=round(nbytes / us / 1e3), frac=round(nbytes / (us * 1e-6) / self.bw, 3) if self.bw else None)
 
-    def record(self, kernel, label, shape, config, us, err, extra=None, vendor=None):
+    def record(self, kernel, label, shape, config, us, err, extra=None, vendor=None, key=None):
         e = dict(kernel=kernel, label=label, shape=shape, config=config,
                  measured=dict(us=us, rel_err=err, **(extra or {})))
+        if key is not None:
+            e["key"] = key
         if vendor:
             e["vendor"] = vendor
         self.entries.append(e)
-        shown = "%9.2f us" % us if us is not None else ("  checked" if self.args.smoke and err < 1e-2 else "   failed")
+        shown = "%9.2f us" % us if us is not None else "   failed"
         cand = vendor or " ".join(f"{k}={v}" for k, v in (config or {}).items())
         benchlib.log(f"[tune +{time.time() - self.t0:.0f}s] {kernel:11s} {label:22s} {cand:60s} {shown}  err {err:.1e}"
                      + (f"  {extra}" if extra else ""))
@@ -275,24 +392,220 @@ def sweep_gemm(sw: Sweep):
             us = sw.timed(fn, make, set_bytes + k * n_w * 2)
             sw.record("gemm", label, shape, None, us, 0.0, dict(TFLOPs=round(flops / us / 1e6, 1)) if us else {},
                       vendor=vendor)
+
+        def run(s, cfg, epi=epi):
+            return xk.gemm(s["x"], s["w"], bias=s.get("b"), residual=s.get("r"), epilogue=epi, config=cfg)
+
+        be = sw.be
+        heuristic = config_dict(env.backend.gemm_heuristic(be, m, n, k, 2 if swiglu else 1), GEMM_KEYS)
+        pick = autotune_pick(sw.gemm_module._autotuner(be, swiglu), lambda s0=s0: run(s0, None))
         cands = GEMM_SMOKE if sw.args.smoke else (GEMM_BIG if m >= 2048 else GEMM_SMALL)
-        for cand in cands:
-            cfg = dict(zip(GEMM_KEYS, cand))
-
-            def fn(s, cfg=cfg, epi=epi):
-                return xk.gemm(s["x"], s["w"], bias=s.get("b"), residual=s.get("r"), epilogue=epi, config=cfg)
-
-            try:
-                err = benchlib.rel_err(env, fn(s0), [ref])
-                us = sw.timed(fn, make, set_bytes) if err < 1e-2 else None
-            except Exception as e:  # noqa: BLE001 - out of resources etc.: record and go on
-                sw.record("gemm", label, shape, cfg, None, float("inf"), dict(error=f"{type(e).__name__}: {str(e)[:120]}"))
-                continue
-            sw.record("gemm", label, shape, cfg, us, err,
-                      dict(TFLOPs=round(flops / us / 1e6, 1)) if us else ({} if err < 1e-2 else dict(error="check failed")))
+        key = dict(epilogue=epi, m_bucket=1 << (m - 1).bit_length(), k=k, n=n_w)
+        sweep_class(sw, "gemm", label, shape, key, [dict(zip(GEMM_KEYS, c)) for c in cands],
+                    heuristic, config_dict(pick, GEMM_KEYS) if pick is not None else None,
+                    run, lambda fn, s0=s0, ref=ref: benchlib.rel_err(env, fn(s0), [ref]), make, set_bytes,
+                    lambda us: dict(TFLOPs=round(flops / us / 1e6, 1)))
         del s0, ref
         if not sw.args.smoke:
             torch.cuda.empty_cache()
+
+
+def config_dict(cfg, keys):
+    """A triton.Config as the kernels' `config=` dict, its launch constants in `keys` order."""
+    d = dict(cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return {k: d[k] for k in keys}
+
+
+@contextlib.contextmanager
+def autotune_asked():
+    """XPUINJECT_AUTOTUNE=1 (`xpuinject --autotune`) inside the block."""
+    old = os.environ.get("XPUINJECT_AUTOTUNE")
+    os.environ["XPUINJECT_AUTOTUNE"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["XPUINJECT_AUTOTUNE"]
+        else:
+            os.environ["XPUINJECT_AUTOTUNE"] = old
+
+
+def autotune_pick(tuner, launch):
+    """The config `xpuinject --autotune` launches a class with: one launch() of a class not yet
+    launched, with autotuning asked for, and what `tuner` (the kernel's triton Autotuner) then
+    picked, from benchmarking its configs or from Triton's disk cache. None where the launch ran
+    no autotuner (the interpreter's GEMM takes a tile sized by the problem instead)."""
+    tuner.best_config = None
+    with autotune_asked():
+        launch()
+    return tuner.best_config
+
+
+def sweep_class(sw, kernel, label, shape, key, cands, heuristic, pick, run, check, make, set_bytes, rate):
+    """Check and time one autotuned problem class's candidate configs: the heuristic's and the
+    autotuner's pick first (so a spent budget still leaves both measured), then `cands`, each
+    once. run(set, config) launches the class with a config, check(fn) gives fn's relative
+    error, rate(us) the entry's rate fields. Records the entries and the class's summary."""
+    order = []
+    for c in [heuristic, pick] + list(cands):
+        if c is not None and c not in order:
+            order.append(c)
+    times = []
+    for cfg in order:
+        if sw.over_budget() and times:
+            benchlib.log(f"[tune] budget spent during {label}: {len(times)} of {len(order)} configs timed")
+            break
+
+        def fn(s, cfg=cfg):
+            return run(s, cfg)
+
+        try:
+            err = check(fn)
+            us = sw.timed(fn, make, set_bytes) if err < 1e-2 else None
+        except Exception as e:  # noqa: BLE001 - out of resources etc.: record and go on
+            sw.record(kernel, label, shape, cfg, None, float("inf"), dict(error=f"{type(e).__name__}: {str(e)[:120]}"),
+                      key=key)
+            continue
+        sw.record(kernel, label, shape, cfg, us, err,
+                  rate(us) if us else ({} if err < 1e-2 else dict(error="check failed")), key=key)
+        if us is not None:
+            times.append((cfg, us))
+    if not times:
+        return
+
+    def timed_of(cfg):
+        return None if cfg is None else dict(config=cfg, us=next((t for c, t in times if c == cfg), None))
+
+    best = min(times, key=lambda t: t[1])
+    sw.classes.append(dict(kernel=kernel, label=label, key=key, tuned=dict(config=best[0], us=best[1]),
+                           heuristic=timed_of(heuristic), autotune=timed_of(pick)))
+
+
+def attention_fits(kernel, cand, d):
+    """Whether a CUDA attention candidate fits: prefill's K/V stages in shared memory and its fp32
+    output tile in registers (the autotuner's pruner's rules, attention._prefill_prune)."""
+    if kernel != "attention.prefill":
+        return True
+    from xpuinject_kernels import _backend
+
+    bm, bn, w, st = cand
+    block_d = max(16, _backend.next_pow2(d))
+    return (st * 2 * bn * block_d * 2 <= _backend.CUDA_SMEM_BYTES
+            and bm * block_d <= _backend.CUDA_ACC_PER_THREAD * 32 * w)
+
+
+def attention_inputs(env, g, kernel, p):
+    """make() of an attention problem's input sets, its fp32 reference on the first, the call and
+    the bytes one set holds. Masks (mask_kind 1: a padding mask of the first eighth of the keys;
+    2: that and the causal triangle, as one 4-D mask) are shared by the sets."""
+    torch, xk = env.torch, env.xk
+    from xpuinject_kernels.attention import attention_ref
+
+    b, h, kv, sk, d, mk = p["b"], p["h"], p["kv"], p["sk"], p["d"], p["mask_kind"]
+    sq = p.get("sq", 1)
+    masks = {}
+    keep = torch.ones(b, sk, dtype=torch.bool, device=env.dev)
+    keep[:, : sk // 8] = False
+    if mk == 1:
+        masks["key_mask"] = keep
+    elif mk == 2:
+        i = torch.arange(sq, device=env.dev)[:, None] + (sk - sq)
+        j = torch.arange(sk, device=env.dev)[None, :]
+        masks["attn_mask"] = ((j <= i)[None, None] & keep[:, None, None, :]).contiguous()
+    elif mk != 0:
+        raise ValueError(f"mask_kind {mk} (want 0, 1 or 2)")
+
+    def make():
+        return dict(q=env.randn((b, h, sq, d), g), k=env.randn((b, kv, sk, d), g), v=env.randn((b, kv, sk, d), g),
+                    **masks)
+
+    s0 = make()
+    set_bytes = (b * h * sq * d + 2 * b * kv * sk * d) * 2
+    if kernel == "attention.prefill":
+        causal = p["causal"]
+
+        def call(s):
+            return xk.flash_attention_prefill(s["q"], s["k"], s["v"], causal=causal, key_mask=s.get("key_mask"),
+                                              attn_mask=s.get("attn_mask"))
+
+        if env.smoke or masks or (causal and sq != sk):
+            ref = attention_ref(s0["q"], s0["k"], s0["v"], causal=causal, **masks)
+        else:
+            from bench_attention import attn_ref  # fp32 SDPA on K/V repeated to every head
+
+            ref = attn_ref(env, s0, causal)
+        flops = 4 * b * h * sq * sk * d // (2 if causal else 1)
+        return make, s0, ref, call, set_bytes, lambda us: dict(TFLOPs=round(flops / us / 1e6, 1))
+
+    def call(s):
+        return xk.decode_attention(s["q"], s["k"], s["v"], key_mask=s.get("key_mask"), num_splits=p["splits"])
+
+    ref = attention_ref(s0["q"], s0["k"], s0["v"], causal=False, **masks)
+    return make, s0, ref, call, set_bytes, None
+
+
+def sweep_attention(sw: Sweep):
+    """Each attention problem class: the key its launch computes (checked against an eval's
+    record), the heuristic config (the eval's record, else the launcher's rule), the autotuner's
+    pick and the candidates, through attention._forced_config."""
+    env = sw.env
+    from xpuinject_kernels import attention
+
+    g = env.gen()
+    if sw.args.attention_classes is not None:
+        problems = sw.args.attention_classes
+    else:
+        problems = [(kernel, label, p, None) for kernel, label, p in attention_shapes(sw.args.smoke)]
+    recorded = {}
+    if sw.args.classes:
+        recorded = {(c["kernel"], tuple(sorted(c["key"].items()))): c.get("config")
+                    for c in _heuristic_classes(sw.args.classes)}
+    done = set()
+    for kernel, label, p, want_key in problems:
+        if sw.over_budget():
+            benchlib.log(f"[tune] budget spent before {label}")
+            return
+        keys = ATTN_KEYS[kernel]
+        make, s0, ref, call, set_bytes, rate = attention_inputs(env, g, kernel, p)
+        block_d = max(16, env.backend.next_pow2(p["d"]))
+        rule = (attention._prefill_heuristic(sw.be, p["sq"], block_d) if kernel == "attention.prefill"
+                else attention._decode_heuristic(sw.be))
+        heuristic = config_dict(rule, keys)
+        with attention._forced_config(kernel, heuristic) as seen:
+            call(s0)
+        key = dict(seen)
+        shape = dict(p, M=p.get("sq", 1) * p["b"])
+        if want_key is not None and key != want_key:
+            off = ", ".join(f"{f} {key.get(f)} (recorded {want_key.get(f)})" for f in sorted(set(key) | set(want_key))
+                            if key.get(f) != want_key.get(f))
+            sw.record(kernel, label, shape, None, None, float("inf"), dict(error=f"launches another class: {off}"))
+            continue
+        ident = (kernel, tuple(sorted(key.items())))
+        if ident in done:
+            continue
+        done.add(ident)
+        heuristic = recorded.get(ident) or heuristic
+        tuner = attention._prefill_fn(sw.be) if kernel == "attention.prefill" else attention._decode_fn(sw.be)
+        pick = autotune_pick(tuner, lambda s0=s0: call(s0))
+        if sw.args.smoke:
+            cands = ATTN_PREFILL_SMOKE if kernel == "attention.prefill" else ATTN_DECODE_SMOKE
+        else:
+            cands = [c for c in (ATTN_PREFILL if kernel == "attention.prefill" else ATTN_DECODE)
+                     if attention_fits(kernel, c, p["d"])]
+
+        def run(s, cfg, kernel=kernel, call=call):
+            with attention._forced_config(kernel, cfg):
+                return call(s)
+
+        def rated(us, rate=rate, set_bytes=set_bytes):
+            return rate(us) if rate else sw.rate(set_bytes, us)
+
+        sweep_class(sw, kernel, label, shape, key, [dict(zip(keys, c)) for c in cands], heuristic,
+                    config_dict(pick, keys) if pick is not None else None, run,
+                    lambda fn, s0=s0, ref=ref: benchlib.rel_err(env, fn(s0), [ref]), make, set_bytes, rated)
+        del s0, ref
+        if not sw.args.smoke:
+            env.torch.cuda.empty_cache()
 
 
 def mark_best(entries):
@@ -310,16 +623,26 @@ def mark_best(entries):
     return list(best.values())
 
 
-def tuned_entries(best, date: str, command: str, source: str):
-    """The data file's "tuned" entries for the GEMM best configs (see --write-tuned)."""
+def tuned_entries(best, date: str, command: str, source: str, classes=()):
+    """The data file's "tuned" entries for the best configs of the autotuned kernels (see
+    --write-tuned), with the times of the class's heuristic config and autotuner's pick where
+    `classes` (the sweep's summaries) has them."""
+    by = {(c["kernel"], c["label"]): c for c in classes}
     out = []
     for e in best:
-        if e["kernel"] != "gemm":
+        if e["kernel"] == "gemm":
+            sh = e["shape"]
+            key = dict(epilogue=sh["epilogue"], m_bucket=1 << (sh["M"] - 1).bit_length(), k=sh["K"], n=sh["N"])
+        elif e["kernel"] in ATTN_KEYS:
+            key = e["key"]
+        else:
             continue
-        sh = e["shape"]
-        out.append(dict(kernel="gemm", key=dict(epilogue=sh["epilogue"], m_bucket=1 << (sh["M"] - 1).bit_length(),
-                                               k=sh["K"], n=sh["N"]),
-                        config=e["config"], measured=dict(us=e["measured"]["us"]), date=date, command=command,
+        measured = dict(us=e["measured"]["us"])
+        c = by.get((e["kernel"], e["label"]))
+        for role in ("heuristic", "autotune"):
+            if c and c[role] and c[role]["us"] is not None:
+                measured[f"{role}_us"] = c[role]["us"]
+        out.append(dict(kernel=e["kernel"], key=key, config=e["config"], measured=measured, date=date, command=command,
                         source=source))
     return out
 
@@ -334,6 +657,22 @@ def write_tuned(path: str, entries, device: str) -> None:
     from routes import dumps  # this folder's routes.py: the same layout as it writes
 
     benchlib.write_atomic(path, dumps(data) + "\n")
+
+
+def class_table(classes) -> str:
+    """Per class: the best config's time beside the heuristic's and the autotuner's pick (x: their
+    time over the best's)."""
+    def cell(c, best):
+        if not c or c["us"] is None:
+            return "-"
+        return f"{c['us']:.2f} (x{c['us'] / best:.2f})"
+
+    lines = [f"  {'kernel':17s} {'class':44s} {'tuned us':>10s} {'heuristic us':>18s} {'autotune us':>18s}"]
+    for c in classes:
+        b = c["tuned"]["us"]
+        lines.append(f"  {c['kernel']:17s} {c['label'][:44]:44s} {b:10.2f} {cell(c['heuristic'], b):>18s} "
+                     f"{cell(c['autotune'], b):>18s}")
+    return "\n".join(lines)
 
 
 def write_csv(path, entries):
@@ -358,7 +697,15 @@ def main(argv=None) -> int:
         return 2
     torch = env.torch
     os.makedirs(args.out, exist_ok=True)
+    from xpuinject_kernels import _backend, gpus
+
+    # A sweep measures from scratch: a shipped tuned config must not stand in for the autotuner's
+    # pick (the launchers look theirs up through gpus.tuned_config).
+    gpus.tuned_config = lambda kernel, key, device: None
+    env.backend = _backend
     sw = Sweep(env, args)
+    sw.be = "cpu" if args.smoke else "cuda"
+    sw.gemm_module = importlib.import_module("xpuinject_kernels.gemm")  # the package's `gemm` is the function
     models = SMOKE_MODELS if args.smoke else MODELS
     m_rows = (17,) if args.smoke else (2048, 16384)
     with torch.inference_mode():
@@ -371,19 +718,23 @@ def main(argv=None) -> int:
             sweep_rope(sw, models, m_rows)
         if "gemm" in args.parts:
             sweep_gemm(sw)
+        if "attention" in args.parts:
+            sweep_attention(sw)
     best = mark_best(sw.entries)
     import triton
 
     gpu = "cpu (Triton interpreter)" if args.smoke else torch.cuda.get_device_properties(0).name
     res = dict(gpu=gpu, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                command=" ".join([os.path.basename(sys.executable)] + sys.argv), smoke=args.smoke,
+               timer="interpreter wall clock, one call" if args.smoke else "graph",
                torch=torch.__version__, triton=triton.__version__,
-               copy_GBps=sw.bw / 1e9 if sw.bw else None, wall_s=round(time.time() - sw.t0, 1), entries=sw.entries)
+               copy_GBps=sw.bw / 1e9 if sw.bw else None, wall_s=round(time.time() - sw.t0, 1), entries=sw.entries,
+               classes=sw.classes)
     benchlib.write_atomic(os.path.join(args.out, "tune.json"), json.dumps(res, indent=1) + "\n")
     if args.write_tuned:
-        tuned = tuned_entries(best, res["date"][:10], res["command"], os.path.join(args.out, "tune.json"))
+        tuned = tuned_entries(best, res["date"][:10], res["command"], os.path.join(args.out, "tune.json"), sw.classes)
         write_tuned(args.write_tuned, tuned, gpu)
-        benchlib.log(f"[tune] {len(tuned)} tuned GEMM configs written to {args.write_tuned}")
+        benchlib.log(f"[tune] {len(tuned)} tuned configs written to {args.write_tuned}")
     write_csv(os.path.join(args.out, "tune.csv"), sw.entries)
     benchlib.log("\nbest per shape:")
     for e in best:
@@ -392,6 +743,9 @@ def main(argv=None) -> int:
         cand = " ".join(f"{k}={v}" for k, v in e["config"].items())
         benchlib.log(f"  {e['kernel']:11s} {e['label']:22s} {cand:60s} {e['measured']['us']:9.2f} us  {ratio}  "
                      f"{e['measured'].get('frac', '')}")
+    if sw.classes:
+        benchlib.log("\nper class, the best beside the heuristic config and the autotuner's pick:\n"
+                     + class_table(sw.classes))
     bad = [e for e in sw.entries if not e["measured"]["rel_err"] < 1e-2]
     benchlib.log(f"[tune] {len(sw.entries)} entries, {len(bad)} failed their check or did not run; "
                  f"wrote tune.json and tune.csv to {args.out}")

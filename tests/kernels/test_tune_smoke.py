@@ -4,8 +4,10 @@ the kernels' public functions. A sweep that fails on the GPU after minutes of co
 error, outputs compared in the wrong order) fails here first."""
 
 import csv
+import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 import xpuinject_kernels as xk
+from xpuinject_kernels import _backend, attention, gpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "benchmarks", "tune.py")
@@ -28,10 +31,12 @@ def test_tune_smoke_checks_every_part(tmp_path):
     assert res["smoke"] is True and res["copy_GBps"] is None
     assert res["gpu"] and res["date"] and "tune.py" in res["command"]
     entries = res["entries"]
-    assert {e["kernel"] for e in entries} == {"rmsnorm", "add-rmsnorm", "rope", "gemm"}
+    assert {e["kernel"] for e in entries} == {"rmsnorm", "add-rmsnorm", "rope", "gemm", "attention.prefill",
+                                              "attention.decode"}
+    assert res["timer"] == "interpreter wall clock, one call"
     for e in entries:
         assert e["measured"]["rel_err"] < 1e-2, e
-        assert e["measured"]["us"] is None  # no timing on the CPU
+        assert e["measured"]["us"] > 0  # the interpreter's wall clock
         assert isinstance(e["shape"], dict) and e["shape"]["M"] >= 1
         # ours carry the config the kernel's `config=` takes; vendor rows name the call instead
         assert (e["config"] is None) == bool(e.get("vendor")), e
@@ -109,3 +114,185 @@ def test_config_argument_is_used():
     a = xk.apply_rope(q, q[:, :2], cs, cs, config={"tile_elems": 16, "num_warps": 1})
     b = xk.apply_rope(q, q[:, :2], cs, cs)
     torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+# One class of each kernel the sweep writes for, with the keys their launchers compute for the
+# problems launched below: prefill of 20 tokens (buckets of 32), decode over 64 keys in 2 splits
+# with a padding mask (split bucket 32), and a SwiGLU GEMM of 17 rows (m_bucket 32, more rows than
+# a decode step has).
+PREFILL_KEY = {"seq_q_bucket": 32, "seq_k_bucket": 32, "head_dim": 32, "is_causal": True, "mask_kind": 0}
+DECODE_KEY = {"split_bucket": 32, "head_dim": 32, "block_g": 16, "mask_kind": 1, "single": False}
+SWIGLU_KEY = {"epilogue": "swiglu", "m_bucket": 32, "k": 64, "n": 96}
+
+
+class _Recorder:
+    """Stands in for a @triton.jit kernel: records each launch's keyword arguments (the launch
+    constants among them), then launches the kernel."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append(kwargs)
+            return self.kernel[grid](*args, **kwargs)
+
+        return launch
+
+
+def _launched(rec, keys):
+    (kw,) = rec.launches
+    return {k: kw[k] for k in keys}
+
+
+def test_tune_writes_attention_and_swiglu_classes_that_launch_tuned(tmp_path, monkeypatch):
+    """--classes with a prefill, a decode and a SwiGLU class --write-tuned: each class's best config
+    lands in the data file under the key its launcher looks up, beside the heuristic's and the
+    autotuner's times; on that GPU each class then launches its tuned config, with no heuristic
+    and no autotuning, counted as tuned; a class the file lacks takes its heuristic at once."""
+    classes = [{"kernel": "attention.prefill", "key": PREFILL_KEY,
+                "config": {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}},
+               {"kernel": "attention.decode", "key": DECODE_KEY,
+                "config": {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}},
+               {"kernel": "gemm", "key": SWIGLU_KEY, "config": {}}]
+    ev = tmp_path / "eval.json"
+    ev.write_text(json.dumps({"autotune": {"heuristic_classes": classes}}))
+    data_file = tmp_path / "h200.json"
+    shutil.copy(os.path.join(os.path.dirname(xk.__file__), "gpus", "h200.json"), data_file)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
+    r = subprocess.run([sys.executable, SCRIPT, "--smoke", "--only", "gemm,attention", "--classes", str(ev),
+                        "--out", str(tmp_path), "--write-tuned", str(data_file)],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "per class, the best beside the heuristic config and the autotuner's pick" in r.stdout
+
+    res = json.loads((tmp_path / "tune.json").read_text())
+    summary = {c["kernel"]: c for c in res["classes"]}
+    assert set(summary) == {"attention.prefill", "attention.decode", "gemm"}
+    for kernel, c in summary.items():
+        assert c["tuned"]["us"] <= c["heuristic"]["us"], c
+        if kernel != "gemm":  # the interpreter runs no GEMM autotuner
+            assert c["autotune"]["config"] and c["tuned"]["us"] <= c["autotune"]["us"], c
+    # an eval's class is timed with the config that run launched it with
+    assert summary["attention.decode"]["heuristic"]["config"] == classes[1]["config"]
+
+    data = json.loads(data_file.read_text())
+    tuned = {e["kernel"]: e for e in data["tuned"]}
+    assert set(tuned) == {"attention.prefill", "attention.decode", "gemm"}
+    assert tuned["attention.prefill"]["key"] == PREFILL_KEY and tuned["attention.decode"]["key"] == DECODE_KEY
+    assert tuned["gemm"]["key"] == SWIGLU_KEY
+    for kernel, e in tuned.items():
+        assert e["config"] == summary[kernel]["tuned"]["config"]
+        assert e["measured"]["us"] == summary[kernel]["tuned"]["us"]
+        assert e["measured"]["heuristic_us"] == summary[kernel]["heuristic"]["us"]
+    assert "autotune_us" in tuned["attention.decode"]["measured"]
+
+    # On the GPU the file names: each class launches its tuned config.
+    gemm_mod = importlib.import_module("xpuinject_kernels.gemm")
+    monkeypatch.setattr(gpus, "device_data", lambda device: data)
+    monkeypatch.setattr(attention, "_CONFIGS", {})
+    monkeypatch.setattr(gemm_mod, "_BEST", {})
+    monkeypatch.delenv("XPUINJECT_AUTOTUNE", raising=False)
+    recs = {name: _Recorder(getattr(mod, name)) for mod, name in
+            ((attention, "_prefill_kernel"), (attention, "_decode_split_kernel"), (gemm_mod, "_gemm_kernel"))}
+    for mod, name in ((attention, "_prefill_kernel"), (attention, "_decode_split_kernel"), (gemm_mod, "_gemm_kernel")):
+        monkeypatch.setattr(mod, name, recs[name])
+    before = dict(_backend.launch_counts)
+    try:
+        g = torch.Generator().manual_seed(3)
+        q = torch.randn(1, 4, 20, 32, generator=g).bfloat16()
+        k = torch.randn(1, 2, 20, 32, generator=g).bfloat16()
+        v = torch.randn(1, 2, 20, 32, generator=g).bfloat16()
+        out = xk.flash_attention_prefill(q, k, v)
+        torch.testing.assert_close(out.float(), attention.attention_ref(q, k, v).float(), rtol=3e-2, atol=3e-2)
+
+        qd = torch.randn(1, 4, 1, 32, generator=g).bfloat16()
+        kd = torch.randn(1, 2, 64, 32, generator=g).bfloat16()
+        vd = torch.randn(1, 2, 64, 32, generator=g).bfloat16()
+        km = torch.ones(1, 64, dtype=torch.bool)
+        km[:, :5] = False
+        outd = xk.decode_attention(qd, kd, vd, key_mask=km, num_splits=2)
+        refd = attention.attention_ref(qd, kd, vd, causal=False, key_mask=km)
+        torch.testing.assert_close(outd.float(), refd.float(), rtol=3e-2, atol=3e-2)
+
+        x = torch.randn(17, 64, generator=g).bfloat16()
+        w = (torch.randn(64, 96, generator=g) / 8).bfloat16()
+        y = xk.gemm(x, w, epilogue="swiglu")
+        h = x.float() @ w.float()
+        torch.testing.assert_close(y.float(), torch.nn.functional.silu(h[:, :48]) * h[:, 48:], rtol=3e-2, atol=3e-2)
+
+        assert _launched(recs["_prefill_kernel"], ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")) == \
+            tuned["attention.prefill"]["config"]
+        assert _launched(recs["_decode_split_kernel"], ("BLOCK_N", "num_warps", "num_stages")) == \
+            tuned["attention.decode"]["config"]
+        assert _launched(recs["_gemm_kernel"], ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps",
+                                                "num_stages")) == tuned["gemm"]["config"]
+        counts = {n: _backend.launch_counts[n] - before.get(n, 0) for n in _backend.launch_counts}
+        assert {n: c for n, c in counts.items() if n.startswith("tuned.") and c} == \
+            {"tuned.attention.prefill": 1, "tuned.attention.decode": 1, "tuned.gemm": 1}
+        assert not any(c for n, c in counts.items() if n.startswith(("heuristic.", "autotune.")))
+        assert gpus.tuning_report()["tuned_by_kernel"] == {"attention.decode": 1, "attention.prefill": 1, "gemm": 1}
+
+        # A class the file lacks (a prompt of 70 tokens, a decode of head_dim 64, a wider SwiGLU)
+        # takes its heuristic config at once on the GPU: counted, nothing timed. The lookup runs
+        # as on a GPU: the interpreter itself autotunes its one config instead.
+        dev = torch.device("cuda", 0)
+        with monkeypatch.context() as m:
+            m.setattr(_backend, "is_interpret", lambda: False)
+            want_pre, want_dec = attention._prefill_heuristic("cuda", 70, 32), attention._decode_heuristic("cuda")
+            pre = attention._launch_config("attention.prefill", dev, lambda: want_pre,
+                                           **dict(PREFILL_KEY, seq_q_bucket=128, seq_k_bucket=128))
+            dec = attention._launch_config("attention.decode", dev, lambda: want_dec,
+                                           **dict(DECODE_KEY, head_dim=64))
+        assert (pre.kwargs, pre.num_warps, pre.num_stages) == (want_pre.kwargs, want_pre.num_warps, want_pre.num_stages)
+        assert (dec.kwargs, dec.num_warps, dec.num_stages) == (want_dec.kwargs, want_dec.num_warps, want_dec.num_stages)
+        assert pre.kwargs["BLOCK_M"] == 128  # a GPU's tile, not the interpreter's
+        assert gpus.tuned_config("gemm", dict(SWIGLU_KEY, n=192), dev) is None
+        assert gpus.tuned_config("gemm", SWIGLU_KEY, dev) is not None
+        counts = {n: _backend.launch_counts[n] - before.get(n, 0) for n in _backend.launch_counts}
+        assert counts["heuristic.attention.prefill"] == 1 and counts["heuristic.attention.decode"] == 1
+        assert counts["tuned.attention.prefill"] == 1 and counts["tuned.attention.decode"] == 1
+        assert not any(c for n, c in counts.items() if n.startswith("autotune."))
+    finally:
+        _backend.launch_counts.clear()
+        _backend.launch_counts.update(before)
+
+
+def test_tune_says_when_it_cannot_rebuild_a_class(tmp_path):
+    """A recorded attention class whose key the sweep's problem does not launch (a field it does
+    not know) is reported, not tuned under another class's key; a data file to write must exist."""
+    ev = tmp_path / "eval.json"
+    ev.write_text(json.dumps({"autotune": {"heuristic_classes": [
+        {"kernel": "attention.decode", "key": dict(DECODE_KEY, fused=True), "config": {}}]}}))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
+    r = subprocess.run([sys.executable, SCRIPT, "--smoke", "--only", "attention", "--classes", str(ev),
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    (e,) = json.loads((tmp_path / "tune.json").read_text())["entries"]
+    assert e["measured"]["error"] == "launches another class: fused None (recorded True)"
+    r = subprocess.run([sys.executable, SCRIPT, "--smoke", "--out", str(tmp_path), "--write-tuned",
+                        str(tmp_path / "none.json")], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and "none.json: No such file or directory" in r.stderr
+
+
+def test_forced_config_is_checked_and_restored():
+    """attention._forced_config, the sweep's way to launch a candidate: every launch constant
+    required, unknown kernels and keys refused, and the launcher's own choice back after the block."""
+    with pytest.raises(ValueError, match="config lacks num_stages"):
+        with attention._forced_config("attention.decode", {"BLOCK_N": 16, "num_warps": 4}):
+            pass
+    with pytest.raises(ValueError, match="unknown config key"):
+        cfg = {"BLOCK_N": 16, "BLOCK_M": 16, "num_warps": 4, "num_stages": 1}
+        with attention._forced_config("attention.decode", cfg):
+            pass
+    with pytest.raises(ValueError, match="unknown kernel 'attention.verify'"):
+        with attention._forced_config("attention.verify", {}):
+            pass
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(1, 4, 1, 32, generator=g).bfloat16()
+    k = torch.randn(1, 2, 40, 32, generator=g).bfloat16()
+    with attention._forced_config("attention.decode", {"BLOCK_N": 32, "num_warps": 2, "num_stages": 1}) as seen:
+        a = xk.decode_attention(q, k, k)
+    assert seen == {"split_bucket": 64, "head_dim": 32, "block_g": 16, "mask_kind": 0, "single": True}
+    assert attention._FORCED == {}
+    torch.testing.assert_close(a, xk.decode_attention(q, k, k))

@@ -30,6 +30,7 @@ per group) and writes fp32 partial (max, sum, acc); a reduce kernel combines the
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Optional, Tuple
 
@@ -555,11 +556,49 @@ def _decode_fn(be: str):
 
 _CONFIGS: dict = {}  # (kernel, device, problem key) -> its launch config, or None (autotune)
 
+# Launch constants of each kernel's config, all required by `_forced_config`.
+_CONFIG_KEYS = {"attention.prefill": ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"),
+                "attention.decode": ("BLOCK_N", "num_warps", "num_stages")}
+# kernel -> (the config every launch takes, the class key of the last launch): _forced_config.
+_FORCED: dict = {}
+
+
+@contextlib.contextmanager
+def _forced_config(kernel: str, config: dict):
+    """Inside the block every launch of `kernel` ("attention.prefill" or "attention.decode")
+    takes these launch constants, as a tuned config would be launched, and the block's value
+    holds the class key of the last one, what a tuned entry for it needs: benchmarks/tune.py
+    times a candidate config so."""
+    keys = _CONFIG_KEYS.get(kernel)
+    if keys is None:
+        raise ValueError(f"attention: config for unknown kernel {kernel!r} (want {', '.join(_CONFIG_KEYS)})")
+    c = _backend.launch_config(config, keys, kernel)
+    missing = [k for k in keys if k not in c]
+    if missing:
+        raise ValueError(f"attention: {kernel}: config lacks {', '.join(missing)} (want all of {', '.join(keys)})")
+    seen: dict = {}
+    prev = _FORCED.get(kernel)
+    _FORCED[kernel] = (triton.Config({k: c[k] for k in keys[:-2]}, num_warps=c["num_warps"],
+                                     num_stages=c["num_stages"]), seen)
+    try:
+        yield seen
+    finally:
+        if prev is None:
+            del _FORCED[kernel]
+        else:
+            _FORCED[kernel] = prev
+
 
 def _launch_config(kernel: str, device: torch.device, heuristic, **key):
     """The config of this problem class on this GPU, looked up once per class: tuned on its model
     (gpus/<gpu>.json), else on a GPU `heuristic()`; None autotunes as the two functions above do
     (the interpreter's one config, or XPUINJECT_AUTOTUNE=1: gpus.heuristic_config)."""
+    if _FORCED:
+        forced = _FORCED.get(kernel)
+        if forced is not None:
+            forced[1].clear()
+            forced[1].update(key)
+            return forced[0]
     k = (kernel, device.type, device.index, tuple(key.items()))
     try:
         return _CONFIGS[k]
