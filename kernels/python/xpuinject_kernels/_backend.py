@@ -436,8 +436,9 @@ def gemm_prune(be: str, n_b_tiles: int) -> Callable:
 
 
 # The launch constants a GEMM class takes when no tuned config covers it, CUDA, by token count M:
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), the first that passes gemm_prune. Decode
-# (M <= 16): within 3 % of the autotuner's pick at every projection of Llama-3.2-1B and
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), the first that passes gemm_prune. M <= 16
+# runs gemv.py's split-K kernel on a packed weight, these tiles on a weight.t() view (a tied
+# lm_head): within 3 % of the autotuner's pick at every projection of Llama-3.2-1B and
 # Llama-3.1-8B on the H200 (32x512 tiles for the deep down projections, 64x256 elsewhere;
 # benchmarks/bench_decode_step.py, docs/results/2026-12-01-h200/decode-step-kernels.json).
 # Larger M: the prefill tiles that led the 2026-11-29 sweep (docs/results/2026-11-29-h200).
