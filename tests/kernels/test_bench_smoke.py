@@ -391,10 +391,11 @@ def test_route_for_matches_op_shape_and_token_class(tmp_path):
     assert bl.route_for(gemm("qkv", 1, 2048, 3072), routes).startswith("qkv_proj (")      # every token count
     assert bl.route_for(gemm("qkv", 2048, 4096, 3072), routes) == ""                      # other K
     assert bl.route_for(gemm("o", 2048, 2048, 3072), routes) == ""                        # other projection
-    assert bl.route_for(gemm("down", 64, 8192, 2048), routes).startswith("down_proj (")
-    assert bl.route_for(gemm("down", 65, 8192, 2048), routes) == ""                       # prefill: not routed
-    assert bl.route_for(gemm("o", 64, 4096, 4096), routes) == ""                          # below min_tokens
-    assert bl.route_for(gemm("o", 65, 4096, 4096), routes).startswith("o_proj (")
+    # the decode class ends at contract.json's decode_max_tokens (16: the split-K GEMV's rows)
+    assert bl.route_for(gemm("down", 16, 8192, 2048), routes).startswith("down_proj (")
+    assert bl.route_for(gemm("down", 17, 8192, 2048), routes) == ""                       # prefill: not routed
+    assert bl.route_for(gemm("o", 16, 4096, 4096), routes) == ""                          # below min_tokens
+    assert bl.route_for(gemm("o", 17, 4096, 4096), routes).startswith("o_proj (")
     dec = {"kind": "decode", "params": {"batch": 1, "kv_len": 2048, "H": 32, "KV": 8, "D": 64}}
     assert bl.route_for(dec, routes).startswith("attention-decode")
     assert bl.route_for(dict(dec, params=dict(dec["params"], D=96)), routes) == ""
