@@ -64,17 +64,22 @@ def grf_option(value: str) -> str:
 
 FLOATS = {"eps", "qk_scale", "mask_min", "cap_l2"}
 FP32_PTRS = {"PM", "PL", "PACC"}
-INT_PTRS = {"LENS"}
+INT_PTRS = {"LENS", "SEM"}
 INT64_PTRS = {"COUNTER"}
 # pointer parameters named without a _ptr suffix, per kernel module (elsewhere M, N, K are sizes)
 PTR_NAMES = {
-    "attention": {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC"},
+    "attention": {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC", "SEM"},
+    "greedy": {"LOGITS"},
     "rope_cache": {"Q", "K", "V", "QO", "KC", "VC", "COS", "SIN", "COUNTER"},
 }
 
 
 # pointer parameters of another dtype than the activations, per kernel module
 PTR_DTYPES = {
+    "gemv": {"ws_ptr": torch.float32, "sem_ptr": torch.int32},
+    "greedy": {"WS_V": torch.float32, "WS_I": torch.int32, "SEM": torch.int32, "UNFINISHED": torch.bool,
+               "N_GEN": torch.int64, "OUT": torch.int64, "CUR": torch.int64, "PAD": torch.int64, "EOS": torch.int64,
+               "TOK": torch.int64},
     "moe": {"ids_ptr": torch.int32, "rows_ptr": torch.int32, "bexp_ptr": torch.int32, "wts_ptr": torch.float32,
             "p_ptr": torch.float32, "y_ptr": torch.float32},
 }
@@ -107,7 +112,7 @@ DESC_PATHS = (True, False)
 def cases():
     import importlib
 
-    from xpuinject_kernels import _backend, attention, moe, rmsnorm, rope, rope_cache
+    from xpuinject_kernels import _backend, attention, gemv, greedy, moe, rmsnorm, rope, rope_cache
 
     gemm = importlib.import_module("xpuinject_kernels.gemm")  # the package exports gemm() itself
 
@@ -144,7 +149,7 @@ def cases():
                         DOT_PREC="tf32", UPCAST=False, SOFTCAP=False, SLIDING=False))
         yield (f"attention decode d{hd}", attention._decode_split_kernel, dcfgs, bf16,
                dict(HEAD_DIM=hd, BLOCK_D=hd, BLOCK_G=16, HAS_LENS=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32",
-                    UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=False))
+                    UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=False, ADVANCE=False))
     # Gemma 2's soft-capped, sliding layers (head_dim 256 as published, 128 as a smaller shape):
     # the tanh cap and the window bounds, causal and with a 4-D mask, split and single-pass decode.
     for hd in (128, 256):
@@ -155,19 +160,36 @@ def cases():
         for single in (False, True):
             yield (f"attention decode d{hd} softcap sliding single={single}", attention._decode_split_kernel, dcfgs,
                    bf16, dict(HEAD_DIM=hd, BLOCK_D=hd, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=True,
-                              DOT_PREC="tf32", UPCAST=False, SINGLE=single, SOFTCAP=True, SLIDING=True))
+                              DOT_PREC="tf32", UPCAST=False, SINGLE=single, SOFTCAP=True, SLIDING=True,
+                              ADVANCE=False))
     # Gemma 3 (head_dim 256, no cap, sliding or full)
     yield ("attention prefill d256 mask0", attention._prefill_kernel, pcfgs, bf16,
            dict(HEAD_DIM=256, BLOCK_D=256, IS_CAUSAL=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32", UPCAST=False,
                 SOFTCAP=False, SLIDING=False))
     yield ("attention decode d256", attention._decode_split_kernel, dcfgs, bf16,
            dict(HEAD_DIM=256, BLOCK_D=256, BLOCK_G=16, HAS_LENS=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32",
-                UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=True))
+                UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=True, ADVANCE=False))
     yield "attention decode reduce d256", attention._decode_reduce_kernel, [({}, 4, 1)], bf16, dict(
-        HEAD_DIM=256, BLOCK_D=256, BLOCK_S=16)
+        HEAD_DIM=256, BLOCK_D=256, BLOCK_S=16, ADVANCE=False)
     yield ("rope + cache write d256", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
            dict(BLOCK_H=8, BLOCK_HALF=128, BLOCK_D=256, BLOCK_PASS=0))
-    yield "attention decode reduce", attention._decode_reduce_kernel, [({}, 4, 1)], bf16, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16)
+    yield ("attention decode reduce", attention._decode_reduce_kernel, [({}, 4, 1)], bf16,
+           dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16, ADVANCE=False))
+    # a static cache's decode step: the reduce (or, with one split, the grid's last program)
+    # advances the layer's counter
+    yield ("attention decode reduce advancing the counter", attention._decode_reduce_kernel, [({}, 4, 1)], bf16,
+           dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16, ADVANCE=True))
+    for single in (False, True):
+        yield (f"attention decode advance single={single}", attention._decode_split_kernel, dcfgs, bf16,
+               dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=False, DOT_PREC="tf32",
+                    UPCAST=False, SINGLE=single, SOFTCAP=False, SLIDING=False, ADVANCE=True))
+    # decode-sized GEMMs: split-K with the reduce in the last program, and without a split
+    for epi in ("none", "swiglu", "residual"):
+        for split in (1, 4):
+            yield (f"gemv {epi} split{split}", gemv._gemv_kernel, [({}, 4, 2)], bf16,
+                   dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=16, BLOCK_N=64, BLOCK_K=128,
+                        SPLIT_K=split))
+    yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_E=4)
     # mixture of experts (moe.py's fixed tiles): routing, the decode GEMVs, the grouped prefill GEMMs
     yield "moe router", moe._router_softmax_kernel, [({}, 4, 1)], bf16, dict(BLOCK_K=64, BLOCK_E=128)
     yield "moe decode gate/up", moe._decode_gate_up_kernel, [({}, 4, 1)], bf16, dict(BLOCK_K=64, BLOCK_N=64)
