@@ -407,7 +407,8 @@ def test_route_for_matches_op_shape_and_token_class(tmp_path):
     # the shipped data file reads: its routes are the planner's (kernels/gpus_test.go checks the file)
     shipped = bl.load_routes(os.path.join(BENCH, os.pardir, "kernels", "python", "xpuinject_kernels", "gpus", "h200.json"))
     assert bl.route_for(gemm("qkv", 2048, 2048, 3072), shipped).startswith("qkv_proj (")
-    assert bl.route_for(gemm("down", 2048, 8192, 2048), shipped) == ""
+    assert bl.route_for(gemm("down", 2048, 8192, 2048), shipped).startswith("down_proj (")  # prefill: cuBLAS
+    assert bl.route_for(gemm("down", 1, 8192, 2048), shipped) == ""                           # decode: the GEMV
 
 
 def test_render_marks_missed_targets_routed_or_not(tmp_path):
