@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import time
 
 WARMUP = 3
@@ -230,8 +231,25 @@ def attempt(path, label, fn):
             return (*fn(path), None)
     except Exception as e:  # a compile or capture failure must not cost the other paths
         msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        where = raised_at(e)
+        if where:
+            msg += f" (raised at {where})"
         progress(f"latency {label} {path}: failed: {msg}")
         return None, None, msg
+
+
+def raised_at(e: BaseException) -> str:
+    """file:line in function of the innermost frame outside torch that led to e: the model or
+    package code that made the failing call (a capture error names no frame of its own)."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f"{os.sep}torch{os.sep}" not in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    parts = f.filename.split(os.sep)
+    short = os.sep.join(parts[parts.index("site-packages") + 1:]) if "site-packages" in parts else os.path.basename(f.filename)
+    return f"{short}:{f.lineno} in {f.name}"
 
 
 def measure(paths, path, label, fn):

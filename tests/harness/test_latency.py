@@ -5,6 +5,7 @@ path that ran a step more or less inside its timed loop (or synced differently) 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -169,9 +170,13 @@ def test_moe_every_setting_failing_names_each_reason():
     L.measure_point(paths, ("stock_eager", "stock_best"), "prefill 16", fail, row)
     assert row["ms"] == {"stock_eager": None, "stock_best": None}
     assert "anchor" not in row
-    assert [e["error"] for e in row["stock_experts"]] == [
+    # each reason names where it was raised: here, this test's fail()
+    at = " (raised at test_latency.py:"
+    assert all(at in e["error"] and e["error"].endswith(" in fail)") for e in row["stock_experts"]), row
+    strip = lambda t: re.sub(r" \(raised at [^)]*\)", "", t)  # noqa: E731
+    assert [strip(e["error"]) for e in row["stock_experts"]] == [
         "RuntimeError: no eager", "RuntimeError: no batched_mm", "RuntimeError: no grouped_mm"]
-    assert paths.errors["stock_eager"] == (
+    assert strip(paths.errors["stock_eager"]) == (
         "prefill 16: no experts implementation ran: eager: RuntimeError: no eager; "
         "batched_mm: RuntimeError: no batched_mm; grouped_mm: RuntimeError: no grouped_mm")
     assert paths.errors["stock_best"] == "prefill 16: no stock setting ran"
