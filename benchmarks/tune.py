@@ -80,6 +80,12 @@ GEMM_SMALL = [
 # The interpreter: one big-tile and two narrow candidates, the plumbing rather than the tuning.
 GEMM_SMOKE = [(32, 64, 32, 8, 4, 3), (16, 32, 32, 1, 4, 3), (16, 16, 64, 1, 2, 4)]
 GEMM_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+# Decode-sized classes (M <= gemv.MAX_M on a packed weight) run gemv.py's split-K kernel:
+# (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages), the tiles and splits its H200 sweep spanned
+# (benchmarks/bench_decode_step.py --sweep).
+GEMV = [(bn, bk, sp, 4, 3) for bn, bk in ((64, 128), (128, 64), (64, 256), (32, 256)) for sp in (1, 2, 4, 8, 16)]
+GEMV_SMOKE = [(32, 32, 1, 4, 1), (32, 32, 2, 4, 1)]
+GEMV_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
 
 # Attention, CUDA: prefill (BLOCK_M, BLOCK_N, num_warps, num_stages) around the autotuner's space
 # (attention._prefill_configs, after the Triton fused-attention tutorial's for H100); decode
@@ -196,7 +202,7 @@ def classes_from_eval(path: str):
     with heuristic configs: M is the class's token bucket, so the winner serves the whole class."""
     out, seen = [], set()
     for c in _heuristic_classes(path):
-        if c["kernel"] != "gemm":
+        if c["kernel"] not in ("gemm", "gemv"):
             continue
         k = c["key"]
         shape = (int(k["m_bucket"]), int(k["k"]), int(k["n"]), str(k["epilogue"]))
@@ -393,18 +399,35 @@ def sweep_gemm(sw: Sweep):
             sw.record("gemm", label, shape, None, us, 0.0, dict(TFLOPs=round(flops / us / 1e6, 1)) if us else {},
                       vendor=vendor)
 
+        be = sw.be
+        key = dict(epilogue=epi, m_bucket=1 << (m - 1).bit_length(), k=k, n=n_w)
+        check = lambda fn, s0=s0, ref=ref: benchlib.rel_err(env, fn(s0), [ref])  # noqa: E731
+        rate = lambda us: dict(TFLOPs=round(flops / us / 1e6, 1))  # noqa: E731
+        if m <= sw.gemv.MAX_M:
+            # what a decode-sized call launches: the split-K GEMV, whose only tuner is this sweep
+            def run_gemv(s, cfg, epi=epi, n=n):
+                out = torch.empty(s["x"].shape[0], n, dtype=s["x"].dtype, device=s["x"].device)
+                c = sw.triton.Config({k: cfg[k] for k in GEMV_KEYS[:3]}, num_warps=cfg["num_warps"],
+                                     num_stages=cfg["num_stages"])
+                return sw.gemv.gemv(s["x"], s["w"], s.get("b"), s.get("r"), out, epi, c)
+
+            units = env.backend.compute_units(s0["x"].device)
+            heuristic = config_dict(sw.gemv.heuristic_config(be, m, n, k, 2 if swiglu else 1, units), GEMV_KEYS)
+            cands = GEMV_SMOKE if sw.args.smoke else GEMV
+            sweep_class(sw, "gemv", label, shape, key, [dict(zip(GEMV_KEYS, c)) for c in cands], heuristic, None,
+                        run_gemv, check, make, set_bytes, rate)
+            del s0, ref
+            continue
+
         def run(s, cfg, epi=epi):
             return xk.gemm(s["x"], s["w"], bias=s.get("b"), residual=s.get("r"), epilogue=epi, config=cfg)
 
-        be = sw.be
         heuristic = config_dict(env.backend.gemm_heuristic(be, m, n, k, 2 if swiglu else 1), GEMM_KEYS)
         pick = autotune_pick(sw.gemm_module._autotuner(be, swiglu), lambda s0=s0: run(s0, None))
         cands = GEMM_SMOKE if sw.args.smoke else (GEMM_BIG if m >= 2048 else GEMM_SMALL)
-        key = dict(epilogue=epi, m_bucket=1 << (m - 1).bit_length(), k=k, n=n_w)
         sweep_class(sw, "gemm", label, shape, key, [dict(zip(GEMM_KEYS, c)) for c in cands],
                     heuristic, config_dict(pick, GEMM_KEYS) if pick is not None else None,
-                    run, lambda fn, s0=s0, ref=ref: benchlib.rel_err(env, fn(s0), [ref]), make, set_bytes,
-                    lambda us: dict(TFLOPs=round(flops / us / 1e6, 1)))
+                    run, check, make, set_bytes, rate)
         del s0, ref
         if not sw.args.smoke:
             torch.cuda.empty_cache()
@@ -633,7 +656,7 @@ def tuned_entries(best, date: str, command: str, source: str, classes=()):
         if e["kernel"] == "gemm":
             sh = e["shape"]
             key = dict(epilogue=sh["epilogue"], m_bucket=1 << (sh["M"] - 1).bit_length(), k=sh["K"], n=sh["N"])
-        elif e["kernel"] in ATTN_KEYS:
+        elif e["kernel"] in ATTN_KEYS or e["kernel"] == "gemv":
             key = e["key"]
         else:
             continue
@@ -706,6 +729,11 @@ def main(argv=None) -> int:
     sw = Sweep(env, args)
     sw.be = "cpu" if args.smoke else "cuda"
     sw.gemm_module = importlib.import_module("xpuinject_kernels.gemm")  # the package's `gemm` is the function
+    import triton
+
+    from xpuinject_kernels import gemv
+
+    sw.gemv, sw.triton = gemv, triton
     models = SMOKE_MODELS if args.smoke else MODELS
     m_rows = (17,) if args.smoke else (2048, 16384)
     with torch.inference_mode():

@@ -31,7 +31,7 @@ def test_tune_smoke_checks_every_part(tmp_path):
     assert res["smoke"] is True and res["copy_GBps"] is None
     assert res["gpu"] and res["date"] and "tune.py" in res["command"]
     entries = res["entries"]
-    assert {e["kernel"] for e in entries} == {"rmsnorm", "add-rmsnorm", "rope", "gemm", "attention.prefill",
+    assert {e["kernel"] for e in entries} == {"rmsnorm", "add-rmsnorm", "rope", "gemm", "gemv", "attention.prefill",
                                               "attention.decode"}
     assert res["timer"] == "interpreter wall clock, one call"
     for e in entries:
@@ -40,12 +40,20 @@ def test_tune_smoke_checks_every_part(tmp_path):
         assert isinstance(e["shape"], dict) and e["shape"]["M"] >= 1
         # ours carry the config the kernel's `config=` takes; vendor rows name the call instead
         assert (e["config"] is None) == bool(e.get("vendor")), e
-    # every GEMM shape ran our candidates beside the two cuBLAS references
+    # every GEMM shape ran our candidates beside the two cuBLAS references; a decode-sized one
+    # (M <= 16) is swept on the split-K GEMV, the kernel such a call launches
     gemm = [e for e in entries if e["kernel"] == "gemm"]
     assert {e["label"] for e in gemm} == {"tiny qkv M=17", "tiny swiglu M=17", "tiny down M=1"}
     assert sum(1 for e in gemm if e.get("vendor", "").startswith("cuBLAS")) == 6
     assert {tuple(sorted(e["config"])) for e in gemm if e["config"]} == {tuple(sorted(
         ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps", "num_stages")))}
+    assert {e["label"] for e in gemm if e["config"]} == {"tiny qkv M=17", "tiny swiglu M=17"}
+    gemv = [e for e in entries if e["kernel"] == "gemv"]
+    # the shape heuristic's config first, then both smoke candidates
+    assert {e["label"] for e in gemv} == {"tiny down M=1"} and len(gemv) == 3
+    assert gemv[0]["config"]["BLOCK_N"] == 64 and gemv[0]["config"]["SPLIT_K"] == 1
+    assert {e["config"]["SPLIT_K"] for e in gemv} == {1, 2}
+    assert {c["kernel"] for c in res["classes"]} >= {"gemv"}
     # rope ran out of place and in place
     assert {e["shape"]["inplace"] for e in entries if e["kernel"] == "rope"} == {False, True}
     rows = list(csv.DictReader((tmp_path / "tune.csv").open()))
@@ -66,6 +74,8 @@ def test_tune_sweeps_the_classes_an_eval_left_to_heuristics(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     gemm = json.loads((tmp_path / "tune.json").read_text())["entries"]
     assert {e["label"] for e in gemm} == {"residual M=16 K=48 N=64", "geglu M=1 K=64 N=96"}
+    # both classes are decode-sized: swept on the split-K GEMV, keyed as gemv.py looks them up
+    assert {e["kernel"] for e in gemm if e["config"]} == {"gemv"}
     for e in gemm:
         assert e["measured"]["rel_err"] < 1e-2, e
     bad = tmp_path / "old.json"
