@@ -358,8 +358,14 @@ def run_model(torch, transformers, args, device, res):
             todo = [(p, None) for p in ("stock_compiled", "stock_graph") if p in args.stock]
             todo += [(f"injected_graph[{r}]", r) for r in args.routes]
             todo += [(f"injected_compiled[{r}]", r) for r in args.compiled_routes]
+            if args.fuse_norm:  # each injected row again with the add + RMSNorm in the gate/up GEMV
+                todo += [(f"{label[:-1]}+fused-norm]", r) for label, r in todo if r is not None]
+            from xpuinject_kernels import decoder
+
+            fuse_was = decoder.FUSE_DECODE_NORM
             for label, routes in todo:
                 path = label.split("[")[0]
+                decoder.FUSE_DECODE_NORM = label.endswith("+fused-norm]")
                 if args.smoke and path.endswith("graph"):
                     path = path.replace("graph", "eager")
                 if routes is not None:
@@ -377,6 +383,7 @@ def run_model(torch, transformers, args, device, res):
                 row["setup_s"][label] = setup
                 log(f"{shape} b{B} {label}: {ms if ms is None else round(ms, 3)} ms/token ({time.time() - t:.1f}s)")
                 torch.cuda.empty_cache() if device.type == "cuda" else None
+            decoder.FUSE_DECODE_NORM = fuse_was
             base = row["ms"].get("stock_compiled")
             row["ratios"] = {k: v / base for k, v in row["ms"].items() if isinstance(v, float) and isinstance(base, float)}
             out.append(row)
@@ -448,6 +455,8 @@ def main():
     ap.add_argument("--compiled-routes", default="gemms-cublas", help="route sets for injected_compiled")
     ap.add_argument("--stock", default="stock_compiled,stock_graph", help="stock paths of the model part")
     ap.add_argument("--sweep", action="store_true", help="kernels part: every gemv config and split count too")
+    ap.add_argument("--fuse-norm", action="store_true",
+                    help="model part: each injected row also with the add + RMSNorm in the gate/up GEMV")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
     args.shapes = ["tiny"] if args.smoke else args.shapes.split(",")

@@ -189,6 +189,8 @@ def cases():
             yield (f"gemv {epi} split{split}", gemv._gemv_kernel, [({}, 4, 2)], bf16,
                    dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=16, BLOCK_N=64, BLOCK_K=128,
                         SPLIT_K=split))
+    yield ("gemv swiglu split2, add + RMSNorm prologue", gemv._gemv_kernel, [({}, 4, 2)], bf16,
+           dict(HAS_BIAS=False, EPILOGUE=1, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=2, NORM=True))
     yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_E=4)
     # mixture of experts (moe.py's fixed tiles): routing, the decode GEMVs, the grouped prefill GEMMs
     yield "moe router", moe._router_softmax_kernel, [({}, 4, 1)], bf16, dict(BLOCK_K=64, BLOCK_E=128)

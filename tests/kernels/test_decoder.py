@@ -107,6 +107,29 @@ def test_decode_with_cache_matches_stock(device):
     assert a[0, 9] == b[0, 9]
 
 
+def test_fused_decode_norm_gives_the_unfused_steps(device, monkeypatch):
+    """FUSE_DECODE_NORM: at decode the post-attention add + RMSNorm runs in the gate/up GEMV's
+    prologue (one add_rms_norm launch fewer per layer); the same greedy tokens and near-equal
+    logits as the unfused path, and prefill (M > 16) is untouched."""
+    model = _inject(_tiny("llama", device))
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 97, (1, 18), generator=g).to(device)
+    with torch.no_grad():
+        monkeypatch.setattr(decoder, "FUSE_DECODE_NORM", False)
+        ref = model.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4, output_logits=True,
+                             return_dict_in_generate=True)
+        monkeypatch.setattr(decoder, "FUSE_DECODE_NORM", True)
+        before = dict(_backend.launch_counts)
+        out = model.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4, output_logits=True,
+                             return_dict_in_generate=True)
+    ran = {k: _backend.launch_counts[k] - before.get(k, 0) for k in _backend.launch_counts}
+    assert ran.get("add_rms_norm_gemm", 0) == 2 * 3, ran  # two layers, three one-token steps
+    assert ran.get("add_rms_norm", 0) == 2, ran  # the prefill's, one per layer
+    assert torch.equal(out.sequences, ref.sequences)
+    for a, b in zip(out.logits, ref.logits):
+        metrics.assert_close("fused-norm decode logits", a.float(), b.float(), atol=3e-2, rtol=2.0**-6)
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_layers_pack_from_the_modules_own_weights(arch, device):
     """Bound with no packed tensors, the layers pack them on first use from q/k/v/o and

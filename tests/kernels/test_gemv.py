@@ -103,3 +103,51 @@ def test_gemv_heuristic_splits_to_fill_the_device():
     assert gemv.heuristic_config("cuda", 1, 128256, 2048, 1, 132).kwargs["SPLIT_K"] == 1
     # a shallow K caps the split
     assert gemv.heuristic_config("cuda", 1, 256, 512, 1, 132).kwargs["SPLIT_K"] == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m, split", [(1, 1), (5, 3), (16, 2)])
+def test_add_rms_norm_gemm_matches_the_two_kernels(device, dtype, m, split):
+    """The add + RMSNorm in the GEMV's prologue gives add_rms_norm's new residual exactly and the
+    normed input the separate kernels give (one fp32 sum-of-squares order apart), for swiglu
+    with a bias; more than 16 rows run the two kernels."""
+    from xpuinject_kernels.rmsnorm import add_rms_norm
+
+    g = torch.Generator().manual_seed(7)
+    k, n_w = 200, 96
+    x = torch.randn(m, k, generator=g).to(dtype).to(device)
+    res = torch.randn(m, k, generator=g).to(dtype).to(device)
+    nw = (torch.rand(k, generator=g) + 0.5).to(dtype).to(device)
+    w = (torch.randn(k, n_w, generator=g) * k ** -0.5).to(torch.bfloat16).to(device)
+    b = (torch.randn(n_w, generator=g) * 0.1).to(torch.bfloat16).to(device)
+    ref_res, normed = add_rms_norm(x, res, nw, 1e-5)
+    ref = G.gemm(normed, w, bias=b, epilogue="swiglu", use_descriptors=False)
+    before = _backend.launch_counts["add_rms_norm_gemm"]
+    new_res, out = G.add_rms_norm_gemm(x, res, nw, 1e-5, w, b, "swiglu")
+    assert _backend.launch_counts["add_rms_norm_gemm"] == before + 1
+    assert torch.equal(new_res, ref_res)
+    metrics.assert_close(f"add_rms_norm_gemm m{m}", out, ref, atol=2e-2, rtol=2.0**-6)
+    # a forced K split: every split's first-tile program writes its slice of the new residual
+    s_out = torch.full_like(x, float("nan"))
+    o = torch.empty(m, n_w // 2, dtype=dtype, device=device)
+    gemv.gemv(x, w, b, None, o, "swiglu", cfg(32, 32, split), norm=(res, nw, 1e-5, s_out))
+    assert torch.equal(s_out, ref_res)
+    metrics.assert_close(f"add_rms_norm_gemm m{m} split{split}", o, ref, atol=2e-2, rtol=2.0**-6)
+    # 17 rows: the two kernels, the same numbers
+    x17, r17 = torch.randn(17, k).to(dtype).to(device), torch.randn(17, k).to(dtype).to(device)
+    new17, out17 = G.add_rms_norm_gemm(x17, r17, nw, 1e-5, w, b, "swiglu")
+    want_res, want_normed = add_rms_norm(x17, r17, nw, 1e-5)
+    assert _backend.launch_counts["add_rms_norm_gemm"] == before + 1
+    assert torch.equal(new17, want_res) and torch.equal(out17, G.gemm(want_normed, w, bias=b, epilogue="swiglu"))
+
+
+def test_add_rms_norm_gemm_traces_as_one_op(device):
+    """Under torch.compile the fused call is one custom op with a fake: the same two outputs."""
+    g = torch.Generator().manual_seed(9)
+    x, res = (torch.randn(2, 64, generator=g).bfloat16().to(device) for _ in range(2))
+    nw = torch.rand(64, generator=g).bfloat16().to(device) + 0.5
+    w = (torch.randn(64, 48, generator=g) * 0.1).bfloat16().to(device)
+    want = G.add_rms_norm_gemm(x, res, nw, 1e-6, w, None, "none")
+    fn = torch.compile(lambda *a: G.add_rms_norm_gemm(*a, None, "none"), backend="aot_eager", fullgraph=True)
+    got = fn(x, res, nw, 1e-6, w)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

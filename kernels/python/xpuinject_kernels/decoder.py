@@ -31,6 +31,7 @@ can_torch_compile; shared code lives in module-level functions.
 
 from __future__ import annotations
 
+import os
 import types
 
 import torch
@@ -38,7 +39,8 @@ from torch import nn
 
 from .attention import attention_forward, decode_attention
 from .contract import VENDOR_ATTR, packed_attr
-from .gemm import gemm
+from . import gemv
+from .gemm import add_rms_norm_gemm, gemm
 # layers.py defines these before it imports this module at its end, so the names exist here
 # whichever module is imported first (the package imports layers first).
 from .layers import SwiGLUMLP, _name, _packed
@@ -46,7 +48,13 @@ from .rmsnorm import add_rms_norm
 from .rope import apply_rope
 from .rope_cache import rope_cache_write
 
-__all__ = ["Attention", "DecoderLayer", "mlp_block"]
+__all__ = ["Attention", "DecoderLayer", "mlp_block", "FUSE_DECODE_NORM"]
+
+# At decode (M <= gemv.MAX_M), run the post-attention add + RMSNorm in the gate/up GEMV's
+# prologue (gemm.add_rms_norm_gemm) instead of its own launch. Off until a GPU run shows the
+# launch it saves outweighs the rows each GEMV program re-reads; XPUINJECT_FUSE_DECODE_NORM=1
+# turns it on (benchmarks/bench_decode_step.py --fuse-norm).
+FUSE_DECODE_NORM = os.environ.get("XPUINJECT_FUSE_DECODE_NORM", "0") == "1"
 
 
 def _heads(module: nn.Module):
@@ -91,16 +99,19 @@ def _proj(x: torch.Tensor, w: torch.Tensor, b, vendor: bool = False) -> torch.Te
     return gemm(x, w, bias=b, epilogue="bias" if b is not None else "none")
 
 
-def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None) -> torch.Tensor:
+def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None, h=None) -> torch.Tensor:
     """down(silu(gate(x)) * up(x)) [+ residual] on the packed gate|up and down weights: our GEMMs
     with the swiglu and residual epilogues, or cuBLAS where the plan routes gate_up_proj /
-    down_proj to the vendor path (the epilogue then runs as torch ops)."""
+    down_proj to the vendor path (the epilogue then runs as torch ops). h: silu(gate) * up
+    already computed (by add_rms_norm_gemm); x is then unused."""
     gate_up = _packed(mlp, _GU_W, "SwiGLUMLP")
     down = _packed(mlp, _DOWN_W, "SwiGLUMLP")
     gu_b = getattr(mlp, _GU_B, None)
     d_b = getattr(mlp, _DOWN_B, None)
-    m = _rows(x)
-    if _vendor(mlp, "gate_up_proj", m):
+    m = _rows(x if h is None else h)
+    if h is not None:
+        pass
+    elif _vendor(mlp, "gate_up_proj", m):
         gu = torch.matmul(x, gate_up)
         if gu_b is not None:
             gu = gu + gu_b
@@ -271,10 +282,17 @@ class DecoderLayer(nn.Module):
             **kwargs,
         )
         norm = self.post_attention_layernorm
-        residual, hidden_states = add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
         mlp = self.mlp
         act = getattr(getattr(mlp, "config", None), "hidden_act", "silu")
-        if not _runs_swiglu(mlp) or act not in ("silu", "swish"):
+        swiglu = _runs_swiglu(mlp) and act in ("silu", "swish")
+        m = _rows(hidden_states)
+        if FUSE_DECODE_NORM and swiglu and m <= gemv.MAX_M and not _vendor(mlp, "gate_up_proj", m):
+            # decode: the add + RMSNorm in the gate/up GEMV's prologue, one launch fewer
+            residual, h = add_rms_norm_gemm(hidden_states, residual, norm.weight, norm.variance_epsilon,
+                                            _packed(mlp, _GU_W, "SwiGLUMLP"), getattr(mlp, _GU_B, None), "swiglu")
+            return mlp_block(mlp, None, residual=residual, h=h)
+        residual, hidden_states = add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
+        if not swiglu:
             return residual + mlp(hidden_states)
         # The MLP runs our SwiGLUMLP: run it inline so the final residual add rides in the
         # down projection's epilogue instead of a separate pass over the activations.

@@ -41,7 +41,7 @@ import triton.language as tl
 from . import _backend, _ops, gpus
 from .contract import GEMM_EPILOGUES
 
-__all__ = ["gemm", "gemm_ref", "EPILOGUES"]
+__all__ = ["gemm", "add_rms_norm_gemm", "gemm_ref", "EPILOGUES"]
 
 # The fused epilogues (contract.json, which the planner's registry reads too).
 EPILOGUES = GEMM_EPILOGUES
@@ -419,6 +419,65 @@ _ops.define(
     "(Tensor x, Tensor w, Tensor? bias, Tensor? residual, str epilogue, bool? use_descriptors, ScalarType? out_dtype, "
     "int[] config) -> Tensor",
     _gemm, _gemm_fake,
+)
+
+
+def add_rms_norm_gemm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    w: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    epilogue: str = "none",
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(new_residual, out) = (x + residual, gemm(rms_norm(x + residual), w, bias, epilogue)): the
+    post-attention add + RMSNorm (Llama's order, rmsnorm.py) and the next projection. A
+    decode-sized call on a packed weight (gemv.py) runs it as one launch, the norm in the GEMV's
+    prologue; any other call runs add_rms_norm, then gemm. x, residual: [..., K] of one dtype;
+    norm_weight: [K] of that dtype. The op: torch.ops.<ns>.add_rms_norm_gemm."""
+    if _ops.traced(x):
+        return _ops.call("add_rms_norm_gemm", x, residual, norm_weight, float(eps), w, bias, epilogue)
+    return _add_rms_norm_gemm(x, residual, norm_weight, eps, w, bias, epilogue)
+
+
+def _fused_norm_ok(x, residual, norm_weight, w, epilogue) -> bool:
+    return (epilogue not in ("residual",) and x.dtype in (torch.bfloat16, torch.float16)
+            and residual.dtype == x.dtype and norm_weight.dtype == x.dtype and tuple(residual.shape) == tuple(x.shape)
+            and norm_weight.dim() == 1 and norm_weight.shape[0] == x.shape[-1] and w.stride(-1) == 1
+            and gemv.supports(_rows(x), True, _backend.backend(x)))
+
+
+def _rows(t: torch.Tensor) -> int:
+    return t.numel() // t.shape[-1] if t.shape[-1] else 0
+
+
+def _add_rms_norm_gemm(x, residual, norm_weight, eps, w, bias, epilogue):
+    from .rmsnorm import add_rms_norm
+
+    if not _fused_norm_ok(x, residual, norm_weight, w, epilogue):
+        new_res, normed = add_rms_norm(x, residual, norm_weight, eps)
+        return new_res, gemm(normed, w, bias=bias, epilogue=epilogue)
+    _, n, out_shape, out_dtype = _check(x, w, bias, None, epilogue, None)
+    _backend.require_runnable(x, "add_rms_norm_gemm")
+    x2, r0 = _as_rows(x), _as_rows(residual)
+    new_res = _backend.empty(x.shape, x.dtype, x.device)
+    out = _backend.empty(out_shape, out_dtype, x.device)
+    gemv.gemv(x2, w, bias.contiguous() if bias is not None else None, None, out.view(-1, n), epilogue,
+              norm=(r0, norm_weight.contiguous(), eps, new_res.view(-1, x.shape[-1])))
+    _backend.count("add_rms_norm_gemm")
+    return new_res, out
+
+
+def _add_rms_norm_gemm_fake(x, residual, norm_weight, eps, w, bias, epilogue):
+    _, _, out_shape, out_dtype = _check(x, w, bias, None, epilogue, None)
+    return x.new_empty(x.shape), x.new_empty(out_shape, dtype=out_dtype)
+
+
+_ops.define(
+    "add_rms_norm_gemm",
+    "(Tensor x, Tensor residual, Tensor norm_weight, float eps, Tensor w, Tensor? bias, str epilogue) -> (Tensor, Tensor)",
+    _add_rms_norm_gemm, _add_rms_norm_gemm_fake,
 )
 
 

@@ -41,29 +41,54 @@ CONFIG_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
 
 @triton.jit
 def _gemv_kernel(
-    x_ptr, w_ptr, b_ptr, r_ptr, o_ptr, ws_ptr, sem_ptr,
+    x_ptr, w_ptr, b_ptr, r_ptr, o_ptr, ws_ptr, sem_ptr, r0_ptr, nw_ptr, sum_ptr,
     M, N, K, K_PER_SPLIT, UP_OFF, N_WS,
-    stride_xm, stride_wk, stride_rm, stride_om,
+    stride_xm, stride_wk, stride_rm, stride_om, stride_r0m, stride_sm, eps,
     HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    NORM: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     gated: tl.constexpr = EPILOGUE == 1 or EPILOGUE == 4
     wty = w_ptr.dtype.element_ty
+    aty = x_ptr.dtype.element_ty
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok = offs_m < M
     n_ok = offs_n < N
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    if NORM:
+        # The prologue of add_rms_norm: every program needs each row's rstd over the whole row of
+        # s = x + r0 (rounded to the activation dtype, as the add kernel rounds it). The rows are
+        # tiny next to the weight slab, and L2 serves them.
+        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            offs = k0 + tl.arange(0, BLOCK_K)
+            ok = m_ok[:, None] & (offs < K)[None, :]
+            xs = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs[None, :], mask=ok, other=0.0)
+            rs = tl.load(r0_ptr + offs_m[:, None] * stride_r0m + offs[None, :], mask=ok, other=0.0)
+            sv = (xs.to(tl.float32) + rs.to(tl.float32)).to(aty).to(tl.float32)
+            ss += tl.sum(sv * sv, axis=1)
+        rstd = 1.0 / tl.sqrt(ss / K + eps)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
-        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :],
-                    other=0.0).to(wty)
+        a_ok = m_ok[:, None] & k_ok[None, :]
+        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=a_ok, other=0.0)
+        if NORM:
+            # Llama's RMSNorm order (rmsnorm.py): round the sum, normalize in fp32, round, then the
+            # weight, rounded once more; the first N tile's programs write the new residual.
+            sv = (a.to(tl.float32) + tl.load(r0_ptr + offs_m[:, None] * stride_r0m + offs_k[None, :], mask=a_ok,
+                                             other=0.0).to(tl.float32)).to(aty)
+            tl.store(sum_ptr + offs_m[:, None] * stride_sm + offs_k[None, :], sv, mask=a_ok & (pid_n == 0))
+            nv = (sv.to(tl.float32) * rstd[:, None]).to(aty).to(tl.float32)
+            nw = tl.load(nw_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)
+            a = (nw[None, :] * nv).to(aty)
+        a = a.to(wty)
         w_rows = w_ptr + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
         w_ok = k_ok[:, None] & n_ok[None, :]
         acc = tl.dot(a, tl.load(w_rows, mask=w_ok, other=0.0), acc)
@@ -163,9 +188,13 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes) -> triton.Config:
 
 
 def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Optional[torch.Tensor],
-         o2: torch.Tensor, epilogue: str, config: Optional[triton.Config] = None) -> torch.Tensor:
+         o2: torch.Tensor, epilogue: str, config: Optional[triton.Config] = None,
+         norm: Optional[tuple] = None) -> torch.Tensor:
     """o2[M, N] = epilogue(x2 @ w (+ bias)) (+ r2): the operands as gemm.py's launcher checked and
-    shaped them (rows with unit column stride; w K-major [K, N_w]). Writes and returns o2."""
+    shaped them (rows with unit column stride; w K-major [K, N_w]). Writes and returns o2.
+    norm = (residual [M, K], weight [K], eps, sum_out [M, K]): the GEMM's input is
+    rms_norm(x2 + residual) in Llama's order, and sum_out gets x2 + residual (add_rms_norm's
+    two outputs, without their launch)."""
     be = _backend.backend(x2)
     m, k = x2.shape
     n_w = w.shape[1]
@@ -184,12 +213,14 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         sem = _backend.semaphores(x2.device, tiles)
     else:
         ws = sem = o2  # unused
+    r0, nw, eps, s_out = norm if norm is not None else (x2, x2, 0.0, x2)
     _gemv_kernel[(tiles, split)](
-        x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2, ws, sem,
+        x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2, ws, sem, r0, nw, s_out,
         m, n, k, k_per, n if gated else 0, n_w,
-        x2.stride(0), w.stride(0), r2.stride(0) if r2 is not None else 0, o2.stride(0),
+        x2.stride(0), w.stride(0), r2.stride(0) if r2 is not None else 0, o2.stride(0), r0.stride(0),
+        s_out.stride(0), float(eps),
         HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue],
-        BLOCK_M=_BLOCK_M, BLOCK_N=kw["BLOCK_N"], BLOCK_K=block_k, SPLIT_K=split,
+        BLOCK_M=_BLOCK_M, BLOCK_N=kw["BLOCK_N"], BLOCK_K=block_k, SPLIT_K=split, NORM=norm is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     _backend.count("gemv")
