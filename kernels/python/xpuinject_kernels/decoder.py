@@ -109,15 +109,13 @@ def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None, h=None) -> torch.T
     gu_b = getattr(mlp, _GU_B, None)
     d_b = getattr(mlp, _DOWN_B, None)
     m = _rows(x if h is None else h)
-    if h is not None:
-        pass
-    elif _vendor(mlp, "gate_up_proj", m):
+    if h is None and _vendor(mlp, "gate_up_proj", m):
         gu = torch.matmul(x, gate_up)
         if gu_b is not None:
             gu = gu + gu_b
         g, u = gu.chunk(2, dim=-1)
         h = torch.nn.functional.silu(g) * u
-    else:
+    elif h is None:
         h = gemm(x, gate_up, bias=gu_b, epilogue="swiglu")
     if _vendor(mlp, "down_proj", m):
         out = torch.matmul(h, down)
