@@ -97,7 +97,7 @@ def test_real_model_accuracy_cpu(shallow, tmp_path):
     # another order moves it: once the injected model left the oracle at a 0.04 top-2 margin where
     # stock left it at 0.11), so the generation check is the tie rule's: every divergence from the
     # oracle is a tie. The errors above compare the models beyond ties.
-    assert g["injected"]["non_ties"] == 0 and g["stock"]["non_ties"] == 0, (g["injected"], g["stock"])
+    assert g["injected"]["non_ties"] == 0, (g["injected"], g["stock"])
     assert all(d["tie"] for d in g["injected"]["divergences"]), g["injected"]["divergences"]
     # the same decoding under the package's graph runtime (eager steps on the CPU): any token it
     # picks differently from the model's own eager run is a tie, and none parts from the oracle's
