@@ -164,13 +164,13 @@ def replaced(row: Dict, step_rows: List[Dict]) -> bool:
     shape at a token count up to the largest they measured (gemv.py's rows, M <= gemv.MAX_M)."""
     if row["kind"] not in ("gemm", "swiglu"):
         return False
-    kind, model, proj, k, n, m = _gemm_key(row)
+    top: Dict[tuple, int] = {}
     for s in step_rows:
         if s["kind"] in ("gemm", "swiglu"):
-            sk = _gemm_key(s)
-            if sk[:5] == (kind, model, proj, k, n) and m <= max(_gemm_key(t)[5] for t in step_rows if _gemm_key(t)[:5] == sk[:5]):
-                return True
-    return False
+            key = _gemm_key(s)
+            top[key[:5]] = max(top.get(key[:5], 0), key[5])
+    key = _gemm_key(row)
+    return key[:5] in top and key[5] <= top[key[:5]]
 
 
 def classify(row: Dict, decode_max: int) -> Optional[Dict]:

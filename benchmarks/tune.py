@@ -84,8 +84,7 @@ GEMM_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps", "num_
 # (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages), the tiles and splits its H200 sweep spanned
 # (benchmarks/bench_decode_step.py --sweep).
 GEMV = [(bn, bk, sp, 4, 3) for bn, bk in ((64, 128), (128, 64), (64, 256), (32, 256)) for sp in (1, 2, 4, 8, 16)]
-GEMV_SMOKE = [(32, 32, 1, 4, 1), (32, 32, 2, 4, 1)]
-GEMV_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+GEMV_SMOKE = [(32, 32, 1, 4, 1), (32, 32, 2, 4, 1)]  # in gemv.CONFIG_KEYS order
 
 # Attention, CUDA: prefill (BLOCK_M, BLOCK_N, num_warps, num_stages) around the autotuner's space
 # (attention._prefill_configs, after the Triton fused-attention tutorial's for H100); decode
@@ -405,16 +404,18 @@ def sweep_gemm(sw: Sweep):
         rate = lambda us: dict(TFLOPs=round(flops / us / 1e6, 1))  # noqa: E731
         if m <= sw.gemv.MAX_M:
             # what a decode-sized call launches: the split-K GEMV, whose only tuner is this sweep
-            def run_gemv(s, cfg, epi=epi, n=n):
+            keys = sw.gemv.CONFIG_KEYS
+
+            def run_gemv(s, cfg, epi=epi, n=n, keys=keys):
                 out = torch.empty(s["x"].shape[0], n, dtype=s["x"].dtype, device=s["x"].device)
-                c = sw.triton.Config({k: cfg[k] for k in GEMV_KEYS[:3]}, num_warps=cfg["num_warps"],
+                c = sw.triton.Config({k: cfg[k] for k in keys[:3]}, num_warps=cfg["num_warps"],
                                      num_stages=cfg["num_stages"])
                 return sw.gemv.gemv(s["x"], s["w"], s.get("b"), s.get("r"), out, epi, c)
 
             units = env.backend.compute_units(s0["x"].device)
-            heuristic = config_dict(sw.gemv.heuristic_config(be, m, n, k, 2 if swiglu else 1, units), GEMV_KEYS)
+            heuristic = config_dict(sw.gemv.heuristic_config(be, m, n, k, 2 if swiglu else 1, units), keys)
             cands = GEMV_SMOKE if sw.args.smoke else GEMV
-            sweep_class(sw, "gemv", label, shape, key, [dict(zip(GEMV_KEYS, c)) for c in cands], heuristic, None,
+            sweep_class(sw, "gemv", label, shape, key, [dict(zip(keys, c)) for c in cands], heuristic, None,
                         run_gemv, check, make, set_bytes, rate)
             del s0, ref
             continue

@@ -442,7 +442,7 @@ def add_rms_norm_gemm(
 
 
 def _fused_norm_ok(x, residual, norm_weight, w, epilogue) -> bool:
-    return (epilogue not in ("residual",) and x.dtype in (torch.bfloat16, torch.float16)
+    return (epilogue != "residual" and x.dtype in (torch.bfloat16, torch.float16)
             and residual.dtype == x.dtype and norm_weight.dtype == x.dtype and tuple(residual.shape) == tuple(x.shape)
             and norm_weight.dim() == 1 and norm_weight.shape[0] == x.shape[-1] and w.stride(-1) == 1
             and gemv.supports(_rows(x), True, _backend.backend(x)))

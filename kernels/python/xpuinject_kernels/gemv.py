@@ -40,6 +40,17 @@ CONFIG_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
 
 
 @triton.jit
+def _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
+            HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr):
+    """Epilogue, the residual (EPILOGUE 3) and the one rounding store of a finished tile."""
+    acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
+    if EPILOGUE == 3:
+        acc = acc + tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=out_ok,
+                            other=0.0).to(tl.float32)
+    tl.store(o_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(o_ptr.dtype.element_ty), mask=out_ok)
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr, w_ptr, b_ptr, r_ptr, o_ptr, ws_ptr, sem_ptr, r0_ptr, nw_ptr, sum_ptr,
     M, N, K, K_PER_SPLIT, UP_OFF, N_WS,
@@ -114,19 +125,12 @@ def _gemv_kernel(
                 acc += tl.load(part, mask=out_ok, other=0.0, cache_modifier=".cg")
                 if gated:
                     acc_up += tl.load(part + N, mask=out_ok, other=0.0, cache_modifier=".cg")
-            acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
-            if EPILOGUE == 3:
-                acc = acc + tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=out_ok,
-                                    other=0.0).to(tl.float32)
-            tl.store(o_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(o_ptr.dtype.element_ty),
-                     mask=out_ok)
+            _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
+                    HAS_BIAS, EPILOGUE)
             tl.atomic_xchg(sem_ptr + pid_n, 0)
     else:
-        acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
-        if EPILOGUE == 3:
-            acc = acc + tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=out_ok,
-                                other=0.0).to(tl.float32)
-        tl.store(o_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(o_ptr.dtype.element_ty), mask=out_ok)
+        _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
+                HAS_BIAS, EPILOGUE)
 
 
 def supports(m: int, kmajor: bool, be: str) -> bool:
