@@ -321,10 +321,15 @@ ROUTE_SETS = {
     "gemms-cublas": (("qkv_proj", "o_proj"), ("down_proj",)),  # our attention, cuBLAS GEMMs
     "all-ours": ((), ()),
     "qkv-cublas": (("qkv_proj",), ()),  # ours for o and down (gemv.py at M <= 16)
+    "shipped": None,  # the routes the planner wrote for this GPU (gpus/<gpu>.json)
 }
 
 
 def set_routes(model, routes, vendor_attr):
+    if routes is None:
+        for mod, planned in model._planned_routes:
+            setattr(mod, vendor_attr, planned)
+        return
     attn_ops, mlp_ops = routes
     for mod in model.modules():
         cls = type(mod).__name__
@@ -346,6 +351,7 @@ def run_model(torch, transformers, args, device, res):
         stock, cfg = build(torch, transformers, sh, device, 2 if args.smoke else None)
         injected = copy.deepcopy(stock)
         kernelize(injected, use_kernels=False)
+        injected._planned_routes = [(m, getattr(m, VENDOR_ATTR)) for m in injected.modules() if hasattr(m, VENDOR_ATTR)]
         paths = L.Paths(stock, injected, rt, {})
         if args.smoke:
             paths.compile = lambda fn: fn
@@ -389,15 +395,26 @@ def run_model(torch, transformers, args, device, res):
             out.append(row)
             save(args, res)
         if "profile" in args.parts:
+            from xpuinject_kernels import decoder
+
+            set_routes(injected, None, VENDOR_ATTR)
+            fuse_was, decoder.FUSE_DECODE_NORM = decoder.FUSE_DECODE_NORM, args.fuse_norm or decoder.FUSE_DECODE_NORM
             profile(torch, args, device, injected, cfg, shape, res, rt)
+            decoder.FUSE_DECODE_NORM = fuse_was
         del stock, injected, paths
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
 
+def decoder_fused() -> bool:
+    from xpuinject_kernels import decoder
+
+    return decoder.FUSE_DECODE_NORM
+
+
 def profile(torch, args, device, model, cfg, shape, res, rt):
-    """Device time per kernel over eager decode steps of the injected model (its routes as the
-    last model row left them)."""
+    """Device time per kernel over eager decode steps of the injected model on its planned
+    routes (with the fused decode norm under --fuse-norm)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as prof
 
@@ -417,7 +434,7 @@ def profile(torch, args, device, model, cfg, shape, res, rt):
         r.release()
         table = p.key_averages().table(sort_by="device_time_total" if device.type == "cuda" else "cpu_time_total",
                                        row_limit=25, max_name_column_width=70)
-        rows.append({"shape": shape, "batch": B, "steps": steps, "table": table})
+        rows.append({"shape": shape, "batch": B, "steps": steps, "fused_norm": decoder_fused(), "table": table})
         log(f"profile {shape} b{B} ({steps} eager steps):\n{table}")
 
 
