@@ -364,14 +364,20 @@ def run_model(torch, transformers, args, device, res):
             todo = [(p, None) for p in ("stock_compiled", "stock_graph") if p in args.stock]
             todo += [(f"injected_graph[{r}]", r) for r in args.routes]
             todo += [(f"injected_compiled[{r}]", r) for r in args.compiled_routes]
-            if args.fuse_norm:  # each injected row again with the add + RMSNorm in the gate/up GEMV
-                todo += [(f"{label[:-1]}+fused-norm]", r) for label, r in todo if r is not None]
-            from xpuinject_kernels import decoder
+            # each injected row again with the add + RMSNorm in the gate/up GEMV, and without
+            # programmatic dependent launch
+            base_rows = [(label, r) for label, r in todo if r is not None]
+            if args.fuse_norm:
+                todo += [(f"{label[:-1]}+fused-norm]", r) for label, r in base_rows]
+            if args.no_pdl:
+                todo += [(f"{label[:-1]}+no-pdl]", r) for label, r in base_rows]
+            from xpuinject_kernels import _backend, decoder
 
-            fuse_was = decoder.FUSE_DECODE_NORM
+            fuse_was, pdl_was = decoder.FUSE_DECODE_NORM, _backend.PDL_ENABLED
             for label, routes in todo:
                 path = label.split("[")[0]
                 decoder.FUSE_DECODE_NORM = label.endswith("+fused-norm]")
+                _backend.PDL_ENABLED = pdl_was and not label.endswith("+no-pdl]")
                 if args.smoke and path.endswith("graph"):
                     path = path.replace("graph", "eager")
                 if routes is not None:
@@ -389,7 +395,7 @@ def run_model(torch, transformers, args, device, res):
                 row["setup_s"][label] = setup
                 log(f"{shape} b{B} {label}: {ms if ms is None else round(ms, 3)} ms/token ({time.time() - t:.1f}s)")
                 torch.cuda.empty_cache() if device.type == "cuda" else None
-            decoder.FUSE_DECODE_NORM = fuse_was
+            decoder.FUSE_DECODE_NORM, _backend.PDL_ENABLED = fuse_was, pdl_was
             base = row["ms"].get("stock_compiled")
             row["ratios"] = {k: v / base for k, v in row["ms"].items() if isinstance(v, float) and isinstance(base, float)}
             out.append(row)
@@ -472,6 +478,8 @@ def main():
     ap.add_argument("--compiled-routes", default="gemms-cublas", help="route sets for injected_compiled")
     ap.add_argument("--stock", default="stock_compiled,stock_graph", help="stock paths of the model part")
     ap.add_argument("--sweep", action="store_true", help="kernels part: every gemv config and split count too")
+    ap.add_argument("--no-pdl", action="store_true",
+                    help="model part: each injected row also without programmatic dependent launch")
     ap.add_argument("--fuse-norm", action="store_true",
                     help="model part: each injected row also with the add + RMSNorm in the gate/up GEMV")
     ap.add_argument("--smoke", action="store_true")

@@ -35,6 +35,9 @@ __all__ = [
     "launch_config",
     "poison_enabled",
     "launch_counts",
+    "pdl",
+    "pdl_kw",
+    "pdl_wait",
     "count",
     "autotuned",
     "gemm_configs",
@@ -179,6 +182,40 @@ def semaphores(device: torch.device, n: int) -> torch.Tensor:
     if t is None:
         t = _SEMAPHORES[key] = torch.zeros(SEMAPHORES, dtype=torch.int32, device=device)
     return t
+
+
+# Programmatic dependent launch (CUDA, compute capability 9.0 and later): a decode step is a chain
+# of short launches, and with it each kernel's programs are resident before the one ahead of it
+# has drained, waiting in `griddepcontrol.wait`, rather than launched after it. Every kernel that
+# takes it waits before touching global memory (pdl_wait), so reads and writes stay ordered as on
+# a plain stream. XPUINJECT_PDL=0 turns it off. See the CUDA programming guide, "Programmatic
+# Dependent Launch and Synchronization", and triton's python/tutorials/11-programmatic-dependent-launch.py.
+PDL_ENABLED = os.environ.get("XPUINJECT_PDL", "1") != "0"
+_PDL_CAP: Dict[int, bool] = {}
+
+
+def pdl(device: torch.device) -> bool:
+    """Whether launches on device use programmatic dependent launch."""
+    if not PDL_ENABLED or device.type != "cuda" or is_interpret():
+        return False
+    on = _PDL_CAP.get(device.index)
+    if on is None:
+        on = _PDL_CAP[device.index] = torch.cuda.get_device_capability(device)[0] >= 9
+    return on
+
+
+def pdl_kw(on: bool) -> Dict[str, bool]:
+    """The launch option (only when on: other backends and the interpreter take no such option)."""
+    return {"launch_pdl": True} if on else {}
+
+
+@triton.jit
+def pdl_wait(PDL: tl.constexpr):
+    """First thing in a PDL kernel: wait until the launches before it have finished and their
+    writes are visible, then let the next launch's programs become resident."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 def cdiv(a: int, b: int) -> int:

@@ -308,8 +308,9 @@ def _decode_split_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr,
     HAS_LENS: tl.constexpr, MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr,
     UPCAST: tl.constexpr, SINGLE: tl.constexpr, SOFTCAP: tl.constexpr, SLIDING: tl.constexpr,
-    ADVANCE: tl.constexpr, BLOCK_N: tl.constexpr,
+    ADVANCE: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    _backend.pdl_wait(PDL)
     pid_s = tl.program_id(0)
     pid_bk = tl.program_id(1)
     off_b = (pid_bk // H_KV).to(tl.int64)
@@ -400,7 +401,9 @@ def _decode_reduce_kernel(
     stride_ob, stride_oh, stride_od,
     H, NUM_SPLITS, LEN_ADD,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ADVANCE: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    _backend.pdl_wait(PDL)
     pid = tl.program_id(0).to(tl.int64)  # b * H + h
     off_b = pid // H
     off_h = pid % H
@@ -936,6 +939,7 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, windo
     # one split with advance: the grid counts its programs in a semaphore (no reduce launch)
     sem = _backend.semaphores(q.device, b * hk + 1) if (advance and single) else out
     launch = (_decode_split_kernel if tuned is not None else _decode_fn(be))[(num_splits, b * hk)]
+    pdl = _backend.pdl(q.device)
     launch(
         q, k, v, m_t, lens_t, pm, pl, pacc, out, sem,
         lens_stride, 1 if advance else 0, b * hk, num_splits * b * hk,
@@ -948,7 +952,7 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, windo
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g,
         HAS_LENS=has_lens, MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
         UPCAST=_upcast(q.dtype), SINGLE=single, SOFTCAP=has_cap, SLIDING=sliding, ADVANCE=advance,
-        **(tuned.all_kwargs() if tuned is not None else {}),
+        PDL=pdl, **(tuned.all_kwargs() if tuned is not None else {}), **_backend.pdl_kw(pdl),
     )
     _backend.count("attention.decode")
     if advance:
@@ -960,7 +964,7 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, windo
         out.stride(0), out.stride(2), out.stride(3),
         h, num_splits, 1 if advance else 0,
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=max(2, _backend.next_pow2(num_splits)), ADVANCE=advance,
-        num_warps=4,
+        PDL=pdl, num_warps=4, **_backend.pdl_kw(pdl),
     )
     _backend.count("attention.decode.split")
     return out

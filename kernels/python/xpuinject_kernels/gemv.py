@@ -57,8 +57,9 @@ def _gemv_kernel(
     stride_xm, stride_wk, stride_rm, stride_om, stride_r0m, stride_sm, eps,
     HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    NORM: tl.constexpr = False,
+    NORM: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
+    _backend.pdl_wait(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     gated: tl.constexpr = EPILOGUE == 1 or EPILOGUE == 4
@@ -218,6 +219,7 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
     else:
         ws = sem = o2  # unused
     r0, nw, eps, s_out = norm if norm is not None else (x2, x2, 0.0, x2)
+    pdl = _backend.pdl(x2.device)
     _gemv_kernel[(tiles, split)](
         x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2, ws, sem, r0, nw, s_out,
         m, n, k, k_per, n if gated else 0, n_w,
@@ -225,7 +227,7 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         s_out.stride(0), float(eps),
         HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue],
         BLOCK_M=_BLOCK_M, BLOCK_N=kw["BLOCK_N"], BLOCK_K=block_k, SPLIT_K=split, NORM=norm is not None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_backend.pdl_kw(pdl),
     )
     _backend.count("gemv")
     _backend.count(f"gemv.{epilogue}")

@@ -29,8 +29,9 @@ BLOCK = 4096
 def _greedy_kernel(
     LOGITS, WS_V, WS_I, SEM, UNFINISHED, N_GEN, OUT, CUR, PAD, EOS, TOK,
     V, B, N_EOS, stride_lb, stride_ob, stride_tb,
-    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_E: tl.constexpr,
+    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_E: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    _backend.pdl_wait(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     offs = chunk * BLOCK + tl.arange(0, BLOCK)
@@ -92,10 +93,11 @@ def greedy_select(logits: torch.Tensor, unfinished: torch.Tensor, n_gen: torch.T
     ws_v = torch.empty((b * chunks,), dtype=torch.float32, device=logits.device)
     ws_i = torch.empty((b * chunks,), dtype=torch.int32, device=logits.device)
     sem = _backend.semaphores(logits.device, b + 2)
+    pdl = _backend.pdl(logits.device)
     _greedy_kernel[(b, chunks)](
         logits, ws_v, ws_i, sem, unfinished, n_gen, out, cur, pad, eos, tok,
         v, b, eos.shape[0], logits.stride(0), out.stride(0), tok.stride(0),
         CHUNKS=chunks, BLOCK=BLOCK, BLOCK_E=max(2, triton.next_power_of_2(eos.shape[0])),
-        num_warps=8,
+        PDL=pdl, num_warps=8, **_backend.pdl_kw(pdl),
     )
     _backend.count("greedy_select")

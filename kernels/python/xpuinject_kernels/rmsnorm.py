@@ -44,7 +44,9 @@ def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     N, stride_x, stride_res, stride_out, stride_res_out, eps,
     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr, ROUND_NORMED: tl.constexpr = True,
+    PDL: tl.constexpr = False,
 ):
+    _backend.pdl_wait(PDL)
     # int64 row offsets: rows * stride can pass 2^31 elements for long prefills.
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x
@@ -135,12 +137,13 @@ def _launch(x2, r2, w, out2, rout2, eps, warps=None, round_normed=True):
     n = x2.shape[1]
     block = min(_backend.next_pow2(n), MAX_BLOCK)
     has_res = r2 is not None
+    pdl = _backend.pdl(x2.device)
     _rms_norm_kernel[(x2.shape[0],)](
         x2, r2 if has_res else x2, w, out2, rout2 if has_res else out2,
         n, x2.stride(0), r2.stride(0) if has_res else 0, out2.stride(0), rout2.stride(0) if has_res else 0,
         float(eps),
         HAS_RESIDUAL=has_res, BLOCK=block, SINGLE=n <= block, ROUND_NORMED=round_normed,
-        num_warps=warps or num_warps(block),
+        PDL=pdl, num_warps=warps or num_warps(block), **_backend.pdl_kw(pdl),
     )
 
 

@@ -76,7 +76,9 @@ def _rope_cache_kernel(
     skcb, skch, skcn, svcb, svch, svcn,
     scb, scs, ssb, sss,
     BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_PASS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    _backend.pdl_wait(PDL)
     tok = tl.program_id(0).to(tl.int64)
     blk = tl.program_id(1)
     b = tok // S
@@ -169,6 +171,7 @@ def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter) -> torch.Ten
     nqb, nkb = _backend.cdiv(hq, bh), _backend.cdiv(hk, bh)
     scb = cos.stride(0) if cos.shape[0] == b and b > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] == b and b > 1 else 0
+    pdl = _backend.pdl(q.device)
     _rope_cache_kernel[(b * s, nqb + nkb)](
         q, k, v, qo, k_cache, v_cache, cos, sin, counter.reshape(()),
         s, hq, hk, half, npass, d, k_cache.shape[2], nqb,
@@ -177,7 +180,8 @@ def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter) -> torch.Ten
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         scb, cos.stride(1), ssb, sin.stride(1),
         BLOCK_H=bh, BLOCK_HALF=_backend.next_pow2(half), BLOCK_D=_backend.next_pow2(d),
-        BLOCK_PASS=_backend.next_pow2(npass) if npass else 0, num_warps=ROPE_NUM_WARPS,
+        BLOCK_PASS=_backend.next_pow2(npass) if npass else 0, PDL=pdl, num_warps=ROPE_NUM_WARPS,
+        **_backend.pdl_kw(pdl),
     )
     _backend.count("rope_cache_write")
     return qo.transpose(1, 2)
