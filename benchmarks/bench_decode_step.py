@@ -39,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "kernels" / "python"), str(ROOT / "harness" / "python")]
+PKG = str(ROOT / "kernels" / "python" / "xpuinject_kernels")
 
 SHAPES = {
     "1b": dict(hidden=2048, inter=8192, layers=16, heads=32, kv=8, head_dim=64, vocab=128256, tie=True),
@@ -314,27 +315,48 @@ def build(torch, transformers, sh, device, layers=None):
     return m.to(torch.bfloat16).eval(), cfg
 
 
-# Route sets: which decode sub-operations go to cuBLAS / SDPA (M <= 64 tokens, as the planner
-# writes them), bound on the injected model's modules.
+# Route sets: which decode sub-operations go to cuBLAS / SDPA (M <= 64 tokens), bound on the
+# injected model's modules.
 ROUTE_SETS = {
-    "planned": (("qkv_proj", "o_proj", "attention-decode"), ("down_proj",)),  # before: gpus/h200.json's decode routes
+    "planned": (("qkv_proj", "o_proj", "attention-decode"), ("down_proj",)),  # cuBLAS GEMMs and SDPA
     "gemms-cublas": (("qkv_proj", "o_proj"), ("down_proj",)),  # our attention, cuBLAS GEMMs
     "all-ours": ((), ()),
     "qkv-cublas": (("qkv_proj",), ()),  # ours for o and down (gemv.py at M <= 16)
-    "shipped": None,  # the routes the planner wrote for this GPU (gpus/<gpu>.json)
+    "shipped": None,  # what gpus/h200.json routes for the shape, as the planner matches it
 }
 
 
-def set_routes(model, routes, vendor_attr):
-    if routes is None:
-        for mod, planned in model._planned_routes:
-            setattr(mod, vendor_attr, planned)
-        return
-    attn_ops, mlp_ops = routes
+def shipped_routes(sh):
+    """(attention routes, MLP routes) the shipped gpus/h200.json gives the shape's modules: GEMM
+    routes by name, K and N within their token class, attention routes by head_dim."""
+    from benchlib import token_classes
+
+    with open(os.path.join(PKG, "gpus", "h200.json"), encoding="utf-8") as f:
+        routes = json.load(f)["routes"]
+    bounds = {name: (lo, hi or None) for name, (lo, hi) in token_classes().items()}
+    bounds[None] = (0, None)
+    h, kv, d, hid, inter = sh["heads"], sh["kv"], sh["head_dim"], sh["hidden"], sh["inter"]
+    shapes = {"qkv_proj": (hid, (h + 2 * kv) * d), "o_proj": (h * d, hid), "down_proj": (inter, hid),
+              "gate_up_proj": (hid, 2 * inter)}
+    attn, mlp = [], []
+    for r in routes:
+        if r.get("gemm"):
+            if shapes.get(r["gemm"]) == (r["k"], r["n"]):
+                (mlp if r["gemm"] in ("down_proj", "gate_up_proj") else attn).append((r["op"], *bounds[r.get("tokens")]))
+        elif d in r.get("head_dims", ()):
+            attn.append((r["op"], 0, None))
+    return tuple(attn), tuple(mlp)
+
+
+def set_routes(model, routes, vendor_attr, sh=None):
+    attn_ops, mlp_ops = shipped_routes(sh) if routes is None else routes
     for mod in model.modules():
         cls = type(mod).__name__
         ops = attn_ops if cls.endswith("Attention") else mlp_ops if cls.endswith("MLP") else None
         if ops is None:
+            continue
+        if routes is None:
+            setattr(mod, vendor_attr, ops)
             continue
         setattr(mod, vendor_attr, tuple((op, 0, None) if op.startswith("attention") else (op, 1, 64) for op in ops))
 
@@ -351,7 +373,6 @@ def run_model(torch, transformers, args, device, res):
         stock, cfg = build(torch, transformers, sh, device, 2 if args.smoke else None)
         injected = copy.deepcopy(stock)
         kernelize(injected, use_kernels=False)
-        injected._planned_routes = [(m, getattr(m, VENDOR_ATTR)) for m in injected.modules() if hasattr(m, VENDOR_ATTR)]
         paths = L.Paths(stock, injected, rt, {})
         if args.smoke:
             paths.compile = lambda fn: fn
@@ -381,7 +402,7 @@ def run_model(torch, transformers, args, device, res):
                 if args.smoke and path.endswith("graph"):
                     path = path.replace("graph", "eager")
                 if routes is not None:
-                    set_routes(injected, ROUTE_SETS[routes], VENDOR_ATTR)
+                    set_routes(injected, ROUTE_SETS[routes], VENDOR_ATTR, sh)
                     # recompile: the routes are Python state dynamo guards on
                     paths._decoders.pop((path, paths.experts), None)
                 t = time.time()
@@ -403,7 +424,7 @@ def run_model(torch, transformers, args, device, res):
         if "profile" in args.parts:
             from xpuinject_kernels import decoder
 
-            set_routes(injected, None, VENDOR_ATTR)
+            set_routes(injected, None, VENDOR_ATTR, sh)
             fuse_was, decoder.FUSE_DECODE_NORM = decoder.FUSE_DECODE_NORM, args.fuse_norm or decoder.FUSE_DECODE_NORM
             profile(torch, args, device, injected, cfg, shape, res, rt)
             decoder.FUSE_DECODE_NORM = fuse_was

@@ -242,23 +242,36 @@ def csv_text(rows: List[Dict]) -> str:
     return buf.getvalue()
 
 
+def token_classes() -> Dict[str, Tuple[int, int]]:
+    """A GEMM route's token classes, name -> (min, max) tokens, 0 leaving a side open (the
+    planner's, kernels/gpus.go): decode up to contract.json's decode_max_tokens, short up to
+    short_max_tokens, prefill above."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, os.pardir, "kernels", "python", "xpuinject_kernels", "contract.json"), encoding="utf-8") as f:
+        c = json.load(f)
+    d, s = int(c["decode_max_tokens"]), int(c["short_max_tokens"])
+    return {"decode": (0, d), "short": (d + 1, s), "prefill": (s + 1, 0)}
+
+
+def token_class(m: int, classes: Dict[str, Tuple[int, int]]) -> str:
+    return next(name for name, (lo, hi) in classes.items() if m >= lo and (not hi or m <= hi))
+
+
 def load_routes(path: str) -> List[Dict]:
     """The vendor routes of a per-GPU data file (kernels/python/xpuinject_kernels/gpus/<gpu>.json,
     which benchmarks/routes.py writes): a list of {kernel, op, gemm?, k?, n?, head_dims?,
-    min_tokens, max_tokens, when}, the token bounds from contract.json's decode_max_tokens."""
+    min_tokens, max_tokens, when}, the token bounds those of its class (token_classes)."""
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     if not isinstance(data, dict) or not isinstance(data.get("routes"), list):
         raise ValueError(f"{path}: want a per-GPU data file (an object with routes: gpus/<gpu>.json)")
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, os.pardir, "kernels", "python", "xpuinject_kernels", "contract.json"), encoding="utf-8") as f:
-        dmax = int(json.load(f)["decode_max_tokens"])
+    classes = token_classes()
     out = []
     for rt in data["routes"]:
         if rt.get("keep_layer"):
             continue
         tokens = rt.get("tokens", "")
-        lo, hi = {"decode": (0, dmax), "prefill": (dmax + 1, 0)}.get(tokens, (0, 0))
+        lo, hi = classes.get(tokens, (0, 0))
         if rt.get("gemm"):
             when = f"{rt['gemm']} K={rt['k']} N={rt['n']}" + (f" at {tokens}" if tokens else "")
         else:

@@ -14,9 +14,10 @@ The rule, per operation a layer runs (`ratio` = vendor time / ours, < 1: the ven
 
   GEMM       the projection of the variant a decoder runs (qkv and o without epilogue, down with
              the residual add it fuses, gate_up as the swiglu GEMM against the paths a model can
-             run); per token class (decode: M <= contract.json decode_max_tokens, prefill above)
-             the class is routed to the vendor when the geometric mean of its ratios is < 1;
-             both classes routed make one route for every token count.
+             run); per token class (decode: M <= contract.json decode_max_tokens, short: M <=
+             short_max_tokens, prefill above) the class is routed to the vendor when the
+             geometric mean of its ratios is < 1; a route per routed class, or one for every
+             token count when every measured class is routed.
   attention  prefill and decode per head_dim, over every measured shape, by the same mean.
 
 --decode-step FILE (the kernels part of benchmarks/bench_decode_step.py, decode-step.json) prices
@@ -44,6 +45,8 @@ import re
 import sys
 from typing import Dict, List, Optional
 
+from benchlib import token_class, token_classes
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.join(HERE, os.pardir, "kernels", "python", "xpuinject_kernels")
 
@@ -52,9 +55,7 @@ GEMM_OPS = {"qkv": ("qkv_proj", "none"), "o": ("o_proj", "none"), "down": ("down
 SHAPE = re.compile(r"(\w+)=(\d+)(?:x(\d+))?")
 
 
-def decode_max_tokens() -> int:
-    with open(os.path.join(PKG, "contract.json"), encoding="utf-8") as f:
-        return int(json.load(f)["decode_max_tokens"])
+
 
 
 def shape_params(shape: str) -> Dict[str, int]:
@@ -173,7 +174,7 @@ def replaced(row: Dict, step_rows: List[Dict]) -> bool:
     return key[:5] in top and key[5] <= top[key[:5]]
 
 
-def classify(row: Dict, decode_max: int) -> Optional[Dict]:
+def classify(row: Dict, classes) -> Optional[Dict]:
     """The operation a benchmark row measures, as the planner names it, or None."""
     p = shape_params(row["shape"])
     kind = row["kind"]
@@ -183,11 +184,11 @@ def classify(row: Dict, decode_max: int) -> Optional[Dict]:
             return None  # gate_up alone, or a variant no decoder runs
         name = GEMM_OPS[proj][0]
         return dict(kernel="gemm", op=name, gemm=name, k=p["K"], n=p["N"], vendor="cuBLAS",
-                    cls="decode" if p["M"] <= decode_max else "prefill", shape=f"M={p['M']}")
+                    cls=token_class(p["M"], classes), shape=f"M={p['M']}")
     if kind == "swiglu":
         return dict(kernel="gemm", op="gate_up_proj", gemm="gate_up_proj", k=p["K"], n=p["N"], epilogue="swiglu",
                     vendor="the stock MLP or cuBLAS + silu*mul",
-                    cls="decode" if p["M"] <= decode_max else "prefill", shape=f"M={p['M']}")
+                    cls=token_class(p["M"], classes), shape=f"M={p['M']}")
     if kind == "prefill":
         return dict(kernel="attention-prefill", op="attention-prefill", head_dims=[p["D"]], vendor="SDPA",
                     cls="all", shape=f"S={p['S']}")
@@ -201,11 +202,11 @@ def geomean(v: List[float]) -> float:
     return math.exp(sum(math.log(x) for x in v) / len(v))
 
 
-def derive(rows: List[Dict], decode_max: int, stamp: Dict) -> (List[Dict], List[Dict]):
+def derive(rows: List[Dict], classes, stamp: Dict) -> (List[Dict], List[Dict]):
     """routes and kept entries from the rows (module docstring: the rule)."""
     groups: Dict[tuple, Dict] = {}
     for r in rows:
-        c = classify(r, decode_max)
+        c = classify(r, classes)
         if c is None:
             continue
         key = (c["kernel"], c["op"], c.get("k"), c.get("n"), tuple(c.get("head_dims", ())))
@@ -222,13 +223,14 @@ def derive(rows: List[Dict], decode_max: int, stamp: Dict) -> (List[Dict], List[
         order = sorted(range(len(rs)), key=lambda i: (shape_params(rs[i]["mshape"]).get("M", 0), i))
         measured = [dict(shape=rs[i]["mshape"], ratio=round(rs[i]["ratio"], 3)) for i in order]
         if routed:
-            e = dict(base)
-            if info.get("epilogue"):
-                e.pop("epilogue")
-            if len(routed) < len(classes):
-                e["tokens"] = routed[0]
-            e.update(vendor=info["vendor"], model=g["model"], measured=measured, **stamp)
-            routes.append(e)
+            for cls in routed if len(routed) < len(classes) else [None]:
+                e = dict(base)
+                if info.get("epilogue"):
+                    e.pop("epilogue")
+                if cls is not None:
+                    e["tokens"] = cls
+                e.update(vendor=info["vendor"], model=g["model"], measured=measured, **stamp)
+                routes.append(e)
             continue
         missed = [r for r in rs if str(r.get("target", "")).startswith("missed")]
         if missed:
@@ -294,7 +296,7 @@ def main(argv=None) -> int:
     source = rel(a.run)
     if a.decode_step:
         command += f"; decode rows: {step_run['command']} ({rel(a.decode_step)})"
-    routes, kept = derive(rows, decode_max_tokens(), dict(date=date, command=command, source=source))
+    routes, kept = derive(rows, token_classes(), dict(date=date, command=command, source=source))
     devices = data.get("devices") or []
     if device not in devices:
         devices.append(device)

@@ -16,6 +16,9 @@ const ContractFile = "contract.json"
 type Contract struct {
 	// DecodeMaxTokens is the largest token count a decode-only vendor route covers.
 	DecodeMaxTokens int64 `json:"decode_max_tokens"`
+	// ShortMaxTokens is the largest token count a short-prefill vendor route covers (a
+	// chunk of prompt past decode size, where a tiled GEMM's tiles are mostly empty rows).
+	ShortMaxTokens int64 `json:"short_max_tokens"`
 	// MinGEMMDim is the smallest K and N the planner gives the gemm kernel.
 	MinGEMMDim int64 `json:"min_gemm_dim"`
 	// AttentionHeadDims are the head_dim values the attention kernels accept.
@@ -89,6 +92,9 @@ func ParseContract(b []byte) (Contract, error) {
 	switch {
 	case c.DecodeMaxTokens < 1:
 		return c, fmt.Errorf("kernels: %s: decode_max_tokens %d < 1", ContractFile, c.DecodeMaxTokens)
+	case c.ShortMaxTokens <= c.DecodeMaxTokens:
+		return c, fmt.Errorf("kernels: %s: short_max_tokens %d is not above decode_max_tokens %d", ContractFile,
+			c.ShortMaxTokens, c.DecodeMaxTokens)
 	case c.MinGEMMDim < 1:
 		return c, fmt.Errorf("kernels: %s: min_gemm_dim %d < 1", ContractFile, c.MinGEMMDim)
 	case len(c.AttentionHeadDims) == 0 || len(c.GEMMEpilogues) == 0:

@@ -33,11 +33,12 @@ func TestParseContractRejects(t *testing.T) {
 	for _, c := range []struct{ doc, want string }{
 		{`{`, "unexpected EOF"},
 		{`{"decode_max_tokens": 0}`, "decode_max_tokens 0"},
-		{`{"decode_max_tokens": 64, "min_gemm_dim": 16, "attention_head_dims": [], "gemm_epilogues": ["none"]}`, "must not be empty"},
-		{`{"decode_max_tokens": 64, "min_gemm_dim": 16, "attention_head_dims": [64], "gemm_epilogues": ["none"], "module_attrs": {"name": "n"}}`, "module_attrs"},
-		{`{"decode_max_tokens": 64, "min_gemm_dim": 16, "attention_head_dims": [64], "gemm_epilogues": ["none"], "module_attrs": {"name": "n", "vendor": "v"}, "layers": {"A": {"packed": {"w": ""}}}, "default_gpu": "h200"}`, `layer A: packed role "w"`},
-		{`{"decode_max_tokens": 64, "min_gemm_dim": 16, "attention_head_dims": [64], "gemm_epilogues": ["none"], "module_attrs": {"name": "n", "vendor": "v"}, "layers": {"A": {}}, "default_gpu": "H200"}`, `default_gpu "H200"`},
-		{`{"decode_max_tokens": 64, "min_gemm_dim": 16, "attention_head_dims": [64], "gemm_epilogues": ["none"], "module_attrs": {"name": "n", "vendor": "v"}, "layers": {"A": {}}, "default_gpu": "h200"}`, `no packed_checks`},
+		{`{"decode_max_tokens": 64, "short_max_tokens": 64}`, "short_max_tokens 64 is not above decode_max_tokens 64"},
+		{`{"decode_max_tokens": 64, "short_max_tokens": 128, "min_gemm_dim": 16, "attention_head_dims": [], "gemm_epilogues": ["none"]}`, "must not be empty"},
+		{`{"decode_max_tokens": 64, "short_max_tokens": 128, "min_gemm_dim": 16, "attention_head_dims": [64], "gemm_epilogues": ["none"], "module_attrs": {"name": "n"}}`, "module_attrs"},
+		{`{"decode_max_tokens": 64, "short_max_tokens": 128, "min_gemm_dim": 16, "attention_head_dims": [64], "gemm_epilogues": ["none"], "module_attrs": {"name": "n", "vendor": "v"}, "layers": {"A": {"packed": {"w": ""}}}, "default_gpu": "h200"}`, `layer A: packed role "w"`},
+		{`{"decode_max_tokens": 64, "short_max_tokens": 128, "min_gemm_dim": 16, "attention_head_dims": [64], "gemm_epilogues": ["none"], "module_attrs": {"name": "n", "vendor": "v"}, "layers": {"A": {}}, "default_gpu": "H200"}`, `default_gpu "H200"`},
+		{`{"decode_max_tokens": 64, "short_max_tokens": 128, "min_gemm_dim": 16, "attention_head_dims": [64], "gemm_epilogues": ["none"], "module_attrs": {"name": "n", "vendor": "v"}, "layers": {"A": {}}, "default_gpu": "h200"}`, `no packed_checks`},
 	} {
 		if _, err := ParseContract([]byte(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want %q", c.doc, err, c.want)

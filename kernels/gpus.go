@@ -65,8 +65,8 @@ type Route struct {
 	GEMM string `json:"gemm,omitempty"`
 	K    int64  `json:"k,omitempty"`
 	N    int64  `json:"n,omitempty"`
-	// Tokens bounds a GEMM route to calls of TokensDecode or TokensPrefill token counts;
-	// "" is every call.
+	// Tokens bounds a GEMM route to calls of one token class (TokensDecode, TokensShort or
+	// TokensPrefill); "" is every call. A GEMM routed for two classes has a route for each.
 	Tokens string `json:"tokens,omitempty"`
 	// HeadDims match an attention route: the layer's head_dim is one of them.
 	HeadDims []int64 `json:"head_dims,omitempty"`
@@ -123,20 +123,26 @@ var TunedConfigKeys = map[string][]string{
 // number of tokens (rows) of the GEMM's input.
 const (
 	TokensDecode  = "decode"  // M <= DecodeMaxM
-	TokensPrefill = "prefill" // M > DecodeMaxM
+	TokensShort   = "short"   // DecodeMaxM < M <= ShortMaxM
+	TokensPrefill = "prefill" // M > ShortMaxM
 )
 
-// DecodeMaxM is the largest token count a decode route covers (contract.json's
-// decode_max_tokens).
-var DecodeMaxM = contract.DecodeMaxTokens
+// DecodeMaxM and ShortMaxM bound the decode and short classes (contract.json's
+// decode_max_tokens and short_max_tokens).
+var (
+	DecodeMaxM = contract.DecodeMaxTokens
+	ShortMaxM  = contract.ShortMaxTokens
+)
 
 // TokenBounds are the token counts a route covers, 0 leaving a side open.
 func (rt *Route) TokenBounds() (minTokens, maxTokens int64) {
 	switch rt.Tokens {
 	case TokensDecode:
 		return 0, DecodeMaxM
+	case TokensShort:
+		return DecodeMaxM + 1, ShortMaxM
 	case TokensPrefill:
-		return DecodeMaxM + 1, 0
+		return ShortMaxM + 1, 0
 	}
 	return 0, 0
 }
@@ -149,8 +155,10 @@ func (rt *Route) When() string {
 		switch rt.Tokens {
 		case TokensDecode:
 			w += fmt.Sprintf(" at decode (M <= %d)", DecodeMaxM)
+		case TokensShort:
+			w += fmt.Sprintf(" at short prefill (%d < M <= %d)", DecodeMaxM, ShortMaxM)
 		case TokensPrefill:
-			w += fmt.Sprintf(" at prefill (M > %d)", DecodeMaxM)
+			w += fmt.Sprintf(" at prefill (M > %d)", ShortMaxM)
 		}
 		return w
 	case rt.Op == "attention-prefill":
@@ -285,8 +293,9 @@ func ParseGPU(b []byte, file string) (*GPU, error) {
 			return bad("%s: wants either gemm with k and n, or head_dims", where)
 		case rt.GEMM != "" && (rt.K < 1 || rt.N < 1):
 			return bad("%s: gemm %s without a positive k and n", where, rt.GEMM)
-		case rt.Tokens != "" && (rt.Tokens != TokensDecode && rt.Tokens != TokensPrefill || rt.GEMM == ""):
-			return bad("%s: tokens %q: want %q or %q on a gemm route", where, rt.Tokens, TokensDecode, TokensPrefill)
+		case rt.Tokens != "" && (!slices.Contains([]string{TokensDecode, TokensShort, TokensPrefill}, rt.Tokens) || rt.GEMM == ""):
+			return bad("%s: tokens %q: want %q, %q or %q on a gemm route", where, rt.Tokens, TokensDecode, TokensShort,
+				TokensPrefill)
 		}
 		if err := checkMeasured(rt.Measured, rt.Stamp); err != nil {
 			return bad("%s: %v", where, err)

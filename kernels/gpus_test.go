@@ -74,7 +74,7 @@ func TestParseGPURejects(t *testing.T) {
 		{route(`"kernel": "gemm", "op": "o", "measured": [{"shape": "M=1", "ratio": 0.5}]`), "either gemm with k and n, or head_dims"},
 		{route(`"kernel": "gemm", "op": "o", "gemm": "o", "k": 16, "n": 16, "head_dims": [64], "measured": [{"shape": "M=1", "ratio": 0.5}]`), "either gemm"},
 		{route(`"kernel": "gemm", "op": "o", "gemm": "o", "k": 0, "n": 16, "measured": [{"shape": "M=1", "ratio": 0.5}]`), "positive k and n"},
-		{route(`"kernel": "gemm", "op": "o", "gemm": "o", "k": 16, "n": 16, "tokens": "short", "measured": [{"shape": "M=1", "ratio": 0.5}]`), `tokens "short"`},
+		{route(`"kernel": "gemm", "op": "o", "gemm": "o", "k": 16, "n": 16, "tokens": "medium", "measured": [{"shape": "M=1", "ratio": 0.5}]`), `tokens "medium"`},
 		{route(`"kernel": "attention-decode", "op": "attention-decode", "head_dims": [64], "tokens": "decode", "measured": [{"shape": "B=1", "ratio": 0.5}]`), `tokens "decode"`},
 		{route(`"kernel": "gemm", "op": "o", "gemm": "o", "k": 16, "n": 16, "measured": []`), "no measurements"},
 		{route(`"kernel": "gemm", "op": "o", "gemm": "o", "k": 16, "n": 16, "measured": [{"shape": "M=1", "ratio": 0}]`), "positive ratio"},

@@ -138,8 +138,8 @@ func TestDefaultVendorOps(t *testing.T) {
 		hidden, h, kv, hd, inter int64
 		attn, mlp                string
 	}{
-		{"llama-3.2-1b", 2048, 32, 8, 64, 8192, "attention-prefill,o_proj,qkv_proj", "down_proj>=17"},
-		{"llama-3.1-8b", 4096, 32, 8, 128, 14336, "attention-prefill,o_proj>=17", "down_proj>=17"},
+		{"llama-3.2-1b", 2048, 32, 8, 64, 8192, "attention-prefill,o_proj,qkv_proj", "down_proj<=64>=17"},
+		{"llama-3.1-8b", 4096, 32, 8, 128, 14336, "attention-prefill,o_proj<=64>=17,qkv_proj<=64>=17", "down_proj<=64>=17"},
 		{"head_dim 32", 1024, 32, 8, 32, 4096, "", ""},
 		// gate_up K=2048 N=3072 is Llama-3.2-1B's qkv_proj shape: routes match by GEMM name too
 		{"names differ", 2048, 16, 16, 32, 1536, "", ""},
@@ -209,7 +209,8 @@ func TestVendorRouteFields(t *testing.T) {
 		lo, hi int64
 		when   string
 	}{
-		{Route{GEMM: "down_proj", K: 8192, N: 2048, Tokens: TokensPrefill}, 17, 0, "down_proj K=8192 N=2048 at prefill (M > 16)"},
+		{Route{GEMM: "down_proj", K: 8192, N: 2048, Tokens: TokensPrefill}, 65, 0, "down_proj K=8192 N=2048 at prefill (M > 64)"},
+		{Route{GEMM: "down_proj", K: 8192, N: 2048, Tokens: TokensShort}, 17, 64, "down_proj K=8192 N=2048 at short prefill (16 < M <= 64)"},
 		{Route{GEMM: "down_proj", K: 8192, N: 2048, Tokens: TokensDecode}, 0, 16, "down_proj K=8192 N=2048 at decode (M <= 16)"},
 		{Route{GEMM: "o_proj", K: 16, N: 32}, 0, 0, "o_proj K=16 N=32"},
 		{Route{Op: "attention-decode", HeadDims: []int64{32, 64, 128}}, 0, 0, "decode (one query token per sequence) at head_dim 32, 64 and 128"},
@@ -378,6 +379,7 @@ func TestRegistryAgreesWithPython(t *testing.T) {
 	}
 	var raw struct {
 		DecodeMaxTokens   int64                      `json:"decode_max_tokens"`
+		ShortMaxTokens    int64                      `json:"short_max_tokens"`
 		MinGEMMDim        int64                      `json:"min_gemm_dim"`
 		AttentionHeadDims []int64                    `json:"attention_head_dims"`
 		GEMMEpilogues     []string                   `json:"gemm_epilogues"`
@@ -407,6 +409,9 @@ func TestRegistryAgreesWithPython(t *testing.T) {
 		if !slices.Contains(raw.GEMMEpilogues, e) {
 			t.Errorf("epilogue %q is not in %s", e, ContractFile)
 		}
+	}
+	if ShortMaxM != raw.ShortMaxTokens {
+		t.Errorf("ShortMaxM %d, %s %d", ShortMaxM, ContractFile, raw.ShortMaxTokens)
 	}
 	if DecodeMaxM != raw.DecodeMaxTokens || MinGEMMDim != raw.MinGEMMDim {
 		t.Errorf("DecodeMaxM %d / MinGEMMDim %d, %s %d / %d", DecodeMaxM, MinGEMMDim, ContractFile, raw.DecodeMaxTokens, raw.MinGEMMDim)

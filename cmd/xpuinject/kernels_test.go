@@ -22,7 +22,7 @@ func TestKernelsTable(t *testing.T) {
 		"Every kernel: backends cuda, xpu; computes in bf16, fp16; weights from F32, F16, BF16.\n",
 		"Vendor routes measured on h200 (kernels/python/xpuinject_kernels/gpus/h200.json)",
 		"gemm               qkv_proj K=2048 N=3072               cuBLAS  0.81x at M=1, 0.84x at M=8, 0.75x at\n",
-		"gemm               down_proj K=8192 N=2048 at prefill   cuBLAS  1.16x at M=1, 1.13x at M=8, 0.56x at\n",
+		"gemm               down_proj K=8192 N=2048 at short     cuBLAS  1.16x at M=1, 1.13x at M=8, 0.56x at\n",
 		"attention-prefill  causal prefill at head_dim 64        SDPA    0.95x at S=512, 0.79x at S=2048,",
 		"  gate_up_proj K=2048 N=16384 stays on our kernel:",
 		"Tuned launch configs: 8 (a launch they cover skips autotuning).\n",
@@ -103,9 +103,9 @@ func TestKernelsJSON(t *testing.T) {
 	}
 	for key, want := range map[string]string{
 		"gemm qkv_proj K=2048 []":                      `qkv_proj 2048 3072 `,
-		"gemm down_proj K=8192 []":                     `down_proj 8192 2048 prefill`,
-		"gemm down_proj K=14336 []":                    `down_proj 14336 4096 prefill`,
-		"gemm qkv_proj K=4096 []":                      ``,
+		"gemm down_proj K=8192 []":                     `down_proj 8192 2048 short`,
+		"gemm down_proj K=14336 []":                    `down_proj 14336 4096 short`,
+		"gemm qkv_proj K=4096 []":                      `qkv_proj 4096 6144 short`,
 		"attention-prefill attention-prefill K=0 [64]": ` 0 0 `,
 	} {
 		if got[key] != want {

@@ -53,9 +53,9 @@ func TestPlanVendorRoutes(t *testing.T) {
 		attn, mlp                []string
 	}{
 		{"llama-3.2-1b", 2048, 32, 8, 64, 8192,
-			[]string{"attention-prefill", "o_proj", "qkv_proj"}, []string{"down_proj>=17"}},
+			[]string{"attention-prefill", "o_proj", "qkv_proj"}, []string{"down_proj<=64>=17"}},
 		{"llama-3.1-8b", 4096, 32, 8, 128, 14336,
-			[]string{"attention-prefill", "o_proj>=17"}, []string{"down_proj>=17"}},
+			[]string{"attention-prefill", "o_proj<=64>=17", "qkv_proj<=64>=17"}, []string{"down_proj<=64>=17"}},
 		{"unmeasured head_dim 32", 1024, 32, 8, 32, 4096, nil, nil},
 		{"tiny fixture shape", 64, 4, 2, 16, 128, nil, nil},
 	}
@@ -104,14 +104,14 @@ func TestPlanVendorRoutes(t *testing.T) {
 		t.Errorf("plan for a GPU without data: %s %+v", p0.GPU, p0.Layers[:2])
 	}
 	// a route bounded by token count says so in the plan, with the bound: at decode (M <= 16, the
-	// split-K GEMV) our kernel is faster, above it the vendor path
+	// split-K GEMV) and from 65 tokens our kernel is faster, in between the vendor path
 	p, err := New(blockGraph(2048, 32, 8, 64, 8192), kernels.Default(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := p.Layers[1].Bindings[0].Vendor
-	if len(v) != 1 || v[0].Op != "down_proj" || v[0].MaxTokens != 0 || v[0].MinTokens != 17 ||
-		v[0].Reason != "vendor path faster for down_proj K=8192 N=2048 at prefill (M > 16) (cuBLAS; our speed 1.16x at M=1, "+
+	if len(v) != 1 || v[0].Op != "down_proj" || v[0].MaxTokens != 64 || v[0].MinTokens != 17 ||
+		v[0].Reason != "vendor path faster for down_proj K=8192 N=2048 at short prefill (16 < M <= 64) (cuBLAS; our speed 1.16x at M=1, "+
 			"1.13x at M=8, 0.56x at M=64, 1.08x at M=2048, 1.01x at M=16384; gpus/h200.json)" {
 		t.Errorf("down_proj prefill route %+v", v)
 	}

@@ -375,6 +375,7 @@ ROUTES = {"gpu": "x", "devices": ["X"], "tuned": [], "kept": [], "routes": [  # 
     {"kernel": "gemm", "op": "down_proj", "gemm": "down_proj", "k": 8192, "n": 2048, "tokens": "decode", "measured": []},
     {"kernel": "gemm", "op": "o_proj", "gemm": "o_proj", "k": 4096, "n": 4096, "tokens": "prefill", "measured": []},
     {"kernel": "attention-decode", "op": "attention-decode", "head_dims": [64, 128], "measured": []},
+    {"kernel": "gemm", "op": "o_proj", "gemm": "o_proj", "k": 2048, "n": 2048, "tokens": "short", "measured": []},
 ]}
 
 
@@ -382,7 +383,7 @@ def test_route_for_matches_op_shape_and_token_class(tmp_path):
     p = tmp_path / "routes.json"
     p.write_text(json.dumps(ROUTES))
     routes = bl.load_routes(str(p))
-    assert len(routes) == 4
+    assert len(routes) == 5
 
     def gemm(proj, m, k, n):
         return {"kind": "gemm", "params": {"M": m, "K": k, "N": n, "proj": proj, "epilogue": "none"}}
@@ -391,11 +392,13 @@ def test_route_for_matches_op_shape_and_token_class(tmp_path):
     assert bl.route_for(gemm("qkv", 1, 2048, 3072), routes).startswith("qkv_proj (")      # every token count
     assert bl.route_for(gemm("qkv", 2048, 4096, 3072), routes) == ""                      # other K
     assert bl.route_for(gemm("o", 2048, 2048, 3072), routes) == ""                        # other projection
-    # the decode class ends at contract.json's decode_max_tokens (16: the split-K GEMV's rows)
+    # the decode class ends at contract.json's decode_max_tokens (16: the split-K GEMV's rows),
+    # the short class at short_max_tokens (64)
     assert bl.route_for(gemm("down", 16, 8192, 2048), routes).startswith("down_proj (")
     assert bl.route_for(gemm("down", 17, 8192, 2048), routes) == ""                       # prefill: not routed
-    assert bl.route_for(gemm("o", 16, 4096, 4096), routes) == ""                          # below min_tokens
-    assert bl.route_for(gemm("o", 17, 4096, 4096), routes).startswith("o_proj (")
+    assert bl.route_for(gemm("o", 64, 4096, 4096), routes) == ""                          # below min_tokens
+    assert bl.route_for(gemm("o", 65, 4096, 4096), routes).startswith("o_proj (")
+    assert [bl.route_for(gemm("o", m, 2048, 2048), routes) != "" for m in (16, 17, 64, 65)] == [False, True, True, False]
     dec = {"kind": "decode", "params": {"batch": 1, "kv_len": 2048, "H": 32, "KV": 8, "D": 64}}
     assert bl.route_for(dec, routes).startswith("attention-decode")
     assert bl.route_for(dict(dec, params=dict(dec["params"], D=96)), routes) == ""
@@ -407,7 +410,8 @@ def test_route_for_matches_op_shape_and_token_class(tmp_path):
     # the shipped data file reads: its routes are the planner's (kernels/gpus_test.go checks the file)
     shipped = bl.load_routes(os.path.join(BENCH, os.pardir, "kernels", "python", "xpuinject_kernels", "gpus", "h200.json"))
     assert bl.route_for(gemm("qkv", 2048, 2048, 3072), shipped).startswith("qkv_proj (")
-    assert bl.route_for(gemm("down", 2048, 8192, 2048), shipped).startswith("down_proj (")  # prefill: cuBLAS
+    assert bl.route_for(gemm("down", 64, 8192, 2048), shipped).startswith("down_proj (")    # short: cuBLAS
+    assert bl.route_for(gemm("down", 2048, 8192, 2048), shipped) == ""                        # prefill: ours
     assert bl.route_for(gemm("down", 1, 8192, 2048), shipped) == ""                           # decode: the GEMV
 
 
@@ -500,7 +504,7 @@ def test_routes_py_reproduces_the_shipped_gpu_data(tmp_path):
                         "--out", str(out)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     # decode attention priced with the K/V copies its SDPA route implies: no decode route
-    assert "7 routes, 1 kept entries from 106 rows" in r.stdout
+    assert "8 routes, 1 kept entries from 106 rows" in r.stdout
     assert not [x for x in json.loads(out.read_text())["routes"] if x["op"] == "attention-decode"]
     assert out.read_text() == open(shipped, encoding="utf-8").read()
     # a csv says nothing of where it was measured: routes.py asks

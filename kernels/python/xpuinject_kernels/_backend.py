@@ -213,9 +213,12 @@ def pdl_kw(on: bool) -> Dict[str, bool]:
 def pdl_wait(PDL: tl.constexpr):
     """First thing in a PDL kernel: wait until the launches before it have finished and their
     writes are visible, then let the next launch's programs become resident."""
+    # The PTX of triton.language.extra.cuda's gdc_wait and gdc_launch_dependents, spelled out:
+    # the XPU backend's Triton has no such module, and it resolves the names even here.
     if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        tl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=tl.int32,
+                                  is_pure=False, pack=1)
 
 
 def cdiv(a: int, b: int) -> int:
