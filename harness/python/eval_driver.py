@@ -608,7 +608,8 @@ def main(argv=None):
             result["roofline"] = rf
             progress(f"active-bytes roofline at batch 1: {rf['total_bytes'] / 1e9:.3f} GB / "
                      f"{rf['bandwidth_Bps'] / 1e12:.1f} TB/s = {rf['ms']:.3f} ms per token")
-    # which attention each model ran: eager where the model computes what SDPA ignores
+    # which attention each model ran: eager where the model computes what SDPA ignores; the
+    # injected one's as inject left it (the package's own name where it took the model off eager)
     result["model"]["attn_implementation"] = {
         "stock": stock.config._attn_implementation, "injected": injected.config._attn_implementation}
 

@@ -138,7 +138,8 @@ def test_pipeline_fp16_cpu(tmp_path):
     [
         # Gemma 2: (1 + w) norms folded and fp32, GeGLU MLPs, the pre-feedforward add fused in the
         # patched block; soft-capped attention (sliding on layer 0) on our kernels; the stock
-        # model and the oracle run eager (SDPA ignores soft-capping)
+        # model and the oracle run eager (SDPA ignores soft-capping), the injected one the
+        # package's implementation (sdpa's bool masks)
         ("gemma2-tiny", {"Attention", "GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "LMHead"}, "eager"),
         # Gemma 3: q/k norms in the (1 + w) form inside our attention, two RoPE bases
         ("gemma3-tiny", {"Attention", "GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "LMHead"}, "sdpa"),
@@ -152,7 +153,9 @@ def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):
     ev = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
     assert ev["injection"]["path"] == "kernels"
     assert set(ev["injection"]["replaced"]) == replaced
-    assert ev["model"]["attn_implementation"] == {"stock": attn, "injected": attn, "oracle": attn}
+    injected = "xpuinject" if attn == "eager" else attn
+    assert ev["model"]["attn_implementation"] == {"stock": attn, "injected": injected, "oracle": attn}
+    assert ev["injection"]["attn_implementation"] == injected
     check_accuracy(ev)
     assert "roofline" not in ev  # a dense model has no experts to count
     # greedy: the injected model leaves the stock one only where the oracle's top two tie

@@ -72,11 +72,18 @@ def errors(out, ref):
     return m, kl, top1
 
 
+# transformers' memo of whether a model class's source lets set_attn_implementation switch it
+# (modeling_utils.py _can_set_attn_implementation, 5.17): set by that call on any model, kernelized
+# or not, and a property of the class's code, not of a model's behaviour.
+_MEMOS = ("_can_set_attn_implementation_cached_value",)
+
+
 def stock_snapshot(fixture):
     """A stock model's output and every class's own attributes, to compare before and after."""
     model = build(fixture)
     classes = {type(m) for m in model.modules()}
-    return run(model, inputs(fixture)), {c: dict(c.__dict__) for c in classes}, model
+    attrs = {c: {k: v for k, v in c.__dict__.items() if k not in _MEMOS} for c in classes}
+    return run(model, inputs(fixture)), attrs, model
 
 
 class _Picks:

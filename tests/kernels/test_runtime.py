@@ -269,6 +269,35 @@ def test_buckets():
         rt.batch_bucket(65)
 
 
+def test_injected_gemma2_greedy_equals_generate():
+    """gemma2-tiny (soft-capped attention, loaded eager) with every layer on our kernels runs the
+    package's attention implementation, so the runtime's decode masks are bool; 14 + 8 tokens go
+    past layer 0's 16-token window. Sharpened attention and post-block norms scaled up make the
+    blocks, not the tied embedding of the last token, decide the next one (the fixture's greedy
+    repeats it)."""
+    from xpuinject_kernels import kernelize
+    from xpuinject_kernels.injection import ATTN_IMPLEMENTATION
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        FIXTURES / "gemma2-tiny", dtype=torch.bfloat16, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(4.0)
+            layer.self_attn.k_proj.weight.mul_(4.0)
+            for norm in (layer.post_attention_layernorm, layer.post_feedforward_layernorm):
+                norm.weight.copy_(6 * (1 + norm.weight) - 1)  # Gemma norms scale by 1 + weight
+    assert kernelize(model)["attn_implementation"] == ATTN_IMPLEMENTATION
+    ids, mask = prompts(L=14, pads=(0, 2, 5))
+    n = 8
+    for x, m in ((ids[:1], None), (ids, mask)):
+        ref = reference(model, x, m, n)
+        assert len(set(ref[0, 14:].tolist())) > n // 2  # not one token repeated
+        out = rt.generate(model, x, m, max_new_tokens=n, max_cache_len=x.shape[1] + n - 1)
+        assert torch.equal(out, ref), f"batch {x.shape[0]}"
+    r = rt.runtime_for(model)
+    assert r._mask_kind() == "bool" and r._window == 16
+
+
 def test_package_carries_the_runtime(llama_odd_run):
     variant = llama_odd_run / "package" / "build" / "torch-cuda"
     assert (variant / "runtime.py").read_bytes() == (Path(rt.__file__)).read_bytes()

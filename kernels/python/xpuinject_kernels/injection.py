@@ -42,6 +42,7 @@ from torch import nn
 
 from . import layers as _layers
 from . import moe_layer
+from .attention import register_transformers
 from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, PACKED_CHECKS, VENDOR_ATTR, layer_for_class
 from .families import mlp_activation
 from .packing import Released
@@ -573,6 +574,38 @@ def _bind(module: nn.Module, layer: str) -> None:
     module.forward = types.MethodType(getattr(_layers, layer).forward, module)
 
 
+# The attention implementation an injected model runs when it was loaded with eager attention.
+# Registered like sdpa: boolean masks (True = attend), None where causality needs none
+# (masking_utils.sdpa_mask, transformers 5.17), which our attention kernels take as they are.
+# eager_mask would build an additive float copy of that mask with a host-to-device scalar
+# (torch.tensor(0.0, device=...)), which a CUDA graph cannot capture.
+ATTN_IMPLEMENTATION = "xpuinject"
+
+
+def _runs_our_attention(m: nn.Module) -> bool:
+    f = m.__dict__.get("forward")
+    return isinstance(f, types.MethodType) and f.__func__ is _layers.Attention.forward
+
+
+def _use_our_attention(model: nn.Module) -> Optional[str]:
+    """Move an injected model off eager attention onto ATTN_IMPLEMENTATION, when every
+    attention module (a class named *Attention*) runs this package's Attention, so no module
+    asks transformers for the attention function the name selects. The models loaded eager are
+    those whose attention soft-caps its logits (Gemma 2), which SDPA ignores; our kernels cap.
+    Other implementations stay: sdpa already builds the masks our kernels read. The change is
+    on model.config, shared with any model built from the same config object. Returns the
+    implementation the model runs now (None: not a transformers model)."""
+    cfg = getattr(model, "config", None)
+    impl = getattr(cfg, "_attn_implementation", None)
+    if impl != "eager" or not hasattr(model, "set_attn_implementation"):
+        return impl
+    if any("Attention" in type(m).__name__ and not _runs_our_attention(m) for m in model.modules()):
+        return impl
+    register_transformers(ATTN_IMPLEMENTATION)
+    model.set_attn_implementation(ATTN_IMPLEMENTATION)
+    return cfg._attn_implementation
+
+
 def _refuse_saving(model: nn.Module, source: str) -> None:
     """After the packed weights replaced the original projections, the model's state_dict holds
     neither the checkpoint's tensors (the projections are released) nor a checkpoint transformers
@@ -619,7 +652,9 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
     Returns a summary: backend, replaced {layer class: modules}, replaced_modules, kept
     [{module, reason}], packed (where the weights came from, or None), packed_tensors and
     packed_bytes (loaded and attached), packed_kept_tensors (kept modules' tensors in the packed
-    checkpoint, not loaded: the model's own copies serve).
+    checkpoint, not loaded: the model's own copies serve), attn_implementation (what the model's
+    config selects after injection: ATTN_IMPLEMENTATION where it was eager and every attention
+    module is ours, see _use_our_attention).
 
     A pipeline stage of transformers' pipeline parallelism (`DistributedConfig(pp_size=N)`) binds
     and loads only the modules it holds; the summary lists the others as `other_stages`. A model
@@ -679,6 +714,7 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
         # the packed checkpoint holds kept modules' weights too (cast); the model keeps its own
         "packed_kept_tensors": sum(len(lp.get("outputs") or ()) for lp in full_plan["layers"] if not lp.get("bindings")) if tensors else 0,
     }
+    summary["attn_implementation"] = _use_our_attention(model)
     if other_stages:
         summary["other_stages"] = other_stages
     return summary
@@ -863,7 +899,7 @@ def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto", mode=
     are refused: the layers have no backward.
 
     Returns a summary: path ("kernels" or "direct"), backend, replaced {layer class: modules},
-    replaced_modules.
+    replaced_modules, attn_implementation (as inject's).
     """
     _, backend = _backend_of(model)
     named = dict(model.named_modules())
@@ -933,6 +969,7 @@ def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto", mode=
         "backend": backend,
         "replaced": dict(sorted(replaced.items())),
         "replaced_modules": sorted(p for p, _ in targets),
+        "attn_implementation": _use_our_attention(model),
     }
 
 
