@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 import xpuinject_kernels as xk
 from xpuinject_kernels import _backend, attention, gpus
@@ -221,4 +222,11 @@ def test_attention_heuristics_are_configs_the_pruner_keeps(monkeypatch, be):
             assert any(_same(c, cfg) for c in kept), (be, seq, block_d)
             if be == "cuda":  # the fp32 output tile fits the registers: no spill at head_dim 256
                 assert cfg.kwargs["BLOCK_M"] * block_d <= _backend.CUDA_ACC_PER_THREAD * 32 * cfg.num_warps
+                # q and the K/V stages fit shared memory (232448 bytes on the H200)
+                assert attention._prefill_smem(cfg, block_d) <= _backend.CUDA_SMEM_BYTES, (seq, block_d, cfg)
+                if block_d == 256 and seq > 64:
+                    assert (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps, cfg.num_stages) == (128, 64, 8, 2)
     assert any(_same(c, attention._decode_heuristic(be)) for c in attention._decode_configs(be))
+    # what the H200 asked for when it refused this config at head_dim 256 (OutOfResources)
+    refused = triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3)
+    assert attention._prefill_smem(refused, 256) == 262144 > _backend.CUDA_SMEM_BYTES

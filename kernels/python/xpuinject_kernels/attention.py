@@ -442,6 +442,14 @@ def _prefill_bytes(cfg: triton.Config, block_d: int) -> int:
     return bm * block_d * 2 + bm * block_d * 4 + bm * bn * 4 + bn * block_d * 2
 
 
+def _prefill_smem(cfg: triton.Config, block_d: int) -> int:
+    """Shared memory of one prefill program on CUDA: the q tile (a tl.dot operand) and a K and a
+    V tile per pipeline stage, bf16. The H200 refused 128x64 x 3 stages at head_dim 256 for
+    exactly this: 64 KiB of q + 192 KiB of K/V = 262144 bytes against 232448."""
+    bm, bn = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
+    return bm * block_d * 2 + cfg.num_stages * 2 * bn * block_d * 2
+
+
 def _prefill_configs(be: str):
     if _backend.is_interpret():
         # One small config: the interpreter runs every program in numpy. 16x16 keeps tl.dot legal
@@ -471,6 +479,8 @@ def _prefill_configs(be: str):
         ({"BLOCK_M": 128, "BLOCK_N": 128}, 8, 3),
         ({"BLOCK_M": 128, "BLOCK_N": 128}, 8, 2),
         ({"BLOCK_M": 128, "BLOCK_N": 64}, 4, 2),
+        # head_dim 256 (Gemma): the 128-row tile whose q, K/V stages and output tile all fit
+        ({"BLOCK_M": 128, "BLOCK_N": 64}, 8, 2),
         ({"BLOCK_M": 64, "BLOCK_N": 64}, 4, 2),
     ]
     return [triton.Config(kw, num_warps=w, num_stages=s) for kw, w, s in cfgs]
@@ -490,10 +500,9 @@ def _prefill_prune(be: str):
                 if _prefill_bytes(c, block_d) > budget:
                     continue
             else:
-                # Hopper: the K and V stages live in shared memory, the fp32 output tile in
+                # Hopper: q and the K and V stages live in shared memory, the fp32 output tile in
                 # registers (a 128x256 tile over 4 warps would spill: head_dim 256).
-                smem = c.num_stages * 2 * c.kwargs["BLOCK_N"] * block_d * 2
-                if smem > _backend.CUDA_SMEM_BYTES:
+                if _prefill_smem(c, block_d) > _backend.CUDA_SMEM_BYTES:
                     continue
                 if c.kwargs["BLOCK_M"] * block_d > _backend.CUDA_ACC_PER_THREAD * 32 * c.num_warps:
                     continue
