@@ -51,9 +51,10 @@ from .rope_cache import rope_cache_write
 __all__ = ["Attention", "DecoderLayer", "mlp_block", "FUSE_DECODE_NORM"]
 
 # At decode (M <= gemv.MAX_M), run the post-attention add + RMSNorm in the gate/up GEMV's
-# prologue (gemm.add_rms_norm_gemm) instead of its own launch. Off until a GPU run shows the
-# launch it saves outweighs the rows each GEMV program re-reads; XPUINJECT_FUSE_DECODE_NORM=1
-# turns it on (benchmarks/bench_decode_step.py --fuse-norm).
+# prologue (gemm.add_rms_norm_gemm) instead of its own launch. Off: on the H200 every GEMV
+# program re-reading the rows costs more than the launch saves (1B decode 1.24 against 1.06 ms,
+# 8B 5.12 against 4.36; benchmarks/bench_decode_step.py --fuse-norm). XPUINJECT_FUSE_DECODE_NORM=1
+# turns it on, for a GPU where launches cost more.
 FUSE_DECODE_NORM = os.environ.get("XPUINJECT_FUSE_DECODE_NORM", "0") == "1"
 
 
