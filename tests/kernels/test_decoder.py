@@ -278,3 +278,26 @@ def test_sdpa_route_repeats_kv_heads_when_masked(monkeypatch):
     ref = real(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), attn_mask=mask, scale=0.35)
     assert torch.allclose(out_masked, ref.transpose(1, 2), atol=1e-6)
     assert torch.allclose(out_plain[0], out_masked[0], atol=1e-6)  # row 0 has no masked keys
+
+
+def test_vendor_down_route_rounds_the_residual_sum_once(device):
+    """down_proj routed to cuBLAS keeps the residual in the GEMM (addmm, beta = 1): the output is
+    the fp64 sum h @ W + residual rounded once to bf16 (up to the GEMM's fp32 accumulation), as
+    our residual epilogue rounds it, where a GEMM then an add round twice."""
+    torch.manual_seed(3)
+    k, n, rows = 256, 192, 48
+    mlp = torch.nn.Module()
+    setattr(mlp, decoder._DOWN_W, (torch.randn(k, n) / k**0.5).to(torch.bfloat16).to(device))
+    setattr(mlp, decoder._GU_W, torch.zeros(n, 2 * k, dtype=torch.bfloat16, device=device))
+    mlp.xpuinject_vendor = (("down_proj", 0, None), ("gate_up_proj", 0, None))
+    h = torch.randn(rows, k, dtype=torch.bfloat16, device=device)
+    res = (4 * torch.randn(rows, n)).to(torch.bfloat16).to(device)
+    down = getattr(mlp, decoder._DOWN_W)
+    out = decoder.mlp_block(mlp, None, residual=res, h=h)
+    once = (h.double() @ down.double() + res.double()).to(torch.bfloat16)
+    twice = (torch.matmul(h, down) + res)
+    assert out.shape == res.shape and out.dtype == torch.bfloat16
+    off_once = (out != once).float().mean().item()
+    off_twice = (twice != once).float().mean().item()
+    assert off_once < 0.01, off_once  # only where the fp32 accumulation sits on a rounding boundary
+    assert off_twice > 0.05, off_twice  # the old path: a second rounding moves many sums

@@ -119,6 +119,11 @@ def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None, h=None) -> torch.T
     elif h is None:
         h = gemm(x, gate_up, bias=gu_b, epilogue="swiglu")
     if _vendor(mlp, "down_proj", m):
+        if residual is not None and d_b is None:
+            # cuBLAS adds the residual in its epilogue (beta = 1, fp32), so the sum is rounded
+            # once, as our residual epilogue rounds it, not after the GEMM and again after an add
+            n = down.shape[1]
+            return torch.addmm(residual.reshape(-1, n), h.reshape(-1, h.shape[-1]), down).view(residual.shape)
         out = torch.matmul(h, down)
         if d_b is not None:
             out = out + d_b
