@@ -122,19 +122,21 @@ def test_runtime_is_reused_across_prompts_and_batches():
     assert sorted((b["batch"], b["cache_len"]) for b in r.stats["buckets"]) == [(2, 25), (4, 25)]
 
 
-def test_injected_greedy_equals_generate(llama_odd_run):
-    """llama-odd with every layer on our kernels (under the Triton interpreter)."""
+def test_injected_greedy_equals_generate(llama_odd_run, device):
+    """llama-odd with every layer on our kernels (the interpreter, or the GPU: eager steps there,
+    so every forward's launches are counted)."""
     from xpuinject_kernels import inject
 
-    model = load("llama-odd", torch.bfloat16)
+    model = load("llama-odd", torch.bfloat16).to(device)
     summary = inject(model, packed=llama_odd_run / "packed", plan=llama_odd_run / "package" / "plan.yaml")
     assert summary["replaced"]["Attention"] == 1
-    ids, mask = prompts(L=8, pads=(0, 2, 5, 1))
+    ids, mask = (t.to(device) for t in prompts(L=8, pads=(0, 2, 5, 1)))
     counts = _backend.launch_counts
+    runtime = rt.Runtime(model, graphs=False)
     for x, m, n in ((ids[:1], None, 6), (ids, mask, 4)):
         ref = reference(model, x, m, n)
         before = counts["rope_cache_write"], counts["apply_rope"] + counts["apply_rope.inplace"]
-        out = rt.generate(model, x, m, max_new_tokens=n, max_cache_len=x.shape[1] + n - 1)
+        out = runtime.generate(x, m, max_new_tokens=n, max_cache_len=x.shape[1] + n - 1)
         assert torch.equal(out, ref), f"batch {x.shape[0]}"
         # the static cache takes the fused RoPE + cache write on every forward, the rope kernel none
         assert counts["rope_cache_write"] - before[0] == n and counts["apply_rope"] + counts["apply_rope.inplace"] == before[1]
@@ -304,7 +306,7 @@ def test_package_carries_the_runtime(llama_odd_run):
     assert os.path.exists(llama_odd_run / "package" / "build" / "torch-xpu" / "runtime.py")
 
 
-def test_fused_static_cache_path_equals_the_unfused_dynamic_one():
+def test_fused_static_cache_path_equals_the_unfused_dynamic_one(device):
     """The static-cache path (RoPE + cache write in one kernel at the layer's counter, decode
     attention reading only the filled slots) decodes the same greedy tokens as the unfused path
     of model.generate's default dynamic cache (the rope kernel, cache.update, attention over the
@@ -313,16 +315,17 @@ def test_fused_static_cache_path_equals_the_unfused_dynamic_one():
     split of them differs (by the cache bucket against the filled length)."""
     from xpuinject_kernels import kernelize
 
-    model = load("qwen3-tiny", torch.bfloat16)
+    model = load("qwen3-tiny", torch.bfloat16).to(device)
     summary = kernelize(model, use_kernels=False)
     assert summary["replaced"]["Attention"] == 2
     counts = _backend.launch_counts
     for x, m in ((prompts()[0][:1], None), prompts(pads=(0, 4))):
+        x, m = x.to(device), None if m is None else m.to(device)
         before = counts["rope_cache_write"], counts["apply_rope"] + counts["apply_rope.inplace"]
         with torch.no_grad():
             dyn = model.generate(x, attention_mask=m, max_new_tokens=12, do_sample=False)
         assert counts["rope_cache_write"] == before[0]  # the dynamic cache never takes the fused write
         assert counts["apply_rope"] + counts["apply_rope.inplace"] > before[1]
-        fused = rt.generate(model, x, m, max_new_tokens=12)
+        fused = rt.Runtime(model, graphs=False).generate(x, m, max_new_tokens=12)
         assert counts["rope_cache_write"] > before[0]
         assert torch.equal(fused, dyn), f"batch {x.shape[0]}"
