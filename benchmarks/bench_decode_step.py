@@ -348,22 +348,23 @@ def shipped_routes(sh):
     return tuple(attn), tuple(mlp)
 
 
-def set_routes(model, routes, vendor_attr, sh=None):
-    attn_ops, mlp_ops = shipped_routes(sh) if routes is None else routes
+def set_routes(model, routes, vendor_attr, sh):
+    """Bind a route set (ROUTE_SETS value; None: shipped_routes of shape sh) on the modules."""
+    if routes is None:
+        attn_ops, mlp_ops = shipped_routes(sh)
+    else:
+        attn_ops, mlp_ops = (tuple((op, 0, None) if op.startswith("attention") else (op, 1, 64) for op in ops)
+                             for ops in routes)
     for mod in model.modules():
         cls = type(mod).__name__
         ops = attn_ops if cls.endswith("Attention") else mlp_ops if cls.endswith("MLP") else None
-        if ops is None:
-            continue
-        if routes is None:
+        if ops is not None:
             setattr(mod, vendor_attr, ops)
-            continue
-        setattr(mod, vendor_attr, tuple((op, 0, None) if op.startswith("attention") else (op, 1, 64) for op in ops))
 
 
 def run_model(torch, transformers, args, device, res):
     import latency as L
-    from xpuinject_kernels import kernelize
+    from xpuinject_kernels import _backend, decoder, kernelize
     from xpuinject_kernels import runtime as rt
     from xpuinject_kernels.contract import VENDOR_ATTR
 
@@ -392,8 +393,6 @@ def run_model(torch, transformers, args, device, res):
                 todo += [(f"{label[:-1]}+fused-norm]", r) for label, r in base_rows]
             if args.no_pdl:
                 todo += [(f"{label[:-1]}+no-pdl]", r) for label, r in base_rows]
-            from xpuinject_kernels import _backend, decoder
-
             fuse_was, pdl_was = decoder.FUSE_DECODE_NORM, _backend.PDL_ENABLED
             for label, routes in todo:
                 path = label.split("[")[0]
@@ -422,8 +421,6 @@ def run_model(torch, transformers, args, device, res):
             out.append(row)
             save(args, res)
         if "profile" in args.parts:
-            from xpuinject_kernels import decoder
-
             set_routes(injected, None, VENDOR_ATTR, sh)
             fuse_was, decoder.FUSE_DECODE_NORM = decoder.FUSE_DECODE_NORM, args.fuse_norm or decoder.FUSE_DECODE_NORM
             profile(torch, args, device, injected, cfg, shape, res, rt)
@@ -433,17 +430,13 @@ def run_model(torch, transformers, args, device, res):
             torch.cuda.empty_cache()
 
 
-def decoder_fused() -> bool:
-    from xpuinject_kernels import decoder
-
-    return decoder.FUSE_DECODE_NORM
-
-
 def profile(torch, args, device, model, cfg, shape, res, rt):
     """Device time per kernel over eager decode steps of the injected model on its planned
     routes (with the fused decode norm under --fuse-norm)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as prof
+
+    from xpuinject_kernels import decoder
 
     rows = res.setdefault("profile", [])
     for B in args.batches:
@@ -461,7 +454,7 @@ def profile(torch, args, device, model, cfg, shape, res, rt):
         r.release()
         table = p.key_averages().table(sort_by="device_time_total" if device.type == "cuda" else "cpu_time_total",
                                        row_limit=25, max_name_column_width=70)
-        rows.append({"shape": shape, "batch": B, "steps": steps, "fused_norm": decoder_fused(), "table": table})
+        rows.append({"shape": shape, "batch": B, "steps": steps, "fused_norm": decoder.FUSE_DECODE_NORM, "table": table})
         log(f"profile {shape} b{B} ({steps} eager steps):\n{table}")
 
 

@@ -55,9 +55,6 @@ GEMM_OPS = {"qkv": ("qkv_proj", "none"), "o": ("o_proj", "none"), "down": ("down
 SHAPE = re.compile(r"(\w+)=(\d+)(?:x(\d+))?")
 
 
-
-
-
 def shape_params(shape: str) -> Dict[str, int]:
     """"qkv:none M=2048 K=2048 N=3072" -> {M, K, N}; "N=2x8192" -> N=16384."""
     out = {}
