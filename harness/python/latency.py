@@ -111,6 +111,19 @@ def set_up(step, sync) -> float:
     return clock() - t0
 
 
+@contextlib.contextmanager
+def no_recompile(path):
+    """A compiled path must not compile again once set up: a recompile inside the timed loop
+    would be timed as a step. torch raises instead, and the point records why the path failed."""
+    if not path.endswith("compiled"):
+        yield
+        return
+    import torch
+
+    with torch.compiler.set_stance("fail_on_recompile"):
+        yield
+
+
 def point_ratios(ms):
     return {f"{a}/{b}": ms[a] / ms[b] for a, b in LATENCY_RATIOS
             if isinstance(ms.get(a), float) and isinstance(ms.get(b), float) and ms[b] > 0}
@@ -329,7 +342,8 @@ def forward_point(paths, path, call, device, n):
     if path.endswith("compiled"):
         c = paths.compiled(path)
         setup = set_up(lambda: call(c), sync)
-        return time_call(lambda: call(c), n, WARMUP, sync), setup
+        with no_recompile(path):
+            return time_call(lambda: call(c), n, WARMUP, sync), setup
     gf = paths.rt.GraphedForward(paths.model(path), graphs=True)
     try:
         call(gf)
@@ -347,10 +361,10 @@ def decode_stepper(paths, path, ids, cfg, cache_len, steps):
     B, ctx = ids.shape
     model = paths.model(path)
     if path.endswith("compiled"):
-        from transformers import StaticCache
-
         fn = paths.decoder(path)
-        cache = StaticCache(config=cfg, max_cache_len=cache_len)
+        # the runtime's cache: sliding-window layers full-length (the mask applies the window), so
+        # the static-shape compile does not guard on a host-side token counter and recompile per step
+        cache = paths.rt.static_cache(cfg, cache_len)
         with torch.no_grad():
             # the prefill runs eagerly, as transformers' generate runs it with a compiled forward
             out = model(input_ids=ids, past_key_values=cache, use_cache=True, **forward_kwargs(model))
@@ -379,7 +393,8 @@ def decode_point(paths, path, ids, cfg, cache_len, n):
     """ms per token of path at batch ids.shape[0] after a prefill of ids, and its set-up."""
     step, release, setup = decode_stepper(paths, path, ids, cfg, cache_len, n + WARMUP)
     try:
-        return time_decode(step, n, WARMUP, device_sync(ids.device)), setup
+        with no_recompile(path):
+            return time_decode(step, n, WARMUP, device_sync(ids.device)), setup
     finally:
         release()
 

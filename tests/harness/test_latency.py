@@ -51,7 +51,7 @@ def test_every_decode_path_is_timed_by_the_same_loop(monkeypatch):
         def __init__(self, m, graphs="auto"):
             super().__init__(m, graphs=False)
 
-    paths = L.Paths(model, model, SimpleNamespace(Runtime=Runtime, cache_bucket=rt.cache_bucket), {})
+    paths = L.Paths(model, model, SimpleNamespace(Runtime=Runtime, cache_bucket=rt.cache_bucket, static_cache=rt.static_cache), {})
     paths.compile = lambda fn: fn  # inductor is out of reach on the CPU; the compiled path's step code still runs
     ids = torch.randint(3, 500, (2, 8), generator=torch.Generator().manual_seed(0))
     n = 4
@@ -84,6 +84,34 @@ def test_ratios_put_the_default_path_against_the_anchor_first():
 FIXTURES = ROOT / "testdata" / "fixtures"
 
 
+def test_a_compiled_decode_step_on_a_sliding_window_model_compiles_once(monkeypatch):
+    """mistral-tiny (32-token window) under a static-shape compile, as the compiled paths compile
+    (dynamo's eager backend: inductor is out of reach on the CPU): its decode point times steps
+    that compiled once. On transformers' own StaticCache every token recompiles (its sliding
+    layers' host counter is guarded); inside the timed loop that now fails the path instead of
+    being timed as a step."""
+    from transformers import StaticCache
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "mistral-tiny").eval()
+    paths = L.Paths(model, model, runtime_ns(), {})
+    compiles = []
+
+    def compile_(fn):
+        torch._dynamo.reset()
+        return torch.compile(fn, backend=lambda gm, _: compiles.append(gm) or gm.forward, fullgraph=True, dynamic=False)
+
+    paths.compile = compile_
+    ids = torch.randint(3, 500, (1, 30), generator=torch.Generator().manual_seed(0))
+    cache_len = rt.cache_bucket(30 + 2 * L.WARMUP + 6 + 1)
+    ms, _ = L.decode_point(paths, "stock_compiled", ids, model.config, cache_len, 6)
+    assert ms > 0 and len(compiles) == 1
+    paths = L.Paths(model, model, SimpleNamespace(**{**vars(runtime_ns()), "static_cache": lambda cfg, n: StaticCache(
+        config=cfg, max_cache_len=n)}), {})
+    paths.compile = compile_
+    with pytest.raises(Exception, match="recompile"):
+        L.decode_point(paths, "stock_compiled", ids, model.config, cache_len, 6)
+
+
 def moe_model():
     return transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "qwen3-moe-tiny").eval()
 
@@ -93,7 +121,7 @@ def runtime_ns():
         def __init__(self, m, graphs="auto"):
             super().__init__(m, graphs=False)
 
-    return SimpleNamespace(Runtime=Runtime, cache_bucket=rt.cache_bucket)
+    return SimpleNamespace(Runtime=Runtime, cache_bucket=rt.cache_bucket, static_cache=rt.static_cache)
 
 
 def decode_row(paths, names, model, n=3):

@@ -95,6 +95,53 @@ def test_sliding_window_past_the_window():
     assert rt.runtime_for(model)._window == 32
 
 
+def test_static_cache_compiles_one_decode_step_past_the_window():
+    """rt.static_cache gives a sliding-window model full-length layers: a static-shape compiled
+    decode step compiles once and, past the 32-token window, gives the logits of eager steps on
+    the model's own (windowed) cache. transformers' StaticCache compiles anew at every token: its
+    sliding layers keep a host-side counter the compiled step guards on."""
+    from transformers import StaticCache
+
+    model = load("mistral-tiny")
+    ids = prompts(L=30)[0][:1]
+    steps = 8  # 30 + 8 tokens: past the window
+
+    def compiled_steps(cache):
+        graphs = []
+
+        def count(gm, _inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        torch._dynamo.reset()
+        fn = torch.compile(lambda tok, pos, c: model(input_ids=tok, position_ids=pos, past_key_values=c,
+                                                     use_cache=True).logits[:, -1],
+                           backend=count, fullgraph=True, dynamic=False)
+        with torch.no_grad():
+            tok = model(input_ids=ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+            out = []
+            for i in range(steps):
+                logits = fn(tok, torch.full((1, 1), ids.shape[1] + i), cache)
+                out.append(logits)
+                tok = logits.argmax(-1, keepdim=True)
+        return torch.cat(out), len(graphs)
+
+    ours, compiles = compiled_steps(rt.static_cache(model.config, 64))
+    assert compiles == 1
+    assert not any(getattr(layer, "is_sliding", False) for layer in rt.static_cache(model.config, 64).layers)
+    stock, stock_compiles = compiled_steps(StaticCache(config=model.config, max_cache_len=64))
+    assert stock_compiles == steps  # the guard on the host counter fails at every token
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True)
+        past, want = out.past_key_values, []
+        tok = out.logits[:, -1:].argmax(-1)
+        for i in range(steps):
+            logits = model(input_ids=tok, past_key_values=past, use_cache=True).logits[:, -1]
+            want.append(logits)
+            tok = logits.argmax(-1, keepdim=True)
+    torch.testing.assert_close(ours, torch.cat(want), atol=1e-4, rtol=1e-4)
+
+
 def test_eos_pads_and_stops_like_generate():
     model = load("llama-tiny")
     ids, mask = prompts()

@@ -38,7 +38,8 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-__all__ = ["Runtime", "Generation", "GraphedForward", "generate", "graph_support", "batch_bucket", "cache_bucket"]
+__all__ = ["Runtime", "Generation", "GraphedForward", "generate", "graph_support", "batch_bucket", "cache_bucket",
+           "static_cache"]
 
 # Cache lengths are rounded up to a power of two, at least this: few graphs, and a bucket serves
 # every prompt + max_new_tokens below it.
@@ -193,6 +194,24 @@ class _Slot:
     trace_idx: Optional[torch.Tensor] = None  # [B, S + 1, 2] their token ids
 
 
+def static_cache(config, max_cache_len: int):
+    """A transformers StaticCache of max_cache_len slots per layer, every layer full-length.
+
+    Its sliding-window layers (StaticSlidingWindowLayer) roll their window in place behind
+    Python-side branches on a host counter (`cumulative_length_int`): a captured step cannot follow
+    them, and torch.compile with static shapes guards on that counter and recompiles at every
+    token. A full-length StaticLayer keeps every token instead, and the model's sliding-window mask
+    applies the window, so attention sees the same keys."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    cache = StaticCache(config=config, max_cache_len=max_cache_len)
+    for i, layer in enumerate(cache.layers):
+        if getattr(layer, "is_sliding", False):
+            cache.layers[i] = StaticLayer(max_cache_len=max_cache_len)
+    return cache
+
+
 class Runtime:
     """Generation (and fixed-shape forwards) of one model with captured device graphs.
 
@@ -278,22 +297,12 @@ class Runtime:
         return types
 
     def _slot(self, batch: int, need: int, max_cache_len: Optional[int]) -> _Slot:
-        from transformers import StaticCache
-        from transformers.cache_utils import StaticLayer
-
         S = max_cache_len if max_cache_len is not None else cache_bucket(need)
         key = (batch, S)
         slot = self._slots.get(key)
         if slot is not None:
             return slot
-        types = self._types
-        cache = StaticCache(config=self.model.config, max_cache_len=S)
-        # Sliding-window layers of a StaticCache roll their window in place, with Python-side
-        # branches a captured step cannot follow: they get a full-length layer here, and the window
-        # is applied by the mask (_masks) instead.
-        for i, t in enumerate(types):
-            if t == "sliding_attention":
-                cache.layers[i] = StaticLayer(max_cache_len=S)
+        cache = static_cache(self.model.config, S)
         dev = self.device
         z = lambda *shape, dtype=torch.long: torch.zeros(shape, dtype=dtype, device=dev)  # noqa: E731
         slot = _Slot(
