@@ -40,6 +40,23 @@ type evalOptions struct {
 	// time went" covers the whole run (zero: the eval's).
 	before []harness.StageTime
 	start  time.Time
+	probe  <-chan probed // the pipeline's probe, run beside its pack (nil: probe here)
+}
+
+// probed is a Python interpreter found and probed, or why not.
+type probed struct {
+	py  string
+	env *harness.Env
+	err error
+}
+
+func findAndProbe(ctx context.Context, explicit string, getenv func(string) string) probed {
+	py, err := harness.FindPython(explicit, getenv)
+	if err != nil {
+		return probed{err: err}
+	}
+	env, err := harness.Probe(ctx, py)
+	return probed{py: py, env: env, err: err}
 }
 
 var (
@@ -196,14 +213,16 @@ func checkRun(g *models.Graph, modelDir, packageDir, packedDir string) (*emit.Pa
 // runEval runs the driver on an already checked model/package/packed triple and writes the report.
 func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (*harness.ReportFiles, error) {
 	began := time.Now()
-	py, err := harness.FindPython(o.Python, f.Getenv)
-	if err != nil {
-		return nil, err
+	var p probed
+	if o.probe != nil {
+		p = <-o.probe
+	} else {
+		p = findAndProbe(ctx, o.Python, f.Getenv)
 	}
-	env, err := harness.Probe(ctx, py)
-	if err != nil {
-		return nil, err
+	if p.err != nil {
+		return nil, p.err
 	}
+	py, env := p.py, p.env
 	switch {
 	case o.Device == "cuda" && !env.CUDA:
 		return nil, fmt.Errorf("--device cuda: %s sees no CUDA GPU (torch %s); use --device cpu for an interpreter run", py, env.Torch)

@@ -186,6 +186,12 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 			}
 		}()
 	}
+	// Python starts up (imports torch to probe it) while Go packs: seconds off the critical path.
+	var probe chan probed
+	if !o.SkipEval {
+		probe = make(chan probed, 1)
+		go func() { probe <- findAndProbe(ctx, o.Eval.Python, f.Getenv) }()
+	}
 	step("pack -> %s", packedDir)
 	prog := newPackProgress(f)
 	pres, err := pack.Write(ctx, g.Checkpoint, pl, packedDir, pack.Options{MaxShardSize: maxShard, Tool: tool(),
@@ -217,7 +223,7 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	if !o.SkipEval {
 		ev := o.Eval
 		ev.Model, ev.PackageDir, ev.PackedDir, ev.Out = dir, packageDir, packedDir, evalDir
-		ev.before, ev.start = stages, start
+		ev.before, ev.start, ev.probe = stages, start, probe
 		step("eval -> %s", evalDir)
 		// eval's own artifact lines go nowhere: the pipeline prints its own summary. (No
 		// plan/package/packed check here: all three were just made from this model.)
