@@ -22,8 +22,10 @@ point (batched_mm copies each (token, expert) pair's weights: 2048 tokens of Mix
 ~1.4 TB) says why and has no figure.
 
 Active bytes: the router, the distinct experts the set's tokens hit (gate, up and down weights,
-read once) and the activations in and out; GB/s = those bytes / time, and a share of the device
-copy bandwidth measured first. ratio = transformers' time / ours (> 1: ours faster).
+read once) and the activations in and out; GB/s = those bytes / time (every path), and a share of
+the device copy bandwidth measured first. roofline = active bytes / ROOFLINE_BPS (the H200's
+4.2 TB/s, as the model's active-bytes roofline takes it); x roofline = time / that. ratio =
+transformers' time / ours (> 1: ours faster).
 
 --sweep: for each case, ours is also run at each candidate config of the path its token count
 takes (decode at tokens <= moe.DECODE_MAX_TOKENS, else prefill), passed as moe(config=...), and at
@@ -68,6 +70,7 @@ TOKENS = (1, 8, 64, 2048)
 # one decode-path and one prefill-path count (moe.DECODE_MAX_TOKENS is 8)
 SMOKE_TOKENS = (3, 19)
 PATHS = ("ours", "grouped_mm", "batched_mm")
+ROOFLINE_BPS = 4.2e12  # H200 HBM3e, bytes/s
 SETS = 8  # input sets rotated through: each call routes other tokens, so other experts are read
 # --sweep candidates (moe.DECODE_KEYS): gate/up (BLOCK_N, BLOCK_K, SPLIT_K), down (the same),
 # num_warps, num_stages. Short lists: each one compiles its kernels once.
@@ -223,6 +226,7 @@ def run_case(env, name, sh, tokens, packed, sweep=False):
         hit = sum(int(torch.unique(m.gate(s["x"].view(-1, sh["hidden"]))[2]).numel()) for s in sets) / len(sets)
     row["experts_hit"] = hit
     row["active_bytes"] = active_bytes(sh, tokens, hit)
+    row["roofline_ms"] = row["active_bytes"] / ROOFLINE_BPS * 1e3
 
     def ours(s):
         return moe(s["x"], rw, gu, dn, sh["top_k"], rule)
@@ -269,6 +273,7 @@ def run_case(env, name, sh, tokens, packed, sweep=False):
         res = row["paths"][path]
         if res.get("ms"):
             res["GBps"] = row["active_bytes"] / (res["ms"] * 1e-3) / 1e9
+            res["x_roofline"] = res["ms"] / row["roofline_ms"]
             if env.bw:
                 res["bw_frac"] = row["active_bytes"] / (res["ms"] * 1e-3) / env.bw
             if path != "ours" and ours_ms:
@@ -310,7 +315,8 @@ def run_sweep(env, sh, tokens, sets, ref, weights, active, launch_config, ours):
                 del got
                 if not env.smoke and ent["check_ok"]:
                     t = benchlib.time_calls(env, fn, sets)
-                    ent.update(ms=t["us"] / 1e3, timer=t["timer"], GBps=active / (t["us"] * 1e-6) / 1e9)
+                    ent.update(ms=t["us"] / 1e3, timer=t["timer"], GBps=active / (t["us"] * 1e-6) / 1e9,
+                               x_roofline=t["us"] * 1e-6 / (active / ROOFLINE_BPS))
                     if env.bw:
                         ent["bw_frac"] = active / (t["us"] * 1e-6) / env.bw
         except Exception as e:  # noqa: BLE001 - a config that does not compile or fit is recorded
@@ -390,18 +396,18 @@ def cell(res, ours=False):
     s = f"{res['ms']:.4f}" + ("*" if res.get("timer") != "graph" else "")
     if ours:
         frac = f", {100 * res['bw_frac']:.0f} %" if "bw_frac" in res else ""
-        return f"{s} ({res['GBps']:.0f} GB/s{frac})"
-    return f"{s} ({res['ratio']:.2f}x)" if "ratio" in res else s
+        return f"{s} ({res['GBps']:.0f} GB/s{frac}, {res['x_roofline']:.2f}x roofline)"
+    return f"{s} ({res['ratio']:.2f}x, {res['GBps']:.0f} GB/s)" if "ratio" in res else f"{s} ({res['GBps']:.0f} GB/s)"
 
 
 def table(rows):
-    head = ["shape", "tokens", "experts hit", "active MB", "routing = stock", "ours ms (GB/s, % copy BW)",
-            "grouped_mm ms (x)", "batched_mm ms (x)"]
+    head = ["shape", "tokens", "experts hit", "active MB", "roofline ms", "routing = stock",
+            "ours ms (GB/s, % copy BW, x roofline)", "grouped_mm ms (x, GB/s)", "batched_mm ms (x, GB/s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         p = r["paths"]
         lines.append(f"| {r['shape']} | {r['tokens']} | {r['experts_hit']:.1f} | {r['active_bytes'] / 1e6:.1f} | "
-                     f"{100 * r['routing_match']:.0f} % | {cell(p['ours'], True)} | {cell(p['grouped_mm'])} | "
+                     f"{r['roofline_ms']:.4f} | {100 * r['routing_match']:.0f} % | {cell(p['ours'], True)} | {cell(p['grouped_mm'])} | "
                      f"{cell(p['batched_mm'])} |")
     notes = sorted({f"- {r['shape']} tokens {r['tokens']}, {k}: {v['error']}"
                     for r in rows for k, v in r["paths"].items() if "error" in v})

@@ -586,6 +586,38 @@ def test_moe_bench_write_tuned(tmp_path):
     assert json.loads(data.read_text()) == got
 
 
+def test_moe_bench_tables_of_a_timed_run():
+    """The tables a GPU run writes (nothing is timed under --smoke): ours with GB/s, share of the
+    copy bandwidth and distance to the roofline, stock with its ratio and GB/s, the sweep's best
+    beside the default; a failed or unrunnable config is said so."""
+    bm = load("bench_moe")
+    sh = bm.SHAPES["qwen3-30b-a3b"]
+    active = bm.active_bytes(sh, 1, 8)
+    roof = active / bm.ROOFLINE_BPS * 1e3
+    ours = dict(rel_err=1e-3, check_ok=True, ms=0.03, timer="graph", GBps=active / 0.03e-3 / 1e9, bw_frac=0.5,
+                x_roofline=0.03 / roof)
+    stock = dict(rel_err=0.0, check_ok=True, ms=0.06, timer="graph", GBps=active / 0.06e-3 / 1e9, ratio=2.0)
+    default = dict(label="default", config=dict(BLOCK_N=64), ms=0.03, GBps=ours["GBps"], check_ok=True)
+    best = dict(label="candidate", config=dict(BLOCK_N=32, SPLIT_K=2), ms=0.025, GBps=active / 0.025e-3 / 1e9,
+                check_ok=True)
+    sweep = dict(path="decode", kernel="moe.decode", default=default["config"],
+                 configs=[best, default, dict(label="candidate", config=dict(BLOCK_N=128), error="OutOfResources: x")],
+                 best=dict(config=best["config"], ms=0.025, GBps=best["GBps"], default_ms=0.03, speedup_vs_default=1.2))
+    row = dict(shape="qwen3-30b-a3b", tokens=1, params=sh, experts_hit=8.0, active_bytes=active, roofline_ms=roof,
+               routing_match=1.0, paths=dict(ours=ours, grouped_mm=stock, batched_mm=dict(error="too big")),
+               sweep=sweep)
+    t = bm.table([row])
+    assert f"| {roof:.4f} | 100 % | 0.0300 ({ours['GBps']:.0f} GB/s, 50 %, {0.03 / roof:.2f}x roofline) | " \
+           f"0.0600 (2.00x, {stock['GBps']:.0f} GB/s) | cannot run |" in t, t
+    assert "- qwen3-30b-a3b tokens 1, batched_mm: too big" in t
+    st = bm.sweep_table([row])
+    assert (f"| qwen3-30b-a3b | 1 | decode | 0.0300 ({default['GBps']:.0f}) | 0.0250 ({best['GBps']:.0f}) | 1.20x | "
+            "BLOCK_N=32 SPLIT_K=2 | 2 / 3 |") in st, st
+    ent = bm.tuned_entries(dict(env=dict(date_utc="2026-12-02T01:00:00Z"), command="c", rows=[row]))
+    assert [(e["kernel"], e["key"], e["config"]) for e in ent] == [
+        ("moe.decode", dict(hidden=2048, inter=768, experts=128, top_k=8, tokens=1), best["config"])]
+
+
 def test_moe_bench_check_fails_on_wrong_output():
     """The check is not vacuous: experts weights 10% off make ours fail it, the stock paths pass."""
     bm = load("bench_moe")
