@@ -7,8 +7,8 @@ Weights, packed offline (inject/plan/rules_moe.go): router [H, E] K-major; gate_
 each expert's K-major [gate | up]; down [E, I, H], each expert's K-major down projection.
 
 Routing (transformers 5.17 Qwen3MoeTopKRouter, MixtralTopKRouter): logits = x @ router in fp32
-from programs over (token, 16-expert tile), the token's last one to finish running the fp32
-softmax over all its experts, then top-k by torch.topk on the device, so ties
+from programs over (token tile, 16-expert tile), each tile's last one to finish running the fp32
+softmax over all the experts of its tokens, then top-k by torch.topk on the device, so ties
 resolve exactly as torch.topk resolves them there; the chosen probabilities are renormalized to sum
 1 ("softmax-topk-norm", Mixtral's "softmax-topk-norm-fp32") or not ("softmax-topk"); the Qwen3
 rules round the weights to the activation dtype as the stock router does, Mixtral's keeps them
@@ -63,36 +63,44 @@ _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def _router_kernel(x_ptr, w_ptr, p_ptr, sem_ptr, H, E, stride_x, stride_w, stride_p,
-                   BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_ALL: tl.constexpr, PDL: tl.constexpr = False):
-    """Logits of BLOCK_E experts of one token; the token's last program to finish runs the fp32
-    softmax over all its experts in place."""
+def _router_kernel(x_ptr, w_ptr, p_ptr, sem_ptr, T, H, E, stride_x, stride_w, stride_p,
+                   BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_ALL: tl.constexpr,
+                   PDL: tl.constexpr = False):
+    """Logits of BLOCK_T tokens for BLOCK_E experts (a tl.dot tile); the token tile's last
+    program to finish runs the fp32 softmax over all the experts of its tokens in place."""
     _backend.pdl_wait(PDL)
-    row = tl.program_id(0)
+    pid_t = tl.program_id(0)
     pid_e = tl.program_id(1)
-    row64 = row.to(tl.int64)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_ok = offs_t < T
+    rows = offs_t.to(tl.int64)
     offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
     e_ok = offs_e < E
-    acc = tl.zeros((BLOCK_E,), dtype=tl.float32)
+    wty = w_ptr.dtype.element_ty
+    acc = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)
     for k0 in range(0, H, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + row64 * stride_x + offs_k, mask=offs_k < H, other=0.0).to(tl.float32)
+        k_ok = offs_k < H
+        x = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=t_ok[:, None] & k_ok[None, :],
+                    other=0.0).to(wty)
         w = tl.load(w_ptr + offs_k.to(tl.int64)[:, None] * stride_w + offs_e[None, :],
-                    mask=(offs_k[:, None] < H) & e_ok[None, :], other=0.0).to(tl.float32)
-        acc += tl.sum(x[:, None] * w, axis=0)
+                    mask=k_ok[:, None] & e_ok[None, :], other=0.0)
+        acc = tl.dot(x, w, acc)
     # Rounded to the activation dtype first, as the stock router's F.linear output is: from the
     # same activations the experts picked are then stock's, near-ties included.
     acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(p_ptr + row64 * stride_p + offs_e, acc, mask=e_ok)
+    tl.store(p_ptr + rows[:, None] * stride_p + offs_e[None, :], acc, mask=t_ok[:, None] & e_ok[None, :])
     tl.debug_barrier()
-    arrived = tl.atomic_add(sem_ptr + row, 1)
+    arrived = tl.atomic_add(sem_ptr + pid_t, 1)
     if arrived == tl.num_programs(1) - 1:
         offs = tl.arange(0, BLOCK_ALL)
-        logits = tl.load(p_ptr + row64 * stride_p + offs, mask=offs < E, other=float("-inf"), cache_modifier=".cg")
-        m = tl.max(logits, axis=0)
-        ex = tl.where(offs < E, tl.exp(logits - m), 0.0)
-        tl.store(p_ptr + row64 * stride_p + offs, ex / tl.sum(ex, axis=0), mask=offs < E)
-        tl.atomic_xchg(sem_ptr + row, 0)
+        ok = t_ok[:, None] & (offs < E)[None, :]
+        tile = p_ptr + rows[:, None] * stride_p + offs[None, :]
+        logits = tl.load(tile, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        m = tl.where(t_ok, tl.max(logits, axis=1), 0.0)  # rows past T: no -inf - -inf
+        ex = tl.where(ok, tl.exp(logits - m[:, None]), 0.0)
+        tl.store(tile, ex / tl.where(t_ok, tl.sum(ex, axis=1), 1.0)[:, None], mask=ok)
+        tl.atomic_xchg(sem_ptr + pid_t, 0)
 
 
 @triton.jit
@@ -406,15 +414,18 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor) -> torch.Tensor:
         return probs
     _backend.require_runnable(x2, "moe")
     interp = _backend.is_interpret()
-    # 16-expert tiles: Qwen3-30B-A3B's 512 KB router streams from 8 SMs per token, not one.
-    block_e = max(8, min(16, _backend.next_pow2(e)))
-    block_k = min(64 if interp else 256, _backend.next_pow2(h))
-    tiles = _backend.cdiv(e, block_e)
-    sem = _backend.semaphores(x2.device, t)
+    # 16 x 16 logit tiles: Qwen3-30B-A3B's 512 KB router streams from 8 SMs at decode, not
+    # one; a prefill's 64-token tiles read it once per 64 tokens.
+    block_t = 16 if t <= DECODE_MAX_TOKENS or interp else 64
+    block_e = 16
+    block_k = min(64 if interp else 128, max(16, _backend.next_pow2(h)))
+    grid = (_backend.cdiv(t, block_t), _backend.cdiv(e, block_e))
+    sem = _backend.semaphores(x2.device, grid[0])
     pdl = _backend.pdl(x2.device)
-    _router_kernel[(t, tiles)](x2, router_w, probs, sem, h, e, x2.stride(0), router_w.stride(0), probs.stride(0),
-                               BLOCK_K=block_k, BLOCK_E=block_e, BLOCK_ALL=max(16, _backend.next_pow2(e)),
-                               PDL=pdl, num_warps=4, **_backend.pdl_kw(pdl))
+    _router_kernel[grid](x2, router_w, probs, sem, t, h, e, x2.stride(0), router_w.stride(0), probs.stride(0),
+                         BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_E=block_e, BLOCK_ALL=max(16, _backend.next_pow2(e)),
+                         PDL=pdl, num_warps=4, num_stages=3 if x2.device.type == "cuda" else 2,
+                         **_backend.pdl_kw(pdl))
     return probs
 
 
