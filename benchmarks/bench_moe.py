@@ -352,9 +352,9 @@ def sweep_table(rows):
     return "\n".join(lines)
 
 
-def tuned_entries(res):
-    """The "tuned" entries of a sweep's results: each swept case's best config, keyed as
-    moe.launch_config looks it up."""
+def tuned_entries(res, source=""):
+    """The "tuned" entries of a sweep's results (written to `source`, a moe.json): each swept
+    case's best config, keyed as moe.launch_config looks it up."""
     out = []
     for r in res["rows"]:
         b = (r.get("sweep") or {}).get("best")
@@ -367,7 +367,7 @@ def tuned_entries(res):
                         measured=dict(shape=f"{r['shape']} tokens {r['tokens']}", ms=round(b["ms"], 5),
                                       default_ms=round(b["default_ms"], 5) if b.get("default_ms") else None,
                                       GBps=round(b["GBps"], 1)),
-                        date=res["env"].get("date_utc", "")[:10], command=res.get("command", "")))
+                        date=res["env"].get("date_utc", "")[:10], command=res.get("command", ""), source=source))
     return out
 
 
@@ -419,7 +419,7 @@ def main(argv=None) -> int:
     if args.from_json:
         with open(args.from_json, encoding="utf-8") as f:
             prev = json.load(f)
-        entries = tuned_entries(prev)
+        entries = tuned_entries(prev, os.path.relpath(args.from_json, ROOT))
         if not entries:
             benchlib.log(f"[moe] {args.from_json}: no swept case has a timed best config (run with --sweep on a GPU)")
             return 1
@@ -475,7 +475,7 @@ def main(argv=None) -> int:
     benchlib.write_atomic(os.path.join(args.out, "moe.md"), md)
     benchlib.log(md)
     if args.write_tuned:
-        entries = tuned_entries(res)
+        entries = tuned_entries(res, os.path.relpath(os.path.join(args.out, "moe.json"), ROOT))
         write_tuned(args.write_tuned, entries, res["env"].get("device", ""))
         benchlib.log(f"[moe] {len(entries)} tuned configs written to {args.write_tuned}")
     return 1 if failed else 0

@@ -575,6 +575,7 @@ def test_moe_bench_write_tuned(tmp_path):
     assert got["routes"] == [{"kernel": "gemm"}] and got["tuned"][0] == gemv
     assert [(e["kernel"], e["key"], e["config"]) for e in got["tuned"][1:]] == [("moe.decode", key, best)]
     assert got["tuned"][1]["measured"]["ms"] == 0.02 and got["tuned"][1]["date"] == "2026-12-01"
+    assert got["tuned"][1]["source"] == os.path.relpath(run, ROOT)
     bad = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--out", str(tmp_path / "o"),
                           "--write-tuned", str(data)], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "needs --sweep" in bad.stderr
