@@ -407,8 +407,8 @@ def table(rows):
     for r in rows:
         p = r["paths"]
         lines.append(f"| {r['shape']} | {r['tokens']} | {r['experts_hit']:.1f} | {r['active_bytes'] / 1e6:.1f} | "
-                     f"{r['roofline_ms']:.4f} | {100 * r['routing_match']:.0f} % | {cell(p['ours'], True)} | {cell(p['grouped_mm'])} | "
-                     f"{cell(p['batched_mm'])} |")
+                     f"{r['roofline_ms']:.4f} | {100 * r['routing_match']:.0f} % | {cell(p['ours'], True)} | "
+                     f"{cell(p['grouped_mm'])} | {cell(p['batched_mm'])} |")
     notes = sorted({f"- {r['shape']} tokens {r['tokens']}, {k}: {v['error']}"
                     for r in rows for k, v in r["paths"].items() if "error" in v})
     return "\n".join(lines + ([""] + notes if notes else []))

@@ -351,8 +351,8 @@ def heuristic_config(path: str, be: str, h: int, i: int, e: int, top_k: int, t: 
         bk = min(128, max(16, _backend.next_pow2(h)))
         dbk = min(128, max(16, _backend.next_pow2(i)))
         return dict(BLOCK_N=64, BLOCK_K=bk, SPLIT_K=_splits(pairs * _backend.cdiv(i, 64), h, bk, units),
-                    DOWN_BLOCK_N=64, DOWN_BLOCK_K=dbk, DOWN_SPLIT_K=_splits(pairs * _backend.cdiv(h, 64), i, dbk, units),
-                    num_warps=4, num_stages=stages)
+                    DOWN_BLOCK_N=64, DOWN_BLOCK_K=dbk,
+                    DOWN_SPLIT_K=_splits(pairs * _backend.cdiv(h, 64), i, dbk, units), num_warps=4, num_stages=stages)
     # The row tile from the rows an expert gets on average: a tile much taller than that is
     # mostly padding, a much shorter one re-reads the expert's weights per tile.
     rows = pairs / e
