@@ -3,6 +3,8 @@
 
     PYTHONPATH=kernels/python python3 benchmarks/bench_moe.py --out DIR \\
         [--shapes qwen3-30b-a3b,mixtral-8x7b] [--tokens 1,8,64,2048]
+    ... --sweep     # also time ours at each candidate launch config (SWEEP_DECODE / SWEEP_PREFILL)
+    ... --write-tuned kernels/python/xpuinject_kernels/gpus/h200.json [--from-json DIR/moe.json]
     ... --smoke     # CPU, TRITON_INTERPRET=1: tiny shapes, every path checked, nothing timed
 
 Each case is one MoE block of a shape (SHAPES: router and experts as in the model's config.json)
@@ -20,8 +22,20 @@ point (batched_mm copies each (token, expert) pair's weights: 2048 tokens of Mix
 ~1.4 TB) says why and has no figure.
 
 Active bytes: the router, the distinct experts the set's tokens hit (gate, up and down weights,
-read once) and the activations in and out; GB/s = those bytes / time, and a share of the device
-copy bandwidth measured first. ratio = transformers' time / ours (> 1: ours faster).
+read once) and the activations in and out; GB/s = those bytes / time (every path), and a share of
+the device copy bandwidth measured first. roofline = active bytes / ROOFLINE_BPS (the H200's
+4.2 TB/s, as the model's active-bytes roofline takes it); x roofline = time / that. ratio =
+transformers' time / ours (> 1: ours faster).
+
+--sweep: for each case, ours is also run at each candidate config of the path its token count
+takes (decode at tokens <= moe.DECODE_MAX_TOKENS, else prefill), passed as moe(config=...), and at
+the config it takes by itself (tuned data or heuristic, "default"); each is checked like the paths
+above, then timed by the same timer. moe.json's row["sweep"] lists them with their GB/s of active
+bytes, the best first; moe.md has the best beside the default. --write-tuned FILE puts each swept
+case's best config into that per-GPU data file's "tuned" section as kernel "moe.decode" or
+"moe.prefill" keyed by {hidden, inter, experts, top_k, tokens (rounded up to a power of 2)}, the
+key moe.launch_config looks up; other entries stay, one of the same kernel and key is replaced.
+With --from-json it writes from a moe.json an earlier --sweep run wrote, and runs nothing.
 
 Writes DIR/moe.json and DIR/moe.md; exit status 0 when every check of ours passed, 1 when one
 failed, 2 on bad arguments or no GPU.
@@ -56,7 +70,27 @@ TOKENS = (1, 8, 64, 2048)
 # one decode-path and one prefill-path count (moe.DECODE_MAX_TOKENS is 8)
 SMOKE_TOKENS = (3, 19)
 PATHS = ("ours", "grouped_mm", "batched_mm")
+ROOFLINE_BPS = 4.2e12  # H200 HBM3e, bytes/s
 SETS = 8  # input sets rotated through: each call routes other tokens, so other experts are read
+# --sweep candidates (moe.DECODE_KEYS): gate/up (BLOCK_N, BLOCK_K, SPLIT_K), down (the same),
+# num_warps, num_stages. Short lists: each one compiles its kernels once.
+SWEEP_DECODE = [
+    ((64, 128, 1), (64, 128, 1), 4, 3),
+    ((64, 128, 2), (64, 128, 2), 4, 3),
+    ((64, 128, 4), (64, 128, 4), 4, 3),
+    ((32, 256, 2), (32, 256, 2), 4, 3),
+    ((128, 64, 2), (128, 64, 2), 4, 4),
+]
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the prefill kernels
+SWEEP_PREFILL = [
+    (32, 128, 64, 4, 3),
+    (64, 128, 64, 4, 3),
+    (64, 128, 64, 8, 4),
+    (128, 128, 64, 8, 3),
+    (128, 64, 64, 4, 3),
+]
+SMOKE_SWEEP_DECODE = [((16, 32, 1), (16, 16, 1), 4, 1), ((32, 16, 2), (32, 16, 3), 4, 1)]
+SMOKE_SWEEP_PREFILL = [(16, 16, 32, 4, 1), (32, 32, 16, 4, 1)]
 
 
 def parse_args(argv):
@@ -66,7 +100,29 @@ def parse_args(argv):
     p.add_argument("--tokens", default="", help="comma-separated token counts (default: 1,8,64,2048)")
     p.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1: tiny shapes, checks only")
     p.add_argument("--rep-ms", type=float, default=200.0, help="device time to spend timing each path")
+    p.add_argument("--sweep", action="store_true", help="also time ours at each candidate launch config")
+    p.add_argument("--write-tuned", default="", metavar="FILE",
+                   help="a per-GPU data file (gpus/<gpu>.json): write each swept case's best config into it")
+    p.add_argument("--from-json", default="", metavar="MOE_JSON",
+                   help="with --write-tuned: take the sweep from this moe.json and run nothing")
     args = p.parse_args(argv)
+    if args.from_json and not args.write_tuned:
+        p.error("--from-json: only with --write-tuned")
+    if args.write_tuned:
+        if not (args.sweep or args.from_json):
+            p.error("--write-tuned: needs --sweep (or --from-json): the best configs come from a sweep")
+        if args.smoke and not args.from_json:
+            p.error("--write-tuned: not with --smoke (interpreter times pick no GPU's configs)")
+        for what, path in (("--write-tuned", args.write_tuned), ("--from-json", args.from_json)):
+            if not path:
+                continue
+            try:
+                with open(path, encoding="utf-8") as f:
+                    json.load(f)
+            except OSError as e:
+                p.error(f"{what} {path}: {e.strerror}")
+            except ValueError as e:
+                p.error(f"{what} {path}: not JSON ({e})")
     table = SMOKE_SHAPES if args.smoke else SHAPES
     names = [s for s in args.shapes.split(",") if s] or list(table)
     for s in names:
@@ -133,10 +189,26 @@ def active_bytes(sh, tokens, hit):
     return 2 * (h * e + hit * 3 * h * i + 2 * tokens * h)
 
 
-def run_case(env, name, sh, tokens, packed):
-    """Check every path against the block's own experts loop, then time each (not under --smoke)."""
+def sweep_configs(env, tokens):
+    """(path, candidate configs) for a token count: moe's decode or prefill launch constants."""
+    from xpuinject_kernels import moe as M
+
+    if tokens <= M.DECODE_MAX_TOKENS:
+        out = []
+        for (bn, bk, sk), (dbn, dbk, dsk), w, st in (SMOKE_SWEEP_DECODE if env.smoke else SWEEP_DECODE):
+            out.append(dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, DOWN_BLOCK_N=dbn, DOWN_BLOCK_K=dbk, DOWN_SPLIT_K=dsk,
+                            num_warps=w, num_stages=st))
+        return "decode", out
+    out = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
+           for bm, bn, bk, w, st in (SMOKE_SWEEP_PREFILL if env.smoke else SWEEP_PREFILL)]
+    return "prefill", out
+
+
+def run_case(env, name, sh, tokens, packed, sweep=False):
+    """Check every path against the block's own experts loop, then time each (not under --smoke);
+    with sweep, ours also at each candidate config (row["sweep"])."""
     torch = env.torch
-    from xpuinject_kernels.moe import moe, route
+    from xpuinject_kernels.moe import launch_config, moe, route
     from xpuinject_kernels.moe_layer import router_rule
 
     m, cfg, rw, gu, dn = packed
@@ -154,6 +226,7 @@ def run_case(env, name, sh, tokens, packed):
         hit = sum(int(torch.unique(m.gate(s["x"].view(-1, sh["hidden"]))[2]).numel()) for s in sets) / len(sets)
     row["experts_hit"] = hit
     row["active_bytes"] = active_bytes(sh, tokens, hit)
+    row["roofline_ms"] = row["active_bytes"] / ROOFLINE_BPS * 1e3
 
     def ours(s):
         return moe(s["x"], rw, gu, dn, sh["top_k"], rule)
@@ -192,16 +265,125 @@ def run_case(env, name, sh, tokens, packed):
                 torch.cuda.empty_cache()
         finally:
             set_experts(cfg, "eager")
+    if sweep:
+        row["sweep"] = run_sweep(env, sh, tokens, sets, ref, (rw, gu, dn, rule), row["active_bytes"],
+                                 launch_config, row["paths"]["ours"])
     ours_ms = row["paths"]["ours"].get("ms")
     for path in PATHS:
         res = row["paths"][path]
         if res.get("ms"):
             res["GBps"] = row["active_bytes"] / (res["ms"] * 1e-3) / 1e9
+            res["x_roofline"] = res["ms"] / row["roofline_ms"]
             if env.bw:
                 res["bw_frac"] = row["active_bytes"] / (res["ms"] * 1e-3) / env.bw
             if path != "ours" and ours_ms:
                 res["ratio"] = res["ms"] / ours_ms
     return row
+
+
+def run_sweep(env, sh, tokens, sets, ref, weights, active, launch_config, ours):
+    """Ours at the default config (what it launches by itself: the "ours" path, whose check and
+    time it takes) and at each candidate: checked against ref, then timed (not under --smoke);
+    the fastest first."""
+    torch = env.torch
+    from xpuinject_kernels.moe import moe
+
+    rw, gu, dn, rule = weights
+    path, cands = sweep_configs(env, tokens)
+    default = launch_config(path, sets[0]["x"].device, sh["hidden"], sh["inter"], sh["experts"], sh["top_k"], tokens)
+    out = dict(path=path, kernel=f"moe.{path}", default=dict(default), configs=[])
+    seen = []
+    for label, cfg in [("default", dict(default))] + [("candidate", c) for c in cands]:
+        if cfg in seen:
+            continue
+        seen.append(cfg)
+        ent = dict(label=label, config=cfg)
+        out["configs"].append(ent)
+        if label == "default" and "rel_err" in ours:
+            ent.update({k: ours[k] for k in ("rel_err", "check_ok", "ms", "timer", "error") if k in ours})
+            if ent.get("ms"):
+                ent["GBps"] = active / (ent["ms"] * 1e-3) / 1e9
+            continue
+
+        def fn(s, cfg=cfg):
+            return moe(s["x"], rw, gu, dn, sh["top_k"], rule, config=cfg)
+        try:
+            with torch.no_grad():
+                got = fn(sets[0])
+                ent["rel_err"] = benchlib.rel_err(env, got, ref)
+                ent["check_ok"] = bool(ent["rel_err"] < benchlib.REL_TOL)
+                del got
+                if not env.smoke and ent["check_ok"]:
+                    t = benchlib.time_calls(env, fn, sets)
+                    ent.update(ms=t["us"] / 1e3, timer=t["timer"], GBps=active / (t["us"] * 1e-6) / 1e9,
+                               x_roofline=t["us"] * 1e-6 / (active / ROOFLINE_BPS))
+                    if env.bw:
+                        ent["bw_frac"] = active / (t["us"] * 1e-6) / env.bw
+        except Exception as e:  # noqa: BLE001 - a config that does not compile or fit is recorded
+            ent["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+    timed = [c for c in out["configs"] if c.get("ms")]
+    out["configs"].sort(key=lambda c: (c.get("ms") is None, c.get("ms") or 0.0))
+    if timed:
+        best = min(timed, key=lambda c: c["ms"])
+        dms = next((c["ms"] for c in timed if c["label"] == "default"), None)
+        out["best"] = dict(config=best["config"], ms=best["ms"], GBps=best["GBps"], default_ms=dms,
+                           speedup_vs_default=(dms / best["ms"]) if dms else None)
+    return out
+
+
+def sweep_table(rows):
+    """Per swept case: the best config beside the default one."""
+    head = ["shape", "tokens", "path", "default ms (GB/s)", "best ms (GB/s)", "best / default", "best config",
+            "configs ok / run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        sw = r.get("sweep")
+        if not sw:
+            continue
+        ok = sum(1 for c in sw["configs"] if c.get("check_ok"))
+        d = next((c for c in sw["configs"] if c["label"] == "default"), {})
+        b = sw.get("best")
+        dcell = f"{d['ms']:.4f} ({d['GBps']:.0f})" if d.get("ms") else ("ok" if d.get("check_ok") else "failed")
+        bcell = f"{b['ms']:.4f} ({b['GBps']:.0f})" if b else "-"
+        ratio = f"{b['speedup_vs_default']:.2f}x" if b and b.get("speedup_vs_default") else "-"
+        conf = " ".join(f"{k}={v}" for k, v in b["config"].items()) if b else "-"
+        lines.append(f"| {r['shape']} | {r['tokens']} | {sw['path']} | {dcell} | {bcell} | {ratio} | {conf} | "
+                     f"{ok} / {len(sw['configs'])} |")
+    return "\n".join(lines)
+
+
+def tuned_entries(res, source=""):
+    """The "tuned" entries of a sweep's results (written to `source`, a moe.json): each swept
+    case's best config, keyed as moe.launch_config looks it up."""
+    out = []
+    for r in res["rows"]:
+        b = (r.get("sweep") or {}).get("best")
+        if not b:
+            continue
+        p = r["params"]
+        tokens = 1 << (int(r["tokens"]) - 1).bit_length()
+        key = dict(hidden=p["hidden"], inter=p["inter"], experts=p["experts"], top_k=p["top_k"], tokens=tokens)
+        out.append(dict(kernel=r["sweep"]["kernel"], key=key, config=b["config"],
+                        measured=dict(shape=f"{r['shape']} tokens {r['tokens']}", ms=round(b["ms"], 5),
+                                      default_ms=round(b["default_ms"], 5) if b.get("default_ms") else None,
+                                      GBps=round(b["GBps"], 1)),
+                        date=res["env"].get("date_utc", "")[:10], command=res.get("command", ""), source=source))
+    return out
+
+
+def write_tuned(path, entries, device):
+    """Merge entries into a per-GPU data file's "tuned" section: an entry of the same kernel and
+    key is replaced, every other entry (and the routes) stays."""
+    from routes import dumps  # this folder's routes.py: the data files' layout
+
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    new = {(e["kernel"], json.dumps(e["key"], sort_keys=True)) for e in entries}
+    kept = [e for e in data.get("tuned", []) if (e["kernel"], json.dumps(e["key"], sort_keys=True)) not in new]
+    data["tuned"] = kept + entries
+    if device and device not in data.get("devices", []):
+        data.setdefault("devices", []).append(device)
+    benchlib.write_atomic(path, dumps(data) + "\n")
 
 
 def cell(res, ours=False):
@@ -214,19 +396,19 @@ def cell(res, ours=False):
     s = f"{res['ms']:.4f}" + ("*" if res.get("timer") != "graph" else "")
     if ours:
         frac = f", {100 * res['bw_frac']:.0f} %" if "bw_frac" in res else ""
-        return f"{s} ({res['GBps']:.0f} GB/s{frac})"
-    return f"{s} ({res['ratio']:.2f}x)" if "ratio" in res else s
+        return f"{s} ({res['GBps']:.0f} GB/s{frac}, {res['x_roofline']:.2f}x roofline)"
+    return f"{s} ({res['ratio']:.2f}x, {res['GBps']:.0f} GB/s)" if "ratio" in res else f"{s} ({res['GBps']:.0f} GB/s)"
 
 
 def table(rows):
-    head = ["shape", "tokens", "experts hit", "active MB", "routing = stock", "ours ms (GB/s, % copy BW)",
-            "grouped_mm ms (x)", "batched_mm ms (x)"]
+    head = ["shape", "tokens", "experts hit", "active MB", "roofline ms", "routing = stock",
+            "ours ms (GB/s, % copy BW, x roofline)", "grouped_mm ms (x, GB/s)", "batched_mm ms (x, GB/s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         p = r["paths"]
         lines.append(f"| {r['shape']} | {r['tokens']} | {r['experts_hit']:.1f} | {r['active_bytes'] / 1e6:.1f} | "
-                     f"{100 * r['routing_match']:.0f} % | {cell(p['ours'], True)} | {cell(p['grouped_mm'])} | "
-                     f"{cell(p['batched_mm'])} |")
+                     f"{r['roofline_ms']:.4f} | {100 * r['routing_match']:.0f} % | {cell(p['ours'], True)} | "
+                     f"{cell(p['grouped_mm'])} | {cell(p['batched_mm'])} |")
     notes = sorted({f"- {r['shape']} tokens {r['tokens']}, {k}: {v['error']}"
                     for r in rows for k, v in r["paths"].items() if "error" in v})
     return "\n".join(lines + ([""] + notes if notes else []))
@@ -234,6 +416,16 @@ def table(rows):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as f:
+            prev = json.load(f)
+        entries = tuned_entries(prev, os.path.relpath(args.from_json, ROOT))
+        if not entries:
+            benchlib.log(f"[moe] {args.from_json}: no swept case has a timed best config (run with --sweep on a GPU)")
+            return 1
+        write_tuned(args.write_tuned, entries, prev.get("env", {}).get("device", ""))
+        benchlib.log(f"[moe] {len(entries)} tuned configs written to {args.write_tuned}")
+        return 0
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     env = benchlib.setup(SimpleNamespace(smoke=args.smoke, cache_dir=None, timer=args.timer, rep_ms=args.rep_ms),
@@ -259,7 +451,7 @@ def main(argv=None) -> int:
         rw, gu, dn = (getattr(m, packed_attr("SparseMoE", r))
                       for r in ("router_weight", "gate_up_weight", "down_weight"))
         for tokens in args.token_list:
-            row = run_case(env, name, sh, tokens, (m, cfg, rw, gu, dn))
+            row = run_case(env, name, sh, tokens, (m, cfg, rw, gu, dn), sweep=args.sweep)
             res["rows"].append(row)
             p = row["paths"]
             benchlib.log(f"[moe +{time.time() - t0:.0f}s] {name} tokens {tokens}: " +
@@ -269,15 +461,23 @@ def main(argv=None) -> int:
         if not env.smoke:
             torch.cuda.empty_cache()
     failed = [r for r in res["rows"] if not r["paths"]["ours"].get("check_ok")]
+    # a candidate config that fails its check is a kernel bug (one that does not fit is only noted)
+    failed += [r for r in res["rows"] for c in (r.get("sweep") or {}).get("configs", [])
+               if "rel_err" in c and not c["check_ok"]]
     res["summary"] = dict(rows=len(res["rows"]), ours_failed=len(failed), wall_s=round(time.time() - t0, 1))
     md = (f"# MoE block: ours against transformers {transformers.__version__}'s experts "
           f"({'interpreter smoke, no timing' if env.smoke else res['env'].get('device', '?')})\n\n"
           f"command: `{res['command']}`  \ndate: {res['env']['date_utc']}  \n"
           "ms per call of the whole block (routing included), median; x = transformers' time / ours (> 1: ours "
-          "faster); * = CUDA-graph capture failed, timed eagerly\n\n" + table(res["rows"]) + "\n")
+          "faster); * = CUDA-graph capture failed, timed eagerly\n\n" + table(res["rows"]) + "\n"
+          + ("\n## Launch config sweep (ours)\n\n" + sweep_table(res["rows"]) + "\n" if args.sweep else ""))
     benchlib.write_atomic(os.path.join(args.out, "moe.json"), json.dumps(res, indent=1, default=str) + "\n")
     benchlib.write_atomic(os.path.join(args.out, "moe.md"), md)
     benchlib.log(md)
+    if args.write_tuned:
+        entries = tuned_entries(res, os.path.relpath(os.path.join(args.out, "moe.json"), ROOT))
+        write_tuned(args.write_tuned, entries, res["env"].get("device", ""))
+        benchlib.log(f"[moe] {len(entries)} tuned configs written to {args.write_tuned}")
     return 1 if failed else 0
 
 

@@ -6,6 +6,7 @@ for Triton (the `triton-xpu` wheel) lowers each kernel at each config it would a
 every failure is printed with the config. Native code (`ocloc`) and running are not covered.
 
     scripts/xpu-compile-check.sh          # makes .xpu-venv (triton-xpu, intel-sycl-rt) and runs this
+    scripts/xpu-compile-check.sh --only moe   # the cases whose name starts with "moe"
 
 It runs under the XPU Triton, with torch taken from the project's .venv (only for dtypes).
 Arguments are mocked from dtypes (JITFunction.warmup), and a stand-in Triton driver reports the
@@ -80,8 +81,9 @@ PTR_DTYPES = {
     "greedy": {"WS_V": torch.float32, "WS_I": torch.int32, "SEM": torch.int32, "UNFINISHED": torch.bool,
                "N_GEN": torch.int64, "OUT": torch.int64, "CUR": torch.int64, "PAD": torch.int64, "EOS": torch.int64,
                "TOK": torch.int64},
-    "moe": {"ids_ptr": torch.int32, "rows_ptr": torch.int32, "bexp_ptr": torch.int32, "wts_ptr": torch.float32,
-            "p_ptr": torch.float32, "y_ptr": torch.float32},
+    "moe": {"ids_ptr": torch.int64, "rows_ptr": torch.int32, "bexp_ptr": torch.int32, "wts_ptr": torch.float32,
+            "vals_ptr": torch.float32, "p_ptr": torch.float32, "y_ptr": torch.float32, "ws_ptr": torch.float32,
+            "sem_ptr": torch.int32},
 }
 
 
@@ -192,17 +194,27 @@ def cases():
     yield ("gemv swiglu split2, add + RMSNorm prologue", gemv._gemv_kernel, [({}, 4, 2)], bf16,
            dict(HAS_BIAS=False, EPILOGUE=1, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=2, NORM=True))
     yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_E=4)
-    # mixture of experts (moe.py's fixed tiles): routing, the decode GEMVs, the grouped prefill GEMMs
-    yield "moe router", moe._router_softmax_kernel, [({}, 4, 1)], bf16, dict(BLOCK_K=64, BLOCK_E=128)
-    yield "moe decode gate/up", moe._decode_gate_up_kernel, [({}, 4, 1)], bf16, dict(BLOCK_K=64, BLOCK_N=64)
-    yield "moe decode down", moe._decode_down_kernel, [({}, 4, 1)], bf16, dict(TOP_K=8, BLOCK_K=64, BLOCK_N=64)
-    yield "moe grouped gate/up", moe._grouped_gate_up_kernel, [({}, 4, 1)], bf16, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=64)
-    yield "moe grouped down", moe._grouped_down_kernel, [({}, 4, 1)], bf16, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=64)
-
+    # mixture of experts: routing, the decode GEMVs (with and without K splits), the grouped
+    # prefill GEMMs at the heuristic's row tiles
+    for bt in (16, 64):
+        yield (f"moe router t{bt}", moe._router_kernel, [({}, 4, 2)], bf16,
+               dict(BLOCK_T=bt, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128))
+    for split in (1, 4):
+        yield (f"moe decode gate/up split{split}", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
+               dict(BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))
+        yield (f"moe decode down split{split}", moe._decode_down_kernel, [({}, 4, 2)], bf16,
+               dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))
+    for bm, warps in ((16, 4), (64, 8), (128, 8)):
+        yield (f"moe grouped gate/up m{bm}", moe._grouped_gate_up_kernel, [({}, warps, 2)], bf16,
+               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64))
+        yield (f"moe grouped down m{bm}", moe._grouped_down_kernel, [({}, warps, 2)], bf16,
+               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64))
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--warp-size", type=int, default=16, help="XPU subgroup size (16 on PVC)")
+    ap.add_argument("--only", default="", metavar="PREFIX",
+                    help="compile only the cases whose name starts with PREFIX (e.g. 'moe')")
     a = ap.parse_args()
     triton.runtime.driver.set_active(XPUTargetDriver(a.warp_size))
     print(f"triton {triton.__version__} ({Path(triton.__file__).parent}), target xpu {PVC['name']}, subgroup {a.warp_size}")
@@ -219,6 +231,8 @@ def main():
         tl.make_tensor_descriptor = tl._experimental_make_tensor_descriptor
     ok = failed = 0
     for name, fn, cfgs, act, consts in cases():
+        if not name.startswith(a.only):
+            continue
         for kw, warps, stages in cfgs:
             kw = dict(kw)
             grf = kw.pop("grf_mode", None)

@@ -515,12 +515,12 @@ def test_routes_py_reproduces_the_shipped_gpu_data(tmp_path):
 
 
 def test_moe_bench_smoke(tmp_path):
-    """benchmarks/bench_moe.py --smoke: both families' tiny blocks at a decode-path and a
+    """benchmarks/bench_moe.py --smoke --sweep: both families' tiny blocks at a decode-path and a
     prefill-path token count; ours, grouped_mm and batched_mm each checked against the block's
-    own experts loop, nothing timed."""
+    own experts loop, and ours at its default and each candidate launch config, nothing timed."""
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONUNBUFFERED="1", TRITON_INTERPRET="1")
-    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--smoke", "--out", str(out)],
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--smoke", "--sweep", "--out", str(out)],
                        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads((out / "moe.json").read_text())
@@ -531,10 +531,92 @@ def test_moe_bench_smoke(tmp_path):
         for name, path in r["paths"].items():
             assert path["check_ok"] and path["rel_err"] < 1e-2 and "ms" not in path, (r["shape"], name, path)
         assert r["routing_match"] == 1.0
-    assert "| qwen3-moe-tiny | 19 |" in (out / "moe.md").read_text()
+        sw = r["sweep"]
+        assert sw["path"] == ("decode" if r["tokens"] <= 8 else "prefill") and sw["kernel"] == "moe." + sw["path"]
+        labels = [c["label"] for c in sw["configs"]]
+        assert labels[0] == "default" and labels.count("candidate") == 2, labels
+        # the candidates' configs reached the launcher: each differs from the default and passed
+        assert len({json.dumps(c["config"], sort_keys=True) for c in sw["configs"]}) == 3
+        for c in sw["configs"]:
+            assert c["check_ok"] and c["rel_err"] < 1e-2 and "ms" not in c, (r["shape"], r["tokens"], c)
+        assert "best" not in sw  # nothing timed, nothing to write as tuned
+    md = (out / "moe.md").read_text()
+    assert "| qwen3-moe-tiny | 19 |" in md and "| qwen3-moe-tiny | 19 | prefill | ok |" in md
     bad = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--smoke", "--out", str(out),
                           "--shapes", "qwen3-30b-a3b"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "unknown shape 'qwen3-30b-a3b'" in bad.stderr  # full shapes are not smoke shapes
+
+
+def test_moe_bench_write_tuned(tmp_path):
+    """--write-tuned FILE --from-json: each swept case's best config goes into the data file's
+    "tuned" section under the key moe.launch_config looks up; entries of other kernels and keys
+    stay, one of the same kernel and key is replaced; a sweep with nothing timed writes nothing."""
+    sh = dict(family="qwen3_moe", hidden=2048, experts=128, top_k=8, inter=768)
+    best = dict(BLOCK_N=64, BLOCK_K=128, SPLIT_K=2, DOWN_BLOCK_N=64, DOWN_BLOCK_K=128, DOWN_SPLIT_K=1,
+                num_warps=4, num_stages=3)
+    row = dict(shape="qwen3-30b-a3b", tokens=5, params=sh,
+               sweep=dict(path="decode", kernel="moe.decode",
+                          best=dict(config=best, ms=0.02, GBps=3800.0, default_ms=0.025, speedup_vs_default=1.25)))
+    untimed = dict(row, tokens=2048, sweep=dict(path="prefill", kernel="moe.prefill", configs=[]))
+    run = tmp_path / "moe.json"
+    env_ = dict(device="NVIDIA H200", date_utc="2026-12-01T19:00:00Z")
+    run.write_text(json.dumps(dict(command="bench_moe.py --sweep", env=env_, rows=[row, untimed])))
+    key = dict(hidden=2048, inter=768, experts=128, top_k=8, tokens=8)
+    gemv = dict(kernel="gemv", key=dict(epilogue="none", k=2048, n=3072), config=dict(BLOCK_N=64))
+    data = tmp_path / "gpu.json"
+    data.write_text(json.dumps(dict(gpu="h200", devices=["NVIDIA H200"], routes=[{"kernel": "gemm"}],
+                                    tuned=[gemv, dict(kernel="moe.decode", key=key, config=dict(BLOCK_N=16))])))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--out", str(tmp_path / "o"),
+                        "--write-tuned", str(data), "--from-json", str(run)],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(data.read_text())
+    assert got["routes"] == [{"kernel": "gemm"}] and got["tuned"][0] == gemv
+    assert [(e["kernel"], e["key"], e["config"]) for e in got["tuned"][1:]] == [("moe.decode", key, best)]
+    assert got["tuned"][1]["measured"]["ms"] == 0.02 and got["tuned"][1]["date"] == "2026-12-01"
+    assert got["tuned"][1]["source"] == os.path.relpath(run, ROOT)
+    bad = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--out", str(tmp_path / "o"),
+                          "--write-tuned", str(data)], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert bad.returncode == 2 and "needs --sweep" in bad.stderr
+    run.write_text(json.dumps(dict(env={}, rows=[untimed])))
+    none = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--out", str(tmp_path / "o"),
+                           "--write-tuned", str(data), "--from-json", str(run)],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert none.returncode == 1 and "no swept case has a timed best config" in none.stdout
+    assert json.loads(data.read_text()) == got
+
+
+def test_moe_bench_tables_of_a_timed_run():
+    """The tables a GPU run writes (nothing is timed under --smoke): ours with GB/s, share of the
+    copy bandwidth and distance to the roofline, stock with its ratio and GB/s, the sweep's best
+    beside the default; a failed or unrunnable config is said so."""
+    bm = load("bench_moe")
+    sh = bm.SHAPES["qwen3-30b-a3b"]
+    active = bm.active_bytes(sh, 1, 8)
+    roof = active / bm.ROOFLINE_BPS * 1e3
+    ours = dict(rel_err=1e-3, check_ok=True, ms=0.03, timer="graph", GBps=active / 0.03e-3 / 1e9, bw_frac=0.5,
+                x_roofline=0.03 / roof)
+    stock = dict(rel_err=0.0, check_ok=True, ms=0.06, timer="graph", GBps=active / 0.06e-3 / 1e9, ratio=2.0)
+    default = dict(label="default", config=dict(BLOCK_N=64), ms=0.03, GBps=ours["GBps"], check_ok=True)
+    best = dict(label="candidate", config=dict(BLOCK_N=32, SPLIT_K=2), ms=0.025, GBps=active / 0.025e-3 / 1e9,
+                check_ok=True)
+    sweep = dict(path="decode", kernel="moe.decode", default=default["config"],
+                 configs=[best, default, dict(label="candidate", config=dict(BLOCK_N=128), error="OutOfResources: x")],
+                 best=dict(config=best["config"], ms=0.025, GBps=best["GBps"], default_ms=0.03, speedup_vs_default=1.2))
+    row = dict(shape="qwen3-30b-a3b", tokens=1, params=sh, experts_hit=8.0, active_bytes=active, roofline_ms=roof,
+               routing_match=1.0, paths=dict(ours=ours, grouped_mm=stock, batched_mm=dict(error="too big")),
+               sweep=sweep)
+    t = bm.table([row])
+    assert f"| {roof:.4f} | 100 % | 0.0300 ({ours['GBps']:.0f} GB/s, 50 %, {0.03 / roof:.2f}x roofline) | " \
+           f"0.0600 (2.00x, {stock['GBps']:.0f} GB/s) | cannot run |" in t, t
+    assert "- qwen3-30b-a3b tokens 1, batched_mm: too big" in t
+    st = bm.sweep_table([row])
+    assert (f"| qwen3-30b-a3b | 1 | decode | 0.0300 ({default['GBps']:.0f}) | 0.0250 ({best['GBps']:.0f}) | 1.20x | "
+            "BLOCK_N=32 SPLIT_K=2 | 2 / 3 |") in st, st
+    ent = bm.tuned_entries(dict(env=dict(date_utc="2026-12-02T01:00:00Z"), command="c", rows=[row]))
+    assert [(e["kernel"], e["key"], e["config"]) for e in ent] == [
+        ("moe.decode", dict(hidden=2048, inter=768, experts=128, top_k=8, tokens=1), best["config"])]
 
 
 def test_moe_bench_check_fails_on_wrong_output():

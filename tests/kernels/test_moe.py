@@ -146,3 +146,160 @@ def test_router_picks_stocks_experts(device):
     got_ids, got_w = M.route(x.to(device), stock.weight.t().contiguous().to(device), 2, "softmax-topk-norm")
     assert torch.equal(got_ids.cpu(), ids)
     torch.testing.assert_close(got_w.cpu(), wts.float(), rtol=2**-8, atol=0)
+
+
+def _ran(path, fn):
+    """fn() with the launch counter of `path` ("moe.decode" / "moe.prefill") checked to move."""
+    from xpuinject_kernels import _backend
+
+    before = dict(_backend.launch_counts)
+    out = fn()
+    assert _backend.launch_counts[path] == before.get(path, 0) + 1, f"{path} did not run"
+    return out
+
+
+@pytest.mark.parametrize("tokens", [1, M.DECODE_MAX_TOKENS, M.DECODE_MAX_TOKENS + 1])
+def test_path_by_token_count(device, tokens):
+    """T = 1 and T = DECODE_MAX_TOKENS take the decode kernels, one token more the grouped ones."""
+    router, gate_up, down = weights(torch.bfloat16, seed=20 + tokens)
+    x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(tokens)).to(torch.bfloat16)
+    path = "moe.decode" if tokens <= M.DECODE_MAX_TOKENS else "moe.prefill"
+    _ran(path, lambda: check(x, router, gate_up, down, 2, "softmax-topk-norm", device))
+
+
+@pytest.mark.parametrize("tokens", [1, 5, 8, 13])
+@pytest.mark.parametrize("e,top_k,h,i,rule", [
+    (6, 2, 72, 24, "softmax-topk-norm"),     # hidden off every block size
+    (6, 3, 48, 40, "softmax-topk"),          # top-3, inter 40, hidden 48 (one and a half 32-blocks)
+    (5, 3, 80, 40, "softmax-topk-norm-fp32"),
+])
+def test_odd_sizes(device, tokens, e, top_k, h, i, rule):
+    router, gate_up, down = weights(torch.bfloat16, seed=e * top_k + tokens, e=e, h=h, i=i)
+    x = torch.randn(tokens, h, generator=torch.Generator().manual_seed(30 + tokens)).to(torch.bfloat16)
+    check(x, router, gate_up, down, top_k, rule, device)
+
+
+DECODE_CONFIGS = [
+    dict(BLOCK_N=16, BLOCK_K=16, SPLIT_K=1, DOWN_BLOCK_N=16, DOWN_BLOCK_K=16, DOWN_SPLIT_K=1),
+    dict(BLOCK_N=32, BLOCK_K=16, SPLIT_K=3, DOWN_BLOCK_N=64, DOWN_BLOCK_K=16, DOWN_SPLIT_K=2),
+    # more splits than K steps: clamped to one split per step
+    dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=8, DOWN_BLOCK_N=16, DOWN_BLOCK_K=16, DOWN_SPLIT_K=5, num_warps=2),
+]
+PREFILL_CONFIGS = [
+    dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16),
+    dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=8),
+    dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=64),
+]
+
+
+@pytest.mark.parametrize("cfg", DECODE_CONFIGS)
+@pytest.mark.parametrize("tokens", [1, 7])
+def test_forced_decode_config(device, cfg, tokens):
+    router, gate_up, down = weights(torch.bfloat16, seed=40 + tokens, h=80, i=40)
+    x = torch.randn(tokens, 80, generator=torch.Generator().manual_seed(tokens)).to(torch.bfloat16)
+    xs = [t.to(device) for t in (x, router, gate_up, down)]
+    out = _ran("moe.decode", lambda: M.moe(*xs, 3, "softmax-topk-norm", config=cfg))
+    ids, _ = M.route(xs[0], xs[1], 3, "softmax-topk-norm")
+    ref = M.moe_ref(x, router, gate_up, down, 3, "softmax-topk-norm", ids=ids.cpu())
+    assert (out.cpu().double() - ref).abs().max().item() <= 2**-7 * 4 * ref.abs().max().item() + 1e-3
+    # the split reductions sum in a fixed order: the same bits every time
+    assert torch.equal(M.moe(*xs, 3, "softmax-topk-norm", config=cfg), out)
+    from xpuinject_kernels import _backend
+
+    assert not _backend.semaphores(xs[0].device, 1).any(), "a reduction left a semaphore counted"
+
+
+@pytest.mark.parametrize("cfg", PREFILL_CONFIGS)
+def test_forced_prefill_config(device, cfg):
+    router, gate_up, down = weights(torch.bfloat16, seed=50, h=80, i=40)
+    x = torch.randn(37, 80, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    xs = [t.to(device) for t in (x, router, gate_up, down)]
+    out = _ran("moe.prefill", lambda: M.moe(*xs, 3, "softmax-topk", config=cfg))
+    ids, _ = M.route(xs[0], xs[1], 3, "softmax-topk")
+    ref = M.moe_ref(x, router, gate_up, down, 3, "softmax-topk", ids=ids.cpu())
+    assert (out.cpu().double() - ref).abs().max().item() <= 2**-7 * 4 * ref.abs().max().item() + 1e-3
+
+
+def test_config_errors(device):
+    router, gate_up, down = weights(torch.bfloat16)
+    x = torch.randn(2, H).to(torch.bfloat16).to(device)
+    w = [t.to(device) for t in (router, gate_up, down)]
+    with pytest.raises(ValueError, match=r"moe decode: unknown config key\(s\) BLOCK_M"):
+        M.moe(x, *w, 2, "softmax-topk", config=dict(BLOCK_M=16))  # a prefill key at decode
+    with pytest.raises(ValueError, match="config SPLIT_K=0: want a positive integer"):
+        M.moe(x, *w, 2, "softmax-topk", config=dict(SPLIT_K=0))
+
+
+def test_tuned_config_is_looked_up(device, monkeypatch):
+    """A GPU data entry for the class ("moe.decode" / "moe.prefill", keyed by hidden, inter,
+    experts, top_k and the token count's power-of-2 bucket) is what the launch takes."""
+    from xpuinject_kernels import _backend, gpus
+
+    dec = dict(BLOCK_N=32, BLOCK_K=16, SPLIT_K=4, DOWN_BLOCK_N=16, DOWN_BLOCK_K=16, DOWN_SPLIT_K=1, num_warps=2,
+               num_stages=1)
+    pre = dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, num_warps=4, num_stages=1)
+    key = dict(hidden=H, inter=I, experts=E, top_k=2)
+    data = {"tuned": [dict(kernel="moe.decode", key=dict(key, tokens=4), config=dec),
+                      dict(kernel="moe.prefill", key=dict(key, tokens=32), config=pre),
+                      dict(kernel="moe.decode", key=dict(key, hidden=H + 1, tokens=1), config=dict(dec, BLOCK_N=64))]}
+    monkeypatch.setattr(gpus, "device_data", lambda d: data)
+    monkeypatch.setattr(M, "_CONFIGS", {})
+    dev = torch.device(device)
+    assert M.launch_config("decode", dev, H, I, E, 2, 3) == dec  # 3 tokens: bucket 4
+    assert M.launch_config("prefill", dev, H, I, E, 2, 17) == pre  # 17 tokens: bucket 32
+    heur = M.heuristic_config("decode", _backend.backend(dev), H, I, E, 2, 1, 8)
+    assert M.launch_config("decode", dev, H, I, E, 2, 1) == heur  # no entry for bucket 1
+    # a config= key overrides the tuned entry's
+    assert M.launch_config("decode", dev, H, I, E, 2, 3, dict(SPLIT_K=1)) == dict(dec, SPLIT_K=1)
+    router, gate_up, down = weights(torch.bfloat16, seed=60)
+    x = torch.randn(3, H, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)
+    monkeypatch.setattr(M, "_CONFIGS", {})
+    before = _backend.launch_counts["tuned.moe.decode"]
+    check(x, router, gate_up, down, 2, "softmax-topk-norm", device)
+    assert _backend.launch_counts["tuned.moe.decode"] == before + 1
+
+
+def test_heuristic_configs_on_gpu_shapes(monkeypatch):
+    """The GPU heuristic (not the interpreter's tiny tiles) on the benchmarked shapes: decode
+    puts >= 1.5 weight programs per SM of an H200 (132 SMs) where the shape allows, and prefill's
+    row tile follows the rows an expert gets on average, within shared memory."""
+    from xpuinject_kernels import _backend
+
+    monkeypatch.setattr(_backend, "is_interpret", lambda: False)
+    for h, i, e, k, t in [(2048, 768, 128, 8, 1), (2048, 768, 128, 8, 8), (4096, 14336, 8, 2, 1)]:
+        c = M.heuristic_config("decode", "cuda", h, i, e, k, t, 132)
+        assert t * k * -(-i // c["BLOCK_N"]) * c["SPLIT_K"] >= 1.5 * 132
+        assert t * k * -(-h // c["DOWN_BLOCK_N"]) * c["DOWN_SPLIT_K"] >= 1.5 * 132
+    q1 = M.heuristic_config("decode", "cuda", 2048, 768, 128, 8, 1, 132)
+    assert (q1["SPLIT_K"], q1["DOWN_SPLIT_K"]) == (4, 1)  # 96 gate/up tiles, 256 down tiles
+    rows = {t: M.heuristic_config("prefill", "cuda", 2048, 768, 128, 8, t, 132)["BLOCK_M"] for t in (64, 512, 2048)}
+    assert rows == {64: 16, 512: 32, 2048: 64}  # 4, 32 and 128 rows per expert on average
+    mix = M.heuristic_config("prefill", "cuda", 4096, 14336, 8, 2, 2048, 132)
+    assert mix["BLOCK_M"] == 128 and M._prefill_fits(mix)
+
+
+@pytest.mark.parametrize("tokens", [2, 20])
+def test_no_host_sync_or_data_dependent_shape(device, tokens, monkeypatch):
+    """A CPU stand-in for CUDA-graph capture: the launcher never reads a tensor on the host
+    (item, tolist, bool/int/float of a tensor, .cpu()) nor makes a shape from data (nonzero,
+    unique, masked_select)."""
+    router, gate_up, down = weights(torch.bfloat16, seed=70)
+    x = torch.randn(tokens, H, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    xs = [t.to(device) for t in (x, router, gate_up, down)]
+    seen = []
+
+    def spy(name, orig):
+        def f(*a, **k):
+            seen.append(name)
+            return orig(*a, **k)
+        return f
+
+    for n in ("item", "tolist", "cpu", "nonzero", "unique", "masked_select", "__bool__", "__int__", "__float__",
+              "__index__"):
+        monkeypatch.setattr(torch.Tensor, n, spy(n, getattr(torch.Tensor, n)))
+    for n in ("nonzero", "unique", "masked_select", "argwhere"):
+        monkeypatch.setattr(torch, n, spy(n, getattr(torch, n)))
+    out = M.moe(*xs, 2, "softmax-topk-norm")
+    monkeypatch.undo()
+    assert seen == []
+    assert torch.isfinite(out).all()

@@ -6,8 +6,9 @@ experts the tokens picked.
 Weights, packed offline (inject/plan/rules_moe.go): router [H, E] K-major; gate_up [E, H, 2I],
 each expert's K-major [gate | up]; down [E, I, H], each expert's K-major down projection.
 
-Routing (transformers 5.17 Qwen3MoeTopKRouter, MixtralTopKRouter): logits = x @ router in fp32,
-softmax in fp32 (one Triton program per token), then top-k by torch.topk on the device, so ties
+Routing (transformers 5.17 Qwen3MoeTopKRouter, MixtralTopKRouter): logits = x @ router in fp32
+from programs over (token tile, 16-expert tile), each tile's last one to finish running the fp32
+softmax over all the experts of its tokens, then top-k by torch.topk on the device, so ties
 resolve exactly as torch.topk resolves them there; the chosen probabilities are renormalized to sum
 1 ("softmax-topk-norm", Mixtral's "softmax-topk-norm-fp32") or not ("softmax-topk"); the Qwen3
 rules round the weights to the activation dtype as the stock router does, Mixtral's keeps them
@@ -18,31 +19,40 @@ qwen3_moe fixture from one near-tied token). Nothing syncs with the host and not
 data-dependent shape (no nonzero), so a decode step can be captured in a graph.
 
 Two expert paths, both reading only the experts hit:
-  decode (tokens <= DECODE_MAX_TOKENS): one program per (token, slot) and column tile runs the
-      gate/up GEMV of that slot's expert with the SwiGLU epilogue; then one program per token and
-      column tile sums the slots' down GEMVs, each scaled by its routing weight, and writes the
-      token's output row: no sort, no atomics, no padding to a 16-row dot tile.
+  decode (tokens <= DECODE_MAX_TOKENS): at decode the cost is streaming the hit experts' weights,
+      so the grid spreads them over the GPU as gemv.py does: one program per (token, slot),
+      column tile and K split runs a 16-row tl.dot (row 0 the token's) on bf16 weight tiles;
+      the split that finishes last for a tile (a per-tile semaphore) sums the splits in split
+      order and applies SwiGLU. The down kernel likewise stores per (pair, split) fp32 partials
+      of its column tile, and the token's program that finishes last sums them in (slot, split)
+      order, each slot scaled by its routing weight (renormalized and rounded there, as `route`
+      does it), and rounds the row once: deterministic, no atomics on data, no sort.
   prefill: the (token, slot) pairs are sorted by expert on the device (a stable argsort) and laid
       out in BLOCK_M-row blocks, each block one expert's (padded with -1); a grouped GEMM over the
       blocks (tl.dot) computes gate/up with the SwiGLU epilogue, and a second one the down
       projection with the routing weight in its epilogue, written to the pair's own row; the top_k
       rows of each token are summed in fp32 and rounded once. The block count is a static bound
-      (cdiv(pairs, BLOCK_M) + experts); blocks past the last one exit at once.
+      (cdiv(pairs, BLOCK_M) + experts); blocks past the last one exit at once. BLOCK_M follows
+      the rows an expert gets on average (pairs / experts).
+Launch constants come from a `config=` argument (sweeps), else the GPU's tuned entries
+(gpus/<gpu>.json, kernels "moe.decode" and "moe.prefill"), else a heuristic from the shape
+(`launch_config`). The decode launches use programmatic dependent launch where the GPU has it.
 The SwiGLU product is rounded to the activation dtype (as the stock expert's is) before the down
 projection; every GEMM accumulates in fp32.
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import triton
 import triton.language as tl
 
-from . import _backend, _ops
+from . import _backend, _ops, gpus
 
-__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "moe", "moe_ref", "route", "route_ref"]
+__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "moe", "moe_ref", "route", "route_ref", "launch_config",
+           "heuristic_config"]
 
 # The routing rules (models/moe.go's Router* names, which plans record).
 ROUTERS = ("softmax-topk", "softmax-topk-norm", "softmax-topk-norm-fp32")
@@ -53,74 +63,159 @@ _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def _router_softmax_kernel(x_ptr, w_ptr, p_ptr, H, E, stride_x, stride_w, stride_p,
-                           BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offs_e = tl.arange(0, BLOCK_E)
-    acc = tl.zeros((BLOCK_E,), dtype=tl.float32)
+def _router_kernel(x_ptr, w_ptr, p_ptr, sem_ptr, T, H, E, stride_x, stride_w, stride_p,
+                   BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_ALL: tl.constexpr,
+                   PDL: tl.constexpr = False):
+    """Logits of BLOCK_T tokens for BLOCK_E experts (a tl.dot tile); the token tile's last
+    program to finish runs the fp32 softmax over all the experts of its tokens in place."""
+    _backend.pdl_wait(PDL)
+    pid_t = tl.program_id(0)
+    pid_e = tl.program_id(1)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_ok = offs_t < T
+    rows = offs_t.to(tl.int64)
+    offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
+    e_ok = offs_e < E
+    wty = w_ptr.dtype.element_ty
+    acc = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)
     for k0 in range(0, H, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + row * stride_x + offs_k, mask=offs_k < H, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + offs_k[:, None] * stride_w + offs_e[None, :],
-                    mask=(offs_k[:, None] < H) & (offs_e[None, :] < E), other=0.0).to(tl.float32)
-        acc += tl.sum(x[:, None] * w, axis=0)
+        k_ok = offs_k < H
+        x = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=t_ok[:, None] & k_ok[None, :],
+                    other=0.0).to(wty)
+        w = tl.load(w_ptr + offs_k.to(tl.int64)[:, None] * stride_w + offs_e[None, :],
+                    mask=k_ok[:, None] & e_ok[None, :], other=0.0)
+        acc = tl.dot(x, w, acc)
     # Rounded to the activation dtype first, as the stock router's F.linear output is: from the
     # same activations the experts picked are then stock's, near-ties included.
     acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
-    logits = tl.where(offs_e < E, acc, float("-inf"))
-    m = tl.max(logits, axis=0)
-    e = tl.exp(logits - m)
-    e = tl.where(offs_e < E, e, 0.0)
-    tl.store(p_ptr + row * stride_p + offs_e, e / tl.sum(e, axis=0), mask=offs_e < E)
+    tl.store(p_ptr + rows[:, None] * stride_p + offs_e[None, :], acc, mask=t_ok[:, None] & e_ok[None, :])
+    tl.debug_barrier()
+    arrived = tl.atomic_add(sem_ptr + pid_t, 1)
+    if arrived == tl.num_programs(1) - 1:
+        offs = tl.arange(0, BLOCK_ALL)
+        ok = t_ok[:, None] & (offs < E)[None, :]
+        tile = p_ptr + rows[:, None] * stride_p + offs[None, :]
+        logits = tl.load(tile, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        m = tl.where(t_ok, tl.max(logits, axis=1), 0.0)  # rows past T: no -inf - -inf
+        ex = tl.where(ok, tl.exp(logits - m[:, None]), 0.0)
+        tl.store(tile, ex / tl.where(t_ok, tl.sum(ex, axis=1), 1.0)[:, None], mask=ok)
+        tl.atomic_xchg(sem_ptr + pid_t, 0)
 
 
 @triton.jit
-def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, H, I, TOP_K, stride_x, stride_we, stride_wk, stride_act,
-                           BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I, TOP_K, K_PER_SPLIT,
+                           stride_x, stride_we, stride_wk, stride_act,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                           PDL: tl.constexpr = False):
+    """gate/up of one (token, slot) pair's expert for BLOCK_N columns over one K split, as a
+    16-row tl.dot (row 0 the token's, the rest zeros); the split that finishes last sums the
+    splits in split order and writes silu(gate) * up."""
+    _backend.pdl_wait(PDL)
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
     tok = (pair // TOP_K).to(tl.int64)
     e = tl.load(ids_ptr + pair).to(tl.int64)
+    wty = w_ptr.dtype.element_ty
+    offs_m = tl.arange(0, 16)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = offs_n < I
-    g = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    u = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    n_ok = offs_n < I
+    k_lo = pid_k * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, H)
     wbase = w_ptr + e * stride_we
-    for k0 in range(0, H, BLOCK_K):
+    g = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+    u = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        kmask = offs_k < H
-        x = tl.load(x_ptr + tok * stride_x + offs_k, mask=kmask, other=0.0).to(tl.float32)
-        m2 = kmask[:, None] & nmask[None, :]
-        wg = tl.load(wbase + offs_k[:, None] * stride_wk + offs_n[None, :], mask=m2, other=0.0).to(tl.float32)
-        wu = tl.load(wbase + offs_k[:, None] * stride_wk + (I + offs_n)[None, :], mask=m2, other=0.0).to(tl.float32)
-        g += tl.sum(x[:, None] * wg, axis=0)
-        u += tl.sum(x[:, None] * wu, axis=0)
-    h = g * tl.sigmoid(g) * u
-    tl.store(act_ptr + pair.to(tl.int64) * stride_act + offs_n, h.to(act_ptr.dtype.element_ty), mask=nmask)
+        k_ok = offs_k < k_hi
+        a = tl.load(x_ptr + tok * stride_x + offs_m[:, None] * 0 + offs_k[None, :],
+                    mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
+        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
+        w_ok = k_ok[:, None] & n_ok[None, :]
+        g = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), g)
+        u = tl.dot(a, tl.load(rows + I, mask=w_ok, other=0.0), u)
+    gv = tl.sum(g, axis=0)  # row 0; the zero rows add nothing
+    uv = tl.sum(u, axis=0)
+    if SPLIT_K > 1:
+        # partials [pairs, SPLIT_K, 2I] fp32: gate at column n, up at I + n
+        part = ws_ptr + (pair.to(tl.int64) * SPLIT_K + pid_k) * (2 * I) + offs_n
+        tl.store(part, gv, mask=n_ok)
+        tl.store(part + I, uv, mask=n_ok)
+        tl.debug_barrier()
+        sem = sem_ptr + pair * tl.num_programs(1) + pid_n
+        arrived = tl.atomic_add(sem, 1)
+        if arrived == SPLIT_K - 1:
+            gv = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            uv = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for s in range(0, SPLIT_K):
+                p = ws_ptr + (pair.to(tl.int64) * SPLIT_K + s) * (2 * I) + offs_n
+                gv += tl.load(p, mask=n_ok, other=0.0, cache_modifier=".cg")
+                uv += tl.load(p + I, mask=n_ok, other=0.0, cache_modifier=".cg")
+            h = gv * tl.sigmoid(gv) * uv
+            tl.store(act_ptr + pair.to(tl.int64) * stride_act + offs_n, h.to(act_ptr.dtype.element_ty), mask=n_ok)
+            tl.atomic_xchg(sem, 0)
+    else:
+        h = gv * tl.sigmoid(gv) * uv
+        tl.store(act_ptr + pair.to(tl.int64) * stride_act + offs_n, h.to(act_ptr.dtype.element_ty), mask=n_ok)
 
 
 @triton.jit
-def _decode_down_kernel(act_ptr, ids_ptr, wts_ptr, w_ptr, out_ptr, H, I, stride_act, stride_we, stride_wk, stride_out,
-                        TOP_K: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
-    tok = tl.program_id(0)
+def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, ws_ptr, sem_ptr, H, I, K_PER_SPLIT,
+                        stride_act, stride_we, stride_wk, stride_out,
+                        TOP_K: tl.constexpr, RULE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        SPLIT_K: tl.constexpr, PDL: tl.constexpr = False):
+    """The down GEMV of one (token, slot) pair for BLOCK_N output columns over one K split, stored
+    as an fp32 partial; the token's program that finishes last for the tile sums the partials in
+    (slot, split) order, each slot's scaled by its routing weight, and rounds the row once."""
+    _backend.pdl_wait(PDL)
+    pair = tl.program_id(0)
     pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    tok = pair // TOP_K
+    e = tl.load(ids_ptr + pair).to(tl.int64)
+    wty = w_ptr.dtype.element_ty
+    offs_m = tl.arange(0, 16)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = offs_n < H
-    out = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for j in tl.static_range(TOP_K):
-        pair = tok * TOP_K + j
-        e = tl.load(ids_ptr + pair).to(tl.int64)
-        wt = tl.load(wts_ptr + pair).to(tl.float32)
-        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for k0 in range(0, I, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            kmask = offs_k < I
-            a = tl.load(act_ptr + pair.to(tl.int64) * stride_act + offs_k, mask=kmask, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + e * stride_we + offs_k[:, None] * stride_wk + offs_n[None, :],
-                        mask=kmask[:, None] & nmask[None, :], other=0.0).to(tl.float32)
-            acc += tl.sum(a[:, None] * w, axis=0)
-        out += wt * acc
-    tl.store(out_ptr + tok.to(tl.int64) * stride_out + offs_n, out.to(out_ptr.dtype.element_ty), mask=nmask)
+    n_ok = offs_n < H
+    k_lo = pid_k * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, I)
+    wbase = w_ptr + e * stride_we
+    acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = offs_k < k_hi
+        a = tl.load(act_ptr + pair.to(tl.int64) * stride_act + offs_m[:, None] * 0 + offs_k[None, :],
+                    mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
+        w = tl.load(wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :],
+                    mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        acc = tl.dot(a, w, acc)
+    # partials [pairs, SPLIT_K, H] fp32
+    tl.store(ws_ptr + (pair.to(tl.int64) * SPLIT_K + pid_k) * H + offs_n, tl.sum(acc, axis=0), mask=n_ok)
+    tl.debug_barrier()
+    sem = sem_ptr + tok * tl.num_programs(1) + pid_n
+    arrived = tl.atomic_add(sem, 1)
+    if arrived == TOP_K * SPLIT_K - 1:
+        # The routing weights from the top-k probabilities, in slot order: RULE 0 keeps them
+        # (rounded to the activation dtype), 1 renormalizes and rounds, 2 renormalizes in fp32.
+        vbase = vals_ptr + tok * TOP_K
+        total = tl.load(vbase)
+        for j in tl.static_range(1, TOP_K):
+            total += tl.load(vbase + j)
+        out = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for j in tl.static_range(TOP_K):
+            wt = tl.load(vbase + j)
+            if RULE != 0:
+                wt = wt / total
+            if RULE != 2:
+                wt = wt.to(out_ptr.dtype.element_ty).to(tl.float32)
+            y = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for s in range(0, SPLIT_K):
+                y += tl.load(ws_ptr + ((tok * TOP_K + j).to(tl.int64) * SPLIT_K + s) * H + offs_n, mask=n_ok,
+                             other=0.0, cache_modifier=".cg")
+            out += wt * y
+        tl.store(out_ptr + tok.to(tl.int64) * stride_out + offs_n, out.to(out_ptr.dtype.element_ty), mask=n_ok)
+        tl.atomic_xchg(sem, 0)
 
 
 @triton.jit
@@ -210,23 +305,178 @@ def _check(x, router_w, gate_up_w, down_w, top_k, router):
     return h, e, i
 
 
+# Launch constants a `config=` may set, per path (the rest come from the tuned data or the
+# heuristic). Decode: the gate/up kernel's N tile, K step and K splits, then the down kernel's.
+DECODE_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "DOWN_SPLIT_K", "num_warps",
+               "num_stages")
+PREFILL_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+CONFIG_KEYS = {"decode": DECODE_KEYS, "prefill": PREFILL_KEYS}
+
+# Weight tiles in flight per SM that the decode heuristic aims for: gemv.py's figure for the
+# H200's decode projections (1.5-3 per SM streamed HBM best).
+_PROGRAMS_PER_SM = 1.5
+
+
+def _splits(programs: int, k: int, block_k: int, units: int) -> int:
+    """The fewest K splits (a power of two) that put _PROGRAMS_PER_SM programs on each compute
+    unit, each split at least two BLOCK_K steps deep (gemv.heuristic_config's rule)."""
+    split = 1
+    while programs * split < _PROGRAMS_PER_SM * units and k // (split * 2) >= 2 * block_k:
+        split *= 2
+    return split
+
+
+def _prefill_fits(c: dict) -> bool:
+    """Whether a prefill config fits one Hopper SM: the gate/up kernel's x tile and two weight
+    tiles per stage in shared memory, and its two fp32 accumulators in registers."""
+    bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
+    smem = (bm * bk + 2 * bk * bn) * 2 * max(1, c["num_stages"])
+    return smem <= _backend.CUDA_SMEM_BYTES and 2 * bm * bn <= _backend.CUDA_ACC_PER_THREAD * 32 * c["num_warps"]
+
+
+def heuristic_config(path: str, be: str, h: int, i: int, e: int, top_k: int, t: int, units: int) -> dict:
+    """A launch config from the problem's shape alone."""
+    pairs = t * top_k
+    if _backend.is_interpret():
+        # Small tiles: several N tiles, K loops and K splits (the split reduction) on the tests'
+        # shapes, and few programs, which the interpreter runs one by one.
+        if path == "decode":
+            return dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=2, DOWN_BLOCK_N=32, DOWN_BLOCK_K=16, DOWN_SPLIT_K=2,
+                        num_warps=4, num_stages=1)
+        return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=1)
+    stages = 3 if be == "cuda" else 2
+    if path == "decode":
+        # 64 x 128 weight tiles (128-byte rows of bf16), split along K until the hit experts'
+        # weights stream from every SM.
+        bk = min(128, max(16, _backend.next_pow2(h)))
+        dbk = min(128, max(16, _backend.next_pow2(i)))
+        return dict(BLOCK_N=64, BLOCK_K=bk, SPLIT_K=_splits(pairs * _backend.cdiv(i, 64), h, bk, units),
+                    DOWN_BLOCK_N=64, DOWN_BLOCK_K=dbk,
+                    DOWN_SPLIT_K=_splits(pairs * _backend.cdiv(h, 64), i, dbk, units), num_warps=4, num_stages=stages)
+    # The row tile from the rows an expert gets on average: a tile much taller than that is
+    # mostly padding, a much shorter one re-reads the expert's weights per tile.
+    rows = pairs / e
+    bm = 16 if rows < 24 else 32 if rows < 48 else 64 if rows < 160 else 128
+    bn = min(128, max(16, _backend.next_pow2(min(h, i))))
+    c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, num_warps=8 if bm >= 64 else 4, num_stages=stages)
+    while be == "cuda" and not _prefill_fits(c) and c["num_stages"] > 2:
+        c["num_stages"] -= 1
+    return c
+
+
+def _config_key(h, i, e, top_k, t) -> dict:
+    return {"hidden": h, "inter": i, "experts": e, "top_k": top_k, "tokens": _backend.next_pow2(t)}
+
+
+_CONFIGS: dict = {}
+
+
+def launch_config(path: str, device: torch.device, h: int, i: int, e: int, top_k: int, t: int,
+                  config: Optional[dict] = None) -> dict:
+    """The launch constants of the decode or prefill path: `config` (for sweeps; keys it leaves
+    out as below), else this GPU's tuned entry (gpus/<gpu>.json, kernel "moe.decode" or
+    "moe.prefill", keyed by hidden, inter, experts, top_k and the token count's power-of-2
+    bucket), else the shape heuristic; kept per problem class."""
+    be = _backend.backend(device)
+    lkey = (be, _backend.is_interpret(), path, h, i, e, top_k, _backend.next_pow2(t))
+    cfg = _CONFIGS.get(lkey)
+    if cfg is None:
+        key = _config_key(h, i, e, top_k, t)
+        kernel = f"moe.{path}"
+        units = _backend.compute_units(device)
+        tuned = gpus.tuned_config(kernel, key, device)
+        if tuned is not None:
+            cfg = dict(tuned.kwargs, num_warps=tuned.num_warps, num_stages=tuned.num_stages)
+        elif _backend.is_interpret():
+            cfg = heuristic_config(path, be, h, i, e, top_k, t, units)
+        else:
+            def heur():
+                c = heuristic_config(path, be, h, i, e, top_k, t, units)
+                return triton.Config({k: v for k, v in c.items() if not k.startswith("num_")},
+                                     num_warps=c["num_warps"], num_stages=c["num_stages"])
+            got = gpus.heuristic_config(kernel, key, heur) or heur()
+            cfg = dict(got.kwargs, num_warps=got.num_warps, num_stages=got.num_stages)
+        missing = sorted(set(CONFIG_KEYS[path]) - set(cfg))
+        if missing:
+            raise _err(f"the {kernel} config {cfg} lacks {', '.join(missing)}")
+        _CONFIGS[lkey] = cfg
+    if config:
+        cfg = dict(cfg, **_backend.launch_config(config, CONFIG_KEYS[path], f"moe {path}"))
+    return cfg
+
+
+def _router_probs(x2: torch.Tensor, router_w: torch.Tensor) -> torch.Tensor:
+    """softmax(round(x2 @ router_w)) [T, E] fp32, from programs over (token, expert tile)."""
+    t = x2.shape[0]
+    h, e = router_w.shape
+    probs = torch.empty((t, e), dtype=torch.float32, device=x2.device)
+    if t == 0:
+        return probs
+    _backend.require_runnable(x2, "moe")
+    interp = _backend.is_interpret()
+    # 16 x 16 logit tiles: Qwen3-30B-A3B's 512 KB router streams from 8 SMs at decode, not
+    # one; a prefill's 64-token tiles read it once per 64 tokens.
+    block_t = 16 if t <= DECODE_MAX_TOKENS or interp else 64
+    block_e = 16
+    block_k = min(64 if interp else 128, max(16, _backend.next_pow2(h)))
+    grid = (_backend.cdiv(t, block_t), _backend.cdiv(e, block_e))
+    sem = _backend.semaphores(x2.device, grid[0])
+    pdl = _backend.pdl(x2.device)
+    _router_kernel[grid](x2, router_w, probs, sem, t, h, e, x2.stride(0), router_w.stride(0), probs.stride(0),
+                         BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_E=block_e, BLOCK_ALL=max(16, _backend.next_pow2(e)),
+                         PDL=pdl, num_warps=4, num_stages=3 if x2.device.type == "cuda" else 2,
+                         **_backend.pdl_kw(pdl))
+    return probs
+
+
 def route(x: torch.Tensor, router_w: torch.Tensor, top_k: int, router: str) -> Tuple[torch.Tensor, torch.Tensor]:
     """Expert ids [T, top_k] (int64, torch.topk's order) and routing weights [T, top_k] (fp32)
     of the tokens x [T, H]."""
-    x2 = x.reshape(-1, x.shape[-1])
-    t = x2.shape[0]
-    h, e = router_w.shape
-    probs = torch.empty((t, e), dtype=torch.float32, device=x.device)
-    if t:
-        _backend.require_runnable(x, "moe")
-        _router_softmax_kernel[(t,)](x2, router_w, probs, h, e, x2.stride(0), router_w.stride(0), probs.stride(0),
-                                     BLOCK_K=min(64, _backend.next_pow2(h)), BLOCK_E=max(16, _backend.next_pow2(e)))
+    probs = _router_probs(x.reshape(-1, x.shape[-1]), router_w)
     vals, ids = torch.topk(probs, top_k, dim=-1)
     if router != "softmax-topk":
         vals = vals / vals.sum(dim=-1, keepdim=True)
     if router != "softmax-topk-norm-fp32":
         vals = vals.to(x.dtype).float()
     return ids, vals
+
+
+_RULE = {"softmax-topk": 0, "softmax-topk-norm": 1, "softmax-topk-norm-fp32": 2}
+
+
+def _split(k: int, block_k: int, split: int) -> Tuple[int, int]:
+    """(K per split in whole BLOCK_K steps, splits that are not empty)."""
+    split = max(1, min(int(split), _backend.cdiv(k, block_k)))
+    k_per = _backend.cdiv(_backend.cdiv(k, split), block_k) * block_k
+    return k_per, _backend.cdiv(k, k_per)
+
+
+def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg):
+    """The decode path: router, torch.topk, gate/up and down GEMV launches; the routing weights'
+    renormalization and rounding run in the down kernel's reduction."""
+    t, h = x2.shape
+    i = down_w.shape[1]
+    dev = x2.device
+    vals, ids = torch.topk(_router_probs(x2, router_w), top_k, dim=-1)
+    pairs = t * top_k
+    pdl = _backend.pdl(dev)
+    launch = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_backend.pdl_kw(pdl))
+    act = torch.empty((pairs, i), dtype=x2.dtype, device=dev)
+    bn, bk = cfg["BLOCK_N"], cfg["BLOCK_K"]
+    k_per, split = _split(h, bk, cfg["SPLIT_K"])
+    tiles = _backend.cdiv(i, bn)
+    ws = torch.empty((pairs * split * 2 * i,) if split > 1 else (1,), dtype=torch.float32, device=dev)
+    sem = _backend.semaphores(dev, max(pairs * tiles, t * _backend.cdiv(h, cfg["DOWN_BLOCK_N"])))
+    _decode_gate_up_kernel[(pairs, tiles, split)](
+        x2, ids, gate_up_w, act, ws, sem, h, i, top_k, k_per, x2.stride(0), gate_up_w.stride(0),
+        gate_up_w.stride(1), act.stride(0), BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, PDL=pdl, **launch)
+    bn, bk = cfg["DOWN_BLOCK_N"], cfg["DOWN_BLOCK_K"]
+    k_per, split = _split(i, bk, cfg["DOWN_SPLIT_K"])
+    ws = torch.empty((pairs * split * h,), dtype=torch.float32, device=dev)
+    _decode_down_kernel[(pairs, _backend.cdiv(h, bn), split)](
+        act, ids, vals, down_w, o2, ws, sem, h, i, k_per, act.stride(0), down_w.stride(0), down_w.stride(1),
+        o2.stride(0), TOP_K=top_k, RULE=_RULE[router], BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, PDL=pdl, **launch)
+    _backend.count("moe.decode")
 
 
 def _blocks(ids: torch.Tensor, experts: int, block_m: int):
@@ -251,7 +501,7 @@ def _blocks(ids: torch.Tensor, experts: int, block_m: int):
     return rows, bexp, nblocks
 
 
-def _moe(x, router_w, gate_up_w, down_w, top_k, router):
+def _moe(x, router_w, gate_up_w, down_w, top_k, router, config=None):
     h, e, i = _check(x, router_w, gate_up_w, down_w, top_k, router)
     x2 = x.reshape(-1, h)
     t = x2.shape[0]
@@ -259,34 +509,24 @@ def _moe(x, router_w, gate_up_w, down_w, top_k, router):
     if t == 0:
         return out
     _backend.require_runnable(x, "moe")
-    ids, wts = route(x2, router_w, top_k, router)
     o2 = out.view(-1, h)
     if t <= DECODE_MAX_TOKENS:
-        ids32 = ids.to(torch.int32).reshape(-1)
-        wts = wts.reshape(-1).contiguous()
-        act = torch.empty((t * top_k, i), dtype=x.dtype, device=x.device)
-        bn, bk = min(64, _backend.next_pow2(i)), min(64, _backend.next_pow2(h))
-        _decode_gate_up_kernel[(t * top_k, _backend.cdiv(i, bn))](
-            x2, ids32, gate_up_w, act, h, i, top_k, x2.stride(0), gate_up_w.stride(0), gate_up_w.stride(1), act.stride(0),
-            BLOCK_K=bk, BLOCK_N=bn)
-        bn, bk = min(64, _backend.next_pow2(h)), min(64, _backend.next_pow2(i))
-        _decode_down_kernel[(t, _backend.cdiv(h, bn))](
-            act, ids32, wts, down_w, o2, h, i, act.stride(0), down_w.stride(0), down_w.stride(1), o2.stride(0),
-            TOP_K=top_k, BLOCK_K=bk, BLOCK_N=bn)
-        _backend.count("moe.decode")
+        _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2,
+                launch_config("decode", x.device, h, i, e, top_k, t, config))
         return out
-    block_m = 16
+    cfg = launch_config("prefill", x.device, h, i, e, top_k, t, config)
+    ids, wts = route(x2, router_w, top_k, router)
+    block_m, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    launch = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     rows, bexp, nblocks = _blocks(ids, e, block_m)
     act = torch.empty((nblocks * block_m, i), dtype=x.dtype, device=x.device)
-    bn, bk = min(64, max(16, _backend.next_pow2(i))), min(64, max(16, _backend.next_pow2(h)))
     _grouped_gate_up_kernel[(nblocks, _backend.cdiv(i, bn))](
         x2, rows, bexp, gate_up_w, act, h, i, e, top_k, x2.stride(0), gate_up_w.stride(0), gate_up_w.stride(1),
-        act.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk)
+        act.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, **launch)
     y = torch.empty((t * top_k, h), dtype=torch.float32, device=x.device)
-    bn, bk = min(64, max(16, _backend.next_pow2(h))), min(64, max(16, _backend.next_pow2(i)))
     _grouped_down_kernel[(nblocks, _backend.cdiv(h, bn))](
         act, rows, bexp, wts.reshape(-1).contiguous(), down_w, y, h, i, e, act.stride(0), down_w.stride(0),
-        down_w.stride(1), y.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk)
+        down_w.stride(1), y.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, **launch)
     o2.copy_(y.view(t, top_k, h).sum(dim=1))
     _backend.count("moe.prefill")
     return out
@@ -305,11 +545,13 @@ _ops.define(
 
 
 def moe(x: torch.Tensor, router_w: torch.Tensor, gate_up_w: torch.Tensor, down_w: torch.Tensor, top_k: int,
-        router: str) -> torch.Tensor:
-    """The MoE block's output for x [..., H] (same shape and dtype), weights as packed."""
-    if _ops.traced(x):
+        router: str, config: Optional[dict] = None) -> torch.Tensor:
+    """The MoE block's output for x [..., H] (same shape and dtype), weights as packed. config:
+    launch constants of the path the token count takes (DECODE_KEYS or PREFILL_KEYS), to time
+    one configuration (benchmarks/bench_moe.py --sweep); None takes launch_config's choice."""
+    if config is None and _ops.traced(x):
         return _ops.call("moe", x, router_w, gate_up_w, down_w, top_k, router)
-    return _moe(x, router_w, gate_up_w, down_w, top_k, router)
+    return _moe(x, router_w, gate_up_w, down_w, top_k, router, config)
 
 
 def _ref_logits(x, router_w):
