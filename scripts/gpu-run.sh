@@ -12,8 +12,11 @@
 #        "decode" benchmarks/bench_decode_step.py (DECODE_PARTS, T_DECODE);
 #        "moe" benchmarks/bench_moe.py: the MoE block against transformers' grouped_mm and
 #        batched_mm experts (MOE_ARGS, T_MOE);
-#        "coldstart" the Llama-3.2-1B-shaped pipeline on an empty Triton cache, to count what it
-#        autotuned with the GPU's shipped tuned configs: eval.json "autotune"),
+#        "gemma2b", "phi3mini" the Gemma-2-2B- and Phi-3-mini-shaped pipelines (T_FAMILY);
+#        "qwen3moe" the Qwen3-30B-A3B-shaped pipeline, MOE_LAYERS (default 8) decoder layers
+#        (T_MOE_PIPELINE);
+#        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
+#        (default "qwen3:4 levit128s llama8b"; T_COLD each): wall and eval.json "autotune"),
 #        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
 #        both), BENCH_ARGS (default --quick; empty for the full matrix), LIGER (a folder holding the
 #        liger_kernel package; default .gpu-extras/liger when present, see scripts/fetch_liger.sh),
@@ -53,19 +56,22 @@ for s in $STEPS; do
       $(python3 -c 'import kernels.layer.layer' 2>/dev/null || echo --ignore=tests/kernels/test_layers.py) \
       >"$OUT/kernel-tests.log" 2>&1
     log "kernel tests rc=$? : $(tail -1 "$OUT/kernel-tests.log")" ;;
-  real|llama|llama8b|levit)
+  real|llama|llama8b|levit|gemma2b|phi3mini|qwen3moe)
+    layers=""
     case $s in
     real) name=smollm2-135m-instruct limit=${T_REAL:-300} ;;
     llama) name=llama1b limit=${T_LLAMA:-240} ;;
     llama8b) name=llama8b limit=${T_LLAMA8B:-480} ;;
     levit) name=levit128s limit=${T_LEVIT:-90} ;;
+    gemma2b|phi3mini) name=$s limit=${T_FAMILY:-300} ;;
+    qwen3moe) name=qwen3moe30b limit=${T_MOE_PIPELINE:-420} layers=${MOE_LAYERS:-8} ;;
     esac
-    log "make $name"
+    log "make $name${layers:+ ($layers layers)}"
     if [ "$s" = real ]; then
       model=$(python3 scripts/real_model.py ${GGUF:+--gguf "$GGUF"} 2>>"$OUT/$s.log") || { log "real model rc=$?"; continue; }
     else
-      python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" >>"$OUT/$s.log" 2>&1
-      model="$WORK/models/$name"
+      python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" ${layers:+--layers "$layers"} >>"$OUT/$s.log" 2>&1
+      model="$WORK/models/$name${layers:+-${layers}l}"  # make_gpu_models.py's folder name
     fi
     log "pipeline $name"
     timeout "$limit" bin/xpuinject "$model" --out "$WORK/run-$s" --device cuda --repeats 20 --latency "${LATENCY:-both}" \
@@ -75,16 +81,27 @@ for s in $STEPS; do
     cp "$WORK/run-$s"/eval/{report.md,eval.json,latency.png,layers.png} "$OUT/$s/" 2>/dev/null
     sed -n '/^- launch configs:/p; /^## Accuracy/,/^## Per layer/p; /^## Latency/,$p' \
       "$WORK/run-$s/eval/report.md" >>"$OUT/summary.txt" 2>/dev/null
-    [ "$s" = llama8b ] && rm -rf "$WORK/models/$name" "$WORK/run-$s/packed" ;;  # 16 GB + 16 GB
+    [ "$s" = real ] || rm -rf "$model" "$WORK/run-$s/packed" ;;  # up to 16 GB + 16 GB (8B)
   coldstart)
-    # A fresh Triton cache: every problem class the shipped gpus/<gpu>.json does not cover is
-    # autotuned from scratch and counted in eval.json's autotune ("benchmarked").
-    python3 scripts/make_gpu_models.py "$WORK/models" --only llama1b >>"$OUT/coldstart.log" 2>&1
-    log "cold-start pipeline llama1b"
-    TRITON_CACHE_DIR=$(mktemp -d) timeout "${T_COLD:-300}" bin/xpuinject "$WORK/models/llama1b" --out "$WORK/run-cold" \
-      --device cuda --latency graph --force >>"$OUT/coldstart.log" 2>&1
-    log "cold-start rc=$?: $(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("autotune"))' \
-      "$WORK/run-cold/eval/eval.json" 2>&1)" ;;
+    # The default command on empty Triton and inductor caches: wall, and what launched without a
+    # shipped tuned config (eval.json autotune: heuristic and autotuned classes). COLD_MODELS
+    # (default "qwen3:4 levit128s llama8b"): make_gpu_models names, ":N" for N decoder layers.
+    for spec in ${COLD_MODELS:-qwen3:4 levit128s llama8b}; do
+      name=${spec%%:*} layers=$([ "$spec" != "$name" ] && echo "${spec#*:}")
+      python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" ${layers:+--layers "$layers"} \
+        >>"$OUT/coldstart.log" 2>&1
+      model="$WORK/models/$name$([ -n "$layers" ] && [ "$name" != levit128s ] && echo "-${layers}l")"
+      log "cold-start pipeline $spec"
+      t0=$SECONDS
+      TRITON_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout "${T_COLD:-300}" \
+        bin/xpuinject "$model" --out "$WORK/run-cold-$name" --force >>"$OUT/coldstart.log" 2>&1
+      log "cold-start $spec rc=$? wall $((SECONDS - t0)) s: $(python3 -c 'import json, sys
+a = json.load(open(sys.argv[1])).get("autotune") or {}
+print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-cold-$name/eval/eval.json" 2>&1)"
+      mkdir -p "$OUT/coldstart-$name"
+      cp "$WORK/run-cold-$name"/eval/{report.md,eval.json} "$OUT/coldstart-$name/" 2>/dev/null
+      rm -rf "$model" "$WORK/run-cold-$name/packed"
+    done ;;
   bench)
     log "kernel benchmarks"
     # --budget-s stops starting new cases in time to write the table before T_BENCH runs out.
@@ -160,8 +177,8 @@ for s in $STEPS; do
     sed -n '/^## Accuracy/,/^$/p; /^## Latency/,$p' "$OUT/scale/compare.md" >>"$OUT/summary.txt"
     rm -rf "$WORK/models/llama8b" "$WORK/run-scale" "$WORK/eval-scale-2gpu" ;;  # 16 GB + 16 GB
   *)
-    log "unknown step $s (want tests, real, llama, llama8b, levit, coldstart, bench, tune, decode, moe, host, runtime," \
-      "scale)" ;;
+    log "unknown step $s (want tests, real, llama, llama8b, levit, gemma2b, phi3mini, qwen3moe, coldstart, bench, tune," \
+      "decode, moe, host, runtime, scale)" ;;
   esac
 done
 log "done: $OUT"
