@@ -28,22 +28,6 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 import xpu_compile_check as X  # noqa: E402
 
 
-class CUDATargetDriver:
-    """Just enough of a Triton driver for JITFunction.warmup: the target, device 0, stream 0."""
-
-    def __init__(self, arch: int):
-        self.target = GPUTarget("cuda", arch, 32)
-
-    def get_current_target(self):
-        return self.target
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-
 def ptxas_report(ptx: str, arch: int) -> str:
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
@@ -64,7 +48,7 @@ def main() -> int:
     ap.add_argument("--only", default="", metavar="PREFIX",
                     help="compile only the cases whose name starts with PREFIX (e.g. 'moe')")
     a = ap.parse_args()
-    triton.runtime.driver.set_active(CUDATargetDriver(a.arch))
+    triton.runtime.driver.set_active(X.TargetDriver(GPUTarget("cuda", a.arch, 32)))
     print(f"triton {triton.__version__}, target cuda sm_{a.arch}")
     ok = failed = 0
     for name, fn, cfgs, act, consts in X.cases():

@@ -36,11 +36,11 @@ PVC = {
 }
 
 
-class XPUTargetDriver:
+class TargetDriver:
     """Just enough of a Triton driver for JITFunction.warmup: the target, device 0, stream 0."""
 
-    def __init__(self, warp_size: int):
-        self.target = GPUTarget("xpu", PVC, warp_size)
+    def __init__(self, target: GPUTarget):
+        self.target = target
 
     def get_current_target(self):
         return self.target
@@ -216,7 +216,7 @@ def main():
     ap.add_argument("--only", default="", metavar="PREFIX",
                     help="compile only the cases whose name starts with PREFIX (e.g. 'moe')")
     a = ap.parse_args()
-    triton.runtime.driver.set_active(XPUTargetDriver(a.warp_size))
+    triton.runtime.driver.set_active(TargetDriver(GPUTarget("xpu", PVC, a.warp_size)))
     print(f"triton {triton.__version__} ({Path(triton.__file__).parent}), target xpu {PVC['name']}, subgroup {a.warp_size}")
     from xpuinject_kernels import _backend
 
