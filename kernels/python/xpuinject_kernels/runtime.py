@@ -200,8 +200,9 @@ def static_cache(config, max_cache_len: int):
     Its sliding-window layers (StaticSlidingWindowLayer) roll their window in place behind
     Python-side branches on a host counter (`cumulative_length_int`): a captured step cannot follow
     them, and torch.compile with static shapes guards on that counter and recompiles at every
-    token. A full-length StaticLayer keeps every token instead, and the model's sliding-window mask
-    applies the window, so attention sees the same keys."""
+    token. A full-length StaticLayer keeps every token instead, and the attention mask applies the
+    window (the model's own sliding-window mask, or the runtime's _masks), so attention sees the
+    same keys."""
     from transformers import StaticCache
     from transformers.cache_utils import StaticLayer
 
