@@ -374,16 +374,11 @@ def tuned_entries(res, source=""):
 def write_tuned(path, entries, device):
     """Merge entries into a per-GPU data file's "tuned" section: an entry of the same kernel and
     key is replaced, every other entry (and the routes) stays."""
-    from routes import dumps  # this folder's routes.py: the data files' layout
+    import routes  # this folder's routes.py: the data files' layout
 
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    new = {(e["kernel"], json.dumps(e["key"], sort_keys=True)) for e in entries}
-    kept = [e for e in data.get("tuned", []) if (e["kernel"], json.dumps(e["key"], sort_keys=True)) not in new]
-    data["tuned"] = kept + entries
-    if device and device not in data.get("devices", []):
-        data.setdefault("devices", []).append(device)
-    benchlib.write_atomic(path, dumps(data) + "\n")
+    key = lambda e: (e["kernel"], json.dumps(e["key"], sort_keys=True))  # noqa: E731
+    new = {key(e) for e in entries}
+    routes.write_tuned(path, entries, device, keep=lambda e: key(e) not in new)
 
 
 def cell(res, ours=False):

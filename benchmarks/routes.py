@@ -45,6 +45,7 @@ import re
 import sys
 from typing import Dict, List, Optional
 
+import benchlib
 from benchlib import token_class, token_classes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -236,6 +237,17 @@ def derive(rows: List[Dict], classes, stamp: Dict) -> (List[Dict], List[Dict]):
                      missed=[dict(shape=r["mshape"], ratio=round(r["target_value"], 3)) for r in missed], **stamp)
             kept.append(e)
     return routes, kept
+
+
+def write_tuned(path: str, entries, device: str, keep) -> None:
+    """Put entries into a per-GPU data file's "tuned" section after the existing entries keep(e)
+    keeps; the rest of the file (routes, kept) stays, and device joins its "devices"."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    data["tuned"] = [e for e in data.get("tuned", []) if keep(e)] + list(entries)
+    if device and device not in data.get("devices", []):
+        data.setdefault("devices", []).append(device)
+    benchlib.write_atomic(path, dumps(data) + "\n")
 
 
 def dumps(v, ind: str = "") -> str:

@@ -672,15 +672,11 @@ def tuned_entries(best, date: str, command: str, source: str, classes=()):
 
 
 def write_tuned(path: str, entries, device: str) -> None:
-    """Replace the "tuned" section of a per-GPU data file, keeping the rest (routes, kept)."""
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    if device not in data.get("devices", []):
-        data.setdefault("devices", []).append(device)
-    data["tuned"] = entries
-    from routes import dumps  # this folder's routes.py: the same layout as it writes
+    """Replace the "tuned" entries of the kernels this sweep tunes, keeping the rest of the file
+    (routes, kept) and the MoE entries benchmarks/bench_moe.py writes."""
+    import routes  # this folder's routes.py: the same layout as it writes
 
-    benchlib.write_atomic(path, dumps(data) + "\n")
+    routes.write_tuned(path, entries, device, keep=lambda e: e["kernel"].startswith("moe."))
 
 
 def class_table(classes) -> str:

@@ -163,6 +163,29 @@ def test_tune_writes_what_gemm_looks_up(tmp_path, monkeypatch):
     del sys.modules["tune"]
 
 
+def test_tune_and_bench_moe_keep_each_others_tuned_entries(tmp_path, monkeypatch):
+    """tune.py --write-tuned replaces the entries of the kernels it sweeps and keeps bench_moe.py's
+    MoE entries; bench_moe.py replaces only entries of its own kernel and key."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    tune, bench_moe = importlib.import_module("tune"), importlib.import_module("bench_moe")
+    data_file = tmp_path / "h200.json"
+    data = json.loads((PKG / "gpus" / "h200.json").read_text())
+    moe_key = {"hidden": 2048, "inter": 768, "experts": 128, "top_k": 8, "tokens": 1}
+    data["tuned"] = [{"kernel": "gemm", "key": {"stale": 1}}, {"kernel": "moe.decode", "key": moe_key, "config": {"a": 1}}]
+    data_file.write_text(json.dumps(data))
+    tune.write_tuned(str(data_file), [{"kernel": "gemm", "key": {"fresh": 1}}], "NVIDIA H200")
+    got = json.loads(data_file.read_text())
+    assert got["tuned"] == [data["tuned"][1], {"kernel": "gemm", "key": {"fresh": 1}}]
+    assert got["routes"] == data["routes"]
+    bench_moe.write_tuned(str(data_file), [{"kernel": "moe.decode", "key": moe_key, "config": {"a": 2}}], "")
+    got = json.loads(data_file.read_text())
+    assert got["tuned"] == [{"kernel": "gemm", "key": {"fresh": 1}}, {"kernel": "moe.decode", "key": moe_key,
+                                                                      "config": {"a": 2}}]
+    del sys.modules["tune"], sys.modules["bench_moe"]
+
+
 def test_a_class_without_a_tuned_config_takes_its_heuristic_at_once(monkeypatch):
     """No benchmarking before the first launch: the heuristic config, counted; autotuning only
     when asked for (XPUINJECT_AUTOTUNE=1, `xpuinject --autotune`)."""
