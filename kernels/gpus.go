@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
@@ -99,8 +100,8 @@ type Kept struct {
 // Tuned is a launch config the benchmark chose for one problem class: the layers launch it
 // directly instead of autotuning (gpus.py).
 type Tuned struct {
-	// Kernel is the tuned launcher: "gemm", "gemv" (decode-sized GEMMs), "attention.prefill"
-	// or "attention.decode".
+	// Kernel is the tuned launcher: "gemm", "gemv" (decode-sized GEMMs), "attention.prefill",
+	// "attention.decode", "moe.decode" or "moe.prefill".
 	Kernel string `json:"kernel"`
 	// Key selects the calls it applies to (gemm: epilogue, m_bucket, k, n; attention: the
 	// autotuner's key, lowercase); a key it does not name matches any value.
@@ -111,12 +112,16 @@ type Tuned struct {
 	Stamp
 }
 
-// TunedConfigKeys are the launch constants each tuned launcher takes (gemm.py, attention.py).
+// TunedConfigKeys are the launch constants each tuned launcher takes (gemm.py, attention.py,
+// moe.py).
 var TunedConfigKeys = map[string][]string{
 	"gemm":              {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps", "num_stages"},
 	"attention.prefill": {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"},
 	"attention.decode":  {"BLOCK_N", "num_warps", "num_stages"},
 	"gemv":              {"BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"},
+	"moe.decode": {"BLOCK_N", "BLOCK_K", "SPLIT_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "DOWN_SPLIT_K",
+		"num_warps", "num_stages"},
+	"moe.prefill": {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"},
 }
 
 // Token-count classes of a GEMM route: the layer picks the route per call from M, the
@@ -313,7 +318,8 @@ func ParseGPU(b []byte, file string) (*GPU, error) {
 	for i, t := range g.Tuned {
 		allowed, ok := TunedConfigKeys[t.Kernel]
 		if !ok {
-			return bad("tuned %d: kernel %q (tuned launchers: gemm, attention.prefill, attention.decode)", i, t.Kernel)
+			return bad("tuned %d: kernel %q (tuned launchers: %s)", i, t.Kernel,
+				strings.Join(slices.Sorted(maps.Keys(TunedConfigKeys)), ", "))
 		}
 		for _, k := range allowed {
 			if t.Config[k] < 1 {

@@ -78,7 +78,10 @@ func TestParseGPURejects(t *testing.T) {
 		{route(`"kernel": "attention-decode", "op": "attention-decode", "head_dims": [64], "tokens": "decode", "measured": [{"shape": "B=1", "ratio": 0.5}]`), `tokens "decode"`},
 		{route(`"kernel": "gemm", "op": "o", "gemm": "o", "k": 16, "n": 16, "measured": []`), "no measurements"},
 		{route(`"kernel": "gemm", "op": "o", "gemm": "o", "k": 16, "n": 16, "measured": [{"shape": "M=1", "ratio": 0}]`), "positive ratio"},
-		{tuned(`{"kernel": "rmsnorm", "key": {}, "config": {}, ` + stamp + `}`), `kernel "rmsnorm"`},
+		{tuned(`{"kernel": "rmsnorm", "key": {}, "config": {}, ` + stamp + `}`),
+			`kernel "rmsnorm" (tuned launchers: attention.decode, attention.prefill, gemm, gemv, moe.decode, moe.prefill)`},
+		{tuned(`{"kernel": "moe.prefill", "key": {}, "config": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4}, ` + stamp + `}`),
+			"config num_stages missing"},
 		{tuned(`{"kernel": "attention.decode", "key": {}, "config": {"BLOCK_N": 64, "num_warps": 4}, ` + stamp + `}`), "config num_stages missing"},
 		{tuned(`{"kernel": "attention.decode", "key": {}, "config": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "BLOCK_M": 1}, ` + stamp + `}`), "keys besides"},
 	} {
@@ -90,5 +93,13 @@ func TestParseGPURejects(t *testing.T) {
 		"config": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}, ` + stamp + `}`)
 	if g, err := ParseGPU([]byte(ok), "gpus/x.json"); err != nil || len(g.Tuned) != 1 || g.Tuned[0].Config["BLOCK_K"] != 256 {
 		t.Errorf("valid tuned entry: %+v %v", g, err)
+	}
+	// the MoE launchers' entries, as benchmarks/bench_moe.py --write-tuned writes them
+	moe := tuned(`{"kernel": "moe.decode", "key": {"hidden": 2048, "inter": 768, "experts": 128, "top_k": 8, "tokens": 1},
+		"config": {"BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "DOWN_BLOCK_N": 64, "DOWN_BLOCK_K": 128, "DOWN_SPLIT_K": 1,
+		"num_warps": 4, "num_stages": 3}, ` + stamp + `}, {"kernel": "moe.prefill", "key": {"tokens": 2048},
+		"config": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}, ` + stamp + `}`)
+	if g, err := ParseGPU([]byte(moe), "gpus/x.json"); err != nil || len(g.Tuned) != 2 || g.Tuned[1].Config["BLOCK_M"] != 128 {
+		t.Errorf("valid MoE tuned entries: %+v %v", g, err)
 	}
 }
