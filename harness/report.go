@@ -469,9 +469,16 @@ func writeLatency(b *bytes.Buffer, r *Result) {
 	if len(r.Latency.Errors) > 0 {
 		b.WriteString("\n")
 	}
-	if len(r.Latency.PeakMemoryBytes) > 0 {
-		fmt.Fprintf(b, "Peak memory during the longest prefill: stock %.1f MB, injected %.1f MB.\n",
-			float64(r.Latency.PeakMemoryBytes["stock"])/1e6, float64(r.Latency.PeakMemoryBytes["injected"])/1e6)
+	var peak []string
+	for _, side := range []string{"stock", "injected"} {
+		if v, ok := r.Latency.PeakMemoryBytes[side]; ok {
+			peak = append(peak, fmt.Sprintf("%s %.1f MB", side, float64(v)/1e6))
+		} else if msg, ok := r.Latency.Errors["peak memory "+side]; ok {
+			peak = append(peak, fmt.Sprintf("%s not measured (%s)", side, msg))
+		}
+	}
+	if len(peak) > 0 {
+		fmt.Fprintf(b, "Peak memory during the longest prefill: %s.\n", strings.Join(peak, ", "))
 	}
 	writeStockExperts(b, r)
 }

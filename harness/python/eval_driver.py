@@ -715,8 +715,13 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
         ids = torch.randint(0, cfg.vocab_size, (1, max(int(x) for x in args.prefill.split(","))), device=device)
         for name, m in (("stock", stock), ("injected", injected)):
             with torch.no_grad(), STAGES(f"latency: peak memory {name}"):
-                # a pipeline's figure is its fullest device's
-                lat["peak_memory_bytes"][name] = run.max_over_ranks(peak_memory(device, lambda: m(input_ids=ids, use_cache=False)))
+                try:
+                    # a pipeline's figure is its fullest device's
+                    lat["peak_memory_bytes"][name] = run.max_over_ranks(
+                        peak_memory(device, lambda: m(input_ids=ids, use_cache=False)))
+                except torch.cuda.OutOfMemoryError as e:  # the timed figures stand without it
+                    errors[f"peak memory {name}"] = f"OutOfMemoryError: {str(e).strip().splitlines()[0]}"
+                    progress(f"latency: peak memory {name}: failed: {errors[f'peak memory {name}']}")
     method = lat_stage.method(args, vision)
     if lat_stage.experts_settings(stock):
         method += ("; stock eager and stock compiled each timed on every experts_implementation (" +

@@ -170,6 +170,22 @@ class Paths:
             c = self._compiled[key] = self.compile(self.model(path))
         return c
 
+    def release_compiled(self):
+        """Drop the compiled functions and the CUDA-graph pools that mode="reduce-overhead"
+        recorded for them. A pool keeps its graphs' buffers for replay, and one stock setting's
+        (batched_mm experts copy each token's expert weights: tens of GB at a long prefill) would
+        starve every path timed after it. Shapes are static, so each point compiles afresh anyway."""
+        import gc
+
+        import torch
+
+        self._compiled.clear()
+        self._decoders.clear()
+        torch._dynamo.reset()  # its code caches hold the graphs, and it resets the CUDA-graph trees
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def decoder(self, path):
         """One compiled decode step of the path's model: forward on the cache, then argmax over
         the last logits in float32 (as the graph runtime and generate select), in one graph."""
@@ -340,10 +356,13 @@ def forward_point(paths, path, call, device, n):
         m = paths.model(path)
         return time_call(lambda: call(m), n, WARMUP, sync), None
     if path.endswith("compiled"):
-        c = paths.compiled(path)
-        setup = set_up(lambda: call(c), sync)
-        with no_recompile(path):
-            return time_call(lambda: call(c), n, WARMUP, sync), setup
+        try:
+            c = paths.compiled(path)
+            setup = set_up(lambda: call(c), sync)
+            with no_recompile(path):
+                return time_call(lambda: call(c), n, WARMUP, sync), setup
+        finally:
+            paths.release_compiled()
     gf = paths.rt.GraphedForward(paths.model(path), graphs=True)
     try:
         call(gf)
@@ -379,7 +398,7 @@ def decode_stepper(paths, path, ids, cfg, cache_len, steps):
             pos.add_(1)
 
         setup = set_up(step, device_sync(ids.device))
-        return step, (lambda: None), setup
+        return step, paths.release_compiled, setup
     r = paths.rt.Runtime(model, graphs=path.endswith("graph"))
     t0 = time.perf_counter()
     # no EOS: every step runs
@@ -391,7 +410,12 @@ def decode_stepper(paths, path, ids, cfg, cache_len, steps):
 
 def decode_point(paths, path, ids, cfg, cache_len, n):
     """ms per token of path at batch ids.shape[0] after a prefill of ids, and its set-up."""
-    step, release, setup = decode_stepper(paths, path, ids, cfg, cache_len, n + WARMUP)
+    try:
+        step, release, setup = decode_stepper(paths, path, ids, cfg, cache_len, n + WARMUP)
+    except BaseException:
+        if path.endswith("compiled"):
+            paths.release_compiled()  # a failed compile's partial graphs
+        raise
     try:
         with no_recompile(path):
             return time_decode(step, n, WARMUP, device_sync(ids.device)), setup

@@ -227,6 +227,38 @@ def test_moe_experts_loop_does_not_compile_whole():
     assert paths.errors == {}
 
 
+def test_compiled_paths_release_their_graphs_after_each_point(monkeypatch):
+    """A compiled path's functions and CUDA-graph pools go once its point is timed, whether it
+    ran or failed: one stock setting's pool must not starve every path timed after it."""
+    model = moe_model()
+    paths = L.Paths(model, model, runtime_ns(), {})
+    paths.compile = lambda fn: torch.compile(fn, backend="eager", fullgraph=True, dynamic=False)
+    resets = []
+    real_reset = torch._dynamo.reset
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1) or real_reset())
+    ids = torch.randint(3, 500, (1, 8), generator=torch.Generator().manual_seed(0))
+    cache_len = rt.cache_bucket(8 + 2 * L.WARMUP + 3)
+    ms, _ = L.decode_point(paths, "injected_compiled", ids, model.config, cache_len, 2)
+    assert ms > 0 and len(resets) == 1 and paths._decoders == {}
+    with torch.no_grad():
+        ms, _ = L.forward_point(paths, "stock_compiled", lambda m: m(input_ids=ids), ids.device, 2)
+    assert ms > 0 and len(resets) == 2 and paths._compiled == {}
+
+    def broken(fn):
+        def call(*a, **k):
+            raise RuntimeError("compile failed")
+        return call
+
+    paths.compile = broken
+    with pytest.raises(RuntimeError, match="compile failed"):
+        L.decode_point(paths, "stock_compiled", ids, model.config, cache_len, 2)
+    with pytest.raises(RuntimeError, match="compile failed"):
+        L.forward_point(paths, "stock_compiled", lambda m: m(input_ids=ids), ids.device, 2)
+    assert len(resets) == 4 and paths._compiled == {} and paths._decoders == {}
+    ms, _ = L.decode_point(paths, "stock_eager", ids, model.config, cache_len, 2)
+    assert ms > 0 and len(resets) == 4  # eager and graph paths hold no compiled state
+
+
 def test_dense_model_keeps_its_paths(monkeypatch):
     model = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "llama-tiny").eval()
     assert L.experts_settings(model) == () and L.experts_modules(model) == []
