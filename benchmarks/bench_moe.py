@@ -12,6 +12,8 @@ built from transformers' own class (Qwen3MoeSparseMoeBlock, MixtralSparseMoeBloc
 weights, run on `tokens` tokens (batch 1). Paths, all routing included:
   ours        xpuinject_kernels.moe on the block's weights packed as the offline packer packs them
   grouped_mm  the block with experts_implementation "grouped_mm" (transformers/integrations/moe.py)
+  grouped_mm_compiled  the same under torch.compile(fullgraph=True): stock's fastest setting in the
+              whole-model eval (not under --smoke)
   batched_mm  the block with experts_implementation "batched_mm"
 Before anything is timed each path's output is checked against the block's own experts loop
 (experts_implementation "eager", the module's forward): ||out - ref|| / ||ref|| < 1e-2 (bf16
@@ -36,6 +38,9 @@ case's best config into that per-GPU data file's "tuned" section as kernel "moe.
 "moe.prefill" keyed by {hidden, inter, experts, top_k, tokens (rounded up to a power of 2)}, the
 key moe.launch_config looks up; other entries stay, one of the same kernel and key is replaced.
 With --from-json it writes from a moe.json an earlier --sweep run wrote, and runs nothing.
+
+--profile: each case's ours and grouped_mm_compiled again under torch.profiler (5 calls): device
+time per kernel, in moe.json (row["profile"]) and the log.
 
 Writes DIR/moe.json and DIR/moe.md; exit status 0 when every check of ours passed, 1 when one
 failed, 2 on bad arguments or no GPU.
@@ -69,7 +74,8 @@ SMOKE_SHAPES = {
 TOKENS = (1, 8, 64, 2048)
 # one decode-path and one prefill-path count (moe.DECODE_MAX_TOKENS is 8)
 SMOKE_TOKENS = (3, 19)
-PATHS = ("ours", "grouped_mm", "batched_mm")
+PATHS = ("ours", "grouped_mm", "grouped_mm_compiled", "batched_mm")
+PROFILE_CALLS = 5
 ROOFLINE_BPS = 4.2e12  # H200 HBM3e, bytes/s
 SETS = 8  # input sets rotated through: each call routes other tokens, so other experts are read
 # --sweep candidates (moe.DECODE_KEYS): gate/up (BLOCK_N, BLOCK_K, SPLIT_K), down (the same),
@@ -101,6 +107,8 @@ def parse_args(argv):
     p.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1: tiny shapes, checks only")
     p.add_argument("--rep-ms", type=float, default=200.0, help="device time to spend timing each path")
     p.add_argument("--sweep", action="store_true", help="also time ours at each candidate launch config")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile ours and grouped_mm_compiled: device time per kernel")
     p.add_argument("--write-tuned", default="", metavar="FILE",
                    help="a per-GPU data file (gpus/<gpu>.json): write each swept case's best config into it")
     p.add_argument("--from-json", default="", metavar="MOE_JSON",
@@ -204,7 +212,28 @@ def sweep_configs(env, tokens):
     return "prefill", out
 
 
-def run_case(env, name, sh, tokens, packed, sweep=False):
+def profile_path(env, fn, sets, cfg):
+    """torch.profiler's device time per kernel over PROFILE_CALLS calls of fn, after a warm-up."""
+    torch = env.torch
+    from torch.profiler import ProfilerActivity, profile
+
+    impl = getattr(fn, "impl", None)
+    with torch.no_grad():
+        if impl:
+            set_experts(cfg, impl)
+        try:
+            fn(sets[0])
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+                for i in range(PROFILE_CALLS):
+                    fn(sets[i % len(sets)])
+                torch.cuda.synchronize()
+        finally:
+            set_experts(cfg, "eager")
+    return p.key_averages().table(sort_by="device_time_total", row_limit=15, max_name_column_width=60)
+
+
+def run_case(env, name, sh, tokens, packed, sweep=False, profile=False):
     """Check every path against the block's own experts loop, then time each (not under --smoke);
     with sweep, ours also at each candidate config (row["sweep"])."""
     torch = env.torch
@@ -237,9 +266,19 @@ def run_case(env, name, sh, tokens, packed, sweep=False):
         fn.impl = impl
         return fn
 
-    fns = {"ours": ours, "grouped_mm": stock("grouped_mm"), "batched_mm": stock("batched_mm")}
+    compiled = torch.compile(m, fullgraph=True, dynamic=False)
+
+    def stock_compiled(s):
+        return compiled(s["x"])
+    stock_compiled.impl = "grouped_mm"
+
+    fns = {"ours": ours, "grouped_mm": stock("grouped_mm"), "grouped_mm_compiled": stock_compiled,
+           "batched_mm": stock("batched_mm")}
     for path, fn in fns.items():
         res = row["paths"][path] = {}
+        if path == "grouped_mm_compiled" and env.smoke:
+            res["error"] = "not under --smoke (torch.compile builds C++ on the CPU)"
+            continue
         if path == "batched_mm" and not env.smoke:
             need = batched_mm_bytes(sh, tokens)
             free, _ = torch.cuda.mem_get_info()
@@ -265,6 +304,13 @@ def run_case(env, name, sh, tokens, packed, sweep=False):
                 torch.cuda.empty_cache()
         finally:
             set_experts(cfg, "eager")
+    if profile and not env.smoke:
+        row["profile"] = {}
+        for path in ("ours", "grouped_mm_compiled"):
+            if row["paths"][path].get("check_ok"):
+                row["profile"][path] = profile_path(env, fns[path], sets, cfg)
+                benchlib.log(f"[moe] profile {name} tokens {tokens} {path} ({PROFILE_CALLS} calls):\n"
+                             f"{row['profile'][path]}")
     if sweep:
         row["sweep"] = run_sweep(env, sh, tokens, sets, ref, (rw, gu, dn, rule), row["active_bytes"],
                                  launch_config, row["paths"]["ours"])
@@ -397,13 +443,14 @@ def cell(res, ours=False):
 
 def table(rows):
     head = ["shape", "tokens", "experts hit", "active MB", "roofline ms", "routing = stock",
-            "ours ms (GB/s, % copy BW, x roofline)", "grouped_mm ms (x, GB/s)", "batched_mm ms (x, GB/s)"]
+            "ours ms (GB/s, % copy BW, x roofline)", "grouped_mm ms (x, GB/s)", "grouped_mm compiled ms (x, GB/s)",
+            "batched_mm ms (x, GB/s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         p = r["paths"]
         lines.append(f"| {r['shape']} | {r['tokens']} | {r['experts_hit']:.1f} | {r['active_bytes'] / 1e6:.1f} | "
                      f"{r['roofline_ms']:.4f} | {100 * r['routing_match']:.0f} % | {cell(p['ours'], True)} | "
-                     f"{cell(p['grouped_mm'])} | {cell(p['batched_mm'])} |")
+                     f"{cell(p['grouped_mm'])} | {cell(p['grouped_mm_compiled'])} | {cell(p['batched_mm'])} |")
     notes = sorted({f"- {r['shape']} tokens {r['tokens']}, {k}: {v['error']}"
                     for r in rows for k, v in r["paths"].items() if "error" in v})
     return "\n".join(lines + ([""] + notes if notes else []))
@@ -446,7 +493,7 @@ def main(argv=None) -> int:
         rw, gu, dn = (getattr(m, packed_attr("SparseMoE", r))
                       for r in ("router_weight", "gate_up_weight", "down_weight"))
         for tokens in args.token_list:
-            row = run_case(env, name, sh, tokens, (m, cfg, rw, gu, dn), sweep=args.sweep)
+            row = run_case(env, name, sh, tokens, (m, cfg, rw, gu, dn), sweep=args.sweep, profile=args.profile)
             res["rows"].append(row)
             p = row["paths"]
             benchlib.log(f"[moe +{time.time() - t0:.0f}s] {name} tokens {tokens}: " +

@@ -527,7 +527,8 @@ def test_moe_bench_smoke(tmp_path):
     assert [(r["shape"], r["tokens"]) for r in res["rows"]] == [
         ("qwen3-moe-tiny", 3), ("qwen3-moe-tiny", 19), ("mixtral-tiny", 3), ("mixtral-tiny", 19)]
     for r in res["rows"]:
-        assert set(r["paths"]) == {"ours", "grouped_mm", "batched_mm"}
+        assert set(r["paths"]) == {"ours", "grouped_mm", "grouped_mm_compiled", "batched_mm"}
+        assert r["paths"].pop("grouped_mm_compiled")["error"].startswith("not under --smoke")
         for name, path in r["paths"].items():
             assert path["check_ok"] and path["rel_err"] < 1e-2 and "ms" not in path, (r["shape"], name, path)
         assert r["routing_match"] == 1.0
@@ -605,11 +606,14 @@ def test_moe_bench_tables_of_a_timed_run():
                  configs=[best, default, dict(label="candidate", config=dict(BLOCK_N=128), error="OutOfResources: x")],
                  best=dict(config=best["config"], ms=0.025, GBps=best["GBps"], default_ms=0.03, speedup_vs_default=1.2))
     row = dict(shape="qwen3-30b-a3b", tokens=1, params=sh, experts_hit=8.0, active_bytes=active, roofline_ms=roof,
-               routing_match=1.0, paths=dict(ours=ours, grouped_mm=stock, batched_mm=dict(error="too big")),
+               routing_match=1.0, paths=dict(ours=ours, grouped_mm=stock, batched_mm=dict(error="too big"),
+                                             grouped_mm_compiled=dict(stock, ms=0.04, ratio=4 / 3,
+                                                                      GBps=active / 0.04e-3 / 1e9)),
                sweep=sweep)
     t = bm.table([row])
     assert f"| {roof:.4f} | 100 % | 0.0300 ({ours['GBps']:.0f} GB/s, 50 %, {0.03 / roof:.2f}x roofline) | " \
-           f"0.0600 (2.00x, {stock['GBps']:.0f} GB/s) | cannot run |" in t, t
+           f"0.0600 (2.00x, {stock['GBps']:.0f} GB/s) | 0.0400 (1.33x, {active / 0.04e-3 / 1e9:.0f} GB/s) | " \
+           "cannot run |" in t, t
     assert "- qwen3-30b-a3b tokens 1, batched_mm: too big" in t
     st = bm.sweep_table([row])
     assert (f"| qwen3-30b-a3b | 1 | decode | 0.0300 ({default['GBps']:.0f}) | 0.0250 ({best['GBps']:.0f}) | 1.20x | "
