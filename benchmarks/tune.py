@@ -160,8 +160,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="CPU, TRITON_INTERPRET=1, tiny shapes, checked, timed by the wall clock")
     p.add_argument("--write-tuned", default="",
                    help="a per-GPU data file (gpus/<gpu>.json): write each class's best config into it")
-    p.add_argument("--classes", default="", help="an eval.json: sweep the GEMM and attention classes its run launched "
-                   "with heuristic configs (autotune.heuristic_classes) instead of the built-in shapes")
+    p.add_argument("--classes", default="", help="eval.json files, comma-separated: sweep the GEMM and attention "
+                   "classes their runs launched with heuristic configs (autotune.heuristic_classes) instead of the "
+                   "built-in shapes")
     a = p.parse_args(argv)
     a.parts = [s.strip() for s in a.only.split(",") if s.strip()]
     bad = [s for s in a.parts if s not in PARTS]
@@ -187,13 +188,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     return a
 
 
-def _heuristic_classes(path: str):
-    with open(path, encoding="utf-8") as f:
-        run = json.load(f)
-    classes = (run.get("autotune") or {}).get("heuristic_classes")
-    if classes is None:
-        raise ValueError("no autotune.heuristic_classes (an eval.json of a GPU run by this version)")
-    return classes
+def _heuristic_classes(paths: str):
+    """The heuristic classes of each comma-separated eval.json, in order."""
+    out = []
+    for path in (p for p in paths.split(",") if p):
+        with open(path, encoding="utf-8") as f:
+            run = json.load(f)
+        classes = (run.get("autotune") or {}).get("heuristic_classes")
+        if classes is None:
+            raise ValueError(f"{path}: no autotune.heuristic_classes (an eval.json of a GPU run by this version)")
+        out += classes
+    return out
 
 
 def classes_from_eval(path: str):

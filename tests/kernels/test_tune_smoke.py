@@ -61,19 +61,24 @@ def test_tune_smoke_checks_every_part(tmp_path):
 
 
 def test_tune_sweeps_the_classes_an_eval_left_to_heuristics(tmp_path):
-    """--classes eval.json: the GEMM classes the run launched with heuristic configs, each swept at
-    its token bucket with its own epilogue (checked against the reference), once per class."""
+    """--classes a.json,b.json: the GEMM classes the runs launched with heuristic configs, each swept
+    at its token bucket with its own epilogue (checked against the reference), once per class even
+    when both runs launched it."""
     key = lambda epi, m, k, n: {"kernel": "gemm", "key": {"epilogue": epi, "m_bucket": m, "k": k, "n": n}}  # noqa: E731
     classes = [key("residual", 16, 48, 64), key("geglu", 1, 64, 96), key("residual", 16, 48, 64),
                {"kernel": "attention.decode", "key": {"head_dim": 64}}]
-    ev = tmp_path / "eval.json"
-    ev.write_text(json.dumps({"autotune": {"heuristic_classes": classes}}))
+    ev, ev2 = tmp_path / "eval.json", tmp_path / "eval2.json"
+    ev.write_text(json.dumps({"autotune": {"heuristic_classes": classes[:2]}}))
+    ev2.write_text(json.dumps({"autotune": {"heuristic_classes": classes[2:]}}))
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
-    r = subprocess.run([sys.executable, SCRIPT, "--smoke", "--only", "gemm", "--classes", str(ev), "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, SCRIPT, "--smoke", "--only", "gemm", "--classes", f"{ev},{ev2}", "--out",
+                        str(tmp_path)],
                        capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     gemm = json.loads((tmp_path / "tune.json").read_text())["entries"]
     assert {e["label"] for e in gemm} == {"residual M=16 K=48 N=64", "geglu M=1 K=64 N=96"}
+    assert len([e for e in gemm if e["label"] == "residual M=16 K=48 N=64" and not e.get("vendor")]) == \
+        len([e for e in gemm if e["label"] == "geglu M=1 K=64 N=96" and not e.get("vendor")])  # swept once
     # both classes are decode-sized: swept on the split-K GEMV, keyed as gemv.py looks them up
     assert {e["kernel"] for e in gemm if e["config"]} == {"gemv"}
     for e in gemm:
@@ -82,7 +87,7 @@ def test_tune_sweeps_the_classes_an_eval_left_to_heuristics(tmp_path):
     bad.write_text("{}")
     r = subprocess.run([sys.executable, SCRIPT, "--smoke", "--classes", str(bad), "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=120, env=env)
-    assert r.returncode == 2 and "no autotune.heuristic_classes" in r.stderr
+    assert r.returncode == 2 and f"{bad}: no autotune.heuristic_classes" in r.stderr
 
 
 def test_tune_without_gpu_says_so(tmp_path):
