@@ -292,3 +292,18 @@ func TestReportMoEStockSettingsAndRoofline(t *testing.T) {
 		t.Errorf("dense report mentions experts or a roofline:\n%s", md)
 	}
 }
+
+func TestReportPeakMemoryNotMeasured(t *testing.T) {
+	r, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Latency.PeakMemoryBytes = map[string]int64{"injected": 2_500_000_000}
+	r.Latency.Errors = map[string]string{"peak memory stock": "OutOfMemoryError: CUDA out of memory."}
+	md := string(Markdown(r, nil))
+	want := "Peak memory during the longest prefill: stock not measured (OutOfMemoryError: CUDA out of memory.), " +
+		"injected 2500.0 MB."
+	if !strings.Contains(md, want) {
+		t.Errorf("report lacks %q:\n%s", want, md)
+	}
+}

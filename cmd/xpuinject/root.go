@@ -141,6 +141,7 @@ func NewRootCmd(f *Factory) *cobra.Command {
 		newPackCmd(f),
 		newPackageCmd(f),
 		newEvalCmd(f),
+		newReportCmd(f),
 		newGenerateCmd(f),
 		newPushCmd(f),
 		newKernelsCmd(f),
