@@ -15,6 +15,14 @@ import (
 type reportOptions struct {
 	EvalJSON string
 	Out      string
+	JSON     bool
+}
+
+// reportJSON is `report --json`: what was written.
+type reportJSON struct {
+	Eval   string   `json:"eval"`
+	Report string   `json:"report"`
+	Plots  []string `json:"plots"`
 }
 
 func newReportCmd(f *Factory) *cobra.Command {
@@ -37,6 +45,7 @@ earlier eval folder, which is replaced; it must not hold EVAL_JSON.`,
 		},
 	}
 	cmd.Flags().StringVar(&o.Out, "out", "", "eval folder to write (created; an earlier eval folder is replaced)")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print what was written as one JSON document")
 	return cmd
 }
 
@@ -65,9 +74,16 @@ func reportRun(f *Factory, o *reportOptions) error {
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	fmt.Fprintf(f.Out, "report -> %s\n", filepath.Join(o.Out, files.Markdown))
+	written := reportJSON{Eval: filepath.Join(o.Out, "eval.json"), Report: filepath.Join(o.Out, files.Markdown), Plots: []string{}}
 	for _, p := range files.Plots {
-		fmt.Fprintf(f.Out, "plot   -> %s\n", filepath.Join(o.Out, p))
+		written.Plots = append(written.Plots, filepath.Join(o.Out, p))
+	}
+	if o.JSON {
+		return writeJSON(f.Out, written)
+	}
+	fmt.Fprintf(f.Out, "report -> %s\n", written.Report)
+	for _, p := range written.Plots {
+		fmt.Fprintf(f.Out, "plot   -> %s\n", p)
 	}
 	return nil
 }

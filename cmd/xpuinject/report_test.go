@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,8 +34,11 @@ func TestReportRendersFromEvalJSON(t *testing.T) {
 	if !strings.Contains(stdout, "report -> "+filepath.Join(out, "report.md")) {
 		t.Errorf("stdout %q", stdout)
 	}
-	if code, _, stderr = runCLI(t, nil, "report", in, "--out", out); code != 0 {
-		t.Fatalf("replacing its own eval folder: exit %d: %s", code, stderr)
+	code, stdout, stderr = runCLI(t, nil, "report", in, "--out", out, "--json")
+	var res reportJSON
+	if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil || res.Report != filepath.Join(out, "report.md") ||
+		len(res.Plots) != 2 {
+		t.Fatalf("replacing its own eval folder, --json: exit %d: %s %s", code, stdout, stderr)
 	}
 	if code, _, stderr = runCLI(t, nil, "report", filepath.Join(out, "eval.json"), "--out", out); code != 2 ||
 		!strings.Contains(stderr, "contains EVAL_JSON") {
