@@ -16,7 +16,7 @@ import torch
 import triton
 
 import xpuinject_kernels as xk
-from xpuinject_kernels import _backend, attention, gpus
+from xpuinject_kernels import _backend, attention, gpus, moe
 
 gemm = importlib.import_module("xpuinject_kernels.gemm")  # the package exports the function under this name
 
@@ -43,7 +43,11 @@ def test_shipped_files_parse_and_name_their_devices():
         d = json.loads(p.read_text())
         assert d["gpu"] == p.stem and d["devices"], p
         for e in d["tuned"]:
-            assert e["kernel"] in ("gemm", "gemv", "attention.prefill", "attention.decode") and e["config"], e
+            assert e["kernel"] in ("gemm", "gemv", "attention.prefill", "attention.decode", "moe.decode",
+                                   "moe.prefill") and e["config"], e
+            if e["kernel"].startswith("moe."):  # the launch constants the MoE launcher takes
+                want = moe.DECODE_KEYS if e["kernel"] == "moe.decode" else moe.PREFILL_KEYS
+                assert set(e["config"]) == set(want), e
     # off a GPU (CPU, interpreter) no file applies
     assert gpus.device_data("cpu") is None
 
@@ -155,7 +159,10 @@ def test_tune_writes_what_gemm_looks_up(tmp_path, monkeypatch):
     tune.write_tuned(str(data_file), entries, "NVIDIA H200")
     data = json.loads(data_file.read_text())
     assert data["routes"] == json.loads((PKG / "gpus" / "h200.json").read_text())["routes"]
-    (e,) = data["tuned"]  # the rmsnorm entry is not a tuned launcher's
+    shipped_moe = [t for t in json.loads((PKG / "gpus" / "h200.json").read_text())["tuned"]
+                   if t["kernel"].startswith("moe.")]
+    assert [t for t in data["tuned"] if t["kernel"].startswith("moe.")] == shipped_moe  # bench_moe.py's, kept
+    (e,) = [t for t in data["tuned"] if not t["kernel"].startswith("moe.")]  # rmsnorm is not a tuned launcher
     assert e["key"] == {"epilogue": "swiglu", "m_bucket": 2048, "k": 2048, "n": 16384} and e["source"] == "T/tune.json"
     monkeypatch.setattr(gpus, "device_data", lambda device: data)
     cfg = gpus.tuned_config("gemm", {"epilogue": "swiglu", "m_bucket": 2048, "k": 2048, "n": 16384}, "cuda")
