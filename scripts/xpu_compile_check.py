@@ -196,9 +196,9 @@ def cases():
     yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_E=4)
     # mixture of experts: routing, the decode GEMVs (with and without K splits), the grouped
     # prefill GEMMs at the heuristic's row tiles
-    for bt in (16, 64):
-        yield (f"moe router t{bt}", moe._router_kernel, [({}, 4, 2)], bf16,
-               dict(BLOCK_T=bt, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128))
+    for bt, split in ((16, 8), (64, 1)):  # decode splits the hidden size, prefill does not
+        yield (f"moe router t{bt} split{split}", moe._router_kernel, [({}, 4, 2)], bf16,
+               dict(BLOCK_T=bt, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=split))
     for split in (1, 4):
         yield (f"moe decode gate/up split{split}", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
                dict(BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))

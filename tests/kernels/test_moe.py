@@ -148,6 +148,40 @@ def test_router_picks_stocks_experts(device):
     torch.testing.assert_close(got_w.cpu(), wts.float(), rtol=2**-8, atol=0)
 
 
+def test_router_split_k_at_decode_picks_stocks_experts(device, monkeypatch):
+    """At decode the router splits the hidden size over programs and sums the slices in a fixed
+    order: on 8-token batches of near-tied scores it still picks transformers' experts, with
+    transformers' weights, and repeats bit for bit."""
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
+
+    h = 320  # 5 slices of 64 under the interpreter (128 on a GPU: 3, the last one partial)
+    cfg = Qwen3MoeConfig(hidden_size=h, num_experts=E, num_experts_per_tok=2, norm_topk_prob=True)
+    stock = Qwen3MoeTopKRouter(cfg)
+    with torch.no_grad():
+        stock.weight.copy_(torch.randn(E, h, generator=torch.Generator().manual_seed(5)) * 0.05)
+    stock = stock.to(torch.bfloat16)
+    x = (torch.randn(128, h, generator=torch.Generator().manual_seed(6)) * 0.3).to(torch.bfloat16)
+    _, wts, ids = stock(x)
+    grids = []
+    kernel = M._router_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return kernel[grid]
+
+    monkeypatch.setattr(M, "_router_kernel", Spy())
+    w = stock.weight.t().contiguous().to(device)
+    got = [M.route(x[i:i + M.DECODE_MAX_TOKENS].to(device), w, 2, "softmax-topk-norm")
+           for i in range(0, len(x), M.DECODE_MAX_TOKENS)]
+    assert all(g[2] > 1 for g in grids), grids  # the split ran
+    assert torch.equal(torch.cat([g[0] for g in got]).cpu(), ids)
+    torch.testing.assert_close(torch.cat([g[1] for g in got]).cpu(), wts.float(), rtol=2**-8, atol=0)
+    again = M.route(x[:M.DECODE_MAX_TOKENS].to(device), w, 2, "softmax-topk-norm")
+    assert torch.equal(again[0], got[0][0]) and torch.equal(again[1], got[0][1])
+
+
 def _ran(path, fn):
     """fn() with the launch counter of `path` ("moe.decode" / "moe.prefill") checked to move."""
     from xpuinject_kernels import _backend

@@ -58,19 +58,23 @@ __all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "moe", "moe_ref", "rou
 ROUTERS = ("softmax-topk", "softmax-topk-norm", "softmax-topk-norm-fp32")
 # Largest token count the decode path runs (GEMV programs, one per token and slot).
 DECODE_MAX_TOKENS = 8
+# About how many programs the router's decode launch spreads the hidden size over (split-K).
+ROUTER_PROGRAMS = 64
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def _router_kernel(x_ptr, w_ptr, p_ptr, sem_ptr, T, H, E, stride_x, stride_w, stride_p,
+def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, T, H, E, K_PER_SPLIT, stride_x, stride_w, stride_p,
                    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_ALL: tl.constexpr,
-                   PDL: tl.constexpr = False):
-    """Logits of BLOCK_T tokens for BLOCK_E experts (a tl.dot tile); the token tile's last
-    program to finish runs the fp32 softmax over all the experts of its tokens in place."""
+                   SPLIT_K: tl.constexpr, PDL: tl.constexpr = False):
+    """Logits of BLOCK_T tokens for BLOCK_E experts over one K_PER_SPLIT slice of the hidden size
+    (a tl.dot tile); the token tile's last program to finish sums the SPLIT_K slices in order,
+    rounds the logits and runs the fp32 softmax over all the experts of its tokens in place."""
     _backend.pdl_wait(PDL)
     pid_t = tl.program_id(0)
     pid_e = tl.program_id(1)
+    pid_s = tl.program_id(2)
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     t_ok = offs_t < T
     rows = offs_t.to(tl.int64)
@@ -78,7 +82,8 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, sem_ptr, T, H, E, stride_x, stride_w, st
     e_ok = offs_e < E
     wty = w_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)
-    for k0 in range(0, H, BLOCK_K):
+    k_lo = pid_s * K_PER_SPLIT
+    for k0 in range(k_lo, k_lo + K_PER_SPLIT, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < H
         x = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=t_ok[:, None] & k_ok[None, :],
@@ -86,17 +91,29 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, sem_ptr, T, H, E, stride_x, stride_w, st
         w = tl.load(w_ptr + offs_k.to(tl.int64)[:, None] * stride_w + offs_e[None, :],
                     mask=k_ok[:, None] & e_ok[None, :], other=0.0)
         acc = tl.dot(x, w, acc)
-    # Rounded to the activation dtype first, as the stock router's F.linear output is: from the
-    # same activations the experts picked are then stock's, near-ties included.
-    acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(p_ptr + rows[:, None] * stride_p + offs_e[None, :], acc, mask=t_ok[:, None] & e_ok[None, :])
+    if SPLIT_K == 1:
+        # Rounded to the activation dtype first, as the stock router's F.linear output is: from the
+        # same activations the experts picked are then stock's, near-ties included.
+        acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
+        tl.store(p_ptr + rows[:, None] * stride_p + offs_e[None, :], acc, mask=t_ok[:, None] & e_ok[None, :])
+    else:  # this slice's fp32 partial logits: ws [SPLIT_K, T, E]
+        part = ws_ptr + (pid_s * T + rows[:, None]) * E + offs_e[None, :]
+        tl.store(part, acc, mask=t_ok[:, None] & e_ok[None, :])
     tl.debug_barrier()
     arrived = tl.atomic_add(sem_ptr + pid_t, 1)
-    if arrived == tl.num_programs(1) - 1:
+    if arrived == tl.num_programs(1) * SPLIT_K - 1:
         offs = tl.arange(0, BLOCK_ALL)
         ok = t_ok[:, None] & (offs < E)[None, :]
         tile = p_ptr + rows[:, None] * stride_p + offs[None, :]
-        logits = tl.load(tile, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        if SPLIT_K == 1:
+            logits = tl.load(tile, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        else:
+            # the slices in a fixed order, so a token's logits (and experts) do not vary by run
+            logits = tl.zeros((BLOCK_T, BLOCK_ALL), dtype=tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                logits += tl.load(ws_ptr + (s * T + rows[:, None]) * E + offs[None, :], mask=ok, other=0.0,
+                                  cache_modifier=".cg")
+            logits = tl.where(ok, logits.to(x_ptr.dtype.element_ty).to(tl.float32), float("-inf"))
         m = tl.where(t_ok, tl.max(logits, axis=1), 0.0)  # rows past T: no -inf - -inf
         ex = tl.where(ok, tl.exp(logits - m[:, None]), 0.0)
         tl.store(tile, ex / tl.where(t_ok, tl.sum(ex, axis=1), 1.0)[:, None], mask=ok)
@@ -414,18 +431,23 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor) -> torch.Tensor:
         return probs
     _backend.require_runnable(x2, "moe")
     interp = _backend.is_interpret()
-    # 16 x 16 logit tiles: Qwen3-30B-A3B's 512 KB router streams from 8 SMs at decode, not
-    # one; a prefill's 64-token tiles read it once per 64 tokens.
+    # 16 x 16 logit tiles; a prefill's 64-token tiles read the router once per 64 tokens.
     block_t = 16 if t <= DECODE_MAX_TOKENS or interp else 64
     block_e = 16
     block_k = min(64 if interp else 128, max(16, _backend.next_pow2(h)))
-    grid = (_backend.cdiv(t, block_t), _backend.cdiv(e, block_e))
+    grid_te = _backend.cdiv(t, block_t) * _backend.cdiv(e, block_e)
+    # At decode the tiles alone are few (8 for Qwen3-30B-A3B's 128 experts, 1 for Mixtral's 8),
+    # each streaming the whole hidden size: split it so about ROUTER_PROGRAMS programs read.
+    split = max(1, min(_backend.cdiv(h, block_k), ROUTER_PROGRAMS // grid_te)) if t <= DECODE_MAX_TOKENS else 1
+    k_per, split = _split(h, block_k, split)
+    grid = (_backend.cdiv(t, block_t), _backend.cdiv(e, block_e), split)
+    ws = torch.empty((split, t, e) if split > 1 else (1,), dtype=torch.float32, device=x2.device)
     sem = _backend.semaphores(x2.device, grid[0])
     pdl = _backend.pdl(x2.device)
-    _router_kernel[grid](x2, router_w, probs, sem, t, h, e, x2.stride(0), router_w.stride(0), probs.stride(0),
-                         BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_E=block_e, BLOCK_ALL=max(16, _backend.next_pow2(e)),
-                         PDL=pdl, num_warps=4, num_stages=3 if x2.device.type == "cuda" else 2,
-                         **_backend.pdl_kw(pdl))
+    _router_kernel[grid](x2, router_w, probs, ws, sem, t, h, e, k_per, x2.stride(0), router_w.stride(0),
+                         probs.stride(0), BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_E=block_e,
+                         BLOCK_ALL=max(16, _backend.next_pow2(e)), SPLIT_K=split, PDL=pdl, num_warps=4,
+                         num_stages=3 if x2.device.type == "cuda" else 2, **_backend.pdl_kw(pdl))
     return probs
 
 
