@@ -129,20 +129,27 @@ def test_op_traces_with_fake_tensors():
         assert out.shape == (3, 5, H) and out.dtype == torch.bfloat16
 
 
-def test_router_picks_stocks_experts(device):
-    """From the same bf16 activations, the kernel's routing is transformers' own router's: the
-    logits rounded as its F.linear rounds them, so near-ties fall the same way."""
+def stock_router_and_tokens(h, tokens, seed):
+    """transformers' Qwen3-MoE router (top-2, renormalized) in bf16, and bf16 tokens with small
+    logits: many of their scores a bf16 rounding apart. Returns the router, the tokens and the
+    router's (weights, expert ids) for them."""
     from transformers import Qwen3MoeConfig
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 
-    cfg = Qwen3MoeConfig(hidden_size=H, num_experts=E, num_experts_per_tok=2, norm_topk_prob=True)
+    cfg = Qwen3MoeConfig(hidden_size=h, num_experts=E, num_experts_per_tok=2, norm_topk_prob=True)
     stock = Qwen3MoeTopKRouter(cfg)
     with torch.no_grad():
-        stock.weight.copy_(torch.randn(E, H, generator=torch.Generator().manual_seed(1)) * 0.05)
+        stock.weight.copy_(torch.randn(E, h, generator=torch.Generator().manual_seed(seed)) * 0.05)
     stock = stock.to(torch.bfloat16)
-    # many tokens, small logits: many scores a bf16 rounding apart
-    x = (torch.randn(512, H, generator=torch.Generator().manual_seed(2)) * 0.3).to(torch.bfloat16)
+    x = (torch.randn(tokens, h, generator=torch.Generator().manual_seed(seed + 1)) * 0.3).to(torch.bfloat16)
     _, wts, ids = stock(x)
+    return stock, x, wts, ids
+
+
+def test_router_picks_stocks_experts(device):
+    """From the same bf16 activations, the kernel's routing is transformers' own router's: the
+    logits rounded as its F.linear rounds them, so near-ties fall the same way."""
+    stock, x, wts, ids = stock_router_and_tokens(H, 512, seed=1)
     got_ids, got_w = M.route(x.to(device), stock.weight.t().contiguous().to(device), 2, "softmax-topk-norm")
     assert torch.equal(got_ids.cpu(), ids)
     torch.testing.assert_close(got_w.cpu(), wts.float(), rtol=2**-8, atol=0)
@@ -152,17 +159,8 @@ def test_router_split_k_at_decode_picks_stocks_experts(device, monkeypatch):
     """At decode the router splits the hidden size over programs and sums the slices in a fixed
     order: on 8-token batches of near-tied scores it still picks transformers' experts, with
     transformers' weights, and repeats bit for bit."""
-    from transformers import Qwen3MoeConfig
-    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
-
-    h = 320  # 5 slices of 64 under the interpreter (128 on a GPU: 3, the last one partial)
-    cfg = Qwen3MoeConfig(hidden_size=h, num_experts=E, num_experts_per_tok=2, norm_topk_prob=True)
-    stock = Qwen3MoeTopKRouter(cfg)
-    with torch.no_grad():
-        stock.weight.copy_(torch.randn(E, h, generator=torch.Generator().manual_seed(5)) * 0.05)
-    stock = stock.to(torch.bfloat16)
-    x = (torch.randn(128, h, generator=torch.Generator().manual_seed(6)) * 0.3).to(torch.bfloat16)
-    _, wts, ids = stock(x)
+    # hidden 320: 5 slices of 64 under the interpreter (128 on a GPU: 3, the last one partial)
+    stock, x, wts, ids = stock_router_and_tokens(320, 128, seed=5)
     grids = []
     kernel = M._router_kernel
 
