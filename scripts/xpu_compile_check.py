@@ -83,7 +83,7 @@ PTR_DTYPES = {
                "TOK": torch.int64},
     "moe": {"ids_ptr": torch.int64, "rows_ptr": torch.int32, "bexp_ptr": torch.int32, "wts_ptr": torch.float32,
             "vals_ptr": torch.float32, "p_ptr": torch.float32, "y_ptr": torch.float32, "ws_ptr": torch.float32,
-            "sem_ptr": torch.int32},
+            "sem_ptr": torch.int32, "cur_ptr": torch.int32},
 }
 
 
@@ -209,6 +209,15 @@ def cases():
                dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64))
         yield (f"moe grouped down m{bm}", moe._grouped_down_kernel, [({}, warps, 2)], bf16,
                dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64))
+        yield (f"moe layout place m{bm}", moe._layout_place_kernel, [({}, 4, 1)], bf16,
+               dict(BLOCK_M=bm, BLOCK_P=moe._LAYOUT_BLOCK))
+    # the prefill layout's counts (Qwen3-MoE's 128 experts, and 8 as Mixtral's) and the top-k sum
+    for e in (8, 128):
+        be = _backend.next_pow2(e + 1)
+        yield (f"moe layout count e{e}", moe._layout_count_kernel, [({}, 4, 1)], bf16,
+               dict(BLOCK_M=64, BLOCK_P=moe._LAYOUT_BLOCK, BLOCK_E=be, BLOCK_B=max(1, 8192 // be)))
+    for k in (2, 8):
+        yield (f"moe top-k sum k{k}", moe._topk_sum_kernel, [({}, 4, 1)], bf16, dict(TOP_K=k, BLOCK_H=1024))
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -335,3 +335,106 @@ def test_no_host_sync_or_data_dependent_shape(device, tokens, monkeypatch):
     monkeypatch.undo()
     assert seen == []
     assert torch.isfinite(out).all()
+
+
+def blocks_ref(ids, experts, block_m):
+    """The prefill layout from torch ops (a stable argsort by expert): the contract M._blocks
+    keeps, pairs in token order within each expert's run."""
+    flat = ids.reshape(-1)
+    pairs = flat.numel()
+    nblocks = -(-pairs // block_m) + experts
+    order = torch.argsort(flat, stable=True)
+    counts = torch.zeros(experts, dtype=torch.int64).scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    pad_end = torch.cumsum(padded, 0)
+    start = torch.cumsum(counts, 0) - counts
+    sorted_e = flat[order]
+    rank = torch.arange(pairs) - start[sorted_e]
+    rows = torch.full((nblocks * block_m,), -1, dtype=torch.int32)
+    rows.scatter_(0, (pad_end - padded)[sorted_e] + rank, order.to(torch.int32))
+    bexp = torch.searchsorted(pad_end, torch.arange(nblocks) * block_m, right=True).to(torch.int32)
+    return rows, bexp, nblocks
+
+
+def _routed(tokens, experts, top_k, seed, pick=None):
+    """ids [tokens, top_k] of distinct experts per token, drawn from `pick` (default all)."""
+    g = torch.Generator().manual_seed(seed)
+    pool = torch.tensor(pick if pick is not None else range(experts))
+    return torch.stack([pool[torch.randperm(len(pool), generator=g)[:top_k]] for _ in range(tokens)])
+
+
+LAYOUT_CASES = {
+    # experts 2 and 5 never picked: their runs are empty and no block is theirs
+    "unpicked experts": (_routed(40, 6, 2, 1, pick=[0, 1, 3, 4]), 6, 16),
+    "every expert hit": (_routed(40, 6, 3, 2), 6, 16),
+    # expert 3 picked by token 0 alone: a one-row run, 15 rows of padding
+    "one-token expert": (torch.cat([torch.tensor([[3, 0]]), _routed(30, 6, 2, 3, pick=[0, 1, 2, 4, 5])]), 6, 16),
+    "one token": (torch.tensor([[4, 1]]), 6, 32),
+    # 2500 pairs: three count programs, every run spans several blocks, block_m 64
+    "pairs above one tile": (_routed(1250, 8, 2, 4), 8, 64),
+    # the Qwen3-30B-A3B shape at 2048 tokens: 16384 pairs over 128 experts, with 5 left unpicked
+    "qwen3 prefill": (_routed(2048, 128, 8, 5, pick=range(123)), 128, 64),
+}
+
+
+@pytest.mark.parametrize("case", list(LAYOUT_CASES))
+def test_layout_matches_torch_construction(device, case):
+    """The layout kernels against the argsort construction: the same block count, the same
+    expert per block, -1 in the same rows, and each expert's run holds the same pairs (their
+    order within a run is the atomics' and may differ)."""
+    from xpuinject_kernels import _backend
+
+    ids, experts, block_m = LAYOUT_CASES[case]
+    rows, bexp, nblocks = M._blocks(ids.to(device), experts, block_m)
+    want_rows, want_bexp, want_n = blocks_ref(ids, experts, block_m)
+    rows, bexp = rows.cpu(), bexp.cpu()
+    assert nblocks == want_n and rows.shape == want_rows.shape
+    assert torch.equal(bexp, want_bexp)
+    assert torch.equal(rows == -1, want_rows == -1)
+    run = bexp.long().repeat_interleave(block_m)  # each row's expert
+    key = lambda r: (run * (ids.numel() + 1) + r.long() + 1).sort().values  # noqa: E731
+    assert torch.equal(key(rows), key(want_rows))
+    # every pair once, each in a run of its own expert
+    taken = rows[rows >= 0].long()
+    assert torch.equal(taken.sort().values, torch.arange(ids.numel()))
+    assert torch.equal(ids.reshape(-1)[taken], run[rows >= 0])
+    assert not _backend.semaphores(torch.device(device), experts + 1).any(), "the counts were not put back to 0"
+
+
+def test_layout_order_does_not_change_the_output(device, monkeypatch):
+    """A prefill through the argsort layout with each run's pairs reversed (the interpreter's
+    atomics place them in token order) gives the kernels' bits: the order within a run does not
+    change the output."""
+    router, gate_up, down = weights(torch.bfloat16, seed=80, h=80, i=40)
+    x = torch.randn(45, 80, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    xs = [t.to(device) for t in (x, router, gate_up, down)]
+    out = _ran("moe.prefill", lambda: M.moe(*xs, 3, "softmax-topk-norm"))
+
+    reversed_runs = []
+
+    def torch_layout(ids, experts, block_m):
+        rows, bexp, nblocks = blocks_ref(ids.cpu(), experts, block_m)
+        run = bexp.long().repeat_interleave(block_m)
+        for e in range(experts):
+            at = ((run == e) & (rows >= 0)).nonzero().flatten()
+            rows[at] = rows[at].flip(0)
+            reversed_runs.append(len(at) > 1)
+        return rows.to(ids.device), bexp.to(ids.device), nblocks
+
+    monkeypatch.setattr(M, "_blocks", torch_layout)
+    assert torch.equal(M.moe(*xs, 3, "softmax-topk-norm"), out)
+    assert sum(reversed_runs) >= 3
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("tokens,top_k,h", [(1, 1, 16), (5, 3, 80), (9, 8, 72)])
+def test_topk_sum_in_slot_order(device, dtype, tokens, top_k, h):
+    """Each token's top_k rows of y summed in fp32 in slot order and rounded once: the bits of
+    that loop in torch, across column tiles (80 and 72 are off the tile)."""
+    y = torch.randn(tokens * top_k, h, generator=torch.Generator().manual_seed(top_k)) * 3
+    out = torch.full((tokens, h), float("nan"), dtype=dtype, device=device)
+    M._topk_sum(y.to(device), top_k, out)
+    want = y.view(tokens, top_k, h)[:, 0].clone()
+    for j in range(1, top_k):
+        want += y.view(tokens, top_k, h)[:, j]
+    assert torch.equal(out.cpu(), want.to(dtype))

@@ -27,11 +27,12 @@ Two expert paths, both reading only the experts hit:
       of its column tile, and the token's program that finishes last sums them in (slot, split)
       order, each slot scaled by its routing weight (renormalized and rounded there, as `route`
       does it), and rounds the row once: deterministic, no atomics on data, no sort.
-  prefill: the (token, slot) pairs are sorted by expert on the device (a stable argsort) and laid
-      out in BLOCK_M-row blocks, each block one expert's (padded with -1); a grouped GEMM over the
-      blocks (tl.dot) computes gate/up with the SwiGLU epilogue, and a second one the down
-      projection with the routing weight in its epilogue, written to the pair's own row; the top_k
-      rows of each token are summed in fp32 and rounded once. The block count is a static bound
+  prefill: the (token, slot) pairs are grouped by expert on the device (a histogram and prefix
+      sum, then per-expert atomic cursors: two launches) and laid out in BLOCK_M-row blocks, each
+      block one expert's (padded with -1); a grouped GEMM over the blocks (tl.dot) computes
+      gate/up with the SwiGLU epilogue, and a second one the down projection with the routing
+      weight in its epilogue, written to the pair's own row; one launch sums the top_k rows of
+      each token in slot order in fp32 and rounds once. The block count is a static bound
       (cdiv(pairs, BLOCK_M) + experts); blocks past the last one exit at once. BLOCK_M follows
       the rows an expert gets on average (pairs / experts).
 Launch constants come from a `config=` argument (sweeps), else the GPU's tuned entries
@@ -297,6 +298,72 @@ def _grouped_down_kernel(act_ptr, rows_ptr, bexp_ptr, wts_ptr, w_ptr, y_ptr, H, 
         tl.store(y_ptr + safe[:, None] * stride_y + offs_n[None, :], acc, mask=mmask[:, None] & nmask[None, :])
 
 
+@triton.jit
+def _layout_count_kernel(ids_ptr, sem_ptr, cur_ptr, bexp_ptr, P, E, NBLOCKS,
+                         BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_E: tl.constexpr,
+                         BLOCK_B: tl.constexpr):
+    """Expert counts of BLOCK_P pairs, added into sem[0:E]; the program that finishes last turns
+    them into each expert's run of whole BLOCK_M blocks (its start as the expert's cursor, and
+    where its pairs end), each block's expert, and puts the counters back to 0."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK_P + tl.arange(0, BLOCK_P)
+    # pairs past P land in bin E, which is no expert's (BLOCK_E > E)
+    e = tl.load(ids_ptr + offs, mask=offs < P, other=E).to(tl.int32)
+    hist = tl.histogram(e, BLOCK_E)
+    be = tl.arange(0, BLOCK_E)
+    e_ok = be < E
+    tl.atomic_add(sem_ptr + be, hist, mask=e_ok & (hist > 0))
+    tl.debug_barrier()
+    arrived = tl.atomic_add(sem_ptr + E, 1)
+    if arrived == tl.num_programs(0) - 1:
+        counts = tl.where(e_ok, tl.atomic_xchg(sem_ptr + be, 0, mask=e_ok), 0)  # read and reset
+        padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+        pad_end = tl.cumsum(padded, 0)
+        start = pad_end - padded
+        tl.store(cur_ptr + be, start, mask=e_ok)
+        tl.store(cur_ptr + E + be, start + counts, mask=e_ok)
+        # a block's expert: how many runs end at or before its first row (searchsorted, right)
+        for b0 in range(0, NBLOCKS, BLOCK_B):
+            offs_b = b0 + tl.arange(0, BLOCK_B)
+            ended = e_ok[None, :] & (pad_end[None, :] <= (offs_b * BLOCK_M)[:, None])
+            tl.store(bexp_ptr + offs_b, tl.sum(ended.to(tl.int32), axis=1), mask=offs_b < NBLOCKS)
+        tl.atomic_xchg(sem_ptr + E, 0)
+
+
+@triton.jit
+def _layout_place_kernel(ids_ptr, cur_ptr, bexp_ptr, rows_ptr, P, E, R,
+                         BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr):
+    """Rows offs of the layout: each pair among them takes the next row of its expert's run, and
+    each of them that no pair takes (a run's tail, the blocks past the last run) gets -1."""
+    offs = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    ok = offs < P
+    e = tl.load(ids_ptr + offs, mask=ok, other=0).to(tl.int32)
+    # The atomics hand out a run's rows in whatever order the pairs reach them, so the order
+    # within a run varies from call to call. No output depends on it: the grouped GEMMs compute
+    # each row alone and write it to its pair's own row of y, summed per token in slot order.
+    dest = tl.atomic_add(cur_ptr + e, 1, mask=ok, sem="relaxed")
+    tl.store(rows_ptr + dest, offs, mask=ok)
+    r_ok = offs < R
+    eb = tl.load(bexp_ptr + offs // BLOCK_M, mask=r_ok, other=E)
+    in_run = eb < E
+    fill_end = tl.load(cur_ptr + E + eb, mask=r_ok & in_run, other=0)
+    tl.store(rows_ptr + offs, tl.full((BLOCK_P,), -1, tl.int32), mask=r_ok & (~in_run | (offs >= fill_end)))
+
+
+@triton.jit
+def _topk_sum_kernel(y_ptr, out_ptr, H, stride_y, stride_out, TOP_K: tl.constexpr, BLOCK_H: tl.constexpr):
+    """out[t] = y[t * TOP_K] + ... + y[t * TOP_K + TOP_K - 1] for BLOCK_H columns: fp32, in slot
+    order, rounded once."""
+    tok = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    ok = offs < H
+    row = y_ptr + tok * TOP_K * stride_y + offs
+    acc = tl.load(row, mask=ok, other=0.0)
+    for j in tl.static_range(1, TOP_K):
+        acc += tl.load(row + j * stride_y, mask=ok, other=0.0)
+    tl.store(out_ptr + tok * stride_out + offs, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
 def _err(msg: str) -> ValueError:
     return ValueError(f"xpuinject_kernels: moe: {msg}")
 
@@ -501,26 +568,41 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg):
     _backend.count("moe.decode")
 
 
+# Pairs per program of the layout kernels: a 16384-pair prefill (2048 tokens, top-8) is 16
+# histogram programs, and its rows 24 placing ones at BLOCK_M 64.
+_LAYOUT_BLOCK = 1024
+
+
 def _blocks(ids: torch.Tensor, experts: int, block_m: int):
-    """The prefill layout, all on the device: pair ids (token * top_k + slot) sorted by expert,
-    each expert's run padded with -1 to whole BLOCK_M blocks; and each block's expert
-    (`experts` for the blocks past the last)."""
+    """The prefill layout, all on the device in two launches: pair ids (token * top_k + slot)
+    grouped by expert (in no fixed order within an expert), each expert's run padded with -1
+    to whole BLOCK_M blocks; and each block's expert (`experts` for the blocks past the last)."""
     flat = ids.reshape(-1)
     pairs = flat.numel()
     nblocks = _backend.cdiv(pairs, block_m) + experts
-    order = torch.argsort(flat, stable=True)
-    counts = torch.zeros(experts, dtype=torch.int64, device=ids.device).scatter_add_(0, flat, torch.ones_like(flat))
-    padded = (counts + block_m - 1) // block_m * block_m
-    pad_end = torch.cumsum(padded, 0)
-    pad_start = pad_end - padded
-    start = torch.cumsum(counts, 0) - counts
-    sorted_e = flat[order]
-    rank = torch.arange(pairs, device=ids.device) - start[sorted_e]
-    rows = torch.full((nblocks * block_m,), -1, dtype=torch.int32, device=ids.device)
-    rows.scatter_(0, pad_start[sorted_e] + rank, order.to(torch.int32))
-    bstart = torch.arange(nblocks, device=ids.device) * block_m
-    bexp = torch.searchsorted(pad_end, bstart, right=True).to(torch.int32)
+    dev = ids.device
+    rows = torch.empty((nblocks * block_m,), dtype=torch.int32, device=dev)
+    bexp = torch.empty((nblocks,), dtype=torch.int32, device=dev)
+    cur = torch.empty((2 * experts,), dtype=torch.int32, device=dev)  # cursors, then pair ends
+    # counts in sem[0:experts], the programs' arrivals in sem[experts]; all put back to 0
+    sem = _backend.semaphores(dev, experts + 1)
+    block_e = _backend.next_pow2(experts + 1)
+    _layout_count_kernel[(_backend.cdiv(pairs, _LAYOUT_BLOCK),)](
+        flat, sem, cur, bexp, pairs, experts, nblocks, BLOCK_M=block_m, BLOCK_P=_LAYOUT_BLOCK, BLOCK_E=block_e,
+        BLOCK_B=max(1, 8192 // block_e), num_warps=4)
+    _layout_place_kernel[(_backend.cdiv(nblocks * block_m, _LAYOUT_BLOCK),)](
+        flat, cur, bexp, rows, pairs, experts, nblocks * block_m, BLOCK_M=block_m, BLOCK_P=_LAYOUT_BLOCK,
+        num_warps=4)
     return rows, bexp, nblocks
+
+
+def _topk_sum(y: torch.Tensor, top_k: int, o2: torch.Tensor) -> None:
+    """o2[t] = the fp32 sum of y's rows t * top_k ... t * top_k + top_k - 1, in slot order,
+    rounded once to o2's dtype."""
+    t, h = o2.shape
+    block_h = min(32 if _backend.is_interpret() else 1024, _backend.next_pow2(h))
+    _topk_sum_kernel[(t, _backend.cdiv(h, block_h))](y, o2, h, y.stride(0), o2.stride(0), TOP_K=top_k,
+                                                      BLOCK_H=block_h, num_warps=4)
 
 
 def _moe(x, router_w, gate_up_w, down_w, top_k, router, config=None):
@@ -549,7 +631,7 @@ def _moe(x, router_w, gate_up_w, down_w, top_k, router, config=None):
     _grouped_down_kernel[(nblocks, _backend.cdiv(h, bn))](
         act, rows, bexp, wts.reshape(-1).contiguous(), down_w, y, h, i, e, act.stride(0), down_w.stride(0),
         down_w.stride(1), y.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, **launch)
-    o2.copy_(y.view(t, top_k, h).sum(dim=1))
+    _topk_sum(y, top_k, o2)
     _backend.count("moe.prefill")
     return out
 
