@@ -720,6 +720,8 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
                     lat["peak_memory_bytes"][name] = run.max_over_ranks(
                         peak_memory(device, lambda: m(input_ids=ids, use_cache=False)))
                 except torch.cuda.OutOfMemoryError as e:  # the timed figures stand without it
+                    if run.pipeline:  # the other stages wait in this forward: fail them all
+                        raise
                     errors[f"peak memory {name}"] = f"OutOfMemoryError: {str(e).strip().splitlines()[0]}"
                     progress(f"latency: peak memory {name}: failed: {errors[f'peak memory {name}']}")
     method = lat_stage.method(args, vision)
