@@ -713,17 +713,9 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
     lat.setdefault("peak_memory_bytes", {})
     if not vision:
         ids = torch.randint(0, cfg.vocab_size, (1, max(int(x) for x in args.prefill.split(","))), device=device)
-        for name, m in (("stock", stock), ("injected", injected)):
-            with torch.no_grad(), STAGES(f"latency: peak memory {name}"):
-                try:
-                    # a pipeline's figure is its fullest device's
-                    lat["peak_memory_bytes"][name] = run.max_over_ranks(
-                        peak_memory(device, lambda: m(input_ids=ids, use_cache=False)))
-                except torch.cuda.OutOfMemoryError as e:  # the timed figures stand without it
-                    if run.pipeline:  # the other stages wait in this forward: fail them all
-                        raise
-                    errors[f"peak memory {name}"] = f"OutOfMemoryError: {str(e).strip().splitlines()[0]}"
-                    progress(f"latency: peak memory {name}: failed: {errors[f'peak memory {name}']}")
+        lat["peak_memory_bytes"].update(lat_stage.peak_memories(
+            device, (("stock", stock), ("injected", injected)), lambda m: m(input_ids=ids, use_cache=False), run,
+            errors))
     method = lat_stage.method(args, vision)
     if lat_stage.experts_settings(stock):
         method += ("; stock eager and stock compiled each timed on every experts_implementation (" +

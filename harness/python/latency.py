@@ -501,6 +501,28 @@ def peak_memory(device, fn):
     return torch.cuda.max_memory_allocated()
 
 
+def peak_memories(device, sides, forward, run, errors):
+    """{side: peak bytes} of forward(model) for each (side, model) in sides (a pipeline's: its
+    fullest device's). A side that runs out of memory is left out, and errors says why: the timed
+    figures stand without it. Under pipeline stages the error propagates, since the other stages
+    wait inside that forward."""
+    import torch
+
+    out = {}
+    for name, m in sides:
+        with (STAGE(f"latency: peak memory {name}") if STAGE is not None else contextlib.nullcontext()):
+            try:
+                with torch.no_grad():
+                    peak = peak_memory(device, lambda m=m: forward(m))
+                out[name] = run.max_over_ranks(peak)
+            except torch.cuda.OutOfMemoryError as e:
+                if run.pipeline:
+                    raise
+                errors[f"peak memory {name}"] = f"OutOfMemoryError: {str(e).strip().splitlines()[0]}"
+                progress(f"latency: peak memory {name}: failed: {errors[f'peak memory {name}']}")
+    return out
+
+
 # The HBM bandwidth the batch-1 decode roofline divides by: the H200's device copy measured
 # 4.28 TB/s in the kernel benchmarks (BENCHMARKS.md), rounded down.
 HBM_BYTES_PER_S = 4.2e12

@@ -292,3 +292,23 @@ def test_active_bytes_of_the_qwen3_moe_fixture():
     assert rf["ms"] == pytest.approx(153344 / 4.2e12 * 1e3)
     dense = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "llama-tiny")
     assert L.roofline(dense, 2, 2, "bf16") is None
+
+
+def test_peak_memory_out_of_memory_leaves_the_side_out(monkeypatch):
+    """A side whose peak-memory forward runs out of memory is left out and named in errors; the
+    other side is still measured. Under pipeline stages the error propagates (the other stages
+    wait inside that forward)."""
+    def peak(device, fn):
+        if fn() == "stock":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.16 GiB.\nmore")
+        return 123
+
+    monkeypatch.setattr(L, "peak_memory", peak)
+    run = SimpleNamespace(pipeline=False, max_over_ranks=lambda v: v)
+    errors = {}
+    got = L.peak_memories(torch.device("cpu"), (("stock", "stock"), ("injected", "injected")), lambda m: m, run, errors)
+    assert got == {"injected": 123}
+    assert errors == {"peak memory stock": "OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB."}
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        L.peak_memories(torch.device("cpu"), (("stock", "stock"),), lambda m: m, SimpleNamespace(
+            pipeline=True, max_over_ranks=lambda v: v), {})
