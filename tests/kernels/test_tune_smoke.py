@@ -192,7 +192,11 @@ def test_tune_writes_attention_and_swiglu_classes_that_launch_tuned(tmp_path, mo
     assert summary["attention.decode"]["heuristic"]["config"] == classes[1]["config"]
 
     data = json.loads(data_file.read_text())
-    tuned = {e["kernel"]: e for e in data["tuned"]}
+    shipped = json.loads(open(os.path.join(os.path.dirname(xk.__file__), "gpus", "h200.json")).read())
+    # the MoE launchers' entries (benchmarks/bench_moe.py's) stay as shipped
+    assert [e for e in data["tuned"] if e["kernel"].startswith("moe.")] == \
+        [e for e in shipped["tuned"] if e["kernel"].startswith("moe.")]
+    tuned = {e["kernel"]: e for e in data["tuned"] if not e["kernel"].startswith("moe.")}
     assert set(tuned) == {"attention.prefill", "attention.decode", "gemm"}
     assert tuned["attention.prefill"]["key"] == PREFILL_KEY and tuned["attention.decode"]["key"] == DECODE_KEY
     assert tuned["gemm"]["key"] == SWIGLU_KEY
