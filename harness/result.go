@@ -363,6 +363,11 @@ func ReadResult(path string) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
+	return ParseResult(b, path)
+}
+
+// ParseResult reads an eval.json's bytes; path names it in errors.
+func ParseResult(b []byte, path string) (*Result, error) {
 	var r Result
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("harness: %s: %s", path, models.JSONError(err))

@@ -54,7 +54,7 @@ func reportRun(f *Factory, o *reportOptions) error {
 	if err != nil {
 		return &usageError{fmt.Errorf("EVAL_JSON: %w", err)}
 	}
-	res, err := harness.ReadResult(o.EvalJSON)
+	res, err := harness.ParseResult(b, o.EvalJSON)
 	if err != nil {
 		return &usageError{fmt.Errorf("EVAL_JSON: %w", err)}
 	}

@@ -251,12 +251,15 @@ def forward_kwargs(model):
 STAGE = None
 
 
+def stage(label):
+    """The eval's stage clock around one step (nothing outside the eval)."""
+    return STAGE(label) if STAGE is not None else contextlib.nullcontext()
+
+
 def attempt(path, label, fn):
     """Run fn(path) -> (ms, setup_s, None), or (None, None, why) when it raised."""
     try:
-        if STAGE is None:
-            return (*fn(path), None)
-        with STAGE(f"latency: {label} {path}"):
+        with stage(f"latency: {label} {path}"):
             return (*fn(path), None)
     except Exception as e:  # a compile or capture failure must not cost the other paths
         msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
@@ -510,7 +513,7 @@ def peak_memories(device, sides, forward, run, errors):
 
     out = {}
     for name, m in sides:
-        with (STAGE(f"latency: peak memory {name}") if STAGE is not None else contextlib.nullcontext()):
+        with stage(f"latency: peak memory {name}"):
             try:
                 with torch.no_grad():
                     peak = peak_memory(device, lambda m=m: forward(m))
