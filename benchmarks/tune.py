@@ -163,6 +163,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--classes", default="", help="eval.json files, comma-separated: sweep the GEMM and attention "
                    "classes their runs launched with heuristic configs (autotune.heuristic_classes) instead of the "
                    "built-in shapes")
+    p.add_argument("--skip-tuned", action="store_true", help="with --classes and --write-tuned: leave out the classes "
+                   "the data file already has a tuned config for (a sweep resumed where a spent budget stopped it)")
     a = p.parse_args(argv)
     a.parts = [s.strip() for s in a.only.split(",") if s.strip()]
     bad = [s for s in a.parts if s not in PARTS]
@@ -176,20 +178,35 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--write-tuned {a.write_tuned}: {e.strerror} (want a per-GPU data file)")
         except ValueError as e:
             p.error(f"--write-tuned {a.write_tuned}: not JSON: {e}")
+    if a.skip_tuned and not (a.classes and a.write_tuned):
+        p.error("--skip-tuned: needs --classes and --write-tuned")
     a.timer = "graph"
     a.gemm_classes = a.attention_classes = None
+    skip = tuned_keys(a.write_tuned) if a.skip_tuned else set()
     if a.classes:
         try:
-            a.gemm_classes = classes_from_eval(a.classes)
+            a.gemm_classes = classes_from_eval(a.classes, skip)
             if "attention" in a.parts:
-                a.attention_classes = attention_classes_from_eval(a.classes, a.smoke)
+                a.attention_classes = attention_classes_from_eval(a.classes, a.smoke, skip)
         except (OSError, ValueError, KeyError, TypeError) as e:
             p.error(f"--classes {a.classes}: {e}")
     return a
 
 
-def _heuristic_classes(paths: str):
-    """The heuristic classes of each comma-separated eval.json, in order."""
+def class_id(kernel: str, key) -> tuple:
+    """A problem class's identity: its kernel and its key's fields."""
+    return kernel, tuple(sorted((k, str(v)) for k, v in key.items()))
+
+
+def tuned_keys(path: str) -> set:
+    """The class_id of every tuned entry of a per-GPU data file."""
+    with open(path, encoding="utf-8") as f:
+        return {class_id(e["kernel"], e["key"]) for e in json.load(f).get("tuned", [])}
+
+
+def _heuristic_classes(paths: str, skip=frozenset()):
+    """The heuristic classes of each comma-separated eval.json, in order, less those in skip
+    (class_id values)."""
     out = []
     for path in (p for p in paths.split(",") if p):
         with open(path, encoding="utf-8") as f:
@@ -197,15 +214,15 @@ def _heuristic_classes(paths: str):
         classes = (run.get("autotune") or {}).get("heuristic_classes")
         if classes is None:
             raise ValueError(f"{path}: no autotune.heuristic_classes (an eval.json of a GPU run by this version)")
-        out += classes
+        out += [c for c in classes if class_id(c["kernel"], c["key"]) not in skip]
     return out
 
 
-def classes_from_eval(path: str):
+def classes_from_eval(path: str, skip=frozenset()):
     """The GEMM shapes (label, M, K, N of the weight, epilogue) of the classes an eval launched
     with heuristic configs: M is the class's token bucket, so the winner serves the whole class."""
     out, seen = [], set()
-    for c in _heuristic_classes(path):
+    for c in _heuristic_classes(path, skip):
         if c["kernel"] not in ("gemm", "gemv"):
             continue
         k = c["key"]
@@ -217,7 +234,7 @@ def classes_from_eval(path: str):
     return out
 
 
-def attention_classes_from_eval(path: str, smoke: bool = False):
+def attention_classes_from_eval(path: str, smoke: bool = False, skip=frozenset()):
     """The attention problems (kernel, label, problem, key) of the classes an eval launched with
     heuristic configs, each one problem of its class: the sequence lengths at their buckets, the
     heads of a Llama-shaped model (smoke: the tiny one's), a query-head group that fills the
@@ -225,7 +242,7 @@ def attention_classes_from_eval(path: str, smoke: bool = False):
     or 1 where the class is single). The sweep checks that a launch of it computes the recorded key."""
     heads, kv = (SMOKE_MODELS["tiny"]["heads"], SMOKE_MODELS["tiny"]["kv"]) if smoke else (32, 8)
     out, seen = [], set()
-    for c in _heuristic_classes(path):
+    for c in _heuristic_classes(path, skip):
         kernel, k = c["kernel"], c["key"]
         if kernel not in ATTN_KEYS:
             continue
@@ -677,11 +694,13 @@ def tuned_entries(best, date: str, command: str, source: str, classes=()):
 
 
 def write_tuned(path: str, entries, device: str) -> None:
-    """Replace the "tuned" entries of the kernels this sweep tunes, keeping the rest of the file
-    (routes, kept) and the MoE entries benchmarks/bench_moe.py writes."""
+    """Put this sweep's entries into a per-GPU data file: an entry of a class this sweep tuned gives
+    way to the new one; every other entry (other classes, the MoE entries benchmarks/bench_moe.py
+    writes) and the rest of the file (routes, kept) stay."""
     import routes  # this folder's routes.py: the same layout as it writes
 
-    routes.write_tuned(path, entries, device, keep=lambda e: e["kernel"].startswith("moe."))
+    new = {class_id(e["kernel"], e["key"]) for e in entries}
+    routes.write_tuned(path, entries, device, keep=lambda e: class_id(e["kernel"], e["key"]) not in new)
 
 
 def class_table(classes) -> str:

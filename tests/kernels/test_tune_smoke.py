@@ -5,6 +5,7 @@ error, outputs compared in the wrong order) fails here first."""
 
 import csv
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -193,11 +194,15 @@ def test_tune_writes_attention_and_swiglu_classes_that_launch_tuned(tmp_path, mo
 
     data = json.loads(data_file.read_text())
     shipped = json.loads(open(os.path.join(os.path.dirname(xk.__file__), "gpus", "h200.json")).read())
-    # the MoE launchers' entries (benchmarks/bench_moe.py's) stay as shipped
-    assert [e for e in data["tuned"] if e["kernel"].startswith("moe.")] == \
-        [e for e in shipped["tuned"] if e["kernel"].startswith("moe.")]
-    tuned = {e["kernel"]: e for e in data["tuned"] if not e["kernel"].startswith("moe.")}
+    # the three swept classes' entries are the sweep's; every other shipped entry (other classes,
+    # the MoE launchers' from benchmarks/bench_moe.py) stays as it was
+    swept = [(c["kernel"], c["key"]) for c in classes]
+    assert [e for e in data["tuned"] if (e["kernel"], e["key"]) not in swept] == \
+        [e for e in shipped["tuned"] if (e["kernel"], e["key"]) not in swept]
+    assert any(e["kernel"].startswith("moe.") for e in data["tuned"])
+    tuned = {e["kernel"]: e for e in data["tuned"] if (e["kernel"], e["key"]) in swept}
     assert set(tuned) == {"attention.prefill", "attention.decode", "gemm"}
+    assert len(data["tuned"]) == len([e for e in shipped["tuned"] if (e["kernel"], e["key"]) not in swept]) + 3
     assert tuned["attention.prefill"]["key"] == PREFILL_KEY and tuned["attention.decode"]["key"] == DECODE_KEY
     assert tuned["gemm"]["key"] == SWIGLU_KEY
     for kernel, e in tuned.items():
@@ -318,3 +323,30 @@ def test_forced_config_is_checked_and_restored():
     assert seen == {"split_bucket": 64, "head_dim": 32, "block_g": 16, "mask_kind": 0, "single": True}
     assert attention._FORCED == {}
     torch.testing.assert_close(a, xk.decode_attention(q, k, k))
+
+
+def test_skip_tuned_leaves_out_the_classes_the_data_file_has(tmp_path):
+    """--skip-tuned: a class whose kernel and key already have a tuned entry is not swept again
+    (a sweep resumed after its budget ran out); the others are."""
+    spec = importlib.util.spec_from_file_location("tune_mod", SCRIPT)
+    tune = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        spec.loader.exec_module(tune)
+    finally:
+        sys.path.remove(os.path.dirname(SCRIPT))
+    have = {"epilogue": "none", "m_bucket": 1024, "k": 64, "n": 96}
+    new = {"epilogue": "swiglu", "m_bucket": 1024, "k": 64, "n": 192}
+    ev = tmp_path / "eval.json"
+    ev.write_text(json.dumps({"autotune": {"heuristic_classes": [
+        {"kernel": "gemm", "key": have}, {"kernel": "gemm", "key": new},
+        {"kernel": "attention.decode", "key": DECODE_KEY}]}}))
+    data = tmp_path / "gpu.json"
+    data.write_text(json.dumps({"tuned": [{"kernel": "gemm", "key": have, "config": {}},
+                                          {"kernel": "attention.decode", "key": DECODE_KEY, "config": {}}]}))
+    skip = tune.tuned_keys(str(data))
+    assert [c[0] for c in tune.classes_from_eval(str(ev), skip)] == ["swiglu M=1024 K=64 N=192"]
+    assert tune.attention_classes_from_eval(str(ev), True, skip) == []
+    assert len(tune.classes_from_eval(str(ev))) == 2 and len(tune.attention_classes_from_eval(str(ev), True)) == 1
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--out", str(tmp_path), "--skip-tuned", "--classes", str(ev)])
