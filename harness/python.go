@@ -85,23 +85,42 @@ type Env struct {
 // ErrMissing is returned when the interpreter lacks a required package or device.
 var ErrMissing = errors.New("harness: missing")
 
+// probeScript reads the packages' versions from their installed metadata and imports only
+// torch (for the devices): importing transformers, triton and kernels too would cost seconds of
+// every run's start, and the eval driver imports them itself and names any that fails.
 const probeScript = `
-import json, sys, importlib
+import json, sys, importlib, importlib.util, importlib.metadata as md
 out = {"version": sys.version.split()[0]}
+dists = None
 for m in ("torch", "transformers", "triton", "kernels", "safetensors"):
+    out[m] = ""
     try:
-        out[m] = importlib.import_module(m).__version__
-    except Exception as e:
+        if importlib.util.find_spec(m) is None:
+            continue
+        if dists is None:
+            dists = md.packages_distributions()
+        for d in dists.get(m, []):
+            out[m] = md.version(d)
+            break
+        else:
+            out[m] = importlib.import_module(m).__version__
+    except Exception:
         out[m] = ""
+out["cuda"] = out["xpu"] = False
 try:
     import torch
-    out["cuda"] = bool(torch.cuda.is_available())
-    out["xpu"] = bool(hasattr(torch, "xpu") and torch.xpu.is_available())
-    out["device"] = torch.cuda.get_device_name(0) if out["cuda"] else ""
-    acc = torch.cuda if out["cuda"] else (torch.xpu if out["xpu"] else None)
-    out["gpus"] = [acc.get_device_properties(i).total_memory for i in range(acc.device_count())] if acc else []
+    out["torch"] = torch.__version__
 except Exception:
-    out["cuda"] = out["xpu"] = False
+    out["torch"] = ""
+else:
+    try:
+        out["cuda"] = bool(torch.cuda.is_available())
+        out["xpu"] = bool(hasattr(torch, "xpu") and torch.xpu.is_available())
+        out["device"] = torch.cuda.get_device_name(0) if out["cuda"] else ""
+        acc = torch.cuda if out["cuda"] else (torch.xpu if out["xpu"] else None)
+        out["gpus"] = [acc.get_device_properties(i).total_memory for i in range(acc.device_count())] if acc else []
+    except Exception:
+        out["cuda"] = out["xpu"] = False
 print(json.dumps(out))
 `
 

@@ -347,16 +347,6 @@ def text_inputs(args, model_dir, device, n_tokens):
     return ids.to(device), args.text or "prose.txt (shipped with xpuinject)"
 
 
-def greedy(model, ids, n):
-    """Exactly n greedy tokens. EOS is a token like any other, neither a stop nor suppressed (as
-    min_new_tokens would), so every run compared here decodes by the same rule."""
-    import torch
-
-    with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
-    return out[0, ids.shape[1] :].tolist()
-
-
 def first_divergence(a, b):
     """Index of the first position where a and b differ, or None."""
     return next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
@@ -458,12 +448,16 @@ def generation_report(models, runs, prompts, n_gen, bound):
     return out
 
 
-def runtime_greedy(rtmod, model, prompt, n):
-    """Greedy tokens of the package's graph runtime: exactly n of them (no EOS stop), on a static
-    cache of the length model.generate's static cache would have."""
-    out = rtmod.generate(model, prompt, max_new_tokens=n, eos_token_id=[], pad_token_id=0,
-                         max_cache_len=prompt.shape[1] + n - 1)
-    return out[0, prompt.shape[1]:].tolist()
+def runtime_greedy(rtmod, model, prompts, n):
+    """Greedy tokens of the package's graph runtime after each prompt, all in one batch as the
+    eager runs decode them: exactly n of them (no EOS stop), on a static cache of the length
+    model.generate's static cache would have."""
+    import torch
+
+    ids = torch.cat(prompts, 0)
+    out = rtmod.generate(model, ids, max_new_tokens=n, eos_token_id=[], pad_token_id=0,
+                         max_cache_len=ids.shape[1] + n - 1)
+    return [row[ids.shape[1]:].tolist() for row in out]
 
 
 def runtime_report(rtmod, device, models, runs, prompts, n_gen, bound):
@@ -474,7 +468,7 @@ def runtime_report(rtmod, device, models, runs, prompts, n_gen, bound):
     if graphs is None:
         out["reason"] = why
     for name in ("stock", "injected"):
-        rr = [runtime_greedy(rtmod, models[name], p, n_gen) for p in prompts]
+        rr = runtime_greedy(rtmod, models[name], prompts, n_gen)
         out[name] = {"vs_eager": pair_report(models, rr, runs[name], name, name, prompts, bound),
                      "vs_oracle": pair_report(models, rr, runs["oracle"], name, "oracle", prompts, bound)}
     return out
@@ -629,11 +623,15 @@ def main(argv=None):
                 fail(5, f"building the fp32 oracle from {args.model}: {type(e).__name__}: {e}")
         progress(f"fp32 oracle on {device}, layer by layer from the checkpoint: {oracle.budget_line()}")
 
+    # compiling the injected kernels ahead runs a dry forward: one process, or the ranks would
+    # have to agree on it
+    ahead = getattr(getattr(pkg, "precompile", None), "ahead", None) if on_gpu and not run.pipeline else None
     try:
         if vision:
-            evaluate_vision(args, cfg, device, oracle, stock, injected, result)
+            evaluate_vision(args, cfg, device, oracle, stock, injected, result, ahead)
         else:
-            evaluate_text(args, cfg, device, oracle.model if oracle is not None else None, stock, injected, result, on_gpu, run)
+            evaluate_text(args, cfg, device, oracle.model if oracle is not None else None, stock, injected, result, on_gpu,
+                          run, ahead)
     except InjectError as e:
         fail(4, str(e))
     except Exception as e:  # name the failing layer when we can
@@ -754,7 +752,20 @@ def text_tokens(args, on_gpu):
     return args.tokens or (2048 if on_gpu else 96)
 
 
-def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, run):
+def compile_ahead(ahead, result, work):
+    """Compile the injected kernels that work() launches before it runs for real, on a thread pool
+    (the package's precompile.ahead, when the eval has one); eval.json `precompile` says what it did."""
+    if ahead is None:
+        return
+    with STAGES("compile the injected kernels ahead"):
+        stats = ahead(work)
+    result["precompile"] = stats
+    progress(f"compiled ahead: {stats['compiled']} kernel specializations on {stats['threads']} threads"
+             + (f" ({stats['error']})" if stats.get("error") else "")
+             + (f" (not run: {stats['skipped']})" if stats.get("skipped") else ""))
+
+
+def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, run, ahead=None):
     """Accuracy, per-layer error and greedy generation of a causal LM. Under a pipeline every rank
     runs this: the bf16 models' forwards and generations are collective; the oracle (None on the
     other ranks) and the metrics are rank 0's."""
@@ -770,6 +781,7 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
             progress(f"oracle: greedy generation of {n_gen} tokens after each of {len(prompts)} prompts, in one batch")
             runs["oracle"] = sharded.greedy_batch(oracle, prompts, n_gen)
         runs["oracle"] = run.broadcast(runs.get("oracle"))
+    compile_ahead(ahead, result, lambda: (run.forward_text(injected, ids), sharded.greedy_batch(injected, prompts, n_gen)))
     with STAGES("accuracy: stock and injected forwards"):
         ls, hs = run.forward_text(stock, ids)
         li, hi = run.forward_text(injected, ids)
@@ -790,11 +802,11 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
             name = f"model.layers.{i - 1}" if i < len(ho) - 1 else f"model.layers.{i - 1} + norm"
             layers.append({"name": name, "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])})
         result["layers"] = layers
-    progress(f"greedy generation of {n_gen} tokens after each of {len(prompts)} prompts")
+    progress(f"greedy generation of {n_gen} tokens after each of {len(prompts)} prompts, in one batch")
     models = {"oracle": oracle, "stock": stock, "injected": injected}
     with STAGES("greedy generation: stock and injected"):
         for name in ("stock", "injected"):
-            runs[name] = [greedy(models[name], p, n_gen) for p in prompts]
+            runs[name] = sharded.greedy_batch(models[name], prompts, n_gen)
         report = generation_report(models, runs, prompts, n_gen, margin_bound(ls, lo) if run.main else None)
     if run.main:
         result["generation"] = report
@@ -808,13 +820,14 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
             result["generation"]["runtime"] = runtime_report(rtmod, device, models, runs, prompts, n_gen, report["tie_bound"])
 
 
-def evaluate_vision(args, cfg, device, oracle, stock, injected, result):
+def evaluate_vision(args, cfg, device, oracle, stock, injected, result, ahead=None):
     size = getattr(cfg, "image_size", 224)
     pixels = make_images(args.images, size, args.seed).to(device)
+    half = next(stock.parameters()).dtype
+    compile_ahead(ahead, result, lambda: forward_vision(injected, pixels.to(half)))
     progress(f"accuracy on {args.images} generated {size}x{size} images")
     with STAGES("accuracy: oracle, stock and injected forwards"):
         lo, ho = forward_vision(oracle, pixels)
-        half = next(stock.parameters()).dtype
         ls, hs = forward_vision(stock, pixels.to(half))
         li, hi = forward_vision(injected, pixels.to(half))
     inj = logits_metrics(li, lo, None, args.floor)

@@ -27,6 +27,8 @@ Checking support (tests, benchmarks): set_poison(on) -> previous setting: NaN-fi
 the kernels allocate, so an element a kernel fails to write fails any comparison;
 apply_interpreter_fixes() makes Triton's CPU interpreter (TRITON_INTERPRET=1) compute as the GPUs
 do (_interpret.py).
+`precompile.ahead(run)` compiles the kernels a workload launches on a thread pool, from a dry run
+of it, so its real run starts compiled (a cold process otherwise compiles them one at a time).
 `runtime` runs a model (stock or injected) with captured device graphs: `runtime.generate(model,
 input_ids, ...)` and `runtime.GraphedForward(model)`.
 Per-GPU data (gpus.py, gpus/<gpu>.json): launch configs tuned on a GPU model replace autotuning
@@ -34,7 +36,7 @@ there; tuning_report() -> what this process tuned (the eval records it).
 """
 
 from . import _backend  # noqa: F401
-from . import layers, runtime
+from . import layers, precompile, runtime
 from ._backend import set_poison
 from ._interpret import apply as apply_interpreter_fixes
 from .attention import attention_forward, decode_attention, flash_attention_prefill
@@ -59,6 +61,7 @@ __all__ = [
     "Released",
     "layers",
     "runtime",
+    "precompile",
     "rms_norm",
     "add_rms_norm",
     "apply_rope",

@@ -1,0 +1,108 @@
+"""precompile.ahead: a dry run of a workload compiles its kernel specializations on a thread pool
+and launches nothing; the real run then finds them compiled. On the GPU the real thing; under the
+interpreter, that it stays out of the way and the launch rewrite it relies on."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from xpuinject_kernels import _backend, precompile
+
+
+@triton.jit
+def _scale_kernel(x, y, n, F: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y + offs, tl.load(x + offs, mask=m) * F, mask=m)
+
+
+def _scale(x, f, block=128):
+    y = torch.full_like(x, -1.0)
+    _scale_kernel[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), F=f, BLOCK=block)
+    return y
+
+
+def _is_scale(fn):
+    return fn is _scale_kernel
+
+
+def test_ahead_compiles_in_a_dry_run_then_the_real_run_compiles_nothing(device):
+    x = torch.arange(1000, dtype=torch.float32, device=device)
+    if device == "cpu":
+        # the interpreter compiles nothing: ahead() says so and does not call the workload
+        calls = []
+        out = precompile.ahead(lambda: calls.append(1))
+        assert out["compiled"] == 0 and "interpreter" in out["skipped"] and calls == []
+        torch.testing.assert_close(_scale(x, 3.0), x * 3.0)
+        return
+    seen = []
+    outs = []
+    # four constexpr values and two blocks: eight specializations, none compiled yet in this process
+    work = lambda: [outs.append(_scale(x, float(f) + 0.5, block=b)) for f in range(4) for b in (64, 128)]  # noqa: E731
+    stats = precompile.ahead(work, threads=4, ours=_is_scale)
+    assert stats["compiled"] == 8 and stats["threads"] == 4 and "error" not in stats, stats
+    # the dry run launched nothing: every output still holds its fill
+    torch.cuda.synchronize()
+    assert len(outs) == 8 and all(bool((o == -1.0).all()) for o in outs)
+    # the real run compiles nothing more (Triton calls jit_cache_hook only before a compile)
+    hook = triton.knobs.runtime.jit_cache_hook
+    triton.knobs.runtime.jit_cache_hook = lambda **kw: seen.append(kw["repr"]) and None
+    try:
+        for f in range(4):
+            for b in (64, 128):
+                torch.testing.assert_close(_scale(x, float(f) + 0.5, block=b), x * (f + 0.5))
+    finally:
+        triton.knobs.runtime.jit_cache_hook = hook
+    assert seen == []
+    # a kernel not covered by `ours` launches as usual inside a dry run
+    done = precompile.ahead(lambda: outs.append(_scale(x, 9.5)), ours=lambda fn: False)
+    torch.cuda.synchronize()
+    assert done["compiled"] == 0 and bool((outs[-1] == x * 9.5).all())
+
+
+def test_ahead_stands_aside_while_autotuning(monkeypatch):
+    monkeypatch.setenv("XPUINJECT_AUTOTUNE", "1")
+    monkeypatch.setattr(_backend, "is_interpret", lambda: False)
+    ok, why = precompile.available()
+    assert not ok and "autotuning" in why
+    assert precompile.ahead(lambda: pytest.fail("the workload must not run"))["compiled"] == 0
+
+
+def test_dry_launches_are_warmups_of_our_kernels_only(monkeypatch):
+    """The rewrite ahead() applies to JITFunction.run: a launch of one of ours becomes a warm-up
+    (compile, no launch), any other kernel's is untouched, a capture refuses it, and the real
+    method is back afterwards."""
+    jit = precompile._jit_class()
+    calls = []
+
+    def fake_run(self, *args, grid, warmup, **kwargs):
+        calls.append((self, warmup))
+        return "ran"
+
+    monkeypatch.setattr(jit, "run", fake_run)
+    ours, theirs = object(), object()
+    with precompile._dry(lambda fn: fn is ours):
+        assert jit.run(ours, 1, grid=(1,), warmup=False) == "ran"
+        assert jit.run(theirs, 1, grid=(1,), warmup=False) == "ran"
+        monkeypatch.setattr(precompile, "_capturing", lambda: True)
+        with pytest.raises(RuntimeError, match="device-graph capture"):
+            jit.run(ours, 1, grid=(1,), warmup=False)
+        jit.run(theirs, 1, grid=(1,), warmup=False)  # not ours: a capture records it as usual
+    assert calls == [(ours, True), (theirs, False), (theirs, False)]
+    assert jit.run is fake_run
+
+
+def _noop(x):
+    pass
+
+
+def test_package_kernels_count_as_ours():
+    """A kernel is the package's by its module's name, under whatever name the package was
+    imported (a kernel-hub variant's is model-specific)."""
+    jit = precompile._jit_class()
+    for module, want in ((precompile._ROOT + ".rmsnorm", True), (precompile._ROOT, True),
+                         (precompile._ROOT + "_other.rmsnorm", False), ("triton.language", False)):
+        _noop.__module__ = module
+        assert precompile._ours(jit(_noop)) is want, module
+    assert not precompile._ours(object())
