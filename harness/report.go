@@ -406,6 +406,9 @@ func writeLatency(b *bytes.Buffer, r *Result) {
 		fmt.Fprintf(b, "The default path, which `xpuinject generate` and the package's card use: %s.\n\n",
 			PathLabel(r.Latency.Default))
 	}
+	if line := r.pointsLine(); line != "" {
+		b.WriteString(line + "\n\n")
+	}
 	if r.hasStockExperts() {
 		b.WriteString("A mixture-of-experts model's stock is timed on each experts implementation transformers offers " +
 			"(`experts_implementation`), eager and compiled: stock eager and stock compiled show their fastest, " +
@@ -481,6 +484,62 @@ func writeLatency(b *bytes.Buffer, r *Result) {
 		fmt.Fprintf(b, "Peak memory during the longest prefill: %s.\n", strings.Join(peak, ", "))
 	}
 	writeStockExperts(b, r)
+}
+
+// pointsLine says which points were timed, under which preset, and what --latency-points full
+// would add after quick ("" for a file that does not record the preset).
+func (r *Result) pointsLine() string {
+	l := r.Latency
+	if l.Points == "" {
+		return ""
+	}
+	var timed []string
+	kinds := []struct {
+		kind, one, many string
+		ns              []int
+	}{
+		{"prefill", "prefill", "prefill", rowInts(l.Prefill, func(x LatencyRow) int { return x.Tokens })},
+		{"decode", "decode batch", "decode batches", rowInts(l.Decode, func(x LatencyRow) int { return x.Batch })},
+		{"forward", "batch", "batches", rowInts(l.Forward, func(x LatencyRow) int { return x.Batch })},
+	}
+	var adds []string
+	for _, k := range kinds {
+		if len(k.ns) > 0 {
+			timed = append(timed, pointsPhrase(k.one, k.many, k.ns))
+		}
+		if ns := l.FullAdds[k.kind]; len(ns) > 0 {
+			adds = append(adds, pointsPhrase(k.one, k.many, ns))
+		}
+	}
+	how := "`--latency-points " + l.Points + "`"
+	for _, fl := range l.PointsFlags {
+		how += ", `" + fl + "` given"
+	}
+	line := fmt.Sprintf("Points timed (%s): %s", how, strings.Join(timed, "; "))
+	if len(adds) > 0 {
+		line += "; `--latency-points full` adds " + strings.Join(adds, " and ")
+	}
+	return line + "."
+}
+
+func rowInts(rows []LatencyRow, get func(LatencyRow) int) []int {
+	var out []int
+	for _, x := range rows {
+		out = append(out, get(x))
+	}
+	return out
+}
+
+// pointsPhrase is "decode batch 8" or "decode batches 1, 8 and 32".
+func pointsPhrase(one, many string, ns []int) string {
+	if len(ns) == 1 {
+		return fmt.Sprintf("%s %d", one, ns[0])
+	}
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = fmt.Sprint(n)
+	}
+	return many + " " + strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 func (r *Result) hasStockExperts() bool {

@@ -307,3 +307,53 @@ func TestReportPeakMemoryNotMeasured(t *testing.T) {
 		t.Errorf("report lacks %q:\n%s", want, md)
 	}
 }
+
+// The latency section says which points were timed and, after quick, what full would add; a file
+// that does not record the preset gets no such line.
+func TestReportSaysWhichPointsWereTimed(t *testing.T) {
+	r, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := string(Markdown(r, nil)); strings.Contains(md, "Points timed") {
+		t.Errorf("a file without latency.points has a points line:\n%s", md)
+	}
+	one := func(rows []LatencyRow) []LatencyRow { return rows[:1] }
+	prefill := r.Latency.Prefill
+	decode := []LatencyRow{r.Latency.Decode[0], {Batch: 8, MS: map[string]Num{PathStockEager: 20}}}
+	for _, c := range []struct {
+		name, points string
+		flags        []string
+		adds         map[string][]int
+		prefill      []LatencyRow
+		decode       []LatencyRow
+		want         string
+	}{
+		{"quick", "quick", nil, map[string][]int{"decode": {8}}, one(prefill), one(decode),
+			"Points timed (`--latency-points quick`): prefill 128; decode batch 1; " +
+				"`--latency-points full` adds decode batch 8.\n"},
+		{"full", "full", nil, nil, one(prefill), decode,
+			"Points timed (`--latency-points full`): prefill 128; decode batches 1 and 8.\n"},
+		{"quick with --prefill", "quick", []string{"--prefill"}, map[string][]int{"decode": {8}}, prefill, one(decode),
+			"Points timed (`--latency-points quick`, `--prefill` given): prefill 128 and 2048; decode batch 1; " +
+				"`--latency-points full` adds decode batch 8.\n"},
+		{"quick with both lists", "quick", []string{"--prefill", "--decode-batches"}, nil, prefill, decode,
+			"Points timed (`--latency-points quick`, `--prefill` given, `--decode-batches` given): " +
+				"prefill 128 and 2048; decode batches 1 and 8.\n"},
+	} {
+		r.Latency.Points, r.Latency.PointsFlags, r.Latency.FullAdds = c.points, c.flags, c.adds
+		r.Latency.Prefill, r.Latency.Decode = c.prefill, c.decode
+		if md := string(Markdown(r, nil)); !strings.Contains(md, c.want) {
+			t.Errorf("%s: report lacks %q:\n%s", c.name, c.want, md)
+		}
+	}
+
+	// a vision model: batches, and full adds batch 1
+	r.Latency.Prefill, r.Latency.Decode, r.Latency.PointsFlags = nil, nil, nil
+	r.Latency.Forward = []LatencyRow{{Batch: 32, MS: map[string]Num{PathStockEager: 2}}}
+	r.Latency.Points, r.Latency.FullAdds = "quick", map[string][]int{"forward": {1}}
+	want := "Points timed (`--latency-points quick`): batch 32; `--latency-points full` adds batch 1.\n"
+	if md := string(Markdown(r, nil)); !strings.Contains(md, want) {
+		t.Errorf("vision: report lacks %q:\n%s", want, md)
+	}
+}

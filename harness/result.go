@@ -314,6 +314,12 @@ type Result struct {
 		Decode          []LatencyRow      `json:"decode,omitempty"`
 		Forward         []LatencyRow      `json:"forward,omitempty"`
 		PeakMemoryBytes map[string]int64  `json:"peak_memory_bytes,omitempty"`
+		// Points is the --latency-points preset (quick or full; "" in older files), PointsFlags
+		// the flags that replaced its lists (--prefill, --decode-batches) and FullAdds what full
+		// would add after quick, by kind (prefill, decode, forward).
+		Points      string           `json:"points,omitempty"`
+		PointsFlags []string         `json:"points_flags,omitempty"`
+		FullAdds    map[string][]int `json:"full_adds,omitempty"`
 	} `json:"latency"`
 	// Roofline is a mixture-of-experts model's active-bytes roofline (absent for a dense model).
 	Roofline *Roofline `json:"roofline,omitempty"`

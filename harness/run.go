@@ -44,8 +44,9 @@ type Options struct {
 	Autotune bool
 	// DecodeSteps is how many decode steps each decode point times in a loop; 0 = driver default.
 	DecodeSteps int
-	// Prefill and DecodeBatches are the timed prompt lengths and decode batch sizes (nil:
-	// the driver's defaults).
+	// LatencyPoints is the driver's points preset, quick or full ("": quick); Prefill and
+	// DecodeBatches, when given, replace its prompt lengths and decode batch sizes.
+	LatencyPoints string
 	Prefill       []int
 	DecodeBatches []int
 	// Before are the command's own stages before the eval (the pipeline's plan, pack and
@@ -111,7 +112,7 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 	args = append(args, tx.Path(".eval/eval_driver.py"),
 		"--model", o.ModelDir, "--package", o.PackageDir, "--packed", o.PackedDir,
 		"--out", out, "--device", cmp.Or(o.Device, "auto"),
-		"--latency", cmp.Or(o.Latency, "auto"))
+		"--latency", cmp.Or(o.Latency, "auto"), "--latency-points", cmp.Or(o.LatencyPoints, "quick"))
 	if o.TextFile != "" {
 		args = append(args, "--text", o.TextFile)
 	}

@@ -18,7 +18,7 @@
 #        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
 #        (default "qwen3:4 levit128s llama8b"; T_COLD each): wall and eval.json "autotune"),
 #        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
-#        both), BENCH_ARGS (default --quick; empty for the full matrix), LIGER (a folder holding the
+#        both), POINTS (eval --latency-points, default full), BENCH_ARGS (default --quick; empty for the full matrix), LIGER (a folder holding the
 #        liger_kernel package; default .gpu-extras/liger when present, see scripts/fetch_liger.sh),
 #        RUNTIME_MODELS (default "llama1b llama8b"), RUNTIME_ARGS (extra gpu_runtime_check.py flags),
 #        EVAL_ARGS (extra pipeline flags, e.g. "--prefill 512 --tokens 1024"), GGUF (the real model's
@@ -75,7 +75,7 @@ for s in $STEPS; do
     fi
     log "pipeline $name"
     timeout "$limit" bin/xpuinject "$model" --out "$WORK/run-$s" --device cuda --repeats 20 --latency "${LATENCY:-both}" \
-      ${EVAL_ARGS:-} >>"$OUT/$s.log" 2>&1
+      --latency-points "${POINTS:-full}" ${EVAL_ARGS:-} >>"$OUT/$s.log" 2>&1
     log "pipeline $name rc=$?"
     mkdir -p "$OUT/$s"
     cp "$WORK/run-$s"/eval/{report.md,eval.json,latency.png,layers.png} "$OUT/$s/" 2>/dev/null

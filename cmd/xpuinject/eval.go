@@ -32,10 +32,11 @@ type evalOptions struct {
 	Repeats     int
 	DecodeSteps int
 	Autotune    bool
-	Prefill     []int // prompt lengths timed (nil: the driver's 512)
-	Decode      []int // batch sizes of the timed decode steps (nil: 1 and 8)
-	JSON        bool  // print where the results went as JSON (eval's own flag)
-	GPUs        int   // pipeline stages, one device each (0: as many as the models need)
+	Points      string // latency points preset: quick or full
+	Prefill     []int  // prompt lengths timed (nil: the preset's)
+	Decode      []int  // batch sizes of the timed decode steps (nil: the preset's)
+	JSON        bool   // print where the results went as JSON (eval's own flag)
+	GPUs        int    // pipeline stages, one device each (0: as many as the models need)
 	// The pipeline's own stages before the eval and its start, so that the report's "Where the
 	// time went" covers the whole run (zero: the eval's).
 	before []harness.StageTime
@@ -60,8 +61,9 @@ func findAndProbe(ctx context.Context, explicit string, getenv func(string) stri
 }
 
 var (
-	evalDevices  = []string{"auto", "cuda", "xpu", "cpu"}
-	latencyModes = []string{"auto", "eager", "graph", "both", "off"}
+	evalDevices   = []string{"auto", "cuda", "xpu", "cpu"}
+	latencyModes  = []string{"auto", "eager", "graph", "both", "off"}
+	latencyPoints = []string{"quick", "full"}
 )
 
 func newEvalCmd(f *Factory) *cobra.Command { return newEvalCmdWith(f, nil) }
@@ -123,9 +125,13 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.IntVar(&o.DecodeSteps, "decode-steps", 0, "decode steps timed in a loop per decode point (default 100)")
 	fl.BoolVar(&o.Autotune, "autotune", false, "autotune the kernel classes the GPU's shipped tuned configs do not "+
 		"cover (default: a config derived from each shape, at once)")
-	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated (default 512; each point costs "+
-		"each compiled path a compile)")
-	fl.IntSliceVar(&o.Decode, "decode-batches", nil, "batch sizes whose decode step is timed, comma-separated (default 1,8)")
+	fl.StringVar(&o.Points, "latency-points", "quick", "latency points: quick (prefill 512, decode batch 1; "+
+		"vision: batch 32) or full (adds decode batch 8; vision: batch 1); each point costs each compiled "+
+		"path a compile; --prefill and --decode-batches replace its lists")
+	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated "+
+		"(default: --latency-points)")
+	fl.IntSliceVar(&o.Decode, "decode-batches", nil, "batch sizes whose decode step is timed, comma-separated "+
+		"(default: --latency-points)")
 	fl.IntVar(&o.GPUs, "gpus", 0, "GPUs to split the stock and injected models over as pipeline stages, one process each under torchrun (0: one, or as many as they need; with --device cpu: processes over gloo)")
 }
 
@@ -137,6 +143,9 @@ func checkEvalFlags(o *evalOptions) error {
 	}
 	if !slices.Contains(latencyModes, o.Latency) {
 		return &usageError{fmt.Errorf("--latency %q: want one of auto, eager, graph, both, off", o.Latency)}
+	}
+	if !slices.Contains(latencyPoints, o.Points) {
+		return &usageError{fmt.Errorf("--latency-points %q: want quick or full", o.Points)}
 	}
 	for _, c := range []struct {
 		flag string
@@ -253,7 +262,8 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 		Before: before, Start: start,
 		Python: py, ModelDir: modelDir, PackageDir: o.PackageDir, PackedDir: o.PackedDir, OutDir: o.Out, Tool: tool(),
 		Device: o.Device, Stages: stages, TextFile: o.Text, Tokens: o.Tokens, GenTokens: o.GenTokens, Latency: o.Latency,
-		Repeats: o.Repeats, DecodeSteps: o.DecodeSteps, Autotune: o.Autotune, Prefill: o.Prefill, DecodeBatches: o.Decode, Progress: f.ErrOut,
+		Repeats: o.Repeats, DecodeSteps: o.DecodeSteps, Autotune: o.Autotune,
+		LatencyPoints: o.Points, Prefill: o.Prefill, DecodeBatches: o.Decode, Progress: f.ErrOut,
 	})
 	if err != nil {
 		return nil, err
@@ -287,6 +297,10 @@ func evalStages(f *Factory, o *evalOptions, env *harness.Env, modelDir string) (
 	vision := ck.ModelType == "levit"
 	if o.GPUs > 1 && vision {
 		return 0, &usageError{fmt.Errorf("--gpus %d: a %s model is not split into pipeline stages (it has no decoder layers); use --gpus 1", o.GPUs, ck.ModelType)}
+	}
+	if vision && (o.Prefill != nil || o.Decode != nil) {
+		fmt.Fprintf(f.ErrOut, "note: --prefill and --decode-batches time a decoder; a %s model's batches are "+
+			"--latency-points's (quick: 32; full: 1 and 32)\n", ck.ModelType)
 	}
 	if !gpu {
 		return max(o.GPUs, 1), nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,5 +104,94 @@ func TestEvalSummaryNamesThePipeline(t *testing.T) {
 	r.Device.Count = 1
 	if got := evalSummary(r).Device; got != "NVIDIA H200" {
 		t.Errorf("one device: %q", got)
+	}
+}
+
+// --latency-points reaches the driver from eval and from the default command, --prefill and
+// --decode-batches beside it only when given; an unknown preset is refused, naming the flag.
+func TestLatencyPointsReachTheDriver(t *testing.T) {
+	root := t.TempDir()
+	m, pkg, packed := prepared(t, root)
+	argsFile := filepath.Join(root, "driver.args")
+	t.Setenv("XPUINJECT_FAKE_PYTHON_ARGS", argsFile)
+	t.Setenv("XPUINJECT_FAKE_PYTHON_FAIL", "")
+	t.Setenv("XPUINJECT_FAKE_PYTHON_GPUS", "")
+	py := fakePythonExe(t)
+	launched := func(args ...string) string {
+		t.Helper()
+		os.Remove(argsFile)
+		if code, _, errOut := runCLI(t, nil, append(args, "--python", py, "--device", "cpu")...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+		b, err := os.ReadFile(argsFile)
+		if err != nil {
+			t.Fatalf("%v: the driver did not run: %v", args, err)
+		}
+		return " " + strings.TrimSpace(string(b)) + " "
+	}
+	eval := func(out string, extra ...string) string {
+		return launched(append([]string{"eval", m, "--package", pkg, "--packed", packed, "--out", filepath.Join(root, out)}, extra...)...)
+	}
+	for _, c := range []struct {
+		got       string
+		want, not []string
+	}{
+		{eval("e1"), []string{" --latency-points quick "}, []string{"--prefill", "--decode-batches"}},
+		{eval("e2", "--latency-points", "full", "--decode-batches", "4,2"),
+			[]string{" --latency-points full ", " --decode-batches 4,2 "}, []string{"--prefill"}},
+		{launched(m, "--out", filepath.Join(root, "run"), "--latency-points", "full", "--prefill", "64"),
+			[]string{" --latency-points full ", " --prefill 64 "}, []string{"--decode-batches"}},
+		{launched(m, "--out", filepath.Join(root, "run"), "--force"), []string{" --latency-points quick "}, nil},
+	} {
+		for _, w := range c.want {
+			if !strings.Contains(c.got, w) {
+				t.Errorf("driver launched with %q, want %q", c.got, w)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(c.got, n) {
+				t.Errorf("driver launched with %q, want no %s", c.got, n)
+			}
+		}
+	}
+
+	for _, args := range [][]string{
+		{"eval", m, "--package", pkg, "--packed", packed, "--out", filepath.Join(root, "e3"), "--latency-points", "all"},
+		{m, "--out", filepath.Join(root, "run2"), "--latency-points", "Full"},
+	} {
+		os.Remove(argsFile)
+		code, _, errOut := runCLI(t, nil, append(args, "--python", py, "--device", "cpu")...)
+		if want := fmt.Sprintf("--latency-points %q: want quick or full", args[len(args)-1]); code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("%v: exit %d, want 2 and %q: %s", args, code, want, errOut)
+		}
+		if _, err := os.Stat(argsFile); err == nil {
+			t.Errorf("%v: the driver ran although the flag was refused", args)
+		}
+	}
+}
+
+// A vision model's batches come from --latency-points alone: --prefill and --decode-batches get a
+// note saying so.
+func TestVisionNotesDecoderPointFlags(t *testing.T) {
+	var errOut strings.Builder
+	f := &Factory{ErrOut: &errOut}
+	dir := filepath.Join("..", "..", "testdata", "fixtures", "levit-tiny")
+	for _, c := range []struct {
+		o    evalOptions
+		note bool
+	}{
+		{evalOptions{Device: "cpu", Points: "quick"}, false},
+		{evalOptions{Device: "cpu", Points: "quick", Decode: []int{4}}, true},
+		{evalOptions{Device: "cpu", Points: "full", Prefill: []int{64}}, true},
+	} {
+		errOut.Reset()
+		if _, err := evalStages(f, &c.o, &harness.Env{}, dir); err != nil {
+			t.Fatal(err)
+		}
+		want := "note: --prefill and --decode-batches time a decoder; a levit model's batches are " +
+			"--latency-points's (quick: 32; full: 1 and 32)\n"
+		if got := errOut.String(); (got == want) != c.note {
+			t.Errorf("%+v: stderr %q, want the note: %v", c.o, got, c.note)
+		}
 	}
 }

@@ -142,9 +142,13 @@ def parse_args(argv):
     p.add_argument("--latency", choices=["auto", "eager", "graph", "both", "off"], default="auto",
                    help="latency paths: eager (stock, injected), graph (stock compiled, stock and injected under "
                         "the graph runtime), both; auto: graph where the device captures graphs, else eager")
-    # one prefill point by default: each point costs each compiled path a compile (static shapes)
-    p.add_argument("--prefill", default="512", help="prefill lengths for latency, comma-separated")
-    p.add_argument("--decode-batches", default="1,8", help="batch sizes for per-token decode latency")
+    # each point costs each compiled path a compile (static shapes): quick times the fewest
+    p.add_argument("--latency-points", choices=sorted(lat_stage.LATENCY_POINTS), default="quick",
+                   help="points timed: quick (prefill 512, decode batch 1; vision: batch 32) or full (adds "
+                        "decode batch 8; vision: batch 1); --prefill and --decode-batches replace its lists")
+    p.add_argument("--prefill", help="prefill lengths for latency, comma-separated (default: --latency-points)")
+    p.add_argument("--decode-batches",
+                   help="batch sizes for per-token decode latency, comma-separated (default: --latency-points)")
     p.add_argument("--repeats", type=positive("--repeats"), default=30, help="timed calls per prefill / forward point")
     p.add_argument("--decode-steps", type=positive("--decode-steps"), default=100,
                    help="decode steps timed in a loop per decode point (ms per token = wall time / steps)")
@@ -153,7 +157,9 @@ def parse_args(argv):
                    help="bytes of the fp32 oracle's layers kept on the device between forwards (-1: what is free "
                         "after the bf16 models, less a forward's activations); the rest is read from the checkpoint per pass")
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    lat_stage.resolve_points(args)
+    return args
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -722,7 +728,7 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
     if run.pipeline:
         method += f"; {run.world} pipeline stages, one device each, timed on rank 0 (the first stage, which waits for the last one's logits)"
     lat.update({"measured": True, "mode": mode, "paths": list(names), "method": method,
-                "default": lat_stage.DEFAULT_PATH})
+                "default": lat_stage.DEFAULT_PATH, **lat_stage.points_record(args, vision)})
     if errors:
         lat["errors"] = errors
     return lat

@@ -42,6 +42,16 @@ LATENCY_PATHS = {
     "graph": ("stock_compiled", "stock_graph", "injected_graph", "injected_compiled"),
     "both": ("stock_eager", "stock_compiled", "stock_graph", "injected_graph", "injected_compiled", "injected_eager"),
 }
+# The points each --latency-points preset times. Every point costs each compiled path a
+# torch.compile with static shapes, which dominates a cold run's wall: quick times one prefill and
+# one decode point (vision: batch 32), full adds decode batch 8 (vision: batch 1). An explicit
+# --prefill or --decode-batches replaces the preset's list of that kind.
+LATENCY_POINTS = {
+    "quick": {"prefill": (512,), "decode": (1,), "forward": (32,)},
+    "full": {"prefill": (512,), "decode": (1, 8), "forward": (1, 32)},
+}
+# The driver's flags that replace a preset's list, by the list they replace.
+POINT_FLAGS = {"prefill": "--prefill", "decode": "--decode-batches"}
 # Stock's fastest experts implementation (mixture-of-experts models only): the anchor there.
 BEST_PATH = "stock_best"
 # What transformers 5.17 runs an MoE block's experts with without a kernel from the Hub
@@ -456,6 +466,34 @@ def latency(paths, names, cfg, device, args):
     return rows
 
 
+def resolve_points(args) -> None:
+    """Fills args.prefill and args.decode_batches (comma-separated, as the flags take them) from
+    the --latency-points preset where the flag was not given, and records in args.points_flags
+    the flags that were."""
+    preset = LATENCY_POINTS[args.latency_points]
+    args.points_flags = []
+    for kind, attr in (("prefill", "prefill"), ("decode", "decode_batches")):
+        if getattr(args, attr) is None:
+            setattr(args, attr, ",".join(str(n) for n in preset[kind]))
+        else:
+            args.points_flags.append(POINT_FLAGS[kind])
+
+
+def points_record(args, vision: bool) -> dict:
+    """eval.json latency `points` (the preset), `points_flags` (the flags that replaced its
+    lists) and `full_adds`: the points --latency-points full would add, by kind, after quick."""
+    flags = [] if vision else list(args.points_flags)  # a vision model has no prefill or decode list
+    rec = {"points": args.latency_points}
+    if flags:
+        rec["points_flags"] = flags
+    if args.latency_points == "quick":
+        kinds = ("forward",) if vision else [k for k, f in POINT_FLAGS.items() if f not in flags]
+        adds = {k: [n for n in LATENCY_POINTS["full"][k] if n not in LATENCY_POINTS["quick"][k]] for k in kinds}
+        if any(adds.values()):
+            rec["full_adds"] = {k: v for k, v in adds.items() if v}
+    return rec
+
+
 def method(args, vision: bool) -> str:
     loop = (f"wall time of {{n}} calls in a loop after {WARMUP} warm-ups, between two device syncs, / {{n}}; "
             f"every path timed by the same function")
@@ -476,12 +514,12 @@ def describe_point(row):
 
 
 def vision_latency(paths, names, cfg, device, args, make_images):
-    """Forward latency at batch 1 and 32 on every path in names."""
+    """Forward latency at the --latency-points preset's batches on every path in names."""
     import torch
 
     size = getattr(cfg, "image_size", 224)
     rows = []
-    for B in (1, 32):
+    for B in LATENCY_POINTS[args.latency_points]["forward"]:
         px = make_images(B, size, args.seed + B).to(device).to(next(paths.stock.parameters()).dtype)
         row = {"batch": B, "ms": {}, "setup_s": {}}
         with torch.no_grad():
