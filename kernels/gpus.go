@@ -107,9 +107,82 @@ type Tuned struct {
 	// autotuner's key, lowercase); a key it does not name matches any value.
 	Key map[string]any `json:"key"`
 	// Config holds the launch constants, each a positive integer.
-	Config   map[string]int `json:"config"`
-	Measured any            `json:"measured,omitempty"`
+	Config map[string]int `json:"config"`
+	// Measured is what the benchmark timed, as it wrote it (Times reads it).
+	Measured json.RawMessage `json:"measured,omitempty"`
 	Stamp
+}
+
+// TunedTimes are a tuned entry's measured times in µs, nil where not timed: the tuned config's,
+// the class's heuristic config's and the autotuner's pick's.
+type TunedTimes struct {
+	US          *float64 `json:"us"`
+	HeuristicUS *float64 `json:"heuristic_us"`
+	AutotuneUS  *float64 `json:"autotune_us"`
+}
+
+// tunedMeasured is a measured block as the benchmarks write it: benchmarks/tune.py times in µs
+// (the tuned config's and, where it timed them, the heuristic config's and the autotuner's
+// pick's); benchmarks/bench_moe.py the case, times in ms (the tuned config's and that of the
+// config the launcher took by itself, "default") and GB/s.
+type tunedMeasured struct {
+	US          *float64 `json:"us"`
+	HeuristicUS *float64 `json:"heuristic_us"`
+	AutotuneUS  *float64 `json:"autotune_us"`
+	Shape       string   `json:"shape"`
+	MS          *float64 `json:"ms"`
+	DefaultMS   *float64 `json:"default_ms"`
+	GBps        *float64 `json:"GBps"`
+}
+
+// Times reads the entry's measured block. The MoE launchers never autotune: their "default"
+// config, the heuristic's where no tuned entry covered the case yet, is HeuristicUS.
+func (t *Tuned) Times() (TunedTimes, error) {
+	var m tunedMeasured
+	if len(t.Measured) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(t.Measured))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&m); err != nil {
+			return TunedTimes{}, fmt.Errorf("measured: %s", models.JSONError(err))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"us", m.US}, {"heuristic_us", m.HeuristicUS}, {"autotune_us", m.AutotuneUS}, {"ms", m.MS},
+		{"default_ms", m.DefaultMS}, {"GBps", m.GBps}} {
+		if f.v != nil && !(*f.v > 0) {
+			return TunedTimes{}, fmt.Errorf("measured %s %v: want a positive number", f.name, *f.v)
+		}
+	}
+	switch {
+	case m.US != nil && m.MS != nil:
+		return TunedTimes{}, fmt.Errorf("measured: both us and ms (want µs as benchmarks/tune.py writes, " +
+			"or ms as benchmarks/bench_moe.py does)")
+	case m.US == nil && (m.HeuristicUS != nil || m.AutotuneUS != nil):
+		return TunedTimes{}, fmt.Errorf("measured: heuristic_us or autotune_us without us, the tuned config's time")
+	case m.MS == nil && m.DefaultMS != nil:
+		return TunedTimes{}, fmt.Errorf("measured: default_ms without ms, the tuned config's time")
+	case m.MS != nil:
+		return TunedTimes{US: msToUS(m.MS), HeuristicUS: msToUS(m.DefaultMS)}, nil
+	}
+	return TunedTimes{US: m.US, HeuristicUS: m.HeuristicUS, AutotuneUS: m.AutotuneUS}, nil
+}
+
+func msToUS(ms *float64) *float64 {
+	if ms == nil {
+		return nil
+	}
+	us := *ms * 1e3
+	return &us
+}
+
+// Slower reports whether the tuned config measured slower than the heuristic config and than
+// the autotuner's pick (false where either was not timed), by more than float rounding: a
+// sweep times both among its candidates, so its best is never slower.
+func (tt TunedTimes) Slower() (heuristic, autotune bool) {
+	slower := func(other *float64) bool { return tt.US != nil && other != nil && *tt.US > *other*(1+1e-9) }
+	return slower(tt.HeuristicUS), slower(tt.AutotuneUS)
 }
 
 // TunedConfigKeys are the launch constants each tuned launcher takes (gemm.py, attention.py,
@@ -122,6 +195,18 @@ var TunedConfigKeys = map[string][]string{
 	"moe.decode": {"BLOCK_N", "BLOCK_K", "SPLIT_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", "DOWN_SPLIT_K",
 		"num_warps", "num_stages"},
 	"moe.prefill": {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"},
+}
+
+// TunedKeyFields are the problem fields each tuned launcher looks its config up by, in the
+// order it passes them (gemm.py, gemv.py, attention.py, moe.py): a key naming another field
+// would never match.
+var TunedKeyFields = map[string][]string{
+	"gemm":              {"epilogue", "m_bucket", "k", "n"},
+	"gemv":              {"epilogue", "m_bucket", "k", "n"},
+	"attention.prefill": {"seq_q_bucket", "seq_k_bucket", "head_dim", "is_causal", "mask_kind"},
+	"attention.decode":  {"split_bucket", "head_dim", "block_g", "mask_kind", "single"},
+	"moe.decode":        {"hidden", "inter", "experts", "top_k", "tokens"},
+	"moe.prefill":       {"hidden", "inter", "experts", "top_k", "tokens"},
 }
 
 // Token-count classes of a GEMM route: the layer picks the route per call from M, the
@@ -268,7 +353,8 @@ func LoadGPU(name string) (*GPU, error) {
 
 // ParseGPU reads and checks one gpus/<name>.json (file is its path, for errors and
 // reasons): every route names a kernel of Default, its op and exactly one kind of match,
-// every measurement a shape and a positive ratio, every tuned config known constants.
+// every measurement a shape and a positive ratio, every tuned config known constants, key
+// fields and a measured block that reads (Tuned.Times).
 func ParseGPU(b []byte, file string) (*GPU, error) {
 	var g GPU
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -328,6 +414,15 @@ func ParseGPU(b []byte, file string) (*GPU, error) {
 		}
 		if len(t.Config) != len(allowed) {
 			return bad("tuned %d (%s): config has keys besides %s", i, t.Kernel, strings.Join(allowed, ", "))
+		}
+		for _, k := range slices.Sorted(maps.Keys(t.Key)) {
+			if !slices.Contains(TunedKeyFields[t.Kernel], k) {
+				return bad("tuned %d (%s): key %q is not a field the launcher looks up (%s)", i, t.Kernel, k,
+					strings.Join(TunedKeyFields[t.Kernel], ", "))
+			}
+		}
+		if _, err := t.Times(); err != nil {
+			return bad("tuned %d (%s): %v", i, t.Kernel, err)
 		}
 	}
 	return &g, nil

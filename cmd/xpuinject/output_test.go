@@ -89,12 +89,19 @@ func TestPlanTableGolden(t *testing.T) {
 	}
 }
 
-// `xpuinject kernels`, with the default GPU's data and with none.
+// `xpuinject kernels` and `kernels --tuned`, with the default GPU's data and with none.
 func TestKernelsTableGolden(t *testing.T) {
-	for _, c := range []struct{ name, gpu string }{{"kernels.txt", ""}, {"kernels-no-data.txt", "no-such-gpu"}} {
+	for _, c := range []struct {
+		name, gpu string
+		tuned     bool
+	}{{"kernels.txt", "", false}, {"kernels-no-data.txt", "no-such-gpu", false},
+		{"kernels-tuned.txt", "", true}, {"kernels-tuned-no-data.txt", "no-such-gpu", true}} {
 		args := []string{"kernels"}
 		if c.gpu != "" {
 			args = append(args, "--gpu", c.gpu)
+		}
+		if c.tuned {
+			args = append(args, "--tuned")
 		}
 		code, out, errOut := runCLI(t, nil, args...)
 		if code != 0 {
