@@ -697,18 +697,37 @@ func writeTimings(b *bytes.Buffer, r *Result) {
 	} else {
 		fmt.Fprintf(b, "The whole run, %s s from the command's start to this report.\n\n", seconds(wall))
 	}
-	b.WriteString("| stage | s | share |\n| --- | --- | --- |\n")
+	compiles := 0
+	for _, s := range t.Stages {
+		compiles += s.Compiles
+	}
+	if compiles > 0 {
+		fmt.Fprintf(b, "Kernel compiles: the Triton JIT compiles during the stage (%d in all).\n\n", compiles)
+		b.WriteString("| stage | s | share | kernel compiles |\n| --- | --- | --- | --- |\n")
+	} else {
+		b.WriteString("| stage | s | share |\n| --- | --- | --- |\n")
+	}
 	share := func(s float64) string {
 		if wall <= 0 {
 			return "—"
 		}
 		return fmt.Sprintf("%.0f %%", 100*s/wall)
 	}
+	row := func(name string, s float64, n int) {
+		fmt.Fprintf(b, "| %s | %s | %s |", name, seconds(s), share(s))
+		if compiles > 0 {
+			if n > 0 {
+				fmt.Fprintf(b, " %d |", n)
+			} else {
+				b.WriteString("  |")
+			}
+		}
+		b.WriteString("\n")
+	}
 	for _, s := range t.Stages {
-		fmt.Fprintf(b, "| %s | %s | %s |\n", s.Stage, seconds(float64(s.S)), share(float64(s.S)))
+		row(s.Stage, float64(s.S), s.Compiles)
 	}
 	if t.WallS > 0 {
-		o := t.Other()
-		fmt.Fprintf(b, "| other (no stage names it) | %s | %s |\n", seconds(o), share(o))
+		row("other (no stage names it)", t.Other(), 0)
 	}
 }

@@ -352,6 +352,8 @@ type Timings struct {
 type StageTime struct {
 	Stage string `json:"stage"`
 	S     Num    `json:"s"`
+	// Compiles counts the Triton JIT compiles during the stage (kernels made, not run).
+	Compiles int `json:"compiles,omitempty"`
 }
 
 // Other is the part of the wall no stage names.

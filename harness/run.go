@@ -252,9 +252,9 @@ func addTimings(res *Result, path string, o Options, began, spawned time.Time) e
 		start = began
 	}
 	up := time.Unix(0, int64(t.StartedAt*1e9)).Sub(spawned).Seconds()
-	stages := append(slices.Clone(o.Before), StageTime{"eval set-up (checks, driver files)", Num(spawned.Sub(began).Seconds())})
+	stages := append(slices.Clone(o.Before), StageTime{Stage: "eval set-up (checks, driver files)", S: Num(spawned.Sub(began).Seconds())})
 	if up > 0 {
-		stages = append(stages, StageTime{"python interpreter start", Num(up)})
+		stages = append(stages, StageTime{Stage: "python interpreter start", S: Num(up)})
 	}
 	t.Stages = append(stages, t.Stages...)
 	t.WallS = Num(time.Since(start).Seconds())

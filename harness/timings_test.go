@@ -61,11 +61,29 @@ func TestAddTimingsMergesTheCommandsStages(t *testing.T) {
 }
 
 func TestReportSaysWhereTheTimeWent(t *testing.T) {
-	r := &Result{Timings: &Timings{WallS: 20, Stages: []StageTime{{"pack", 5}, {"greedy generation: stock and injected", 13}}}}
+	r := &Result{Timings: &Timings{WallS: 20, Stages: []StageTime{{Stage: "pack", S: 5},
+		{Stage: "greedy generation: stock and injected", S: 13}}}}
 	var md strings.Builder
 	md.Write(Markdown(r, nil))
-	for _, s := range []string{"## Where the time went", "The whole run, 20.0 s", "| pack | 5.00 | 25 % |",
-		"| greedy generation: stock and injected | 13.0 | 65 % |", "| other (no stage names it) | 2.00 | 10 % |"} {
+	for _, s := range []string{"## Where the time went", "The whole run, 20.0 s", "| stage | s | share |\n",
+		"| pack | 5.00 | 25 % |\n", "| greedy generation: stock and injected | 13.0 | 65 % |",
+		"| other (no stage names it) | 2.00 | 10 % |"} {
+		if !strings.Contains(md.String(), s) {
+			t.Errorf("report lacks %q:\n%s", s, md.String())
+		}
+	}
+	if strings.Contains(md.String(), "kernel compiles") {
+		t.Errorf("a run that counted no compiles has no compiles column:\n%s", md.String())
+	}
+
+	// the driver counts each stage's Triton compiles: a column, blank where a stage made none
+	r.Timings.Stages = []StageTime{{Stage: "pack", S: 5}, {Stage: "compile the injected kernels ahead", S: 3, Compiles: 25},
+		{Stage: "greedy generation: stock and injected", S: 10, Compiles: 2}}
+	md.Reset()
+	md.Write(Markdown(r, nil))
+	for _, s := range []string{"(27 in all)", "| stage | s | share | kernel compiles |\n", "| pack | 5.00 | 25 % |  |\n",
+		"| compile the injected kernels ahead | 3.00 | 15 % | 25 |\n", "| greedy generation: stock and injected | 10.0 | 50 % | 2 |\n",
+		"| other (no stage names it) | 2.00 | 10 % |  |\n"} {
 		if !strings.Contains(md.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, md.String())
 		}

@@ -61,11 +61,32 @@ class Stages:
         self.t0 = t0
         self.rows = []
         self._mark = t0
+        self.compiles = 0  # Triton JIT compiles so far (count_compiles)
+        self._compiles_mark = 0
+
+    def count_compiles(self, triton) -> None:
+        """Count every Triton JIT compile from now on (knobs.runtime.jit_post_compile_hook, which
+        Triton calls after each compile; a hook already there still runs): each stage then says
+        how many of its seconds were spent making kernels."""
+        knobs = getattr(getattr(triton, "knobs", None), "runtime", None)
+        if knobs is None or not hasattr(knobs, "jit_post_compile_hook"):
+            return
+        prev = knobs.jit_post_compile_hook
+
+        def hook(*args, **kwargs):
+            self.compiles += 1
+            return prev(*args, **kwargs) if prev is not None else None
+
+        knobs.jit_post_compile_hook = hook
 
     def add(self, name: str, seconds: float) -> None:
-        self.rows.append({"stage": name, "s": round(seconds, 3)})
+        row = {"stage": name, "s": round(seconds, 3)}
+        n, self._compiles_mark = self.compiles - self._compiles_mark, self.compiles
+        if n:
+            row["compiles"] = n
+        self.rows.append(row)
         if RANK == 0:
-            progress(f"{name}: {seconds:.1f} s")
+            progress(f"{name}: {seconds:.1f} s" + (f" ({n} kernel compiles)" if n else ""))
 
     def lap(self, name: str) -> None:
         """A stage that ran from the end of the previous one until now."""
@@ -576,6 +597,7 @@ def main(argv=None):
         result["versions"]["triton"] = triton.__version__
     except ImportError:
         fail(3, "python package missing: triton (pip install triton)")
+    STAGES.count_compiles(triton)
     STAGES.lap("python start-up and imports")
 
     dtype_name, dtype = plan_dtype(args.package)
