@@ -186,27 +186,71 @@ def parse_args(argv):
 # ---------------------------------------------------------------------------- metrics
 
 
-def error_metrics(x, ref, floor=0.0):
-    """The accuracy metrics of x against ref (float64 on the CPU)."""
+# Where the accuracy metrics are computed: the eval's GPU when it has one (main() sets it), else
+# the CPU. In float64 either way, chunk by chunk, so a 2048-token logits tensor of a 150K-word
+# vocabulary (2.5 GB in float64) never sits whole on the device, nor takes the CPU seconds.
+METRICS_DEVICE = None
+METRICS_CHUNK = 1 << 24  # elements per chunk: 128 MB of float64
+
+
+def _metrics_device():
     import torch
 
-    a = x.detach().double().cpu().reshape(-1)
-    e = ref.detach().double().cpu().reshape(-1)
-    finite = torch.isfinite(a) & torch.isfinite(e)
-    nonfinite = int((~finite).sum())
-    a, e = a[finite], e[finite]
+    return METRICS_DEVICE if METRICS_DEVICE is not None else torch.device("cpu")
+
+
+def _flat_chunks(x, ref):
+    """(x, ref) flattened, in float64 on the metrics device, METRICS_CHUNK elements at a time."""
+    dev = _metrics_device()
+    a, e = x.detach().reshape(-1), ref.detach().reshape(-1)
+    for i in range(0, a.numel(), METRICS_CHUNK):
+        yield a[i:i + METRICS_CHUNK].to(dev).double(), e[i:i + METRICS_CHUNK].to(dev).double()
+
+
+def _row_chunks(*ts):
+    """Each of ts as [rows, last dim], in float64 on the metrics device, a chunk of rows at a time."""
+    dev = _metrics_device()
+    ts = [t.detach().reshape(-1, t.shape[-1]) for t in ts]
+    step = max(1, METRICS_CHUNK // ts[0].shape[-1])
+    for i in range(0, ts[0].shape[0], step):
+        yield [t[i:i + step].to(dev).double() for t in ts]
+
+
+def error_metrics(x, ref, floor=0.0):
+    """The accuracy metrics of x against ref, in float64 (over the elements finite in both)."""
+    import math
+
+    import torch
+
+    nonfinite = count = 0
+    emax = 0.0
+    for a, e in _flat_chunks(x, ref):
+        ok = torch.isfinite(a) & torch.isfinite(e)
+        n = int(ok.sum())
+        nonfinite += ok.numel() - n
+        count += n
+        if n:
+            emax = max(emax, float(e[ok].abs().max()))
     if floor <= 0:
-        floor = max(1e-6, 1e-3 * float(e.abs().max())) if e.numel() else 1e-6
-    d = (a - e).abs()
-    rel = d / e.abs().clamp_min(floor)
-    na, ne = a.norm(), e.norm()
-    cos = float((a @ e) / (na * ne)) if na > 0 and ne > 0 else float(na == ne)
+        floor = max(1e-6, 1e-3 * emax) if count else 1e-6
+    dmax = rmax = dsum = rsum = dot = aa = ee = 0.0
+    for a, e in _flat_chunks(x, ref):
+        ok = torch.isfinite(a) & torch.isfinite(e)
+        a, e = a[ok], e[ok]
+        if not a.numel():
+            continue
+        d = (a - e).abs()
+        rel = d / e.abs().clamp_min(floor)
+        dmax, rmax = max(dmax, float(d.max())), max(rmax, float(rel.max()))
+        dsum, rsum = dsum + float(d.sum()), rsum + float(rel.sum())
+        dot, aa, ee = dot + float(a @ e), aa + float(a @ a), ee + float(e @ e)
+    na, ne = math.sqrt(aa), math.sqrt(ee)
     return {
-        "cosine": cos,
-        "max_abs": float(d.max()) if d.numel() else 0.0,
-        "mean_abs": float(d.mean()) if d.numel() else 0.0,
-        "max_rel": float(rel.max()) if rel.numel() else 0.0,
-        "mean_rel": float(rel.mean()) if rel.numel() else 0.0,
+        "cosine": dot / (na * ne) if na > 0 and ne > 0 else float(na == ne),
+        "max_abs": dmax,
+        "mean_abs": dsum / count if count else 0.0,
+        "max_rel": rmax,
+        "mean_rel": rsum / count if count else 0.0,
         "rel_floor": floor,
         "nonfinite": nonfinite,
     }
@@ -217,24 +261,32 @@ def logits_metrics(logits, ref_logits, labels=None, floor=0.0):
     import torch
 
     m = error_metrics(logits, ref_logits, floor)
-    lx = logits.float().cpu().reshape(-1, logits.shape[-1])
-    lr = ref_logits.float().cpu().reshape(-1, ref_logits.shape[-1])
-    m["top1_agreement"] = float((lx.argmax(-1) == lr.argmax(-1)).float().mean())
-    lpx = torch.log_softmax(lx.double(), -1)
-    lpr = torch.log_softmax(lr.double(), -1)
-    m["kl"] = float((lpr.exp() * (lpr - lpx)).sum(-1).mean())
+    rows = agree = 0
+    kl = 0.0
+    for lx, lr in _row_chunks(logits, ref_logits):
+        # argmax of float64 copies of float32 logits: the float32 argmax, ties included
+        agree += int((lx.argmax(-1) == lr.argmax(-1)).sum())
+        lpx, lpr = torch.log_softmax(lx, -1), torch.log_softmax(lr, -1)
+        kl += float((lpr.exp() * (lpr - lpx)).sum())
+        rows += lx.shape[0]
+    m["top1_agreement"] = agree / rows if rows else 0.0
+    m["kl"] = kl / rows if rows else 0.0
     if labels is not None:
         m["perplexity"] = perplexity(logits, labels)
     return m
 
 
 def perplexity(logits, labels):
+    import math
+
     import torch
 
-    lg = logits.float().cpu()[..., :-1, :].reshape(-1, logits.shape[-1]).double()
-    lb = labels.cpu()[..., 1:].reshape(-1)
-    nll = torch.nn.functional.cross_entropy(lg, lb, reduction="mean")
-    return float(torch.exp(nll))
+    lg = logits.detach()[..., :-1, :].reshape(-1, logits.shape[-1])
+    lb = labels.detach()[..., 1:].reshape(-1).to(torch.float64)
+    nll = 0.0
+    for x, y in _row_chunks(lg, lb.unsqueeze(-1)):
+        nll += float(torch.nn.functional.cross_entropy(x, y.squeeze(-1).long(), reduction="sum"))
+    return math.exp(nll / lb.numel())
 
 
 def ratio(a, b):
@@ -400,14 +452,12 @@ def margin_bound(stock_logits, oracle_logits):
     """How far stock bf16 moves the oracle's top-1 minus top-2 logit margin, at most, over the
     teacher-forced text. A greedy divergence whose two tokens the oracle rates closer than this is
     within the error bf16 inference has already shown on this model: a tie, not a defect."""
-    import torch
-
-    v = oracle_logits.shape[-1]
-    o = oracle_logits.double().cpu().reshape(-1, v)
-    s = stock_logits.double().cpu().reshape(-1, v)
-    top = o.topk(2, dim=-1).indices
-    om, sm = o.gather(-1, top), s.gather(-1, top)
-    return float(((sm[:, 0] - sm[:, 1]) - (om[:, 0] - om[:, 1])).abs().max())
+    bound = 0.0
+    for o, s in _row_chunks(oracle_logits, stock_logits):
+        top = o.topk(2, dim=-1).indices
+        om, sm = o.gather(-1, top), s.gather(-1, top)
+        bound = max(bound, float(((sm[:, 0] - sm[:, 1]) - (om[:, 0] - om[:, 1])).abs().max()))
+    return bound
 
 
 def last_logits(model, prompt, tokens):
@@ -578,6 +628,8 @@ def main(argv=None):
     if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         fail(3, "no GPU: the kernels can run on the CPU only under TRITON_INTERPRET=1 (use --device cpu)")
     on_gpu = device.type in ("cuda", "xpu")
+    global METRICS_DEVICE
+    METRICS_DEVICE = device if on_gpu else None
     result = {
         "schema": SCHEMA,
         "model": {"path": str(Path(args.model).resolve()), "arch": cfg.model_type, "class": cls.__name__,
@@ -793,12 +845,34 @@ def compile_ahead(ahead, result, work):
              + (f" (not run: {stats['skipped']})" if stats.get("skipped") else ""))
 
 
+def text_accuracy(args, ids, text_path, oracle, stock, injected):
+    """eval.json's accuracy and layers of a text model, from each model's (logits, hidden states)."""
+    (lo, ho), (ls, hs), (li, hi) = oracle, stock, injected
+    inj = logits_metrics(li, lo, ids, args.floor)
+    stk = logits_metrics(ls, lo, ids, args.floor)
+    accuracy = {
+        "input": {"kind": "text", "source": text_path, "tokens": int(ids.shape[1])},
+        "oracle_perplexity": perplexity(lo, ids),
+        "injected": inj,
+        "stock": stk,
+        "compare": side_by_side(inj, stk),
+    }
+    layers = []
+    for i in range(1, len(ho)):
+        # hidden_states: embeddings, each layer's output, and the last layer's output
+        # after the final norm
+        name = f"model.layers.{i - 1}" if i < len(ho) - 1 else f"model.layers.{i - 1} + norm"
+        layers.append({"name": name, "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])})
+    return accuracy, layers
+
+
 def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, run, ahead=None):
     """Accuracy, per-layer error and greedy generation of a causal LM. Under a pipeline every rank
     runs this: the bf16 models' forwards and generations are collective; the oracle (None on the
     other ranks) and the metrics are rank 0's."""
     n_tokens = text_tokens(args, on_gpu)
-    ids, text_path = text_inputs(args, args.model, device, n_tokens)
+    with STAGES("the text: tokenizer and tokens"):
+        ids, text_path = text_inputs(args, args.model, device, n_tokens)
     progress(f"accuracy on {ids.shape[1]} tokens of {text_path}")
     n_gen = args.gen_tokens or (128 if on_gpu else 8)
     prompts = prompt_windows(ids, args.prompts, min(32, ids.shape[1] // args.prompts))
@@ -814,27 +888,14 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
         ls, hs = run.forward_text(stock, ids)
         li, hi = run.forward_text(injected, ids)
     if run.main:
-        inj = logits_metrics(li, lo, ids, args.floor)
-        stk = logits_metrics(ls, lo, ids, args.floor)
-        result["accuracy"] = {
-            "input": {"kind": "text", "source": text_path, "tokens": int(ids.shape[1])},
-            "oracle_perplexity": perplexity(lo, ids),
-            "injected": inj,
-            "stock": stk,
-            "compare": side_by_side(inj, stk),
-        }
-        layers = []
-        for i in range(1, len(ho)):
-            # hidden_states: embeddings, each layer's output, and the last layer's output
-            # after the final norm
-            name = f"model.layers.{i - 1}" if i < len(ho) - 1 else f"model.layers.{i - 1} + norm"
-            layers.append({"name": name, "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])})
-        result["layers"] = layers
+        with STAGES("accuracy: metrics against the oracle"):
+            result["accuracy"], result["layers"] = text_accuracy(args, ids, text_path, (lo, ho), (ls, hs), (li, hi))
     progress(f"greedy generation of {n_gen} tokens after each of {len(prompts)} prompts, in one batch")
     models = {"oracle": oracle, "stock": stock, "injected": injected}
-    with STAGES("greedy generation: stock and injected"):
-        for name in ("stock", "injected"):
+    for name in ("stock", "injected"):
+        with STAGES(f"greedy generation: {name}"):
             runs[name] = sharded.greedy_batch(models[name], prompts, n_gen)
+    with STAGES("greedy generation: divergences judged"):
         report = generation_report(models, runs, prompts, n_gen, margin_bound(ls, lo) if run.main else None)
     if run.main:
         result["generation"] = report

@@ -55,8 +55,10 @@ def check_timings(ev: dict, out: Path, stderr: str):
     names = [s["stage"] for s in t["stages"]]
     for want in ("checks, resolve and plan", "pack", "package", "find and probe Python", "python start-up and imports",
                  "load the stock and injected models", "load the package and inject it", "build the fp32 oracle",
-                 "oracle: fp32 forward and greedy generation", "accuracy: stock and injected forwards",
-                 "greedy generation: stock and injected", "greedy generation under the graph runtime"):
+                 "oracle: fp32 forward and greedy generation", "the text: tokenizer and tokens",
+                 "accuracy: stock and injected forwards", "accuracy: metrics against the oracle",
+                 "greedy generation: stock", "greedy generation: injected", "greedy generation: divergences judged",
+                 "greedy generation under the graph runtime"):
         assert want in names, names
     named = sum(s["s"] for s in t["stages"])
     assert all(s["s"] >= 0 for s in t["stages"])
