@@ -10,16 +10,23 @@ import (
 	"github.com/xpuinject/xpuinject/harness"
 )
 
-// TestEvalGPUs: --gpus N > 1 runs the driver under torchrun, one worker per pipeline stage; a
-// worker's own exit code (torchrun exits 1) decides the error; bad counts are refused.
-func TestEvalGPUs(t *testing.T) {
-	root := t.TempDir()
-	m, pkg, packed := prepared(t, root)
-	argsFile := filepath.Join(root, "driver.args")
+// fakeDriverRun prepares a model, its package and packed checkpoint under a temporary root, and
+// the fake Python that records the driver's arguments in argsFile.
+func fakeDriverRun(t *testing.T) (root, m, pkg, packed, argsFile, py string) {
+	t.Helper()
+	root = t.TempDir()
+	m, pkg, packed = prepared(t, root)
+	argsFile = filepath.Join(root, "driver.args")
 	t.Setenv("XPUINJECT_FAKE_PYTHON_ARGS", argsFile)
 	t.Setenv("XPUINJECT_FAKE_PYTHON_FAIL", "")
 	t.Setenv("XPUINJECT_FAKE_PYTHON_GPUS", "")
-	py := fakePythonExe(t)
+	return root, m, pkg, packed, argsFile, fakePythonExe(t)
+}
+
+// TestEvalGPUs: --gpus N > 1 runs the driver under torchrun, one worker per pipeline stage; a
+// worker's own exit code (torchrun exits 1) decides the error; bad counts are refused.
+func TestEvalGPUs(t *testing.T) {
+	root, m, pkg, packed, argsFile, py := fakeDriverRun(t)
 	eval := func(out string, extra ...string) (int, string) {
 		t.Helper()
 		os.Remove(argsFile)
@@ -110,13 +117,7 @@ func TestEvalSummaryNamesThePipeline(t *testing.T) {
 // --latency-points reaches the driver from eval and from the default command, --prefill and
 // --decode-batches beside it only when given; an unknown preset is refused, naming the flag.
 func TestLatencyPointsReachTheDriver(t *testing.T) {
-	root := t.TempDir()
-	m, pkg, packed := prepared(t, root)
-	argsFile := filepath.Join(root, "driver.args")
-	t.Setenv("XPUINJECT_FAKE_PYTHON_ARGS", argsFile)
-	t.Setenv("XPUINJECT_FAKE_PYTHON_FAIL", "")
-	t.Setenv("XPUINJECT_FAKE_PYTHON_GPUS", "")
-	py := fakePythonExe(t)
+	root, m, pkg, packed, argsFile, py := fakeDriverRun(t)
 	launched := func(args ...string) string {
 		t.Helper()
 		os.Remove(argsFile)
