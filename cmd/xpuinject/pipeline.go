@@ -159,6 +159,13 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		stages = append(stages, harness.StageTime{Stage: name, S: harness.Num(time.Since(mark).Seconds())})
 		mark = time.Now()
 	}
+	// Python starts up (imports torch to probe it) while Go fetches, plans and packs: seconds
+	// off the critical path.
+	var probe chan probed
+	if !o.SkipEval {
+		probe = make(chan probed, 1)
+		go func() { probe <- findAndProbe(ctx, o.Eval.Python, f.Getenv) }()
+	}
 	step("resolve %s", o.Model)
 	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Plan)
 	if err != nil {
@@ -185,12 +192,6 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 				removeIfBare(out, inputs)
 			}
 		}()
-	}
-	// Python starts up (imports torch to probe it) while Go packs: seconds off the critical path.
-	var probe chan probed
-	if !o.SkipEval {
-		probe = make(chan probed, 1)
-		go func() { probe <- findAndProbe(ctx, o.Eval.Python, f.Getenv) }()
 	}
 	step("pack -> %s", packedDir)
 	prog := newPackProgress(f)
