@@ -142,7 +142,8 @@ def test_autotuning_is_counted():
 
 def test_tune_writes_what_gemm_looks_up(tmp_path, monkeypatch):
     """benchmarks/tune.py --write-tuned records a GEMM best config under the key gemm() asks for
-    (epilogue, M's power-of-two class, K, the weight's N), keeping the file's routes."""
+    (epilogue, M's power-of-two class, K, the weight's N), keeping the file's routes and every
+    entry of another class."""
     import sys
 
     bench = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -159,11 +160,14 @@ def test_tune_writes_what_gemm_looks_up(tmp_path, monkeypatch):
     tune.write_tuned(str(data_file), entries, "NVIDIA H200")
     data = json.loads(data_file.read_text())
     assert data["routes"] == json.loads((PKG / "gpus" / "h200.json").read_text())["routes"]
-    shipped_moe = [t for t in json.loads((PKG / "gpus" / "h200.json").read_text())["tuned"]
-                   if t["kernel"].startswith("moe.")]
-    assert [t for t in data["tuned"] if t["kernel"].startswith("moe.")] == shipped_moe  # bench_moe.py's, kept
-    (e,) = [t for t in data["tuned"] if not t["kernel"].startswith("moe.")]  # rmsnorm is not a tuned launcher
-    assert e["key"] == {"epilogue": "swiglu", "m_bucket": 2048, "k": 2048, "n": 16384} and e["source"] == "T/tune.json"
+    key = {"epilogue": "swiglu", "m_bucket": 2048, "k": 2048, "n": 16384}
+    shipped = json.loads((PKG / "gpus" / "h200.json").read_text())["tuned"]
+    other = lambda t: not (t["kernel"] == "gemm" and t["key"] == key)  # noqa: E731
+    assert [t for t in data["tuned"] if other(t)] == [t for t in shipped if other(t)]  # bench_moe.py's too
+    assert any(t["kernel"].startswith("moe.") for t in data["tuned"])
+    (e,) = [t for t in data["tuned"] if not other(t)]  # rmsnorm is not a tuned launcher: no entry
+    assert e["source"] == "T/tune.json" and e["config"]["BLOCK_N"] == 256
+    assert not [t for t in data["tuned"] if t["kernel"] == "rmsnorm"]
     monkeypatch.setattr(gpus, "device_data", lambda device: data)
     cfg = gpus.tuned_config("gemm", {"epilogue": "swiglu", "m_bucket": 2048, "k": 2048, "n": 16384}, "cuda")
     assert cfg is not None and cfg.kwargs["BLOCK_N"] == 256 and cfg.num_stages == 3
@@ -171,8 +175,9 @@ def test_tune_writes_what_gemm_looks_up(tmp_path, monkeypatch):
 
 
 def test_tune_and_bench_moe_keep_each_others_tuned_entries(tmp_path, monkeypatch):
-    """tune.py --write-tuned replaces the entries of the kernels it sweeps and keeps bench_moe.py's
-    MoE entries; bench_moe.py replaces only entries of its own kernel and key."""
+    """tune.py --write-tuned replaces the entries of the classes it swept and keeps every other
+    one (bench_moe.py's MoE entries among them); bench_moe.py replaces only entries of its own
+    kernel and key."""
     import sys
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -180,16 +185,17 @@ def test_tune_and_bench_moe_keep_each_others_tuned_entries(tmp_path, monkeypatch
     data_file = tmp_path / "h200.json"
     data = json.loads((PKG / "gpus" / "h200.json").read_text())
     moe_key = {"hidden": 2048, "inter": 768, "experts": 128, "top_k": 8, "tokens": 1}
-    data["tuned"] = [{"kernel": "gemm", "key": {"stale": 1}}, {"kernel": "moe.decode", "key": moe_key, "config": {"a": 1}}]
+    data["tuned"] = [{"kernel": "gemm", "key": {"other": 1}}, {"kernel": "moe.decode", "key": moe_key, "config": {"a": 1}},
+                     {"kernel": "gemm", "key": {"fresh": 1}, "config": {"old": 1}}]
     data_file.write_text(json.dumps(data))
     tune.write_tuned(str(data_file), [{"kernel": "gemm", "key": {"fresh": 1}}], "NVIDIA H200")
     got = json.loads(data_file.read_text())
-    assert got["tuned"] == [data["tuned"][1], {"kernel": "gemm", "key": {"fresh": 1}}]
+    assert got["tuned"] == [data["tuned"][0], data["tuned"][1], {"kernel": "gemm", "key": {"fresh": 1}}]
     assert got["routes"] == data["routes"]
     bench_moe.write_tuned(str(data_file), [{"kernel": "moe.decode", "key": moe_key, "config": {"a": 2}}], "")
     got = json.loads(data_file.read_text())
-    assert got["tuned"] == [{"kernel": "gemm", "key": {"fresh": 1}}, {"kernel": "moe.decode", "key": moe_key,
-                                                                      "config": {"a": 2}}]
+    assert got["tuned"] == [{"kernel": "gemm", "key": {"other": 1}}, {"kernel": "gemm", "key": {"fresh": 1}},
+                            {"kernel": "moe.decode", "key": moe_key, "config": {"a": 2}}]
     del sys.modules["tune"], sys.modules["bench_moe"]
 
 
