@@ -91,19 +91,13 @@ var ErrMissing = errors.New("harness: missing")
 const probeScript = `
 import json, sys, importlib, importlib.util, importlib.metadata as md
 out = {"version": sys.version.split()[0]}
-dists = None
-for m in ("torch", "transformers", "triton", "kernels", "safetensors"):
+dists = md.packages_distributions()
+for m in ("transformers", "triton", "kernels", "safetensors"):
     out[m] = ""
     try:
-        if importlib.util.find_spec(m) is None:
-            continue
-        if dists is None:
-            dists = md.packages_distributions()
-        for d in dists.get(m, []):
-            out[m] = md.version(d)
-            break
-        else:
-            out[m] = importlib.import_module(m).__version__
+        if importlib.util.find_spec(m) is not None:
+            ds = dists.get(m)
+            out[m] = md.version(ds[0]) if ds else importlib.import_module(m).__version__
     except Exception:
         out[m] = ""
 out["cuda"] = out["xpu"] = False

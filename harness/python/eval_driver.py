@@ -282,10 +282,12 @@ def perplexity(logits, labels):
     import torch
 
     lg = logits.detach()[..., :-1, :].reshape(-1, logits.shape[-1])
-    lb = labels.detach()[..., 1:].reshape(-1).to(torch.float64)
-    nll = 0.0
-    for x, y in _row_chunks(lg, lb.unsqueeze(-1)):
-        nll += float(torch.nn.functional.cross_entropy(x, y.squeeze(-1).long(), reduction="sum"))
+    lb = labels.detach()[..., 1:].reshape(-1)
+    nll, row = 0.0, 0
+    for (x,) in _row_chunks(lg):
+        y = lb[row:row + x.shape[0]].to(x.device)
+        row += x.shape[0]
+        nll += float(torch.nn.functional.cross_entropy(x, y, reduction="sum"))
     return math.exp(nll / lb.numel())
 
 
@@ -840,9 +842,11 @@ def compile_ahead(ahead, result, work):
     with STAGES("compile the injected kernels ahead"):
         stats = ahead(work)
     result["precompile"] = stats
-    progress(f"compiled ahead: {stats['compiled']} kernel specializations on {stats['threads']} threads"
-             + (f" ({stats['error']})" if stats.get("error") else "")
-             + (f" (not run: {stats['skipped']})" if stats.get("skipped") else ""))
+    if stats.get("skipped"):
+        progress(f"compiling ahead: not run ({stats['skipped']})")
+    else:
+        progress(f"compiled ahead: {stats['compiled']} kernel specializations on {stats['threads']} threads"
+                 + (f" ({stats['error']})" if stats.get("error") else ""))
 
 
 def text_accuracy(args, ids, text_path, oracle, stock, injected):

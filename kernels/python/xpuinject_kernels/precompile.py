@@ -106,7 +106,6 @@ def ahead(run: Callable[[], object], *, threads: Optional[int] = None,
     n = threads or _threads()
     t0 = time.perf_counter()
     out: Dict[str, object] = {"threads": n}
-    mode = None
     # _backend.launch_counts counts the dry run's launches too: its problem-class lookups (tuned,
     # heuristic) are the workload's, made once and kept
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="xpuinject-compile") as pool:
@@ -117,7 +116,7 @@ def ahead(run: Callable[[], object], *, threads: Optional[int] = None,
                 except Exception as e:  # garbage inputs may trip a check; what was reached still compiles
                     out["error"] = f"dry run: {type(e).__name__}: {e}"
                 out["dry_run_s"] = round(time.perf_counter() - t0, 3)
-    futures = mode.future_kernels.values() if mode is not None else ()
+    futures = mode.future_kernels.values()
     failed = sum(1 for f in futures if f.kernel is None)
     out["compiled"] = len(futures) - failed
     if failed:
