@@ -85,14 +85,17 @@ type Env struct {
 // ErrMissing is returned when the interpreter lacks a required package or device.
 var ErrMissing = errors.New("harness: missing")
 
-// probeScript reads the packages' versions from their installed metadata and imports only
-// torch (for the devices): importing transformers, triton and kernels too would cost seconds of
-// every run's start, and the eval driver imports them itself and names any that fails.
+// probeScript reads the packages' versions from their installed metadata and imports nothing
+// heavy: importing transformers, triton and kernels would cost seconds of every run's start, and
+// the eval driver imports them itself and names any that fails. The CUDA devices come from the
+// driver library (libcuda's cuDeviceGet*, through ctypes) when torch's own version file says it
+// was built for CUDA: importing torch for them costs seconds on a cold machine. Without either it
+// imports torch and asks it (an XPU, or a CUDA build on a machine without a driver).
 const probeScript = `
-import json, sys, importlib, importlib.util, importlib.metadata as md
+import json, re, sys, importlib, importlib.util, importlib.metadata as md
 out = {"version": sys.version.split()[0]}
 dists = md.packages_distributions()
-for m in ("transformers", "triton", "kernels", "safetensors"):
+for m in ("transformers", "triton", "kernels", "safetensors", "torch"):
     out[m] = ""
     try:
         if importlib.util.find_spec(m) is not None:
@@ -101,20 +104,61 @@ for m in ("transformers", "triton", "kernels", "safetensors"):
     except Exception:
         out[m] = ""
 out["cuda"] = out["xpu"] = False
-try:
-    import torch
-    out["torch"] = torch.__version__
-except Exception:
-    out["torch"] = ""
+
+def torch_cuda_build():
+    try:
+        spec = importlib.util.find_spec("torch")
+        text = open(spec.submodule_search_locations[0] + "/version.py").read()
+    except Exception:
+        return False
+    m = re.search(r"^cuda(?:: [^=]+)? = (.+)$", text, re.M)
+    return bool(m) and m.group(1).strip() not in ("None", "''", '""')
+
+def cuda_driver_devices():
+    import ctypes
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        return None
+    n = ctypes.c_int()
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(n)) != 0 or n.value < 1:
+        return None
+    devs = []
+    for i in range(n.value):
+        d, buf, mem = ctypes.c_int(), ctypes.create_string_buffer(256), ctypes.c_size_t()
+        if (lib.cuDeviceGet(ctypes.byref(d), i) != 0 or lib.cuDeviceGetName(buf, 256, d) != 0
+                or lib.cuDeviceTotalMem_v2(ctypes.byref(mem), d) != 0):
+            return None
+        devs.append((buf.value.decode(errors="replace"), mem.value))
+    return devs
+
+devs = None
+if out["torch"] and torch_cuda_build():
+    try:
+        devs = cuda_driver_devices()
+    except Exception:
+        devs = None
+if devs:
+    out["cuda"], out["device"], out["gpus"] = True, devs[0][0], [m for _, m in devs]
 else:
     try:
-        out["cuda"] = bool(torch.cuda.is_available())
-        out["xpu"] = bool(hasattr(torch, "xpu") and torch.xpu.is_available())
-        out["device"] = torch.cuda.get_device_name(0) if out["cuda"] else ""
-        acc = torch.cuda if out["cuda"] else (torch.xpu if out["xpu"] else None)
-        out["gpus"] = [acc.get_device_properties(i).total_memory for i in range(acc.device_count())] if acc else []
+        import torch
+        out["torch"] = torch.__version__
     except Exception:
-        out["cuda"] = out["xpu"] = False
+        out["torch"] = ""
+    else:
+        try:
+            out["cuda"] = bool(torch.cuda.is_available())
+            out["xpu"] = bool(hasattr(torch, "xpu") and torch.xpu.is_available())
+            out["device"] = torch.cuda.get_device_name(0) if out["cuda"] else ""
+            acc = torch.cuda if out["cuda"] else (torch.xpu if out["xpu"] else None)
+            out["gpus"] = [acc.get_device_properties(i).total_memory for i in range(acc.device_count())] if acc else []
+        except Exception:
+            out["cuda"] = out["xpu"] = False
 print(json.dumps(out))
 `
 

@@ -464,6 +464,9 @@ func writeLatency(b *bytes.Buffer, r *Result) {
 			"the runtime's warm-ups and graph capture):\n\n| point | setup |\n| --- | --- |\n")
 		b.WriteString(strings.Join(setupRows, "\n") + "\n\n")
 	}
+	if line := compileAheadLine(r.Latency.CompileAhead); line != "" {
+		b.WriteString(line + "\n\n")
+	}
 	for _, p := range LatencyPaths {
 		if msg, ok := r.Latency.Errors[p]; ok {
 			fmt.Fprintf(b, "- %s: no numbers: %s\n", PathLabel(p), msg)
@@ -484,6 +487,38 @@ func writeLatency(b *bytes.Buffer, r *Result) {
 		fmt.Fprintf(b, "Peak memory during the longest prefill: %s.\n", strings.Join(peak, ", "))
 	}
 	writeStockExperts(b, r)
+}
+
+// compileAheadLine says which compiled paths helper processes compiled while the eval's earlier
+// stages ran, and whether the eval's own compiles then hit the cache ("" when none ran).
+func compileAheadLine(c *CompileAhead) string {
+	if c == nil {
+		return ""
+	}
+	var done, not []string
+	for _, h := range c.Helpers {
+		switch {
+		case h.Error != "":
+			not = append(not, fmt.Sprintf("%s failed (%s)", h.Side, h.Error))
+		case h.Skipped != "":
+			not = append(not, fmt.Sprintf("%s not (%s)", h.Side, h.Skipped))
+		default:
+			done = append(done, fmt.Sprintf("%s (%s s)", PathLabel(h.Path), seconds(float64(h.S))))
+		}
+	}
+	if len(done) == 0 {
+		return ""
+	}
+	line := "Compiled ahead: helper processes compiled " + strings.Join(done, " and ") +
+		" while the accuracy and generation stages ran, into the inductor and Triton caches"
+	if hit, miss := c.DriverCache["fxgraph_hit"], c.DriverCache["fxgraph_miss"]; hit+miss > 0 {
+		line += fmt.Sprintf("; the eval's own compiles then found %d of %d graphs there, so a compile set-up "+
+			"above is dynamo's trace, the cache load and the graph recording", hit, hit+miss)
+	}
+	if len(not) > 0 {
+		line += "; " + strings.Join(not, "; ")
+	}
+	return line + "."
 }
 
 // pointsLine says which points were timed, under which preset, and what --latency-points full

@@ -357,3 +357,32 @@ func TestReportSaysWhichPointsWereTimed(t *testing.T) {
 		t.Errorf("vision: report lacks %q:\n%s", want, md)
 	}
 }
+
+func TestReportSaysWhatHelpersCompiledAheadAndWhetherTheEvalHitTheCache(t *testing.T) {
+	r, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := string(Markdown(r, nil)); strings.Contains(md, "Compiled ahead") {
+		t.Errorf("a file without latency.compile_ahead has a compile-ahead line:\n%s", md)
+	}
+	var c CompileAhead
+	js := `{"helpers": [{"side": "stock", "path": "stock_compiled", "s": 38.7},
+		{"side": "injected", "error": "exit code 1"}],
+		"driver_cache": {"fxgraph_hit": 2, "fxgraph_miss": 1}}`
+	if err := json.Unmarshal([]byte(js), &c); err != nil {
+		t.Fatal(err)
+	}
+	r.Latency.CompileAhead = &c
+	want := "Compiled ahead: helper processes compiled stock compiled (38.7 s) while the accuracy and " +
+		"generation stages ran, into the inductor and Triton caches; the eval's own compiles then found 2 of " +
+		"3 graphs there, so a compile set-up above is dynamo's trace, the cache load and the graph " +
+		"recording; injected failed (exit code 1).\n"
+	if md := string(Markdown(r, nil)); !strings.Contains(md, want) {
+		t.Errorf("report lacks\n%s\ngot:\n%s", want, md)
+	}
+	c.Helpers = c.Helpers[1:] // no helper compiled anything: no line
+	if md := string(Markdown(r, nil)); strings.Contains(md, "Compiled ahead") {
+		t.Errorf("a run whose helpers all failed has a compile-ahead line")
+	}
+}

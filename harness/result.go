@@ -320,6 +320,9 @@ type Result struct {
 		Points      string           `json:"points,omitempty"`
 		PointsFlags []string         `json:"points_flags,omitempty"`
 		FullAdds    map[string][]int `json:"full_adds,omitempty"`
+		// CompileAhead is what the helper processes compiled before the latency stage (absent
+		// where the eval started none).
+		CompileAhead *CompileAhead `json:"compile_ahead,omitempty"`
 	} `json:"latency"`
 	// Roofline is a mixture-of-experts model's active-bytes roofline (absent for a dense model).
 	Roofline *Roofline `json:"roofline,omitempty"`
@@ -335,6 +338,20 @@ type Result struct {
 	// Timings is where the run's time went: the stages in order, the CLI's before the eval
 	// driver's, and the whole run's wall. Absent from older files.
 	Timings *Timings `json:"timings,omitempty"`
+}
+
+// CompileAhead is eval.json latency `compile_ahead`: each helper process's compiled path and wall
+// seconds (or why it failed or had no job), and how many of the eval's own compiles then loaded
+// their graph from the inductor cache.
+type CompileAhead struct {
+	Helpers []struct {
+		Side    string `json:"side"`
+		Path    string `json:"path,omitempty"`
+		S       Num    `json:"s,omitempty"`
+		Error   string `json:"error,omitempty"`
+		Skipped string `json:"skipped,omitempty"`
+	} `json:"helpers"`
+	DriverCache map[string]int `json:"driver_cache,omitempty"`
 }
 
 // Timings are the wall seconds of a run's stages.

@@ -49,6 +49,9 @@ type Options struct {
 	LatencyPoints string
 	Prefill       []int
 	DecodeBatches []int
+	// NoCompileAhead keeps the compiled paths' torch.compile in the latency stage instead of
+	// helper processes beside the earlier stages (the driver's --compile-ahead off).
+	NoCompileAhead bool
 	// Before are the command's own stages before the eval (the pipeline's plan, pack and
 	// package), and Start when the command started: the report's "Where the time went" then
 	// covers the whole run. A zero Start is this eval's own start.
@@ -113,6 +116,9 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		"--model", o.ModelDir, "--package", o.PackageDir, "--packed", o.PackedDir,
 		"--out", out, "--device", cmp.Or(o.Device, "auto"),
 		"--latency", cmp.Or(o.Latency, "auto"), "--latency-points", cmp.Or(o.LatencyPoints, "quick"))
+	if o.NoCompileAhead {
+		args = append(args, "--compile-ahead", "off")
+	}
 	if o.TextFile != "" {
 		args = append(args, "--text", o.TextFile)
 	}

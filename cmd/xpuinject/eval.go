@@ -33,10 +33,13 @@ type evalOptions struct {
 	DecodeSteps int
 	Autotune    bool
 	Points      string // latency points preset: quick or full
-	Prefill     []int  // prompt lengths timed (nil: the preset's)
-	Decode      []int  // batch sizes of the timed decode steps (nil: the preset's)
-	JSON        bool   // print where the results went as JSON (eval's own flag)
-	GPUs        int    // pipeline stages, one device each (0: as many as the models need)
+	// CompileAhead compiles the compiled latency paths in helper processes during the earlier
+	// stages (single-GPU text models).
+	CompileAhead bool
+	Prefill      []int // prompt lengths timed (nil: the preset's)
+	Decode       []int // batch sizes of the timed decode steps (nil: the preset's)
+	JSON         bool  // print where the results went as JSON (eval's own flag)
+	GPUs         int   // pipeline stages, one device each (0: as many as the models need)
 	// The pipeline's own stages before the eval and its start, so that the report's "Where the
 	// time went" covers the whole run (zero: the eval's).
 	before []harness.StageTime
@@ -128,6 +131,8 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 	fl.StringVar(&o.Points, "latency-points", "quick", "latency points: quick (prefill 512, decode batch 1; "+
 		"vision: batch 32) or full (adds decode batch 8; vision: batch 1); each point costs each compiled "+
 		"path a compile; --prefill and --decode-batches replace its lists")
+	fl.BoolVar(&o.CompileAhead, "compile-ahead", true, "compile the torch.compile latency paths in helper "+
+		"processes while the accuracy stages run (one GPU, text models; needs their models' memory free)")
 	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated "+
 		"(default: --latency-points)")
 	fl.IntSliceVar(&o.Decode, "decode-batches", nil, "batch sizes whose decode step is timed, comma-separated "+
@@ -263,7 +268,8 @@ func runEval(ctx context.Context, f *Factory, o *evalOptions, modelDir string) (
 		Python: py, ModelDir: modelDir, PackageDir: o.PackageDir, PackedDir: o.PackedDir, OutDir: o.Out, Tool: tool(),
 		Device: o.Device, Stages: stages, TextFile: o.Text, Tokens: o.Tokens, GenTokens: o.GenTokens, Latency: o.Latency,
 		Repeats: o.Repeats, DecodeSteps: o.DecodeSteps, Autotune: o.Autotune,
-		LatencyPoints: o.Points, Prefill: o.Prefill, DecodeBatches: o.Decode, Progress: f.ErrOut,
+		LatencyPoints: o.Points, Prefill: o.Prefill, DecodeBatches: o.Decode, NoCompileAhead: !o.CompileAhead,
+		Progress: f.ErrOut,
 	})
 	if err != nil {
 		return nil, err

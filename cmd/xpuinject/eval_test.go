@@ -115,7 +115,8 @@ func TestEvalSummaryNamesThePipeline(t *testing.T) {
 }
 
 // --latency-points reaches the driver from eval and from the default command, --prefill and
-// --decode-batches beside it only when given; an unknown preset is refused, naming the flag.
+// --decode-batches beside it only when given, --compile-ahead only when turned off; an unknown
+// preset is refused, naming the flag.
 func TestLatencyPointsReachTheDriver(t *testing.T) {
 	root, m, pkg, packed, argsFile, py := fakeDriverRun(t)
 	launched := func(args ...string) string {
@@ -137,7 +138,8 @@ func TestLatencyPointsReachTheDriver(t *testing.T) {
 		got       string
 		want, not []string
 	}{
-		{eval("e1"), []string{" --latency-points quick "}, []string{"--prefill", "--decode-batches"}},
+		{eval("e1"), []string{" --latency-points quick "}, []string{"--prefill", "--decode-batches", "--compile-ahead"}},
+		{eval("e1b", "--compile-ahead=false"), []string{" --compile-ahead off "}, nil},
 		{eval("e2", "--latency-points", "full", "--decode-batches", "4,2"),
 			[]string{" --latency-points full ", " --decode-batches 4,2 "}, []string{"--prefill"}},
 		{launched(m, "--out", filepath.Join(root, "run"), "--latency-points", "full", "--prefill", "64"),

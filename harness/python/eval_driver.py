@@ -45,6 +45,7 @@ from pathlib import Path
 # eval_sharded.py is written beside this file; the folder is on sys.path when this runs as a
 # script, not when a test loads this file by path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compile_helpers  # noqa: E402
 import eval_sharded as sharded  # noqa: E402
 import latency as lat_stage  # noqa: E402
 from latency import LATENCY_PATHS, Paths, latency, peak_memory  # noqa: E402,F401  (scripts and tests use these)
@@ -177,6 +178,9 @@ def parse_args(argv):
     p.add_argument("--oracle-memory", type=int, default=-1,
                    help="bytes of the fp32 oracle's layers kept on the device between forwards (-1: what is free "
                         "after the bf16 models, less a forward's activations); the rest is read from the checkpoint per pass")
+    p.add_argument("--compile-ahead", choices=["on", "off"], default="on",
+                   help="compile the latency stage's torch.compile paths in helper processes while the "
+                        "accuracy stages run (the driver's own compiles then hit the inductor cache)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     lat_stage.resolve_points(args)
@@ -340,6 +344,15 @@ def load_package(package_dir, device):
             sys.modules.pop(name, None)
             raise
     return sys.modules[name], "direct"
+
+
+def model_type_of(model_dir) -> str:
+    """config.json's model_type, read without transformers ("" when unreadable: the driver's own
+    config load reports that)."""
+    try:
+        return str(json.loads((Path(model_dir) / "config.json").read_text()).get("model_type", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def pick_device(want):
@@ -610,6 +623,10 @@ def main(argv=None):
             fail(2, f"{p}: no such folder")
     if args.device == "cpu" or (args.device == "auto" and os.environ.get("TRITON_INTERPRET") == "1"):
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    global HELPERS
+    why_not = compile_helpers.wanted(args, WORLD, model_type_of(args.model))
+    # started before this process's own imports, which they pay beside it
+    HELPERS = compile_helpers.Helpers.start() if not why_not else None
     try:
         import torch
         import transformers
@@ -652,6 +669,8 @@ def main(argv=None):
     except ImportError:
         fail(3, "python package missing: triton (pip install triton)")
     STAGES.count_compiles(triton)
+    if not why_not:
+        compile_helpers.warm_compile_pool()  # the latency stage compiles: its workers start now
     STAGES.lap("python start-up and imports")
 
     dtype_name, dtype = plan_dtype(args.package)
@@ -780,6 +799,7 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
     graphs, why = rtmod.graph_support(device)
     if graphs is None and mode != "eager":
         return {"measured": False, "reason": f"--latency {args.latency}: no device graphs here ({why}); use --latency eager"}
+    ahead_stats = wait_helpers()
     paths = Paths(stock, injected, rtmod, errors)
     lat_stage.STAGE = STAGES
     names = lat_stage.path_names(mode, stock)
@@ -807,6 +827,11 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
                 "default": lat_stage.DEFAULT_PATH, **lat_stage.points_record(args, vision)})
     if errors:
         lat["errors"] = errors
+    if ahead_stats is not None:
+        before = ahead_stats.pop("cache_before")
+        now = compile_helpers.cache_counters()
+        ahead_stats["driver_cache"] = {k: now[k] - before.get(k, 0) for k in now}
+        lat["compile_ahead"] = ahead_stats
     return lat
 
 
@@ -832,6 +857,59 @@ def runtime_module(package_dir, device):
 
 def text_tokens(args, on_gpu):
     return args.tokens or (2048 if on_gpu else 96)
+
+
+# The helper processes compiling the latency stage's compiled paths ahead (compile_helpers.py), or
+# None where the eval starts none.
+HELPERS = None
+
+
+def send_helpers(args, device, stock, injected, generation=None):
+    """Give the helpers their jobs: the compiled paths the latency stage will time, on its points,
+    for each side the device has memory for beside this process's models, after the graph
+    runtime's greedy generation of prompts of generation's shape (its kernels compile there, into
+    the Triton cache this process then loads them from). Called once the eval's own models (and
+    the oracle's resident layers) are on the device."""
+    if HELPERS is None:
+        return
+    rtmod = runtime_module(args.package, device)
+    mode = lat_stage.latency_mode(args.latency, device, rtmod)
+    names = lat_stage.path_names(mode, stock)
+    order = {side: compile_helpers.side_paths(names, side) for side in compile_helpers.SIDES}
+    if lat_stage.experts_settings(stock):
+        # its stock paths run every experts implementation, one of which copies tens of GB of
+        # expert weights at a long prefill: more than a helper may take beside the eval
+        why = "a mixture-of-experts stock's experts settings need unbounded memory"
+        HELPERS.send({}, dict.fromkeys(compile_helpers.SIDES, why))
+        return
+    sides = {side: model for side, model in (("stock", stock), ("injected", injected)) if order[side]}
+    fit, skipped = compile_helpers.memory_plan(device, {s: sharded.model_bytes(m) for s, m in sides.items()})
+    for side in compile_helpers.SIDES:
+        if side not in sides:
+            skipped.setdefault(side, f"--latency {args.latency} times no {compile_helpers.SIDES[side]}")
+    dtype_name, _ = plan_dtype(args.package)
+    base = {"model": str(Path(args.model).resolve()), "package": str(Path(args.package).resolve()),
+            "packed": str(Path(args.packed).resolve()), "device": str(device), "dtype": PLAN_DTYPES[dtype_name],
+            "vision": False, "args": compile_helpers.job_args(args), "runtime_generation": generation}
+    HELPERS.send({side: {**base, "side": side, "paths": order[side]} for side in fit}, skipped)
+    progress("compiling ahead in helper processes: " + (", ".join(compile_helpers.SIDES[s] for s in fit) or "none")
+             + "".join(f"; {compile_helpers.SIDES[s]} not ({why})" for s, why in skipped.items() if s in sides))
+
+
+def wait_helpers():
+    """Wait for the helpers before anything is timed: eval.json latency `compile_ahead`, with the
+    cache counters this process starts its own compiles from."""
+    if HELPERS is None:
+        return None
+    with STAGES("latency: waiting for the compiles ahead"):
+        got = HELPERS.wait()
+    if HELPERS.sent_at is not None:
+        got["sent_after_s"] = round(HELPERS.sent_at - T0, 3)
+    for h in got["helpers"]:
+        if "error" in h:
+            progress(f"compiling ahead ({h['side']}): failed: {h['error']}; the eval compiles that path itself")
+    got["cache_before"] = compile_helpers.cache_counters()
+    return got
 
 
 def compile_ahead(ahead, result, work):
@@ -887,6 +965,8 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
             progress(f"oracle: greedy generation of {n_gen} tokens after each of {len(prompts)} prompts, in one batch")
             runs["oracle"] = sharded.greedy_batch(oracle, prompts, n_gen)
         runs["oracle"] = run.broadcast(runs.get("oracle"))
+    send_helpers(args, device, stock, injected, {"prompts": len(prompts), "length": int(prompts[0].shape[1]),
+                                                 "new_tokens": n_gen} if args.runtime_generation else None)
     compile_ahead(ahead, result, lambda: (run.forward_text(injected, ids), sharded.greedy_batch(injected, prompts, n_gen)))
     with STAGES("accuracy: stock and injected forwards"):
         ls, hs = run.forward_text(stock, ids)
