@@ -33,6 +33,7 @@ import time
 T0 = time.time()
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -52,6 +53,8 @@ from latency import LATENCY_PATHS, Paths, latency, peak_memory  # noqa: E402,F40
 
 SCHEMA = 3
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+# Worker processes that compile the injected kernels ahead (beside the compile helpers' own).
+COMPILE_PROCESSES = min(8, os.cpu_count() or 1)
 
 
 class Stages:
@@ -726,7 +729,15 @@ def main(argv=None):
 
     # compiling the injected kernels ahead runs a dry forward: one process, or the ranks would
     # have to agree on it
-    ahead = getattr(getattr(pkg, "precompile", None), "ahead", None) if on_gpu and not run.pipeline else None
+    ahead, pool = None, None
+    pre = getattr(pkg, "precompile", None) if on_gpu and not run.pipeline else None
+    if pre is not None and hasattr(pre, "ahead"):
+        ahead = pre.ahead
+        if hasattr(pre, "Pool") and pre.available()[0]:
+            # worker processes compile side by side (Triton's front end holds the GIL): started
+            # here, they import torch and Triton while the oracle stage runs
+            pool = pre.Pool(COMPILE_PROCESSES)
+            ahead = functools.partial(pre.ahead, pool=pool)
     try:
         if vision:
             evaluate_vision(args, cfg, device, oracle, stock, injected, result, ahead)
@@ -738,6 +749,9 @@ def main(argv=None):
     except Exception as e:  # name the failing layer when we can
         traceback.print_exc()
         fail(5, f"evaluation failed: {type(e).__name__}: {e}")
+    finally:
+        if pool is not None:
+            pool.close()
 
     if args.latency == "off":
         result["latency"] = {"measured": False, "reason": "disabled (--latency off)"}
@@ -923,7 +937,8 @@ def compile_ahead(ahead, result, work):
     if stats.get("skipped"):
         progress(f"compiling ahead: not run ({stats['skipped']})")
     else:
-        progress(f"compiled ahead: {stats['compiled']} kernel specializations on {stats['threads']} threads"
+        on = f"{stats['processes']} processes" if "processes" in stats else f"{stats['threads']} threads"
+        progress(f"compiled ahead: {stats['compiled']} kernel specializations on {on}"
                  + (f" ({stats['error']})" if stats.get("error") else ""))
 
 

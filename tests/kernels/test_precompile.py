@@ -107,3 +107,74 @@ def test_package_kernels_count_as_ours():
         _noop.__module__ = module
         assert precompile._ours(jit(_noop)) is want, module
     assert not precompile._ours(object())
+
+
+def test_recording_declines_our_compiles_and_keeps_each_specialization_once():
+    """With a pool, the dry run only records: Triton's jit_cache_hook gets each compile before it
+    happens, and ours are declined (True) and kept once per specialization; another kernel's goes
+    on to the hook that was there before."""
+    from types import SimpleNamespace
+
+    def fake(module, qualname):
+        fn = SimpleNamespace(__module__=module, __qualname__=qualname)
+        return SimpleNamespace(module=module, fn=fn)
+
+    ours, theirs = fake(precompile._ROOT + ".rmsnorm", "_rms_norm_kernel"), fake("other.mod", "_k")
+    before = []
+    prev = triton.knobs.runtime.jit_cache_hook
+    triton.knobs.runtime.jit_cache_hook = lambda **kw: before.append(kw["fn"].jit_function) and None
+    try:
+        jobs = []
+        with precompile._recording(precompile._ours, jobs):
+            hook = triton.knobs.runtime.jit_cache_hook
+            call = lambda fn, spec: hook(fn=SimpleNamespace(jit_function=fn),  # noqa: E731
+                                         compile={"specialization_data": spec})
+            assert call(ours, "a") is True and call(ours, "a") is True and call(ours, "b") is True
+            assert call(theirs, "c") is None
+        assert triton.knobs.runtime.jit_cache_hook is not hook  # restored
+    finally:
+        triton.knobs.runtime.jit_cache_hook = prev
+    assert jobs == [{"module": ours.module, "qualname": "_rms_norm_kernel", "spec": "a"},
+                    {"module": ours.module, "qualname": "_rms_norm_kernel", "spec": "b"}]
+    assert before == [theirs]
+
+
+def test_pool_workers_load_the_package_and_name_what_failed(monkeypatch):
+    """The pool's workers load the package under its own name and find each job's kernel by module
+    and qualified name; on this machine the compile itself fails without a GPU driver, and every
+    job still gets its answer: the kernel it could not compile, or the name it could not find."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the workers' triton.jit: real kernels
+    root = precompile._ROOT
+    jobs = [{"module": root + ".rmsnorm", "qualname": "_rms_norm_kernel", "spec": "{}"},
+            {"module": root + ".rmsnorm", "qualname": "no_such_kernel", "spec": "{}"},
+            {"module": root + ".rmsnorm", "qualname": "torch", "spec": "{}"}]
+    with precompile.Pool(2) as pool:
+        got = pool.compile(jobs)
+    assert len(got) == 3 and not any(r["ok"] for r in got), got
+    if torch.cuda.is_available():
+        return  # the first job compiles for real here: the GPU test covers it
+    assert got[0]["error"].startswith(root + ".rmsnorm._rms_norm_kernel: "), got[0]
+    assert "LookupError: no kernel no_such_kernel in " + root + ".rmsnorm" in got[1]["error"]
+    assert "is not a Triton kernel" in got[2]["error"]
+
+
+def test_ahead_on_a_pool_compiles_in_processes_then_the_real_run_loads_them(device, tmp_path, monkeypatch):
+    """GPU: a dry run of a package kernel records its specializations, the pool's processes
+    compile them into Triton's cache, and the real run compiles nothing new: it loads them (the
+    cache directory gains no entry), and computes the right thing."""
+    if device == "cpu":
+        pytest.skip("compiles for a GPU")
+    from xpuinject_kernels import rmsnorm
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # the workers' and this process's
+    x = torch.randn(37, 96, dtype=torch.bfloat16, device=device)
+    w = torch.randn(96, dtype=torch.bfloat16, device=device)
+    work = lambda: [rmsnorm.rms_norm(x[:n], w, 1e-6) for n in (1, 16, 37)]  # noqa: E731
+    with precompile.Pool(2) as pool:
+        stats = precompile.ahead(work, pool=pool)
+    assert stats["processes"] == 2 and stats["compiled"] >= 1 and "error" not in stats, stats
+    entries = sorted(p.name for p in tmp_path.iterdir())
+    assert len(entries) >= stats["compiled"]
+    for n, y in zip((1, 16, 37), work()):
+        torch.testing.assert_close(y, rmsnorm.rms_norm_ref(x[:n], w, 1e-6).to(y.dtype), atol=2e-2, rtol=2e-2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == entries
