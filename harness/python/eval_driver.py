@@ -511,6 +511,17 @@ def divergence(models, x, y, prompt, a, b, at, bound):
     }
 
 
+def divergence_inputs(xs, ys, prompts):
+    """(prompt, tokens) at each first divergence of the greedy runs xs against ys: the input of
+    the forward pair_report runs there on the first runs' model."""
+    out = []
+    for k, (a, b) in enumerate(zip(xs, ys)):
+        at = first_divergence(a, b)
+        if at is not None:
+            out.append((prompts[k], a[:at]))
+    return out
+
+
 def pair_report(models, xs, ys, x, y, prompts, bound):
     """Agreement of greedy runs xs (of model x) with ys (of model y) over the prompts, with every
     first divergence explained by the oracle's margins and both models' own."""
@@ -926,14 +937,18 @@ def wait_helpers():
     return got
 
 
-def compile_ahead(ahead, result, work):
-    """Compile the injected kernels that work() launches before it runs for real, on a thread pool
-    (the package's precompile.ahead, when the eval has one); eval.json `precompile` says what it did."""
+def compile_ahead(ahead, result, work, what=None):
+    """Compile the injected kernels that work() launches before it runs for real (the package's
+    precompile.ahead, when the eval has one); eval.json `precompile` says what it did, and its
+    `later` what a later call for `what` did."""
     if ahead is None:
         return
-    with STAGES("compile the injected kernels ahead"):
+    with STAGES("compile the injected kernels ahead" + (f": {what}" if what else "")):
         stats = ahead(work)
-    result["precompile"] = stats
+    if what is None:
+        result["precompile"] = stats
+    else:
+        result.setdefault("precompile", {}).setdefault("later", []).append({"for": what, **stats})
     if stats.get("skipped"):
         progress(f"compiling ahead: not run ({stats['skipped']})")
     else:
@@ -994,6 +1009,10 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
     for name in ("stock", "injected"):
         with STAGES(f"greedy generation: {name}"):
             runs[name] = sharded.greedy_batch(models[name], prompts, n_gen)
+    # each first divergence is judged on a forward of its own length: new specializations
+    seqs = [d for x, y in (("injected", "oracle"), ("injected", "stock")) for d in divergence_inputs(runs[x], runs[y], prompts)]
+    if seqs:
+        compile_ahead(ahead, result, lambda: [last_logits(injected, p, t) for p, t in seqs], "the divergence checks")
     with STAGES("greedy generation: divergences judged"):
         report = generation_report(models, runs, prompts, n_gen, margin_bound(ls, lo) if run.main else None)
     if run.main:

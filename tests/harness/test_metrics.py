@@ -65,3 +65,16 @@ def test_margin_bound_chunked(monkeypatch):
     for chunk in (40, 123, 1 << 24):
         monkeypatch.setattr(D, "METRICS_CHUNK", chunk)
         assert D.margin_bound(st, o) == want
+
+
+def test_divergence_inputs_are_each_first_divergences_prompt_and_shared_prefix():
+    """What the divergence checks will run the first model on, known before they run (so its
+    kernels compile ahead): each prompt's first divergence, the prompt and the tokens both runs
+    share before it; a prompt whose runs agree has none."""
+    prompts = [torch.tensor([[1, 2]]), torch.tensor([[3, 4]]), torch.tensor([[5, 6]])]
+    xs = [[7, 8, 9], [10, 11], [12, 13, 14]]
+    ys = [[7, 8, 0], [10, 11], [0, 13, 14]]
+    got = D.divergence_inputs(xs, ys, prompts)
+    assert [(p.tolist(), t) for p, t in got] == [([[1, 2]], [7, 8]), ([[5, 6]], [])]
+    for (p, t), k, at in zip(got, (0, 2), (2, 0)):
+        assert p is prompts[k] and t == xs[k][:at] and D.first_divergence(xs[k], ys[k]) == at
