@@ -187,3 +187,57 @@ def test_kernel_mapping_and_kernel_config_mapping_for_a_hub_repo(llama_odd_pkg):
     assert kc["xpuinject.SwiGLUMLP"] == ("my-org/llama-xpu-kernels:SwiGLUMLP", {"trust_remote_code": False, "revision": "abc"})
     with pytest.raises(llama_odd_pkg.InjectError, match="kernel_mapping: 'not a repo' is neither"):
         llama_odd_pkg.kernel_mapping("not a repo", "llama")
+
+
+@pytest.mark.parametrize("how", ["inject", "kernelize"])
+def test_inject_and_kernelize_reserve_the_buffers_of_a_first_launch(llama_odd_run, llama_odd_pkg, how):
+    """The device buffers a kernel takes at its first launch (the semaphores of the reductions
+    across programs) exist once the model is injected: a first decode step inside a CUDA-graph
+    capture or torch.compile's mode="reduce-overhead" must not allocate them in the graph's pool."""
+    be = llama_odd_pkg._backend
+    be._SEMAPHORES.clear()  # the CPU: no captured graph holds the old buffer's address
+    model, _ = load("llama-odd")
+    if how == "inject":
+        llama_odd_pkg.inject(model, packed=llama_odd_run / "packed")
+    else:
+        llama_odd_pkg.kernelize(model)
+    assert list(be._SEMAPHORES) == [("cpu", None)]
+    assert be._SEMAPHORES[("cpu", None)].shape == (be.SEMAPHORES,)
+
+
+# A fresh process (no buffer of an earlier test): an eager prefill on a static cache, then decode
+# steps under torch.compile(mode="reduce-overhead") from the first one on.
+_FIRST_DECODE_COMPILED = r"""
+import sys, torch, transformers
+from kernels import get_local_kernel
+pkg = get_local_kernel(sys.argv[1], backend="cuda")
+model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[2], dtype=torch.bfloat16).eval().to("cuda")
+pkg.inject(model, packed=sys.argv[3])
+cache = pkg.runtime.static_cache(model.config, 64)
+ids = torch.randint(3, model.config.vocab_size, (1, 9), device="cuda")
+with torch.no_grad():
+    tok = model(input_ids=ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+def step(tok, pos):
+    out = model(input_ids=tok, position_ids=pos, past_key_values=cache, use_cache=True)
+    return out.logits[:, -1].float().argmax(-1, keepdim=True)
+fn = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+pos = torch.full((1, 1), 9, device="cuda")
+with torch.no_grad():
+    for _ in range(5):
+        tok = fn(tok, pos).clone()
+        pos.add_(1)
+torch.cuda.synchronize()
+print("ok")
+"""
+
+
+def test_a_first_decode_step_compiled_with_cuda_graphs_runs(llama_odd_run, device):
+    if device == "cpu":
+        pytest.skip("torch.compile's CUDA graphs need a GPU")
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _FIRST_DECODE_COMPILED, str(llama_odd_run / "package"),
+                        str(FIXTURES / "llama-odd"), str(llama_odd_run / "packed")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

@@ -40,6 +40,7 @@ from typing import Dict, Iterator, List, Optional, Tuple, Union
 import torch
 from torch import nn
 
+from . import _backend
 from . import layers as _layers
 from . import moe_layer
 from .attention import register_transformers
@@ -717,7 +718,19 @@ def inject(model: nn.Module, packed=None, *, revision: Optional[str] = None, tok
     summary["attn_implementation"] = _use_our_attention(model)
     if other_stages:
         summary["other_stages"] = other_stages
+    _reserve_buffers(model)
     return summary
+
+
+def _reserve_buffers(model: nn.Module) -> None:
+    """Allocate now the device buffers the kernels take at their first launch (_backend.semaphores).
+    A model's first decode step may run inside a CUDA-graph capture or torch.compile's
+    mode="reduce-overhead" (after an eager prefill, which takes none), where a buffer allocated
+    then lives in the graph's memory pool, outside any output: torch refuses it ("tensor(s) in the
+    cudagraph pool not tracked as outputs") or a later replay overwrites it."""
+    for device in {p.device for p in model.parameters()} | {b.device for b in model.buffers()}:
+        if device.type in ("cuda", "xpu", "cpu"):
+            _backend.semaphores(device, 1)
 
 
 # ---------------------------------------------------------------------------- no plan
@@ -964,6 +977,7 @@ def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto", mode=
     replaced: Dict[str, int] = {}
     for _, layer in targets:
         replaced[layer] = replaced.get(layer, 0) + 1
+    _reserve_buffers(model)
     return {
         "path": "direct" if api is None else "kernels",
         "backend": backend,
