@@ -683,8 +683,8 @@ def main(argv=None):
     except ImportError:
         fail(3, "python package missing: triton (pip install triton)")
     STAGES.count_compiles(triton)
-    if not why_not:
-        compile_helpers.warm_compile_pool()  # the latency stage compiles: its workers start now
+    if not compile_helpers.wanted(args, WORLD):  # a compiled path will be timed (vision too)
+        compile_helpers.warm_compile_pool()  # inductor's workers start now, not at its first compile
     STAGES.lap("python start-up and imports")
 
     dtype_name, dtype = plan_dtype(args.package)
