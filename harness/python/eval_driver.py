@@ -683,8 +683,10 @@ def main(argv=None):
     except ImportError:
         fail(3, "python package missing: triton (pip install triton)")
     STAGES.count_compiles(triton)
-    if not compile_helpers.wanted(args, WORLD):  # a compiled path will be timed (vision too)
-        compile_helpers.warm_compile_pool()  # inductor's workers start now, not at its first compile
+    if HELPERS is None and not compile_helpers.wanted(args, WORLD):
+        # a compiled path will be timed here, not by helpers (a vision model): inductor's compile
+        # workers start now, not at its first compile
+        compile_helpers.warm_compile_pool()
     STAGES.lap("python start-up and imports")
 
     dtype_name, dtype = plan_dtype(args.package)
