@@ -119,15 +119,10 @@ class Helpers:
             except OSError:
                 pass  # the helper died already: wait() reports it
 
-    def stop(self) -> None:
-        for p, err in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            err.close()
-
     def wait(self, timeout=WAIT_S) -> dict:
         """Every helper's result: {"helpers": [...]} with each side's compiled points or error."""
+        if self.sent_at is None:  # never given a job: they would wait for one
+            self.send({}, dict.fromkeys(self.procs, "the eval gave it no job"))
         out = []
         deadline = time.time() + timeout
         results = {}

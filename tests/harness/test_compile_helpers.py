@@ -105,3 +105,10 @@ def test_the_protocol_reports_each_helpers_result_or_why_it_had_none():
     assert "error" in by["stock"] and "no-such-model" in by["stock"]["error"], by["stock"]
     for p, _ in hs.procs.values():
         assert p.returncode == 0  # a failed job is a result, not a crash
+
+
+def test_waiting_on_helpers_never_given_a_job_ends_them_at_once():
+    hs = H.Helpers.start(("stock",))
+    got = hs.wait(timeout=120)["helpers"]
+    assert got == [{"side": "stock", "skipped": "the eval gave it no job"}]
+    assert hs.procs["stock"][0].returncode == 0
