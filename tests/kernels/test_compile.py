@@ -209,8 +209,9 @@ def test_inject_and_kernelize_reserve_the_buffers_of_a_first_launch(llama_odd_ru
 # steps under torch.compile(mode="reduce-overhead") from the first one on.
 _FIRST_DECODE_COMPILED = r"""
 import sys, torch, transformers
+from pathlib import Path
 from kernels import get_local_kernel
-pkg = get_local_kernel(sys.argv[1], backend="cuda")
+pkg = get_local_kernel(Path(sys.argv[1]), backend="cuda")
 model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[2], dtype=torch.bfloat16).eval().to("cuda")
 pkg.inject(model, packed=sys.argv[3])
 cache = pkg.runtime.static_cache(model.config, 64)
