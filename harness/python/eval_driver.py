@@ -749,8 +749,11 @@ def main(argv=None):
         if hasattr(pre, "Pool") and pre.available()[0]:
             # worker processes compile side by side (Triton's front end holds the GIL): started
             # here, they import torch and Triton while the oracle stage runs
-            pool = pre.Pool(COMPILE_PROCESSES)
-            ahead = functools.partial(pre.ahead, pool=pool)
+            try:
+                pool = pre.Pool(COMPILE_PROCESSES)
+                ahead = functools.partial(pre.ahead, pool=pool)
+            except OSError as e:  # no processes to be had: threads, as a package without Pool
+                progress(f"compiling ahead on threads: no worker processes ({e})")
     try:
         if vision:
             evaluate_vision(args, cfg, device, oracle, stock, injected, result, ahead)
