@@ -241,11 +241,7 @@ def run_job(job) -> dict:
     # the driver's models have run eagerly before its latency stage: state a model creates at its
     # first forward (a cache of derived tensors) must not be created inside a compiled graph here
     with torch.no_grad():
-        if job["vision"]:
-            size = getattr(cfg, "image_size", 224)
-            model(pixel_values=ed.make_images(2, size, 0).to(device).to(dtype))
-        else:
-            model(input_ids=torch.zeros((1, 16), dtype=torch.long, device=device))
+        model(input_ids=torch.zeros((1, 16), dtype=torch.long, device=device))
     gen = job.get("runtime_generation")
     t1 = time.time()
     if gen:
@@ -255,18 +251,10 @@ def run_job(job) -> dict:
                    for _ in range(gen["prompts"])]
         ed.runtime_greedy(rtmod, model, prompts, gen["new_tokens"])
     generated = time.time() - t1
-    if job["vision"]:
-        got = lat.vision_latency(paths, names, cfg, device, ns, ed.make_images)
-        rows = [("batch", r) for r in got["forward"]]
-    else:
-        got = lat.latency(paths, names, cfg, device, ns)
-        rows = [("prefill", r) for r in got["prefill"]] + [("decode batch", r) for r in got["decode"]]
+    got = lat.latency(paths, names, cfg, device, ns)
     compiled = SIDES[job["side"]]
-    points = []
-    for kind, r in rows:
-        n = r.get("tokens") if kind == "prefill" else r.get("batch")
-        points.append({"point": f"{kind} {n}", "setup_s": r["setup_s"].get(compiled),
-                       "experts": [e["experts_implementation"] for e in r.get("stock_experts", [])]})
+    points = [{"point": f"prefill {r['tokens']}", "setup_s": r["setup_s"].get(compiled)} for r in got["prefill"]]
+    points += [{"point": f"decode batch {r['batch']}", "setup_s": r["setup_s"].get(compiled)} for r in got["decode"]]
     out = {"path": compiled, "paths": list(names), "points": points, "load_s": round(loaded, 3),
            "s": round(time.time() - t0, 3)}
     if gen:

@@ -920,7 +920,7 @@ def send_helpers(args, device, stock, injected, generation=None):
     dtype_name, _ = plan_dtype(args.package)
     base = {"model": str(Path(args.model).resolve()), "package": str(Path(args.package).resolve()),
             "packed": str(Path(args.packed).resolve()), "device": str(device), "dtype": PLAN_DTYPES[dtype_name],
-            "vision": False, "args": compile_helpers.job_args(args), "runtime_generation": generation}
+            "args": compile_helpers.job_args(args), "runtime_generation": generation}
     HELPERS.send({side: {**base, "side": side, "paths": order[side]} for side in fit}, skipped)
     progress("compiling ahead in helper processes: " + (", ".join(compile_helpers.SIDES[s] for s in fit) or "none")
              + "".join(f"; {compile_helpers.SIDES[s]} not ({why})" for s, why in skipped.items() if s in sides))

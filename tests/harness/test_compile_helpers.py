@@ -78,7 +78,7 @@ def test_a_helper_runs_the_latency_code_on_its_own_compiled_path(llama_odd_run, 
     compiled = []
     monkeypatch.setattr(L.Paths, "compile", staticmethod(lambda fn: compiled.append(fn) or fn))
     job = {"side": side, "model": str(FIXTURES / "llama-odd"), "package": str(llama_odd_run / "package"),
-           "packed": str(llama_odd_run / "packed"), "device": "cpu", "dtype": "bfloat16", "vision": False,
+           "packed": str(llama_odd_run / "packed"), "device": "cpu", "dtype": "bfloat16",
            "paths": [H.SIDES[side]], "runtime_generation": {"prompts": 2, "length": 8, "new_tokens": 3},
            "args": {"prefill": "8", "decode_batches": "1" if side == "stock" else "", "decode_steps": 2,
                     "latency_points": "quick", "seed": 0, "repeats": 1}}
@@ -97,7 +97,7 @@ def test_the_protocol_reports_each_helpers_result_or_why_it_had_none():
     hs = H.Helpers.start(("stock", "injected"))
     missing = str(ROOT / "no-such-model")
     job = {"side": "stock", "model": missing, "package": missing, "packed": missing, "device": "cpu",
-           "dtype": "float32", "vision": False, "paths": ["stock_compiled"], "args": H.job_args(args())}
+           "dtype": "float32", "paths": ["stock_compiled"], "args": H.job_args(args())}
     hs.send({"stock": job}, {"injected": "not enough memory"})
     got = hs.wait(timeout=120)["helpers"]
     by = {h["side"]: h for h in got}
