@@ -3,8 +3,8 @@ namespace, so dynamo traces a whole injected model as one graph (fullgraph=True:
 fails) and the compiled model computes what the eager one computes, bit for bit, for a prefill
 and a decode step on a KV cache. aot_eager runs the traced graph through AOTAutograd (fake
 tensors, functionalization of the in-place RoPE) without a code generator, which on the CPU
-keeps the kernels under Triton's interpreter; inductor and mode="reduce-overhead" need a GPU
-(scripts/gpu_runtime_check.py --compiled)."""
+keeps the kernels under Triton's interpreter; on a GPU the same tests run there. inductor and
+mode="reduce-overhead" need a GPU (scripts/gpu_runtime_check.py --compiled)."""
 
 from __future__ import annotations
 
@@ -26,14 +26,15 @@ def _fresh_dynamo():
     yield
 
 
-def load(fixture, dtype=torch.bfloat16):
+def load(fixture, device, dtype=torch.bfloat16):
     cfg = transformers.AutoConfig.from_pretrained(FIXTURES / fixture)
-    return getattr(transformers, cfg.architectures[0]).from_pretrained(FIXTURES / fixture, dtype=dtype).eval(), cfg
+    model = getattr(transformers, cfg.architectures[0]).from_pretrained(FIXTURES / fixture, dtype=dtype)
+    return model.eval().to(device), cfg
 
 
 def generate_two(model, cfg):
     """Prefill logits and the logits of one decode step fed the prefill's greedy tokens."""
-    ids = torch.randint(3, cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(5))
+    ids = torch.randint(3, cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(5)).to(model.device)
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=True)
         nxt = out.logits[:, -1:].argmax(-1)
@@ -58,9 +59,9 @@ def test_ops_live_in_the_packages_namespace(llama_odd_pkg):
 
 
 @pytest.mark.parametrize("how", ["inject-packed", "kernelize"])
-def test_compiled_text_model_equals_eager(llama_odd_run, llama_odd_pkg, how):
+def test_compiled_text_model_equals_eager(llama_odd_run, llama_odd_pkg, how, device):
     fixture = "llama-odd" if how == "inject-packed" else "qwen3-tiny"
-    model, cfg = load(fixture)
+    model, cfg = load(fixture, device)
     if how == "inject-packed":
         summary = llama_odd_pkg.inject(model, packed=llama_odd_run / "packed")
         assert summary["packed_tensors"] > 0
@@ -78,34 +79,34 @@ def test_compiled_text_model_equals_eager(llama_odd_run, llama_odd_pkg, how):
     assert launches(llama_odd_pkg) > before
     assert torch.equal(c_pre, e_pre), float((c_pre.float() - e_pre.float()).abs().max())
     assert torch.equal(c_step, e_step), float((c_step.float() - e_step.float()).abs().max())
-    stock, _ = load(fixture)
+    stock, _ = load(fixture, device)
     s_pre, _ = generate_two(stock, cfg)
     assert not torch.equal(e_pre, s_pre)  # the injected model is not stock
     assert float((e_pre.float() - s_pre.float()).abs().max()) < 0.25
 
 
-def test_compiled_vision_model_equals_eager(llama_odd_pkg):
-    model, cfg = load("levit-tiny")
+def test_compiled_vision_model_equals_eager(llama_odd_pkg, device):
+    model, cfg = load("levit-tiny", device)
     summary = llama_odd_pkg.kernelize(model)
     assert summary["replaced"]["LinearBN"] >= 1
-    x = torch.randn(2, 3, cfg.image_size, cfg.image_size, generator=torch.Generator().manual_seed(2)).bfloat16()
+    x = torch.randn(2, 3, cfg.image_size, cfg.image_size, generator=torch.Generator().manual_seed(2)).bfloat16().to(device)
     with torch.no_grad():
         want = model(pixel_values=x).logits
         got = torch.compile(model, fullgraph=True, backend="aot_eager")(pixel_values=x).logits
     assert torch.equal(got, want)
 
 
-def test_kernelize_in_torch_compile_mode_binds_every_layer(llama_odd_pkg):
+def test_kernelize_in_torch_compile_mode_binds_every_layer(llama_odd_pkg, device):
     from kernels import Mode
 
-    a, _ = load("qwen3-tiny")
-    b, _ = load("qwen3-tiny")
+    a, _ = load("qwen3-tiny", device)
+    b, _ = load("qwen3-tiny", device)
     inference = llama_odd_pkg.kernelize(a)
     compile_mode = llama_odd_pkg.kernelize(b, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
     assert compile_mode["replaced_modules"] == inference["replaced_modules"] and compile_mode["path"] == "kernels"
     assert all(getattr(llama_odd_pkg.layers, n).can_torch_compile for n in llama_odd_pkg.layers.__all__)
     with pytest.raises(llama_odd_pkg.InjectError, match="inference-only"):  # the layers have no backward
-        llama_odd_pkg.kernelize(load("qwen3-tiny")[0], mode=Mode.TRAINING | Mode.TORCH_COMPILE)
+        llama_odd_pkg.kernelize(load("qwen3-tiny", device)[0], mode=Mode.TRAINING | Mode.TORCH_COMPILE)
 
 
 @pytest.fixture
@@ -128,20 +129,20 @@ def marks_restored():
                 delattr(cls, k)
 
 
-def test_kernels_kernelize_from_a_local_repository_in_compile_mode(llama_odd_run, llama_odd_pkg, marks_restored):
+def test_kernels_kernelize_from_a_local_repository_in_compile_mode(llama_odd_run, llama_odd_pkg, marks_restored, device):
     """What a kernel-hub user writes: the package's marks, a mapping to its local folder (kernels'
     LocalLayerRepository), kernels.kernelize in Mode.INFERENCE | Mode.TORCH_COMPILE; then
     torch.compile traces the kernelized model whole."""
     from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_mapping
 
     llama_odd_pkg.mark_transformers_classes()
-    model, cfg = load("llama-odd")
+    model, cfg = load("llama-odd", device)
     repo = llama_odd_run / "package"
     # kernel_mapping returns what use_kernel_mapping takes, as it is
-    mapping = llama_odd_pkg.kernel_mapping(repo.resolve(), "llama", devices=("cpu",))
-    assert mapping["xpuinject.Attention"] == {"cpu": LocalLayerRepository(repo.resolve(), layer_name="Attention")}
+    mapping = llama_odd_pkg.kernel_mapping(repo.resolve(), "llama", devices=(device,))
+    assert mapping["xpuinject.Attention"] == {device: LocalLayerRepository(repo.resolve(), layer_name="Attention")}
     with use_kernel_mapping(mapping, inherit_mapping=False):
-        kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE, device="cpu")
+        kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE, device=device)
     bound = sorted(p for p, m in model.named_modules() if "forward" in m.__dict__)
     assert bound == sorted(p for p, layer in llama_odd_pkg.supported_bindings(model) if layer != "LMHead")
     e_pre, e_step = generate_two(model, cfg)
@@ -150,14 +151,14 @@ def test_kernels_kernelize_from_a_local_repository_in_compile_mode(llama_odd_run
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
-def test_compiled_with_grad_mode_on(llama_odd_run, llama_odd_pkg, cache):
+def test_compiled_with_grad_mode_on(llama_odd_run, llama_odd_pkg, cache, device):
     """torch.compile outside no_grad, as a user calls a model by default: the trace sees no
     in-place write to a view autograd records, on the dynamic cache (the rope kernel) and on a
     static one (the fused RoPE + cache write, whose cache counter advances like stock's)."""
-    model, cfg = load("llama-odd")
+    model, cfg = load("llama-odd", device)
     llama_odd_pkg.inject(model, packed=llama_odd_run / "packed")
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    ids = torch.randint(3, cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(5))
+    ids = torch.randint(3, cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(5)).to(device)
     assert torch.is_grad_enabled()
 
     def run(m):
@@ -190,19 +191,25 @@ def test_kernel_mapping_and_kernel_config_mapping_for_a_hub_repo(llama_odd_pkg):
 
 
 @pytest.mark.parametrize("how", ["inject", "kernelize"])
-def test_inject_and_kernelize_reserve_the_buffers_of_a_first_launch(llama_odd_run, llama_odd_pkg, how):
+def test_inject_and_kernelize_reserve_the_buffers_of_a_first_launch(llama_odd_run, llama_odd_pkg, how, device):
     """The device buffers a kernel takes at its first launch (the semaphores of the reductions
     across programs) exist once the model is injected: a first decode step inside a CUDA-graph
     capture or torch.compile's mode="reduce-overhead" must not allocate them in the graph's pool."""
     be = llama_odd_pkg._backend
-    be._SEMAPHORES.clear()  # the CPU: no captured graph holds the old buffer's address
-    model, _ = load("llama-odd")
-    if how == "inject":
-        llama_odd_pkg.inject(model, packed=llama_odd_run / "packed")
-    else:
-        llama_odd_pkg.kernelize(model)
-    assert list(be._SEMAPHORES) == [("cpu", None)]
-    assert be._SEMAPHORES[("cpu", None)].shape == (be.SEMAPHORES,)
+    saved = dict(be._SEMAPHORES)  # an earlier test's graphs may hold these buffers' addresses
+    be._SEMAPHORES.clear()
+    try:
+        model, _ = load("llama-odd", device)
+        if how == "inject":
+            llama_odd_pkg.inject(model, packed=llama_odd_run / "packed")
+        else:
+            llama_odd_pkg.kernelize(model)
+        d = next(model.parameters()).device
+        assert list(be._SEMAPHORES) == [(d.type, d.index)]
+        assert be._SEMAPHORES[(d.type, d.index)].shape == (be.SEMAPHORES,)
+    finally:
+        be._SEMAPHORES.clear()
+        be._SEMAPHORES.update(saved)
 
 
 # A fresh process (no buffer of an earlier test): an eager prefill on a static cache, then decode
