@@ -490,12 +490,14 @@ func writeLatency(b *bytes.Buffer, r *Result) {
 }
 
 // compileAheadLine says which compiled paths helper processes compiled while the eval's earlier
-// stages ran, and whether the eval's own compiles then hit the cache ("" when none ran).
+// stages ran and whether they timed them too, which points the eval timed itself instead, and
+// whether its own compiles then hit the cache ("" when no helper set anything up).
 func compileAheadLine(c *CompileAhead) string {
 	if c == nil {
 		return ""
 	}
 	var done, not []string
+	timedAll := true
 	for _, h := range c.Helpers {
 		switch {
 		case h.Error != "":
@@ -504,16 +506,26 @@ func compileAheadLine(c *CompileAhead) string {
 			not = append(not, fmt.Sprintf("%s not (%s)", h.Side, h.Skipped))
 		default:
 			done = append(done, fmt.Sprintf("%s (%s s)", PathLabel(h.Path), seconds(float64(h.S))))
+			timedAll = timedAll && len(h.Timed) > 0
 		}
 	}
 	if len(done) == 0 {
 		return ""
 	}
 	line := "Compiled ahead: helper processes compiled " + strings.Join(done, " and ") +
-		" while the accuracy and generation stages ran, into the inductor and Triton caches"
+		" while the accuracy and generation stages ran"
+	if timedAll {
+		line += ", and timed them there by the same code, the eval and the other helper waiting " +
+			"through each timed loop; a compiled path's set-up above is its helper's"
+	} else {
+		line += ", into the inductor and Triton caches"
+	}
+	for _, f := range c.Fallbacks {
+		line += fmt.Sprintf("; %s at %s timed by the eval itself (%s)", PathLabel(f.Path), f.Point, f.Why)
+	}
 	if hit, miss := c.DriverCache["fxgraph_hit"], c.DriverCache["fxgraph_miss"]; hit+miss > 0 {
-		line += fmt.Sprintf("; the eval's own compiles then found %d of %d graphs there, so a compile set-up "+
-			"above is dynamo's trace, the cache load and the graph recording", hit, hit+miss)
+		line += fmt.Sprintf("; the eval's own compiles found %d of %d graphs in the cache, so such a "+
+			"compile set-up is dynamo's trace, the cache load and the graph recording", hit, hit+miss)
 	}
 	if len(not) > 0 {
 		line += "; " + strings.Join(not, "; ")

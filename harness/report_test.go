@@ -375,12 +375,32 @@ func TestReportSaysWhatHelpersCompiledAheadAndWhetherTheEvalHitTheCache(t *testi
 	}
 	r.Latency.CompileAhead = &c
 	want := "Compiled ahead: helper processes compiled stock compiled (38.7 s) while the accuracy and " +
-		"generation stages ran, into the inductor and Triton caches; the eval's own compiles then found 2 of " +
-		"3 graphs there, so a compile set-up above is dynamo's trace, the cache load and the graph " +
+		"generation stages ran, into the inductor and Triton caches; the eval's own compiles found 2 of " +
+		"3 graphs in the cache, so such a compile set-up is dynamo's trace, the cache load and the graph " +
 		"recording; injected failed (exit code 1).\n"
 	if md := string(Markdown(r, nil)); !strings.Contains(md, want) {
 		t.Errorf("report lacks\n%s\ngot:\n%s", want, md)
 	}
+	// helpers that timed what they compiled; one point the eval timed itself
+	var timed CompileAhead
+	js = `{"helpers": [{"side": "stock", "path": "stock_compiled", "s": 30.1, "timed": ["prefill 512", "decode batch 1"]},
+		{"side": "injected", "path": "injected_compiled", "s": 12, "timed": ["prefill 512"]}],
+		"fallbacks": [{"path": "injected_compiled", "point": "decode batch 1", "why": "exit code -9"}],
+		"driver_cache": {"fxgraph_hit": 1, "fxgraph_miss": 0}}`
+	if err := json.Unmarshal([]byte(js), &timed); err != nil {
+		t.Fatal(err)
+	}
+	r.Latency.CompileAhead = &timed
+	want = "Compiled ahead: helper processes compiled stock compiled (30.1 s) and injected compiled (12.0 s) " +
+		"while the accuracy and generation stages ran, and timed them there by the same code, the eval and " +
+		"the other helper waiting through each timed loop; a compiled path's set-up above is its helper's; " +
+		"injected compiled at decode batch 1 timed by the eval itself (exit code -9); the eval's own compiles " +
+		"found 1 of 1 graphs in the cache, so such a compile set-up is dynamo's trace, the cache load and the " +
+		"graph recording.\n"
+	if md := string(Markdown(r, nil)); !strings.Contains(md, want) {
+		t.Errorf("report lacks\n%s\ngot:\n%s", want, md)
+	}
+	r.Latency.CompileAhead = &c
 	c.Helpers = c.Helpers[1:] // no helper compiled anything: no line
 	if md := string(Markdown(r, nil)); strings.Contains(md, "Compiled ahead") {
 		t.Errorf("a run whose helpers all failed has a compile-ahead line")

@@ -341,16 +341,23 @@ type Result struct {
 }
 
 // CompileAhead is eval.json latency `compile_ahead`: each helper process's compiled path and wall
-// seconds (or why it failed or had no job), and how many of the eval's own compiles then loaded
-// their graph from the inductor cache.
+// seconds (or why it failed or had no job) and the points it timed, the points the eval timed
+// itself instead, and how many of the eval's own compiles loaded their graph from the inductor
+// cache.
 type CompileAhead struct {
 	Helpers []struct {
-		Side    string `json:"side"`
-		Path    string `json:"path,omitempty"`
-		S       Num    `json:"s,omitempty"`
-		Error   string `json:"error,omitempty"`
-		Skipped string `json:"skipped,omitempty"`
+		Side    string   `json:"side"`
+		Path    string   `json:"path,omitempty"`
+		S       Num      `json:"s,omitempty"`
+		Timed   []string `json:"timed,omitempty"`
+		Error   string   `json:"error,omitempty"`
+		Skipped string   `json:"skipped,omitempty"`
 	} `json:"helpers"`
+	Fallbacks []struct {
+		Path  string `json:"path"`
+		Point string `json:"point"`
+		Why   string `json:"why"`
+	} `json:"fallbacks,omitempty"`
 	DriverCache map[string]int `json:"driver_cache,omitempty"`
 }
 

@@ -197,6 +197,7 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 		}
 	}
 	werr := cmd.Wait()
+	exited := time.Now()
 	if ctx.Err() != nil {
 		return nil, nil, ctx.Err()
 	}
@@ -228,7 +229,7 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := addTimings(res, out, o, began, spawned); err != nil {
+	if err := addTimings(res, out, o, began, spawned, exited); err != nil {
 		return nil, nil, err
 	}
 	files, err := WriteReport(res, tx)
@@ -246,9 +247,10 @@ func Run(ctx context.Context, o Options) (*Result, *ReportFiles, error) {
 }
 
 // addTimings completes the driver's timings with the command's: its stages before the eval,
-// the eval's set-up until the driver started, and the wall from the command's start; eval.json
-// gets the same object.
-func addTimings(res *Result, path string, o Options, began, spawned time.Time) error {
+// the eval's set-up until the driver started, the driver's end after its timings (writing
+// eval.json, the interpreter's exit), and the wall from the command's start; eval.json gets the
+// same object.
+func addTimings(res *Result, path string, o Options, began, spawned, exited time.Time) error {
 	t := res.Timings
 	if t == nil {
 		return nil // a driver that records none
@@ -263,6 +265,10 @@ func addTimings(res *Result, path string, o Options, began, spawned time.Time) e
 		stages = append(stages, StageTime{Stage: "python interpreter start", S: Num(up)})
 	}
 	t.Stages = append(stages, t.Stages...)
+	ended := time.Unix(0, int64((t.StartedAt+float64(t.DriverS))*1e9))
+	if down := exited.Sub(ended).Seconds(); down > 0 {
+		t.Stages = append(t.Stages, StageTime{Stage: "eval driver: write eval.json and exit", S: Num(down)})
+	}
 	t.WallS = Num(time.Since(start).Seconds())
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -29,14 +29,17 @@ func TestAddTimingsMergesTheCommandsStages(t *testing.T) {
 	}
 	start := spawned.Add(-10 * time.Second)
 	o := Options{Start: start, Before: []StageTime{{Stage: "pack", S: 6}}}
-	if err := addTimings(res, path, o, spawned.Add(-time.Second), spawned); err != nil {
+	// the driver's timings end 1.4 s after its start; its process exits 0.5 s later
+	exited := started.Add(1900 * time.Millisecond)
+	if err := addTimings(res, path, o, spawned.Add(-time.Second), spawned, exited); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, s := range res.Timings.Stages {
 		names = append(names, s.Stage)
 	}
-	want := "pack|eval set-up (checks, driver files)|python interpreter start|load the stock and injected models"
+	want := "pack|eval set-up (checks, driver files)|python interpreter start|load the stock and injected models|" +
+		"eval driver: write eval.json and exit"
 	if strings.Join(names, "|") != want {
 		t.Fatalf("stages %q, want %q", names, want)
 	}
@@ -46,8 +49,11 @@ func TestAddTimingsMergesTheCommandsStages(t *testing.T) {
 	if w := float64(res.Timings.WallS); w < 13 || w > 15 {
 		t.Errorf("wall %.2f s, want about 13 (from the command's start)", w)
 	}
-	// stages 6 + 1 + 1.5 + 1.2 = 9.7 of about 13: the rest is other
-	if o := res.Timings.Other(); o < 3 || o > 5 {
+	if down := float64(res.Timings.Stages[4].S); down < 0.49 || down > 0.51 {
+		t.Errorf("driver exit %.3f s, want 0.5", down)
+	}
+	// stages 6 + 1 + 1.5 + 1.2 + 0.5 = 10.2 of about 13: the rest is other
+	if o := res.Timings.Other(); o < 2.5 || o > 4.5 {
 		t.Errorf("other %.2f s", o)
 	}
 	b, _ = os.ReadFile(path)
@@ -55,7 +61,7 @@ func TestAddTimingsMergesTheCommandsStages(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if back["kept"] != "a field Result does not know" || len(back["timings"].(map[string]any)["stages"].([]any)) != 4 {
+	if back["kept"] != "a field Result does not know" || len(back["timings"].(map[string]any)["stages"].([]any)) != 5 {
 		t.Errorf("eval.json after the merge: %s", b)
 	}
 }

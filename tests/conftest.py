@@ -10,14 +10,24 @@ BIN = ROOT / "bin" / "xpuinject"
 FIXTURES = ROOT / "testdata" / "fixtures"
 
 
-@pytest.fixture(scope="session")
-def llama_odd_run(tmp_path_factory) -> Path:
-    """llama-odd planned, packed and packaged by the Go binary (`xpuinject llama-odd --skip-eval`),
-    once for every test that reads it; tests must not write in it."""
+def skip_eval_run(tmp_path_factory, fixture) -> Path:
+    """The fixture planned, packed and packaged by the Go binary (`xpuinject FIXTURE --skip-eval`)."""
     if not BIN.is_file():
         pytest.fail(f"{BIN} is missing: scripts/test builds it (go build -o bin/xpuinject ./cmd/xpuinject)")
-    out = tmp_path_factory.mktemp("llama-odd") / "run"
-    r = subprocess.run([str(BIN), str(FIXTURES / "llama-odd"), "--out", str(out), "--skip-eval"],
+    out = tmp_path_factory.mktemp(fixture) / "run"
+    r = subprocess.run([str(BIN), str(FIXTURES / fixture), "--out", str(out), "--skip-eval"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return out
+
+
+@pytest.fixture(scope="session")
+def llama_odd_run(tmp_path_factory) -> Path:
+    """llama-odd's run folder, once for every test that reads it; tests must not write in it."""
+    return skip_eval_run(tmp_path_factory, "llama-odd")
+
+
+@pytest.fixture(scope="session")
+def levit_tiny_run(tmp_path_factory) -> Path:
+    """levit-tiny's run folder, as llama_odd_run."""
+    return skip_eval_run(tmp_path_factory, "levit-tiny")

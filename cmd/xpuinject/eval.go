@@ -34,7 +34,7 @@ type evalOptions struct {
 	Autotune    bool
 	Points      string // latency points preset: quick or full
 	// CompileAhead compiles the compiled latency paths in helper processes during the earlier
-	// stages (single-GPU text models).
+	// stages, which then time them (single-GPU runs).
 	CompileAhead bool
 	Prefill      []int // prompt lengths timed (nil: the preset's)
 	Decode       []int // batch sizes of the timed decode steps (nil: the preset's)
@@ -132,7 +132,7 @@ func addEvalFlags(cmd *cobra.Command, o *evalOptions) {
 		"vision: batch 32) or full (adds decode batch 8; vision: batch 1); each point costs each compiled "+
 		"path a compile; --prefill and --decode-batches replace its lists")
 	fl.BoolVar(&o.CompileAhead, "compile-ahead", true, "compile the torch.compile latency paths in helper "+
-		"processes while the accuracy stages run (one GPU, text models; needs their models' memory free)")
+		"processes while the accuracy stages run, and time them there (one GPU; needs their models' memory free)")
 	fl.IntSliceVar(&o.Prefill, "prefill", nil, "prompt lengths whose prefill is timed, comma-separated "+
 		"(default: --latency-points)")
 	fl.IntSliceVar(&o.Decode, "decode-batches", nil, "batch sizes whose decode step is timed, comma-separated "+

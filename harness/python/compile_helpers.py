@@ -1,31 +1,36 @@
-"""Compile the latency stage's torch.compile paths ahead, in helper processes.
+"""Compile the latency stage's torch.compile paths ahead, in helper processes, and time them there.
 
 A cold eval spends most of its latency stage compiling: torch.compile of stock (the anchor) and of
 the injected model at every point, with empty inductor and Triton caches. Nothing in the eval
 before the latency stage needs those graphs, so two helper processes, one per side (stock,
 injected), compile them while the driver runs its accuracy and generation stages. Each loads its
-model as the driver does, runs the same latency code on the same points with the same
-torch.compile settings (latency.py: its set-up and a shortened timed loop), and exits. What it
-compiled lands in the inductor and Triton caches on disk (TORCHINDUCTOR_CACHE_DIR,
-TRITON_CACHE_DIR, which the driver's environment hands down), so the driver's own compile of the
-same graph later is a cache hit: dynamo traces it again, and inductor loads the compiled code
-instead of generating it (torch/_inductor/codecache.py FxGraphCache,
-torch/_functorch/_aot_autograd/autograd_cache.py).
+model as the driver does and runs the same latency code on the same points with the same
+torch.compile settings (latency.py), up to the timed loop of its compiled path: that path's
+set-up (compile, CUDA-graph recording) is kept, one per point.
 
-The driver waits for both before it times anything: the helpers' work must never overlap a timed
-loop. Its figures are its own (set-up and timing); eval.json latency `compile_ahead` says what each
-helper compiled, in how long, and how many of the driver's compiles then hit the cache. A helper
-that fails costs nothing but its time: the driver compiles that path itself, as without helpers.
+In its latency stage the driver then hands each helper the device in turn, point by point, in
+its own order of paths: the helper runs the timed loop of the case it set up (latency.time_held,
+the same loop as every other path's) while the driver and the other helper wait, so nothing else
+runs on the device during any timed loop. A compiled path is thus compiled once, not again in the
+driver, and its set-up seconds are the helper's. A helper that fails costs nothing but its time:
+the driver compiles and times that path itself, as without helpers; what the helpers compiled
+also lands in the inductor and Triton caches on disk (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR,
+which the driver's environment hands down), so such a compile is a cache hit
+(torch/_inductor/codecache.py FxGraphCache, torch/_functorch/_aot_autograd/autograd_cache.py).
+eval.json latency `compile_ahead` says what each helper compiled and timed, in how long.
 
-Protocol: the driver starts `python compile_helpers.py` early (it imports torch and transformers
-while the driver does), writes one JSON job line to its stdin once it has loaded its own models,
-and reads one JSON result line from its stdout. End of input without a job: nothing to do.
+Protocol, one JSON object per line: the driver starts `python compile_helpers.py` early (it
+imports torch and transformers while the driver does) and writes a job once it has loaded its own
+models; the helper answers with what it set up. Then each {"time": label, "n": calls} is answered
+with {"point": label, "ms": ...} or {"point": label, "error": ...}; end of input: the helper
+releases what it holds and exits (end of input without a job: nothing to do).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
@@ -46,12 +51,18 @@ MARGIN_MIN_BYTES = 4 << 30
 HELPER_PER_MODEL_BYTE = 1.5
 # How long the driver waits for its helpers before it stops them and compiles itself.
 WAIT_S = 900
+# How long one timed loop in a helper may take before the driver times that path itself.
+TIME_S = 300
 
 
-def wanted(args, world: int, model_type: str = "") -> str:
+class Unavailable(Exception):
+    """A helper cannot time a point (it failed, exited, or did not set the point up): the driver
+    measures it itself."""
+
+
+def wanted(args, world: int) -> str:
     """"" when the eval should start helpers, else why not: they serve the compiled paths of a
-    single-process GPU run of a text model (a vision eval's stages before its latency take a few
-    seconds: nothing to hide a compile behind)."""
+    single-process GPU run."""
     if args.compile_ahead == "off":
         return "--compile-ahead off"
     if args.latency in ("off", "eager"):
@@ -60,13 +71,7 @@ def wanted(args, world: int, model_type: str = "") -> str:
         return "pipeline stages are timed on the eager paths only"
     if args.device == "cpu" or os.environ.get("TRITON_INTERPRET") == "1":
         return "the CPU run times no latency"
-    if model_type in VISION_TYPES:
-        return f"a {model_type} eval has no long stage before its latency to compile beside"
     return ""
-
-
-# Model types the eval treats as vision models (eval_driver: levit).
-VISION_TYPES = ("levit",)
 
 
 def side_paths(names, side: str) -> list:
@@ -87,20 +92,40 @@ def job_args(args) -> dict:
 
 class Helpers:
     """The driver's helper processes: started early, given their jobs once the driver has loaded
-    its models, waited for before the latency stage."""
+    its models, waited for before the latency stage, then asked to time what they set up."""
 
     def __init__(self, procs):
         self.procs = procs  # side -> (Popen, stderr file)
         self.jobs = {}
         self.sent_at = None
         self.skipped = {}
+        self.held = {}  # side -> the point labels its compiled path holds set up
+        self.timed = {}  # side -> the point labels it timed
+        self.gone = {}  # side -> why it can time nothing more
+        self.lines = {}
+        for side, (p, _) in procs.items():
+            q = self.lines[side] = queue.Queue()
+            threading.Thread(target=self._read, args=(p, q), daemon=True).start()
+
+    @staticmethod
+    def _read(p, q):
+        """The helper's JSON lines, in order (anything else on its stdout is not protocol), then None."""
+        for raw in p.stdout:
+            try:
+                got = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(got, dict):
+                q.put(got)
+        q.put(None)
 
     @classmethod
-    def start(cls, sides=tuple(SIDES)):
+    def start(cls, sides=tuple(SIDES), argv=None):
+        """One helper process per side (argv: the command that runs one, by default this file)."""
         procs = {}
         for side in sides:
             err = tempfile.TemporaryFile(mode="w+b")
-            p = subprocess.Popen([sys.executable, str(HERE / "compile_helpers.py")], stdin=subprocess.PIPE,
+            p = subprocess.Popen(argv or [sys.executable, str(HERE / "compile_helpers.py")], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=err, cwd=str(HERE))
             procs[side] = (p, err)
         return cls(procs)
@@ -114,60 +139,103 @@ class Helpers:
             try:
                 if job is not None:
                     p.stdin.write((json.dumps(job) + "\n").encode())
+                    p.stdin.flush()
                     self.jobs[side] = job
-                p.stdin.close()
+                else:
+                    p.stdin.close()
             except OSError:
                 pass  # the helper died already: wait() reports it
 
+    def _why_dead(self, side, limit_s=None) -> str:
+        p, err = self.procs[side]
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        err.seek(0)
+        tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
+        why = f"stopped after {limit_s} s" if limit_s is not None else f"exit code {p.returncode}"
+        return why + (": " + " | ".join(tail) if tail else "")
+
+    def _line(self, side, limit_s):
+        """The side's next protocol line within limit_s, or Unavailable (it exited, or was too
+        slow: then it is stopped)."""
+        try:
+            got = self.lines[side].get(timeout=max(0.0, limit_s))
+        except queue.Empty:
+            self.procs[side][0].kill()
+            self.gone[side] = self._why_dead(side, round(limit_s))
+            raise Unavailable(self.gone[side])
+        if got is None:
+            self.gone[side] = self._why_dead(side)
+            raise Unavailable(self.gone[side])
+        return got
+
     def wait(self, timeout=WAIT_S) -> dict:
-        """Every helper's result: {"helpers": [...]} with each side's compiled points or error."""
+        """Every helper's set-up: {"helpers": [...]} with each side's compiled points or error."""
         if self.sent_at is None:  # never given a job: they would wait for one
             self.send({}, dict.fromkeys(self.procs, "the eval gave it no job"))
         out = []
         deadline = time.time() + timeout
-        results = {}
-
-        def read(side, p):
-            results[side] = p.stdout.read()
-
-        readers = [threading.Thread(target=read, args=(s, p), daemon=True) for s, (p, _) in self.procs.items()]
-        for t in readers:
-            t.start()
-        for side, (p, err) in self.procs.items():
-            left = max(0.0, deadline - time.time())
-            try:
-                p.wait(timeout=left)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for t in readers:
-            t.join(timeout=5)
-        for side, (p, err) in self.procs.items():
+        for side in self.procs:
             row = {"side": side}
             if side not in self.jobs:
                 row["skipped"] = self.skipped.get(side, "no job")
+                self.close(side)
                 out.append(row)
-                err.close()
                 continue
-            line = (results.get(side) or b"").decode(errors="replace").strip().splitlines()
-            got = None
-            if line:
-                try:
-                    got = json.loads(line[-1])
-                except ValueError:
-                    got = None
-            if got is None:
-                err.seek(0)
-                tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
-                why = f"exit code {p.returncode}" if p.returncode is not None else "no result"
-                if p.returncode == -9 and time.time() >= deadline:
-                    why = f"stopped after {timeout} s"
-                row["error"] = why + (": " + " | ".join(tail) if tail else "")
-            else:
-                row.update(got)
-            err.close()
+            try:
+                got = self._line(side, deadline - time.time())
+            except Unavailable as e:
+                row["error"] = str(e)
+                out.append(row)
+                continue
+            row.update(got)
+            self.held[side] = list(got.get("held", ()))
+            if "error" in got or not self.held[side]:
+                self.close(side)
             out.append(row)
         return {"helpers": out}
+
+    def time(self, side, label, n, timeout=TIME_S):
+        """(ms, setup_s) of the side's held case at point `label` over n calls, timed in the
+        helper; Unavailable when it cannot be."""
+        if side in self.gone:
+            raise Unavailable(self.gone[side])
+        if label not in self.held.get(side, ()):
+            raise Unavailable(f"the {side} helper did not set up {label}")
+        p = self.procs[side][0]
+        try:
+            p.stdin.write((json.dumps({"time": label, "n": n}) + "\n").encode())
+            p.stdin.flush()
+        except OSError:
+            self.gone[side] = self._why_dead(side)
+            raise Unavailable(self.gone[side])
+        got = self._line(side, timeout)
+        if "error" in got:
+            raise Unavailable(got["error"])
+        self.timed.setdefault(side, []).append(label)
+        return got["ms"], got.get("setup_s")
+
+    def close(self, side=None, timeout=60, wait=True) -> None:
+        """End the side's input (every side's, by default) and wait for it to exit (wait=False:
+        it releases what it holds and exits by itself; a later close() reaps it)."""
+        for s in ([side] if side else list(self.procs)):
+            p, _ = self.procs[s]
+            try:
+                p.stdin.close()
+            except OSError:
+                pass
+        if not wait:
+            return
+        for s in ([side] if side else list(self.procs)):
+            p, _ = self.procs[s]
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def cache_counters() -> dict:
@@ -213,9 +281,10 @@ def memory_plan(device, sides_bytes: dict):
     return fit, why
 
 
-def run_job(job) -> dict:
+def run_job(job):
     """Load the job's model as the driver does, run the graph runtime's generation at the driver's
-    shape (when the job has one), then the latency code on the side's paths."""
+    shape (when the job has one), then the latency code on the side's paths, holding the compiled
+    path's set-up at every point. (result line, latency.Paths holding the cases, device)."""
     import torch
 
     import eval_driver as ed
@@ -236,12 +305,18 @@ def run_job(job) -> dict:
     loaded = time.time() - t0
     errors = {}
     paths = lat.Paths(model, model, rtmod, errors)
+    compiled = SIDES[job["side"]]
+    paths.hold = (compiled,)
     names = tuple(job["paths"])
     ns = types.SimpleNamespace(**job["args"])
+    vision = cfg.model_type == ed.VISION_TYPE
     # the driver's models have run eagerly before its latency stage: state a model creates at its
     # first forward (a cache of derived tensors) must not be created inside a compiled graph here
     with torch.no_grad():
-        model(input_ids=torch.zeros((1, 16), dtype=torch.long, device=device))
+        if vision:
+            model(pixel_values=ed.make_images(1, getattr(cfg, "image_size", 224), 0).to(device).to(dtype))
+        else:
+            model(input_ids=torch.zeros((1, 16), dtype=torch.long, device=device))
     gen = job.get("runtime_generation")
     t1 = time.time()
     if gen:
@@ -251,17 +326,46 @@ def run_job(job) -> dict:
                    for _ in range(gen["prompts"])]
         ed.runtime_greedy(rtmod, model, prompts, gen["new_tokens"])
     generated = time.time() - t1
-    got = lat.latency(paths, names, cfg, device, ns)
-    compiled = SIDES[job["side"]]
-    points = [{"point": f"prefill {r['tokens']}", "setup_s": r["setup_s"].get(compiled)} for r in got["prefill"]]
-    points += [{"point": f"decode batch {r['batch']}", "setup_s": r["setup_s"].get(compiled)} for r in got["decode"]]
-    out = {"path": compiled, "paths": list(names), "points": points, "load_s": round(loaded, 3),
-           "s": round(time.time() - t0, 3)}
+    if vision:
+        got = lat.vision_latency(paths, names, cfg, device, ns, ed.make_images)
+        rows = [(f"batch {r['batch']}", r) for r in got["forward"]]
+    else:
+        got = lat.latency(paths, names, cfg, device, ns)
+        rows = [(f"prefill {r['tokens']}", r) for r in got["prefill"]]
+        rows += [(f"decode batch {r['batch']}", r) for r in got["decode"]]
+    points = [{"point": label, "setup_s": r["setup_s"].get(compiled)} for label, r in rows]
+    out = {"path": compiled, "paths": list(names), "points": points, "held": list(paths.held),
+           "load_s": round(loaded, 3), "s": round(time.time() - t0, 3)}
     if gen:
         out["runtime_generation_s"] = round(generated, 3)
     if errors:
         out["errors"] = errors
-    return out
+    return out, paths, device
+
+
+def serve(paths, device, lines) -> None:
+    """Answer the driver's timing requests on the held cases until its input ends, then release them."""
+    import latency as lat
+
+    path = paths.hold[0]
+    try:
+        for line in lines:
+            if not line.strip():
+                continue
+            req = json.loads(line)
+            label = req["time"]
+            try:
+                ms, setup = lat.time_held(paths, path, label, int(req["n"]), device)
+                out = {"point": label, "ms": ms, "setup_s": setup}
+            except Exception as e:
+                out = {"point": label, "error": f"{path} at {label}: {type(e).__name__}: {first_line(e)}"}
+            print(json.dumps(out), flush=True)
+    finally:
+        lat.release_held(paths)
+
+
+def first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else ""
 
 
 def main() -> int:
@@ -280,14 +384,15 @@ def main() -> int:
         return 0
     job = json.loads(line)
     try:
-        out = run_job(job)
+        out, paths, device = run_job(job)
     except Exception as e:
         import traceback
 
         traceback.print_exc()
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        out = {"error": f"{type(e).__name__}: {msg}"}
+        print(json.dumps({"error": f"{type(e).__name__}: {first_line(e)}"}), flush=True)
+        return 0
     print(json.dumps(out), flush=True)
+    serve(paths, device, iter(sys.stdin.readline, ""))
     return 0
 
 

@@ -52,6 +52,8 @@ import latency as lat_stage  # noqa: E402
 from latency import LATENCY_PATHS, Paths, latency, peak_memory  # noqa: E402,F401  (scripts and tests use these)
 
 SCHEMA = 3
+# The model type the eval treats as a vision model (images in, class logits out).
+VISION_TYPE = "levit"
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 # Worker processes that compile the injected kernels ahead (beside the compile helpers' own).
 COMPILE_PROCESSES = min(8, os.cpu_count() or 1)
@@ -349,15 +351,6 @@ def load_package(package_dir, device):
     return sys.modules[name], "direct"
 
 
-def model_type_of(model_dir) -> str:
-    """config.json's model_type, read without transformers ("" when unreadable: the driver's own
-    config load reports that)."""
-    try:
-        return str(json.loads((Path(model_dir) / "config.json").read_text()).get("model_type", ""))
-    except (OSError, ValueError, AttributeError):
-        return ""
-
-
 def pick_device(want):
     import torch
 
@@ -381,7 +374,7 @@ def model_class(config):
         cls = getattr(transformers, name, None)
         if cls is not None:
             return cls
-    if config.model_type == "levit":
+    if config.model_type == VISION_TYPE:
         return transformers.AutoModelForImageClassification
     return transformers.AutoModelForCausalLM
 
@@ -638,7 +631,7 @@ def main(argv=None):
     if args.device == "cpu" or (args.device == "auto" and os.environ.get("TRITON_INTERPRET") == "1"):
         os.environ.setdefault("TRITON_INTERPRET", "1")
     global HELPERS
-    why_not = compile_helpers.wanted(args, WORLD, model_type_of(args.model))
+    why_not = compile_helpers.wanted(args, WORLD)
     # started before this process's own imports, which they pay beside it
     HELPERS = compile_helpers.Helpers.start() if not why_not else None
     try:
@@ -653,7 +646,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     cfg = transformers.AutoConfig.from_pretrained(args.model)
     cls = model_class(cfg)
-    vision = cfg.model_type == "levit"
+    vision = cfg.model_type == VISION_TYPE
     if WORLD > 1 and vision:
         fail(2, f"{args.model}: pipeline stages split a decoder's layers; a {cfg.model_type} model runs on one device (--gpus 1)")
     run = sharded.Run.from_env(args.device, fail)
@@ -683,10 +676,6 @@ def main(argv=None):
     except ImportError:
         fail(3, "python package missing: triton (pip install triton)")
     STAGES.count_compiles(triton)
-    if HELPERS is None and not compile_helpers.wanted(args, WORLD):
-        # a compiled path will be timed here, not by helpers (a vision model): inductor's compile
-        # workers start now, not at its first compile
-        compile_helpers.warm_compile_pool()
     STAGES.lap("python start-up and imports")
 
     dtype_name, dtype = plan_dtype(args.package)
@@ -767,7 +756,7 @@ def main(argv=None):
         fail(5, f"evaluation failed: {type(e).__name__}: {e}")
     finally:
         if pool is not None:
-            pool.close()
+            pool.close(wait=False)  # reaped at the end: the workers exit while the eval goes on
 
     if args.latency == "off":
         result["latency"] = {"measured": False, "reason": "disabled (--latency off)"}
@@ -790,6 +779,10 @@ def main(argv=None):
         result["autotune"] = at = pkg.tuning_report()
         progress(f"launch configs: {at['tuned']} problem classes tuned ({', '.join(at['gpu_data']) or 'none for this device'}), "
                  f"{at.get('heuristic', 0)} heuristic, {at['autotuned']} autotuned ({at['benchmarked']} benchmarked)")
+    if pool is not None:
+        pool.close()
+    if HELPERS is not None:
+        HELPERS.close()
     STAGES.lap("the rest of the eval")
     result["timings"] = STAGES.result()
 
@@ -831,6 +824,8 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
         return {"measured": False, "reason": f"--latency {args.latency}: no device graphs here ({why}); use --latency eager"}
     ahead_stats = wait_helpers()
     paths = Paths(stock, injected, rtmod, errors)
+    if ahead_stats is not None:
+        paths.remote = helper_timers(ahead_stats)
     lat_stage.STAGE = STAGES
     names = lat_stage.path_names(mode, stock)
     progress(f"latency ({mode}): " + ", ".join(names))
@@ -840,6 +835,11 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
         lat = lat_stage.vision_latency(paths, names, cfg, device, args, make_images)
     else:
         lat = latency(paths, names, cfg, device, args)
+    if ahead_stats is not None:
+        close_helpers(ahead_stats)
+        if HELPERS.timed:
+            lat_stage.progress("compiled paths timed in their helper processes: " +
+                               ", ".join(compile_helpers.SIDES[s] for s in HELPERS.timed))
     lat.setdefault("peak_memory_bytes", {})
     if not vision:
         ids = torch.randint(0, cfg.vocab_size, (1, max(int(x) for x in args.prefill.split(","))), device=device)
@@ -851,6 +851,10 @@ def measure_latency(args, cfg, device, stock, injected, vision, run):
         method += ("; stock eager and stock compiled each timed on every experts_implementation (" +
                    ", ".join(lat_stage.experts_settings(stock)) + "), each reading its fastest; stock_best: the "
                    "fastest of all, the anchor")
+    if ahead_stats is not None and HELPERS.timed:
+        method += ("; " + " and ".join(compile_helpers.SIDES[s] for s in HELPERS.timed) + " compiled and timed "
+                   "by the same code in helper processes (one per side) set up beside the earlier stages, each "
+                   "timed loop run while the eval and the other helper waited")
     if run.pipeline:
         method += f"; {run.world} pipeline stages, one device each, timed on rank 0 (the first stage, which waits for the last one's logits)"
     lat.update({"measured": True, "mode": mode, "paths": list(names), "method": method,
@@ -896,10 +900,10 @@ HELPERS = None
 
 def send_helpers(args, device, stock, injected, generation=None):
     """Give the helpers their jobs: the compiled paths the latency stage will time, on its points,
-    for each side the device has memory for beside this process's models, after the graph
-    runtime's greedy generation of prompts of generation's shape (its kernels compile there, into
-    the Triton cache this process then loads them from). Called once the eval's own models (and
-    the oracle's resident layers) are on the device."""
+    for each side the device has memory for beside this process's models; the injected one first
+    runs the graph runtime's greedy generation of prompts of generation's shape (its kernels
+    compile there, into the Triton cache this process then loads them from). Called once the
+    eval's own models (and the oracle's resident layers) are on the device."""
     if HELPERS is None:
         return
     rtmod = runtime_module(args.package, device)
@@ -920,15 +924,18 @@ def send_helpers(args, device, stock, injected, generation=None):
     dtype_name, _ = plan_dtype(args.package)
     base = {"model": str(Path(args.model).resolve()), "package": str(Path(args.package).resolve()),
             "packed": str(Path(args.packed).resolve()), "device": str(device), "dtype": PLAN_DTYPES[dtype_name],
-            "args": compile_helpers.job_args(args), "runtime_generation": generation}
-    HELPERS.send({side: {**base, "side": side, "paths": order[side]} for side in fit}, skipped)
+            "args": compile_helpers.job_args(args)}
+    # stock's graph-runtime generation launches no kernel of the package: nothing to compile ahead
+    gen = {"injected": generation}
+    HELPERS.send({side: {**base, "side": side, "paths": order[side], "runtime_generation": gen.get(side)}
+                  for side in fit}, skipped)
     progress("compiling ahead in helper processes: " + (", ".join(compile_helpers.SIDES[s] for s in fit) or "none")
              + "".join(f"; {compile_helpers.SIDES[s]} not ({why})" for s, why in skipped.items() if s in sides))
 
 
 def wait_helpers():
-    """Wait for the helpers before anything is timed: eval.json latency `compile_ahead`, with the
-    cache counters this process starts its own compiles from."""
+    """Wait for the helpers' set-ups before anything is timed: eval.json latency `compile_ahead`,
+    with the cache counters this process starts its own compiles from."""
     if HELPERS is None:
         return None
     with STAGES("latency: waiting for the compiles ahead"):
@@ -940,6 +947,32 @@ def wait_helpers():
             progress(f"compiling ahead ({h['side']}): failed: {h['error']}; the eval compiles that path itself")
     got["cache_before"] = compile_helpers.cache_counters()
     return got
+
+
+def helper_timers(stats):
+    """latency.Paths.remote for each side whose helper holds its compiled path set up: the helper
+    times it; a point it cannot time is measured here (and listed in stats["fallbacks"])."""
+    def timer(side):
+        def remote(path, label, n, local):
+            try:
+                return HELPERS.time(side, label, n)
+            except compile_helpers.Unavailable as e:
+                progress(f"{path} at {label}: the {side} helper could not time it ({e}); timing it here")
+                stats.setdefault("fallbacks", []).append({"path": path, "point": label, "why": str(e)})
+                return local(path)
+        return remote
+
+    return {compile_helpers.SIDES[side]: timer(side) for side, held in HELPERS.held.items() if held}
+
+
+def close_helpers(stats):
+    """End the helpers' input (they release what they hold and exit beside the rest of the eval)
+    and note what each timed."""
+    HELPERS.close(wait=False)
+    for h in stats["helpers"]:
+        h.pop("held", None)
+        if HELPERS.timed.get(h["side"]):
+            h["timed"] = HELPERS.timed[h["side"]]
 
 
 def compile_ahead(ahead, result, work, what=None):
@@ -994,14 +1027,14 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
     n_gen = args.gen_tokens or (128 if on_gpu else 8)
     prompts = prompt_windows(ids, args.prompts, min(32, ids.shape[1] // args.prompts))
     runs = {}
+    send_helpers(args, device, stock, injected, {"prompts": len(prompts), "length": int(prompts[0].shape[1]),
+                                                 "new_tokens": n_gen} if args.runtime_generation else None)
     with STAGES("oracle: fp32 forward and greedy generation"):
         if oracle is not None:
             lo, ho = sharded.forward_text(oracle, ids)
             progress(f"oracle: greedy generation of {n_gen} tokens after each of {len(prompts)} prompts, in one batch")
             runs["oracle"] = sharded.greedy_batch(oracle, prompts, n_gen)
         runs["oracle"] = run.broadcast(runs.get("oracle"))
-    send_helpers(args, device, stock, injected, {"prompts": len(prompts), "length": int(prompts[0].shape[1]),
-                                                 "new_tokens": n_gen} if args.runtime_generation else None)
     compile_ahead(ahead, result, lambda: (run.forward_text(injected, ids), sharded.greedy_batch(injected, prompts, n_gen)))
     with STAGES("accuracy: stock and injected forwards"):
         ls, hs = run.forward_text(stock, ids)
@@ -1036,6 +1069,7 @@ def evaluate_vision(args, cfg, device, oracle, stock, injected, result, ahead=No
     size = getattr(cfg, "image_size", 224)
     pixels = make_images(args.images, size, args.seed).to(device)
     half = next(stock.parameters()).dtype
+    send_helpers(args, device, stock, injected)
     compile_ahead(ahead, result, lambda: forward_vision(injected, pixels.to(half)))
     progress(f"accuracy on {args.images} generated {size}x{size} images")
     with STAGES("accuracy: oracle, stock and injected forwards"):

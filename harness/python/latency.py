@@ -158,6 +158,14 @@ class Paths:
         self.experts = None
         self._compiled = {}
         self._decoders = {}
+        # Paths whose set-up is kept rather than timed: {point label: (step, release, setup_s)}
+        # of each (a compile helper times them later, when the driver hands it the device).
+        self.hold = ()
+        self.held = {}
+        self.point = None  # the label of the point being measured
+        # Paths another process times: remote(path, label, n, local) -> (ms, setup_s), where
+        # local(path) measures it here instead (what a helper that failed leaves to the driver).
+        self.remote = {}
 
     @staticmethod
     def compile(fn):
@@ -336,15 +344,20 @@ def measure_experts(paths, path, label, fn, row):
     return best["ms"], best.get("setup_s")
 
 
-def measure_point(paths, names, label, fn, row):
+def measure_point(paths, names, label, fn, row, n):
     """Every path in names at one point into row: ms, setup_s, and for a model with experts
-    settings each stock setting, the fastest as stock_best and the `anchor` that names it."""
+    settings each stock setting, the fastest as stock_best and the `anchor` that names it.
+    fn(path) measures a path here with n timed calls; a path in paths.remote is timed by the
+    process that set it up."""
     sweep = bool(experts_settings(paths.stock))
     for name in names:
         if name == BEST_PATH:
             continue
+        paths.point = label
         if sweep and name in EXPERTS_PATHS:
             ms, setup = measure_experts(paths, name, label, fn, row)
+        elif name in paths.remote:
+            ms, setup = measure(paths, name, label, lambda p: paths.remote[p](p, label, n, fn))
         else:
             ms, setup = measure(paths, name, label, fn)
         row["ms"][name] = ms
@@ -362,26 +375,69 @@ def measure_point(paths, names, label, fn, row):
     row["ratios"] = point_ratios(row["ms"])
 
 
-def forward_point(paths, path, call, device, n):
-    """ms of one forward `call(model)` on path (prefill, vision), and its set-up seconds."""
-    sync = device_sync(device)
+def forward_case(paths, path, call, device):
+    """(step, release, setup_s) of one forward call(model) on path (prefill, vision), set up:
+    compiled and CUDA-graph recorded, or captured by the graph runtime."""
     if path.endswith("eager"):
         m = paths.model(path)
-        return time_call(lambda: call(m), n, WARMUP, sync), None
+        return (lambda: call(m)), (lambda: None), None
     if path.endswith("compiled"):
         try:
             c = paths.compiled(path)
-            setup = set_up(lambda: call(c), sync)
-            with no_recompile(path):
-                return time_call(lambda: call(c), n, WARMUP, sync), setup
-        finally:
-            paths.release_compiled()
+            setup = set_up(lambda: call(c), device_sync(device))
+        except BaseException:
+            paths.release_compiled()  # a failed compile's partial graphs
+            raise
+        return (lambda: call(c)), paths.release_compiled, setup
     gf = paths.rt.GraphedForward(paths.model(path), graphs=True)
     try:
         call(gf)
-        return time_call(lambda: call(gf), n, WARMUP, sync), gf.stats["capture_s"]
-    finally:
+    except BaseException:
         gf.release()
+        raise
+    return (lambda: call(gf)), gf.release, gf.stats["capture_s"]
+
+
+def time_case(paths, path, case, n, device):
+    """ms per call of a set-up case over n calls, and its set-up seconds; the case is released
+    after. A path in paths.hold is kept instead, untimed (ms None), for time_held."""
+    step, release, setup = case
+    if path in paths.hold:
+        import torch
+
+        # with the grad mode it was set up in: a compiled forward guards on it
+        paths.held[paths.point] = (step, release, setup, torch.is_grad_enabled())
+        return None, setup
+    try:
+        with no_recompile(path):
+            return time_decode(step, n, WARMUP, device_sync(device)), setup
+    finally:
+        release()
+
+
+def time_held(paths, path, label, n, device):
+    """Time a held case (set up earlier by this process) as time_case would have then."""
+    import torch
+
+    step, _, setup, grad = paths.held[label]
+    with torch.set_grad_enabled(grad), no_recompile(path):
+        return time_decode(step, n, WARMUP, device_sync(device)), setup
+
+
+def release_held(paths):
+    """Release every held case (a compiled one drops every compiled graph: once is enough)."""
+    done = set()
+    for _, release, _, _ in paths.held.values():
+        key = getattr(release, "__func__", release)
+        if key not in done:
+            done.add(key)
+            release()
+    paths.held.clear()
+
+
+def forward_point(paths, path, call, device, n):
+    """ms of one forward `call(model)` on path (prefill, vision), and its set-up seconds."""
+    return time_case(paths, path, forward_case(paths, path, call, device), n, device)
 
 
 def decode_stepper(paths, path, ids, cfg, cache_len, steps):
@@ -424,16 +480,12 @@ def decode_stepper(paths, path, ids, cfg, cache_len, steps):
 def decode_point(paths, path, ids, cfg, cache_len, n):
     """ms per token of path at batch ids.shape[0] after a prefill of ids, and its set-up."""
     try:
-        step, release, setup = decode_stepper(paths, path, ids, cfg, cache_len, n + WARMUP)
+        case = decode_stepper(paths, path, ids, cfg, cache_len, n + WARMUP)
     except BaseException:
         if path.endswith("compiled"):
             paths.release_compiled()  # a failed compile's partial graphs
         raise
-    try:
-        with no_recompile(path):
-            return time_decode(step, n, WARMUP, device_sync(ids.device)), setup
-    finally:
-        release()
+    return time_case(paths, path, case, n, ids.device)
 
 
 def latency(paths, names, cfg, device, args):
@@ -451,7 +503,7 @@ def latency(paths, names, cfg, device, args):
         row = {"tokens": L, "batch": 1, "ms": {}, "setup_s": {}}
         with torch.no_grad():
             measure_point(paths, names, f"prefill {L}", lambda p: forward_point(
-                paths, p, lambda m: m(input_ids=ids, use_cache=False, **kw), device, args.repeats), row)
+                paths, p, lambda m: m(input_ids=ids, use_cache=False, **kw), device, args.repeats), row, args.repeats)
         rows["prefill"].append(row)
         progress(f"latency prefill {L}: " + describe_point(row))
     ctx = 512
@@ -460,7 +512,7 @@ def latency(paths, names, cfg, device, args):
     for B in batches:
         ids = torch.randint(0, vocab, (B, ctx), generator=g).to(device)
         row = {"batch": B, "context": ctx, "cache_len": cache_len, "steps": n, "ms": {}, "setup_s": {}}
-        measure_point(paths, names, f"decode batch {B}", lambda p: decode_point(paths, p, ids, cfg, cache_len, n), row)
+        measure_point(paths, names, f"decode batch {B}", lambda p: decode_point(paths, p, ids, cfg, cache_len, n), row, n)
         rows["decode"].append(row)
         progress(f"latency decode batch {B}: " + describe_point(row))
     return rows
@@ -524,7 +576,7 @@ def vision_latency(paths, names, cfg, device, args, make_images):
         row = {"batch": B, "ms": {}, "setup_s": {}}
         with torch.no_grad():
             measure_point(paths, names, f"batch {B}", lambda p: forward_point(
-                paths, p, lambda m: m(pixel_values=px), device, args.repeats), row)
+                paths, p, lambda m: m(pixel_values=px), device, args.repeats), row, args.repeats)
         rows.append(row)
         progress(f"latency batch {B}: " + describe_point(row))
     return {"forward": rows}

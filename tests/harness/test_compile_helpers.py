@@ -32,7 +32,6 @@ def test_helpers_start_only_for_compiled_paths_of_a_single_gpu_process(monkeypat
     assert "no compiled path" in H.wanted(args(latency="off"), 1)
     assert "pipeline" in H.wanted(args(), 2)
     assert "CPU" in H.wanted(args(device="cpu"), 1)
-    assert "levit" in H.wanted(args(), 1, "levit")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert "CPU" in H.wanted(args(device="auto"), 1)
 
@@ -68,29 +67,72 @@ def test_memory_plan_keeps_the_margin_and_skips_what_does_not_fit(monkeypatch):
     assert H.memory_plan(SimpleNamespace(type="cpu"), {"stock": 1}) == (["stock"], {})
 
 
+def helper_job(run, side, fixture="llama-odd", **kw):
+    base = {"prefill": "8", "decode_batches": "1" if side == "stock" else "", "decode_steps": 2,
+            "latency_points": "quick", "seed": 0, "repeats": 1}
+    return {"side": side, "model": str(FIXTURES / fixture), "package": str(run / "package"),
+            "packed": str(run / "packed"), "device": "cpu", "dtype": "bfloat16", "paths": [H.SIDES[side]],
+            "runtime_generation": {"prompts": 2, "length": 8, "new_tokens": 3}, "args": {**base, **kw}}
+
+
 @pytest.mark.parametrize("side", ["stock", "injected"])
-def test_a_helper_runs_the_latency_code_on_its_own_compiled_path(llama_odd_run, monkeypatch, side):
+def test_a_helper_sets_up_its_compiled_path_then_times_it_when_asked(llama_odd_run, monkeypatch, capsys, side):
     """In process, on the CPU (the kernels interpreted; dynamo's compile replaced by the function
     itself, inductor being out of reach): a helper loads its side as the driver does, generates
-    under the graph runtime at the driver's prompt shape, and runs each point of its compiled path
-    once through the latency stage's own code."""
+    under the graph runtime at the driver's prompt shape, and sets up each point of its compiled
+    path through the latency stage's own code, holding it; asked, it times a held point by the
+    same loop, says why it cannot time one it does not hold, and releases them all at the end."""
+    import json
+
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     compiled = []
     monkeypatch.setattr(L.Paths, "compile", staticmethod(lambda fn: compiled.append(fn) or fn))
-    job = {"side": side, "model": str(FIXTURES / "llama-odd"), "package": str(llama_odd_run / "package"),
-           "packed": str(llama_odd_run / "packed"), "device": "cpu", "dtype": "bfloat16",
-           "paths": [H.SIDES[side]], "runtime_generation": {"prompts": 2, "length": 8, "new_tokens": 3},
-           "args": {"prefill": "8", "decode_batches": "1" if side == "stock" else "", "decode_steps": 2,
-                    "latency_points": "quick", "seed": 0, "repeats": 1}}
-    out = H.run_job(job)
+    out, paths, device = H.run_job(helper_job(llama_odd_run, side))
     assert out["path"] == H.SIDES[side]
     want = ["prefill 8", "decode batch 1"] if side == "stock" else ["prefill 8"]
     assert [p["point"] for p in out["points"]] == want
+    assert out["held"] == want and list(paths.held) == want
     assert "errors" not in out, out
     assert all(p["setup_s"] >= 0 for p in out["points"])
     assert out["runtime_generation_s"] > 0  # the graph runtime's generation ran first
     # one compiled function per point: the prefill's forward, the decode step
     assert len(compiled) == len(want)
+    released = []
+    monkeypatch.setattr(paths, "release_compiled", lambda: released.append(1))
+    import torch
+
+    modes = []
+    for label, (step, _, setup, grad) in list(paths.held.items()):
+        # a forward is set up under no_grad, as the latency stage runs it (a decode step sets its own)
+        assert grad is (not label.startswith("prefill"))
+
+        def seen(step=step):
+            modes.append(torch.is_grad_enabled())
+            return step()
+
+        paths.held[label] = (seen, paths.release_compiled, setup, grad)
+    capsys.readouterr()
+    H.serve(paths, device, iter([json.dumps({"time": label, "n": 2}) + "\n" for label in want] +
+                                 [json.dumps({"time": "prefill 99", "n": 2}) + "\n"]))
+    got = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [g["point"] for g in got] == want + ["prefill 99"]
+    assert all(g["ms"] > 0 and g["setup_s"] == p["setup_s"] for g, p in zip(got, out["points"]))
+    assert got[-1]["error"].startswith(H.SIDES[side] + " at prefill 99: KeyError")
+    assert paths.held == {} and released == [1]  # one release drops every compiled graph
+    # each timed in the grad mode it was set up in (a compiled forward guards on it)
+    assert modes == [False] * (2 + L.WARMUP) + ([True] * (2 + L.WARMUP) if side == "stock" else [])
+
+
+def test_a_vision_helper_sets_up_its_compiled_path_on_the_eval_images(levit_tiny_run, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(L.Paths, "compile", staticmethod(lambda fn: fn))
+    monkeypatch.setitem(L.LATENCY_POINTS, "quick", {**L.LATENCY_POINTS["quick"], "forward": (2,)})
+    job = helper_job(levit_tiny_run, "injected", "levit-tiny")
+    job["runtime_generation"] = None
+    out, paths, _ = H.run_job(job)
+    assert out["held"] == ["batch 2"] and "errors" not in out, out
+    assert [p["point"] for p in out["points"]] == ["batch 2"]
+    L.release_held(paths)
 
 
 def test_the_protocol_reports_each_helpers_result_or_why_it_had_none():
@@ -112,3 +154,39 @@ def test_waiting_on_helpers_never_given_a_job_ends_them_at_once():
     got = hs.wait(timeout=120)["helpers"]
     assert got == [{"side": "stock", "skipped": "the eval gave it no job"}]
     assert hs.procs["stock"][0].returncode == 0
+
+
+def test_the_protocol_times_held_points_and_says_why_it_cannot(llama_odd_run, monkeypatch):
+    """The real helper process on the CPU (torch.compile replaced by the function itself in that
+    process): its set-up, a held point timed on request, a point it never set up, and a helper
+    that died, each answered or named."""
+    shim = ("import sys; sys.path.insert(0, sys.argv[1]); import latency, compile_helpers; "
+            "latency.Paths.compile = staticmethod(lambda fn: fn); sys.exit(compile_helpers.main())")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the helper's kernels: interpreted
+    hs = H.Helpers.start(("stock",), argv=[sys.executable, "-c", shim, str(H.HERE)])
+    hs.send({"stock": helper_job(llama_odd_run, "stock")})
+    got = hs.wait(timeout=600)["helpers"]
+    assert got[0]["held"] == ["prefill 8", "decode batch 1"], got
+    ms, setup = hs.time("stock", "decode batch 1", 2)
+    assert ms > 0 and setup == got[0]["points"][1]["setup_s"]
+    with pytest.raises(H.Unavailable, match="did not set up prefill 99"):
+        hs.time("stock", "prefill 99", 2)
+    assert hs.timed == {"stock": ["decode batch 1"]}
+    hs.procs["stock"][0].kill()
+    with pytest.raises(H.Unavailable, match="exit code -9"):
+        hs.time("stock", "prefill 8", 2)
+    hs.close()
+
+
+def test_the_driver_times_a_point_itself_when_its_helper_cannot(monkeypatch):
+    import eval_driver as ed
+
+    def cannot(side, label, n):
+        raise H.Unavailable("exit code -9")
+
+    monkeypatch.setattr(ed, "HELPERS", SimpleNamespace(held={"stock": ["prefill 8"], "injected": []}, time=cannot))
+    stats = {}
+    timers = ed.helper_timers(stats)
+    assert list(timers) == ["stock_compiled"]
+    assert timers["stock_compiled"]("stock_compiled", "prefill 8", 3, lambda p: (1.5, 2.0)) == (1.5, 2.0)
+    assert stats["fallbacks"] == [{"path": "stock_compiled", "point": "prefill 8", "why": "exit code -9"}]

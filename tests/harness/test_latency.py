@@ -129,7 +129,7 @@ def decode_row(paths, names, model, n=3):
     cache_len = rt.cache_bucket(ids.shape[1] + 2 * L.WARMUP + n + 1)
     row = {"ms": {}, "setup_s": {}}
     L.measure_point(paths, names, "decode batch 1",
-                    lambda p: L.decode_point(paths, p, ids, model.config, cache_len, n), row)
+                    lambda p: L.decode_point(paths, p, ids, model.config, cache_len, n), row, n)
     return row
 
 
@@ -195,7 +195,7 @@ def test_moe_every_setting_failing_names_each_reason():
         raise RuntimeError(f"no {model.config._experts_implementation}")
 
     row = {"ms": {}, "setup_s": {}}
-    L.measure_point(paths, ("stock_eager", "stock_best"), "prefill 16", fail, row)
+    L.measure_point(paths, ("stock_eager", "stock_best"), "prefill 16", fail, row, 1)
     assert row["ms"] == {"stock_eager": None, "stock_best": None}
     assert "anchor" not in row
     # each reason names where it was raised: here, this test's fail()

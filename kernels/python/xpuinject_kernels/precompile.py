@@ -201,12 +201,16 @@ class Pool:
             t.join()
         return [r if r is not None else {"ok": False, "error": "no worker took it"} for r in results]
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """End the workers' input: they exit once idle. wait=False returns at once (a later
+        close() reaps them)."""
         for p in self._procs:
             try:
                 p.stdin.close()
             except OSError:
                 pass
+        if not wait:
+            return
         for p in self._procs:
             try:
                 p.wait(timeout=30)
