@@ -219,18 +219,20 @@ def _heuristic_classes(paths: str, skip=frozenset()):
 
 
 def classes_from_eval(path: str, skip=frozenset()):
-    """The GEMM shapes (label, M, K, N of the weight, epilogue) of the classes an eval launched
-    with heuristic configs: M is the class's token bucket, so the winner serves the whole class."""
+    """The GEMM shapes (label, M, K, N of the weight, epilogue, kernel) of the classes an eval
+    launched with heuristic configs: M is the class's token bucket, so the winner serves the whole
+    class. A decode-sized "gemm" class is a weight the GEMV cannot read (the LM head's, read in
+    place through weight.t()): it is swept on the GEMM kernel, on such a weight."""
     out, seen = [], set()
     for c in _heuristic_classes(path, skip):
         if c["kernel"] not in ("gemm", "gemv"):
             continue
         k = c["key"]
-        shape = (int(k["m_bucket"]), int(k["k"]), int(k["n"]), str(k["epilogue"]))
+        shape = (int(k["m_bucket"]), int(k["k"]), int(k["n"]), str(k["epilogue"]), c["kernel"])
         if shape not in seen:
             seen.add(shape)
-            m, kk, n, epi = shape
-            out.append((f"{epi} M={m} K={kk} N={n}", m, kk, n, epi))
+            m, kk, n, epi, kernel = shape
+            out.append((f"{epi} M={m} K={kk} N={n}", m, kk, n, epi, kernel))
     return out
 
 
@@ -387,7 +389,10 @@ def sweep_gemm(sw: Sweep):
     F = torch.nn.functional
     g = env.gen()
     shapes = sw.args.gemm_classes if sw.args.gemm_classes is not None else gemm_shapes(sw.args.smoke)
-    for label, m, k, n_w, epi in shapes:
+    for label, m, k, n_w, epi, *kernel in shapes:
+        # a decode-sized class runs the GEMV unless the eval saw it on the GEMM kernel
+        on_gemm = m > sw.gemv.MAX_M or kernel == ["gemm"]
+        in_place = m <= sw.gemv.MAX_M and on_gemm  # the weight read through weight.t(), as the LM head
         if sw.over_budget():
             benchlib.log(f"[tune] budget spent before {label}")
             return
@@ -424,7 +429,7 @@ def sweep_gemm(sw: Sweep):
         key = dict(epilogue=epi, m_bucket=1 << (m - 1).bit_length(), k=k, n=n_w)
         check = lambda fn, s0=s0, ref=ref: benchlib.rel_err(env, fn(s0), [ref])  # noqa: E731
         rate = lambda us: dict(TFLOPs=round(flops / us / 1e6, 1))  # noqa: E731
-        if m <= sw.gemv.MAX_M:
+        if not on_gemm:
             # what a decode-sized call launches: the split-K GEMV, whose only tuner is this sweep
             keys = sw.gemv.CONFIG_KEYS
 
@@ -442,8 +447,9 @@ def sweep_gemm(sw: Sweep):
             del s0, ref
             continue
 
-        def run(s, cfg, epi=epi):
-            return xk.gemm(s["x"], s["w"], bias=s.get("b"), residual=s.get("r"), epilogue=epi, config=cfg)
+        def run(s, cfg, epi=epi, in_place=in_place):
+            w = s["w_nk"].t() if in_place else s["w"]
+            return xk.gemm(s["x"], w, bias=s.get("b"), residual=s.get("r"), epilogue=epi, config=cfg)
 
         heuristic = config_dict(env.backend.gemm_heuristic(be, m, n, k, 2 if swiglu else 1), GEMM_KEYS)
         pick = autotune_pick(sw.gemm_module._autotuner(be, swiglu), lambda s0=s0: run(s0, None))
