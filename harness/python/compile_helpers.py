@@ -219,8 +219,9 @@ class Helpers:
         return got["ms"], got.get("setup_s")
 
     def close(self, side=None, timeout=60, wait=True) -> None:
-        """End the side's input (every side's, by default) and wait for it to exit (wait=False:
-        it releases what it holds and exits by itself; a later close() reaps it)."""
+        """End the side's input (every side's, by default) and wait up to timeout seconds in all
+        for it to exit, then stop it (wait=False: it releases what it holds and exits by itself;
+        a later close() reaps it)."""
         for s in ([side] if side else list(self.procs)):
             p, _ = self.procs[s]
             try:
@@ -229,10 +230,11 @@ class Helpers:
                 pass
         if not wait:
             return
+        deadline = time.time() + timeout
         for s in ([side] if side else list(self.procs)):
             p, _ = self.procs[s]
             try:
-                p.wait(timeout=timeout)
+                p.wait(timeout=max(0.0, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()

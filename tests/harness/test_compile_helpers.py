@@ -190,3 +190,15 @@ def test_the_driver_times_a_point_itself_when_its_helper_cannot(monkeypatch):
     assert list(timers) == ["stock_compiled"]
     assert timers["stock_compiled"]("stock_compiled", "prefill 8", 3, lambda p: (1.5, 2.0)) == (1.5, 2.0)
     assert stats["fallbacks"] == [{"path": "stock_compiled", "point": "prefill 8", "why": "exit code -9"}]
+
+
+def test_closing_stops_a_helper_that_does_not_exit_in_time():
+    """At the eval's end the helpers' results are in: one still tearing down is stopped, within
+    the time given in all."""
+    import time
+
+    hs = H.Helpers.start(("stock", "injected"), argv=[sys.executable, "-c", "import time; time.sleep(60)"])
+    t0 = time.time()
+    hs.close(timeout=0.5)
+    assert time.time() - t0 < 5
+    assert [p.returncode for p, _ in hs.procs.values()] == [-9, -9]
