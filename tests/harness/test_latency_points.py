@@ -61,7 +61,7 @@ def test_an_unknown_preset_names_the_flag(capsys):
 def measured_labels(monkeypatch):
     labels = []
 
-    def measure_point(paths, names, label, fn, row):
+    def measure_point(paths, names, label, fn, row, n):
         labels.append(label)
         row["ratios"] = {}
     monkeypatch.setattr(L, "measure_point", measure_point)
