@@ -403,8 +403,8 @@ def test_layout_matches_torch_construction(device, case):
 
 def test_layout_order_does_not_change_the_output(device, monkeypatch):
     """A prefill through the argsort layout with each run's pairs reversed (the interpreter's
-    atomics place them in token order) gives the kernels' bits: the order within a run does not
-    change the output."""
+    atomics place them in token order) gives the kernels' output: the order within a run changes
+    at most a bf16 rounding."""
     router, gate_up, down = weights(torch.bfloat16, seed=80, h=80, i=40)
     x = torch.randn(45, 80, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
     xs = [t.to(device) for t in (x, router, gate_up, down)]
@@ -422,7 +422,13 @@ def test_layout_order_does_not_change_the_output(device, monkeypatch):
         return rows.to(ids.device), bexp.to(ids.device), nblocks
 
     monkeypatch.setattr(M, "_blocks", torch_layout)
-    assert torch.equal(M.moe(*xs, 3, "softmax-topk-norm"), out)
+    got = M.moe(*xs, 3, "softmax-topk-norm")
+    # a row's place in its block may change the fp32 accumulation order of a tile, so an output
+    # may round to the neighbouring bf16 value: nearly every element equal, none further than that
+    same = got == out
+    assert float(same.float().mean()) >= 0.999, int((~same).sum())
+    ulp = torch.finfo(torch.bfloat16).eps * out.float().abs().clamp_min(2.0 ** -126)
+    assert bool(((got.float() - out.float()).abs() <= ulp).all())
     assert sum(reversed_runs) >= 3
 
 
