@@ -409,10 +409,15 @@ def time_case(paths, path, case, n, device):
         paths.held[paths.point] = (step, release, setup, torch.is_grad_enabled())
         return None, setup
     try:
-        with no_recompile(path):
-            return time_decode(step, n, WARMUP, device_sync(device)), setup
+        return timed(path, step, n, device), setup
     finally:
         release()
+
+
+def timed(path, step, n, device) -> float:
+    """ms per call of a set-up step: the one timed loop of every case, held or not."""
+    with no_recompile(path):
+        return time_decode(step, n, WARMUP, device_sync(device))
 
 
 def time_held(paths, path, label, n, device):
@@ -420,8 +425,8 @@ def time_held(paths, path, label, n, device):
     import torch
 
     step, _, setup, grad = paths.held[label]
-    with torch.set_grad_enabled(grad), no_recompile(path):
-        return time_decode(step, n, WARMUP, device_sync(device)), setup
+    with torch.set_grad_enabled(grad):
+        return timed(path, step, n, device), setup
 
 
 def release_held(paths):
