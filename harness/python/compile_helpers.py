@@ -28,6 +28,12 @@ releases what it holds and exits (end of input without a job: nothing to do).
 
 from __future__ import annotations
 
+import time
+
+# When this process started (a helper's clock is sent back as wall times: the driver sets them
+# against its own start)
+STARTED = time.time()
+
 import json
 import os
 import queue
@@ -35,7 +41,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import types
 from pathlib import Path
 
@@ -120,14 +125,26 @@ class Helpers:
         q.put(None)
 
     @classmethod
-    def start(cls, sides=tuple(SIDES), argv=None):
-        """One helper process per side (argv: the command that runs one, by default this file)."""
+    def start(cls, sides=tuple(SIDES), argv=None, prepare=None):
+        """One helper process per side (argv: the command that runs one, by default this file).
+        prepare: {"model", "package", "device"}, what each helper readies before its job
+        (`prepare`), told at once."""
         procs = {}
+        env = dict(os.environ)
+        # The helpers compile at the same time: each with inductor's default (a worker per core)
+        # would put twice the cores' workers on the CPU, each importing torch as it starts.
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, cpu_count() // max(1, len(sides)))))
         for side in sides:
             err = tempfile.TemporaryFile(mode="w+b")
             p = subprocess.Popen(argv or [sys.executable, str(HERE / "compile_helpers.py")], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=err, cwd=str(HERE))
+                                 stdout=subprocess.PIPE, stderr=err, cwd=str(HERE), env=env)
             procs[side] = (p, err)
+            if prepare:
+                try:
+                    p.stdin.write((json.dumps({"prepare": prepare}) + "\n").encode())
+                    p.stdin.flush()
+                except OSError:
+                    pass  # it died at once: wait() reports it
         return cls(procs)
 
     def send(self, jobs: dict, skipped=None) -> None:
@@ -240,6 +257,14 @@ class Helpers:
                 p.wait()
 
 
+def cpu_count() -> int:
+    """The cores this process may run on (inductor counts them the same way)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def cache_counters() -> dict:
     """The process's inductor and AOTAutograd cache hits and misses so far."""
     try:
@@ -262,6 +287,24 @@ def warm_compile_pool() -> None:
     maybe_warm_pool()
 
 
+def compile_phases() -> dict:
+    """Seconds this process's torch.compile calls spent in each of dynamo's timed phases so far
+    (torch/_dynamo/utils.py compile_times: tracing, AOTAutograd, inductor's lowering and code
+    generation, ...), the longest first."""
+    try:
+        from torch._dynamo.utils import compile_times
+        names, values = compile_times(repr="csv", aggregate=True)
+    except Exception:  # an internal API: its absence costs only this breakdown
+        return {}
+    got = {}
+    for name, v in zip(names, values):
+        try:
+            got[str(name)] = round(float(v), 3)
+        except (TypeError, ValueError):
+            continue
+    return dict(sorted(got.items(), key=lambda kv: -kv[1]))
+
+
 def memory_plan(device, sides_bytes: dict):
     """(sides that fit, {side: why not}) given each side's model bytes and the device's free memory
     now, leaving the driver MARGIN of the total."""
@@ -281,6 +324,27 @@ def memory_plan(device, sides_bytes: dict):
             why[side] = (f"{need / 2**30:.1f} GiB needed, {max(left, 0) / 2**30:.1f} GiB free beside the eval's "
                          f"own models and margin")
     return fit, why
+
+
+def prepare(spec) -> None:
+    """Ready what a job needs that does not depend on it, while the driver loads its own models:
+    the device's context and math libraries, the model's config and class (its modeling module),
+    the package, and torch.compile's own modules (else imported at its first call). The job's
+    device memory waits for the job, which the driver sends once it knows what fits."""
+    import torch
+
+    import eval_driver as ed
+    import latency  # noqa: F401
+
+    device = ed.pick_device(spec["device"])
+    if device.type in ("cuda", "xpu"):
+        a = torch.ones((16, 16), dtype=torch.bfloat16, device=device)
+        (a @ a).sum().item()  # the context, and the BLAS handle every forward's matmuls use
+    cfg = __import__("transformers").AutoConfig.from_pretrained(spec["model"])
+    ed.model_class(cfg)
+    ed.load_package(spec["package"], device)
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
 
 
 def run_job(job):
@@ -319,6 +383,7 @@ def run_job(job):
             model(pixel_values=ed.make_images(1, getattr(cfg, "image_size", 224), 0).to(device).to(dtype))
         else:
             model(input_ids=torch.zeros((1, 16), dtype=torch.long, device=device))
+    eager = time.time() - t0 - loaded
     gen = job.get("runtime_generation")
     t1 = time.time()
     if gen:
@@ -337,7 +402,8 @@ def run_job(job):
         rows += [(f"decode batch {r['batch']}", r) for r in got["decode"]]
     points = [{"point": label, "setup_s": r["setup_s"].get(compiled)} for label, r in rows]
     out = {"path": compiled, "paths": list(names), "points": points, "held": list(paths.held),
-           "load_s": round(loaded, 3), "s": round(time.time() - t0, 3)}
+           "load_s": round(loaded, 3), "eager_s": round(eager, 3), "s": round(time.time() - t0, 3),
+           "compile_phases": compile_phases()}
     if gen:
         out["runtime_generation_s"] = round(generated, 3)
     if errors:
@@ -379,12 +445,27 @@ def main() -> int:
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
+    clock = {"started": STARTED, "imported": time.time()}
     warm_compile_pool()
+    clock["pool_started"] = time.time()
 
     line = sys.stdin.readline()
     if not line.strip():
         return 0
     job = json.loads(line)
+    prepared = None
+    if "prepare" in job:
+        clock["prepare"] = time.time()
+        try:
+            prepare(job["prepare"])
+        except BaseException as e:  # the job then meets the same failure, and says it
+            prepared = f"{type(e).__name__}: {first_line(e)}"
+        clock["prepared"] = time.time()
+        line = sys.stdin.readline()
+        if not line.strip():
+            return 0
+        job = json.loads(line)
+    clock["job"] = time.time()
     try:
         out, paths, device = run_job(job)
     except Exception as e:
@@ -393,6 +474,10 @@ def main() -> int:
         traceback.print_exc()
         print(json.dumps({"error": f"{type(e).__name__}: {first_line(e)}"}), flush=True)
         return 0
+    clock["ready"] = time.time()
+    out["clock"] = clock
+    if prepared:
+        out["prepare_error"] = prepared
     print(json.dumps(out), flush=True)
     serve(paths, device, iter(sys.stdin.readline, ""))
     return 0

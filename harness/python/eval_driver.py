@@ -633,7 +633,11 @@ def main(argv=None):
     global HELPERS
     why_not = compile_helpers.wanted(args, WORLD)
     # started before this process's own imports, which they pay beside it
-    HELPERS = compile_helpers.Helpers.start() if not why_not else None
+    HELPERS = None
+    if not why_not:
+        HELPERS = compile_helpers.Helpers.start(prepare={
+            "model": str(Path(args.model).resolve()), "package": str(Path(args.package).resolve()),
+            "device": args.device})
     try:
         import torch
         import transformers
@@ -739,7 +743,8 @@ def main(argv=None):
             # worker processes compile side by side (Triton's front end holds the GIL): started
             # here, they import torch and Triton while the oracle stage runs
             try:
-                pool = pre.Pool(COMPILE_PROCESSES)
+                with STAGES("start the kernel compile workers"):
+                    pool = pre.Pool(COMPILE_PROCESSES)
                 ahead = functools.partial(pre.ahead, pool=pool)
             except OSError as e:  # no processes to be had: threads, as a package without Pool
                 progress(f"compiling ahead on threads: no worker processes ({e})")
@@ -783,8 +788,8 @@ def main(argv=None):
         pool.close()
     if HELPERS is not None:
         # their results are in: one still tearing down (its compile workers, its device context)
-        # is stopped rather than waited for
-        HELPERS.close(timeout=1)
+        # is not waited for; it ends with this process (eval_sharded.die_with_parent)
+        HELPERS.close(wait=False)
     STAGES.lap("the rest of the eval")
     result["timings"] = STAGES.result()
 
@@ -908,6 +913,11 @@ def send_helpers(args, device, stock, injected, generation=None):
     eval's own models (and the oracle's resident layers) are on the device."""
     if HELPERS is None:
         return
+    with STAGES("hand the compile helpers their jobs"):
+        _send_helpers(args, device, stock, injected, generation)
+
+
+def _send_helpers(args, device, stock, injected, generation):
     rtmod = runtime_module(args.package, device)
     mode = lat_stage.latency_mode(args.latency, device, rtmod)
     names = lat_stage.path_names(mode, stock)
@@ -945,6 +955,10 @@ def wait_helpers():
     if HELPERS.sent_at is not None:
         got["sent_after_s"] = round(HELPERS.sent_at - T0, 3)
     for h in got["helpers"]:
+        # the helper's wall clock (started, imports done, job received, set up) from this driver's start
+        clock = h.pop("clock", None)
+        if isinstance(clock, dict):
+            h["after_s"] = {k: round(v - T0, 3) for k, v in clock.items() if isinstance(v, (int, float))}
         if "error" in h:
             progress(f"compiling ahead ({h['side']}): failed: {h['error']}; the eval compiles that path itself")
     got["cache_before"] = compile_helpers.cache_counters()
@@ -1078,19 +1092,26 @@ def evaluate_vision(args, cfg, device, oracle, stock, injected, result, ahead=No
         lo, ho = forward_vision(oracle, pixels)
         ls, hs = forward_vision(stock, pixels.to(half))
         li, hi = forward_vision(injected, pixels.to(half))
-    inj = logits_metrics(li, lo, None, args.floor)
-    stk = logits_metrics(ls, lo, None, args.floor)
-    result["accuracy"] = {
-        "input": {"kind": "images", "count": args.images, "size": size},
-        "injected": inj,
-        "stock": stk,
-        "compare": side_by_side(inj, stk),
-    }
-    result["layers"] = [
-        {"name": f"stage {i}", "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])}
-        for i in range(1, min(len(ho), len(hi), len(hs)))
-    ]
+    with STAGES("accuracy: metrics against the oracle"):
+        inj = logits_metrics(li, lo, None, args.floor)
+        stk = logits_metrics(ls, lo, None, args.floor)
+        result["accuracy"] = {
+            "input": {"kind": "images", "count": args.images, "size": size},
+            "injected": inj,
+            "stock": stk,
+            "compare": side_by_side(inj, stk),
+        }
+        result["layers"] = [
+            {"name": f"stage {i}", "injected": error_metrics(hi[i], ho[i]), "stock": error_metrics(hs[i], ho[i])}
+            for i in range(1, min(len(ho), len(hi), len(hs)))
+        ]
 
 
 if __name__ == "__main__":
     main()
+    # eval.json is written and the helpers' results are in: skip the interpreter's teardown (the
+    # device context, inductor's and Triton's exit hooks: seconds on a GPU); the helpers and the
+    # compile workers end with this process
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

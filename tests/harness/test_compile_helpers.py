@@ -136,8 +136,8 @@ def test_a_vision_helper_sets_up_its_compiled_path_on_the_eval_images(levit_tiny
 
 
 def test_the_protocol_reports_each_helpers_result_or_why_it_had_none():
-    hs = H.Helpers.start(("stock", "injected"))
     missing = str(ROOT / "no-such-model")
+    hs = H.Helpers.start(("stock", "injected"), prepare={"model": missing, "package": missing, "device": "cpu"})
     job = {"side": "stock", "model": missing, "package": missing, "packed": missing, "device": "cpu",
            "dtype": "float32", "paths": ["stock_compiled"], "args": H.job_args(args())}
     hs.send({"stock": job}, {"injected": "not enough memory"})
@@ -163,10 +163,19 @@ def test_the_protocol_times_held_points_and_says_why_it_cannot(llama_odd_run, mo
     shim = ("import sys; sys.path.insert(0, sys.argv[1]); import latency, compile_helpers; "
             "latency.Paths.compile = staticmethod(lambda fn: fn); sys.exit(compile_helpers.main())")
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the helper's kernels: interpreted
-    hs = H.Helpers.start(("stock",), argv=[sys.executable, "-c", shim, str(H.HERE)])
-    hs.send({"stock": helper_job(llama_odd_run, "stock")})
+    job = helper_job(llama_odd_run, "stock")
+    # readied at start from what the driver knows then; the job comes later
+    hs = H.Helpers.start(("stock",), argv=[sys.executable, "-c", shim, str(H.HERE)],
+                         prepare={k: job[k] for k in ("model", "package", "device")})
+    hs.send({"stock": job})
     got = hs.wait(timeout=600)["helpers"]
     assert got[0]["held"] == ["prefill 8", "decode batch 1"], got
+    assert "prepare_error" not in got[0], got[0]["prepare_error"]
+    # its wall clock, each step after the one before: the driver sets it against its own start
+    clock = got[0]["clock"]
+    steps = ["started", "imported", "pool_started", "prepare", "prepared", "job", "ready"]
+    assert list(clock) == steps and all(a <= b for a, b in zip([clock[k] for k in steps], [clock[k] for k in steps[1:]]))
+    assert got[0]["eager_s"] >= 0 and isinstance(got[0]["compile_phases"], dict)
     ms, setup = hs.time("stock", "decode batch 1", 2)
     assert ms > 0 and setup == got[0]["points"][1]["setup_s"]
     with pytest.raises(H.Unavailable, match="did not set up prefill 99"):
