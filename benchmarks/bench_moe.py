@@ -39,6 +39,9 @@ case's best config into that per-GPU data file's "tuned" section as kernel "moe.
 key moe.launch_config looks up; other entries stay, one of the same kernel and key is replaced.
 With --from-json it writes from a moe.json an earlier --sweep run wrote, and runs nothing.
 
+ours' routing ms: its routing alone (router kernel and top-k, as its path runs them), by the same
+timer; the rest of ours is the experts'.
+
 --profile: each case's ours and grouped_mm_compiled again under torch.profiler (5 calls): device
 time per kernel, in moe.json (row["profile"]) and the log.
 
@@ -308,6 +311,18 @@ def run_case(env, name, sh, tokens, packed, sweep=False, profile=False):
                 torch.cuda.empty_cache()
         finally:
             set_experts(cfg, "eager")
+    if not env.smoke and row["paths"]["ours"].get("check_ok"):
+        # ours' routing alone, as its path runs it (router kernel and top-k): the rest of its time
+        # is the experts'
+        from xpuinject_kernels import moe as M
+
+        def routing(s):
+            x2 = s["x"].reshape(-1, sh["hidden"])
+            if tokens <= M.DECODE_MAX_TOKENS:
+                return torch.topk(M._router_probs(x2, rw), sh["top_k"], dim=-1, sorted=x2.device.type != "cuda")
+            return route(x2, rw, sh["top_k"], rule)
+        with torch.no_grad():
+            row["ours_routing_ms"] = benchlib.time_calls(env, routing, sets)["us"] / 1e3
     if profile and not env.smoke:
         row["profile"] = {}
         for path in ("ours", "grouped_mm_compiled"):
@@ -447,13 +462,14 @@ def cell(res, ours=False):
 
 def table(rows):
     head = ["shape", "tokens", "experts hit", "active MB", "roofline ms", "routing = stock",
-            "ours ms (GB/s, % copy BW, x roofline)", "grouped_mm ms (x, GB/s)", "grouped_mm compiled ms (x, GB/s)",
-            "batched_mm ms (x, GB/s)"]
+            "ours ms (GB/s, % copy BW, x roofline)", "ours' routing ms", "grouped_mm ms (x, GB/s)",
+            "grouped_mm compiled ms (x, GB/s)", "batched_mm ms (x, GB/s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         p = r["paths"]
+        rt = f"{r['ours_routing_ms']:.4f}" if r.get("ours_routing_ms") else "-"
         lines.append(f"| {r['shape']} | {r['tokens']} | {r['experts_hit']:.1f} | {r['active_bytes'] / 1e6:.1f} | "
-                     f"{r['roofline_ms']:.4f} | {100 * r['routing_match']:.0f} % | {cell(p['ours'], True)} | "
+                     f"{r['roofline_ms']:.4f} | {100 * r['routing_match']:.0f} % | {cell(p['ours'], True)} | {rt} | "
                      f"{cell(p['grouped_mm'])} | {cell(p['grouped_mm_compiled'])} | {cell(p['batched_mm'])} |")
     notes = sorted({f"- {r['shape']} tokens {r['tokens']}, {k}: {v['error']}"
                     for r in rows for k, v in r["paths"].items() if "error" in v})

@@ -606,12 +606,12 @@ def test_moe_bench_tables_of_a_timed_run():
                  configs=[best, default, dict(label="candidate", config=dict(BLOCK_N=128), error="OutOfResources: x")],
                  best=dict(config=best["config"], ms=0.025, GBps=best["GBps"], default_ms=0.03, speedup_vs_default=1.2))
     row = dict(shape="qwen3-30b-a3b", tokens=1, params=sh, experts_hit=8.0, active_bytes=active, roofline_ms=roof,
-               routing_match=1.0, paths=dict(ours=ours, grouped_mm=stock, batched_mm=dict(error="too big"),
+               routing_match=1.0, ours_routing_ms=0.012, paths=dict(ours=ours, grouped_mm=stock, batched_mm=dict(error="too big"),
                                              grouped_mm_compiled=dict(stock, ms=0.04, ratio=4 / 3,
                                                                       GBps=active / 0.04e-3 / 1e9)),
                sweep=sweep)
     t = bm.table([row])
-    assert f"| {roof:.4f} | 100 % | 0.0300 ({ours['GBps']:.0f} GB/s, 50 %, {0.03 / roof:.2f}x roofline) | " \
+    assert f"| {roof:.4f} | 100 % | 0.0300 ({ours['GBps']:.0f} GB/s, 50 %, {0.03 / roof:.2f}x roofline) | 0.0120 | " \
            f"0.0600 (2.00x, {stock['GBps']:.0f} GB/s) | 0.0400 (1.33x, {active / 0.04e-3 / 1e9:.0f} GB/s) | " \
            "cannot run |" in t, t
     assert "- qwen3-30b-a3b tokens 1, batched_mm: too big" in t
