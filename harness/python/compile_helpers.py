@@ -446,9 +446,6 @@ def main() -> int:
     import transformers  # noqa: F401
 
     clock = {"started": STARTED, "imported": time.time()}
-    warm_compile_pool()
-    clock["pool_started"] = time.time()
-
     line = sys.stdin.readline()
     if not line.strip():
         return 0
@@ -461,10 +458,17 @@ def main() -> int:
         except BaseException as e:  # the job then meets the same failure, and says it
             prepared = f"{type(e).__name__}: {first_line(e)}"
         clock["prepared"] = time.time()
+        # after readying: inductor's modules are imported by then, and the workers start
+        # importing torch beside the wait for the job rather than beside the readying
+        warm_compile_pool()
+        clock["pool_started"] = time.time()
         line = sys.stdin.readline()
         if not line.strip():
             return 0
         job = json.loads(line)
+    else:
+        warm_compile_pool()
+        clock["pool_started"] = time.time()
     clock["job"] = time.time()
     try:
         out, paths, device = run_job(job)
