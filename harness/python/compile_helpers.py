@@ -305,15 +305,15 @@ def compile_phases() -> dict:
     return dict(sorted(got.items(), key=lambda kv: -kv[1]))
 
 
-def memory_plan(device, sides_bytes: dict):
+def memory_plan(device, sides_bytes: dict, reserve: int = 0):
     """(sides that fit, {side: why not}) given each side's model bytes and the device's free memory
-    now, leaving the driver MARGIN of the total."""
+    now, leaving the driver MARGIN of the total and `reserve` bytes it has still to load."""
     import torch
 
     if device.type != "cuda":
         return list(sides_bytes), {}
     free, total = torch.cuda.mem_get_info(device)
-    left = free - max(MARGIN_MIN_BYTES, int(MARGIN_FRACTION * total))
+    left = free - max(MARGIN_MIN_BYTES, int(MARGIN_FRACTION * total)) - int(reserve)
     fit, why = [], {}
     for side, n in sides_bytes.items():
         need = int(HELPER_PER_MODEL_BYTE * n)

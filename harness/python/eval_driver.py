@@ -719,6 +719,8 @@ def main(argv=None):
 
     oracle = None
     if vision:
+        # the helpers' jobs before the oracle loads, its fp32 copy of the model reserved in their plan
+        send_helpers(args, device, stock, injected, reserve=sharded.model_bytes(stock) * 4 // dtype.itemsize)
         progress(f"loading the fp32 oracle on {device}")
         with STAGES("load the fp32 oracle"):
             oracle = load(cls, args.model, torch.float32, device)
@@ -905,19 +907,20 @@ def text_tokens(args, on_gpu):
 HELPERS = None
 
 
-def send_helpers(args, device, stock, injected, generation=None):
+def send_helpers(args, device, stock, injected, generation=None, reserve=0):
     """Give the helpers their jobs: the compiled paths the latency stage will time, on its points,
     for each side the device has memory for beside this process's models; the injected one first
     runs the graph runtime's greedy generation of prompts of generation's shape (its kernels
     compile there, into the Triton cache this process then loads them from). Called once the
-    eval's own models (and the oracle's resident layers) are on the device."""
+    eval's own models (and the oracle's resident layers) are on the device, or with `reserve`
+    bytes kept for what is still to load."""
     if HELPERS is None:
         return
     with STAGES("hand the compile helpers their jobs"):
-        _send_helpers(args, device, stock, injected, generation)
+        _send_helpers(args, device, stock, injected, generation, reserve)
 
 
-def _send_helpers(args, device, stock, injected, generation):
+def _send_helpers(args, device, stock, injected, generation, reserve):
     rtmod = runtime_module(args.package, device)
     mode = lat_stage.latency_mode(args.latency, device, rtmod)
     names = lat_stage.path_names(mode, stock)
@@ -929,7 +932,8 @@ def _send_helpers(args, device, stock, injected, generation):
         HELPERS.send({}, dict.fromkeys(compile_helpers.SIDES, why))
         return
     sides = {side: model for side, model in (("stock", stock), ("injected", injected)) if order[side]}
-    fit, skipped = compile_helpers.memory_plan(device, {s: sharded.model_bytes(m) for s, m in sides.items()})
+    fit, skipped = compile_helpers.memory_plan(device, {s: sharded.model_bytes(m) for s, m in sides.items()},
+                                               reserve)
     for side in compile_helpers.SIDES:
         if side not in sides:
             skipped.setdefault(side, f"--latency {args.latency} times no {compile_helpers.SIDES[side]}")
@@ -1085,7 +1089,6 @@ def evaluate_vision(args, cfg, device, oracle, stock, injected, result, ahead=No
     size = getattr(cfg, "image_size", 224)
     pixels = make_images(args.images, size, args.seed).to(device)
     half = next(stock.parameters()).dtype
-    send_helpers(args, device, stock, injected)
     compile_ahead(ahead, result, lambda: forward_vision(injected, pixels.to(half)))
     progress(f"accuracy on {args.images} generated {size}x{size} images")
     with STAGES("accuracy: oracle, stock and injected forwards"):

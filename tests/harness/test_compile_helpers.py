@@ -64,6 +64,9 @@ def test_memory_plan_keeps_the_margin_and_skips_what_does_not_fit(monkeypatch):
     assert why["injected"].startswith("18.0 GiB needed, 12.0 GiB free")
     fit, why = H.memory_plan(cuda, {"stock": 8 * gb, "injected": 8 * gb})
     assert fit == ["stock", "injected"] and why == {}
+    # what the driver has still to load (a vision model's fp32 oracle) is kept back too
+    fit, why = H.memory_plan(cuda, {"stock": 8 * gb, "injected": 8 * gb}, reserve=7 * gb)
+    assert fit == ["stock"] and why["injected"].startswith("12.0 GiB needed, 11.0 GiB free")
     assert H.memory_plan(SimpleNamespace(type="cpu"), {"stock": 1}) == (["stock"], {})
 
 
