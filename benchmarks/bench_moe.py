@@ -89,6 +89,12 @@ SWEEP_DECODE = [
     ((64, 128, 4), (64, 128, 4), 4, 3),
     ((32, 256, 2), (32, 256, 2), 4, 3),
     ((128, 64, 2), (128, 64, 2), 4, 4),
+    # narrower column tiles: twice the programs without a K split's partial sums (8 pairs of
+    # Qwen3-30B-A3B at 64 columns fill 96 of the H200's 132 SMs)
+    ((32, 128, 1), (32, 128, 1), 4, 4),
+    ((32, 128, 1), (64, 128, 1), 4, 4),
+    ((64, 128, 1), (32, 128, 1), 4, 4),
+    ((32, 256, 1), (32, 256, 1), 4, 3),
 ]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the prefill kernels
 SWEEP_PREFILL = [
