@@ -206,9 +206,9 @@ def cases():
                dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))
     for bm, warps in ((16, 4), (64, 8), (128, 8)):
         yield (f"moe grouped gate/up m{bm}", moe._grouped_gate_up_kernel, [({}, warps, 2)], bf16,
-               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64))
+               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS))
         yield (f"moe grouped down m{bm}", moe._grouped_down_kernel, [({}, warps, 2)], bf16,
-               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64))
+               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS))
         yield (f"moe layout place m{bm}", moe._layout_place_kernel, [({}, 4, 1)], bf16,
                dict(BLOCK_M=bm, BLOCK_P=moe._LAYOUT_BLOCK))
     # the prefill layout's counts (Qwen3-MoE's 128 experts, and 8 as Mixtral's) and the top-k sum
