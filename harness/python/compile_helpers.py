@@ -377,14 +377,10 @@ def run_job(job):
     ns = types.SimpleNamespace(**job["args"])
     vision = cfg.model_type == ed.VISION_TYPE
     # the driver's models have run eagerly before its latency stage: state a model creates at its
-    # first forward (a cache of derived tensors) must not be created inside a compiled graph here.
-    # A vision model's runs at the first latency point's batch: the injected model's kernels
-    # compile there for the shapes its paths then launch.
+    # first forward (a cache of derived tensors) must not be created inside a compiled graph here
     with torch.no_grad():
         if vision:
-            b = lat.LATENCY_POINTS[ns.latency_points]["forward"][0]
-            size = getattr(cfg, "image_size", 224)
-            model(pixel_values=ed.make_images(b, size, ns.seed + b).to(device).to(dtype))
+            model(pixel_values=ed.make_images(1, getattr(cfg, "image_size", 224), 0).to(device).to(dtype))
         else:
             model(input_ids=torch.zeros((1, 16), dtype=torch.long, device=device))
     eager = time.time() - t0 - loaded
