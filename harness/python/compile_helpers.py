@@ -326,23 +326,28 @@ def memory_plan(device, sides_bytes: dict, reserve: int = 0):
     return fit, why
 
 
-def prepare(spec) -> None:
+def prepare(spec, clock=None) -> None:
     """Ready what a job needs that does not depend on it, while the driver loads its own models:
     the device's context and math libraries, the model's config and class (its modeling module),
     the package, and torch.compile's own modules (else imported at its first call). The job's
-    device memory waits for the job, which the driver sends once it knows what fits."""
+    device memory waits for the job, which the driver sends once it knows what fits. clock gets
+    the wall time each step ended."""
     import torch
 
     import eval_driver as ed
     import latency  # noqa: F401
 
+    clock = {} if clock is None else clock
     device = ed.pick_device(spec["device"])
     if device.type in ("cuda", "xpu"):
         a = torch.ones((16, 16), dtype=torch.bfloat16, device=device)
         (a @ a).sum().item()  # the context, and the BLAS handle every forward's matmuls use
+    clock["prepared_device"] = time.time()
     cfg = __import__("transformers").AutoConfig.from_pretrained(spec["model"])
     ed.model_class(cfg)
+    clock["prepared_model_class"] = time.time()
     ed.load_package(spec["package"], device)
+    clock["prepared_package"] = time.time()
     import torch._dynamo  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401
 
@@ -454,7 +459,7 @@ def main() -> int:
     if "prepare" in job:
         clock["prepare"] = time.time()
         try:
-            prepare(job["prepare"])
+            prepare(job["prepare"], clock)
         except BaseException as e:  # the job then meets the same failure, and says it
             prepared = f"{type(e).__name__}: {first_line(e)}"
         clock["prepared"] = time.time()

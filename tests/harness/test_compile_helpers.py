@@ -176,7 +176,8 @@ def test_the_protocol_times_held_points_and_says_why_it_cannot(llama_odd_run, mo
     assert "prepare_error" not in got[0], got[0]["prepare_error"]
     # its wall clock, each step after the one before: the driver sets it against its own start
     clock = got[0]["clock"]
-    steps = ["started", "imported", "prepare", "prepared", "pool_started", "job", "ready"]
+    steps = ["started", "imported", "prepare", "prepared_device", "prepared_model_class", "prepared_package",
+             "prepared", "pool_started", "job", "ready"]
     assert list(clock) == steps and all(a <= b for a, b in zip([clock[k] for k in steps], [clock[k] for k in steps[1:]]))
     assert got[0]["eager_s"] >= 0 and isinstance(got[0]["compile_phases"], dict)
     ms, setup = hs.time("stock", "decode batch 1", 2)
