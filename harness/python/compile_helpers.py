@@ -382,12 +382,16 @@ def run_job(job):
     ns = types.SimpleNamespace(**job["args"])
     vision = cfg.model_type == ed.VISION_TYPE
     # the driver's models have run eagerly before its latency stage: state a model creates at its
-    # first forward (a cache of derived tensors) must not be created inside a compiled graph here
-    with torch.no_grad():
-        if vision:
-            model(pixel_values=ed.make_images(1, getattr(cfg, "image_size", 224), 0).to(device).to(dtype))
-        else:
-            model(input_ids=torch.zeros((1, 16), dtype=torch.long, device=device))
+    # first forward (a cache of derived tensors) must not be created inside a compiled graph here.
+    # A path the side runs before its compiled one at each point creates it (an eager path, or
+    # the graph runtime's eager warm-ups before its capture), at the shapes the compiled path then
+    # launches; else one eager forward does, whose kernels no point may use.
+    if compiled not in names or names.index(compiled) == 0:
+        with torch.no_grad():
+            if vision:
+                model(pixel_values=ed.make_images(1, getattr(cfg, "image_size", 224), 0).to(device).to(dtype))
+            else:
+                model(input_ids=torch.zeros((1, 16), dtype=torch.long, device=device))
     eager = time.time() - t0 - loaded
     gen = job.get("runtime_generation")
     t1 = time.time()

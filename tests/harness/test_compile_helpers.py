@@ -138,6 +138,39 @@ def test_a_vision_helper_sets_up_its_compiled_path_on_the_eval_images(levit_tiny
     L.release_held(paths)
 
 
+def test_a_helper_whose_side_runs_a_path_first_skips_its_own_eager_forward(levit_tiny_run, monkeypatch):
+    """A path the side runs before its compiled one at every point (on a GPU the graph path,
+    whose eager warm-ups create what a first forward creates; here an eager path, the CPU having
+    no device graphs) makes the helper leave out its own first forward (kernels at a shape no
+    point launches); the compiled path is still set up."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(L.Paths, "compile", staticmethod(lambda fn: fn))
+    monkeypatch.setitem(L.LATENCY_POINTS, "quick", {**L.LATENCY_POINTS["quick"], "forward": (2,)})
+    job = helper_job(levit_tiny_run, "injected", "levit-tiny")
+    job["runtime_generation"] = None
+    job["paths"] = ["injected_eager", "injected_compiled"]
+    batches = []
+    import transformers
+
+    real = transformers.LevitForImageClassificationWithTeacher.forward
+
+    def seen(self, pixel_values=None, **kw):
+        batches.append(int(pixel_values.shape[0]))
+        return real(self, pixel_values=pixel_values, **kw)
+
+    monkeypatch.setattr(transformers.LevitForImageClassificationWithTeacher, "forward", seen)
+    out, paths, _ = H.run_job(job)
+    assert out["held"] == ["batch 2"] and "errors" not in out, out
+    assert batches and set(batches) == {2}, batches  # no forward at batch 1
+    L.release_held(paths)
+    # with the compiled path alone, the helper runs one eager forward first
+    job["paths"] = ["injected_compiled"]
+    batches.clear()
+    out, paths, _ = H.run_job(job)
+    assert batches[0] == 1 and set(batches[1:]) == {2}, batches
+    L.release_held(paths)
+
+
 def test_the_protocol_reports_each_helpers_result_or_why_it_had_none():
     missing = str(ROOT / "no-such-model")
     hs = H.Helpers.start(("stock", "injected"), prepare={"model": missing, "package": missing, "device": "cpu"})
