@@ -459,25 +459,23 @@ def main() -> int:
     if not line.strip():
         return 0
     job = json.loads(line)
-    prepared = None
-    if "prepare" in job:
+    prepare_error, readied = None, "prepare" in job
+    if readied:
         clock["prepare"] = time.time()
         try:
             prepare(job["prepare"], clock)
         except BaseException as e:  # the job then meets the same failure, and says it
-            prepared = f"{type(e).__name__}: {first_line(e)}"
+            prepare_error = f"{type(e).__name__}: {first_line(e)}"
         clock["prepared"] = time.time()
-        # after readying: inductor's modules are imported by then, and the workers start
-        # importing torch beside the wait for the job rather than beside the readying
-        warm_compile_pool()
-        clock["pool_started"] = time.time()
+    # after readying: inductor's modules are imported by then, and the workers start importing
+    # torch beside the wait for the job rather than beside the readying
+    warm_compile_pool()
+    clock["pool_started"] = time.time()
+    if readied:
         line = sys.stdin.readline()
         if not line.strip():
             return 0
         job = json.loads(line)
-    else:
-        warm_compile_pool()
-        clock["pool_started"] = time.time()
     clock["job"] = time.time()
     try:
         out, paths, device = run_job(job)
@@ -489,8 +487,8 @@ def main() -> int:
         return 0
     clock["ready"] = time.time()
     out["clock"] = clock
-    if prepared:
-        out["prepare_error"] = prepared
+    if prepare_error:
+        out["prepare_error"] = prepare_error
     print(json.dumps(out), flush=True)
     serve(paths, device, iter(sys.stdin.readline, ""))
     return 0

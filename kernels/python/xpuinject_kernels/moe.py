@@ -53,7 +53,7 @@ import triton.language as tl
 
 from . import _backend, _ops, gpus
 
-__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "moe", "moe_ref", "route", "route_ref", "launch_config",
+__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "moe", "moe_ref", "route", "decode_route", "route_ref", "launch_config",
            "heuristic_config"]
 
 # The routing rules (models/moe.go's Router* names, which plans record).
@@ -554,16 +554,22 @@ def _split(k: int, block_k: int, split: int) -> Tuple[int, int]:
     return k_per, _backend.cdiv(k, k_per)
 
 
+def decode_route(x2: torch.Tensor, router_w: torch.Tensor, top_k: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The decode path's routing of tokens x2 [T, H]: (top-k probabilities, expert ids), in no
+    fixed slot order on CUDA. There torch.topk picks the same experts unsorted and skips a sort
+    launch (the sort runs after the selection, aten/src/ATen/native/cuda/TensorTopK.cpp), and
+    nothing downstream needs the slots in score order; elsewhere the selection itself may differ
+    among ties, so it stays sorted."""
+    return torch.topk(_router_probs(x2, router_w), top_k, dim=-1, sorted=x2.device.type != "cuda")
+
+
 def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg):
     """The decode path: router, torch.topk, gate/up and down GEMV launches; the routing weights'
     renormalization and rounding run in the down kernel's reduction."""
     t, h = x2.shape
     i = down_w.shape[1]
     dev = x2.device
-    # On CUDA, torch.topk picks the same experts unsorted and skips a sort launch (the sort runs
-    # after the selection, aten/src/ATen/native/cuda/TensorTopK.cpp); nothing here needs the
-    # slots in score order. Elsewhere the selection itself may differ, so it stays sorted.
-    vals, ids = torch.topk(_router_probs(x2, router_w), top_k, dim=-1, sorted=dev.type != "cuda")
+    vals, ids = decode_route(x2, router_w, top_k)
     pairs = t * top_k
     pdl = _backend.pdl(dev)
     launch = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_backend.pdl_kw(pdl))
