@@ -3,18 +3,24 @@
 kernel and host time per op under torch.profiler, beside an event-timed median step.
 
     PYTHONPATH=kernels/python:harness/python \
-      python3 benchmarks/profile_decode.py MODEL_DIR RUN_DIR [--device cuda] [--batches 1,8] [--steps 10]
+      python3 benchmarks/profile_decode.py MODEL_DIR RUN_DIR [--device cuda] [--batches 1,8] [--steps 10] \
+        [--paths eager,graph] [--json OUT.json]
 
 MODEL_DIR is a checkpoint, RUN_DIR the --out of `xpuinject MODEL_DIR --skip-eval` (package/ and
 packed/ inside); the shim and the eval driver's timer come from harness/python. For each model
 and batch: decode steps on a 512-token DynamicCache (cropped back after every step, like the eval
 driver), timed by the eval's latency timer, then the same steps under torch.profiler: the top device
-kernels by total time and the top host-side ops by CPU time. Prints text tables; run it on a GPU.
+kernels by total time and the top host-side ops by CPU time. `--paths graph` profiles the injected
+model under the graph runtime instead (captured once, each step a replay, as the eval's
+injected_graph path runs it): every kernel of the step with its device time per step, and the
+step's time beside the kernels' sum, whose difference is what the replay spends between kernels.
+Prints text tables (and --json, per kernel); run it on a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -28,7 +34,14 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--paths", default="eager", help="eager (stock and injected, DynamicCache) and/or graph "
+                    "(injected under the graph runtime)")
+    ap.add_argument("--json", default=None, help="write the graph path's kernels per step here")
     args = ap.parse_args()
+    paths = [p for p in args.paths.split(",") if p]
+    bad = sorted(set(paths) - {"eager", "graph"})
+    if bad:
+        ap.error(f"--paths: unknown {', '.join(bad)} (want eager and/or graph)")
     import torch
     import transformers
     from torch.profiler import ProfilerActivity, profile
@@ -41,7 +54,7 @@ def main() -> int:
     pkg, loaded_by = load_package(run / "package", dev)
     cfg = transformers.AutoConfig.from_pretrained(args.model)
     models = {}
-    for name in ("stock", "injected"):
+    for name in ("stock", "injected") if "eager" in paths else ("injected",):
         m = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(dev).eval()
         if name == "injected":
             s = pkg.inject(m, packed=run / "packed")
@@ -49,10 +62,13 @@ def main() -> int:
         models[name] = m
     g = torch.Generator().manual_seed(3)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    report = {"model": args.model, "steps": args.steps, "context": args.context, "graph": []}
     for b in (int(x) for x in args.batches.split(",")):
         ids = torch.randint(0, cfg.vocab_size, (b, args.context), generator=g).to(dev)
         nxt = torch.randint(0, cfg.vocab_size, (b, 1), generator=g).to(dev)
-        for name, m in models.items():
+        if "graph" in paths:
+            report["graph"].append(profile_graph(models["injected"], ids, args, dev, acts))
+        for name, m in models.items() if "eager" in paths else ():
             with torch.no_grad():
                 cache = transformers.DynamicCache(config=cfg)
                 m(input_ids=ids, past_key_values=cache, use_cache=True)
@@ -74,7 +90,51 @@ def main() -> int:
                 print(ka.table(sort_by="device_time_total", row_limit=args.top, max_name_column_width=60))
             print(f"--- batch {b} {name}: host (self CPU) time by op (top {args.top})")
             print(ka.table(sort_by="self_cpu_time_total", row_limit=args.top, max_name_column_width=60), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     return 0
+
+
+def profile_graph(model, ids, args, dev, acts) -> dict:
+    """The injected model's decode step under the graph runtime at ids' batch: the eval's timer
+    over replays, then the same replays under torch.profiler, kernel by kernel."""
+    import torch
+    from torch.profiler import profile
+
+    import xpuinject_kernels.runtime as rt
+    from latency import WARMUP, device_sync, time_decode
+
+    b = ids.shape[0]
+    n = args.steps
+    r = rt.Runtime(model, graphs=True)
+    gen = r.start(ids, max_new_tokens=3 * (n + WARMUP) + 2, eos_token_id=[],
+                  max_cache_len=rt.cache_bucket(ids.shape[1] + 3 * (n + WARMUP) + 2))
+    try:
+        ms = time_decode(gen.step, n, WARMUP, device_sync(dev))
+        with profile(activities=acts) as prof:
+            for _ in range(n):
+                gen.step()
+            device_sync(dev)()
+    finally:
+        r.release()
+    kernels = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
+            k = kernels.setdefault(ev.name, {"name": ev.name, "calls": 0, "us": 0.0})
+            k["calls"] += 1
+            k["us"] += ev.device_time
+    rows = sorted(kernels.values(), key=lambda k: -k["us"])
+    for k in rows:
+        k["calls_per_step"] = k["calls"] / n
+        k["us_per_step"] = k["us"] / n
+    busy = sum(k["us_per_step"] for k in rows)
+    print(f"\n=== batch {b} injected graph: decode step {ms:.4f} ms ({n} replays in a loop); kernels "
+          f"{busy / 1000:.4f} ms per step, {sum(k['calls_per_step'] for k in rows):.0f} launches; between "
+          f"and around them {ms - busy / 1000:.4f} ms", flush=True)
+    print(f"{'us/step':>9} {'calls':>6}  kernel")
+    for k in rows:
+        print(f"{k['us_per_step']:9.2f} {k['calls_per_step']:6.1f}  {k['name'][:110]}")
+    return {"batch": b, "step_ms": ms, "kernels_ms": busy / 1000, "kernels": rows}
 
 
 if __name__ == "__main__":
