@@ -4,7 +4,7 @@ kernel and host time per op under torch.profiler, beside an event-timed median s
 
     PYTHONPATH=kernels/python:harness/python \
       python3 benchmarks/profile_decode.py MODEL_DIR RUN_DIR [--device cuda] [--batches 1,8] [--steps 10] \
-        [--paths eager,graph] [--json OUT.json]
+        [--paths eager,graph] [--json OUT.json] [--prefill 2048]
 
 MODEL_DIR is a checkpoint, RUN_DIR the --out of `xpuinject MODEL_DIR --skip-eval` (package/ and
 packed/ inside); the shim and the eval driver's timer come from harness/python. For each model
@@ -14,6 +14,8 @@ kernels by total time and the top host-side ops by CPU time. `--paths graph` pro
 model under the graph runtime instead (captured once, each step a replay, as the eval's
 injected_graph path runs it): every kernel of the step with its device time per step, and the
 step's time beside the kernels' sum, whose difference is what the replay spends between kernels.
+`--prefill N` adds one forward of N tokens (batch 1, the logits of the last token, as the eval
+times a prefill) on each model loaded, kernel by kernel, where the time of a prefill goes.
 Prints text tables (and --json, per kernel); run it on a GPU.
 """
 
@@ -36,7 +38,8 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--paths", default="eager", help="eager (stock and injected, DynamicCache) and/or graph "
                     "(injected under the graph runtime)")
-    ap.add_argument("--json", default=None, help="write the graph path's kernels per step here")
+    ap.add_argument("--json", default=None, help="write the graph path's (and --prefill's) kernels here")
+    ap.add_argument("--prefill", type=int, default=0, help="also profile one forward of this many tokens")
     args = ap.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     bad = sorted(set(paths) - {"eager", "graph"})
@@ -62,7 +65,11 @@ def main() -> int:
         models[name] = m
     g = torch.Generator().manual_seed(3)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-    report = {"model": args.model, "steps": args.steps, "context": args.context, "graph": []}
+    report = {"model": args.model, "steps": args.steps, "context": args.context, "graph": [], "prefill": []}
+    if args.prefill:
+        ids = torch.randint(0, cfg.vocab_size, (1, args.prefill), generator=g).to(dev)
+        for name, m in models.items():
+            report["prefill"].append(profile_prefill(name, m, ids, args, dev, acts))
     for b in (int(x) for x in args.batches.split(",")):
         ids = torch.randint(0, cfg.vocab_size, (b, args.context), generator=g).to(dev)
         nxt = torch.randint(0, cfg.vocab_size, (b, 1), generator=g).to(dev)
@@ -95,10 +102,60 @@ def main() -> int:
     return 0
 
 
+def kernel_rows(prof, n: int):
+    """Device kernels of a profile: (rows sorted by time, each with calls and us per step; the
+    sum of their us per step)."""
+    import torch
+
+    kernels = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
+            k = kernels.setdefault(ev.name, {"name": ev.name, "calls": 0, "us": 0.0})
+            k["calls"] += 1
+            k["us"] += ev.device_time
+    rows = sorted(kernels.values(), key=lambda k: -k["us"])
+    for k in rows:
+        k["calls_per_step"] = k["calls"] / n
+        k["us_per_step"] = k["us"] / n
+    return rows, sum(k["us_per_step"] for k in rows)
+
+
+def print_rows(rows, limit=None):
+    print(f"{'us/step':>9} {'calls':>6}  kernel")
+    for k in rows[:limit]:
+        print(f"{k['us_per_step']:9.2f} {k['calls_per_step']:6.1f}  {k['name'][:110]}")
+
+
+def profile_prefill(name, model, ids, args, dev, acts) -> dict:
+    """One eager forward of ids (logits of the last token) on model: the eval's timer, then the
+    same forwards under torch.profiler, kernel by kernel."""
+    import torch
+    from torch.profiler import profile
+
+    from latency import WARMUP, device_sync, forward_kwargs, time_decode
+
+    n = max(1, args.steps // 10)
+    kw = forward_kwargs(model)
+
+    def fwd():
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False, **kw)
+
+    ms = time_decode(fwd, n, WARMUP, device_sync(dev))
+    with profile(activities=acts) as prof:
+        for _ in range(n):
+            fwd()
+        device_sync(dev)()
+    rows, busy = kernel_rows(prof, n)
+    print(f"\n=== prefill {ids.shape[1]} {name} eager: {ms:.3f} ms per forward ({n} in a loop); kernels "
+          f"{busy / 1000:.3f} ms", flush=True)
+    print_rows(rows, args.top * 2)
+    return {"model": name, "tokens": ids.shape[1], "ms": ms, "kernels_ms": busy / 1000, "kernels": rows}
+
+
 def profile_graph(model, ids, args, dev, acts) -> dict:
     """The injected model's decode step under the graph runtime at ids' batch: the eval's timer
     over replays, then the same replays under torch.profiler, kernel by kernel."""
-    import torch
     from torch.profiler import profile
 
     import xpuinject_kernels.runtime as rt
@@ -117,23 +174,11 @@ def profile_graph(model, ids, args, dev, acts) -> dict:
             device_sync(dev)()
     finally:
         r.release()
-    kernels = {}
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
-            k = kernels.setdefault(ev.name, {"name": ev.name, "calls": 0, "us": 0.0})
-            k["calls"] += 1
-            k["us"] += ev.device_time
-    rows = sorted(kernels.values(), key=lambda k: -k["us"])
-    for k in rows:
-        k["calls_per_step"] = k["calls"] / n
-        k["us_per_step"] = k["us"] / n
-    busy = sum(k["us_per_step"] for k in rows)
+    rows, busy = kernel_rows(prof, n)
     print(f"\n=== batch {b} injected graph: decode step {ms:.4f} ms ({n} replays in a loop); kernels "
           f"{busy / 1000:.4f} ms per step, {sum(k['calls_per_step'] for k in rows):.0f} launches; between "
           f"and around them {ms - busy / 1000:.4f} ms", flush=True)
-    print(f"{'us/step':>9} {'calls':>6}  kernel")
-    for k in rows:
-        print(f"{k['us_per_step']:9.2f} {k['calls_per_step']:6.1f}  {k['name'][:110]}")
+    print_rows(rows)
     return {"batch": b, "step_ms": ms, "kernels_ms": busy / 1000, "kernels": rows}
 
 

@@ -71,7 +71,7 @@ INT64_PTRS = {"COUNTER"}
 PTR_NAMES = {
     "attention": {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC", "SEM"},
     "greedy": {"LOGITS"},
-    "rope_cache": {"Q", "K", "V", "QO", "KC", "VC", "COS", "SIN", "COUNTER"},
+    "rope_cache": {"Q", "K", "V", "QO", "KC", "VC", "COS", "SIN", "COUNTER", "QW", "KW"},
 }
 
 
@@ -96,6 +96,8 @@ def mock_args(fn, act, constexprs):
         if p.is_constexpr:
             # a constexpr with a default (rmsnorm's ROUND_NORMED) takes it unless the case names it
             args.append(constexprs[p.name] if p.name in constexprs or not p.has_default else p.default)
+        elif p.name in constexprs:  # a case's own dtype for a pointer (Gemma's fp32 norm weights)
+            args.append(constexprs[p.name])
         elif p.name in dtypes:
             args.append(dtypes[p.name])
         elif p.name.endswith("_ptr") or p.name in ptr_names:
@@ -133,6 +135,12 @@ def cases():
            dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64, BLOCK_PASS=32))
     yield ("rope + cache write partial rotary", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
            dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=32))
+    # qwen3's q/k RMSNorm fused in, at the warps rms_norm launches a head_dim row with (Llama's order)
+    nw = rmsnorm.num_warps(128)
+    yield ("rope + cache write + q/k norm", rope_cache._rope_cache_kernel, [({}, nw, 1)], bf16,
+           dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=0, NORM=True, NORM_ROUND=True))
+    yield ("rope + cache write + q/k norm partial rotary", rope_cache._rope_cache_kernel, [({}, nw, 1)], bf16,
+           dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=32, NORM=True, NORM_ROUND=True))
     gcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in _backend.gemm_configs("xpu")]
     # gemm() takes the descriptor path only where this Triton has tl.make_tensor_descriptor
     # (_backend.has_descriptors); elsewhere only block pointers are ever compiled.
@@ -175,6 +183,11 @@ def cases():
         HEAD_DIM=256, BLOCK_D=256, BLOCK_S=16, ADVANCE=False)
     yield ("rope + cache write d256", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
            dict(BLOCK_H=8, BLOCK_HALF=128, BLOCK_D=256, BLOCK_PASS=0))
+    # Gemma 3's q/k norms fused in: its order (no rounding before the weight), the fp32 1 + w
+    yield ("rope + cache write d256 + gemma q/k norm", rope_cache._rope_cache_kernel,
+           [({}, rmsnorm.num_warps(256), 1)], bf16,
+           dict(BLOCK_H=8, BLOCK_HALF=128, BLOCK_D=256, BLOCK_PASS=0, NORM=True, NORM_ROUND=False,
+                QW=torch.float32, KW=torch.float32))
     yield ("attention decode reduce", attention._decode_reduce_kernel, [({}, 4, 1)], bf16,
            dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16, ADVANCE=False))
     # a static cache's decode step: the reduce (or, with one split, the grid's last program)
@@ -199,6 +212,12 @@ def cases():
     for bt, split in ((16, 8), (64, 1)):  # decode splits the hidden size, prefill does not
         yield (f"moe router t{bt} split{split}", moe._router_kernel, [({}, 4, 2)], bf16,
                dict(BLOCK_T=bt, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=split))
+    yield ("moe router t16 split8 with its top-8", moe._router_kernel, [({}, 4, 2)], bf16,
+           dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8))
+    yield ("moe decode down split4 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
+           dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, HAS_RES=True))
+    yield ("moe top-k sum k8 + residual", moe._topk_sum_kernel, [({}, 4, 1)], bf16,
+           dict(TOP_K=8, BLOCK_H=1024, HAS_RES=True))
     for split in (1, 4):
         yield (f"moe decode gate/up split{split}", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
                dict(BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))

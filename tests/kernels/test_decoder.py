@@ -301,3 +301,118 @@ def test_vendor_down_route_rounds_the_residual_sum_once(device):
     off_twice = (twice != once).float().mean().item()
     assert off_once < 0.01, off_once  # only where the fp32 accumulation sits on a rounding boundary
     assert off_twice > 0.05, off_twice  # the old path: a second rounding moves many sums
+
+
+def _static_steps(model, ids, steps=2):
+    """Prefill then `steps` greedy one-token steps on a transformers StaticCache: every forward's
+    logits and the cache's keys and values at the end."""
+    cache = transformers.StaticCache(config=model.config, max_cache_len=ids.shape[1] + steps + 2)
+    logits = []
+    with torch.no_grad():
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+        logits.append(out)
+        for _ in range(steps):
+            out = model(input_ids=out[:, -1:].argmax(-1), past_key_values=cache, use_cache=True).logits
+            logits.append(out)
+    return logits, [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+def test_qwen3_qk_norms_fuse_into_the_static_cache_write(device, monkeypatch):
+    """Qwen3's q_norm / k_norm bound to our RMSNorm run inside the RoPE + static-cache write: the
+    same logits and caches, bit for bit, as the norms' own launches before it, with two rms_norm
+    launches fewer per layer and forward; a dynamic cache and stock norm modules keep their own."""
+    model = _inject(_tiny("qwen3", device))
+    at = model.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randint(0, 97, (2, 7), generator=g).to(device)
+    counts = _backend.launch_counts
+
+    def run():
+        before = dict(counts)
+        out = _static_steps(model, ids)
+        return out, {k: counts[k] - before.get(k, 0) for k in ("rms_norm", "rope_cache_write")}
+
+    (fused, fused_cache), fused_n = run()
+    with monkeypatch.context() as m:
+        m.setattr(decoder, "_qk_norms", lambda *a: None)
+        (unfused, unfused_cache), unfused_n = run()
+    assert fused_n["rope_cache_write"] == unfused_n["rope_cache_write"] == 2 * 3  # two layers, three forwards
+    assert unfused_n["rms_norm"] - fused_n["rms_norm"] == 2 * 2 * 3, (fused_n, unfused_n)
+    for a, b in zip(fused, unfused):
+        assert torch.equal(a, b), float((a.float() - b.float()).abs().max())
+    for a, b in zip(fused_cache, unfused_cache):
+        assert torch.equal(a, b)
+    q = torch.zeros(1, 1, 4, 32, dtype=torch.bfloat16, device=device)
+    assert decoder._qk_norms(at, q, q[:, :, :2]) is not None
+    del at.q_norm.forward  # a stock Qwen3RMSNorm: runs as itself
+    assert decoder._qk_norms(at, q, q[:, :, :2]) is None
+    before = counts["rms_norm"]
+    with torch.no_grad():
+        model(input_ids=ids, use_cache=True)  # a dynamic cache: no fused write, the norms launch
+    assert counts["rms_norm"] - before == 2 + 2 + 1, "input norms, layer 1's q/k norms, layer 0's k_norm"
+
+
+def test_gemma3_qk_norms_fuse_into_the_static_cache_write(device, monkeypatch):
+    """Gemma 3's q_norm / k_norm bound to GemmaRMSNorm (the fp32 1 + w, no rounding before the
+    weight) fused into the static cache's write on a full-attention layer: the attention output
+    and cache bit for bit those of rms_norm_gemma's own launches, prefill and a decode step."""
+    from transformers import Gemma3TextConfig
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3Attention, Gemma3RotaryEmbedding
+
+    torch.manual_seed(8)
+    cfg = Gemma3TextConfig(hidden_size=96, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
+                           head_dim=64, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                           query_pre_attn_scalar=64, vocab_size=97, max_position_embeddings=64)
+    at = Gemma3Attention(cfg, layer_idx=1).eval()
+    with torch.no_grad():
+        for p in at.parameters():
+            p.copy_(torch.randn_like(p) * (0.3 if p.dim() > 1 else 0.2))
+    at = at.to(torch.bfloat16).to(device)
+    at.forward = types.MethodType(decoder.Attention.forward, at)
+    for norm in (at.q_norm, at.k_norm):
+        norm.forward = types.MethodType(layers.GemmaRMSNorm.forward, norm)
+    rot = Gemma3RotaryEmbedding(cfg)
+    x = (torch.randn(1, 6, 96) * 2).to(torch.bfloat16).to(device)
+    length = 8
+
+    def run():
+        cache = transformers.StaticCache(config=cfg, max_cache_len=length)
+        outs = []
+        for lo, hi in ((0, 5), (5, 6)):
+            pos = torch.arange(lo, hi)[None]
+            cos, sin = rot(x.cpu(), pos, layer_type="full_attention")
+            keep = torch.arange(length)[None, :] <= torch.arange(lo, hi)[:, None]
+            with torch.no_grad():
+                out, _ = at(x[:, lo:hi], position_embeddings=(cos.to(device), sin.to(device)),
+                            attention_mask=keep[None, None].to(device), past_key_values=cache)
+            outs.append(out)
+        return outs, (cache.layers[1].keys.clone(), cache.layers[1].values.clone())
+
+    counts = _backend.launch_counts
+    before = counts["rms_norm_gemma"]
+    fused, fused_cache = run()
+    assert counts["rms_norm_gemma"] == before  # the norms ran inside the write
+    with monkeypatch.context() as m:
+        m.setattr(decoder, "_qk_norms", lambda *a: None)
+        unfused, unfused_cache = run()
+    assert counts["rms_norm_gemma"] - before == 2 * 2
+    for a, b in zip(fused + list(fused_cache), unfused + list(unfused_cache)):
+        assert torch.equal(a, b), float((a.float() - b.float()).abs().max())
+
+
+def test_qwen3_fused_qk_norms_compile_as_one_graph(device):
+    """torch.compile(fullgraph=True) of the Qwen3 model on a static cache, its q/k norms inside
+    the RoPE + cache write op: the traced prefill and decode step compute what eager does."""
+    model = _inject(_tiny("qwen3", device))
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, 97, (1, 5), generator=g).to(device)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    before = _backend.launch_counts["rms_norm"]
+    want, want_cache = _static_steps(model, ids, steps=1)
+    eager_norms = _backend.launch_counts["rms_norm"] - before
+    got, got_cache = _static_steps(compiled, ids, steps=1)
+    torch._dynamo.reset()
+    assert eager_norms == 2 * 2  # the input norms only: q_norm and k_norm ran inside the write
+    for a, b in zip(got + got_cache, want + want_cache):
+        assert torch.equal(a, b), float((a.float() - b.float()).abs().max())

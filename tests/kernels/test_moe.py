@@ -444,3 +444,61 @@ def test_topk_sum_in_slot_order(device, dtype, tokens, top_k, h):
     for j in range(1, top_k):
         want += y.view(tokens, top_k, h)[:, j]
     assert torch.equal(out.cpu(), want.to(dtype))
+
+
+def topk_lowest_index(probs, k):
+    """The top-k that CUDA's torch.topk selects, largest first: a stable descending sort puts
+    equal scores in index order."""
+    vals, ids = torch.sort(probs, dim=-1, descending=True, stable=True)
+    return vals[:, :k], ids[:, :k]
+
+
+@pytest.mark.parametrize("tokens,e,top_k", [(1, 6, 2), (3, 6, 3), (8, 128, 8)])
+def test_router_selects_its_own_top_k(device, tokens, e, top_k):
+    """The router launch's own top-k (the decode path's on CUDA) against the sorted probabilities
+    of the same launch without it: the same experts and probabilities, largest first, equal
+    scores by lowest index. Experts 0, 2 and 3 score exactly alike, so the tie falls inside or
+    at the edge of the chosen set; on a GPU the set is also torch.topk's own on the device."""
+    g = torch.Generator().manual_seed(tokens * 100 + e)
+    router = torch.randn(H, e, generator=g) * 0.2
+    router[:, 2] = router[:, 3] = router[:, 0]
+    router = router.to(torch.bfloat16).to(device)
+    x = torch.randn(tokens, H, generator=g).to(torch.bfloat16).to(device)
+    x[:, :] = x.abs()
+    probs = M._router_probs(x, router)
+    vals, ids = M.decode_route(x, router, top_k, fused=True)
+    assert ids.dtype == torch.int32 and vals.dtype == torch.float32 and ids.shape == (tokens, top_k)
+    want_v, want_i = topk_lowest_index(probs.cpu(), top_k)
+    assert torch.equal(ids.cpu().long(), want_i)
+    assert torch.equal(vals.cpu(), want_v)
+    if torch.device(device).type == "cuda":
+        tv, ti = torch.topk(probs, top_k, dim=-1)
+        assert torch.equal(ti.sort(-1).values.cpu(), ids.long().sort(-1).values.cpu())
+        assert torch.equal(tv.cpu(), vals.cpu())
+
+
+def test_fused_top_k_only_where_torch_topk_breaks_ties_alike(device):
+    """The router selects its own top-k on CUDA only: the interpreter and other devices run
+    torch.topk, whose tie rule may differ (CPU's does)."""
+    assert M.fused_topk(torch.device(device)) == (torch.device(device).type == "cuda")
+    assert not M.fused_topk(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("tokens", [1, 5, M.DECODE_MAX_TOKENS + 3])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_residual_in_the_last_launch(device, tokens, dtype):
+    """moe(..., residual=r) is r + moe(...) as two separate bf16/fp16 steps compute it, bit for
+    bit, on the decode and the prefill path; a residual of another shape or dtype is refused."""
+    router, gate_up, down = weights(dtype, seed=40 + tokens)
+    g = torch.Generator().manual_seed(tokens)
+    x = torch.randn(1, tokens, H, generator=g).to(dtype).to(device)
+    r = (torch.randn(1, tokens, H, generator=g) * 4).to(dtype).to(device)
+    w = [t.to(device) for t in (router, gate_up, down)]
+    alone = M.moe(x, *w, 2, "softmax-topk-norm")
+    fused = M.moe(x, *w, 2, "softmax-topk-norm", residual=r)
+    assert torch.equal(fused, r + alone)
+    assert not torch.equal(fused, alone)
+    with pytest.raises(ValueError, match="residual"):
+        M.moe(x, *w, 2, "softmax-topk-norm", residual=r.float())
+    with pytest.raises(ValueError, match="residual"):
+        M.moe(x, *w, 2, "softmax-topk-norm", residual=r[..., : H // 2])

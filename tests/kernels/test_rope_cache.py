@@ -1,6 +1,8 @@
 """RoPE + static-cache write against an fp64 reference, and decode attention reading the length
 from a cache counter on the device: GQA ratios 1, 4 and 7, head_dim 64 and 128, bf16 and fp16,
-cache lengths that are not a multiple of the block, a write at the cache's last slot and past it."""
+cache lengths that are not a multiple of the block, a write at the cache's last slot and past it.
+With the per-head q/k RMSNorm fused in (both rounding orders): bit for bit the norm kernel followed
+by the write, at head_dim 80, 96 and 128, GQA 3 and 5, partial rotary, and against fp64."""
 
 import math
 
@@ -113,3 +115,137 @@ def test_rope_cache_write_partial_rotary(device, dtype, s, hq, hk, d, factor, st
     # the channels past rotary_dim are k's own, bit for bit, in the written slots
     assert torch.equal(kc[:, :, start:start + s, rd:], k.transpose(1, 2)[..., rd:])
     assert torch.equal(got[..., rd:], q.transpose(1, 2)[..., rd:])
+
+
+def norm_weights(order, d, seed):
+    """q_norm and k_norm weights as the fused kernel takes them: Llama's order the module's own
+    bf16 weight (around 1, not 1), Gemma's the fp32 1 + w folded from a raw w around 0."""
+    g = torch.Generator().manual_seed(seed)
+    if order == "llama":
+        return [(0.5 + torch.rand(d, generator=g)).to(torch.bfloat16) for _ in range(2)]
+    return [1.0 + 0.3 * torch.randn(d, generator=g) for _ in range(2)]
+
+
+def unfused_norm(order, x, w):
+    from xpuinject_kernels import rmsnorm
+
+    f = rmsnorm.rms_norm if order == "llama" else rmsnorm.rms_norm_gemma
+    return f(x, w, NORM_EPS)
+
+
+NORM_EPS = 1e-6
+NORM_CASES = [  # b, s, hq, hk, d, rotary_factor (None: full), start, length
+    (1, 1, 6, 2, 128, None, 5, 16),   # GQA 3, a decode token
+    (2, 3, 10, 2, 80, None, 2, 9),    # GQA 5, head_dim 80, a prefill: q heads past one block of 8
+    (2, 1, 9, 3, 96, 0.75, 7, 8),     # partial rotary (72 of 96), GQA 3, the cache's last slot
+    (1, 3, 3, 1, 128, None, 6, 7),    # two of three slots past the end: dropped
+]
+
+
+def norm_case(b, s, hq, hk, d, factor, length, dtype, device, seed=0):
+    from test_rope import phi3_rotary
+
+    torch.manual_seed(seed)
+    qkv = (torch.randn(b, s, (hq + 2 * hk) * d) * 3 + 0.5).to(dtype).to(device)  # far from unit rms
+    q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
+    q, k, v = q.view(b, s, hq, d), k.view(b, s, hk, d), v.view(b, s, hk, d)
+    cos, sin = rotary(d, s, b, dtype, device) if factor is None else phi3_rotary(d, factor, s, b, dtype, device)
+    kc = torch.randn(b, hk, length, d).to(dtype).to(device)
+    vc = torch.randn(b, hk, length, d).to(dtype).to(device)
+    return q, k, v, cos, sin, kc, vc
+
+
+@pytest.mark.parametrize("order", ["llama", "gemma"])
+@pytest.mark.parametrize("b,s,hq,hk,d,factor,start,length", NORM_CASES)
+def test_fused_norm_equals_norm_then_rope_cache_write(device, order, b, s, hq, hk, d, factor, start, length):
+    """q_norm / k_norm inside the kernel: q_rot and both caches bit for bit what our RMSNorm
+    kernel (rms_norm, or rms_norm_gemma on the folded 1 + w) followed by rope_cache_write gives."""
+    dtype = torch.bfloat16
+    q, k, v, cos, sin, kc, vc = norm_case(b, s, hq, hk, d, factor, length, dtype, device)
+    qw, kw = (w.to(device) for w in norm_weights(order, d, seed=1))
+    counter = torch.tensor(start, device=device)
+    kc_u, vc_u = kc.clone(), vc.clone()
+    want = rope_cache.rope_cache_write(unfused_norm(order, q, qw), unfused_norm(order, k, kw), v, cos, sin, kc_u, vc_u,
+                                       counter)
+
+    got = rope_cache.rope_cache_write(q, k, v, cos, sin, kc, vc, counter, q_norm_weight=qw, k_norm_weight=kw,
+                                      eps=NORM_EPS, norm_round=order == "llama")
+
+    assert int(counter) == start
+    assert tuple(got.shape) == (b, hq, s, d)
+    assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
+    assert torch.equal(kc, kc_u), float((kc.float() - kc_u.float()).abs().max())
+    assert torch.equal(vc, vc_u)
+    # the other order is a different norm: the test would see a swapped rounding mode
+    ow = torch.float32 if order == "llama" else dtype
+    other = rope_cache.rope_cache_write(q, k, v, cos, sin, kc.clone(), vc.clone(), counter, q_norm_weight=qw.to(ow),
+                                        k_norm_weight=kw.to(ow), eps=NORM_EPS, norm_round=order != "llama")
+    assert not torch.equal(other, got)
+
+
+@pytest.mark.parametrize("order", ["llama", "gemma"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("b,s,hq,hk,d,factor,start,length", NORM_CASES[:3])
+def test_fused_norm_matches_reference(device, order, dtype, b, s, hq, hk, d, factor, start, length):
+    """Against the fp64 norm + rope: the rope's relative tolerance, with an ulp of 1 absolute
+    instead of 1e-6: the norm rounds its output (O(1) by construction) to the activation dtype
+    before the rotation, an absolute error that cancellation in x1 c - x2 s does not shrink."""
+    q, k, v, cos, sin, kc, vc = norm_case(b, s, hq, hk, d, factor, length, dtype, device, seed=2)
+    qw, kw = (w.to(device) for w in norm_weights(order, d, seed=3))
+    if order == "llama":
+        qw, kw = qw.to(dtype), kw.to(dtype)
+    counter = torch.tensor(start, device=device)
+    want_q, want_k, want_v = rope_cache.rope_cache_write_ref(q, k, v, cos, sin, kc, vc, counter, q_norm_weight=qw,
+                                                             k_norm_weight=kw, eps=NORM_EPS)
+    got = rope_cache.rope_cache_write(q, k, v, cos, sin, kc, vc, counter, q_norm_weight=qw, k_norm_weight=kw,
+                                      eps=NORM_EPS, norm_round=order == "llama")
+    ulp = ULP[dtype]
+    metrics.assert_close("normed q_rot", got, want_q, atol=ulp, rtol=ulp, min_cosine=0.9999)
+    metrics.assert_close("normed k_cache", kc, want_k, atol=ulp, rtol=ulp, min_cosine=0.9999)
+    assert torch.equal(vc, want_v.to(dtype))
+
+
+def test_fused_norm_refuses_bad_weights(device):
+    q, k, v = projections(1, 1, 4, 2, 64, torch.bfloat16, device)
+    cos, sin = rotary(64, 1, 1, torch.bfloat16, device)
+    kc = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16, device=device)
+    w = torch.ones(64, dtype=torch.bfloat16, device=device)
+
+    def call(qw, kw, **kw_args):
+        return rope_cache.rope_cache_write(q, k, v, cos, sin, kc, kc.clone(), torch.tensor(0, device=device),
+                                           q_norm_weight=qw, k_norm_weight=kw, **kw_args)
+
+    with pytest.raises(ValueError, match="rope_cache_write: q_norm_weight and k_norm_weight go together"):
+        call(w, None)
+    with pytest.raises(ValueError, match=r"k_norm_weight shape \(32,\): want \[head_dim 64\]"):
+        call(w, w[:32])
+    with pytest.raises(ValueError, match=r"q_norm_weight shape \(1, 64\): want \[head_dim 64\]"):
+        call(w[None], w)
+    with pytest.raises(ValueError, match="q_norm_weight dtype torch.int64 not supported"):
+        call(torch.ones(64, dtype=torch.int64, device=device), w)
+    with pytest.raises(ValueError, match=r"k_norm_weight on meta, q on"):
+        call(w, torch.ones(64, dtype=torch.bfloat16, device="meta"))
+    # Llama's order multiplies in the weight's dtype: an fp32 weight would widen the output
+    with pytest.raises(ValueError, match="q_norm_weight dtype torch.float32 would make the norm's output torch.float32"):
+        call(w.float(), w)
+    call(w.float(), w.float(), norm_round=False)  # Gemma's fp32 1 + w is what that order takes
+    with pytest.raises(ValueError, match="eps must be >= 0, got -1.0"):
+        call(w, w, eps=-1.0)
+
+
+def test_fused_norm_traces_as_one_op(device):
+    """torch.compile(fullgraph=True) over the op with the norm arguments: the traced call computes
+    what the eager one does and writes the caches the same."""
+    q, k, v, cos, sin, kc, vc = norm_case(1, 2, 6, 2, 64, None, 8, torch.bfloat16, device)
+    qw, kw = (w.to(device) for w in norm_weights("llama", 64, seed=4))
+    counter = torch.tensor(3, device=device)
+
+    def f(q, k, v, kc, vc):
+        return rope_cache.rope_cache_write(q, k, v, cos, sin, kc, vc, counter, q_norm_weight=qw, k_norm_weight=kw,
+                                           eps=NORM_EPS)
+
+    torch._dynamo.reset()
+    kc_c, vc_c = kc.clone(), vc.clone()
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v, kc_c, vc_c)
+    want = f(q, k, v, kc, vc)
+    assert torch.equal(got, want) and torch.equal(kc_c, kc) and torch.equal(vc_c, vc)

@@ -2,7 +2,9 @@
 
 `Attention` replaces LlamaAttention.forward (and Mistral/Qwen2/Qwen3's and Gemma 2/3's, which
 share the signature): one GEMM over the packed, concatenated QKV weight, RoPE by the rope kernel,
-qwen3's and Gemma 3's per-head q/k RMSNorm by the rmsnorm kernels, Gemma 2's logit soft-capping
+qwen3's and Gemma 3's per-head q/k RMSNorm by the rmsnorm kernels (on a static cache, when q_norm
+and k_norm run our RMSNorm or GemmaRMSNorm, inside the RoPE + cache write kernel instead, with the
+same weight and rounding: two launches fewer per layer, bit for bit the same), Gemma 2's logit soft-capping
 (`attn_logit_softcapping`) and a sliding layer's window (`sliding_window`) in the attention
 kernels, the KV cache update through the model's own Cache object, flash-attention prefill or
 split-K decode, and one GEMM for the output projection.
@@ -10,7 +12,7 @@ split-K decode, and one GEMM for the output projection.
 `DecoderLayer` replaces LlamaDecoderLayer.forward to fuse the residual add that precedes
 the post-attention RMSNorm into one kernel (add_rms_norm returns both the new residual
 and the normalized activations), and the residual add after the MLP into the down
-projection's GEMM epilogue.
+projection's GEMM epilogue (a SparseMoE block's: into the MoE kernel's last launch).
 
 Vendor routes: where a measurement showed cuBLAS or SDPA faster for a sub-operation at this
 model's shapes, the plan's binding says so and injection sets `xpuinject_vendor` on the module:
@@ -44,6 +46,10 @@ from .gemm import add_rms_norm_gemm, gemm
 # layers.py defines these before it imports this module at its end, so the names exist here
 # whichever module is imported first (the package imports layers first).
 from .layers import SwiGLUMLP, _name, _packed
+# The module itself, for the norm layers it binds last (GemmaRMSNorm comes from families.py,
+# which imports this module): looked up at call time.
+from . import layers as _layers
+from .moe_layer import runs_sparse_moe, sparse_moe
 from .rmsnorm import add_rms_norm
 from .rope import apply_rope
 from .rope_cache import rope_cache_write
@@ -70,6 +76,7 @@ _QKV_W, _QKV_B = packed_attr("Attention", "qkv_weight"), packed_attr("Attention"
 _O_W, _O_B = packed_attr("Attention", "o_weight"), packed_attr("Attention", "o_bias")
 _GU_W, _GU_B = packed_attr("SwiGLUMLP", "gate_up_weight"), packed_attr("SwiGLUMLP", "gate_up_bias")
 _DOWN_W, _DOWN_B = packed_attr("SwiGLUMLP", "down_weight"), packed_attr("SwiGLUMLP", "down_bias")
+_GEMMA_NORM_W = packed_attr("GemmaRMSNorm", "weight")
 
 
 def _vendor(module: nn.Module, op: str, m: int = -1) -> bool:
@@ -178,6 +185,40 @@ def _static_layer(cache, idx, b: int, hk: int, d: int, dtype):
     return layer
 
 
+def _bound_to(norm, layer) -> bool:
+    """Whether norm's forward is bound to this package's layer class `layer` (by inject or
+    kernelize); spelled as _runs_swiglu is, for torch.compile's tracer."""
+    f = norm.__dict__.get("forward")
+    return isinstance(f, types.MethodType) and f.__func__ is layer.forward
+
+
+def _qk_norms(module: nn.Module, q: torch.Tensor, k: torch.Tensor):
+    """(q weight, k weight, eps, round) for rope_cache_write to apply q_norm and k_norm as the
+    kernels their forwards are bound to would: both bound to our RMSNorm (Llama's order, the
+    module's own weight; only when the weight keeps the output in q's dtype) or both to our
+    GemmaRMSNorm (the fp32 1 + w it runs on), with one eps. None: anything else (a stock module,
+    mixed kinds), and the norms keep their own launches."""
+    qn, kn = module.q_norm, getattr(module, "k_norm", None)
+    if kn is None:
+        return None
+    if _bound_to(qn, _layers.RMSNorm) and _bound_to(kn, _layers.RMSNorm):
+        qw, kw = qn.weight, kn.weight
+        eps, k_eps = qn.variance_epsilon, kn.variance_epsilon
+        if torch.promote_types(qw.dtype, q.dtype) != q.dtype or torch.promote_types(kw.dtype, k.dtype) != k.dtype:
+            return None
+        rnd = True
+    elif _bound_to(qn, _layers.GemmaRMSNorm) and _bound_to(kn, _layers.GemmaRMSNorm):
+        qw = _packed(qn, _GEMMA_NORM_W, "GemmaRMSNorm")
+        kw = _packed(kn, _GEMMA_NORM_W, "GemmaRMSNorm")
+        eps, k_eps = qn.eps, kn.eps
+        rnd = False
+    else:
+        return None
+    if eps != k_eps:
+        return None
+    return qw, kw, float(eps), rnd
+
+
 def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs):
     """The Attention layer's computation (a function so DecoderLayer-free models reuse it)."""
     h, kv, d = _heads(module)
@@ -195,9 +236,13 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     k = k.view(*input_shape, kv, d)
     v = v.view(*input_shape, kv, d)
     q_norm = getattr(module, "q_norm", None)
-    if q_norm is not None:  # qwen3: RMSNorm over head_dim before RoPE (forward patched to our kernel)
-        q = q_norm(q)
-        k = module.k_norm(k)
+    norms = None
+    if q_norm is not None:  # qwen3, Gemma 3: RMSNorm over head_dim before RoPE
+        # ours: fused into the static cache's RoPE + cache write below; else their own launches
+        norms = _qk_norms(module, q, k) if past_key_values is not None and q.dim() == 4 else None
+        if norms is None:
+            q = q_norm(q)
+            k = module.k_norm(k)
     if position_embeddings is None:
         raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(module)!r} got no position_embeddings")
     cos, sin = position_embeddings
@@ -205,6 +250,9 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     layer = None
     if past_key_values is not None and q.dim() == 4:
         layer = _static_layer(past_key_values, getattr(module, "layer_idx", None), q.shape[0], kv, d, k.dtype)
+    if norms is not None and layer is None:  # no static layer to write: the norms run on their own
+        q = q_norm(q)
+        k = module.k_norm(k)
     softcap = getattr(module, "attn_logit_softcapping", None)
     # SDPA has no soft-capping (integrations/sdpa_attention.py ignores it): capped layers stay ours.
     vendor_attn = softcap is None and _vendor(module, "attention-prefill" if q_len > 1 else "attention-decode")
@@ -215,7 +263,8 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         # attention launch, else here.
         if not layer.is_initialized:
             layer.lazy_initialization(k.transpose(1, 2), v.transpose(1, 2))
-        q = rope_cache_write(q, k, v, cos, sin, layer.keys, layer.values, layer.cumulative_length)
+        q = rope_cache_write(q, k, v, cos, sin, layer.keys, layer.values, layer.cumulative_length,
+                             *(norms or ()))
         if q_len != 1 or vendor_attn:
             layer.cumulative_length.add_(q_len)
         k, v = layer.keys, layer.values
@@ -296,6 +345,8 @@ class DecoderLayer(nn.Module):
                                             _packed(mlp, _GU_W, "SwiGLUMLP"), getattr(mlp, _GU_B, None), "swiglu")
             return mlp_block(mlp, None, residual=residual, h=h)
         residual, hidden_states = add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
+        if runs_sparse_moe(mlp):  # Qwen3-MoE: the residual add in the MoE kernel's last launch
+            return sparse_moe(mlp, hidden_states, residual)
         if not swiglu:
             return residual + mlp(hidden_states)
         # The MLP runs our SwiGLUMLP: run it inline so the final residual add rides in the

@@ -8,8 +8,10 @@ each expert's K-major [gate | up]; down [E, I, H], each expert's K-major down pr
 
 Routing (transformers 5.17 Qwen3MoeTopKRouter, MixtralTopKRouter): logits = x @ router in fp32
 from programs over (token tile, 16-expert tile), each tile's last one to finish running the fp32
-softmax over all the experts of its tokens, then top-k by torch.topk on the device, so ties
-resolve exactly as torch.topk resolves them there; the chosen probabilities are renormalized to sum
+softmax over all the experts of its tokens, then the top-k, so ties resolve exactly as torch.topk
+resolves them on the device: at decode on CUDA that last program selects them itself (largest
+first, equal scores by lowest index, the set CUDA's torch.topk selects), one launch fewer;
+elsewhere, and for a prefill, torch.topk runs on the probabilities. The chosen probabilities are renormalized to sum
 1 ("softmax-topk-norm", Mixtral's "softmax-topk-norm-fp32") or not ("softmax-topk"); the Qwen3
 rules round the weights to the activation dtype as the stock router does, Mixtral's keeps them
 fp32. The logits are rounded to the activation dtype before the softmax, as the stock router's
@@ -26,14 +28,15 @@ Two expert paths, both reading only the experts hit:
       order and applies SwiGLU. The down kernel likewise stores per (pair, split) fp32 partials
       of its column tile, and the token's program that finishes last sums them in (slot, split)
       order, each slot scaled by its routing weight (renormalized and rounded there, as `route`
-      does it), and rounds the row once: deterministic, no atomics on data, no sort.
+      does it), and rounds the row once: deterministic, no atomics on data, no sort. A residual
+      given to `moe` is added there too (the decoder layer's add after the block).
   prefill: the (token, slot) pairs are grouped by expert on the device (a histogram and prefix
       sum, then per-expert atomic cursors: two launches) and laid out in BLOCK_M-row blocks, each
       block one expert's (padded with -1); a grouped GEMM over the blocks (tl.dot; GROUP_BLOCKS
       row blocks at a time through every column tile, for L2 reuse) computes
       gate/up with the SwiGLU epilogue, and a second one the down projection with the routing
       weight in its epilogue, written to the pair's own row; one launch sums the top_k rows of
-      each token in slot order in fp32 and rounds once. The block count is a static bound
+      each token in slot order in fp32 and rounds once (and adds the residual). The block count is a static bound
       (cdiv(pairs, BLOCK_M) + experts); blocks past the last one exit at once. BLOCK_M follows
       the rows an expert gets on average (pairs / experts).
 Launch constants come from a `config=` argument (sweeps), else the GPU's tuned entries
@@ -53,7 +56,7 @@ import triton.language as tl
 
 from . import _backend, _ops, gpus
 
-__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "moe", "moe_ref", "route", "decode_route", "route_ref", "launch_config",
+__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "moe", "moe_ref", "route", "decode_route", "fused_topk", "route_ref", "launch_config",
            "heuristic_config"]
 
 # The routing rules (models/moe.go's Router* names, which plans record).
@@ -67,12 +70,15 @@ _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, T, H, E, K_PER_SPLIT, stride_x, stride_w, stride_p,
-                   BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_ALL: tl.constexpr,
-                   SPLIT_K: tl.constexpr, PDL: tl.constexpr = False):
+def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H, E, K_PER_SPLIT, stride_x, stride_w,
+                   stride_p, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
+                   BLOCK_ALL: tl.constexpr, SPLIT_K: tl.constexpr, TOP_K: tl.constexpr = 0,
+                   PDL: tl.constexpr = False):
     """Logits of BLOCK_T tokens for BLOCK_E experts over one K_PER_SPLIT slice of the hidden size
     (a tl.dot tile); the token tile's last program to finish sums the SPLIT_K slices in order,
-    rounds the logits and runs the fp32 softmax over all the experts of its tokens in place."""
+    rounds the logits and runs the fp32 softmax over all the experts of its tokens in place, or
+    with TOP_K > 0 selects each token's TOP_K experts from it (ids, probabilities; largest
+    first, equal scores by lowest index) and writes only those."""
     _backend.pdl_wait(PDL)
     pid_t = tl.program_id(0)
     pid_e = tl.program_id(1)
@@ -118,7 +124,20 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, T, H, E, K_PER_SPLIT, s
             logits = tl.where(ok, logits.to(x_ptr.dtype.element_ty).to(tl.float32), float("-inf"))
         m = tl.where(t_ok, tl.max(logits, axis=1), 0.0)  # rows past T: no -inf - -inf
         ex = tl.where(ok, tl.exp(logits - m[:, None]), 0.0)
-        tl.store(tile, ex / tl.where(t_ok, tl.sum(ex, axis=1), 1.0)[:, None], mask=ok)
+        probs = ex / tl.where(t_ok, tl.sum(ex, axis=1), 1.0)[:, None]
+        if TOP_K == 0:
+            tl.store(tile, probs, mask=ok)
+        else:
+            # CUDA's torch.topk selects this set: every score above the k-th, then those equal to
+            # it by lowest index (aten/src/ATen/native/cuda/TensorTopK.cu, gatherTopK).
+            probs = tl.where(ok, probs, -1.0)
+            out = rows * TOP_K
+            for j in tl.static_range(TOP_K):
+                best = tl.max(probs, axis=1)
+                idx = tl.min(tl.where(probs == best[:, None], offs[None, :], BLOCK_ALL), axis=1)
+                tl.store(vals_ptr + out + j, best, mask=t_ok)
+                tl.store(ids_ptr + out + j, idx, mask=t_ok)
+                probs = tl.where(offs[None, :] == idx[:, None], -1.0, probs)
         tl.atomic_xchg(sem_ptr + pid_t, 0)
 
 
@@ -180,13 +199,24 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
 
 
 @triton.jit
-def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, ws_ptr, sem_ptr, H, I, K_PER_SPLIT,
-                        stride_act, stride_we, stride_wk, stride_out,
+def _add_residual(acc, res_row, mask, oty: tl.constexpr, HAS_RES: tl.constexpr):
+    """The block's fp32 output rounded to oty, then (HAS_RES) plus the residual row, rounded
+    again: what `residual + block(x)` computes from the rounded block output."""
+    out = acc.to(oty)
+    if HAS_RES:
+        out = (out.to(tl.float32) + tl.load(res_row, mask=mask, other=0.0).to(tl.float32)).to(oty)
+    return out
+
+
+@triton.jit
+def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, sem_ptr, H, I, K_PER_SPLIT,
+                        stride_act, stride_we, stride_wk, stride_out, stride_res,
                         TOP_K: tl.constexpr, RULE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        SPLIT_K: tl.constexpr, PDL: tl.constexpr = False):
+                        SPLIT_K: tl.constexpr, HAS_RES: tl.constexpr = False, PDL: tl.constexpr = False):
     """The down GEMV of one (token, slot) pair for BLOCK_N output columns over one K split, stored
     as an fp32 partial; the token's program that finishes last for the tile sums the partials in
-    (slot, split) order, each slot's scaled by its routing weight, and rounds the row once."""
+    (slot, split) order, each slot's scaled by its routing weight, and rounds the row once (then
+    adds the residual row, HAS_RES, as _add_residual does)."""
     _backend.pdl_wait(PDL)
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -233,7 +263,9 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, ws_ptr, sem_
                 y += tl.load(ws_ptr + ((tok * TOP_K + j).to(tl.int64) * SPLIT_K + s) * H + offs_n, mask=n_ok,
                              other=0.0, cache_modifier=".cg")
             out += wt * y
-        tl.store(out_ptr + tok.to(tl.int64) * stride_out + offs_n, out.to(out_ptr.dtype.element_ty), mask=n_ok)
+        out = _add_residual(out, res_ptr + tok.to(tl.int64) * stride_res + offs_n, n_ok, out_ptr.dtype.element_ty,
+                            HAS_RES)
+        tl.store(out_ptr + tok.to(tl.int64) * stride_out + offs_n, out, mask=n_ok)
         tl.atomic_xchg(sem, 0)
 
 
@@ -365,9 +397,10 @@ def _layout_place_kernel(ids_ptr, cur_ptr, bexp_ptr, rows_ptr, P, E, R,
 
 
 @triton.jit
-def _topk_sum_kernel(y_ptr, out_ptr, H, stride_y, stride_out, TOP_K: tl.constexpr, BLOCK_H: tl.constexpr):
+def _topk_sum_kernel(y_ptr, out_ptr, res_ptr, H, stride_y, stride_out, stride_res, TOP_K: tl.constexpr,
+                     BLOCK_H: tl.constexpr, HAS_RES: tl.constexpr = False):
     """out[t] = y[t * TOP_K] + ... + y[t * TOP_K + TOP_K - 1] for BLOCK_H columns: fp32, in slot
-    order, rounded once."""
+    order, rounded once (then plus the residual row, HAS_RES)."""
     tok = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     ok = offs < H
@@ -375,14 +408,15 @@ def _topk_sum_kernel(y_ptr, out_ptr, H, stride_y, stride_out, TOP_K: tl.constexp
     acc = tl.load(row, mask=ok, other=0.0)
     for j in tl.static_range(1, TOP_K):
         acc += tl.load(row + j * stride_y, mask=ok, other=0.0)
-    tl.store(out_ptr + tok * stride_out + offs, acc.to(out_ptr.dtype.element_ty), mask=ok)
+    out = _add_residual(acc, res_ptr + tok * stride_res + offs, ok, out_ptr.dtype.element_ty, HAS_RES)
+    tl.store(out_ptr + tok * stride_out + offs, out, mask=ok)
 
 
 def _err(msg: str) -> ValueError:
     return ValueError(f"xpuinject_kernels: moe: {msg}")
 
 
-def _check(x, router_w, gate_up_w, down_w, top_k, router):
+def _check(x, router_w, gate_up_w, down_w, top_k, router, residual=None):
     if router not in ROUTERS:
         raise _err(f"router {router!r}: want one of {', '.join(ROUTERS)}")
     if x.dtype not in _ACT_DTYPES:
@@ -400,6 +434,12 @@ def _check(x, router_w, gate_up_w, down_w, top_k, router):
     for name, w in (("router", router_w), ("gate_up", gate_up_w), ("down", down_w)):
         if w.stride(-1) != 1:
             raise _err(f"{name} weight must have unit stride along its last dim (K-major, as packed)")
+    if residual is not None:
+        if tuple(residual.shape) != tuple(x.shape) or residual.dtype != x.dtype or residual.device != x.device:
+            raise _err(f"residual {tuple(residual.shape)} {residual.dtype} on {residual.device}: want x's shape "
+                       f"{tuple(x.shape)}, dtype {x.dtype} and device {x.device}")
+        if residual.stride(-1) != 1:
+            raise _err("residual must have a unit stride along its last dim")
     return h, e, i
 
 
@@ -503,13 +543,17 @@ def launch_config(path: str, device: torch.device, h: int, i: int, e: int, top_k
     return cfg
 
 
-def _router_probs(x2: torch.Tensor, router_w: torch.Tensor) -> torch.Tensor:
-    """softmax(round(x2 @ router_w)) [T, E] fp32, from programs over (token, expert tile)."""
+def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0):
+    """softmax(round(x2 @ router_w)) [T, E] fp32, from programs over (token, expert tile); with
+    top_k > 0 instead (the top-k probabilities [T, top_k] fp32, their expert ids [T, top_k] int32),
+    selected in the same launch, largest first, equal scores by lowest index."""
     t = x2.shape[0]
     h, e = router_w.shape
     probs = torch.empty((t, e), dtype=torch.float32, device=x2.device)
+    vals = torch.empty((t, top_k) if top_k else (1,), dtype=torch.float32, device=x2.device)
+    ids = torch.empty((t, top_k) if top_k else (1,), dtype=torch.int32, device=x2.device)
     if t == 0:
-        return probs
+        return (vals, ids) if top_k else probs
     _backend.require_runnable(x2, "moe")
     interp = _backend.is_interpret()
     # 16 x 16 logit tiles; a prefill's 64-token tiles read the router once per 64 tokens.
@@ -525,11 +569,11 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor) -> torch.Tensor:
     ws = torch.empty((split, t, e) if split > 1 else (1,), dtype=torch.float32, device=x2.device)
     sem = _backend.semaphores(x2.device, grid[0])
     pdl = _backend.pdl(x2.device)
-    _router_kernel[grid](x2, router_w, probs, ws, sem, t, h, e, k_per, x2.stride(0), router_w.stride(0),
+    _router_kernel[grid](x2, router_w, probs, ws, sem, ids, vals, t, h, e, k_per, x2.stride(0), router_w.stride(0),
                          probs.stride(0), BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_E=block_e,
-                         BLOCK_ALL=max(16, _backend.next_pow2(e)), SPLIT_K=split, PDL=pdl, num_warps=4,
+                         BLOCK_ALL=max(16, _backend.next_pow2(e)), SPLIT_K=split, TOP_K=top_k, PDL=pdl, num_warps=4,
                          num_stages=3 if x2.device.type == "cuda" else 2, **_backend.pdl_kw(pdl))
-    return probs
+    return (vals, ids) if top_k else probs
 
 
 def route(x: torch.Tensor, router_w: torch.Tensor, top_k: int, router: str) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -554,18 +598,27 @@ def _split(k: int, block_k: int, split: int) -> Tuple[int, int]:
     return k_per, _backend.cdiv(k, k_per)
 
 
-def decode_route(x2: torch.Tensor, router_w: torch.Tensor, top_k: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The decode path's routing of tokens x2 [T, H]: (top-k probabilities, expert ids), in no
-    fixed slot order on CUDA. There torch.topk picks the same experts unsorted and skips a sort
-    launch (the sort runs after the selection, aten/src/ATen/native/cuda/TensorTopK.cpp), and
-    nothing downstream needs the slots in score order; elsewhere the selection itself may differ
-    among ties, so it stays sorted."""
-    return torch.topk(_router_probs(x2, router_w), top_k, dim=-1, sorted=x2.device.type != "cuda")
+def fused_topk(device: torch.device) -> bool:
+    """Whether the router launch selects the top-k itself: on CUDA, whose torch.topk selects by
+    the kernel's rule (equal scores by lowest index). Elsewhere torch.topk may break ties
+    otherwise (CPU's does), so it runs there, and a tie falls as it falls for torch.topk."""
+    return device.type == "cuda" and not _backend.is_interpret()
 
 
-def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg):
-    """The decode path: router, torch.topk, gate/up and down GEMV launches; the routing weights'
-    renormalization and rounding run in the down kernel's reduction."""
+def decode_route(x2: torch.Tensor, router_w: torch.Tensor, top_k: int,
+                 fused: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The decode path's routing of tokens x2 [T, H]: (top-k probabilities, expert ids). fused
+    (default: fused_topk) selects them in the router's own launch, largest first; else
+    torch.topk runs on the router's probabilities."""
+    if fused if fused is not None else fused_topk(x2.device):
+        return _router_probs(x2, router_w, top_k)
+    return torch.topk(_router_probs(x2, router_w), top_k, dim=-1)
+
+
+def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None):
+    """The decode path: the router with its top-k, gate/up and down GEMV launches; the routing
+    weights' renormalization and rounding, and the residual add (r2), run in the down kernel's
+    reduction."""
     t, h = x2.shape
     i = down_w.shape[1]
     dev = x2.device
@@ -586,8 +639,9 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg):
     k_per, split = _split(i, bk, cfg["DOWN_SPLIT_K"])
     ws = torch.empty((pairs * split * h,), dtype=torch.float32, device=dev)
     _decode_down_kernel[(pairs, _backend.cdiv(h, bn), split)](
-        act, ids, vals, down_w, o2, ws, sem, h, i, k_per, act.stride(0), down_w.stride(0), down_w.stride(1),
-        o2.stride(0), TOP_K=top_k, RULE=_RULE[router], BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, PDL=pdl, **launch)
+        act, ids, vals, down_w, o2, o2 if r2 is None else r2, ws, sem, h, i, k_per, act.stride(0), down_w.stride(0),
+        down_w.stride(1), o2.stride(0), 0 if r2 is None else r2.stride(0), TOP_K=top_k, RULE=_RULE[router],
+        BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, HAS_RES=r2 is not None, PDL=pdl, **launch)
     _backend.count("moe.decode")
 
 
@@ -623,18 +677,20 @@ def _blocks(ids: torch.Tensor, experts: int, block_m: int):
     return rows, bexp, nblocks
 
 
-def _topk_sum(y: torch.Tensor, top_k: int, o2: torch.Tensor) -> None:
+def _topk_sum(y: torch.Tensor, top_k: int, o2: torch.Tensor, r2: Optional[torch.Tensor] = None) -> None:
     """o2[t] = the fp32 sum of y's rows t * top_k ... t * top_k + top_k - 1, in slot order,
-    rounded once to o2's dtype."""
+    rounded once to o2's dtype (then plus r2[t], rounded again)."""
     t, h = o2.shape
     block_h = min(32 if _backend.is_interpret() else 1024, _backend.next_pow2(h))
-    _topk_sum_kernel[(t, _backend.cdiv(h, block_h))](y, o2, h, y.stride(0), o2.stride(0), TOP_K=top_k,
-                                                      BLOCK_H=block_h, num_warps=4)
+    _topk_sum_kernel[(t, _backend.cdiv(h, block_h))](y, o2, o2 if r2 is None else r2, h, y.stride(0), o2.stride(0),
+                                                      0 if r2 is None else r2.stride(0), TOP_K=top_k,
+                                                      BLOCK_H=block_h, HAS_RES=r2 is not None, num_warps=4)
 
 
-def _moe(x, router_w, gate_up_w, down_w, top_k, router, config=None):
-    h, e, i = _check(x, router_w, gate_up_w, down_w, top_k, router)
+def _moe(x, router_w, gate_up_w, down_w, top_k, router, residual=None, config=None):
+    h, e, i = _check(x, router_w, gate_up_w, down_w, top_k, router, residual)
     x2 = x.reshape(-1, h)
+    r2 = residual.reshape(-1, h) if residual is not None else None
     t = x2.shape[0]
     out = _backend.empty(x.shape, x.dtype, x.device)
     if t == 0:
@@ -643,7 +699,7 @@ def _moe(x, router_w, gate_up_w, down_w, top_k, router, config=None):
     o2 = out.view(-1, h)
     if t <= DECODE_MAX_TOKENS:
         _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2,
-                launch_config("decode", x.device, h, i, e, top_k, t, config))
+                launch_config("decode", x.device, h, i, e, top_k, t, config), r2)
         return out
     cfg = launch_config("prefill", x.device, h, i, e, top_k, t, config)
     ids, wts = route(x2, router_w, top_k, router)
@@ -661,31 +717,34 @@ def _moe(x, router_w, gate_up_w, down_w, top_k, router, config=None):
         act, rows, bexp, wts.reshape(-1).contiguous(), down_w, y, h, i, e, nblocks, tiles, act.stride(0),
         down_w.stride(0), down_w.stride(1), y.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk,
         GROUP_B=GROUP_BLOCKS, **launch)
-    _topk_sum(y, top_k, o2)
+    _topk_sum(y, top_k, o2, r2)
     _backend.count("moe.prefill")
     return out
 
 
-def _moe_fake(x, router_w, gate_up_w, down_w, top_k, router):
-    _check(x, router_w, gate_up_w, down_w, top_k, router)
+def _moe_fake(x, router_w, gate_up_w, down_w, top_k, router, residual=None):
+    _check(x, router_w, gate_up_w, down_w, top_k, router, residual)
     return torch.empty_like(x)
 
 
 _ops.define(
     "moe",
-    "(Tensor x, Tensor router_w, Tensor gate_up_w, Tensor down_w, int top_k, str router) -> Tensor",
+    "(Tensor x, Tensor router_w, Tensor gate_up_w, Tensor down_w, int top_k, str router, Tensor? residual=None) "
+    "-> Tensor",
     _moe, _moe_fake,
 )
 
 
 def moe(x: torch.Tensor, router_w: torch.Tensor, gate_up_w: torch.Tensor, down_w: torch.Tensor, top_k: int,
-        router: str, config: Optional[dict] = None) -> torch.Tensor:
-    """The MoE block's output for x [..., H] (same shape and dtype), weights as packed. config:
-    launch constants of the path the token count takes (DECODE_KEYS or PREFILL_KEYS), to time
-    one configuration (benchmarks/bench_moe.py --sweep); None takes launch_config's choice."""
+        router: str, config: Optional[dict] = None, *, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The MoE block's output for x [..., H] (same shape and dtype), weights as packed; with
+    residual (x's shape and dtype), residual + that output, the sum in the block's last launch
+    (rounded as the two separate steps round it). config: launch constants of the path the token
+    count takes (DECODE_KEYS or PREFILL_KEYS), to time one configuration
+    (benchmarks/bench_moe.py --sweep); None takes launch_config's choice."""
     if config is None and _ops.traced(x):
-        return _ops.call("moe", x, router_w, gate_up_w, down_w, top_k, router)
-    return _moe(x, router_w, gate_up_w, down_w, top_k, router, config)
+        return _ops.call("moe", x, router_w, gate_up_w, down_w, top_k, router, residual)
+    return _moe(x, router_w, gate_up_w, down_w, top_k, router, residual, config)
 
 
 def _ref_logits(x, router_w):

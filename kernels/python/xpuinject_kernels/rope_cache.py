@@ -9,10 +9,17 @@ math, one rounding; cos/sin of rotary_dim < head_dim columns rotate only the fir
 channels, and the rest are copied as they are). The counter is not advanced here: every program reads it, so the caller
 advances it after the launch, as StaticLayer.update does (`cumulative_length.add_(seq)`).
 
+Per-head q/k RMSNorm (qwen3's and Gemma 3's q_norm / k_norm), when given their weights: each q
+and k head is first normalized over head_dim as rmsnorm.py's kernel does it -- fp32 sum of squares
+in the same order (the same 1-D block per head, launched with rms_norm's warps for that row),
+then Llama's order (round to the activation dtype, times the weight, round: norm_round=True) or
+Gemma's (times the fp32 1 + w, round once: norm_round=False) -- and the rotation takes that
+rounded output, so the result is bit for bit the norm kernel's followed by this one.
+
 Replaces, per decoder layer: the RoPE kernel, the two `index_copy_` cache writes and the
-`arange + counter` index they need. A slot at or past the cache's length is not written (the
-stock update raises there; a device kernel cannot, so it drops the row instead of writing out of
-bounds -- the runtime sizes caches so that this never happens).
+`arange + counter` index they need, and with the norms their own launches. A slot at or past the
+cache's length is not written (the stock update raises there; a device kernel cannot, so it drops
+the row instead of writing out of bounds -- the runtime sizes caches so that this never happens).
 
 Layouts: q [B, S, Hq, D], k and v [B, S, Hk, D] (views of the projections: any strides with a
 unit last stride), cos/sin [B or 1, S, D]; caches [B, Hk, L, D] with a unit last stride. Returns
@@ -25,13 +32,15 @@ programs of their own, so a single decode token still spreads over several progr
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import triton
 import triton.language as tl
 
 from . import _backend, _ops
+from .rmsnorm import MAX_BLOCK
+from .rmsnorm import num_warps as norm_num_warps
 from .rope import ROPE_NUM_WARPS, _cs
 
 __all__ = ["rope_cache_write", "rope_cache_write_ref"]
@@ -42,8 +51,43 @@ _HEADS_PER_PROGRAM = 8
 
 
 @triton.jit
+def _head_rstd(x_row, h0, NH, sxh, D, eps, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+    """1/rms over head_dim of heads h0 + [0, BLOCK_H), as a [BLOCK_H] vector. Each head's row is
+    reduced as _rms_norm_kernel reduces a row (one 1-D block of BLOCK_D, the same expressions,
+    launched with the same warps), so the sum runs in the same order and rstd equals its rstd."""
+    cols = tl.arange(0, BLOCK_D)
+    mask = cols < D
+    hidx = tl.arange(0, BLOCK_H)
+    rstd = tl.zeros([BLOCK_H], dtype=tl.float32)
+    for i in tl.static_range(BLOCK_H):
+        # a head past the last reads the last one's row: in bounds, and never stored
+        h = tl.minimum(h0 + i, NH - 1).to(tl.int64)
+        x = tl.load(x_row + h * sxh + cols, mask=mask, other=0.0)
+        xf = x.to(tl.float32)
+        var = tl.sum(xf * xf, axis=0) / D
+        rstd = tl.where(hidx == i, 1.0 / tl.sqrt(var + eps), rstd)
+    return rstd
+
+
+@triton.jit
+def _normed(x, rstd, w, act_ty, ROUND: tl.constexpr):
+    """The norm's output from fp32 x in _rms_norm_kernel's order: x * rstd (rounded to act_ty
+    first when ROUND, Llama's order), times the fp32 weight, rounded to act_ty, back in fp32:
+    exactly the value the unfused path's rope loads."""
+    n = x * rstd
+    if ROUND:
+        n = n.to(act_ty).to(tl.float32)
+    return (w * n).to(act_ty).to(tl.float32)
+
+
+@triton.jit
 def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, PASS,
-            BLOCK_HALF: tl.constexpr, BLOCK_PASS: tl.constexpr):
+            W, h0, NH, D, eps,
+            BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_PASS: tl.constexpr,
+            NORM: tl.constexpr, NORM_ROUND: tl.constexpr):
+    act = x_row.dtype.element_ty
+    if NORM:
+        rstd = _head_rstd(x_row, h0, NH, sxh, D, eps, BLOCK_H, BLOCK_D)[:, None]
     cols = tl.arange(0, BLOCK_HALF)
     cmask = cols < HALF
     mask = hmask[:, None] & cmask[None, :]
@@ -54,6 +98,11 @@ def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, PASS,
     hx = heads.to(tl.int64)[:, None] * sxh
     x1 = tl.load(x_row + hx + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x_row + hx + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if NORM:
+        w1 = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+        w2 = tl.load(W + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
+        x1 = _normed(x1, rstd, w1[None, :], act, NORM_ROUND)
+        x2 = _normed(x2, rstd, w2[None, :], act, NORM_ROUND)
     o1 = x1 * c1[None, :] - x2 * s1[None, :]
     o2 = x2 * c2[None, :] + x1 * s2[None, :]
     ho = heads.to(tl.int64)[:, None] * soh
@@ -61,22 +110,26 @@ def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, PASS,
     tl.store(o_row + ho + cols[None, :], o1.to(oty), mask=mask)
     tl.store(o_row + ho + HALF + cols[None, :], o2.to(oty), mask=mask)
     if BLOCK_PASS > 0:  # partial rotary: the channels past 2 * HALF, unrotated
-        pcols = 2 * HALF + tl.arange(0, BLOCK_PASS)
-        pmask = hmask[:, None] & (tl.arange(0, BLOCK_PASS) < PASS)[None, :]
+        pc = tl.arange(0, BLOCK_PASS)
+        pcols = 2 * HALF + pc
+        pmask = hmask[:, None] & (pc < PASS)[None, :]
         xp = tl.load(x_row + hx + pcols[None, :], mask=pmask, other=0.0)
+        if NORM:
+            wp = tl.load(W + pcols, mask=pc < PASS, other=0.0).to(tl.float32)
+            xp = _normed(xp.to(tl.float32), rstd, wp[None, :], act, NORM_ROUND)
         tl.store(o_row + ho + pcols[None, :], xp.to(oty), mask=pmask)
 
 
 @triton.jit
 def _rope_cache_kernel(
-    Q, K, V, QO, KC, VC, COS, SIN, COUNTER,
+    Q, K, V, QO, KC, VC, COS, SIN, COUNTER, QW, KW,
     S, HQ, HK, HALF, PASS, D, L, NQB,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh,
     sqob, sqos, sqoh,
     skcb, skch, skcn, svcb, svch, svcn,
-    scb, scs, ssb, sss,
+    scb, scs, ssb, sss, eps,
     BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_PASS: tl.constexpr,
-    PDL: tl.constexpr = False,
+    NORM: tl.constexpr = False, NORM_ROUND: tl.constexpr = True, PDL: tl.constexpr = False,
 ):
     _backend.pdl_wait(PDL)
     tok = tl.program_id(0).to(tl.int64)
@@ -86,15 +139,19 @@ def _rope_cache_kernel(
     cos_row = COS + b * scb + s * scs
     sin_row = SIN + b * ssb + s * sss
     if blk < NQB:
-        heads = blk * BLOCK_H + tl.arange(0, BLOCK_H)
+        h0 = blk * BLOCK_H
+        heads = h0 + tl.arange(0, BLOCK_H)
         _rotate(Q + b * sqb + s * sqs, QO + b * sqob + s * sqos, cos_row, sin_row, heads, heads < HQ,
-                sqh, sqoh, HALF, PASS, BLOCK_HALF, BLOCK_PASS)
+                sqh, sqoh, HALF, PASS, QW, h0, HQ, D, eps,
+                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, NORM, NORM_ROUND)
     else:
         slot = tl.load(COUNTER).to(tl.int64) + s
-        heads = (blk - NQB) * BLOCK_H + tl.arange(0, BLOCK_H)
+        h0 = (blk - NQB) * BLOCK_H
+        heads = h0 + tl.arange(0, BLOCK_H)
         hmask = (heads < HK) & (slot < L)
         _rotate(K + b * skb + s * sks, KC + b * skcb + slot * skcn, cos_row, sin_row, heads, hmask,
-                skh, skch, HALF, PASS, BLOCK_HALF, BLOCK_PASS)
+                skh, skch, HALF, PASS, KW, h0, HK, D, eps,
+                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, NORM, NORM_ROUND)
         cols = tl.arange(0, BLOCK_D)
         mask = hmask[:, None] & (cols < D)[None, :]
         h64 = heads.to(tl.int64)[:, None]
@@ -103,20 +160,29 @@ def _rope_cache_kernel(
 
 
 def rope_cache_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                     k_cache: torch.Tensor, v_cache: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+                     k_cache: torch.Tensor, v_cache: torch.Tensor, counter: torch.Tensor,
+                     q_norm_weight: Optional[torch.Tensor] = None, k_norm_weight: Optional[torch.Tensor] = None,
+                     eps: float = 1e-6, norm_round: bool = True) -> torch.Tensor:
     """Rotate q and k, write rotated k and v into the caches at slots counter + [0, S); returns
     q_rot [B, Hq, S, D]. The caller advances `counter` by S afterwards.
+
+    q_norm_weight, k_norm_weight ([D], given together): RMSNorm each q and k head over head_dim
+    with eps first, as rmsnorm.py does (norm_round=True: rms_norm, Llama/Qwen3's order, the
+    weight's dtype must not widen the output past q's; False: rms_norm_gemma, the weight the
+    folded fp32 1 + w), so the result equals that kernel's norm followed by this one, bit for bit.
     The op: torch.ops.<ns>.rope_cache_write (declares that it writes both caches)."""
     if _ops.traced(q):
-        return _ops.call("rope_cache_write", q, k, v, cos, sin, k_cache, v_cache, counter)
-    return _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter)
+        return _ops.call("rope_cache_write", q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight,
+                         float(eps), bool(norm_round))
+    return _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps, norm_round)
 
 
 def _err(msg: str) -> ValueError:
     return ValueError(f"xpuinject_kernels: rope_cache_write: {msg}")
 
 
-def _check(q, k, v, cos, sin, k_cache, v_cache, counter):
+def _check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
+           norm_round=True):
     for name, t in (("q", q), ("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise _err(f"{name} must be a 4-D tensor, got {tuple(getattr(t, 'shape', ())) or type(t).__name__}")
@@ -145,20 +211,39 @@ def _check(q, k, v, cos, sin, k_cache, v_cache, counter):
         raise _err("counter must be a one-element int32/int64 tensor (the cache layer's cumulative_length)")
     if counter.device != q.device:
         raise _err(f"counter on {counter.device}, q on {q.device}")
+    if (q_norm_weight is None) != (k_norm_weight is None):
+        raise _err("q_norm_weight and k_norm_weight go together: give both or neither")
+    if q_norm_weight is not None:
+        for name, w, x in (("q_norm_weight", q_norm_weight, q), ("k_norm_weight", k_norm_weight, k)):
+            if not isinstance(w, torch.Tensor) or w.dim() != 1 or w.shape[0] != d:
+                raise _err(f"{name} shape {tuple(getattr(w, 'shape', ())) or type(w).__name__}: want [head_dim {d}]")
+            if w.dtype not in _ACT_DTYPES:
+                raise _err(f"{name} dtype {w.dtype} not supported (want bfloat16, float16 or float32)")
+            if w.device != q.device:
+                raise _err(f"{name} on {w.device}, q on {q.device}")
+            if norm_round and torch.promote_types(w.dtype, x.dtype) != x.dtype:
+                # Llama's order multiplies in the weight's dtype: the norm's output would be wider
+                # than the activations the rotation and the cache hold
+                raise _err(f"{name} dtype {w.dtype} would make the norm's output {torch.promote_types(w.dtype, x.dtype)}, "
+                           f"not {x.dtype}: run the norm on its own")
+        if not (eps >= 0.0):
+            raise _err(f"eps must be >= 0, got {eps}")
     cos, sin = _cs(cos, "cos", b, s, d), _cs(sin, "sin", b, s, d)
     if cos.shape[2] != sin.shape[2]:
         raise _err(f"cos has {cos.shape[2]} columns, sin {sin.shape[2]}")
     return cos, sin
 
 
-def _rope_cache_write_fake(q, k, v, cos, sin, k_cache, v_cache, counter):
-    _check(q, k, v, cos, sin, k_cache, v_cache, counter)
+def _rope_cache_write_fake(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight=None, k_norm_weight=None,
+                           eps=1e-6, norm_round=True):
+    _check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps, norm_round)
     b, s, hq, d = q.shape
     return q.new_empty((b, s, hq, d)).transpose(1, 2)
 
 
-def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter) -> torch.Tensor:
-    cos, sin = _check(q, k, v, cos, sin, k_cache, v_cache, counter)
+def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
+                      norm_round=True) -> torch.Tensor:
+    cos, sin = _check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps, norm_round)
     _backend.require_runnable(q, "rope_cache_write")
     b, s, hq, d = q.shape
     hk = k.shape[2]
@@ -171,17 +256,24 @@ def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter) -> torch.Ten
     nqb, nkb = _backend.cdiv(hq, bh), _backend.cdiv(hk, bh)
     scb = cos.stride(0) if cos.shape[0] == b and b > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] == b and b > 1 else 0
+    norm = q_norm_weight is not None
+    block_d = _backend.next_pow2(d)
+    # With the norm, the warps of rms_norm's own launch over a head_dim row: a block's layout
+    # (and so its sum's order) follows the warps, and the rstd must be the unfused one's.
+    warps = norm_num_warps(min(block_d, MAX_BLOCK)) if norm else ROPE_NUM_WARPS
+    qw = q_norm_weight.contiguous() if norm else q
+    kw = k_norm_weight.contiguous() if norm else k
     pdl = _backend.pdl(q.device)
     _rope_cache_kernel[(b * s, nqb + nkb)](
-        q, k, v, qo, k_cache, v_cache, cos, sin, counter.reshape(()),
+        q, k, v, qo, k_cache, v_cache, cos, sin, counter.reshape(()), qw, kw,
         s, hq, hk, half, npass, d, k_cache.shape[2], nqb,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         qo.stride(0), qo.stride(1), qo.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        scb, cos.stride(1), ssb, sin.stride(1),
-        BLOCK_H=bh, BLOCK_HALF=_backend.next_pow2(half), BLOCK_D=_backend.next_pow2(d),
-        BLOCK_PASS=_backend.next_pow2(npass) if npass else 0, PDL=pdl, num_warps=ROPE_NUM_WARPS,
-        **_backend.pdl_kw(pdl),
+        scb, cos.stride(1), ssb, sin.stride(1), float(eps),
+        BLOCK_H=bh, BLOCK_HALF=_backend.next_pow2(half), BLOCK_D=block_d,
+        BLOCK_PASS=_backend.next_pow2(npass) if npass else 0, NORM=norm, NORM_ROUND=bool(norm_round), PDL=pdl,
+        num_warps=warps, **_backend.pdl_kw(pdl),
     )
     _backend.count("rope_cache_write")
     return qo.transpose(1, 2)
@@ -189,16 +281,26 @@ def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter) -> torch.Ten
 
 _ops.define(
     "rope_cache_write",
-    "(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor counter) -> Tensor",
+    "(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor counter, "
+    "Tensor? q_norm_weight=None, Tensor? k_norm_weight=None, float eps=1e-06, bool norm_round=True) -> Tensor",
     _rope_cache_write, _rope_cache_write_fake, mutates=("k_cache", "v_cache"),
 )
 
 
-def rope_cache_write_ref(q, k, v, cos, sin, k_cache, v_cache, counter, dtype=torch.float64) -> Tuple[torch.Tensor, ...]:
+def rope_cache_write_ref(q, k, v, cos, sin, k_cache, v_cache, counter, dtype=torch.float64, *,
+                         q_norm_weight=None, k_norm_weight=None, eps: float = 1e-6) -> Tuple[torch.Tensor, ...]:
     """Reference in `dtype`: returns (q_rot [B, Hq, S, D], k_cache', v_cache') without touching
-    the inputs; slots past the cache's end are dropped as the kernel drops them."""
+    the inputs; slots past the cache's end are dropped as the kernel drops them. With the norm
+    weights (as the kernel takes them: Gemma's already 1 + w), q and k are first normalized per
+    head, x * rsqrt(mean(x^2) + eps) * w, in `dtype` with no rounding."""
     from .rope import apply_rope_ref
 
+    if q_norm_weight is not None:
+        def norm(x, w):
+            xd = x.to(dtype)
+            return xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * w.to(dtype)
+
+        q, k = norm(q, q_norm_weight), norm(k, k_norm_weight)
     c, sn = cos, sin
     if c.dim() == 2:
         c, sn = c[None], sn[None]
