@@ -128,12 +128,12 @@ func TestKernelsTuned(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Tuned launch configs on h200 (kernels/python/xpuinject_kernels/gpus/h200.json), one row per problem\n",
-		"gemm, 111 problem classes; CONFIG is BLOCK_M, BLOCK_N, BLOCK_K, GROUP_SIZE_M, num_warps, num_stages\n",
+		"gemm, 126 problem classes; CONFIG is BLOCK_M, BLOCK_N, BLOCK_K, GROUP_SIZE_M, num_warps, num_stages\n",
 		"EPILOGUE  M_BUCKET  K      N       CONFIG             TUNED    HEURISTIC      AUTOTUNE       FROM\n",
-		"none      2048      1024   4096    128/256/64/16/8/3  33.34    33.55 1.01x    33.55 1.01x    [3]\n",
+		"none      2048      1024   4096    128/256/64/16/8/3  33.34    33.55 1.01x    33.55 1.01x    [4]\n",
 		// the decode-step GEMV entries: every M, no times
-		"none      any       2048   2048    64/128/4/4/3   -       -             -         [5]\n",
-		"[3] 2026-12-02, docs/results/2026-12-02-h200/tune-1.log\n",
+		"none      any       2048   2048    64/128/4/4/3   -       -             -         [6]\n",
+		"[4] 2026-12-02, docs/results/2026-12-02-h200/tune-1.log\n",
 		"none slower.\n",
 	} {
 		if !strings.Contains(out, want) {
