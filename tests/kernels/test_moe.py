@@ -463,8 +463,7 @@ def test_router_selects_its_own_top_k(device, tokens, e, top_k):
     router = torch.randn(H, e, generator=g) * 0.2
     router[:, 2] = router[:, 3] = router[:, 0]
     router = router.to(torch.bfloat16).to(device)
-    x = torch.randn(tokens, H, generator=g).to(torch.bfloat16).to(device)
-    x[:, :] = x.abs()
+    x = torch.randn(tokens, H, generator=g).abs().to(torch.bfloat16).to(device)
     probs = M._router_probs(x, router)
     vals, ids = M.decode_route(x, router, top_k, fused=True)
     assert ids.dtype == torch.int32 and vals.dtype == torch.float32 and ids.shape == (tokens, top_k)

@@ -235,14 +235,6 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     q = q.view(*input_shape, h, d)
     k = k.view(*input_shape, kv, d)
     v = v.view(*input_shape, kv, d)
-    q_norm = getattr(module, "q_norm", None)
-    norms = None
-    if q_norm is not None:  # qwen3, Gemma 3: RMSNorm over head_dim before RoPE
-        # ours: fused into the static cache's RoPE + cache write below; else their own launches
-        norms = _qk_norms(module, q, k) if past_key_values is not None and q.dim() == 4 else None
-        if norms is None:
-            q = q_norm(q)
-            k = module.k_norm(k)
     if position_embeddings is None:
         raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(module)!r} got no position_embeddings")
     cos, sin = position_embeddings
@@ -250,9 +242,14 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     layer = None
     if past_key_values is not None and q.dim() == 4:
         layer = _static_layer(past_key_values, getattr(module, "layer_idx", None), q.shape[0], kv, d, k.dtype)
-    if norms is not None and layer is None:  # no static layer to write: the norms run on their own
-        q = q_norm(q)
-        k = module.k_norm(k)
+    q_norm = getattr(module, "q_norm", None)
+    norms = None
+    if q_norm is not None:  # qwen3, Gemma 3: RMSNorm over head_dim before RoPE
+        # ours, on a static cache: inside its RoPE + cache write below; else their own launches
+        norms = _qk_norms(module, q, k) if layer is not None else None
+        if norms is None:
+            q = q_norm(q)
+            k = module.k_norm(k)
     softcap = getattr(module, "attn_logit_softcapping", None)
     # SDPA has no soft-capping (integrations/sdpa_attention.py ignores it): capped layers stay ours.
     vendor_attn = softcap is None and _vendor(module, "attention-prefill" if q_len > 1 else "attention-decode")
