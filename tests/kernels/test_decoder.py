@@ -318,9 +318,10 @@ def _static_steps(model, ids, steps=2):
 
 
 def test_qwen3_qk_norms_fuse_into_the_static_cache_write(device, monkeypatch):
-    """Qwen3's q_norm / k_norm bound to our RMSNorm run inside the RoPE + static-cache write: the
-    same logits and caches, bit for bit, as the norms' own launches before it, with two rms_norm
-    launches fewer per layer and forward; a dynamic cache and stock norm modules keep their own."""
+    """Qwen3's q_norm / k_norm bound to our RMSNorm run inside the RoPE + static-cache write, and
+    on a dynamic cache inside the RoPE launch alone: the same logits and caches, bit for bit, as
+    the norms' own launches before it, with two rms_norm launches fewer per layer and forward; a
+    stock norm module keeps its own."""
     model = _inject(_tiny("qwen3", device))
     at = model.model.layers[0].self_attn
     g = torch.Generator().manual_seed(6)
@@ -344,12 +345,26 @@ def test_qwen3_qk_norms_fuse_into_the_static_cache_write(device, monkeypatch):
         assert torch.equal(a, b)
     q = torch.zeros(1, 1, 4, 32, dtype=torch.bfloat16, device=device)
     assert decoder._qk_norms(at, q, q[:, :, :2]) is not None
+
+    def dynamic():  # a dynamic cache: the norms in the RoPE launch alone
+        before = dict(counts)
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=True).logits
+        return out, {k: counts[k] - before.get(k, 0) for k in ("rms_norm", "apply_rope.norm")}
+
+    fused, fused_n = dynamic()
+    with monkeypatch.context() as m:
+        m.setattr(decoder, "_qk_norms", lambda *a: None)
+        unfused, unfused_n = dynamic()
+    assert torch.equal(fused, unfused), float((fused.float() - unfused.float()).abs().max())
+    assert fused_n["apply_rope.norm"] == 2 and unfused_n["apply_rope.norm"] == 0
+    assert unfused_n["rms_norm"] - fused_n["rms_norm"] == 2 * 2
     del at.q_norm.forward  # a stock Qwen3RMSNorm: runs as itself
     assert decoder._qk_norms(at, q, q[:, :, :2]) is None
     before = counts["rms_norm"]
     with torch.no_grad():
-        model(input_ids=ids, use_cache=True)  # a dynamic cache: no fused write, the norms launch
-    assert counts["rms_norm"] - before == 2 + 2 + 1, "input norms, layer 1's q/k norms, layer 0's k_norm"
+        model(input_ids=ids, use_cache=True)
+    assert counts["rms_norm"] - before == fused_n["rms_norm"] + 1, "layer 0's k_norm launches on its own"
 
 
 def test_gemma3_qk_norms_fuse_into_the_static_cache_write(device, monkeypatch):

@@ -199,3 +199,94 @@ def test_rope_partial_rotary_bad_widths(device):
             rope.apply_rope(q, q, cs, cs)
     with pytest.raises(ValueError, match="cos has 48 columns, sin 32"):
         rope.apply_rope(q, q, torch.zeros(1, 3, 48, device=device), torch.zeros(1, 3, 32, device=device))
+
+
+NORM_EPS = 1e-6
+
+
+def qk_norm_weights(order, d, seed):
+    """q_norm / k_norm weights as the fused launch takes them: Llama's order the module's own bf16
+    weight (around 1, not 1), Gemma's the fp32 1 + w folded from a raw w around 0."""
+    g = torch.Generator().manual_seed(seed)
+    if order == "llama":
+        return [(0.5 + torch.rand(d, generator=g)).to(torch.bfloat16) for _ in range(2)]
+    return [1.0 + 0.3 * torch.randn(d, generator=g) for _ in range(2)]
+
+
+def qkv_views(b, s, hq, hk, d, dtype, device, seed):
+    """q [B, Hq, S, D] and k [B, Hk, S, D] as a decoder layer makes them: transposed views of one
+    fused projection, far from unit rms."""
+    torch.manual_seed(seed)
+    qkv = (torch.randn(b, s, (hq + 2 * hk) * d) * 3 + 0.5).to(dtype).to(device)
+    q, k, _ = qkv.split([hq * d, hk * d, hk * d], dim=-1)
+    return q.view(b, s, hq, d).transpose(1, 2), k.view(b, s, hk, d).transpose(1, 2)
+
+
+QK_NORM_CASES = [  # b, s, hq, hk, d, rotary_factor (None: full)
+    (1, 5, 6, 2, 128, None),   # GQA 3
+    (2, 3, 10, 2, 80, None),   # GQA 5, head_dim 80: q heads past one block of 8
+    (2, 4, 9, 3, 96, 0.75),    # partial rotary (72 of 96): the unrotated channels normalized too
+]
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("order", ["llama", "gemma"])
+@pytest.mark.parametrize("b,s,hq,hk,d,factor", QK_NORM_CASES)
+def test_fused_qk_norms_equal_the_norm_kernels_then_rope(device, inplace, order, b, s, hq, hk, d, factor):
+    """q_norm / k_norm in the RoPE launch: bit for bit our RMSNorm kernel (rms_norm, or
+    rms_norm_gemma on the folded 1 + w) followed by apply_rope, in place and out of place; the
+    other rounding order gives other values, so the test sees the order."""
+    from xpuinject_kernels import rmsnorm
+
+    q, k = qkv_views(b, s, hq, hk, d, torch.bfloat16, device, seed=s)
+    cos, sin = rotary(d, s, b, q.dtype, device) if factor is None else phi3_rotary(d, factor, s, b, q.dtype, device)
+    qw, kw = (w.to(device) for w in qk_norm_weights(order, d, seed=d))
+    norm = rmsnorm.rms_norm if order == "llama" else rmsnorm.rms_norm_gemma
+    want_q, want_k = rope.apply_rope(norm(q, qw, NORM_EPS), norm(k, kw, NORM_EPS), cos, sin)
+    before = _backend.launch_counts["apply_rope.norm"]
+    q0, k0 = q.clone(), k.clone()
+    got_q, got_k = rope.apply_rope(q, k, cos, sin, inplace=inplace, q_norm_weight=qw, k_norm_weight=kw,
+                                   eps=NORM_EPS, norm_round=order == "llama")
+    assert _backend.launch_counts["apply_rope.norm"] == before + 1
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+    if inplace:
+        assert got_q is q and got_k is k
+    else:
+        assert torch.equal(q, q0) and torch.equal(k, k0)
+    ow = torch.float32 if order == "llama" else torch.bfloat16
+    other_q, _ = rope.apply_rope(q0, k0, cos, sin, q_norm_weight=qw.to(ow), k_norm_weight=kw.to(ow), eps=NORM_EPS,
+                                 norm_round=order != "llama")
+    assert not torch.equal(other_q, want_q)
+
+
+@pytest.mark.parametrize("b,s,hq,hk,d,factor", QK_NORM_CASES[1:])
+def test_fused_qk_norms_match_fp64(device, b, s, hq, hk, d, factor):
+    """Against the fp64 norm then rotation: the rotation's relative tolerance, with one bf16 ulp
+    absolute (the norm's output is O(1) and rounded once to bf16 before the rotation)."""
+    q, k = qkv_views(b, s, hq, hk, d, torch.bfloat16, device, seed=9)
+    cos, sin = rotary(d, s, b, q.dtype, device) if factor is None else phi3_rotary(d, factor, s, b, q.dtype, device)
+    qw, kw = (w.to(device) for w in qk_norm_weights("gemma", d, seed=3))
+
+    def ref(x, w):
+        xd = x.double()
+        return xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + NORM_EPS) * w.double()
+
+    want_q, want_k = rope.apply_rope_ref(ref(q, qw), ref(k, kw), cos, sin, dtype=torch.float64)
+    got_q, got_k = rope.apply_rope(q, k, cos, sin, q_norm_weight=qw, k_norm_weight=kw, eps=NORM_EPS,
+                                   norm_round=False)
+    metrics.assert_close("normed q", got_q, want_q, atol=BF16_ULP, rtol=BF16_ULP, min_cosine=0.9999)
+    metrics.assert_close("normed k", got_k, want_k, atol=BF16_ULP, rtol=BF16_ULP, min_cosine=0.9999)
+
+
+def test_fused_qk_norms_refuse_bad_weights(device):
+    q, k = qkv_views(1, 2, 4, 2, 64, torch.bfloat16, device, seed=1)
+    cos, sin = rotary(64, 2, 1, q.dtype, device)
+    w = torch.ones(64, dtype=torch.bfloat16, device=device)
+    with pytest.raises(ValueError, match="apply_rope: q_norm_weight and k_norm_weight go together"):
+        rope.apply_rope(q, k, cos, sin, q_norm_weight=w)
+    with pytest.raises(ValueError, match=r"apply_rope: k_norm_weight shape \(32,\): want \[head_dim 64\]"):
+        rope.apply_rope(q, k, cos, sin, q_norm_weight=w, k_norm_weight=w[:32])
+    with pytest.raises(ValueError, match="apply_rope: q_norm_weight dtype torch.float32 would make the norm's output"):
+        rope.apply_rope(q, k, cos, sin, q_norm_weight=w.float(), k_norm_weight=w)
+    with pytest.raises(ValueError, match="apply_rope: eps must be >= 0"):
+        rope.apply_rope(q, k, cos, sin, q_norm_weight=w, k_norm_weight=w, eps=-1.0)

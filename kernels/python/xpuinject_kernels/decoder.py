@@ -2,9 +2,10 @@
 
 `Attention` replaces LlamaAttention.forward (and Mistral/Qwen2/Qwen3's and Gemma 2/3's, which
 share the signature): one GEMM over the packed, concatenated QKV weight, RoPE by the rope kernel,
-qwen3's and Gemma 3's per-head q/k RMSNorm by the rmsnorm kernels (on a static cache, when q_norm
-and k_norm run our RMSNorm or GemmaRMSNorm, inside the RoPE + cache write kernel instead, with the
-same weight and rounding: two launches fewer per layer, bit for bit the same), Gemma 2's logit soft-capping
+qwen3's and Gemma 3's per-head q/k RMSNorm inside the RoPE launch when q_norm and k_norm run our
+RMSNorm or GemmaRMSNorm (the RoPE + static-cache write kernel, or the RoPE kernel alone: the same
+weight and rounding, two launches fewer per layer, bit for bit the norms' own kernels; a stock
+norm module runs as itself), Gemma 2's logit soft-capping
 (`attn_logit_softcapping`) and a sliding layer's window (`sliding_window`) in the attention
 kernels, the KV cache update through the model's own Cache object, flash-attention prefill or
 split-K decode, and one GEMM for the output projection.
@@ -193,7 +194,7 @@ def _bound_to(norm, layer) -> bool:
 
 
 def _qk_norms(module: nn.Module, q: torch.Tensor, k: torch.Tensor):
-    """(q weight, k weight, eps, round) for rope_cache_write to apply q_norm and k_norm as the
+    """(q weight, k weight, eps, round) for the RoPE launch to apply q_norm and k_norm as the
     kernels their forwards are bound to would: both bound to our RMSNorm (Llama's order, the
     module's own weight; only when the weight keeps the output in q's dtype) or both to our
     GemmaRMSNorm (the fp32 1 + w it runs on), with one eps. None: anything else (a stock module,
@@ -245,8 +246,9 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     q_norm = getattr(module, "q_norm", None)
     norms = None
     if q_norm is not None:  # qwen3, Gemma 3: RMSNorm over head_dim before RoPE
-        # ours, on a static cache: inside its RoPE + cache write below; else their own launches
-        norms = _qk_norms(module, q, k) if layer is not None else None
+        # ours: inside the RoPE launch below (with the static cache's write, or alone); a stock
+        # or mixed pair keeps its own launches
+        norms = _qk_norms(module, q, k)
         if norms is None:
             q = q_norm(q)
             k = module.k_norm(k)
@@ -270,7 +272,8 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         # In place only outside autograd: q and k are views of this call's own projection, but a
         # tracer with grad mode on (torch.compile) refuses in-place writes to views it records.
-        q, k = apply_rope(q, k, cos, sin, inplace=not torch.is_grad_enabled())
+        nw = {} if norms is None else dict(zip(("q_norm_weight", "k_norm_weight", "eps", "norm_round"), norms))
+        q, k = apply_rope(q, k, cos, sin, inplace=not torch.is_grad_enabled(), **nw)
         if past_key_values is not None:
             k, v = past_key_values.update(k, v, module.layer_idx)
     if q_len == 1 and kv_lens is not None and not vendor_attn:

@@ -19,6 +19,14 @@ into q and k (through their strides) and returns them — no allocation, for cal
 
 Numerics: fp32 math, one rounding to the activation dtype (stock rounds q*cos, rotate_half(q)*sin
 and their sum separately in bf16; we are at least as close to the fp32 reference).
+
+Per-head q/k RMSNorm (qwen3's and Gemma 3's q_norm / k_norm), when given their weights: each head
+is first normalized over head_dim as rmsnorm.py's kernel does it -- the fp32 sum of squares in the
+same order (the same 1-D block per head, launched with rms_norm's warps for that row), then Llama's
+order (round, times the weight, round) or Gemma's (times the fp32 1 + w, round once) -- and the
+rotation takes that rounded output: bit for bit the norm kernel followed by the rotation, without
+the norms' two launches and the copies their strided inputs need. rope_cache.py shares these
+helpers.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ import triton
 import triton.language as tl
 
 from . import _backend, _ops
+from .rmsnorm import MAX_BLOCK
+from .rmsnorm import num_warps as _norm_row_warps
 
 __all__ = ["apply_rope", "apply_rope_ref", "rotate_half_ref"]
 
@@ -97,6 +107,141 @@ def _rope_kernel(
                   skb, skh, sks, skob, skoh, skos, HALF, PASS, BLOCK_HK, BLOCK_HALF, BLOCK_PASS)
 
 
+@triton.jit
+def _head_rstd(x_row, h0, NH, sxh, D, eps, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+    """1/rms over head_dim of heads h0 + [0, BLOCK_H), as a [BLOCK_H] vector. Each head's row is
+    reduced as _rms_norm_kernel reduces a row (one 1-D block of BLOCK_D, the same expressions,
+    launched with the same warps), so the sum runs in the same order and rstd equals its rstd."""
+    cols = tl.arange(0, BLOCK_D)
+    mask = cols < D
+    hidx = tl.arange(0, BLOCK_H)
+    rstd = tl.zeros([BLOCK_H], dtype=tl.float32)
+    for i in tl.static_range(BLOCK_H):
+        # a head past the last reads the last one's row: in bounds, and never stored
+        h = tl.minimum(h0 + i, NH - 1).to(tl.int64)
+        x = tl.load(x_row + h * sxh + cols, mask=mask, other=0.0)
+        xf = x.to(tl.float32)
+        var = tl.sum(xf * xf, axis=0) / D
+        rstd = tl.where(hidx == i, 1.0 / tl.sqrt(var + eps), rstd)
+    return rstd
+
+
+@triton.jit
+def _normed(x, rstd, w, act_ty, ROUND: tl.constexpr):
+    """The norm's output from fp32 x in _rms_norm_kernel's order: x * rstd (rounded to act_ty
+    first when ROUND, Llama's order), times the fp32 weight, rounded to act_ty, back in fp32:
+    exactly the value the unfused path's rope loads."""
+    n = x * rstd
+    if ROUND:
+        n = n.to(act_ty).to(tl.float32)
+    return (w * n).to(act_ty).to(tl.float32)
+
+
+@triton.jit
+def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, PASS,
+            W, h0, NH, D, eps,
+            BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_PASS: tl.constexpr,
+            NORM: tl.constexpr, NORM_ROUND: tl.constexpr):
+    act = x_row.dtype.element_ty
+    if NORM:
+        rstd = _head_rstd(x_row, h0, NH, sxh, D, eps, BLOCK_H, BLOCK_D)[:, None]
+    cols = tl.arange(0, BLOCK_HALF)
+    cmask = cols < HALF
+    mask = hmask[:, None] & cmask[None, :]
+    c1 = tl.load(cos_row + cols, mask=cmask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_row + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_row + cols, mask=cmask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_row + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
+    hx = heads.to(tl.int64)[:, None] * sxh
+    x1 = tl.load(x_row + hx + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(x_row + hx + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if NORM:
+        w1 = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
+        w2 = tl.load(W + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
+        x1 = _normed(x1, rstd, w1[None, :], act, NORM_ROUND)
+        x2 = _normed(x2, rstd, w2[None, :], act, NORM_ROUND)
+    o1 = x1 * c1[None, :] - x2 * s1[None, :]
+    o2 = x2 * c2[None, :] + x1 * s2[None, :]
+    ho = heads.to(tl.int64)[:, None] * soh
+    oty = o_row.dtype.element_ty
+    tl.store(o_row + ho + cols[None, :], o1.to(oty), mask=mask)
+    tl.store(o_row + ho + HALF + cols[None, :], o2.to(oty), mask=mask)
+    if BLOCK_PASS > 0:  # partial rotary: the channels past 2 * HALF, unrotated
+        pc = tl.arange(0, BLOCK_PASS)
+        pcols = 2 * HALF + pc
+        pmask = hmask[:, None] & (pc < PASS)[None, :]
+        xp = tl.load(x_row + hx + pcols[None, :], mask=pmask, other=0.0)
+        if NORM:
+            wp = tl.load(W + pcols, mask=pc < PASS, other=0.0).to(tl.float32)
+            xp = _normed(xp.to(tl.float32), rstd, wp[None, :], act, NORM_ROUND)
+        tl.store(o_row + ho + pcols[None, :], xp.to(oty), mask=pmask)
+
+
+@triton.jit
+def _rope_norm_kernel(
+    Q, K, QO, KO, COS, SIN, QW, KW,
+    S, HQ, HK, HALF, PASS, D, NQB,
+    sqb, sqh, sqs, skb, skh, sks,
+    sqob, sqoh, sqos, skob, skoh, skos,
+    scb, scs, ssb, sss, eps,
+    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_PASS: tl.constexpr,
+    NORM_ROUND: tl.constexpr,
+):
+    # grid: (batch * seq, q head blocks + k head blocks). Each program normalizes its heads over
+    # head_dim and rotates them; a head is read whole before any of it is written, so in place works.
+    tok = tl.program_id(0).to(tl.int64)
+    blk = tl.program_id(1)
+    b = tok // S
+    s = tok % S
+    cos_row = COS + b * scb + s * scs
+    sin_row = SIN + b * ssb + s * sss
+    if blk < NQB:
+        h0 = blk * BLOCK_H
+        heads = h0 + tl.arange(0, BLOCK_H)
+        _rotate(Q + b * sqb + s * sqs, QO + b * sqob + s * sqos, cos_row, sin_row, heads, heads < HQ,
+                sqh, sqoh, HALF, PASS, QW, h0, HQ, D, eps,
+                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, True, NORM_ROUND)
+    else:
+        h0 = (blk - NQB) * BLOCK_H
+        heads = h0 + tl.arange(0, BLOCK_H)
+        _rotate(K + b * skb + s * sks, KO + b * skob + s * skos, cos_row, sin_row, heads, heads < HK,
+                skh, skoh, HALF, PASS, KW, h0, HK, D, eps,
+                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, True, NORM_ROUND)
+
+
+# Heads per program of the kernels that fuse the q/k norms: Llama-3.1-8B's 32 q heads take 4
+# programs and its 8 k heads one, so a single decode token still spreads over several programs.
+NORM_HEADS_PER_PROGRAM = 8
+
+
+def norm_warps(d: int) -> int:
+    """The warps of a launch that fuses the q/k norms: those of rms_norm's own launch over a
+    head_dim row. A block's layout (and so its sum's order) follows the warps, and the rstd must
+    be the unfused one's."""
+    return _norm_row_warps(min(_backend.next_pow2(d), MAX_BLOCK))
+
+
+def check_norm_weights(q, k, q_norm_weight, k_norm_weight, eps, norm_round, d, _err) -> None:
+    """The q/k norm operands of a kernel that fuses them; _err(msg) makes the op's error."""
+    if (q_norm_weight is None) != (k_norm_weight is None):
+        raise _err("q_norm_weight and k_norm_weight go together: give both or neither")
+    if q_norm_weight is not None:
+        for name, w, x in (("q_norm_weight", q_norm_weight, q), ("k_norm_weight", k_norm_weight, k)):
+            if not isinstance(w, torch.Tensor) or w.dim() != 1 or w.shape[0] != d:
+                raise _err(f"{name} shape {tuple(getattr(w, 'shape', ())) or type(w).__name__}: want [head_dim {d}]")
+            if w.dtype not in _ACT_DTYPES:
+                raise _err(f"{name} dtype {w.dtype} not supported (want bfloat16, float16 or float32)")
+            if w.device != q.device:
+                raise _err(f"{name} on {w.device}, q on {q.device}")
+            if norm_round and torch.promote_types(w.dtype, x.dtype) != x.dtype:
+                # Llama's order multiplies in the weight's dtype: the norm's output would be wider
+                # than the activations the rotation and the cache hold
+                raise _err(f"{name} dtype {w.dtype} would make the norm's output {torch.promote_types(w.dtype, x.dtype)}, "
+                           f"not {x.dtype}: run the norm on its own")
+        if not (eps >= 0.0):
+            raise _err(f"eps must be >= 0, got {eps}")
+
+
 # num_warps of the one-token-per-program kernel. H200 sweep of the previous (q and k in
 # separate programs) layout (docs/results/2026-11-29-h200/sweep-rmsnorm-rope.csv), M=16384:
 # 2-4 warps were best (1B: 32 heads x 32 half-columns per program, 2 warps 83% of copy BW,
@@ -140,7 +285,8 @@ def _cs(t: torch.Tensor, name: str, batch: int, seq: int, d: int) -> torch.Tenso
 
 def apply_rope(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inplace: bool = False,
-    config: Optional[dict] = None,
+    config: Optional[dict] = None, *, q_norm_weight: Optional[torch.Tensor] = None,
+    k_norm_weight: Optional[torch.Tensor] = None, eps: float = 1e-6, norm_round: bool = True,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Rotate q [B, Hq, S, D] and k [B, Hk, S, D] by cos/sin [B or 1, S, D] (rotate-half).
 
@@ -149,6 +295,10 @@ def apply_rope(
     q/k may be non-contiguous views (unit last stride is not required: it is handled by a copy).
     config: launch constants {"tile_elems": elements per half-tile (sets the heads per tile),
     "num_warps": n}, either or both, instead of the defaults (for tuning); None uses them.
+    q_norm_weight, k_norm_weight ([D], given together): RMSNorm each q and k head over head_dim
+    with eps first, in the same launch, bit for bit rmsnorm.py's kernel (norm_round=True:
+    rms_norm, Llama/Qwen3's order; False: rms_norm_gemma on the folded fp32 1 + w) followed by
+    the rotation; config does not apply to that launch.
     The ops: torch.ops.<ns>.apply_rope, and apply_rope_ (in place: it declares that it writes q
     and k) for inplace=True.
     """
@@ -156,18 +306,24 @@ def apply_rope(
     if config is not None:
         cfg = _backend.launch_config(config, ("tile_elems", "num_warps"), "apply_rope")
         tile, warps = cfg.get("tile_elems", 0), cfg.get("num_warps", 0)
+    norm = (q_norm_weight, k_norm_weight, float(eps), bool(norm_round))
     if inplace:
         if _ops.traced(q):
-            _ops.call("apply_rope_", q, k, cos, sin, tile, warps)
+            _ops.call("apply_rope_", q, k, cos, sin, tile, warps, *norm)
         else:
-            _apply_rope_(q, k, cos, sin, tile, warps)
+            _apply_rope_(q, k, cos, sin, tile, warps, *norm)
         return q, k
     if _ops.traced(q):
-        return _ops.call("apply_rope", q, k, cos, sin, tile, warps)
-    return _apply_rope(q, k, cos, sin, tile, warps)
+        return _ops.call("apply_rope", q, k, cos, sin, tile, warps, *norm)
+    return _apply_rope(q, k, cos, sin, tile, warps, *norm)
 
 
-def _check_rope(q, k, cos, sin) -> Tuple[torch.Tensor, torch.Tensor]:
+def _err(msg: str) -> ValueError:
+    return ValueError(f"xpuinject_kernels: apply_rope: {msg}")
+
+
+def _check_rope(q, k, cos, sin, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
+                norm_round=True) -> Tuple[torch.Tensor, torch.Tensor]:
     """Check every operand; returns cos/sin as 3-D views with unit last stride."""
     _check_qk(q, "q")
     _check_qk(k, "k")
@@ -185,14 +341,16 @@ def _check_rope(q, k, cos, sin) -> Tuple[torch.Tensor, torch.Tensor]:
     for t, n in ((k, "k"), (cos, "cos"), (sin, "sin")):
         if isinstance(t, torch.Tensor) and t.device != q.device:
             raise ValueError(f"xpuinject_kernels: apply_rope: {n} on {t.device}, q on {q.device}")
+    check_norm_weights(q, k, q_norm_weight, k_norm_weight, eps, norm_round, d, _err)
     cos, sin = _cs(cos, "cos", bq, sq, d), _cs(sin, "sin", bq, sq, d)
     if cos.shape[2] != sin.shape[2]:
         raise ValueError(f"xpuinject_kernels: apply_rope: cos has {cos.shape[2]} columns, sin {sin.shape[2]}")
     return cos, sin
 
 
-def _apply_rope(q, k, cos, sin, tile_elems: int, num_warps: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    cos, sin = _check_rope(q, k, cos, sin)
+def _apply_rope(q, k, cos, sin, tile_elems: int, num_warps: int, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
+                norm_round=True) -> Tuple[torch.Tensor, torch.Tensor]:
+    cos, sin = _check_rope(q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
     _backend.require_runnable(q, "apply_rope")
     qi = q if q.stride(-1) == 1 else q.contiguous()
     ki = k if k.stride(-1) == 1 else k.contiguous()
@@ -204,39 +362,73 @@ def _apply_rope(q, k, cos, sin, tile_elems: int, num_warps: int) -> Tuple[torch.
     ko = _backend.empty_like(ki)
     if q.numel() == 0 and k.numel() == 0:
         return qo, ko
+    if q_norm_weight is not None:
+        _launch_norm(qi, ki, qo, ko, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
+        _backend.count("apply_rope.norm")
+        return qo, ko
     _launch(qi, ki, qo, ko, cos, sin, tile_elems or 2048, num_warps or ROPE_NUM_WARPS, copy_pass=True)
     _backend.count("apply_rope")
     return qo, ko
 
 
-def _apply_rope_fake(q, k, cos, sin, tile_elems, num_warps):
-    _check_rope(q, k, cos, sin)
+def _apply_rope_fake(q, k, cos, sin, tile_elems, num_warps, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
+                     norm_round=True):
+    _check_rope(q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
     qi = q if q.stride(-1) == 1 else q.contiguous()
     ki = k if k.stride(-1) == 1 else k.contiguous()
     return torch.empty_like(qi), torch.empty_like(ki)
 
 
-def _apply_rope_(q, k, cos, sin, tile_elems: int, num_warps: int) -> None:
-    cos, sin = _check_rope(q, k, cos, sin)
+def _apply_rope_(q, k, cos, sin, tile_elems: int, num_warps: int, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
+                 norm_round=True) -> None:
+    cos, sin = _check_rope(q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
     if q.stride(-1) != 1 or k.stride(-1) != 1:
         raise ValueError("xpuinject_kernels: apply_rope: inplace=True needs q and k with unit last stride")
     _backend.require_runnable(q, "apply_rope")
     if q.numel() == 0 and k.numel() == 0:
         return
+    if q_norm_weight is not None:
+        _launch_norm(q, k, q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
+        _backend.count("apply_rope.norm")
+        return
     _launch(q, k, q, k, cos, sin, tile_elems or 2048, num_warps or ROPE_NUM_WARPS)
     _backend.count("apply_rope.inplace")
 
 
-def _apply_rope_inplace_fake(q, k, cos, sin, tile_elems, num_warps):
-    _check_rope(q, k, cos, sin)
+def _apply_rope_inplace_fake(q, k, cos, sin, tile_elems, num_warps, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
+                             norm_round=True):
+    _check_rope(q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
     if q.stride(-1) != 1 or k.stride(-1) != 1:
         raise ValueError("xpuinject_kernels: apply_rope: inplace=True needs q and k with unit last stride")
 
 
-_ops.define("apply_rope", "(Tensor q, Tensor k, Tensor cos, Tensor sin, int tile_elems, int num_warps) -> (Tensor, Tensor)",
-            _apply_rope, _apply_rope_fake)
-_ops.define("apply_rope_", "(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin, int tile_elems, int num_warps) -> ()",
-            _apply_rope_, _apply_rope_inplace_fake, mutates=("q", "k"))
+_NORM_ARGS = "Tensor? q_norm_weight=None, Tensor? k_norm_weight=None, float eps=1e-06, bool norm_round=True"
+_ops.define("apply_rope", "(Tensor q, Tensor k, Tensor cos, Tensor sin, int tile_elems, int num_warps, "
+            f"{_NORM_ARGS}) -> (Tensor, Tensor)", _apply_rope, _apply_rope_fake)
+_ops.define("apply_rope_", "(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin, int tile_elems, int num_warps, "
+            f"{_NORM_ARGS}) -> ()", _apply_rope_, _apply_rope_inplace_fake, mutates=("q", "k"))
+
+
+def _launch_norm(qi, ki, qo, ko, cos, sin, qw, kw, eps, norm_round) -> None:
+    """The launch of apply_rope with the q/k norms fused in, on validated operands."""
+    bq, hq, sq, d = qi.shape
+    hk = ki.shape[1]
+    half = cos.shape[2] // 2
+    npass = d - 2 * half
+    bh = NORM_HEADS_PER_PROGRAM
+    nqb, nkb = _backend.cdiv(hq, bh), _backend.cdiv(hk, bh)
+    scb = cos.stride(0) if cos.shape[0] == bq and bq > 1 else 0
+    ssb = sin.stride(0) if sin.shape[0] == bq and bq > 1 else 0
+    _rope_norm_kernel[(bq * sq, nqb + nkb)](
+        qi, ki, qo, ko, cos, sin, qw.contiguous(), kw.contiguous(),
+        sq, hq, hk, half, npass, d, nqb,
+        qi.stride(0), qi.stride(1), qi.stride(2), ki.stride(0), ki.stride(1), ki.stride(2),
+        qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
+        scb, cos.stride(1), ssb, sin.stride(1), float(eps),
+        BLOCK_H=bh, BLOCK_HALF=_backend.next_pow2(half), BLOCK_D=_backend.next_pow2(d),
+        BLOCK_PASS=_backend.next_pow2(npass) if npass else 0, NORM_ROUND=bool(norm_round),
+        num_warps=norm_warps(d),
+    )
 
 
 def _launch(qi, ki, qo, ko, cos, sin, tile_elems: int = 2048, num_warps: int = ROPE_NUM_WARPS,

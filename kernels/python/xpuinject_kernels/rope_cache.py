@@ -39,85 +39,11 @@ import triton
 import triton.language as tl
 
 from . import _backend, _ops
-from .rmsnorm import MAX_BLOCK
-from .rmsnorm import num_warps as norm_num_warps
-from .rope import ROPE_NUM_WARPS, _cs
+from .rope import NORM_HEADS_PER_PROGRAM, ROPE_NUM_WARPS, _cs, _rotate, check_norm_weights, norm_warps
 
 __all__ = ["rope_cache_write", "rope_cache_write_ref"]
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-# Heads per program: Llama-3.1-8B's 32 q heads take 4 programs and its 8 k/v heads one.
-_HEADS_PER_PROGRAM = 8
-
-
-@triton.jit
-def _head_rstd(x_row, h0, NH, sxh, D, eps, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
-    """1/rms over head_dim of heads h0 + [0, BLOCK_H), as a [BLOCK_H] vector. Each head's row is
-    reduced as _rms_norm_kernel reduces a row (one 1-D block of BLOCK_D, the same expressions,
-    launched with the same warps), so the sum runs in the same order and rstd equals its rstd."""
-    cols = tl.arange(0, BLOCK_D)
-    mask = cols < D
-    hidx = tl.arange(0, BLOCK_H)
-    rstd = tl.zeros([BLOCK_H], dtype=tl.float32)
-    for i in tl.static_range(BLOCK_H):
-        # a head past the last reads the last one's row: in bounds, and never stored
-        h = tl.minimum(h0 + i, NH - 1).to(tl.int64)
-        x = tl.load(x_row + h * sxh + cols, mask=mask, other=0.0)
-        xf = x.to(tl.float32)
-        var = tl.sum(xf * xf, axis=0) / D
-        rstd = tl.where(hidx == i, 1.0 / tl.sqrt(var + eps), rstd)
-    return rstd
-
-
-@triton.jit
-def _normed(x, rstd, w, act_ty, ROUND: tl.constexpr):
-    """The norm's output from fp32 x in _rms_norm_kernel's order: x * rstd (rounded to act_ty
-    first when ROUND, Llama's order), times the fp32 weight, rounded to act_ty, back in fp32:
-    exactly the value the unfused path's rope loads."""
-    n = x * rstd
-    if ROUND:
-        n = n.to(act_ty).to(tl.float32)
-    return (w * n).to(act_ty).to(tl.float32)
-
-
-@triton.jit
-def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, PASS,
-            W, h0, NH, D, eps,
-            BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_PASS: tl.constexpr,
-            NORM: tl.constexpr, NORM_ROUND: tl.constexpr):
-    act = x_row.dtype.element_ty
-    if NORM:
-        rstd = _head_rstd(x_row, h0, NH, sxh, D, eps, BLOCK_H, BLOCK_D)[:, None]
-    cols = tl.arange(0, BLOCK_HALF)
-    cmask = cols < HALF
-    mask = hmask[:, None] & cmask[None, :]
-    c1 = tl.load(cos_row + cols, mask=cmask, other=0.0).to(tl.float32)
-    c2 = tl.load(cos_row + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_row + cols, mask=cmask, other=0.0).to(tl.float32)
-    s2 = tl.load(sin_row + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
-    hx = heads.to(tl.int64)[:, None] * sxh
-    x1 = tl.load(x_row + hx + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(x_row + hx + HALF + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    if NORM:
-        w1 = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
-        w2 = tl.load(W + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
-        x1 = _normed(x1, rstd, w1[None, :], act, NORM_ROUND)
-        x2 = _normed(x2, rstd, w2[None, :], act, NORM_ROUND)
-    o1 = x1 * c1[None, :] - x2 * s1[None, :]
-    o2 = x2 * c2[None, :] + x1 * s2[None, :]
-    ho = heads.to(tl.int64)[:, None] * soh
-    oty = o_row.dtype.element_ty
-    tl.store(o_row + ho + cols[None, :], o1.to(oty), mask=mask)
-    tl.store(o_row + ho + HALF + cols[None, :], o2.to(oty), mask=mask)
-    if BLOCK_PASS > 0:  # partial rotary: the channels past 2 * HALF, unrotated
-        pc = tl.arange(0, BLOCK_PASS)
-        pcols = 2 * HALF + pc
-        pmask = hmask[:, None] & (pc < PASS)[None, :]
-        xp = tl.load(x_row + hx + pcols[None, :], mask=pmask, other=0.0)
-        if NORM:
-            wp = tl.load(W + pcols, mask=pc < PASS, other=0.0).to(tl.float32)
-            xp = _normed(xp.to(tl.float32), rstd, wp[None, :], act, NORM_ROUND)
-        tl.store(o_row + ho + pcols[None, :], xp.to(oty), mask=pmask)
 
 
 @triton.jit
@@ -211,23 +137,7 @@ def _check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight=None, k_n
         raise _err("counter must be a one-element int32/int64 tensor (the cache layer's cumulative_length)")
     if counter.device != q.device:
         raise _err(f"counter on {counter.device}, q on {q.device}")
-    if (q_norm_weight is None) != (k_norm_weight is None):
-        raise _err("q_norm_weight and k_norm_weight go together: give both or neither")
-    if q_norm_weight is not None:
-        for name, w, x in (("q_norm_weight", q_norm_weight, q), ("k_norm_weight", k_norm_weight, k)):
-            if not isinstance(w, torch.Tensor) or w.dim() != 1 or w.shape[0] != d:
-                raise _err(f"{name} shape {tuple(getattr(w, 'shape', ())) or type(w).__name__}: want [head_dim {d}]")
-            if w.dtype not in _ACT_DTYPES:
-                raise _err(f"{name} dtype {w.dtype} not supported (want bfloat16, float16 or float32)")
-            if w.device != q.device:
-                raise _err(f"{name} on {w.device}, q on {q.device}")
-            if norm_round and torch.promote_types(w.dtype, x.dtype) != x.dtype:
-                # Llama's order multiplies in the weight's dtype: the norm's output would be wider
-                # than the activations the rotation and the cache hold
-                raise _err(f"{name} dtype {w.dtype} would make the norm's output {torch.promote_types(w.dtype, x.dtype)}, "
-                           f"not {x.dtype}: run the norm on its own")
-        if not (eps >= 0.0):
-            raise _err(f"eps must be >= 0, got {eps}")
+    check_norm_weights(q, k, q_norm_weight, k_norm_weight, eps, norm_round, d, _err)
     cos, sin = _cs(cos, "cos", b, s, d), _cs(sin, "sin", b, s, d)
     if cos.shape[2] != sin.shape[2]:
         raise _err(f"cos has {cos.shape[2]} columns, sin {sin.shape[2]}")
@@ -252,15 +162,13 @@ def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weigh
         return qo.transpose(1, 2)
     half = cos.shape[2] // 2
     npass = d - 2 * half
-    bh = _HEADS_PER_PROGRAM
+    bh = NORM_HEADS_PER_PROGRAM
     nqb, nkb = _backend.cdiv(hq, bh), _backend.cdiv(hk, bh)
     scb = cos.stride(0) if cos.shape[0] == b and b > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] == b and b > 1 else 0
     norm = q_norm_weight is not None
     block_d = _backend.next_pow2(d)
-    # With the norm, the warps of rms_norm's own launch over a head_dim row: a block's layout
-    # (and so its sum's order) follows the warps, and the rstd must be the unfused one's.
-    warps = norm_num_warps(min(block_d, MAX_BLOCK)) if norm else ROPE_NUM_WARPS
+    warps = norm_warps(d) if norm else ROPE_NUM_WARPS
     qw = q_norm_weight.contiguous() if norm else q
     kw = k_norm_weight.contiguous() if norm else k
     pdl = _backend.pdl(q.device)
