@@ -254,8 +254,8 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
         out = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for j in tl.static_range(TOP_K):
             wt = tl.load(vbase + j)
-            if RULE != 0:
-                wt = wt / total
+            if RULE != 0:  # IEEE division, as torch divides (Triton's `/` is div.full.f32)
+                wt = tl.math.div_rn(wt, total)
             if RULE != 2:
                 wt = wt.to(out_ptr.dtype.element_ty).to(tl.float32)
             y = tl.zeros((BLOCK_N,), dtype=tl.float32)
