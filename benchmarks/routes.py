@@ -29,6 +29,16 @@ projection as the step runs it: gemv.py at M <= gemv.MAX_M, timed at the tuned c
 file ships when the run swept configs) replace the run's rows of the same projection at those
 token counts; the run's larger M (the tiled kernel) stay.
 
+--tune FILE --tune-config CONFIG (a benchmarks/tune.py tune.json, and the config.json of the model
+whose classes it swept): its GEMM classes above decode size, each the tuned config's time against
+cuBLAS on the packed weight (what a route runs: torch.matmul(x, W[K, N])), the projection named by
+the model's geometry (qkv: K = hidden, N = (heads + 2 kv_heads) * head_dim; o: K = heads *
+head_dim, N = hidden). Its rows replace the run's of the same projection and shape. Decode-sized
+classes are not priced from it: an isolated launch is not what a decode step pays (--decode-step
+measures that).
+
+A route covers every token count only when every token class was measured and routed.
+
 An operation that is not routed but missed its benchmark target becomes a "kept" entry: the
 plan says why the layer keeps our kernel. The planner (kernels/gpus.go) reads the file;
 `xpuinject plan --gpu <gpu>` uses it.
@@ -152,6 +162,53 @@ def load_decode_step(path: str, tuned: Optional[List[Dict]] = None) -> (List[Dic
     return rows, dict(device=run.get("device"), command="benchmarks/bench_decode_step.py --parts kernels")
 
 
+# the vendor column of a tune.json class that a route runs: cuBLAS on the packed K-major weight
+TUNE_VENDOR = "cuBLAS x @ W[K,N] (packed)"
+
+
+def load_tune(path: str, config_path: str, model: str, classes) -> List[Dict]:
+    """GEMM rows of a tune.json (module docstring: --tune), each stamped with the tune's own
+    date, command and file."""
+    with open(path, encoding="utf-8") as f:
+        run = json.load(f)
+    with open(config_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    if not isinstance(run, dict) or not isinstance(run.get("entries"), list):
+        raise ValueError("not a tune.json (want an object with entries: benchmarks/tune.py --out)")
+    try:
+        hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{config_path}: want a decoder config.json with hidden_size and num_attention_heads")
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    d = int(cfg.get("head_dim") or hidden // heads)
+    projections = {(hidden, (heads + 2 * kv) * d, "none"): "qkv", (heads * d, hidden, "none"): "o"}
+    ours: Dict[tuple, float] = {}
+    vendor: Dict[tuple, float] = {}
+    for e in run["entries"]:
+        sh, us = e.get("shape") or {}, (e.get("measured") or {}).get("us")
+        if e.get("kernel") not in ("gemm", "gemv") or not us or "M" not in sh:
+            continue
+        key = (sh.get("K"), sh.get("N"), sh.get("epilogue", "none"), sh["M"])
+        if e.get("best"):
+            ours[key] = us
+        elif e.get("vendor") == TUNE_VENDOR:
+            vendor[key] = us
+    decode_max = classes["decode"][1]
+    stamp = dict(date=(run.get("date") or "")[:10], command=run.get("command") or "", source=path)
+    rows = []
+    for key in sorted(set(ours) & set(vendor), key=lambda k: (k[0], k[1], k[3])):
+        k, n, epi, m = key
+        proj = projections.get((k, n, epi))
+        if proj is None or m <= decode_max:
+            continue
+        rows.append(dict(kind="gemm", model=model, shape=f"{proj}:{epi} M={m} K={k} N={n}", ratio=vendor[key] / ours[key],
+                         target="", target_desc="", target_value=None, stamp=stamp))
+    if not rows:
+        raise ValueError(f"no GEMM class of {config_path}'s qkv or o projection above decode size with a "
+                         f"{TUNE_VENDOR!r} row (want a tune.py --only gemm run)")
+    return rows
+
+
 def _gemm_key(row: Dict):
     p = shape_params(row["shape"])
     first = row["shape"].split(" ", 1)[0]
@@ -211,6 +268,7 @@ def derive(rows: List[Dict], classes, stamp: Dict) -> (List[Dict], List[Dict]):
         g = groups.setdefault(key, dict(info=c, model=r["model"], rows=[]))
         g["rows"].append(dict(r, cls=c["cls"], mshape=c["shape"]))
     routes, kept = [], []
+    all_classes = list(classes)
     for key in sorted(groups, key=lambda k: (k[0] != "gemm", k[0], k[1], k[2] or 0, k[3] or 0, k[4])):
         g = groups[key]
         info, rs = g["info"], g["rows"]
@@ -220,21 +278,23 @@ def derive(rows: List[Dict], classes, stamp: Dict) -> (List[Dict], List[Dict]):
         # by token count (M=1 before M=64), then as measured
         order = sorted(range(len(rs)), key=lambda i: (shape_params(rs[i]["mshape"]).get("M", 0), i))
         measured = [dict(shape=rs[i]["mshape"], ratio=round(rs[i]["ratio"], 3)) for i in order]
+        every = "all" in routed or set(routed) >= set(all_classes)  # attention's rows: one class, "all"
+        st = rs[0].get("stamp") or stamp
         if routed:
-            for cls in routed if len(routed) < len(classes) else [None]:
+            for cls in [None] if every else routed:
                 e = dict(base)
                 if info.get("epilogue"):
                     e.pop("epilogue")
                 if cls is not None:
                     e["tokens"] = cls
-                e.update(vendor=info["vendor"], model=g["model"], measured=measured, **stamp)
+                e.update(vendor=info["vendor"], model=g["model"], measured=measured, **st)
                 routes.append(e)
             continue
         missed = [r for r in rs if str(r.get("target", "")).startswith("missed")]
         if missed:
             e = dict(base, vendor=info["vendor"], model=g["model"], measured=measured,
                      target=missed[0]["target_desc"],
-                     missed=[dict(shape=r["mshape"], ratio=round(r["target_value"], 3)) for r in missed], **stamp)
+                     missed=[dict(shape=r["mshape"], ratio=round(r["target_value"], 3)) for r in missed], **st)
             kept.append(e)
     return routes, kept
 
@@ -273,7 +333,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="", help="the data file (default: the kernel package's gpus/<gpu>.json)")
     ap.add_argument("--decode-step", default="", help="a bench_decode_step.py decode-step.json: its decode-attention "
                     "rows, priced with the glue the vendor route implies, replace the run's")
+    ap.add_argument("--tune", default="", help="a benchmarks/tune.py tune.json: its GEMM classes above decode size, "
+                    "priced against cuBLAS, replace the run's rows of the same projection and shape")
+    ap.add_argument("--tune-config", default="", help="with --tune: the config.json of the model whose classes it swept")
+    ap.add_argument("--tune-model", default="", help="with --tune: the model's name in the routes (default: the "
+                    "config's folder name)")
     a = ap.parse_args(argv)
+    if bool(a.tune) != bool(a.tune_config):
+        ap.error("--tune and --tune-config go together")
     if not re.fullmatch(r"[a-z0-9][-a-z0-9]*", a.gpu):
         ap.error(f"--gpu {a.gpu!r}: want lowercase letters, digits and dashes")
     try:
@@ -281,6 +348,7 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"routes: {a.run}: {e}", file=sys.stderr)
         return 2
+    rel = lambda f: os.path.relpath(os.path.abspath(f), os.path.join(HERE, os.pardir)).replace(os.sep, "/")  # noqa: E731
     out = os.path.normpath(a.out or os.path.join(PKG, "gpus", a.gpu + ".json"))
     data = {}
     if os.path.exists(out):
@@ -296,12 +364,22 @@ def main(argv=None) -> int:
             print(f"routes: {a.decode_step} ran on {step_run['device']}, not {a.device}", file=sys.stderr)
             return 2
         rows = [r for r in rows if r["kind"] != "decode" and not replaced(r, step_rows)] + step_rows
+    if a.tune:
+        model = a.tune_model or os.path.basename(os.path.dirname(os.path.abspath(a.tune_config)))
+        try:
+            tune_rows = load_tune(a.tune, a.tune_config, model, token_classes())
+        except (OSError, ValueError) as e:
+            print(f"routes: {a.tune}: {e}", file=sys.stderr)
+            return 2
+        for r in tune_rows:
+            r["stamp"] = dict(r["stamp"], source=rel(a.tune))
+        measured = {_gemm_key(r) for r in tune_rows}
+        rows = [r for r in rows if _gemm_key(r) not in measured] + tune_rows
     device = a.device or run.get("device") or ""
     date = a.date or run.get("date") or ""
     command = a.bench_command or run.get("command") or ""
     if not (device and date and command):
         ap.error("the run does not say its device, date and command: give --device, --date and --bench-command")
-    rel = lambda f: os.path.relpath(os.path.abspath(f), os.path.join(HERE, os.pardir)).replace(os.sep, "/")  # noqa: E731
     source = rel(a.run)
     if a.decode_step:
         command += f"; decode rows: {step_run['command']} ({rel(a.decode_step)})"

@@ -6,7 +6,8 @@ transformers from configs on the GPU machine (no downloads there), for `xpuinjec
         [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,phi3mini,qwen3moe30b,levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
-"-<N>l").
+"-<N>l"). --config-only writes each model's config.json alone (no weights: any machine, at once),
+e.g. for benchmarks/routes.py --tune-config.
 Gemma-2-2B and Phi-3-mini-4k-instruct follow their published configs (testdata/published/), in bf16.
 Llama-3.2-1B's published config (hidden 2048, 16 layers, 32 heads, 8 KV heads, head_dim 64,
 intermediate 8192, vocab 128256, llama3 rope scaling, tied embeddings), saved in bf16 like the
@@ -122,7 +123,14 @@ def qwen3moe30b(out: Path, layers=None):
     _llama(out, cfg, cls=transformers.Qwen3MoeForCausalLM, dtype=torch.bfloat16)
 
 
+CONFIG_ONLY = False
+
+
 def _llama(out: Path, cfg, cls=transformers.LlamaForCausalLM, norm=(0.8, 1.2), dtype=torch.float32):
+    if CONFIG_ONLY:
+        cfg.architectures = [cls.__name__]
+        cfg.save_pretrained(out)
+        return
     torch.manual_seed(0)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     prev = torch.get_default_dtype()
@@ -146,6 +154,9 @@ def _llama(out: Path, cfg, cls=transformers.LlamaForCausalLM, norm=(0.8, 1.2), d
 
 def levit128s(out: Path, layers=None):
     cfg = transformers.LevitConfig(num_labels=1000)
+    if CONFIG_ONLY:
+        cfg.save_pretrained(out)
+        return
     torch.manual_seed(0)
     model = transformers.LevitForImageClassificationWithTeacher(cfg).eval()
     g = torch.Generator().manual_seed(1)
@@ -165,7 +176,10 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--only", default="llama1b,levit128s")
     ap.add_argument("--layers", type=int, default=None, help="decoder layers of the decoder shapes (default: the real count)")
+    ap.add_argument("--config-only", action="store_true", help="write each model's config.json, no weights")
     a = ap.parse_args()
+    global CONFIG_ONLY
+    CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
               "gemma2b": gemma2b, "phi3mini": phi3mini, "qwen3moe30b": qwen3moe30b, "levit128s": levit128s}
     for name in a.only.split(","):

@@ -94,9 +94,10 @@ func TestKernelsJSON(t *testing.T) {
 		t.Fatalf("gpu %q file %q", doc.GPU.Name, doc.GPUFile)
 	}
 	got := map[string]string{}
+	sources := map[string]bool{"docs/results/2026-11-29-h200/bench-v2.csv": true, "docs/results/2026-12-02-h200/tune-6.json": true}
 	for _, r := range doc.GPU.Routes {
-		got[fmt.Sprintf("%s %s K=%d %v", r.Kernel, r.Op, r.K, r.HeadDims)] = fmt.Sprintf("%s %d %d %s", r.GEMM, r.K, r.N, r.Tokens)
-		if len(r.Measured) == 0 || r.Source != "docs/results/2026-11-29-h200/bench-v2.csv" {
+		got[fmt.Sprintf("%s %s K=%d N=%d %s %v", r.Kernel, r.Op, r.K, r.N, r.Tokens, r.HeadDims)] = r.Source
+		if len(r.Measured) == 0 || !sources[r.Source] {
 			t.Errorf("%s %s: measured %v source %q", r.Kernel, r.Op, r.Measured, r.Source)
 		}
 	}
@@ -104,16 +105,24 @@ func TestKernelsJSON(t *testing.T) {
 	if _, ok := got["attention-decode attention-decode K=0 [128]"]; ok {
 		t.Errorf("an attention-decode route is back in gpus/h200.json")
 	}
+	bench, tune := "docs/results/2026-11-29-h200/bench-v2.csv", "docs/results/2026-12-02-h200/tune-6.json"
 	for key, want := range map[string]string{
-		"gemm qkv_proj K=2048 []":                      `qkv_proj 2048 3072 `,
-		"gemm down_proj K=8192 []":                     `down_proj 8192 2048 short`,
-		"gemm down_proj K=14336 []":                    `down_proj 14336 4096 short`,
-		"gemm qkv_proj K=4096 []":                      `qkv_proj 4096 6144 short`,
-		"attention-prefill attention-prefill K=0 [64]": ` 0 0 `,
+		"gemm qkv_proj K=2048 N=3072  []":                   bench,
+		"gemm down_proj K=8192 N=2048 short []":             bench,
+		"gemm down_proj K=14336 N=4096 short []":            bench,
+		"gemm qkv_proj K=4096 N=6144 short []":              bench,
+		"attention-prefill attention-prefill K=0 N=0  [64]": bench,
+		"gemm qkv_proj K=2048 N=5120 short []":              tune,
+		"gemm qkv_proj K=2048 N=5120 prefill []":            tune,
+		"gemm o_proj K=4096 N=2048 prefill []":              tune,
 	} {
 		if got[key] != want {
 			t.Errorf("%s: %q, want %q", key, got[key], want)
 		}
+	}
+	// the tune priced no decode-sized class: the Qwen3-30B-A3B shape decodes on our GEMV
+	if _, ok := got["gemm qkv_proj K=2048 N=5120 decode []"]; ok {
+		t.Errorf("a decode route from an isolated launch's timing")
 	}
 	if code, _, errOut := runCLI(t, nil, "kernels", "extra"); code != exitUsage {
 		t.Fatalf("kernels extra: exit %d (%s)", code, errOut)

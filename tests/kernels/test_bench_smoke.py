@@ -501,11 +501,19 @@ def test_routes_py_reproduces_the_shipped_gpu_data(tmp_path):
                         "--device", "NVIDIA H200", "--date", "2026-11-29", "--bench-command",
                         "the predecessor of benchmarks/run_all.py (same cases, checks and timer) with --budget-s 365",
                         "--decode-step", os.path.join(repo, "docs", "results", "2026-12-01-h200", "decode-step-kernels-gemv.json"),
-                        "--out", str(out)], capture_output=True, text=True, timeout=60)
+                        "--tune", os.path.join(repo, "docs", "results", "2026-12-02-h200", "tune-6.json"),
+                        "--tune-config", os.path.join(repo, "docs", "results", "2026-12-02-h200", "qwen3-30b-a3b-8l",
+                                                      "config.json"),
+                        "--tune-model", "qwen3-30b-a3b", "--out", str(out)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     # decode attention priced with the K/V copies its SDPA route implies: no decode route
-    assert "8 routes, 1 kept entries from 106 rows" in r.stdout
-    assert not [x for x in json.loads(out.read_text())["routes"] if x["op"] == "attention-decode"]
+    assert "12 routes, 1 kept entries from 116 rows" in r.stdout
+    routes = json.loads(out.read_text())["routes"]
+    assert not [x for x in routes if x["op"] == "attention-decode"]
+    # the tune's classes above decode size (its decode-sized ones are not priced): Qwen3-30B-A3B's
+    # qkv and o projections to cuBLAS at short and long prefills, not at decode
+    tuned = sorted((x["op"], x["tokens"]) for x in routes if x["source"].endswith("tune-6.json"))
+    assert tuned == [("o_proj", "prefill"), ("o_proj", "short"), ("qkv_proj", "prefill"), ("qkv_proj", "short")]
     assert out.read_text() == open(shipped, encoding="utf-8").read()
     # a csv says nothing of where it was measured: routes.py asks
     r = subprocess.run([sys.executable, os.path.join(BENCH, "routes.py"),
