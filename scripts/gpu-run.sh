@@ -78,7 +78,7 @@ for s in $STEPS; do
       --latency-points "${POINTS:-full}" ${EVAL_ARGS:-} >>"$OUT/$s.log" 2>&1
     log "pipeline $name rc=$?"
     mkdir -p "$OUT/$s"
-    cp "$WORK/run-$s"/eval/{report.md,eval.json,latency.png,layers.png} "$OUT/$s/" 2>/dev/null
+    cp "$WORK/run-$s"/eval/{report.md,eval.json,latency.png,layers.png,compile-helper-*.log} "$OUT/$s/" 2>/dev/null
     sed -n '/^- launch configs:/p; /^## Accuracy/,/^## Per layer/p; /^## Latency/,$p' \
       "$WORK/run-$s/eval/report.md" >>"$OUT/summary.txt" 2>/dev/null
     [ "$s" = real ] || rm -rf "$model" "$WORK/run-$s/packed" ;;  # up to 16 GB + 16 GB (8B)

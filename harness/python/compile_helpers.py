@@ -125,17 +125,20 @@ class Helpers:
         q.put(None)
 
     @classmethod
-    def start(cls, sides=tuple(SIDES), argv=None, prepare=None):
+    def start(cls, sides=tuple(SIDES), argv=None, prepare=None, log_dir=None):
         """One helper process per side (argv: the command that runs one, by default this file).
         prepare: {"model", "package", "device"}, what each helper readies before its job
-        (`prepare`), told at once."""
+        (`prepare`), told at once; log_dir: a folder to keep each helper's stderr in."""
         procs = {}
         env = dict(os.environ)
         # The helpers compile at the same time: each with inductor's default (a worker per core)
         # would put twice the cores' workers on the CPU, each importing torch as it starts.
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, cpu_count() // max(1, len(sides)))))
         for side in sides:
-            err = tempfile.TemporaryFile(mode="w+b")
+            # log_dir keeps each helper's stderr (compile-helper-<side>.log): what a slow or stuck
+            # compile printed is there after the run
+            err = (open(Path(log_dir) / f"compile-helper-{side}.log", "w+b") if log_dir is not None
+                   else tempfile.TemporaryFile(mode="w+b"))
             p = subprocess.Popen(argv or [sys.executable, str(HERE / "compile_helpers.py")], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=err, cwd=str(HERE), env=env)
             procs[side] = (p, err)

@@ -635,9 +635,10 @@ def main(argv=None):
     # started before this process's own imports, which they pay beside it
     HELPERS = None
     if not why_not:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # eval.json's folder: the helpers' logs go beside it
         HELPERS = compile_helpers.Helpers.start(prepare={
             "model": str(Path(args.model).resolve()), "package": str(Path(args.package).resolve()),
-            "device": args.device})
+            "device": args.device}, log_dir=Path(args.out).parent)
     try:
         import torch
         import transformers

@@ -171,9 +171,12 @@ def test_a_helper_whose_side_runs_a_path_first_skips_its_own_eager_forward(levit
     L.release_held(paths)
 
 
-def test_the_protocol_reports_each_helpers_result_or_why_it_had_none():
+def test_the_protocol_reports_each_helpers_result_or_why_it_had_none(tmp_path):
+    """Each side's result or the reason it has none; with log_dir, each helper's stderr is kept
+    there (compile-helper-<side>.log) after it ends."""
     missing = str(ROOT / "no-such-model")
-    hs = H.Helpers.start(("stock", "injected"), prepare={"model": missing, "package": missing, "device": "cpu"})
+    hs = H.Helpers.start(("stock", "injected"), prepare={"model": missing, "package": missing, "device": "cpu"},
+                         log_dir=tmp_path)
     job = {"side": "stock", "model": missing, "package": missing, "packed": missing, "device": "cpu",
            "dtype": "float32", "paths": ["stock_compiled"], "args": H.job_args(args())}
     hs.send({"stock": job}, {"injected": "not enough memory"})
@@ -183,6 +186,7 @@ def test_the_protocol_reports_each_helpers_result_or_why_it_had_none():
     assert "error" in by["stock"] and "no-such-model" in by["stock"]["error"], by["stock"]
     for p, _ in hs.procs.values():
         assert p.returncode == 0  # a failed job is a result, not a crash
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["compile-helper-injected.log", "compile-helper-stock.log"]
 
 
 def test_waiting_on_helpers_never_given_a_job_ends_them_at_once():
