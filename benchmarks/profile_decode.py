@@ -15,7 +15,9 @@ model under the graph runtime instead (captured once, each step a replay, as the
 injected_graph path runs it): every kernel of the step with its device time per step, and the
 step's time beside the kernels' sum, whose difference is what the replay spends between kernels.
 `--prefill N` adds one forward of N tokens (batch 1, the logits of the last token, as the eval
-times a prefill) on each model loaded, kernel by kernel, where the time of a prefill goes.
+times a prefill) on each model loaded, kernel by kernel, where the time of a prefill goes; with
+`--paths graph` also the injected model's forward under the graph runtime (captured once, each
+forward a replay: the eval's injected_graph prefill).
 Prints text tables (and --json, per kernel); run it on a GPU.
 """
 
@@ -70,6 +72,8 @@ def main() -> int:
         ids = torch.randint(0, cfg.vocab_size, (1, args.prefill), generator=g).to(dev)
         for name, m in models.items():
             report["prefill"].append(profile_prefill(name, m, ids, args, dev, acts))
+        if "graph" in paths:
+            report["prefill"].append(profile_prefill("injected", models["injected"], ids, args, dev, acts, graph=True))
     for b in (int(x) for x in args.batches.split(",")):
         ids = torch.randint(0, cfg.vocab_size, (b, args.context), generator=g).to(dev)
         nxt = torch.randint(0, cfg.vocab_size, (b, 1), generator=g).to(dev)
@@ -126,31 +130,40 @@ def print_rows(rows, limit=None):
         print(f"{k['us_per_step']:9.2f} {k['calls_per_step']:6.1f}  {k['name'][:110]}")
 
 
-def profile_prefill(name, model, ids, args, dev, acts) -> dict:
-    """One eager forward of ids (logits of the last token) on model: the eval's timer, then the
-    same forwards under torch.profiler, kernel by kernel."""
+def profile_prefill(name, model, ids, args, dev, acts, graph=False) -> dict:
+    """One forward of ids (logits of the last token) on model, eager or (graph) a replay under
+    the graph runtime as the eval's prefill runs it: the eval's timer, then the same forwards
+    under torch.profiler, kernel by kernel."""
     import torch
     from torch.profiler import profile
 
+    import xpuinject_kernels.runtime as rt
     from latency import WARMUP, device_sync, forward_kwargs, time_decode
 
     n = max(1, args.steps // 10)
     kw = forward_kwargs(model)
+    gf = rt.GraphedForward(model, graphs=True) if graph else None
+    call = gf or model
 
     def fwd():
         with torch.no_grad():
-            model(input_ids=ids, use_cache=False, **kw)
+            call(input_ids=ids, use_cache=False, **kw)
 
-    ms = time_decode(fwd, n, WARMUP, device_sync(dev))
-    with profile(activities=acts) as prof:
-        for _ in range(n):
-            fwd()
-        device_sync(dev)()
+    try:
+        ms = time_decode(fwd, n, WARMUP, device_sync(dev))
+        with profile(activities=acts) as prof:
+            for _ in range(n):
+                fwd()
+            device_sync(dev)()
+    finally:
+        if gf is not None:
+            gf.release()
     rows, busy = kernel_rows(prof, n)
-    print(f"\n=== prefill {ids.shape[1]} {name} eager: {ms:.3f} ms per forward ({n} in a loop); kernels "
+    how = "graph" if graph else "eager"
+    print(f"\n=== prefill {ids.shape[1]} {name} {how}: {ms:.3f} ms per forward ({n} in a loop); kernels "
           f"{busy / 1000:.3f} ms", flush=True)
     print_rows(rows, args.top * 2)
-    return {"model": name, "tokens": ids.shape[1], "ms": ms, "kernels_ms": busy / 1000, "kernels": rows}
+    return {"model": name, "path": how, "tokens": ids.shape[1], "ms": ms, "kernels_ms": busy / 1000, "kernels": rows}
 
 
 def profile_graph(model, ids, args, dev, acts) -> dict:
