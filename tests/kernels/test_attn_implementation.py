@@ -166,3 +166,78 @@ def test_sdpa_models_and_models_with_stock_attention_keep_theirs():
     summary = kernelize(model)
     assert "Attention" not in summary["replaced"] and "model.layers.0.self_attn" not in summary["replaced_modules"]
     assert summary["attn_implementation"] == "eager" == model.config._attn_implementation
+
+
+class CaptureStandIn:
+    """runtime._Graphs on the CPU: warm-ups, then one forward with transformers' mask code in the
+    branches it takes under stream capture (is_tracing() true: no mask skipped, a packed-sequence
+    check kept on the device); replay() runs nothing."""
+
+    def __init__(self, monkeypatch):
+        self.monkeypatch = monkeypatch
+
+    def pool(self):
+        return None
+
+    def capture(self, fn, pool, warmup):
+        for _ in range(warmup):
+            fn()
+        with self.monkeypatch.context() as m:
+            m.setattr(masking_utils, "is_tracing", lambda *a, **k: True)
+            return type("Graph", (), {"replay": lambda self: None})(), fn()
+
+    def synchronize(self):
+        pass
+
+
+def received_masks(monkeypatch):
+    """The masks the package's attention layers receive (None or the dtype), in call order."""
+    got = []
+    block = decoder.attention_block
+
+    def attention_block(module, hidden_states, position_embeddings, attention_mask, *args, **kwargs):
+        got.append(None if attention_mask is None else attention_mask.dtype)
+        return block(module, hidden_states, position_embeddings, attention_mask, *args, **kwargs)
+
+    monkeypatch.setattr(decoder, "attention_block", attention_block)
+    return got
+
+
+@pytest.mark.parametrize("name,attn,masks", [
+    ("qwen3-tiny", "sdpa", [None, None]),
+    # layer 0 slides over 16 of the 20 tokens: transformers builds its mask in the warm-up too
+    ("gemma2-tiny", "eager", [torch.bool, None]),
+])
+def test_graphed_forward_captures_the_masks_the_warmup_built(monkeypatch, name, attn, masks):
+    """A forward of input ids alone: its captured attention layers get the masks transformers
+    built in the eager warm-ups (no mask where the causal flag serves), not the materialized ones
+    transformers builds under capture; the captured logits are the warm-ups', bit for bit. Inputs
+    that carry a padding mask keep what transformers builds under capture."""
+    from xpuinject_kernels import runtime
+
+    model = load(name, attn)
+    kernelize(model)
+    got = received_masks(monkeypatch)
+    ids, mask = batch()
+    with torch.no_grad():
+        want = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+    assert got == masks
+    padded = [torch.bool] * 2
+    for inputs, warm, captured in ((dict(input_ids=ids, use_cache=False, logits_to_keep=1), masks, masks),
+                                   (dict(input_ids=ids, attention_mask=mask, use_cache=False), padded, padded)):
+        fwd = runtime.GraphedForward(model, graphs=False, warmup=2)
+        fwd._g = CaptureStandIn(monkeypatch)
+        got.clear()
+        out = fwd(**inputs).logits
+        assert got == warm * 2 + captured, got  # two warm-ups, then the capture
+        if "attention_mask" not in inputs:
+            assert torch.equal(out, want)
+    # the stand-in is a real check: without the warm-up's decisions the capture gets bool masks
+    got.clear()
+    with monkeypatch.context() as m, torch.no_grad():
+        m.setattr(masking_utils, "is_tracing", lambda *a, **k: True)
+        model(input_ids=ids, use_cache=False, logits_to_keep=1)
+    assert got == [torch.bool] * 2
+    # and transformers' mask builders are its own again
+    assert "sdpa" not in masking_utils.ALL_MASK_ATTENTION_FUNCTIONS._local_mapping
+    assert ATTN_IMPLEMENTATION not in masking_utils.ALL_MASK_ATTENTION_FUNCTIONS._local_mapping

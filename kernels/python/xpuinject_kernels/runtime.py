@@ -725,11 +725,81 @@ def _clone_out(o):
     return o
 
 
+# Inputs whose attention masks follow from their shapes alone: no padding mask, positions or cache
+# from the caller (the model numbers the tokens 0..n-1 itself), and no input a model builds a
+# mask from (token types, images).
+SHAPE_ONLY_INPUTS = frozenset({"input_ids", "inputs_embeds", "use_cache", "logits_to_keep"})
+
+
+class _MaskDecisions:
+    """transformers' own choice to build no attention mask, taken in the warm-up and kept in the
+    capture. Under stream capture transformers skips no mask (masking_utils: is_tracing() is true
+    while a stream captures), since its checks (padding all ones, positions not packed) read the
+    device; a forward of SHAPE_ONLY_INPUTS has neither, so the warm-up's answer holds for every
+    replay. Without it a prefill captures a materialized [q, kv] mask, and SDPA with a mask and
+    grouped KV heads takes repeated K/V copies and a masked kernel (over twice the time of the
+    causal one on the H200, 2048 tokens). Wraps the mask builder `orig` (sdpa_mask) for one capture."""
+
+    def __init__(self, orig):
+        self.orig = orig
+        self.skipped = []  # per mask built in the last warm-up forward: whether transformers built none
+        self.replay = None  # the capture's position in that list
+
+    def forward(self, capture: bool) -> None:
+        if capture:
+            self.replay = 0
+        else:
+            self.skipped = []
+
+    def __call__(self, **kw):
+        if self.replay is None:
+            mask = self.orig(**kw)
+            self.skipped.append(mask is None)
+            return mask
+        i, self.replay = self.replay, self.replay + 1
+        if i < len(self.skipped) and self.skipped[i] and kw.get("attention_mask") is None:
+            return None
+        return self.orig(**kw)
+
+
+@contextlib.contextmanager
+def _masks_decided_in_warmup(model, inputs):
+    """A context for warming up and capturing model(**inputs): yields a function fn -> fn' that
+    tells the mask decisions which forward is the capture (the one after `warmup` others), or
+    None when the inputs or the model's mask builder are not the plain case (_MaskDecisions)."""
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if not set(inputs) <= SHAPE_ONLY_INPUTS or impl is None:
+        yield None
+        return
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        yield None
+        return
+    funcs = masking_utils.ALL_MASK_ATTENTION_FUNCTIONS
+    orig = funcs[impl] if impl in funcs else None
+    if orig is not masking_utils.sdpa_mask:  # boolean masks with skips; eager's additive ones skip nothing
+        yield None
+        return
+    had_local = impl in funcs._local_mapping
+    dec = _MaskDecisions(orig)
+    funcs[impl] = dec
+    try:
+        yield dec
+    finally:
+        if had_local:
+            funcs[impl] = orig
+        else:
+            del funcs[impl]
+
+
 class GraphedForward:
     """Repeated forwards of one model at fixed shapes: the first call of each input signature
     (shapes, dtypes, plain values) warms up and captures a graph; later calls copy the inputs into
     the captured ones and replay. Outputs are cloned (the graph's own are overwritten by the next
-    replay). Without device graphs it calls the model eagerly (see `stats`).
+    replay). Without device graphs it calls the model eagerly (see `stats`). A forward of
+    SHAPE_ONLY_INPUTS captures the attention masks transformers builds eagerly: none where the
+    plain causal case needs none (_MaskDecisions).
 
         with GraphedForward(model) as fwd:
             for batch in loader:
@@ -759,8 +829,17 @@ class GraphedForward:
             if entry is None:
                 t = time.perf_counter()
                 static = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-                # each signature gets its own pool: a replay must not overwrite another's outputs
-                g, out = self._g.capture(lambda: self.model(**static), self._g.pool(), self.warmup)
+                with _masks_decided_in_warmup(self.model, static) as masks:
+                    calls = [0]
+
+                    def fwd():
+                        if masks is not None:
+                            masks.forward(capture=calls[0] == self.warmup)
+                        calls[0] += 1
+                        return self.model(**static)
+
+                    # each signature gets its own pool: a replay must not overwrite another's outputs
+                    g, out = self._g.capture(fwd, self._g.pool(), self.warmup)
                 self._g.synchronize()
                 entry = self._entries[key] = (g, static, out)
                 self.stats["captures"] += 1
