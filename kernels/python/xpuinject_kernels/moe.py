@@ -129,15 +129,19 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H
             tl.store(tile, probs, mask=ok)
         else:
             # CUDA's torch.topk selects this set: every score above the k-th, then those equal to
-            # it by lowest index (aten/src/ATen/native/cuda/TensorTopK.cu, gatherTopK).
-            probs = tl.where(ok, probs, -1.0)
+            # it by lowest index (aten/src/ATen/native/cuda/TensorTopK.cu, gatherTopK). One key
+            # per expert orders both ways at once, so each pick is one reduction: a probability
+            # is >= 0, so its bits order as int32 do; below them the index, reversed.
+            pbits = probs.to(tl.int32, bitcast=True).to(tl.int64)
+            key = tl.where(ok, (pbits << 32) | (BLOCK_ALL - 1 - offs)[None, :], -1)
             out = rows * TOP_K
             for j in tl.static_range(TOP_K):
-                best = tl.max(probs, axis=1)
-                idx = tl.min(tl.where(probs == best[:, None], offs[None, :], BLOCK_ALL), axis=1)
-                tl.store(vals_ptr + out + j, best, mask=t_ok)
+                best = tl.max(key, axis=1)
+                idx = (BLOCK_ALL - 1 - (best & 0xFFFFFFFF)).to(tl.int32)
+                val = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+                tl.store(vals_ptr + out + j, val, mask=t_ok)
                 tl.store(ids_ptr + out + j, idx, mask=t_ok)
-                probs = tl.where(offs[None, :] == idx[:, None], -1.0, probs)
+                key = tl.where(key == best[:, None], -1, key)
         tl.atomic_xchg(sem_ptr + pid_t, 0)
 
 
