@@ -158,10 +158,19 @@ def profile_prefill(name, model, ids, args, dev, acts, graph=False) -> dict:
     finally:
         if gf is not None:
             gf.release()
+    check = ""
+    if gf is not None:
+        # the replay against an eager forward of the same ids: the same kernels, the same logits
+        with torch.no_grad():
+            want = model(input_ids=ids, use_cache=False, **kw).logits
+            gf = rt.GraphedForward(model, graphs=True)
+            got = gf(input_ids=ids, use_cache=False, **kw).logits
+            gf.release()
+        check = f"; logits against eager: max abs difference {float((got.float() - want.float()).abs().max()):.3g}"
     rows, busy = kernel_rows(prof, n)
     how = "graph" if graph else "eager"
     print(f"\n=== prefill {ids.shape[1]} {name} {how}: {ms:.3f} ms per forward ({n} in a loop); kernels "
-          f"{busy / 1000:.3f} ms", flush=True)
+          f"{busy / 1000:.3f} ms{check}", flush=True)
     print_rows(rows, args.top * 2)
     return {"model": name, "path": how, "tokens": ids.shape[1], "ms": ms, "kernels_ms": busy / 1000, "kernels": rows}
 
