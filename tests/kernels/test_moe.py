@@ -129,10 +129,12 @@ def test_op_traces_with_fake_tensors():
         assert out.shape == (3, 5, H) and out.dtype == torch.bfloat16
 
 
-def stock_router_and_tokens(h, tokens, seed):
-    """transformers' Qwen3-MoE router (top-2, renormalized) in bf16, and bf16 tokens with small
-    logits: many of their scores a bf16 rounding apart. Returns the router, the tokens and the
-    router's (weights, expert ids) for them."""
+def stock_router_and_tokens(h, tokens, seed, device="cpu"):
+    """transformers' Qwen3-MoE router (top-2, renormalized) in bf16 on device, and bf16 tokens
+    with small logits: many of their scores a bf16 rounding apart. Returns the router, the tokens
+    and the router's (weights, expert ids) for them, all on device: the router's logits round as
+    that device's F.linear rounds them (cuBLAS and the CPU sum in different orders, and a
+    near-tie can fall either way)."""
     from transformers import Qwen3MoeConfig
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 
@@ -140,19 +142,19 @@ def stock_router_and_tokens(h, tokens, seed):
     stock = Qwen3MoeTopKRouter(cfg)
     with torch.no_grad():
         stock.weight.copy_(torch.randn(E, h, generator=torch.Generator().manual_seed(seed)) * 0.05)
-    stock = stock.to(torch.bfloat16)
-    x = (torch.randn(tokens, h, generator=torch.Generator().manual_seed(seed + 1)) * 0.3).to(torch.bfloat16)
+    stock = stock.to(torch.bfloat16).to(device)
+    x = (torch.randn(tokens, h, generator=torch.Generator().manual_seed(seed + 1)) * 0.3).to(torch.bfloat16).to(device)
     _, wts, ids = stock(x)
     return stock, x, wts, ids
 
 
 def test_router_picks_stocks_experts(device):
     """From the same bf16 activations, the kernel's routing is transformers' own router's: the
-    logits rounded as its F.linear rounds them, so near-ties fall the same way."""
-    stock, x, wts, ids = stock_router_and_tokens(H, 512, seed=1)
-    got_ids, got_w = M.route(x.to(device), stock.weight.t().contiguous().to(device), 2, "softmax-topk-norm")
-    assert torch.equal(got_ids.cpu(), ids)
-    torch.testing.assert_close(got_w.cpu(), wts.float(), rtol=2**-8, atol=0)
+    logits rounded as its F.linear on the same device rounds them, so near-ties fall the same way."""
+    stock, x, wts, ids = stock_router_and_tokens(H, 512, seed=1, device=device)
+    got_ids, got_w = M.route(x, stock.weight.t().contiguous(), 2, "softmax-topk-norm")
+    assert torch.equal(got_ids, ids)
+    torch.testing.assert_close(got_w, wts.float(), rtol=2**-8, atol=0)
 
 
 def test_router_split_k_at_decode_picks_stocks_experts(device, monkeypatch):
@@ -160,7 +162,7 @@ def test_router_split_k_at_decode_picks_stocks_experts(device, monkeypatch):
     order: on 8-token batches of near-tied scores it still picks transformers' experts, with
     transformers' weights, and repeats bit for bit."""
     # hidden 320: 5 slices of 64 under the interpreter (128 on a GPU: 3, the last one partial)
-    stock, x, wts, ids = stock_router_and_tokens(320, 128, seed=5)
+    stock, x, wts, ids = stock_router_and_tokens(320, 128, seed=5, device=device)
     grids = []
     kernel = M._router_kernel
 
@@ -170,13 +172,13 @@ def test_router_split_k_at_decode_picks_stocks_experts(device, monkeypatch):
             return kernel[grid]
 
     monkeypatch.setattr(M, "_router_kernel", Spy())
-    w = stock.weight.t().contiguous().to(device)
-    got = [M.route(x[i:i + M.DECODE_MAX_TOKENS].to(device), w, 2, "softmax-topk-norm")
+    w = stock.weight.t().contiguous()
+    got = [M.route(x[i:i + M.DECODE_MAX_TOKENS], w, 2, "softmax-topk-norm")
            for i in range(0, len(x), M.DECODE_MAX_TOKENS)]
     assert all(g[2] > 1 for g in grids), grids  # the split ran
-    assert torch.equal(torch.cat([g[0] for g in got]).cpu(), ids)
-    torch.testing.assert_close(torch.cat([g[1] for g in got]).cpu(), wts.float(), rtol=2**-8, atol=0)
-    again = M.route(x[:M.DECODE_MAX_TOKENS].to(device), w, 2, "softmax-topk-norm")
+    assert torch.equal(torch.cat([g[0] for g in got]), ids)
+    torch.testing.assert_close(torch.cat([g[1] for g in got]), wts.float(), rtol=2**-8, atol=0)
+    again = M.route(x[:M.DECODE_MAX_TOKENS], w, 2, "softmax-topk-norm")
     assert torch.equal(again[0], got[0][0]) and torch.equal(again[1], got[0][1])
 
 
