@@ -478,6 +478,46 @@ def test_router_selects_its_own_top_k(device, tokens, e, top_k):
         assert torch.equal(tv.cpu(), vals.cpu())
 
 
+@pytest.mark.parametrize("tokens,e,top_k", [(5, 128, 8), (9, 6, 2), (40, 6, 3), (37, 128, 8)])
+@pytest.mark.parametrize("rule", M.ROUTERS)
+def test_router_makes_the_routing_weights_in_its_launch(device, tokens, e, top_k, rule):
+    """Routing from the router launch alone (route(fused=True), the default on CUDA; 5 tokens
+    split the hidden size over programs, as at decode): its experts are the ones the launch's probabilities rank first (equal scores by
+    lowest index), and its weights are `route`'s torch ops on them (the sum in slot order), bit
+    for bit."""
+    g = torch.Generator().manual_seed(tokens * 10 + top_k)
+    router = torch.randn(H, e, generator=g) * 0.2
+    router[:, 2] = router[:, 3] = router[:, 0]  # tied scores
+    router = router.to(torch.bfloat16).to(device)
+    x = torch.randn(tokens, H, generator=g).abs().to(torch.bfloat16).to(device)
+    ids, w = M.route(x, router, top_k, rule, fused=True)
+    assert ids.dtype == torch.int32 and w.dtype == torch.float32 and w.shape == (tokens, top_k)
+    want_v, want_i = topk_lowest_index(M._router_probs(x, router).cpu(), top_k)
+    assert torch.equal(ids.cpu().long(), want_i)
+    if rule != "softmax-topk":
+        total = want_v[:, 0].clone()
+        for j in range(1, top_k):
+            total += want_v[:, j]
+        want_v = want_v / total[:, None]
+    if rule != "softmax-topk-norm-fp32":
+        want_v = want_v.to(torch.bfloat16).float()
+    assert torch.equal(w.cpu(), want_v)
+
+
+@pytest.mark.parametrize("rule,top_k", [("softmax-topk-norm", 2), ("softmax-topk", 3)])
+def test_prefill_on_the_routers_own_top_k(device, monkeypatch, rule, top_k):
+    """The prefill path on the router launch's own top-k and weights (as on CUDA) computes what
+    it computes on torch.topk's, bit for bit, where no scores tie."""
+    router, gate_up, down = weights(torch.bfloat16, seed=21)
+    x = torch.randn(1, 40, H, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16).to(device)
+    w = [t.to(device) for t in (router, gate_up, down)]
+    monkeypatch.setattr(M, "fused_topk", lambda dev: False)
+    plain = M.moe(x, *w, top_k, rule)
+    monkeypatch.setattr(M, "fused_topk", lambda dev: True)
+    assert torch.equal(M.route(x[0], w[0], top_k, rule)[0].long(), M.route(x[0], w[0], top_k, rule, fused=False)[0])
+    assert torch.equal(M.moe(x, *w, top_k, rule), plain)
+
+
 def test_fused_top_k_only_where_torch_topk_breaks_ties_alike(device):
     """The router selects its own top-k on CUDA only: the interpreter and other devices run
     torch.topk, whose tie rule may differ (CPU's does)."""

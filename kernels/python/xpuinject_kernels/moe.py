@@ -9,9 +9,10 @@ each expert's K-major [gate | up]; down [E, I, H], each expert's K-major down pr
 Routing (transformers 5.17 Qwen3MoeTopKRouter, MixtralTopKRouter): logits = x @ router in fp32
 from programs over (token tile, 16-expert tile), each tile's last one to finish running the fp32
 softmax over all the experts of its tokens, then the top-k, so ties resolve exactly as torch.topk
-resolves them on the device: at decode on CUDA that last program selects them itself (largest
-first, equal scores by lowest index, the set CUDA's torch.topk selects), one launch fewer;
-elsewhere, and for a prefill, torch.topk runs on the probabilities. The chosen probabilities are renormalized to sum
+resolves them on the device: on CUDA that last program selects them itself (largest first,
+equal scores by lowest index, the set CUDA's torch.topk selects), and for a prefill makes their
+routing weights too, where torch.topk and four torch ops would follow it; elsewhere torch.topk
+runs on the probabilities. The chosen probabilities are renormalized to sum
 1 ("softmax-topk-norm", Mixtral's "softmax-topk-norm-fp32") or not ("softmax-topk"); the Qwen3
 rules round the weights to the activation dtype as the stock router does, Mixtral's keeps them
 fp32. The logits are rounded to the activation dtype before the softmax, as the stock router's
@@ -73,12 +74,15 @@ _ACT_DTYPES = (torch.bfloat16, torch.float16)
 def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H, E, K_PER_SPLIT, stride_x, stride_w,
                    stride_p, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
                    BLOCK_ALL: tl.constexpr, SPLIT_K: tl.constexpr, TOP_K: tl.constexpr = 0,
-                   PDL: tl.constexpr = False):
+                   RULE: tl.constexpr = -1, TOPK_P2: tl.constexpr = 1, PDL: tl.constexpr = False):
     """Logits of BLOCK_T tokens for BLOCK_E experts over one K_PER_SPLIT slice of the hidden size
     (a tl.dot tile); the token tile's last program to finish sums the SPLIT_K slices in order,
     rounds the logits and runs the fp32 softmax over all the experts of its tokens in place, or
     with TOP_K > 0 selects each token's TOP_K experts from it (ids, probabilities; largest
-    first, equal scores by lowest index) and writes only those."""
+    first, equal scores by lowest index) and writes only those: the probabilities themselves
+    (RULE -1, for a kernel that applies the rule later), or the routing weights by RULE (0:
+    rounded to the activation dtype; 1: renormalized over the TOP_K, then rounded; 2:
+    renormalized, fp32), the sum in slot order, the division IEEE's as torch's."""
     _backend.pdl_wait(PDL)
     pid_t = tl.program_id(0)
     pid_e = tl.program_id(1)
@@ -135,13 +139,27 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H
             pbits = probs.to(tl.int32, bitcast=True).to(tl.int64)
             key = tl.where(ok, (pbits << 32) | (BLOCK_ALL - 1 - offs)[None, :], -1)
             out = rows * TOP_K
+            slots = tl.arange(0, TOPK_P2)
+            picked = tl.zeros((BLOCK_T, TOPK_P2), dtype=tl.float32)
+            total = tl.zeros((BLOCK_T,), dtype=tl.float32)
             for j in tl.static_range(TOP_K):
                 best = tl.max(key, axis=1)
                 idx = (BLOCK_ALL - 1 - (best & 0xFFFFFFFF)).to(tl.int32)
                 val = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-                tl.store(vals_ptr + out + j, val, mask=t_ok)
                 tl.store(ids_ptr + out + j, idx, mask=t_ok)
+                if RULE < 0:
+                    tl.store(vals_ptr + out + j, val, mask=t_ok)
+                else:
+                    picked = tl.where(slots[None, :] == j, val[:, None], picked)
+                    total += val
                 key = tl.where(key == best[:, None], -1, key)
+            if RULE >= 0:
+                wts = picked
+                if RULE != 0:  # IEEE division, as torch divides (Triton's `/` is div.full.f32)
+                    wts = tl.math.div_rn(wts, tl.where(t_ok, total, 1.0)[:, None])
+                if RULE != 2:
+                    wts = wts.to(x_ptr.dtype.element_ty).to(tl.float32)
+                tl.store(vals_ptr + out[:, None] + slots[None, :], wts, mask=t_ok[:, None] & (slots < TOP_K)[None, :])
         tl.atomic_xchg(sem_ptr + pid_t, 0)
 
 
@@ -547,10 +565,11 @@ def launch_config(path: str, device: torch.device, h: int, i: int, e: int, top_k
     return cfg
 
 
-def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0):
+def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, router: Optional[str] = None):
     """softmax(round(x2 @ router_w)) [T, E] fp32, from programs over (token, expert tile); with
     top_k > 0 instead (the top-k probabilities [T, top_k] fp32, their expert ids [T, top_k] int32),
-    selected in the same launch, largest first, equal scores by lowest index."""
+    selected in the same launch, largest first, equal scores by lowest index; with a router rule
+    too, the routing weights by that rule in place of the probabilities (as `route` makes them)."""
     t = x2.shape[0]
     h, e = router_w.shape
     probs = torch.empty((t, e), dtype=torch.float32, device=x2.device)
@@ -560,8 +579,9 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0):
         return (vals, ids) if top_k else probs
     _backend.require_runnable(x2, "moe")
     interp = _backend.is_interpret()
-    # 16 x 16 logit tiles; a prefill's 64-token tiles read the router once per 64 tokens.
-    block_t = 16 if t <= DECODE_MAX_TOKENS or interp else 64
+    # 16 x 16 logit tiles; a prefill's 64-token tiles read the router once per 64 tokens (16 with
+    # the top-k: its int64 keys, one per expert, stay in registers).
+    block_t = 16 if t <= DECODE_MAX_TOKENS or interp or top_k else 64
     block_e = 16
     block_k = min(64 if interp else 128, max(16, _backend.next_pow2(h)))
     grid_te = _backend.cdiv(t, block_t) * _backend.cdiv(e, block_e)
@@ -575,14 +595,21 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0):
     pdl = _backend.pdl(x2.device)
     _router_kernel[grid](x2, router_w, probs, ws, sem, ids, vals, t, h, e, k_per, x2.stride(0), router_w.stride(0),
                          probs.stride(0), BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_E=block_e,
-                         BLOCK_ALL=max(16, _backend.next_pow2(e)), SPLIT_K=split, TOP_K=top_k, PDL=pdl, num_warps=4,
+                         BLOCK_ALL=max(16, _backend.next_pow2(e)), SPLIT_K=split, TOP_K=top_k,
+                         RULE=-1 if router is None else _RULE[router], TOPK_P2=_backend.next_pow2(max(top_k, 1)),
+                         PDL=pdl, num_warps=4,
                          num_stages=3 if x2.device.type == "cuda" else 2, **_backend.pdl_kw(pdl))
     return (vals, ids) if top_k else probs
 
 
-def route(x: torch.Tensor, router_w: torch.Tensor, top_k: int, router: str) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Expert ids [T, top_k] (int64, torch.topk's order) and routing weights [T, top_k] (fp32)
-    of the tokens x [T, H]."""
+def route(x: torch.Tensor, router_w: torch.Tensor, top_k: int, router: str,
+          fused: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Expert ids [T, top_k] (largest first) and routing weights [T, top_k] (fp32) of the tokens
+    x [T, H]. fused (default: fused_topk): the router launch selects the experts and makes their
+    weights itself (ids int32); else torch.topk and torch ops do (ids int64)."""
+    if fused if fused is not None else fused_topk(x.device):
+        vals, ids = _router_probs(x.reshape(-1, x.shape[-1]), router_w, top_k, router)
+        return ids, vals
     probs = _router_probs(x.reshape(-1, x.shape[-1]), router_w)
     vals, ids = torch.topk(probs, top_k, dim=-1)
     if router != "softmax-topk":
@@ -771,6 +798,7 @@ def moe_ref(x, router_w, gate_up_w, down_w, top_k, router, ids=None):
     x2 = x.double().reshape(-1, x.shape[-1])
     rids, vals = route_ref(x, router_w, top_k, router)
     if ids is not None:  # the kernel's choice where fp64 and fp32 order a near-tie differently
+        ids = ids.long()
         probs = torch.softmax(_ref_logits(x, router_w), dim=-1)
         vals = probs.gather(1, ids.reshape(rids.shape))
         if router != "softmax-topk":
