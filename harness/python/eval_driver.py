@@ -40,6 +40,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -67,6 +68,7 @@ class Stages:
         self.t0 = t0
         self.rows = []
         self._mark = t0
+        self.open = []  # the stages running, outermost first
         self.compiles = 0  # Triton JIT compiles so far (count_compiles)
         self._compiles_mark = 0
 
@@ -107,15 +109,53 @@ class Stages:
         return {"started_at": self.t0, "driver_s": round(time.time() - self.t0, 3), "stages": self.rows}
 
 
+# A stage still running after this many seconds says so, with the frame it is in, and again
+# after as many more: a long compile or capture is not silence, and a stuck one names its place.
+HEARTBEAT_S = 60.0
+
+
+def frame_of(thread_id: int) -> str:
+    """'file:line in function' of the innermost frame of a running thread (its path from
+    site-packages on, or the file's name), and the innermost of the eval's own or the package's
+    code when that is another one."""
+    f = sys._current_frames().get(thread_id)
+    if f is None:
+        return "its thread has ended"
+
+    def where(fr):
+        parts = fr.f_code.co_filename.split(os.sep)
+        short = os.sep.join(parts[parts.index("site-packages") + 1:]) if "site-packages" in parts else parts[-1]
+        return f"{short}:{fr.f_lineno} in {fr.f_code.co_name}"
+
+    inner, ours = f, None
+    while f is not None:
+        if ours is None and "site-packages" not in f.f_code.co_filename.split(os.sep):
+            ours = f
+        f = f.f_back
+    return where(inner) + (f", from {where(ours)}" if ours is not None and ours is not inner else "")
+
+
 class _Stage:
     def __init__(self, stages: Stages, name: str):
         self.stages, self.name = stages, name
 
     def __enter__(self):
         self.t = time.time()
+        self.stages.open.append(self)
+        self._done = threading.Event()
+        if RANK == 0 and HEARTBEAT_S > 0:
+            threading.Thread(target=self._beat, args=(threading.get_ident(),), daemon=True).start()
         return self
 
+    def _beat(self, thread_id: int) -> None:
+        while not self._done.wait(HEARTBEAT_S):
+            if self.stages.open and self.stages.open[-1] is self:  # the innermost stage speaks
+                progress(f"{self.name}: still running after {time.time() - self.t:.0f} s ({frame_of(thread_id)})")
+
     def __exit__(self, *exc):
+        self._done.set()
+        if self in self.stages.open:
+            self.stages.open.remove(self)
         now = time.time()
         self.stages.add(self.name, now - self.t)
         self.stages._mark = now
