@@ -15,15 +15,25 @@ op's implementation directly otherwise. Both run the same function; eager skips 
 dispatcher, which costs more than the launch itself (torch 2.11 on a 2-core dev VM: a custom op
 whose function returns an empty tensor took 41 us a call, the function alone 3 us,
 torch.compiler.is_compiling() 0.3 us), and eager decode steps are bound by the host.
+
+Under inductor each op is a fallback: compiled code calls the op's kernel. The ops are
+registered as fallbacks before inductor lowers a graph, the way inductor itself would register
+them (torch/_inductor/graph.py GraphLowering.call_function, implicit fallbacks), because inductor's
+own path first formats the op's IR arguments for an info log whether or not it is shown, and that
+text nests every producer of each argument: an op first met after N decoder layers (the
+lm_head's GEMM) formats a text exponential in N (41 MB and 7 s at 5 layers; the 8-layer
+Qwen3-30B-A3B shape did not finish compiling in 230 s on an H200).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
+import sys
+
 import torch
 
-__all__ = ["NAMESPACE", "call", "define", "op", "traced"]
+__all__ = ["NAMESPACE", "as_inductor_fallbacks", "call", "define", "op", "traced"]
 
 
 def _taken(ns: str) -> bool:
@@ -46,6 +56,8 @@ def _namespace() -> str:
 NAMESPACE = _namespace()
 
 _OPS = {}
+# Holds True once every op defined so far is an inductor fallback (emptied by each define).
+_LOWERED = []
 
 
 def define(name: str, schema: str, impl: Callable, fake: Callable, mutates: Sequence[str] = ()) -> None:
@@ -54,8 +66,37 @@ def define(name: str, schema: str, impl: Callable, fake: Callable, mutates: Sequ
     shapes, dtypes and strides `impl` returns (and checks its arguments the way impl does).
     `mutates` names the Tensor arguments impl writes in place."""
     o = torch.library.custom_op(f"{NAMESPACE}::{name}", impl, mutates_args=tuple(mutates), schema=schema)
-    o.register_fake(fake)
+
+    def traced_fake(*args, **kwargs):
+        if not _LOWERED:
+            as_inductor_fallbacks()
+        return fake(*args, **kwargs)
+
+    o.register_fake(traced_fake)
     _OPS[name] = getattr(getattr(torch.ops, NAMESPACE), name).default
+    _LOWERED.clear()
+
+
+def as_inductor_fallbacks() -> bool:
+    """Register every op as an inductor fallback, with the layout constraint inductor's implicit
+    fallback gives a custom op (its tag, else torch._functorch.config's default), once inductor is
+    loaded; True when they all are. Runs from the fake kernels: inductor traces a graph with fake
+    tensors (AOT autograd, inside compile_fx) before it lowers it, and a backend that never loads
+    inductor costs nothing. torch APIs that may move: should they, inductor's own path remains."""
+    lowering = sys.modules.get("torch._inductor.lowering")
+    if lowering is None:
+        return False
+    try:
+        from torch._library.utils import get_layout_constraint_tag
+
+        for o in _OPS.values():
+            if o not in lowering.lowerings:
+                constraint = lowering.tag_to_layout_constraint(get_layout_constraint_tag(o, with_default=True))
+                lowering.make_fallback(o, layout_constraint=constraint, warn=False)
+    except (AttributeError, ImportError, TypeError):
+        return False
+    _LOWERED.append(True)
+    return True
 
 
 def op(name: str):
