@@ -40,25 +40,25 @@ def built(request, tmp_path_factory):
     return request.param, out / "run"
 
 
-def load(name, dtype=torch.bfloat16):
-    return transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / name, dtype=dtype).eval()
+def load(name, dtype=torch.bfloat16, device="cpu"):
+    return transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / name, dtype=dtype).eval().to(device)
 
 
 def logits(model, ids=IDS):
     with torch.no_grad():
-        return model(input_ids=ids).logits.float()
+        return model(input_ids=ids.to(model.device)).logits.float()
 
 
-def test_inject_and_kernelize_match_and_beat_stock(built):
+def test_inject_and_kernelize_match_and_beat_stock(built, device):
     name, run = built
     pkg = load_package(run / "package", "kernels")
-    oracle_model, stock_model = load(name, torch.float32), load(name)
-    injected = load(name)
+    oracle_model, stock_model = load(name, torch.float32, device), load(name, device=device)
+    injected = load(name, device=device)
     summary = pkg.inject(injected, packed=run / "packed")
     assert summary["replaced"] == CASES[name]
     mlp = injected.model.layers[0].mlp
     assert isinstance(mlp.experts, pkg.Released) and mlp.xpuinject_gate_up_weight.shape == (6, 64, 48)
-    kernelized = load(name)
+    kernelized = load(name, device=device)
     ks = pkg.kernelize(kernelized, use_kernels=False)
     assert ks["replaced"] == CASES[name]
     picks = moe_picks(oracle_model, stock_model, injected)
@@ -72,25 +72,27 @@ def test_inject_and_kernelize_match_and_beat_stock(built):
     assert keep.float().mean() >= 0.5, keep
     err, stock_err = (a - oracle)[keep].abs().mean().item(), (stock - oracle)[keep].abs().mean().item()
     assert err <= stock_err, (err, stock_err)
-    stock_err = (stock - oracle)[keep].abs().max().item()
-    # one token: the decode path, on the same weights, gives the prefill path's last row
-    last = logits(injected, IDS[:, -1:])
-    kv_free = logits(load(name, torch.float32), IDS[:, -1:])
-    assert (last - kv_free).abs().max().item() <= max(stock_err, 0.05)
+    # one token takes the decode path; nine rows of that token, the prefill path: on the same
+    # weights and inputs they differ by rounding only (another sum order in the GEMVs, the
+    # router's split), not by an expert (an fp32 reference would swap experts at near-ties)
+    one = IDS[:, -1:]
+    single, nine = logits(injected, one), logits(injected, one.repeat(9, 1))
+    assert torch.equal(nine, nine[:1].expand_as(nine))
+    assert (single[0] - nine[0]).abs().max().item() <= 0.02 * single.abs().max().item(), (single, nine[0])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_compiled_moe_model_equals_eager(llama_odd_pkg, name):
+def test_compiled_moe_model_equals_eager(llama_odd_pkg, name, device):
     """The moe op traces as one opaque op (fullgraph: no graph break from routing, sorting or
     the expert loop), and the compiled model computes what the eager one computes, bit for bit,
     for an 18-token prefill (grouped path) and a 2-token decode step (GEMV path) on a KV cache."""
     torch._dynamo.reset()
-    model = load(name)
+    model = load(name, device=device)
     llama_odd_pkg.kernelize(model)
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
 
     def two(m):
-        ids = torch.randint(3, 500, (2, 9), generator=torch.Generator().manual_seed(5))
+        ids = torch.randint(3, 500, (2, 9), generator=torch.Generator().manual_seed(5)).to(device)
         with torch.no_grad():
             out = m(input_ids=ids, use_cache=True)
             step = m(input_ids=out.logits[:, -1:].argmax(-1), past_key_values=out.past_key_values, use_cache=True)
