@@ -27,9 +27,8 @@ Qwen3-30B-A3B shape did not finish compiling in 230 s on an H200).
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
-
 import sys
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -56,8 +55,8 @@ def _namespace() -> str:
 NAMESPACE = _namespace()
 
 _OPS = {}
-# Holds True once every op defined so far is an inductor fallback (emptied by each define).
-_LOWERED = []
+# Whether every op defined so far is an inductor fallback.
+_LOWERED = False
 
 
 def define(name: str, schema: str, impl: Callable, fake: Callable, mutates: Sequence[str] = ()) -> None:
@@ -65,6 +64,7 @@ def define(name: str, schema: str, impl: Callable, fake: Callable, mutates: Sequ
     result, e.g. "(Tensor x, float eps) -> Tensor") and `fake`, which returns empty tensors of the
     shapes, dtypes and strides `impl` returns (and checks its arguments the way impl does).
     `mutates` names the Tensor arguments impl writes in place."""
+    global _LOWERED
     o = torch.library.custom_op(f"{NAMESPACE}::{name}", impl, mutates_args=tuple(mutates), schema=schema)
 
     def traced_fake(*args, **kwargs):
@@ -74,7 +74,7 @@ def define(name: str, schema: str, impl: Callable, fake: Callable, mutates: Sequ
 
     o.register_fake(traced_fake)
     _OPS[name] = getattr(getattr(torch.ops, NAMESPACE), name).default
-    _LOWERED.clear()
+    _LOWERED = False
 
 
 def as_inductor_fallbacks() -> bool:
@@ -83,6 +83,7 @@ def as_inductor_fallbacks() -> bool:
     loaded; True when they all are. Runs from the fake kernels: inductor traces a graph with fake
     tensors (AOT autograd, inside compile_fx) before it lowers it, and a backend that never loads
     inductor costs nothing. torch APIs that may move: should they, inductor's own path remains."""
+    global _LOWERED
     lowering = sys.modules.get("torch._inductor.lowering")
     if lowering is None:
         return False
@@ -95,7 +96,7 @@ def as_inductor_fallbacks() -> bool:
                 lowering.make_fallback(o, layout_constraint=constraint, warn=False)
     except (AttributeError, ImportError, TypeError):
         return False
-    _LOWERED.append(True)
+    _LOWERED = True
     return True
 
 
