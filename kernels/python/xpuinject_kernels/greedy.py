@@ -5,8 +5,9 @@ advances).
 Over a 128K vocabulary at batch 1, torch's argmax reduces the row in one block (38 us on an
 H200, 0.8 % of a Llama-3.1-8B decode step), and the bookkeeping around it is eight more small
 launches. Here a grid of (rows, vocabulary chunks) finds each chunk's maximum; the chunk of a row
-that arrives last (a per-row semaphore, `_backend.semaphores`) takes the first maximum over the
-chunks in order -- torch.argmax's tie rule, the lowest index -- and does that row's bookkeeping;
+that arrives last (a per-row semaphore, `_backend.semaphores`) reads every chunk's maximum in one
+load and takes the first maximum -- torch.argmax's tie rule, the lowest index -- and does that
+row's bookkeeping;
 the row that finishes last advances the step counters. NaN scores are not treated specially
 (torch's argmax would pick the first NaN): logits of a working model have none.
 """
@@ -29,7 +30,8 @@ BLOCK = 4096
 def _greedy_kernel(
     LOGITS, WS_V, WS_I, SEM, UNFINISHED, N_GEN, OUT, CUR, PAD, EOS, TOK,
     V, B, N_EOS, stride_lb, stride_ob, stride_tb,
-    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_E: tl.constexpr, PDL: tl.constexpr = False,
+    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_E: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     _backend.pdl_wait(PDL)
     row = tl.program_id(0)
@@ -44,14 +46,14 @@ def _greedy_kernel(
     tl.debug_barrier()
     arrived = tl.atomic_add(SEM + row, 1)
     if arrived == CHUNKS - 1:
-        v = tl.load(WS_V + row * CHUNKS, cache_modifier=".cg")
-        i = tl.load(WS_I + row * CHUNKS, cache_modifier=".cg")
-        for c in range(1, CHUNKS):
-            vc = tl.load(WS_V + row * CHUNKS + c, cache_modifier=".cg")
-            ic = tl.load(WS_I + row * CHUNKS + c, cache_modifier=".cg")
-            take = vc > v  # strictly: an equal maximum in a later chunk has a higher index
-            v = tl.where(take, vc, v)
-            i = tl.where(take, ic, i)
+        # Every chunk's maximum in one load (one round trip, not one per chunk): the largest, and
+        # of chunks tied at it the lowest index, which is the earliest chunk's (torch's rule).
+        offs_c = tl.arange(0, BLOCK_C)
+        c_ok = offs_c < CHUNKS
+        vs = tl.load(WS_V + row * CHUNKS + offs_c, mask=c_ok, other=float("-inf"), cache_modifier=".cg")
+        is_ = tl.load(WS_I + row * CHUNKS + offs_c, mask=c_ok, other=V, cache_modifier=".cg")
+        v = tl.max(vs, 0)
+        i = tl.min(tl.where(c_ok & (vs == v), is_, V), 0)
         alive = tl.load(UNFINISHED + row).to(tl.int32)
         nxt = tl.where(alive != 0, i.to(tl.int64), tl.load(PAD))
         cur = tl.load(CUR)
@@ -97,7 +99,8 @@ def greedy_select(logits: torch.Tensor, unfinished: torch.Tensor, n_gen: torch.T
     _greedy_kernel[(b, chunks)](
         logits, ws_v, ws_i, sem, unfinished, n_gen, out, cur, pad, eos, tok,
         v, b, eos.shape[0], logits.stride(0), out.stride(0), tok.stride(0),
-        CHUNKS=chunks, BLOCK=BLOCK, BLOCK_E=max(2, triton.next_power_of_2(eos.shape[0])),
+        CHUNKS=chunks, BLOCK=BLOCK, BLOCK_C=max(2, _backend.next_pow2(chunks)),
+        BLOCK_E=max(2, _backend.next_pow2(eos.shape[0])),
         PDL=pdl, num_warps=8, **_backend.pdl_kw(pdl),
     )
     _backend.count("greedy_select")
