@@ -655,3 +655,36 @@ def test_moe_bench_active_bytes():
     assert bm.active_bytes(bm.SHAPES["qwen3-30b-a3b"], 1, 8) == 2 * (2048 * 128 + 8 * 3 * 2048 * 768 + 2 * 2048)
     # batched_mm at 2048 Mixtral tokens: 4096 pairs x 3 x 4096 x 14336 bf16 values, ~1.4 TB
     assert bm.batched_mm_bytes(bm.SHAPES["mixtral-8x7b"], 2048) == 4096 * 3 * 4096 * 14336 * 2
+
+
+def test_l2_prefetch_bench_needs_a_gpu_and_its_kernels_compile_for_hopper(tmp_path):
+    """benchmarks/bench_l2_prefetch.py is GPU-only: without CUDA it exits 2 and says so. Its
+    kernels compile for sm_90 offline (Triton's CUDA backend, no device): the prefetch launch
+    asks L2 for lines before its PDL wait, so it can start while the kernel ahead of it runs, and
+    the stream kernel's loads carry the evict_first policy its rows compare."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="0")
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_l2_prefetch.py")], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr, p.stderr
+    # compiled in a process of its own: here TRITON_INTERPRET=1 makes every kernel an interpreted one
+    code = """
+import sys, triton
+from triton.backends.compiler import GPUTarget
+sys.path.insert(0, sys.argv[1])
+import bench_l2_prefetch as mod
+target = GPUTarget("cuda", 90, 32)
+def ptx(fn, sig, consts):
+    src = triton.compiler.ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in consts}}, constexprs=consts)
+    return triton.compile(src, target=target).asm["ptx"]
+pre = ptx(mod._prefetch_kernel, {"ptr": "*bf16", "nbytes": "i64"}, {"PDL": True, "BLOCK": 512})
+st = ptx(mod._stream_kernel, {"ptr": "*bf16", "out": "*fp32", "n": "i64"}, {"FIRST": True, "BLOCK": 2048, "PDL": True})
+busy = ptx(mod._busy_kernel, {"ns": "i64"}, {"PDL": True})
+print(pre.find("prefetch.global.L2::evict_last"), pre.find("griddepcontrol.wait"), "evict_first" in st,
+      "%globaltimer" in busy)
+"""
+    p = subprocess.run([sys.executable, "-c", code, BENCH], capture_output=True, text=True, timeout=300,
+                       env=dict(env, PYTHONPATH=os.path.join(ROOT, "kernels", "python")))
+    assert p.returncode == 0, p.stderr[-3000:]
+    first_prefetch, wait, evict_first, timer = p.stdout.split()
+    assert 0 <= int(first_prefetch) < int(wait), p.stdout
+    assert evict_first == "True" and timer == "True", p.stdout
