@@ -319,7 +319,7 @@ def test_buckets():
         rt.batch_bucket(65)
 
 
-def test_injected_gemma2_greedy_equals_generate():
+def test_injected_gemma2_greedy_equals_generate(device):
     """gemma2-tiny (soft-capped attention, loaded eager) with every layer on our kernels runs the
     package's attention implementation, so the runtime's decode masks are bool; 14 + 8 tokens go
     past layer 0's 16-token window. Sharpened attention and post-block norms scaled up make the
@@ -336,8 +336,9 @@ def test_injected_gemma2_greedy_equals_generate():
             layer.self_attn.k_proj.weight.mul_(4.0)
             for norm in (layer.post_attention_layernorm, layer.post_feedforward_layernorm):
                 norm.weight.copy_(6 * (1 + norm.weight) - 1)  # Gemma norms scale by 1 + weight
+    model = model.to(device)
     assert kernelize(model)["attn_implementation"] == ATTN_IMPLEMENTATION
-    ids, mask = prompts(L=14, pads=(0, 2, 5))
+    ids, mask = (t.to(device) for t in prompts(L=14, pads=(0, 2, 5)))
     n = 8
     for x, m in ((ids[:1], None), (ids, mask)):
         ref = reference(model, x, m, n)
