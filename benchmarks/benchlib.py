@@ -848,6 +848,13 @@ def setup(args, competitors: bool = True) -> Optional[Env]:
     """Environment variables, torch, the kernel package and (competitors) Liger and transformers;
     None, after saying why on stderr, when there is no device to run on."""
     if args.smoke:
+        if "triton" in sys.modules and not sys.modules["triton"].knobs.runtime.interpret:
+            # Triton picks compiled or interpreted kernels when it decorates them: switching
+            # the interpreter on now would leave this process's kernels of both kinds.
+            print(f"{os.path.basename(sys.argv[0])}: --smoke needs the Triton interpreter from the start "
+                  "(TRITON_INTERPRET=1 before triton is imported); this process imported triton without it",
+                  file=sys.stderr)
+            return None
         os.environ["TRITON_INTERPRET"] = "1"
     if args.cache_dir:
         cd = os.path.abspath(args.cache_dir)

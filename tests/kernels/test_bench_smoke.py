@@ -39,6 +39,14 @@ def load(name):
     return mod
 
 
+from xpuinject_kernels import _backend  # noqa: E402
+
+# A benchmark's --smoke run in this process needs the interpreter on from the process start, as
+# the CPU suite runs; a GPU run (TRITON_INTERPRET=0) skips those and runs the benchmarks themselves.
+in_process_smoke = pytest.mark.skipif(
+    not _backend.is_interpret(),
+    reason="a benchmark's --smoke in this process needs TRITON_INTERPRET=1 from the process start")
+
 bl = load("benchlib")
 b_rms, b_rope, b_gemm, b_attn = (load(n) for n in ("bench_rmsnorm", "bench_rope", "bench_gemm", "bench_attention"))
 
@@ -101,6 +109,7 @@ def test_run_all_smoke_checks_every_kind(tmp_path):
     _check_smoke_run(p, out, 2 * (4 + n_gemm) + 1 + 1, bl.KINDS)
 
 
+@in_process_smoke
 @pytest.mark.parametrize("mod, n_cases", [
     (b_rms, 2),     # rmsnorm, add_rmsnorm at one M
     (b_rope, 1),
@@ -112,6 +121,7 @@ def test_each_bench_file_smoke(tmp_path, capsys, mod, n_cases):
     _check_smoke_run(p, out, n_cases, mod.KINDS)
 
 
+@in_process_smoke
 def test_smoke_detects_wrong_output(tmp_path, capsys):
     p, out = _main(b_rms, ["--only", "rmsnorm", "--m", "3", "--inject-fault", "rmsnorm"], tmp_path, capsys)
     assert p.returncode == 1, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
@@ -312,6 +322,7 @@ def test_render_targets_compact():
     assert len(line) < 130
 
 
+@in_process_smoke
 def test_run_case_timing_bookkeeping(monkeypatch, tmp_path):
     """The GPU half of run_case (rotation sets, best variant per column, ratios, bandwidth fraction,
     targets, the second timing of ours) with the interpreter for the kernel and a fake timer."""
@@ -631,6 +642,7 @@ def test_moe_bench_tables_of_a_timed_run():
         ("moe.decode", dict(hidden=2048, inter=768, experts=128, top_k=8, tokens=1), best["config"])]
 
 
+@in_process_smoke
 def test_moe_bench_check_fails_on_wrong_output():
     """The check is not vacuous: experts weights 10% off make ours fail it, the stock paths pass."""
     bm = load("bench_moe")
@@ -688,3 +700,14 @@ print(pre.find("prefetch.global.L2::evict_last"), pre.find("griddepcontrol.wait"
     first_prefetch, wait, evict_first, timer = p.stdout.split()
     assert 0 <= int(first_prefetch) < int(wait), p.stdout
     assert evict_first == "True" and timer == "True", p.stdout
+
+
+def test_smoke_refuses_a_process_that_imported_triton_without_the_interpreter():
+    """--smoke switches the interpreter on only before triton is imported: after, this process's
+    kernels would be compiled ones and interpreted ones mixed, so setup refuses and says why."""
+    code = ("import sys, types, triton; sys.path.insert(0, sys.argv[1]); import benchlib as bl; "
+            "print(bl.setup(types.SimpleNamespace(smoke=True, cache_dir=None), competitors=False))")
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=os.path.join(ROOT, "kernels", "python"))
+    p = subprocess.run([sys.executable, "-c", code, BENCH], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == "None", p.stderr
+    assert "--smoke needs the Triton interpreter from the start" in p.stderr
