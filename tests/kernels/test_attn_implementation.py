@@ -25,18 +25,18 @@ FIXTURES = ROOT / "testdata" / "fixtures"
 GOLDEN = ROOT / "inject" / "plan" / "testdata" / "golden"
 
 
-def load(name, attn="eager"):
+def load(name, attn="eager", device="cpu"):
     return transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / name, dtype=torch.bfloat16,
-                                                             attn_implementation=attn).eval()
+                                                             attn_implementation=attn).eval().to(device)
 
 
-def batch():
+def batch(device="cpu"):
     """Three prompts of 20 tokens (past both fixtures' 16-token window), two left-padded."""
     ids = torch.randint(3, 500, (3, 20), generator=torch.Generator().manual_seed(4))
     mask = torch.ones_like(ids)
     mask[1, :5] = 0
     mask[2, :1] = 0
-    return ids, mask
+    return ids.to(device), mask.to(device)
 
 
 def logits(model, ids, mask):
@@ -77,16 +77,16 @@ class MaskCalls:
 
 
 @pytest.mark.parametrize("name", ["gemma2-tiny", "gemma3-tiny"])
-def test_injected_eager_model_takes_bool_masks(monkeypatch, name):
+def test_injected_eager_model_takes_bool_masks(monkeypatch, name, device):
     """gemma2-tiny loads eager as the eval loads it; gemma3-tiny (no soft-capping) only when asked
     to, and then moves the same way. Layer 0 slides over a 16-token window: its mask is bool with
     the window in it, layer 1's (full, padded) bool too."""
-    stock, model = load(name), load(name)
+    stock, model = load(name, device=device), load(name, device=device)
     summary = kernelize(model)
     assert summary["replaced"]["Attention"] == 2
     assert summary["attn_implementation"] == ATTN_IMPLEMENTATION == model.config._attn_implementation
     assert stock.config._attn_implementation == "eager"
-    ids, mask = batch()
+    ids, mask = batch(device)
 
     calls = MaskCalls(monkeypatch)
     new = logits(model, ids, mask)
@@ -108,9 +108,9 @@ def test_injected_eager_model_takes_bool_masks(monkeypatch, name):
     assert torch.equal(new, old)
 
 
-def test_injected_gemma2_never_calls_eager_mask(monkeypatch):
+def test_injected_gemma2_never_calls_eager_mask(monkeypatch, device):
     """Through `inject` with the planner's plan for the fixture (no packed weights)."""
-    stock, model = load("gemma2-tiny"), load("gemma2-tiny")
+    stock, model = load("gemma2-tiny", device=device), load("gemma2-tiny", device=device)
     summary = inject(model, plan=GOLDEN / "gemma2-tiny.yaml")
     assert summary["attn_implementation"] == ATTN_IMPLEMENTATION
 
@@ -118,13 +118,13 @@ def test_injected_gemma2_never_calls_eager_mask(monkeypatch):
         raise AssertionError("eager_mask called")
 
     monkeypatch.setitem(AttentionMaskInterface._global_mapping, "eager", refuse)
-    ids, mask = batch()
+    ids, mask = batch(device)
     assert torch.isfinite(logits(model, ids, mask)).all()
     with pytest.raises(AssertionError, match="eager_mask called"):
         logits(stock, ids, mask)
 
 
-def test_mask_path_makes_no_device_tensor_from_host_data(monkeypatch):
+def test_mask_path_makes_no_device_tensor_from_host_data(monkeypatch, device):
     """A CPU stand-in for CUDA-graph capture of the prefill forward (runtime.GraphedForward's
     `model(input_ids=ids, use_cache=False, logits_to_keep=1)`): transformers' mask code takes the
     branches it takes under stream capture (is_tracing(): no mask skipped, a packed-sequence check
@@ -140,10 +140,10 @@ def test_mask_path_makes_no_device_tensor_from_host_data(monkeypatch):
             made.append(traceback.extract_stack(limit=2)[0])
         return tensor(*args, **kwargs)
 
-    stock, model = load("gemma2-tiny"), load("gemma2-tiny")
+    stock, model = load("gemma2-tiny", device=device), load("gemma2-tiny", device=device)
     kernelize(model)
     calls = MaskCalls(monkeypatch)
-    ids = batch()[0]
+    ids = batch(device)[0]
     monkeypatch.setattr(torch, "tensor", recording)
     with torch.no_grad():
         model(input_ids=ids, use_cache=False, logits_to_keep=1)
@@ -157,12 +157,12 @@ def test_mask_path_makes_no_device_tensor_from_host_data(monkeypatch):
     assert [(Path(f.filename).name, f.name) for f in made] == [("masking_utils.py", "eager_mask")] * 2
 
 
-def test_sdpa_models_and_models_with_stock_attention_keep_theirs():
+def test_sdpa_models_and_models_with_stock_attention_keep_theirs(device):
     """gemma3-tiny loaded as the eval loads it stays sdpa (its masks are the same already);
     llama-tiny's head_dim 16 keeps its attention stock, which needs eager's masks: it stays eager."""
-    model = load("gemma3-tiny", attn=None)
+    model = load("gemma3-tiny", attn=None, device=device)
     assert kernelize(model)["attn_implementation"] == "sdpa" == model.config._attn_implementation
-    model = load("llama-tiny")
+    model = load("llama-tiny", device=device)
     summary = kernelize(model)
     assert "Attention" not in summary["replaced"] and "model.layers.0.self_attn" not in summary["replaced_modules"]
     assert summary["attn_implementation"] == "eager" == model.config._attn_implementation
@@ -208,17 +208,17 @@ def received_masks(monkeypatch):
     # layer 0 slides over 16 of the 20 tokens: transformers builds its mask in the warm-up too
     ("gemma2-tiny", "eager", [torch.bool, None]),
 ])
-def test_graphed_forward_captures_the_masks_the_warmup_built(monkeypatch, name, attn, masks):
+def test_graphed_forward_captures_the_masks_the_warmup_built(monkeypatch, name, attn, masks, device):
     """A forward of input ids alone: its captured attention layers get the masks transformers
     built in the eager warm-ups (no mask where the causal flag serves), not the materialized ones
     transformers builds under capture; the captured logits are the warm-ups', bit for bit. Inputs
     that carry a padding mask keep what transformers builds under capture."""
     from xpuinject_kernels import runtime
 
-    model = load(name, attn)
+    model = load(name, attn, device)
     kernelize(model)
     got = received_masks(monkeypatch)
-    ids, mask = batch()
+    ids, mask = batch(device)
     with torch.no_grad():
         want = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
     assert got == masks

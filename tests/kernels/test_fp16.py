@@ -105,8 +105,8 @@ def test_attention_decode_fp16(device, splits):
 # ---------------------------------------------------------------------------------------------
 
 
-def load(dtype=F16):
-    return transformers.LlamaForCausalLM.from_pretrained(FIXTURE, dtype=dtype).eval()
+def load(dtype=F16, device="cpu"):
+    return transformers.LlamaForCausalLM.from_pretrained(FIXTURE, dtype=dtype).eval().to(device)
 
 
 IDS = torch.randint(3, 512, (4, 24), generator=torch.Generator().manual_seed(21))
@@ -114,7 +114,7 @@ IDS = torch.randint(3, 512, (4, 24), generator=torch.Generator().manual_seed(21)
 
 def logits(model):
     with torch.no_grad():
-        return model(input_ids=IDS).logits.float()
+        return model(input_ids=IDS.to(model.device)).logits.float()
 
 
 def within_thresholds(out, stock, oracle):
@@ -134,23 +134,23 @@ def within_thresholds(out, stock, oracle):
 
 
 @pytest.mark.parametrize("how", ["kernelize", "inject"])
-def test_f16_checkpoint_runs_in_fp16(llama_odd_pkg, how):
-    model = load()
+def test_f16_checkpoint_runs_in_fp16(llama_odd_pkg, how, device):
+    model = load(device=device)
     summary = getattr(llama_odd_pkg, how)(model)
     assert summary["replaced"] == {"Attention": 1, "DecoderLayer": 1, "LMHead": 1, "RMSNorm": 3, "SwiGLUMLP": 1}
     out = logits(model)
     assert all(b.dtype == F16 for m in model.modules() for n, b in m._buffers.items() if n.startswith("xpuinject_"))
-    stock, oracle = logits(load()), logits(load(torch.float32))
+    stock, oracle = logits(load(device=device)), logits(load(torch.float32, device))
     assert not torch.equal(out, stock)
     within_thresholds(out, stock, oracle)
 
 
-def test_packed_weights_of_the_other_half_dtype_are_refused(llama_odd_run, llama_odd_pkg):
+def test_packed_weights_of_the_other_half_dtype_are_refused(llama_odd_run, llama_odd_pkg, device):
     with pytest.raises(llama_odd_pkg.InjectError, match=r"are bfloat16 \(plan dtype bf16\), the model is float16: load the model with dtype=torch.bfloat16"):
-        llama_odd_pkg.inject(load(), packed=llama_odd_run / "packed")
+        llama_odd_pkg.inject(load(device=device), packed=llama_odd_run / "packed")
 
 
-def test_fp16_packed_weights(llama_odd_run, llama_odd_pkg, tmp_path):
+def test_fp16_packed_weights(llama_odd_run, llama_odd_pkg, tmp_path, device):
     """Packed weights in fp16 (what `xpuinject --dtype fp16` packs: the fp16 source concatenated
     and transposed, exact), made here from the model's own weights by the package's packer into
     the packed checkpoint's tensor names; their plan.yaml says fp16, as that pack's would, and is
@@ -158,7 +158,7 @@ def test_fp16_packed_weights(llama_odd_run, llama_odd_pkg, tmp_path):
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    own = load()
+    own = load(device=device)
     llama_odd_pkg.inject(own)
     logits(own)  # packs every layer's tensors from the fp16 weights
     tensors = dict(own.named_parameters())
@@ -184,10 +184,10 @@ def test_fp16_packed_weights(llama_odd_run, llama_odd_pkg, tmp_path):
         for out in lp.get("outputs") or ():
             out["dtype"] = "F16" if out["dtype"] == "BF16" else out["dtype"]
     (packed / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
-    model = load()
+    model = load(device=device)
     summary = llama_odd_pkg.inject(model, packed=packed, plan=packed / "plan.yaml")
     assert summary["packed_tensors"] == bound and n >= bound
     out = logits(model)
     assert torch.equal(out, logits(own))  # the same tensors, attached instead of packed on the device
-    stock, oracle = logits(load()), logits(load(torch.float32))
+    stock, oracle = logits(load(device=device)), logits(load(torch.float32, device))
     within_thresholds(out, stock, oracle)

@@ -64,15 +64,15 @@ def test_tuned_config_matches_named_fields_only(fake_gpu):
     assert gpus.tuned_config("attention.decode", {"head_dim": 64}, "cuda") is None
 
 
-def test_gemm_launches_the_tuned_config(fake_gpu):
+def test_gemm_launches_the_tuned_config(fake_gpu, device):
     """A matching entry is launched instead of any other choice, once looked up per class."""
     fake_gpu["tuned"] = [
         {"kernel": "gemm", "key": {"epilogue": "none", "m_bucket": 32, "k": 64, "n": 96},
          "config": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_SIZE_M": 1, "num_warps": 2, "num_stages": 1}},
     ]
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(17, 64, generator=g).bfloat16()
-    w = (torch.randn(64, 96, generator=g) / 8).bfloat16()
+    x = torch.randn(17, 64, generator=g).bfloat16().to(device)
+    w = (torch.randn(64, 96, generator=g) / 8).bfloat16().to(device)
     for _ in range(2):
         out = xk.gemm(x, w)
         torch.testing.assert_close(out.float(), x.float() @ w.float(), rtol=2e-2, atol=2e-2)
@@ -83,7 +83,7 @@ def test_gemm_launches_the_tuned_config(fake_gpu):
     assert gpus.tuning_report()["tuned_by_kernel"] == {"gemm": 1}
 
 
-def test_attention_launches_tuned_configs(fake_gpu):
+def test_attention_launches_tuned_configs(fake_gpu, device):
     fake_gpu["tuned"] = [
         {"kernel": "attention.prefill", "key": {"head_dim": 32, "is_causal": True},
          "config": {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 2, "num_stages": 1}},
@@ -91,9 +91,9 @@ def test_attention_launches_tuned_configs(fake_gpu):
          "config": {"BLOCK_N": 16, "num_warps": 2, "num_stages": 1}},
     ]
     g = torch.Generator().manual_seed(1)
-    q = torch.randn(1, 4, 20, 32, generator=g).bfloat16()
-    k = torch.randn(1, 2, 20, 32, generator=g).bfloat16()
-    v = torch.randn(1, 2, 20, 32, generator=g).bfloat16()
+    q = torch.randn(1, 4, 20, 32, generator=g).bfloat16().to(device)
+    k = torch.randn(1, 2, 20, 32, generator=g).bfloat16().to(device)
+    v = torch.randn(1, 2, 20, 32, generator=g).bfloat16().to(device)
     out = xk.flash_attention_prefill(q, k, v)
     ref = attention.attention_ref(q, k, v)
     torch.testing.assert_close(out.float(), ref.float(), rtol=3e-2, atol=3e-2)

@@ -62,8 +62,8 @@ def pkg(built):
     return load_package(built / "run" / "package", "kernels")
 
 
-def load(name="qwen3-tiny"):
-    return transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / name, dtype=torch.bfloat16).eval()
+def load(name="qwen3-tiny", device="cpu"):
+    return transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / name, dtype=torch.bfloat16).eval().to(device)
 
 
 IDS = torch.randint(0, 500, (2, 11), generator=torch.Generator().manual_seed(3))
@@ -71,14 +71,14 @@ IDS = torch.randint(0, 500, (2, 11), generator=torch.Generator().manual_seed(3))
 
 def logits(model):
     with torch.no_grad():
-        return model(input_ids=IDS).logits.float()
+        return model(input_ids=IDS.to(model.device)).logits.float()
 
 
 @pytest.mark.parametrize("how", ["kernels", "direct"])
-def test_inject_matches_stock_and_releases_originals(built, how):
+def test_inject_matches_stock_and_releases_originals(built, how, device):
     pkg = load_package(built / "run" / "package", how)
     assert Path(pkg.__file__).is_relative_to(built / "run" / "package")  # the emitted copy, not the sources
-    stock, model = load(), load()
+    stock, model = load(device=device), load(device=device)
     summary = pkg.inject(model, packed=built / "run" / "packed")
     assert summary["replaced"] == {"Attention": 2, "DecoderLayer": 2, "LMHead": 1, "RMSNorm": 9, "SwiGLUMLP": 2}
     assert summary["packed"] == str(built / "run" / "packed") and summary["packed_tensors"] == 18
@@ -102,10 +102,10 @@ def test_inject_matches_stock_and_releases_originals(built, how):
     assert cos > 0.999 and not torch.equal(a, b), cos
 
 
-def test_inject_without_packed_weights_packs_the_models_own(built, pkg):
+def test_inject_without_packed_weights_packs_the_models_own(built, pkg, device):
     """inject(model) follows the same plan; the layers pack from the model's bf16 weights, which
     are the ones the Go packer rounded from the same F32 checkpoint: the same logits, bit for bit."""
-    a, b = load(), load()
+    a, b = load(device=device), load(device=device)
     pkg.inject(a, packed=built / "run" / "packed")
     summary = pkg.inject(b)
     assert summary["packed"] is None and summary["packed_tensors"] == 0
@@ -116,8 +116,8 @@ def test_inject_without_packed_weights_packs_the_models_own(built, pkg):
     assert isinstance(at.q_proj, torch.nn.Linear)  # the originals stay (nothing packed offline)
 
 
-def test_check_only_changes_nothing(built, pkg):
-    model = load()
+def test_check_only_changes_nothing(built, pkg, device):
+    model = load(device=device)
     before = {n: p.clone() for n, p in model.named_parameters()}
     r = pkg.inject(model, packed=built / "run" / "packed", check_only=True)
     assert r["checked"] and r["bindings"] == 16 and r["packed_tensors"] == 18
@@ -125,27 +125,27 @@ def test_check_only_changes_nothing(built, pkg):
     assert not any("forward" in m.__dict__ for m in model.modules())
 
 
-def test_inject_sets_nothing_on_classes(built, pkg):
+def test_inject_sets_nothing_on_classes(built, pkg, device):
     """Bindings and vendor routes live on the instances: a model built afterwards is stock."""
     classes = {type(m) for m in load().modules()}
     before = {c: dict(c.__dict__) for c in classes}
-    pkg.inject(load(), packed=built / "run" / "packed")
+    pkg.inject(load(device=device), packed=built / "run" / "packed")
     assert {c: dict(c.__dict__) for c in classes} == before
     fresh = load()
     assert not any("forward" in m.__dict__ or hasattr(m, "xpuinject_name") for m in fresh.modules())
 
 
-def test_refuses_wrong_architecture(built, pkg):
-    model = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "llama-tiny", dtype=torch.bfloat16)
+def test_refuses_wrong_architecture(built, pkg, device):
+    model = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "llama-tiny", dtype=torch.bfloat16).to(device)
     with pytest.raises(pkg.InjectError, match=r"made for .*qwen3-tiny, a 'qwen3' model; this model is 'llama'"):
         pkg.inject(model, packed=built / "run" / "packed")
 
 
-def test_refuses_a_model_of_other_shapes(built, pkg):
+def test_refuses_a_model_of_other_shapes(built, pkg, device):
     """Same architecture and module names, other sizes: named by the tensor that differs."""
     cfg = transformers.AutoConfig.from_pretrained(FIXTURES / "qwen3-tiny")
     cfg.intermediate_size = 96
-    model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).eval()
+    model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16).eval().to(device)
     with pytest.raises(pkg.InjectError, match=r"'model.layers.0.mlp.gate_proj.weight' has shape \[96, 64\] in this model.*needs \[160, 64\]"):
         pkg.inject(model)
 
@@ -160,35 +160,35 @@ def edited(built, tmp_path, fn):
     return packed, packed / "plan.yaml"
 
 
-def test_refuses_missing_module(built, pkg, tmp_path):
+def test_refuses_missing_module(built, pkg, tmp_path, device):
     def move(plan):
         plan["layers"][1]["bindings"][0]["module"] = "model.layers.7.input_layernorm"
 
     packed, plan = edited(built, tmp_path, move)
     with pytest.raises(pkg.InjectError, match=r"binds module 'model.layers.7.input_layernorm' \(RMSNorm\), which this model does not have"):
-        pkg.inject(load(), packed=packed, plan=plan)
+        pkg.inject(load(device=device), packed=packed, plan=plan)
 
 
-def test_refuses_missing_and_misshapen_tensors(built, pkg, tmp_path):
+def test_refuses_missing_and_misshapen_tensors(built, pkg, tmp_path, device):
     packed, plan = edited(built, tmp_path / "a", lambda p: p["layers"][2]["outputs"][0].__setitem__("name", "model.layers.0.self_attn.nope.weight"))
     with pytest.raises(pkg.InjectError, match=r"nope.weight.*missing from the packed weights"):
-        pkg.inject(load(), packed=packed, plan=plan)
+        pkg.inject(load(device=device), packed=packed, plan=plan)
     packed, plan = edited(built, tmp_path / "b", lambda p: p["layers"][2]["outputs"][0].__setitem__("shape", [64, 7]))
     with pytest.raises(pkg.InjectError, match=r"shape \[64, 256\], the plan says \[64, 7\]"):
-        pkg.inject(load(), packed=packed, plan=plan)
+        pkg.inject(load(device=device), packed=packed, plan=plan)
 
 
-def test_refuses_packed_weights_of_another_plan(built, pkg):
+def test_refuses_packed_weights_of_another_plan(built, pkg, device):
     """Weights packed from the same model with another plan (no fused add+RMSNorm): refused,
     naming the first layer whose plan differs, before anything is loaded."""
-    model = load()
+    model = load(device=device)
     with pytest.raises(pkg.InjectError, match=r"packed from another plan than this package's \(their plan.yaml sha256 .*\): "
                                               r"layers\[3\] \(model.layers.0.post_attention_layernorm\): kernel 'add-rmsnorm' here, 'rmsnorm'"):
         pkg.inject(model, packed=built / "other-plan")
     assert not any("forward" in m.__dict__ for m in model.modules())
 
 
-def test_plan_digest_recorded_by_the_package_is_checked(built, tmp_path):
+def test_plan_digest_recorded_by_the_package_is_checked(built, tmp_path, device):
     """A package that records its plan's sha256 (metadata.json "xpuinject".plan_sha256) takes
     only packed weights whose plan.yaml hashes to it."""
     run = built / "run"
@@ -203,21 +203,21 @@ def test_plan_digest_recorded_by_the_package_is_checked(built, tmp_path):
         meta_path.write_text(json.dumps(meta))
         pkg = load_package(copy, "direct")
         if name == "good":
-            assert pkg.inject(load(), packed=run / "packed", check_only=True)["checked"]
+            assert pkg.inject(load(device=device), packed=run / "packed", check_only=True)["checked"]
         else:
             with pytest.raises(pkg.InjectError, match=r"packed from another plan than this package's \(their plan.yaml sha256 is "
                                                       + digest[:12] + r"…, the package records 000000000000…\)"):
-                pkg.inject(load(), packed=run / "packed")
+                pkg.inject(load(device=device), packed=run / "packed")
 
 
-def test_refuses_missing_packed_folder_and_plan(built, pkg, tmp_path):
+def test_refuses_missing_packed_folder_and_plan(built, pkg, tmp_path, device):
     with pytest.raises(pkg.InjectError, match=r"packed='no folder here': no such folder, and not a Hub repo id"):
-        pkg.inject(load(), packed="no folder here")
+        pkg.inject(load(device=device), packed="no folder here")
     (tmp_path / "empty").mkdir()
     with pytest.raises(pkg.InjectError, match=r"no plan.yaml: not packed weights written by `xpuinject pack`"):
-        pkg.inject(load(), packed=tmp_path / "empty")
+        pkg.inject(load(device=device), packed=tmp_path / "empty")
     with pytest.raises(pkg.InjectError, match="revision= applies to a Hub repo id only"):
-        pkg.inject(load(), packed=built / "run" / "packed", revision="main")
+        pkg.inject(load(device=device), packed=built / "run" / "packed", revision="main")
 
 
 def test_the_source_tree_has_no_plan():
@@ -233,7 +233,7 @@ def test_cpu_without_interpreter_is_refused(built, pkg, monkeypatch):
         pkg.inject(load(), packed=built / "run" / "packed")
 
 
-def test_plan_vendor_routes_reach_the_module(built, pkg, tmp_path):
+def test_plan_vendor_routes_reach_the_module(built, pkg, tmp_path, device):
     def route(plan):
         for lp in plan["layers"]:
             if lp["kind"] == "attention":
@@ -241,8 +241,8 @@ def test_plan_vendor_routes_reach_the_module(built, pkg, tmp_path):
                                                {"op": "o_proj", "max_tokens": 64, "reason": "measured"}]
 
     packed, plan = edited(built, tmp_path, route)
-    model = load()
-    stock = load()
+    model = load(device=device)
+    stock = load(device=device)
     pkg.inject(model, packed=packed, plan=plan)
     assert model.model.layers[1].self_attn.xpuinject_vendor == (("attention-prefill", 0, None), ("o_proj", 0, 64))
     assert not hasattr(model.model.layers[1].mlp, "xpuinject_vendor")
@@ -250,19 +250,19 @@ def test_plan_vendor_routes_reach_the_module(built, pkg, tmp_path):
     assert cos > 0.999
 
 
-def test_a_failing_layer_is_named(built, pkg):
+def test_a_failing_layer_is_named(built, pkg, device):
     """A kernel error inside the injected model says which module it came from."""
-    model = load()
+    model = load(device=device)
     pkg.inject(model, packed=built / "run" / "packed")
     at = model.model.layers[1].self_attn
     at.xpuinject_qkv_weight = at.xpuinject_qkv_weight[:, :100].contiguous()  # a wrongly packed weight
     with pytest.raises(RuntimeError, match=r"model\.layers\.1\.self_attn.*packed qkv weight has 100 columns"):
         with torch.no_grad():
-            model(input_ids=torch.tensor([[1, 2, 3]]))
+            model(input_ids=torch.tensor([[1, 2, 3]], device=device))
 
 
-def test_inject_twice_is_refused(built, pkg):
-    model = load()
+def test_inject_twice_is_refused(built, pkg, device):
+    model = load(device=device)
     pkg.inject(model, packed=built / "run" / "packed")
     with pytest.raises(pkg.InjectError, match="already has its forward replaced"):
         pkg.inject(model, packed=built / "run" / "packed")
@@ -288,12 +288,12 @@ def stage_of(model, first: bool):
     return model
 
 
-def test_inject_binds_one_pipeline_stage(built, pkg):
+def test_inject_binds_one_pipeline_stage(built, pkg, device):
     """Each pipeline stage binds the modules it holds and loads only their packed tensors; the
     two stages together bind and load what the whole model does."""
-    whole = pkg.inject(load(), packed=built / "run" / "packed")
-    first = stage_of(load(), True)
-    last = stage_of(load(), False)
+    whole = pkg.inject(load(device=device), packed=built / "run" / "packed")
+    first = stage_of(load(device=device), True)
+    last = stage_of(load(device=device), False)
     a = pkg.inject(first, packed=built / "run" / "packed")
     b = pkg.inject(last, packed=built / "run" / "packed")
     assert a["replaced_modules"] == [m for m in whole["replaced_modules"] if m.startswith("model.layers.0.") or m == "model.layers.0"]

@@ -37,11 +37,11 @@ def model_class(fixture):
     return getattr(transformers, cfg.architectures[0]), cfg
 
 
-def build(fixture, dtype=torch.bfloat16):
+def build(fixture, dtype=torch.bfloat16, device="cpu"):
     cls, cfg = model_class(fixture)
     # SDPA ignores attention soft-capping (Gemma 2): such models run eager, as the eval loads them
     kw = {"attn_implementation": "eager"} if getattr(cfg, "attn_logit_softcapping", None) else {}
-    return cls.from_pretrained(FIXTURES / fixture, dtype=dtype, **kw).eval()
+    return cls.from_pretrained(FIXTURES / fixture, dtype=dtype, **kw).eval().to(device)
 
 
 def inputs(fixture):
@@ -53,8 +53,8 @@ def inputs(fixture):
 
 
 def run(model, x):
-    dt = next(model.parameters()).dtype
-    x = {k: v.to(dt) if v.is_floating_point() else v for k, v in x.items()}
+    p = next(model.parameters())
+    x = {k: v.to(p.device, p.dtype) if v.is_floating_point() else v.to(p.device) for k, v in x.items()}
     with torch.no_grad():
         return model(**x).logits.float()
 
@@ -122,9 +122,9 @@ def moe_picks(oracle, stock, model):
 
 
 @pytest.mark.parametrize("fixture", ALL)
-def test_package_alone_kernelizes_every_architecture(pkg, fixture):
+def test_package_alone_kernelizes_every_architecture(pkg, fixture, device):
     before, class_dicts, _ = stock_snapshot(fixture)
-    oracle, stock, model = build(fixture, torch.float32), build(fixture), build(fixture)
+    oracle, stock, model = build(fixture, torch.float32, device), build(fixture, device=device), build(fixture, device=device)
     launches = dict(pkg._backend.launch_counts)
     # (module, layer class) kernelize binds; two classes may share a forward (FusedAttention is
     # Attention over Phi-3's fused qkv_proj), so the class is what supported_bindings names
@@ -167,7 +167,7 @@ def test_package_alone_kernelizes_every_architecture(pkg, fixture):
     assert not any("forward" in m.__dict__ for m in fresh.modules())
 
 
-def test_kernelize_restores_the_classes_kernel_marks(pkg):
+def test_kernelize_restores_the_classes_kernel_marks(pkg, device):
     """transformers marks its RMSNorm classes for kernels when it supports the installed kernels
     version (kernel_layer_name "RMSNorm", via kernels.replace_kernel_forward_from_hub); kernelize
     sets its own marks only for the call and puts back what was there, marked or not. It also
@@ -180,7 +180,7 @@ def test_kernelize_restores_the_classes_kernel_marks(pkg):
         replace_kernel_forward_from_hub(LlamaRMSNorm, "RMSNorm")
     try:
         name, cond = LlamaRMSNorm.__dict__["kernel_layer_name"], LlamaRMSNorm.__dict__["kernel_condition"]
-        model = build("llama-odd")
+        model = build("llama-odd", device=device)
         funcs = [f for m in model.modules() for f in getattr(m, "_kernel_funcs", {}).values()]
         if not funcs:  # attached as transformers' use_kernelized_func does when it takes kernels
             funcs = [use_kernel_forward_from_hub("rotary_pos_emb")(apply_rotary_pos_emb)]
@@ -196,18 +196,18 @@ def test_kernelize_restores_the_classes_kernel_marks(pkg):
             del LlamaRMSNorm.kernel_layer_name, LlamaRMSNorm.kernel_condition
 
 
-def test_kernelize_without_the_kernels_package_binds_the_same(pkg):
-    a, b = build("qwen3-tiny"), build("qwen3-tiny")
+def test_kernelize_without_the_kernels_package_binds_the_same(pkg, device):
+    a, b = build("qwen3-tiny", device=device), build("qwen3-tiny", device=device)
     sa, sb = pkg.kernelize(a), pkg.kernelize(b, use_kernels=False)
     assert sb["path"] == "direct" and sa["replaced_modules"] == sb["replaced_modules"]
     x = inputs("qwen3-tiny")
     assert torch.equal(run(a, x), run(b, x))
 
 
-def test_kernelize_keeps_what_the_kernels_cannot_take(pkg):
+def test_kernelize_keeps_what_the_kernels_cannot_take(pkg, device):
     """llama-tiny's head_dim 16 is not an attention kernel's: its attention stays stock (as the
     plan keeps it), with the reason the planner gives."""
-    model = build("llama-tiny")
+    model = build("llama-tiny", device=device)
     bound = dict(pkg.supported_bindings(model))
     assert "model.layers.0.self_attn" not in bound and bound["model.layers.0.mlp"] == "SwiGLUMLP"
     assert pkg.injection._why_not(model.model.layers[0].self_attn, "Attention").startswith("head_dim 16 not supported")

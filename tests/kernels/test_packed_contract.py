@@ -47,8 +47,8 @@ def pkg(run):
     return module
 
 
-def load():
-    return transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / SPEC["model"], dtype=torch.bfloat16).eval()
+def load(device="cpu"):
+    return transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / SPEC["model"], dtype=torch.bfloat16).eval().to(device)
 
 
 def read_safetensors(path: Path):
@@ -102,17 +102,17 @@ def test_cases_cover_every_check(pkg):
     assert list(PACKED_CHECKS) == names
 
 
-def test_the_unedited_checkpoint_passes(run, pkg):
-    r = pkg.inject(load(), packed=run / "packed", check_only=True)
+def test_the_unedited_checkpoint_passes(run, pkg, device):
+    r = pkg.inject(load(device), packed=run / "packed", check_only=True)
     assert r["checked"] and r["packed_tensors"] > 0
 
 
 @pytest.mark.parametrize("case", SPEC["cases"], ids=lambda c: c["check"])
-def test_refused_before_the_model_changes(run, pkg, tmp_path, case):
+def test_refused_before_the_model_changes(run, pkg, tmp_path, case, device):
     packed = tmp_path / "packed"
     shutil.copytree(run / "packed", packed)
     break_packed(packed, case["check"], SPEC["tensor"])
-    model = load()
+    model = load(device)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     mlp = model.model.layers[0].mlp
     with pytest.raises(pkg.InjectError, match=re.escape(case["python"])):

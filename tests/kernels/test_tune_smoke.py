@@ -118,17 +118,17 @@ def test_config_argument_is_validated():
                                "num_stages": 1})
 
 
-def test_config_argument_is_used():
+def test_config_argument_is_used(device):
     """A given config launches and computes what the default launch computes (bf16 rounding apart)."""
     torch.manual_seed(0)
-    x = torch.randn(17, 64, dtype=torch.bfloat16)
-    wk = torch.randn(64, 48, dtype=torch.bfloat16) / 8
+    x = torch.randn(17, 64, dtype=torch.bfloat16).to(device)
+    wk = (torch.randn(64, 48, dtype=torch.bfloat16) / 8).to(device)
     cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 64, "GROUP_SIZE_M": 1, "num_warps": 2, "num_stages": 1}
     torch.testing.assert_close(xk.gemm(x, wk, config=cfg), xk.gemm(x, wk))
-    w = torch.randn(64, dtype=torch.bfloat16)
+    w = torch.randn(64, dtype=torch.bfloat16).to(device)
     torch.testing.assert_close(xk.rms_norm(x, w, 1e-5, config={"num_warps": 1}), xk.rms_norm(x, w, 1e-5), rtol=0, atol=0)
-    q = torch.randn(1, 4, 5, 32, dtype=torch.bfloat16)
-    cs = torch.randn(1, 5, 32, dtype=torch.bfloat16)
+    q = torch.randn(1, 4, 5, 32, dtype=torch.bfloat16).to(device)
+    cs = torch.randn(1, 5, 32, dtype=torch.bfloat16).to(device)
     a = xk.apply_rope(q, q[:, :2], cs, cs, config={"tile_elems": 16, "num_warps": 1})
     b = xk.apply_rope(q, q[:, :2], cs, cs)
     torch.testing.assert_close(a, b, rtol=0, atol=0)
@@ -163,7 +163,7 @@ def _launched(rec, keys):
     return {k: kw[k] for k in keys}
 
 
-def test_tune_writes_attention_and_swiglu_classes_that_launch_tuned(tmp_path, monkeypatch):
+def test_tune_writes_attention_and_swiglu_classes_that_launch_tuned(tmp_path, monkeypatch, device):
     """--classes with a prefill, a decode and a SwiGLU class --write-tuned: each class's best config
     lands in the data file under the key its launcher looks up, beside the heuristic's and the
     autotuner's times; on that GPU each class then launches its tuned config, with no heuristic
@@ -227,23 +227,23 @@ def test_tune_writes_attention_and_swiglu_classes_that_launch_tuned(tmp_path, mo
     tuned_before = gpus.tuning_report()["tuned_by_kernel"]  # the process's counts: earlier tests add to them
     try:
         g = torch.Generator().manual_seed(3)
-        q = torch.randn(1, 4, 20, 32, generator=g).bfloat16()
-        k = torch.randn(1, 2, 20, 32, generator=g).bfloat16()
-        v = torch.randn(1, 2, 20, 32, generator=g).bfloat16()
+        q = torch.randn(1, 4, 20, 32, generator=g).bfloat16().to(device)
+        k = torch.randn(1, 2, 20, 32, generator=g).bfloat16().to(device)
+        v = torch.randn(1, 2, 20, 32, generator=g).bfloat16().to(device)
         out = xk.flash_attention_prefill(q, k, v)
         torch.testing.assert_close(out.float(), attention.attention_ref(q, k, v).float(), rtol=3e-2, atol=3e-2)
 
-        qd = torch.randn(1, 4, 1, 32, generator=g).bfloat16()
-        kd = torch.randn(1, 2, 64, 32, generator=g).bfloat16()
-        vd = torch.randn(1, 2, 64, 32, generator=g).bfloat16()
-        km = torch.ones(1, 64, dtype=torch.bool)
+        qd = torch.randn(1, 4, 1, 32, generator=g).bfloat16().to(device)
+        kd = torch.randn(1, 2, 64, 32, generator=g).bfloat16().to(device)
+        vd = torch.randn(1, 2, 64, 32, generator=g).bfloat16().to(device)
+        km = torch.ones(1, 64, dtype=torch.bool, device=device)
         km[:, :5] = False
         outd = xk.decode_attention(qd, kd, vd, key_mask=km, num_splits=2)
         refd = attention.attention_ref(qd, kd, vd, causal=False, key_mask=km)
         torch.testing.assert_close(outd.float(), refd.float(), rtol=3e-2, atol=3e-2)
 
-        x = torch.randn(17, 64, generator=g).bfloat16()
-        w = (torch.randn(64, 96, generator=g) / 8).bfloat16()
+        x = torch.randn(17, 64, generator=g).bfloat16().to(device)
+        w = (torch.randn(64, 96, generator=g) / 8).bfloat16().to(device)
         y = xk.gemm(x, w, epilogue="swiglu")
         h = x.float() @ w.float()
         torch.testing.assert_close(y.float(), torch.nn.functional.silu(h[:, :48]) * h[:, 48:], rtol=3e-2, atol=3e-2)
@@ -304,7 +304,7 @@ def test_tune_says_when_it_cannot_rebuild_a_class(tmp_path):
     assert r.returncode == 2 and "none.json: No such file or directory" in r.stderr
 
 
-def test_forced_config_is_checked_and_restored():
+def test_forced_config_is_checked_and_restored(device):
     """attention._forced_config, the sweep's way to launch a candidate: every launch constant
     required, unknown kernels and keys refused, and the launcher's own choice back after the block."""
     with pytest.raises(ValueError, match="config lacks num_stages"):
@@ -318,13 +318,14 @@ def test_forced_config_is_checked_and_restored():
         with attention._forced_config("attention.verify", {}):
             pass
     g = torch.Generator().manual_seed(4)
-    q = torch.randn(1, 4, 1, 32, generator=g).bfloat16()
-    k = torch.randn(1, 2, 40, 32, generator=g).bfloat16()
+    q = torch.randn(1, 4, 1, 32, generator=g).bfloat16().to(device)
+    k = torch.randn(1, 2, 40, 32, generator=g).bfloat16().to(device)
     with attention._forced_config("attention.decode", {"BLOCK_N": 32, "num_warps": 2, "num_stages": 1}) as seen:
         a = xk.decode_attention(q, k, k)
     assert seen == {"split_bucket": 64, "head_dim": 32, "block_g": 16, "mask_kind": 0, "single": True}
     assert attention._FORCED == {}
-    torch.testing.assert_close(a, xk.decode_attention(q, k, k))
+    # another key block, another order of the online softmax: equal up to bf16 rounding on a GPU
+    torch.testing.assert_close(a, xk.decode_attention(q, k, k), atol=1e-3, rtol=1.6e-2)
 
 
 def test_skip_tuned_leaves_out_the_classes_the_data_file_has(tmp_path):
