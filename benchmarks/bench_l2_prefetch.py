@@ -2,7 +2,8 @@
 """Whether a decode GEMV's weights asked into L2 ahead of it make it faster, at the Qwen3-30B-A3B
 attention projections, on a CUDA GPU; and each projection at every gemv launch config (--sweep).
 
-    PYTHONPATH=kernels/python python3 benchmarks/bench_l2_prefetch.py [--layers 48] [--busy-us 4,8]
+    PYTHONPATH=kernels/python python3 benchmarks/bench_l2_prefetch.py [--layers 48] [--busy-us 4,8] \
+        [--sweep | --sweep-only]
 
 A decode step alternates weight streams with latency-bound kernels (RoPE and the cache write,
 attention, the router) during which HBM idles. Each sequence below runs once per layer on that
@@ -16,7 +17,10 @@ timed by the same code (CUDA events around replays, median), and reported per la
   prefetch + busy (+ gemv)  a prefetch launch of the projection's weights first
   ... + stream            the MoE experts' 75 MB read between (evict_first or evict_normal loads),
                           to see whether the prefetched lines survive it
-Prints one table; the gain is (busy + gemv) - (prefetch + busy + gemv).
+  gemv BLOCK_N .. (--sweep)  the projection alone at each launch config (--sweep-only: these
+                          and the projection alone, no prefetch rows)
+Prints one table; the gain is (busy + gemv) - (prefetch + busy + gemv). On the H200 it was
+negative (BENCHMARKS.md), so the package's decode layers issue no prefetch.
 """
 
 from __future__ import annotations
