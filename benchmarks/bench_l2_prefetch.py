@@ -36,6 +36,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+import tune  # noqa: E402  (this folder is on sys.path when run as a script)
 from xpuinject_kernels import _backend  # noqa: E402
 from xpuinject_kernels.gemv import gemv  # noqa: E402
 
@@ -95,8 +96,8 @@ def main() -> int:
     ap.add_argument("--busy-us", default="4,8")
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--sweep-only", action="store_true", help="the projections alone and the --sweep rows")
-    ap.add_argument("--sweep", action="store_true", help="also each projection alone at every gemv launch config "
-                    "of benchmarks/tune.py's decode list")
+    ap.add_argument("--sweep", action="store_true", help="also each projection alone at each gemv config "
+                    "of benchmarks/tune.py's decode list (GEMV), at 3 and 4 stages")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_l2_prefetch: needs a CUDA GPU", file=sys.stderr)
@@ -170,8 +171,7 @@ def main() -> int:
         if not a.sweep_only:
             prefetch_rows(rows, k, mb)
         if a.sweep or a.sweep_only:
-            for bn, bk, sp, nw, st in [(bn, bk, sp, 4, st) for bn, bk in ((64, 128), (128, 64), (64, 256), (32, 256))
-                                       for sp in (1, 2, 4, 8, 16) for st in (3, 4)]:
+            for bn, bk, sp, nw, st in [(bn, bk, sp, nw, st) for bn, bk, sp, nw, _ in tune.GEMV for st in (3, 4)]:
                 cfg = triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sp}, num_warps=nw, num_stages=st)
                 rows.append((k, f"gemv BLOCK_N {bn} BLOCK_K {bk} SPLIT_K {sp} stages {st}",
                              timed(lambda i: proj(k, i, cfg)), mb))

@@ -42,19 +42,6 @@ def device() -> str:
 
 
 @pytest.fixture(autouse=True)
-def _keep_the_interpreter_setting():
-    """TRITON_INTERPRET as this process started: a test that sets it must not switch the tests
-    after it in the same worker (Triton reads it at every launch)."""
-    before = os.environ.get("TRITON_INTERPRET")
-    yield
-    if os.environ.get("TRITON_INTERPRET") != before:
-        if before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = before
-
-
-@pytest.fixture(autouse=True)
 def _poison_and_seed():
     """Poison kernel outputs with NaN (unwritten elements fail) and fix the RNG for every test."""
     _backend.set_poison(True)

@@ -23,6 +23,8 @@ import types
 import pytest
 import torch
 
+from xpuinject_kernels import _backend
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH = os.path.join(ROOT, "benchmarks")
 
@@ -38,8 +40,6 @@ def load(name):
     spec.loader.exec_module(mod)
     return mod
 
-
-from xpuinject_kernels import _backend  # noqa: E402
 
 # A benchmark's --smoke run in this process needs the interpreter on from the process start, as
 # the CPU suite runs; a GPU run (TRITON_INTERPRET=0) skips those and runs the benchmarks themselves.
@@ -669,7 +669,7 @@ def test_moe_bench_active_bytes():
     assert bm.batched_mm_bytes(bm.SHAPES["mixtral-8x7b"], 2048) == 4096 * 3 * 4096 * 14336 * 2
 
 
-def test_l2_prefetch_bench_needs_a_gpu_and_its_kernels_compile_for_hopper(tmp_path):
+def test_l2_prefetch_bench_needs_a_gpu_and_its_kernels_compile_for_hopper():
     """benchmarks/bench_l2_prefetch.py is GPU-only: without CUDA it exits 2 and says so. Its
     kernels compile for sm_90 offline (Triton's CUDA backend, no device): the prefetch launch
     asks L2 for lines before its PDL wait, so it can start while the kernel ahead of it runs, and
