@@ -183,11 +183,12 @@ def test_injected_greedy_equals_generate(llama_odd_run, device):
     for x, m, n in ((ids[:1], None, 6), (ids, mask, 4)):
         ref = reference(model, x, m, n)
         rope = ("apply_rope", "apply_rope.inplace", "apply_rope.norm")  # .norm: with qwen3's q/k norms in it
-        before = counts["rope_cache_write"], sum(counts[k] for k in rope)
+        before = counts["rope_cache_write"], counts["attention.decode.rope"], sum(counts[k] for k in rope)
         out = runtime.generate(x, m, max_new_tokens=n, max_cache_len=x.shape[1] + n - 1)
         assert torch.equal(out, ref), f"batch {x.shape[0]}"
         # the static cache takes the fused RoPE + cache write on every forward, the rope kernel none
-        assert counts["rope_cache_write"] - before[0] == n and sum(counts[k] for k in rope) == before[1]
+        assert counts["rope_cache_write"] - before[0] == n and counts["attention.decode.rope"] == before[1]
+        assert sum(counts[k] for k in rope) == before[2]
 
 
 def test_sampling_top_k_1_is_greedy_and_seeds_repeat():
@@ -379,3 +380,41 @@ def test_fused_static_cache_path_equals_the_unfused_dynamic_one(device):
         fused = rt.Runtime(model, graphs=False).generate(x, m, max_new_tokens=12)
         assert counts["rope_cache_write"] > before[0]
         assert torch.equal(fused, dyn), f"batch {x.shape[0]}"
+
+
+@pytest.mark.parametrize("name, dtype", [("llama-odd", torch.bfloat16), ("qwen3-moe-tiny", torch.float32),
+                                         ("gemma2-tiny", torch.bfloat16)])
+def test_rope_tables_equal_the_rotary_module(name, dtype):
+    """The runtime's cos/sin tables answer every position of the slot bit for bit as the model's
+    rotary module computes it, and the module is itself again outside the runtime's forwards."""
+    model = load(name, dtype)
+    ids, _ = prompts(L=6, pads=(0,))
+    rt.generate(model, ids, max_new_tokens=4, max_cache_len=64)
+    slot = next(iter(rt.runtime_for(model)._slots.values()))
+    (m, cos_t, sin_t), = slot.rope
+    assert m is model.model.rotary_emb and "forward" not in m.__dict__
+    assert cos_t.shape[0] == 64 and cos_t.dtype == dtype
+    pos = torch.tensor([[0, 1, 5, 17, 63], [63, 40, 2, 9, 33]])
+    x = torch.empty(1, dtype=dtype)
+    with torch.no_grad():
+        cos, sin = m(x, pos)
+    with rt._rope_lookup(slot):
+        cos2, sin2 = m(x, pos)
+        assert "forward" in m.__dict__
+    assert "forward" not in m.__dict__
+    assert torch.equal(cos, cos2) and torch.equal(sin, sin2) and not torch.equal(cos[0, 0], cos[0, 1])
+    with torch.no_grad():  # a dtype the tables were not made for: the module's own computation
+        cos32, _ = m(torch.empty(1), pos)
+    with rt._rope_lookup(slot):
+        assert torch.equal(m(torch.empty(1), pos)[0], cos32)
+
+
+def test_length_dependent_rope_keeps_its_own_module():
+    """LongRoPE (and dynamic RoPE) pick their frequencies by the sequence length: no table."""
+    cfg = transformers.AutoConfig.from_pretrained(FIXTURES / "phi3-tiny")
+    cfg.rope_parameters = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 1.0,
+                           "short_factor": [1.0] * 40, "long_factor": [2.0] * 40,
+                           "original_max_position_embeddings": 256}
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    assert rt._table_rotaries(model) == []
+    assert [type(m).__name__ for m in rt._table_rotaries(load("phi3-tiny"))] == ["Phi3RotaryEmbedding"]

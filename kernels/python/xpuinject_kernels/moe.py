@@ -74,7 +74,8 @@ _ACT_DTYPES = (torch.bfloat16, torch.float16)
 def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H, E, K_PER_SPLIT, stride_x, stride_w,
                    stride_p, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
                    BLOCK_ALL: tl.constexpr, SPLIT_K: tl.constexpr, TOP_K: tl.constexpr = 0,
-                   RULE: tl.constexpr = -1, TOPK_P2: tl.constexpr = 1, PDL: tl.constexpr = False):
+                   RULE: tl.constexpr = -1, TOPK_P2: tl.constexpr = 1, PDL: tl.constexpr = False,
+                   ROWS_T: tl.constexpr = 16):
     """Logits of BLOCK_T tokens for BLOCK_E experts over one K_PER_SPLIT slice of the hidden size
     (a tl.dot tile); the token tile's last program to finish sums the SPLIT_K slices in order,
     rounds the logits and runs the fp32 softmax over all the experts of its tokens in place, or
@@ -82,7 +83,9 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H
     first, equal scores by lowest index) and writes only those: the probabilities themselves
     (RULE -1, for a kernel that applies the rule later), or the routing weights by RULE (0:
     rounded to the activation dtype; 1: renormalized over the TOP_K, then rounded; 2:
-    renormalized, fp32), the sum in slot order, the division IEEE's as torch's."""
+    renormalized, fp32), the sum in slot order, the division IEEE's as torch's. The last program
+    works on ROWS_T rows (every token of the tile: fewer than BLOCK_T at decode), so its chain
+    of reductions runs over the tokens there are, not the dot's padding."""
     _backend.pdl_wait(PDL)
     pid_t = tl.program_id(0)
     pid_e = tl.program_id(1)
@@ -114,21 +117,26 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H
     tl.debug_barrier()
     arrived = tl.atomic_add(sem_ptr + pid_t, 1)
     if arrived == tl.num_programs(1) * SPLIT_K - 1:
+        # the tile's tokens again, ROWS_T of them (names of their own: a branch may not reshape
+        # the outer ones)
+        tr = pid_t * BLOCK_T + tl.arange(0, ROWS_T)
+        tr_ok = tr < T
+        trow = tr.to(tl.int64)
         offs = tl.arange(0, BLOCK_ALL)
-        ok = t_ok[:, None] & (offs < E)[None, :]
-        tile = p_ptr + rows[:, None] * stride_p + offs[None, :]
+        ok = tr_ok[:, None] & (offs < E)[None, :]
+        tile = p_ptr + trow[:, None] * stride_p + offs[None, :]
         if SPLIT_K == 1:
             logits = tl.load(tile, mask=ok, other=float("-inf"), cache_modifier=".cg")
         else:
             # the slices in a fixed order, so a token's logits (and experts) do not vary by run
-            logits = tl.zeros((BLOCK_T, BLOCK_ALL), dtype=tl.float32)
+            logits = tl.zeros((ROWS_T, BLOCK_ALL), dtype=tl.float32)
             for s in tl.static_range(SPLIT_K):
-                logits += tl.load(ws_ptr + (s * T + rows[:, None]) * E + offs[None, :], mask=ok, other=0.0,
+                logits += tl.load(ws_ptr + (s * T + trow[:, None]) * E + offs[None, :], mask=ok, other=0.0,
                                   cache_modifier=".cg")
             logits = tl.where(ok, logits.to(x_ptr.dtype.element_ty).to(tl.float32), float("-inf"))
-        m = tl.where(t_ok, tl.max(logits, axis=1), 0.0)  # rows past T: no -inf - -inf
+        m = tl.where(tr_ok, tl.max(logits, axis=1), 0.0)  # rows past T: no -inf - -inf
         ex = tl.where(ok, tl.exp(logits - m[:, None]), 0.0)
-        probs = ex / tl.where(t_ok, tl.sum(ex, axis=1), 1.0)[:, None]
+        probs = ex / tl.where(tr_ok, tl.sum(ex, axis=1), 1.0)[:, None]
         if TOP_K == 0:
             tl.store(tile, probs, mask=ok)
         else:
@@ -138,17 +146,17 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H
             # is >= 0, so its bits order as int32 do; below them the index, reversed.
             pbits = probs.to(tl.int32, bitcast=True).to(tl.int64)
             key = tl.where(ok, (pbits << 32) | (BLOCK_ALL - 1 - offs)[None, :], -1)
-            out = rows * TOP_K
+            out = trow * TOP_K
             slots = tl.arange(0, TOPK_P2)
-            picked = tl.zeros((BLOCK_T, TOPK_P2), dtype=tl.float32)
-            total = tl.zeros((BLOCK_T,), dtype=tl.float32)
+            picked = tl.zeros((ROWS_T, TOPK_P2), dtype=tl.float32)
+            total = tl.zeros((ROWS_T,), dtype=tl.float32)
             for j in tl.static_range(TOP_K):
                 best = tl.max(key, axis=1)
                 idx = (BLOCK_ALL - 1 - (best & 0xFFFFFFFF)).to(tl.int32)
                 val = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-                tl.store(ids_ptr + out + j, idx, mask=t_ok)
+                tl.store(ids_ptr + out + j, idx, mask=tr_ok)
                 if RULE < 0:
-                    tl.store(vals_ptr + out + j, val, mask=t_ok)
+                    tl.store(vals_ptr + out + j, val, mask=tr_ok)
                 else:
                     picked = tl.where(slots[None, :] == j, val[:, None], picked)
                     total += val
@@ -156,10 +164,10 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H
             if RULE >= 0:
                 wts = picked
                 if RULE != 0:  # IEEE division, as torch divides (Triton's `/` is div.full.f32)
-                    wts = tl.math.div_rn(wts, tl.where(t_ok, total, 1.0)[:, None])
+                    wts = tl.math.div_rn(wts, tl.where(tr_ok, total, 1.0)[:, None])
                 if RULE != 2:
                     wts = wts.to(x_ptr.dtype.element_ty).to(tl.float32)
-                tl.store(vals_ptr + out[:, None] + slots[None, :], wts, mask=t_ok[:, None] & (slots < TOP_K)[None, :])
+                tl.store(vals_ptr + out[:, None] + slots[None, :], wts, mask=tr_ok[:, None] & (slots < TOP_K)[None, :])
         tl.atomic_xchg(sem_ptr + pid_t, 0)
 
 
@@ -597,7 +605,7 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, rout
                          probs.stride(0), BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_E=block_e,
                          BLOCK_ALL=max(16, _backend.next_pow2(e)), SPLIT_K=split, TOP_K=top_k,
                          RULE=-1 if router is None else _RULE[router], TOPK_P2=_backend.next_pow2(max(top_k, 1)),
-                         PDL=pdl, num_warps=4,
+                         PDL=pdl, ROWS_T=min(block_t, _backend.next_pow2(t)), num_warps=4,
                          num_stages=3 if x2.device.type == "cuda" else 2, **_backend.pdl_kw(pdl))
     return (vals, ids) if top_k else probs
 

@@ -12,7 +12,9 @@ then every decode step -- model forward on a static KV cache, token selection (g
 temperature / top-k / top-p sampling), EOS bookkeeping -- is one replay of a graph captured once
 per (batch bucket, cache-length bucket, greedy|sample). Inside a step everything reads lengths and
 positions from device tensors and nothing synchronizes with the host; the host checks for EOS
-every `check_every` steps.
+every `check_every` steps. The model's rotary embedding answers from cos/sin tables of the
+bucket's positions, made once by the module itself (a gather, not eight launches a step), where
+its RoPE type depends on the position alone.
 
 The runtime owns the KV cache: a transformers `StaticCache`, whose layers write at their own
 device-side counter (`cumulative_length`, advanced in place by every forward, warm-ups included)
@@ -192,6 +194,76 @@ class _Slot:
     graphs: Dict[str, Any] = field(default_factory=dict)
     trace_vals: Optional[torch.Tensor] = None  # [B, S + 1, 2] top-2 scores per step (Runtime(trace=True))
     trace_idx: Optional[torch.Tensor] = None  # [B, S + 1, 2] their token ids
+    rope: Optional[list] = None  # [(rotary module, cos [S, D], sin [S, D])]: _rope_tables
+
+
+# RoPE types whose cos/sin depend on the position alone. transformers' dynamic_rope_update
+# (modeling_rope_utils.py) recomputes inv_freq from the sequence length for "dynamic" and picks
+# LongRoPE's short or long factors by it: those modules keep computing their own.
+_LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
+
+
+def _table_rotaries(model) -> list:
+    """The model's rotary-embedding modules whose cos/sin a per-position table can stand in for:
+    a transformers rotary module (inv_freq, attention_scaling) of a position-only RoPE type whose
+    forward takes (x, position_ids) alone."""
+    import inspect
+
+    found = []
+    for m in model.modules():
+        if not (hasattr(m, "inv_freq") and hasattr(m, "attention_scaling")) or "forward" in m.__dict__:
+            continue
+        kind = str(getattr(m, "rope_type", "default"))
+        if any(k in kind for k in _LENGTH_DEPENDENT_ROPE):
+            continue
+        if list(inspect.signature(m.forward).parameters) != ["x", "position_ids"]:
+            continue
+        found.append(m)
+    return found
+
+
+def _rope_tables(model, S: int, dtype: torch.dtype, device: torch.device) -> list:
+    """cos/sin of positions [0, S) for each table-able rotary module, made by the module's own
+    forward: the same fp32 ops position by position (the inv_freq x position product has one
+    term, so it is exact whatever kernel runs it), so a lookup equals the module's output bit for
+    bit under torch's default matmul precision. TF32 is kept off while they are made: it would
+    round inv_freq itself."""
+    tables = []
+    x = torch.empty((1,), dtype=dtype, device=device)
+    pos = torch.arange(S, device=device)[None]
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        with torch.no_grad():
+            for m in _table_rotaries(model):
+                cos, sin = m(x, pos)
+                tables.append((m, cos[0].contiguous(), sin[0].contiguous()))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return tables
+
+
+@contextlib.contextmanager
+def _rope_lookup(slot: "_Slot"):
+    """Inside: the slot's rotary modules answer from its tables (positions < slot.cache_len, which
+    every runtime forward keeps to): one gather each for cos and sin instead of the module's
+    product, cat, cos, sin, scale and casts, about eight launches a decode step."""
+    bound = []
+    try:
+        for m, cos_t, sin_t in slot.rope or ():
+            orig = m.forward
+
+            def lookup(x, position_ids, _c=cos_t, _s=sin_t, _orig=orig):
+                if x.dtype != _c.dtype:
+                    return _orig(x, position_ids)
+                return _c[position_ids], _s[position_ids]
+
+            m.forward = lookup
+            bound.append(m)
+        yield
+    finally:
+        for m in bound:
+            del m.forward
 
 
 def static_cache(config, max_cache_len: int):
@@ -314,6 +386,7 @@ class Runtime:
             temperature=torch.ones((), dtype=torch.float32, device=dev), top_k=z(),
             top_p=torch.ones((), dtype=torch.float32, device=dev),
         )
+        slot.rope = _rope_tables(self.model, S, self._model_dtype(), dev)
         if self.trace:
             slot.trace_vals = torch.zeros(batch, S + 1, 2, dtype=torch.float32, device=dev)
             slot.trace_idx = torch.zeros(batch, S + 1, 2, dtype=torch.long, device=dev)
@@ -383,8 +456,9 @@ class Runtime:
     def _decode_step(self, slot: _Slot, mode: str, mask_kind: str, kw: dict) -> None:
         mask = self._masks(slot, mask_kind)
         pos = (slot.cur - slot.pos_offset)[:, None]
-        out = self.model(input_ids=slot.tok, attention_mask=mask, position_ids=pos, past_key_values=slot.cache,
-                         use_cache=True, **kw)
+        with _rope_lookup(slot):
+            out = self.model(input_ids=slot.tok, attention_mask=mask, position_ids=pos, past_key_values=slot.cache,
+                             use_cache=True, **kw)
         self._select(slot, out.logits[:, -1, :], mode)
 
     def _graph(self, slot: _Slot, mode: str, mask_kind: str, kw: dict):
@@ -506,8 +580,9 @@ class Runtime:
 
             clock = _Clock(self.device, timings)
             clock.start()
-            out = self.model(input_ids=ids, attention_mask=am_long, position_ids=pos, past_key_values=slot.cache,
-                             use_cache=True, **kw)
+            with _rope_lookup(slot):
+                out = self.model(input_ids=ids, attention_mask=am_long, position_ids=pos, past_key_values=slot.cache,
+                                 use_cache=True, **kw)
             self._select(slot, out.logits[:, -1, :], mode)
             del out
             clock.lap()
