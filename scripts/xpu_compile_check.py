@@ -69,7 +69,7 @@ INT_PTRS = {"LENS", "SEM"}
 INT64_PTRS = {"COUNTER"}
 # pointer parameters named without a _ptr suffix, per kernel module (elsewhere M, N, K are sizes)
 PTR_NAMES = {
-    "attention": {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC", "SEM"},
+    "attention": {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC", "SEM", "KN", "VN", "COS", "SIN", "QW", "KW"},
     "greedy": {"LOGITS"},
     "rope_cache": {"Q", "K", "V", "QO", "KC", "VC", "COS", "SIN", "COUNTER", "QW", "KW"},
 }
@@ -198,6 +198,13 @@ def cases():
         yield (f"attention decode advance single={single}", attention._decode_split_kernel, dcfgs, bf16,
                dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=False, DOT_PREC="tf32",
                     UPCAST=False, SINGLE=single, SOFTCAP=False, SLIDING=False, ADVANCE=True))
+    # a static cache's decode step with RoPE, the q/k norms (qwen3's order; Gemma 3's on its fp32
+    # 1 + w, head_dim 256) and the cache write inside the attention launch
+    for hd, norm, rnd, w in ((128, False, True, bf16), (128, True, True, bf16), (256, True, False, torch.float32)):
+        yield (f"attention decode with RoPE d{hd} norm={norm}{'' if rnd else ' gemma'}", attention._decode_split_kernel,
+               dcfgs, bf16, dict(HEAD_DIM=hd, BLOCK_D=hd, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=False,
+                                 DOT_PREC="tf32", UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=False,
+                                 ADVANCE=True, ROPE=True, NORM=norm, NORM_ROUND=rnd, QW=w, KW=w))
     # decode-sized GEMMs: split-K with the reduce in the last program, and without a split
     for epi in ("none", "swiglu", "residual"):
         for split in (1, 4):
@@ -214,6 +221,8 @@ def cases():
                dict(BLOCK_T=bt, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=split))
     yield ("moe router t16 split8 with its top-8", moe._router_kernel, [({}, 4, 2)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8))
+    yield ("moe router t16 split8 with its top-8 of one token", moe._router_kernel, [({}, 4, 2)], bf16,
+           dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, ROWS_T=1))
     yield ("moe router t16 split1 with its top-8 and renormalized weights", moe._router_kernel, [({}, 4, 2)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=1, TOP_K=8, RULE=1, TOPK_P2=8))
     yield ("moe decode down split4 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
