@@ -213,7 +213,7 @@ def cases():
                         SPLIT_K=split))
     yield ("gemv swiglu split2, add + RMSNorm prologue", gemv._gemv_kernel, [({}, 4, 2)], bf16,
            dict(HAS_BIAS=False, EPILOGUE=1, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=2, NORM=True))
-    yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_E=4)
+    yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_C=32, BLOCK_E=4)
     # mixture of experts: routing, the decode GEMVs (with and without K splits), the grouped
     # prefill GEMMs at the heuristic's row tiles
     for bt, split in ((16, 8), (64, 1)):  # decode splits the hidden size, prefill does not
