@@ -407,6 +407,10 @@ def test_rope_tables_equal_the_rotary_module(name, dtype):
         cos32, _ = m(torch.empty(1), pos)
     with rt._rope_lookup(slot):
         assert torch.equal(m(torch.empty(1), pos)[0], cos32)
+    # another batch bucket of the same cache length reads the same tables
+    rt.generate(model, ids.expand(2, -1), max_new_tokens=4, max_cache_len=64)
+    first, second = rt.runtime_for(model)._slots.values()
+    assert second.batch != first.batch and second.rope is first.rope
 
 
 def test_length_dependent_rope_keeps_its_own_module():

@@ -40,7 +40,7 @@ import triton.language as tl
 
 from . import _backend, _ops, gpus
 from .contract import ATTENTION_HEAD_DIMS
-from .rope import _normed
+from .rope import _rope_rows
 
 __all__ = [
     "flash_attention_prefill",
@@ -293,35 +293,6 @@ def _prefill_kernel(
 # ---------------------------------------------------------------------------------------------
 # Decode kernels (flash-decoding)
 # ---------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _rope_rows(X, rows, r_ok, sxr, COS, SIN, W, HALF, D, eps, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-               NORM: tl.constexpr, NORM_ROUND: tl.constexpr):
-    """[BLOCK_R, BLOCK_D] fp32 (unrounded) rows (heads) of X normalized (NORM) and rotated as
-    rope.py's _rotate does it, the same expressions, in registers: the rotate-half partner of
-    each column is loaded beside it; columns past 2 * HALF (partial rotary) pass through."""
-    act = X.dtype.element_ty
-    cols = tl.arange(0, BLOCK_D)
-    d_ok = cols < D
-    rot = cols < 2 * HALF
-    first = cols < HALF
-    partner = tl.where(first, cols + HALF, cols - HALF)
-    base = X + rows.to(tl.int64)[:, None] * sxr
-    x = tl.load(base + cols[None, :], mask=r_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
-    xp = tl.load(base + partner[None, :], mask=r_ok[:, None] & rot[None, :], other=0.0).to(tl.float32)
-    if NORM:
-        # every head's sum of squares from the tile already loaded (one reduction, not a row at a
-        # time as rmsnorm's kernel runs it: the same terms, summed in the tile's order)
-        rstd = (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps))[:, None]
-        w = tl.load(W + cols, mask=d_ok, other=0.0).to(tl.float32)
-        wp = tl.load(W + partner, mask=rot, other=0.0).to(tl.float32)
-        x = _normed(x, rstd, w[None, :], act, NORM_ROUND)
-        xp = _normed(xp, rstd, wp[None, :], act, NORM_ROUND)
-    c = tl.load(COS + cols, mask=rot, other=0.0).to(tl.float32)[None, :]
-    sn = tl.load(SIN + cols, mask=rot, other=0.0).to(tl.float32)[None, :]
-    o = tl.where(first[None, :], x * c - xp * sn, x * c + xp * sn)
-    return tl.where(rot[None, :], o, x)
 
 
 @triton.jit

@@ -312,6 +312,7 @@ class Runtime:
         self.trace = trace
         self.last_trace: Optional[dict] = None
         self._slots: Dict[tuple, _Slot] = {}
+        self._rope: Dict[int, list] = {}  # cache length -> _rope_tables
         self._window = None
         self._mask_zero = self._mask_min = None
         self._types = self._layer_types() if hasattr(getattr(model, "config", None), "num_hidden_layers") else []
@@ -327,6 +328,7 @@ class Runtime:
     def release(self) -> None:
         """Drop every cache and graph (their device memory returns to the allocator)."""
         self._slots.clear()
+        self._rope.clear()
         self.stats["buckets"] = []
 
     # -- attention masks ----------------------------------------------------------------------
@@ -386,7 +388,9 @@ class Runtime:
             temperature=torch.ones((), dtype=torch.float32, device=dev), top_k=z(),
             top_p=torch.ones((), dtype=torch.float32, device=dev),
         )
-        slot.rope = _rope_tables(self.model, S, self._model_dtype(), dev)
+        if S not in self._rope:  # one set per cache length, shared by its batch buckets
+            self._rope[S] = _rope_tables(self.model, S, self._model_dtype(), dev)
+        slot.rope = self._rope[S]
         if self.trace:
             slot.trace_vals = torch.zeros(batch, S + 1, 2, dtype=torch.float32, device=dev)
             slot.trace_idx = torch.zeros(batch, S + 1, 2, dtype=torch.long, device=dev)
