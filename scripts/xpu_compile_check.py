@@ -213,6 +213,11 @@ def cases():
                         SPLIT_K=split))
     yield ("gemv swiglu split2, add + RMSNorm prologue", gemv._gemv_kernel, [({}, 4, 2)], bf16,
            dict(HAS_BIAS=False, EPILOGUE=1, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=2, NORM=True))
+    # a decoder layer's input RMSNorm inside the QKV GEMV (rstd on the accumulator)
+    for split in (1, 4):
+        yield (f"gemv none split{split}, input RMSNorm", gemv._gemv_kernel, [({}, 4, 2)], bf16,
+               dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split, ROW_NORM=True,
+                    ROWS=1, BLOCK_R=2048))
     yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_C=32, BLOCK_E=4)
     # mixture of experts: routing, the decode GEMVs (with and without K splits), the grouped
     # prefill GEMMs at the heuristic's row tiles
@@ -223,6 +228,9 @@ def cases():
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8))
     yield ("moe router t16 split8 with its top-8 of one token", moe._router_kernel, [({}, 4, 2)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, ROWS_T=1))
+    yield ("moe router t16 split8 with its top-8 of one token, the add + RMSNorm in it", moe._router_kernel,
+           [({}, 4, 2)], bf16, dict(BLOCK_T=16, BLOCK_K=256, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, ROWS_T=1,
+                                    NORM=True, BLOCK_H=2048))
     yield ("moe router t16 split1 with its top-8 and renormalized weights", moe._router_kernel, [({}, 4, 2)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=1, TOP_K=8, RULE=1, TOPK_P2=8))
     yield ("moe decode down split4 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,

@@ -711,3 +711,12 @@ def test_smoke_refuses_a_process_that_imported_triton_without_the_interpreter():
     p = subprocess.run([sys.executable, "-c", code, BENCH], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0 and p.stdout.strip() == "None", p.stderr
     assert "--smoke needs the Triton interpreter from the start" in p.stderr
+
+
+def test_fused_norm_bench_needs_a_gpu():
+    """benchmarks/bench_fused_norm.py is GPU-only: without CUDA it exits 2 and says so (its
+    kernels are the package's own, which the kernel tests and compile checks cover)."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="0")
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_fused_norm.py")], capture_output=True, text=True,
+                       timeout=120, env=dict(env, PYTHONPATH=os.path.join(ROOT, "kernels", "python")))
+    assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr, p.stderr

@@ -50,7 +50,7 @@ def test_ops_live_in_the_packages_namespace(llama_odd_pkg):
     ns = llama_odd_pkg._ops.NAMESPACE
     assert ns == llama_odd_pkg.__name__  # the metadata id kernels imports the package under
     for op in ("rms_norm", "add_rms_norm", "apply_rope", "apply_rope_", "rope_cache_write", "gemm", "attention_prefill",
-               "attention_decode", "attention_decode_rope"):
+               "attention_decode", "attention_decode_rope", "rms_norm_gemm", "add_rms_norm_moe"):
         assert getattr(getattr(torch.ops, ns), op).default is llama_odd_pkg._ops.op(op)
     assert torch.ops.__getattr__(ns).apply_rope_.default._schema.arguments[0].alias_info.is_write
     # the fused cache write declares the caches it writes (functionalization and cudagraphs need it)

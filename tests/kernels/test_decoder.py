@@ -5,6 +5,7 @@ padded batch, cached decode steps and vendor routes with token bounds."""
 
 from __future__ import annotations
 
+import importlib
 import types
 
 import pytest
@@ -13,6 +14,8 @@ import torch
 import metrics
 from xpuinject_kernels import _backend, decoder, layers, packing
 from xpuinject_kernels.contract import DECODE_MAX_TOKENS, packed_attr
+
+_gemm = importlib.import_module("xpuinject_kernels.gemm")  # the module; the package exports a function so named
 
 transformers = pytest.importorskip("transformers")
 
@@ -128,6 +131,48 @@ def test_fused_decode_norm_gives_the_unfused_steps(device, monkeypatch):
     assert torch.equal(out.sequences, ref.sequences)
     for a, b in zip(out.logits, ref.logits):
         metrics.assert_close("fused-norm decode logits", a.float(), b.float(), atol=3e-2, rtol=2.0**-6)
+
+
+def test_input_norm_inside_the_qkv_gemv_gives_the_unfused_steps(device, monkeypatch):
+    """gemm.FUSE_INPUT_NORM: up to 16 rows the layer's input RMSNorm runs inside the QKV GEMV
+    (one rms_norm launch fewer per layer): the same greedy tokens and near-equal logits as the two
+    kernels; a longer prefill runs them apart."""
+    model = _inject(_tiny("llama", device))
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 97, (1, 18), generator=g).to(device)
+
+    def gen():
+        before = dict(_backend.launch_counts)
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4, output_logits=True,
+                                 return_dict_in_generate=True)
+        return out, {k: _backend.launch_counts[k] - before.get(k, 0) for k in ("rms_norm", "rms_norm_gemm")}
+
+    monkeypatch.setattr(_gemm, "FUSE_INPUT_NORM", False)
+    ref, ran_ref = gen()
+    monkeypatch.setattr(_gemm, "FUSE_INPUT_NORM", True)
+    out, ran = gen()
+    # two layers, three one-token steps; the 18-token prefill's two input norms run as rms_norm
+    # (the final norm runs in the LM head's launch)
+    assert ran == {"rms_norm": 2, "rms_norm_gemm": 2 * 3}, ran
+    assert ran_ref == {"rms_norm": 2 * 4, "rms_norm_gemm": 0}, ran_ref
+    assert torch.equal(out.sequences, ref.sequences)
+    for a, b in zip(out.logits, ref.logits):
+        metrics.assert_close("fused input norm decode logits", a.float(), b.float(), atol=3e-2, rtol=2.0**-6)
+
+
+def test_input_norm_stays_apart_when_hooked(device, monkeypatch):
+    """A forward hook on the input norm sees its output: the layer then calls the module."""
+    monkeypatch.setattr(_gemm, "FUSE_INPUT_NORM", True)
+    model = _inject(_tiny("llama", device))
+    seen = []
+    model.model.layers[0].input_layernorm.register_forward_hook(lambda m, a, out: seen.append(out.shape))
+    ids = torch.randint(0, 97, (1, 3), generator=torch.Generator().manual_seed(1)).to(device)
+    before = _backend.launch_counts["rms_norm_gemm"]
+    with torch.no_grad():
+        model(input_ids=ids)
+    assert seen == [torch.Size([1, 3, 64])]
+    assert _backend.launch_counts["rms_norm_gemm"] - before == 1  # layer 1 only
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -437,11 +482,14 @@ def test_qwen3_fused_qk_norms_compile_as_one_graph(device):
     ids = torch.randint(0, 97, (1, 5), generator=g).to(device)
     torch._dynamo.reset()
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    before = _backend.launch_counts["rms_norm"]
+    before = dict(_backend.launch_counts)
     want, want_cache = _static_steps(model, ids, steps=1)
-    eager_norms = _backend.launch_counts["rms_norm"] - before
+    ran = {k: _backend.launch_counts[k] - before.get(k, 0) for k in ("rms_norm", "rms_norm_gemm")}
     got, got_cache = _static_steps(compiled, ids, steps=1)
     torch._dynamo.reset()
-    assert eager_norms == 2 * 2  # the input norms only: q_norm and k_norm ran inside the write
+    # q_norm and k_norm ran inside the write; the input norms (5 and 1 rows) apart or inside the
+    # QKV GEMVs, as _backend.fuse_norm decides on this device
+    fused = _backend.fuse_norm(_gemm.FUSE_INPUT_NORM, ids.device)
+    assert ran == ({"rms_norm": 0, "rms_norm_gemm": 2 * 2} if fused else {"rms_norm": 2 * 2, "rms_norm_gemm": 0}), ran
     for a, b in zip(got + got_cache, want + want_cache):
         assert torch.equal(a, b), float((a.float() - b.float()).abs().max())

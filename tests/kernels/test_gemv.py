@@ -141,6 +141,85 @@ def test_add_rms_norm_gemm_matches_the_two_kernels(device, dtype, m, split):
     assert torch.equal(new17, want_res) and torch.equal(out17, G.gemm(want_normed, w, bias=b, epilogue="swiglu"))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m, split, epilogue", [(1, 1, "none"), (3, 3, "bias"), (16, 2, "swiglu"), (2, 1, "swiglu")])
+def test_rms_norm_gemm_matches_fp64(device, dtype, m, split, epilogue, monkeypatch):
+    """The input RMSNorm inside the GEMV (rstd on the accumulator): against fp64 of
+    rms_norm(x) @ w, at least as close as the two kernels (norm, then GEMM) come, with and without
+    a K split; more than 16 rows run the two kernels, bit for bit."""
+    from xpuinject_kernels.rmsnorm import rms_norm
+
+    monkeypatch.setattr(G, "FUSE_INPUT_NORM", True)
+
+    g = torch.Generator().manual_seed(11 + m)
+    k, n_w = 200, 256
+    x = (torch.randn(m, k, generator=g) * 3).to(dtype).to(device)
+    nw = (torch.rand(k, generator=g) + 0.5).to(dtype).to(device)
+    w = (torch.randn(k, n_w, generator=g) * k ** -0.5).to(torch.bfloat16).to(device)
+    b = (torch.randn(n_w, generator=g) * 0.1).to(torch.bfloat16).to(device) if epilogue == "bias" else None
+    xd = x.double()
+    normed64 = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5) * nw.double()
+    ref = ref64(normed64, w, b, None, epilogue)
+    two = G.gemm(rms_norm(x, nw, 1e-5), w, bias=b, epilogue=epilogue, use_descriptors=False)
+    before = _backend.launch_counts["rms_norm_gemm"]
+    out = G.rms_norm_gemm(x, nw, 1e-5, w, b, epilogue)
+    assert _backend.launch_counts["rms_norm_gemm"] == before + 1
+    # mean error: the max of a few dozen outputs is mostly where the output's own rounding lands
+    err_fused = (out.double() - ref).abs().mean().item()
+    err_two = (two.double() - ref).abs().mean().item()
+    assert err_fused <= err_two * 1.1, (err_fused, err_two)
+    metrics.assert_close(f"rms_norm_gemm m{m}", out, ref.to(dtype), atol=2e-2, rtol=2.0**-6)
+    # a forced K split: the splits' sums of squares meet in the last program to arrive
+    n = n_w // 2 if epilogue == "swiglu" else n_w
+    o = torch.empty(m, n, dtype=dtype, device=device)
+    gemv.gemv(x, w, b, None, o, epilogue, cfg(32, 32, split), row_norm=(nw, 1e-5))
+    metrics.assert_close(f"rms_norm_gemm m{m} split{split}", o, out, atol=1e-2, rtol=2.0**-7)
+    assert int(_backend.semaphores(x.device, 1).abs().sum()) == 0
+    # 17 rows: the two kernels, the same numbers
+    x17 = torch.randn(17, k, generator=g).to(dtype).to(device)
+    out17 = G.rms_norm_gemm(x17, nw, 1e-5, w, b, epilogue)
+    assert _backend.launch_counts["rms_norm_gemm"] == before + 1
+    assert torch.equal(out17, G.gemm(rms_norm(x17, nw, 1e-5), w, bias=b, epilogue=epilogue))
+
+
+def test_rms_norm_gemm_runs_apart_where_launches_overlap(device, monkeypatch):
+    """FUSE_INPUT_NORM unset: _backend.fuse_norm decides, fusing only where launches do not overlap
+    (no programmatic dependent launch); apart, rms_norm_gemm is rms_norm then the GEMM, the same
+    numbers as those two calls. "0" never fuses, "1" always."""
+    from xpuinject_kernels.rmsnorm import rms_norm
+
+    with monkeypatch.context() as mp:  # the policy alone: no kernel runs while pdl is patched
+        for overlap in (True, False):
+            mp.setattr(_backend, "pdl", lambda dev, on=overlap: on)
+            assert _backend.fuse_norm(None, torch.device(device)) is (not overlap)
+            assert _backend.fuse_norm(True, torch.device(device)) and not _backend.fuse_norm(False, torch.device(device))
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(1, 64, generator=g).bfloat16().to(device)
+    nw = torch.rand(64, generator=g).bfloat16().to(device) + 0.5
+    w = (torch.randn(64, 48, generator=g) * 0.1).bfloat16().to(device)
+    seen = []
+    for setting, fuse in ((None, False), (None, True), (False, False), (True, True)):
+        monkeypatch.setattr(G, "FUSE_INPUT_NORM", setting)
+        monkeypatch.setattr(_backend, "fuse_norm", lambda s, dev, f=fuse: seen.append(s) or (f if s is None else s))
+        before = _backend.launch_counts["rms_norm_gemm"], _backend.launch_counts["rms_norm"]
+        out = G.rms_norm_gemm(x, nw, 1e-6, w, None, "none")
+        ran = _backend.launch_counts["rms_norm_gemm"] - before[0], _backend.launch_counts["rms_norm"] - before[1]
+        assert ran == ((1, 0) if fuse else (0, 1)), (setting, ran)
+        if not fuse:
+            assert torch.equal(out, G.gemm(rms_norm(x, nw, 1e-6), w))
+    assert seen == [None, None, False, True]
+
+
+def test_rms_norm_gemm_traces_as_one_op(device):
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(2, 64, generator=g).bfloat16().to(device)
+    nw = torch.rand(64, generator=g).bfloat16().to(device) + 0.5
+    w = (torch.randn(64, 48, generator=g) * 0.1).bfloat16().to(device)
+    want = G.rms_norm_gemm(x, nw, 1e-6, w, None, "none")
+    fn = torch.compile(lambda *a: G.rms_norm_gemm(*a, None, "none"), backend="aot_eager", fullgraph=True)
+    assert torch.equal(fn(x, nw, 1e-6, w), want)
+
+
 def test_add_rms_norm_gemm_traces_as_one_op(device):
     """Under torch.compile the fused call is one custom op with a fake: the same two outputs."""
     g = torch.Generator().manual_seed(9)

@@ -560,3 +560,69 @@ def test_residual_in_the_last_launch(device, tokens, dtype):
         M.moe(x, *w, 2, "softmax-topk-norm", residual=r.float())
     with pytest.raises(ValueError, match="residual"):
         M.moe(x, *w, 2, "softmax-topk-norm", residual=r[..., : H // 2])
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 8, 9])  # the router's norm at decode sizes, add_rms_norm then moe above
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_rms_norm_moe_is_the_two_steps(device, tokens, dtype, monkeypatch):
+    """add_rms_norm_moe(x, r) runs the post-attention add + RMSNorm in the router's launch: the sum
+    it hands the residual add is add_rms_norm's bit for bit, its normalized rows at most one
+    rounding apart (the sum of squares in another order), and the output that of add_rms_norm
+    followed by moe(..., residual=sum); 9 tokens run those two steps themselves."""
+    from xpuinject_kernels.rmsnorm import add_rms_norm
+
+    monkeypatch.setattr(M, "FUSE_MOE_NORM", True)
+    router, gate_up, down = weights(dtype, seed=60 + tokens)
+    g = torch.Generator().manual_seed(tokens)
+    x = torch.randn(1, tokens, H, generator=g).to(dtype).to(device)
+    r = (torch.randn(1, tokens, H, generator=g) * 4).to(dtype).to(device)
+    nw = (torch.rand(H, generator=g) + 0.5).to(dtype).to(device)
+    w = [t.to(device) for t in (router, gate_up, down)]
+    s, normed = add_rms_norm(x, r, nw, 1e-6)
+    want = M.moe(normed, *w, 2, "softmax-topk-norm", residual=s)
+    before = M._backend.launch_counts["add_rms_norm_moe"]
+    got = M.add_rms_norm_moe(x, r, nw, 1e-6, *w, 2, "softmax-topk-norm")
+    assert M._backend.launch_counts["add_rms_norm_moe"] - before == (tokens <= M.DECODE_MAX_TOKENS)
+    if tokens > M.DECODE_MAX_TOKENS:
+        assert torch.equal(got, want)
+        return
+    scale = want.abs().max().item()
+    torch.testing.assert_close(got, want, atol=2 ** -7 * scale, rtol=2 ** -6)
+    # the router's own outputs against the two kernels'
+    x2, r2 = x.reshape(-1, H), r.reshape(-1, H)
+    s_out, n_out = torch.full_like(x2, float("nan")), torch.full_like(x2, float("nan"))
+    probs = M._router_probs(x2, w[0], norm=(r2, nw, 1e-6, s_out, n_out))
+    assert torch.equal(s_out, s.reshape(-1, H))
+    ulp = (normed.reshape(-1, H).float().abs() * (2 ** -7 if dtype == torch.bfloat16 else 2 ** -10)).clamp_min(1e-30)
+    assert ((n_out.float() - normed.reshape(-1, H).float()).abs() <= ulp).all()
+    torch.testing.assert_close(probs, M._router_probs(n_out, w[0]), atol=0, rtol=0)
+
+
+def test_add_rms_norm_moe_traces_as_one_op(device):
+    router, gate_up, down = weights(torch.bfloat16, seed=3)
+    g = torch.Generator().manual_seed(3)
+    x, r = (torch.randn(2, H, generator=g).bfloat16().to(device) for _ in range(2))
+    nw = (torch.rand(H, generator=g) + 0.5).bfloat16().to(device)
+    w = [t.to(device) for t in (router, gate_up, down)]
+    want = M.add_rms_norm_moe(x, r, nw, 1e-6, *w, 2, "softmax-topk-norm")
+    fn = torch.compile(lambda *a: M.add_rms_norm_moe(*a, 2, "softmax-topk-norm"), backend="aot_eager",
+                       fullgraph=True)
+    assert torch.equal(fn(x, r, nw, 1e-6, *w), want)
+
+
+def test_add_rms_norm_moe_fuses_only_where_launches_do_not_overlap(device, monkeypatch):
+    """FUSE_MOE_NORM goes to _backend.fuse_norm (None: fuse where launches do not overlap), and the
+    op runs the norm in the router's launch only when it says so."""
+    router, gate_up, down = weights(torch.bfloat16, seed=4)
+    g = torch.Generator().manual_seed(4)
+    x, r = (torch.randn(1, H, generator=g).bfloat16().to(device) for _ in range(2))
+    nw = (torch.rand(H, generator=g) + 0.5).bfloat16().to(device)
+    w = [t.to(device) for t in (router, gate_up, down)]
+    seen = []
+    for setting, fuse in ((None, False), (None, True), (False, False), (True, True)):
+        monkeypatch.setattr(M, "FUSE_MOE_NORM", setting)
+        monkeypatch.setattr(M._backend, "fuse_norm", lambda s, dev, f=fuse: seen.append(s) or (f if s is None else s))
+        before = M._backend.launch_counts["add_rms_norm_moe"]
+        M.add_rms_norm_moe(x, r, nw, 1e-6, *w, 2, "softmax-topk-norm")
+        assert M._backend.launch_counts["add_rms_norm_moe"] - before == fuse, setting
+    assert seen == [None, None, False, True]

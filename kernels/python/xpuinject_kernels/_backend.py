@@ -204,6 +204,25 @@ def pdl(device: torch.device) -> bool:
     return on
 
 
+def fuse_norm(setting: Optional[bool], device: torch.device) -> bool:
+    """Whether a norm runs inside the launch after it (a decode step's input norm in the QKV
+    GEMV, the post-attention add + norm in the MoE router): `setting` when the user chose
+    (True/False), else only where launches do not overlap. On the H200, at Qwen3-30B-A3B's decode
+    step, the fused step was 0.664-0.670 ms against 0.660-0.662 with programmatic dependent
+    launch, and 0.682-0.684 against 0.697-0.698 without it (benchmarks/profile_decode.py;
+    BENCHMARKS.md): with it a norm's own launch costs about 1 us, less than what the fused
+    kernel adds."""
+    if setting is not None:
+        return setting
+    return not pdl(device)
+
+
+def env_switch(name: str) -> Optional[bool]:
+    """An environment switch: "1" True, "0" False, unset (or anything else) None."""
+    v = os.environ.get(name)
+    return True if v == "1" else False if v == "0" else None
+
+
 def pdl_kw(on: bool) -> Dict[str, bool]:
     """The launch option (only when on: other backends and the interpreter take no such option)."""
     return {"launch_pdl": True} if on else {}

@@ -13,7 +13,10 @@ split-K decode, and one GEMM for the output projection.
 `DecoderLayer` replaces LlamaDecoderLayer.forward to fuse the residual add that precedes
 the post-attention RMSNorm into one kernel (add_rms_norm returns both the new residual
 and the normalized activations), and the residual add after the MLP into the down
-projection's GEMM epilogue (a SparseMoE block's: into the MoE kernel's last launch).
+projection's GEMM epilogue (a SparseMoE block's: into the MoE kernel's last launch). The input
+RMSNorm and the QKV projection go through gemm.rms_norm_gemm, and a SparseMoE block's
+post-attention add + RMSNorm through moe.add_rms_norm_moe: at decode sizes, where launches do not
+overlap, each norm runs inside the launch after it (_backend.fuse_norm).
 
 Vendor routes: where a measurement showed cuBLAS or SDPA faster for a sub-operation at this
 model's shapes, the plan's binding says so and injection sets `xpuinject_vendor` on the module:
@@ -43,7 +46,7 @@ from torch import nn
 from .attention import attention_forward, decode_attention
 from .contract import VENDOR_ATTR, packed_attr
 from . import gemv
-from .gemm import add_rms_norm_gemm, gemm
+from .gemm import add_rms_norm_gemm, gemm, rms_norm_gemm
 # layers.py defines these before it imports this module at its end, so the names exist here
 # whichever module is imported first (the package imports layers first).
 from .layers import SwiGLUMLP, _name, _packed
@@ -55,7 +58,7 @@ from .rmsnorm import add_rms_norm
 from .rope import apply_rope
 from .rope_cache import decode_attention_rope, rope_cache_write
 
-__all__ = ["Attention", "DecoderLayer", "mlp_block", "FUSE_DECODE_NORM", "FUSE_DECODE_ROPE"]
+__all__ = ["Attention", "DecoderLayer", "mlp_block", "self_attention", "FUSE_DECODE_NORM", "FUSE_DECODE_ROPE"]
 
 # At decode (M <= gemv.MAX_M), run the post-attention add + RMSNorm in the gate/up GEMV's
 # prologue (gemm.add_rms_norm_gemm) instead of its own launch. Off: on the H200 every GEMV
@@ -227,8 +230,11 @@ def _qk_norms(module: nn.Module, q: torch.Tensor, k: torch.Tensor):
     return qw, kw, float(eps), rnd
 
 
-def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs):
-    """The Attention layer's computation (a function so DecoderLayer-free models reuse it)."""
+def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values,
+                    in_norm=None, **kwargs):
+    """The Attention layer's computation (a function so DecoderLayer-free models reuse it).
+    in_norm = (weight, eps): hidden_states is the layer's input before its RMSNorm (Llama's), which
+    runs inside the QKV projection (gemm.rms_norm_gemm)."""
     h, kv, d = _heads(module)
     qkv_w = _packed(module, _QKV_W, "Attention")
     if qkv_w.shape[1] != (h + 2 * kv) * d:
@@ -238,7 +244,11 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         )
     input_shape = hidden_states.shape[:-1]
     m = _rows(hidden_states)
-    qkv = _proj(hidden_states, qkv_w, getattr(module, _QKV_B, None), _vendor(module, "qkv_proj", m))
+    if in_norm is not None:
+        qkv_b = getattr(module, _QKV_B, None)
+        qkv = rms_norm_gemm(hidden_states, in_norm[0], in_norm[1], qkv_w, qkv_b, "bias" if qkv_b is not None else "none")
+    else:
+        qkv = _proj(hidden_states, qkv_w, getattr(module, _QKV_B, None), _vendor(module, "qkv_proj", m))
     q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
     q = q.view(*input_shape, h, d)
     k = k.view(*input_shape, kv, d)
@@ -309,6 +319,35 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     return _proj(out, _packed(module, _O_W, "Attention"), getattr(module, _O_B, None), _vendor(module, "o_proj", m))
 
 
+def _input_norm(layer: nn.Module, hidden_states: torch.Tensor):
+    """(weight, eps) when the layer's input RMSNorm may run inside its QKV projection
+    (gemm.rms_norm_gemm decides whether it does): at decode size, the norm bound to our RMSNorm
+    and the attention to our Attention, neither hooked, and the QKV projection ours at this size.
+    None: the two modules run as themselves."""
+    norm, attn = layer.input_layernorm, layer.self_attn
+    m = _rows(hidden_states)
+    if m > gemv.MAX_M or not _bound_to(norm, _layers.RMSNorm) or not _bound_to(attn, Attention):
+        return None
+    if norm._forward_hooks or norm._forward_pre_hooks or attn._forward_hooks or attn._forward_pre_hooks:
+        return None
+    if attn.training or _vendor(attn, "qkv_proj", m) or norm.weight.dtype != hidden_states.dtype:
+        return None
+    return norm.weight, float(norm.variance_epsilon)
+
+
+def self_attention(layer: nn.Module, hidden_states, **kwargs):
+    """layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)'s output, the
+    norm and the QKV projection through gemm.rms_norm_gemm where _input_norm allows it."""
+    in_norm = _input_norm(layer, hidden_states)
+    if in_norm is None:
+        out, _ = layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)
+        return out
+    kwargs = dict(kwargs)
+    return attention_block(layer.self_attn, hidden_states, kwargs.pop("position_embeddings", None),
+                           kwargs.pop("attention_mask", None), kwargs.pop("past_key_values", None), in_norm=in_norm,
+                           **kwargs)
+
+
 class Attention(nn.Module):
     """Replaces LlamaAttention.forward (Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 alike)."""
 
@@ -339,9 +378,9 @@ class DecoderLayer(nn.Module):
         **kwargs,
     ):
         residual = hidden_states
-        hidden_states = self.input_layernorm(hidden_states)
-        hidden_states, _ = self.self_attn(
-            hidden_states=hidden_states,
+        hidden_states = self_attention(
+            self,
+            hidden_states,
             attention_mask=attention_mask,
             position_ids=position_ids,
             past_key_values=past_key_values,
@@ -359,9 +398,11 @@ class DecoderLayer(nn.Module):
             residual, h = add_rms_norm_gemm(hidden_states, residual, norm.weight, norm.variance_epsilon,
                                             _packed(mlp, _GU_W, "SwiGLUMLP"), getattr(mlp, _GU_B, None), "swiglu")
             return mlp_block(mlp, None, residual=residual, h=h)
+        if runs_sparse_moe(mlp):
+            # Qwen3-MoE: the add + RMSNorm in the router's launch at decode, the residual add in
+            # the MoE kernel's last launch
+            return sparse_moe(mlp, hidden_states, residual, norm=(norm.weight, norm.variance_epsilon))
         residual, hidden_states = add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
-        if runs_sparse_moe(mlp):  # Qwen3-MoE: the residual add in the MoE kernel's last launch
-            return sparse_moe(mlp, hidden_states, residual)
         if not swiglu:
             return residual + mlp(hidden_states)
         # The MLP runs our SwiGLUMLP: run it inline so the final residual add rides in the

@@ -41,7 +41,7 @@ import triton.language as tl
 from . import _backend, _ops, gpus
 from .contract import GEMM_EPILOGUES
 
-__all__ = ["gemm", "add_rms_norm_gemm", "gemm_ref", "EPILOGUES"]
+__all__ = ["gemm", "add_rms_norm_gemm", "rms_norm_gemm", "row_norm_ok", "gemm_ref", "EPILOGUES"]
 
 # The fused epilogues (contract.json, which the planner's registry reads too).
 EPILOGUES = GEMM_EPILOGUES
@@ -478,6 +478,66 @@ _ops.define(
     "add_rms_norm_gemm",
     "(Tensor x, Tensor residual, Tensor norm_weight, float eps, Tensor w, Tensor? bias, str epilogue) -> (Tensor, Tensor)",
     _add_rms_norm_gemm, _add_rms_norm_gemm_fake,
+)
+
+
+# Whether rms_norm_gemm runs as one launch: None (XPUINJECT_FUSE_INPUT_NORM unset) where launches
+# do not overlap (_backend.fuse_norm says why), True / False ("1" / "0") always / never.
+FUSE_INPUT_NORM = _backend.env_switch("XPUINJECT_FUSE_INPUT_NORM")
+
+
+def rms_norm_gemm(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    w: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    epilogue: str = "none",
+) -> torch.Tensor:
+    """gemm(rms_norm(x, norm_weight, eps), w, bias, epilogue): a decoder layer's input RMSNorm and
+    the projection after it. A decode-sized call on a packed weight runs as one GEMV launch
+    (gemv.py, row_norm) whose dot takes x * norm_weight and whose accumulator each row's rstd
+    scales, the same math with one rounding of the normalized input where Llama's order has two,
+    where FUSE_INPUT_NORM lets it; any other call runs rms_norm, then gemm. x: [..., K] bf16/fp16;
+    norm_weight: [K] of x's dtype.
+    The op: torch.ops.<ns>.rms_norm_gemm."""
+    if _ops.traced(x):
+        return _ops.call("rms_norm_gemm", x, norm_weight, float(eps), w, bias, epilogue)
+    return _rms_norm_gemm(x, norm_weight, eps, w, bias, epilogue)
+
+
+def row_norm_ok(x: torch.Tensor, norm_weight: torch.Tensor, w: torch.Tensor, epilogue: str = "none") -> bool:
+    """Whether rms_norm_gemm runs x as one launch (else it runs the norm, then the GEMM)."""
+    return (epilogue != "residual" and x.dtype in (torch.bfloat16, torch.float16) and norm_weight.dtype == x.dtype
+            and norm_weight.dim() == 1 and norm_weight.shape[0] == x.shape[-1] and w.stride(-1) == 1
+            and gemv.supports(_rows(x), True, _backend.backend(x)))
+
+
+def _rms_norm_gemm(x, norm_weight, eps, w, bias, epilogue):
+    from .rmsnorm import rms_norm
+
+    if not (row_norm_ok(x, norm_weight, w, epilogue) and _backend.fuse_norm(FUSE_INPUT_NORM, x.device)):
+        return gemm(rms_norm(x, norm_weight, eps), w, bias=bias, epilogue=epilogue)
+    if not eps >= 0.0:
+        raise _err(f"rms_norm_gemm: eps must be >= 0, got {eps}")
+    _, n, out_shape, out_dtype = _check(x, w, bias, None, epilogue, None)
+    _backend.require_runnable(x, "rms_norm_gemm")
+    out = _backend.empty(out_shape, out_dtype, x.device)
+    gemv.gemv(_as_rows(x), w, bias.contiguous() if bias is not None else None, None, out.view(-1, n), epilogue,
+              row_norm=(norm_weight.contiguous(), float(eps)))
+    _backend.count("rms_norm_gemm")
+    return out
+
+
+def _rms_norm_gemm_fake(x, norm_weight, eps, w, bias, epilogue):
+    _, _, out_shape, out_dtype = _check(x, w, bias, None, epilogue, None)
+    return x.new_empty(out_shape, dtype=out_dtype)
+
+
+_ops.define(
+    "rms_norm_gemm",
+    "(Tensor x, Tensor norm_weight, float eps, Tensor w, Tensor? bias, str epilogue) -> Tensor",
+    _rms_norm_gemm, _rms_norm_gemm_fake,
 )
 
 

@@ -57,7 +57,8 @@ def _gemv_kernel(
     stride_xm, stride_wk, stride_rm, stride_om, stride_r0m, stride_sm, eps,
     HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    NORM: tl.constexpr = False, PDL: tl.constexpr = False,
+    NORM: tl.constexpr = False, PDL: tl.constexpr = False, ROW_NORM: tl.constexpr = False,
+    ROWS: tl.constexpr = 1, BLOCK_R: tl.constexpr = 16,
 ):
     _backend.pdl_wait(PDL)
     pid_n = tl.program_id(0)
@@ -86,11 +87,30 @@ def _gemv_kernel(
         rstd = 1.0 / tl.sqrt(ss / K + eps)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
+    if ROW_NORM:
+        # Each row's rstd over all K, every program on its own: the ROWS rows there are (not the
+        # dot's padding) in BLOCK_R chunks, then spread over the BLOCK_M rows. On the H200 the
+        # squares summed inside the weight loop instead doubled the GEMV's time
+        # (benchmarks/bench_fused_norm.py).
+        nr = tl.arange(0, ROWS)
+        nr_ok = nr < M
+        ssr = tl.zeros((ROWS,), dtype=tl.float32)
+        for r0 in range(0, K, BLOCK_R):
+            offs_r = r0 + tl.arange(0, BLOCK_R)
+            xv = tl.load(x_ptr + nr[:, None] * stride_xm + offs_r[None, :],
+                         mask=nr_ok[:, None] & (offs_r < K)[None, :], other=0.0).to(tl.float32)
+            ssr += tl.sum(xv * xv, axis=1)
+        rstd_r = 1.0 / tl.sqrt(ssr / K + eps)
+        rstd = tl.sum(tl.where(offs_m[:, None] == nr[None, :], rstd_r[None, :], 0.0), axis=1)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
         a_ok = m_ok[:, None] & k_ok[None, :]
         a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=a_ok, other=0.0)
+        if ROW_NORM:
+            # the dot takes x * weight (one rounding); rstd, a per-row scalar, scales the
+            # accumulator at the end
+            a = a.to(tl.float32) * tl.load(nw_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
         if NORM:
             # Llama's RMSNorm order (rmsnorm.py): round the sum, normalize in fp32, round, then the
             # weight, rounded once more; the first N tile's programs write the new residual.
@@ -126,10 +146,16 @@ def _gemv_kernel(
                 acc += tl.load(part, mask=out_ok, other=0.0, cache_modifier=".cg")
                 if gated:
                     acc_up += tl.load(part + N, mask=out_ok, other=0.0, cache_modifier=".cg")
+            if ROW_NORM:
+                acc = acc * rstd[:, None]
+                acc_up = acc_up * rstd[:, None]
             _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
                     HAS_BIAS, EPILOGUE)
             tl.atomic_xchg(sem_ptr + pid_n, 0)
     else:
+        if ROW_NORM:
+            acc = acc * rstd[:, None]
+            acc_up = acc_up * rstd[:, None]
         _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
                 HAS_BIAS, EPILOGUE)
 
@@ -194,12 +220,15 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes) -> triton.Config:
 
 def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Optional[torch.Tensor],
          o2: torch.Tensor, epilogue: str, config: Optional[triton.Config] = None,
-         norm: Optional[tuple] = None) -> torch.Tensor:
+         norm: Optional[tuple] = None, row_norm: Optional[tuple] = None) -> torch.Tensor:
     """o2[M, N] = epilogue(x2 @ w (+ bias)) (+ r2): the operands as gemm.py's launcher checked and
     shaped them (rows with unit column stride; w K-major [K, N_w]). Writes and returns o2.
     norm = (residual [M, K], weight [K], eps, sum_out [M, K]): the GEMM's input is
     rms_norm(x2 + residual) in Llama's order, and sum_out gets x2 + residual (add_rms_norm's
-    two outputs, without their launch)."""
+    two outputs, without their launch).
+    row_norm = (weight [K], eps): the GEMM's input is RMSNorm(x2) * weight: each program sums the
+    rows' squares first, the dot takes x2 * weight rounded once to w's dtype, and the accumulator
+    is scaled by each row's rstd before the bias and epilogue."""
     be = _backend.backend(x2)
     m, k = x2.shape
     n_w = w.shape[1]
@@ -213,12 +242,17 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
     k_per = _backend.cdiv(_backend.cdiv(k, split), block_k) * block_k  # whole BLOCK_K steps per split
     split = _backend.cdiv(k, k_per)
     tiles = _backend.cdiv(n, kw["BLOCK_N"])
+    if norm is not None and row_norm is not None:
+        raise ValueError("xpuinject_kernels: gemv: norm and row_norm are exclusive")
     if split > 1:
         ws = torch.empty((split * m * n_w,), dtype=torch.float32, device=x2.device)
         sem = _backend.semaphores(x2.device, tiles)
     else:
         ws = sem = o2  # unused
     r0, nw, eps, s_out = norm if norm is not None else (x2, x2, 0.0, x2)
+    if row_norm is not None:
+        nw, eps = row_norm
+    rows = _backend.next_pow2(m)  # the row norm's rows (the dot pads to _BLOCK_M)
     pdl = _backend.pdl(x2.device)
     _gemv_kernel[(tiles, split)](
         x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2, ws, sem, r0, nw, s_out,
@@ -227,6 +261,7 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         s_out.stride(0), float(eps),
         HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue],
         BLOCK_M=_BLOCK_M, BLOCK_N=kw["BLOCK_N"], BLOCK_K=block_k, SPLIT_K=split, NORM=norm is not None,
+        ROW_NORM=row_norm is not None, ROWS=rows, BLOCK_R=min(_backend.next_pow2(k), max(16, 2048 // rows)),
         PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_backend.pdl_kw(pdl),
     )
     _backend.count("gemv")

@@ -57,8 +57,8 @@ import triton.language as tl
 
 from . import _backend, _ops, gpus
 
-__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "moe", "moe_ref", "route", "decode_route", "fused_topk", "route_ref", "launch_config",
-           "heuristic_config"]
+__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "moe", "add_rms_norm_moe", "moe_ref", "route", "decode_route",
+           "fused_topk", "route_ref", "launch_config", "heuristic_config"]
 
 # The routing rules (models/moe.go's Router* names, which plans record).
 ROUTERS = ("softmax-topk", "softmax-topk-norm", "softmax-topk-norm-fp32")
@@ -71,11 +71,12 @@ _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H, E, K_PER_SPLIT, stride_x, stride_w,
-                   stride_p, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
+def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, r_ptr, nw_ptr, s_ptr, n_ptr, T, H, E,
+                   K_PER_SPLIT, stride_x, stride_w, stride_p, stride_r, eps, BLOCK_T: tl.constexpr,
+                   BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
                    BLOCK_ALL: tl.constexpr, SPLIT_K: tl.constexpr, TOP_K: tl.constexpr = 0,
                    RULE: tl.constexpr = -1, TOPK_P2: tl.constexpr = 1, PDL: tl.constexpr = False,
-                   ROWS_T: tl.constexpr = 16):
+                   ROWS_T: tl.constexpr = 16, NORM: tl.constexpr = False, BLOCK_H: tl.constexpr = 16):
     """Logits of BLOCK_T tokens for BLOCK_E experts over one K_PER_SPLIT slice of the hidden size
     (a tl.dot tile); the token tile's last program to finish sums the SPLIT_K slices in order,
     rounds the logits and runs the fp32 softmax over all the experts of its tokens in place, or
@@ -85,7 +86,12 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H
     rounded to the activation dtype; 1: renormalized over the TOP_K, then rounded; 2:
     renormalized, fp32), the sum in slot order, the division IEEE's as torch's. The last program
     works on ROWS_T rows (every token of the tile: fewer than BLOCK_T at decode), so its chain
-    of reductions runs over the tokens there are, not the dot's padding."""
+    of reductions runs over the tokens there are, not the dot's padding.
+    NORM: x is the attention's output and r the residual stream; the router's input is the
+    post-attention add + RMSNorm of add_rms_norm (Llama's order: s = x + r rounded, normalized in
+    fp32, rounded, times the weight nw, rounded), each program taking its rows' sums of squares
+    over all H in BLOCK_H chunks; the programs of the first expert tile write s (s_ptr) and the
+    normalized rows (n_ptr), [T, H] each, for the experts' kernels."""
     _backend.pdl_wait(PDL)
     pid_t = tl.program_id(0)
     pid_e = tl.program_id(1)
@@ -96,16 +102,45 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, T, H
     offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
     e_ok = offs_e < E
     wty = w_ptr.dtype.element_ty
+    aty = x_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)
     k_lo = pid_s * K_PER_SPLIT
-    for k0 in range(k_lo, k_lo + K_PER_SPLIT, BLOCK_K):
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, H)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = offs_k < H
-        x = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=t_ok[:, None] & k_ok[None, :],
-                    other=0.0).to(wty)
+        k_ok = offs_k < k_hi
+        # the weight tile first: with NORM its loads stream while the rows' norm is summed
         w = tl.load(w_ptr + offs_k.to(tl.int64)[:, None] * stride_w + offs_e[None, :],
                     mask=k_ok[:, None] & e_ok[None, :], other=0.0)
-        acc = tl.dot(x, w, acc)
+        xm = t_ok[:, None] & k_ok[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=xm, other=0.0)
+        if NORM:
+            # The rows' rstd over all H (ROWS_T rows: the tile's tokens, in BLOCK_H chunks), then
+            # spread over the dot's BLOCK_T rows. The launcher makes the split one BLOCK_K step,
+            # so this runs once; summed before the loop, it held the weight's loads back (1.5x
+            # the router's time on the H200, benchmarks/bench_fused_norm.py).
+            nr = pid_t * BLOCK_T + tl.arange(0, ROWS_T)
+            nr_ok = nr < T
+            nrow = nr.to(tl.int64)
+            ss = tl.zeros((ROWS_T,), dtype=tl.float32)
+            for h0 in range(0, H, BLOCK_H):
+                offs_h = h0 + tl.arange(0, BLOCK_H)
+                hm = nr_ok[:, None] & (offs_h < H)[None, :]
+                sh = (tl.load(x_ptr + nrow[:, None] * stride_x + offs_h[None, :], mask=hm, other=0.0).to(tl.float32)
+                      + tl.load(r_ptr + nrow[:, None] * stride_r + offs_h[None, :], mask=hm, other=0.0).to(tl.float32))
+                sh = sh.to(aty).to(tl.float32)
+                ss += tl.sum(sh * sh, axis=1)
+            rstd_r = 1.0 / tl.sqrt(ss / H + eps)
+            same = tl.arange(0, BLOCK_T)[:, None] == tl.arange(0, ROWS_T)[None, :]
+            rstd = tl.sum(tl.where(same, rstd_r[None, :], 0.0), axis=1)
+            sv = (x.to(tl.float32) + tl.load(r_ptr + rows[:, None] * stride_r + offs_k[None, :], mask=xm,
+                                             other=0.0).to(tl.float32)).to(aty)
+            nv = (sv.to(tl.float32) * rstd[:, None]).to(aty).to(tl.float32)
+            x = (tl.load(nw_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :] * nv).to(aty)
+            out_at = rows[:, None] * H + offs_k[None, :]
+            tl.store(s_ptr + out_at, sv, mask=xm & (pid_e == 0))
+            tl.store(n_ptr + out_at, x, mask=xm & (pid_e == 0))
+        acc = tl.dot(x.to(wty), w, acc)
     if SPLIT_K == 1:
         # Rounded to the activation dtype first, as the stock router's F.linear output is: from the
         # same activations the experts picked are then stock's, near-ties included.
@@ -573,11 +608,15 @@ def launch_config(path: str, device: torch.device, h: int, i: int, e: int, top_k
     return cfg
 
 
-def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, router: Optional[str] = None):
+def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, router: Optional[str] = None,
+                  norm: Optional[tuple] = None):
     """softmax(round(x2 @ router_w)) [T, E] fp32, from programs over (token, expert tile); with
     top_k > 0 instead (the top-k probabilities [T, top_k] fp32, their expert ids [T, top_k] int32),
     selected in the same launch, largest first, equal scores by lowest index; with a router rule
-    too, the routing weights by that rule in place of the probabilities (as `route` makes them)."""
+    too, the routing weights by that rule in place of the probabilities (as `route` makes them).
+    norm = (residual [T, H], weight [H], eps, s_out [T, H], normed_out [T, H]), decode sizes only:
+    the router reads add_rms_norm(x2, residual)'s normalized rows, which the launch writes to
+    normed_out (and the sum to s_out)."""
     t = x2.shape[0]
     h, e = router_w.shape
     probs = torch.empty((t, e), dtype=torch.float32, device=x2.device)
@@ -597,15 +636,28 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, rout
     # each streaming the whole hidden size: split it so about ROUTER_PROGRAMS programs read.
     split = max(1, min(_backend.cdiv(h, block_k), ROUTER_PROGRAMS // grid_te)) if t <= DECODE_MAX_TOKENS else 1
     k_per, split = _split(h, block_k, split)
+    if norm is not None:  # one step per split: the norm in the loop runs once
+        block_k = _backend.next_pow2(k_per)
     grid = (_backend.cdiv(t, block_t), _backend.cdiv(e, block_e), split)
     ws = torch.empty((split, t, e) if split > 1 else (1,), dtype=torch.float32, device=x2.device)
     sem = _backend.semaphores(x2.device, grid[0])
     pdl = _backend.pdl(x2.device)
-    _router_kernel[grid](x2, router_w, probs, ws, sem, ids, vals, t, h, e, k_per, x2.stride(0), router_w.stride(0),
-                         probs.stride(0), BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_E=block_e,
+    rows_t = min(block_t, _backend.next_pow2(t))
+    if norm is not None:
+        if t > DECODE_MAX_TOKENS:
+            raise ValueError(f"xpuinject_kernels: moe: the router's norm runs at decode sizes (<= {DECODE_MAX_TOKENS} "
+                             f"tokens), got {t}")
+        r2, nw, eps, s_out, n_out = norm
+    else:
+        r2, nw, eps, s_out, n_out = x2, x2, 0.0, x2, x2
+    # the norm's row chunk: about 2048 fp32 values a program holds at once
+    block_h = min(_backend.next_pow2(h), max(16, 2048 // rows_t), 64 if interp else 1 << 30)
+    _router_kernel[grid](x2, router_w, probs, ws, sem, ids, vals, r2, nw, s_out, n_out, t, h, e, k_per, x2.stride(0),
+                         router_w.stride(0), probs.stride(0), r2.stride(0), float(eps), BLOCK_T=block_t,
+                         BLOCK_K=block_k, BLOCK_E=block_e,
                          BLOCK_ALL=max(16, _backend.next_pow2(e)), SPLIT_K=split, TOP_K=top_k,
                          RULE=-1 if router is None else _RULE[router], TOPK_P2=_backend.next_pow2(max(top_k, 1)),
-                         PDL=pdl, ROWS_T=min(block_t, _backend.next_pow2(t)), num_warps=4,
+                         PDL=pdl, ROWS_T=rows_t, NORM=norm is not None, BLOCK_H=block_h, num_warps=4,
                          num_stages=3 if x2.device.type == "cuda" else 2, **_backend.pdl_kw(pdl))
     return (vals, ids) if top_k else probs
 
@@ -645,23 +697,31 @@ def fused_topk(device: torch.device) -> bool:
 
 
 def decode_route(x2: torch.Tensor, router_w: torch.Tensor, top_k: int,
-                 fused: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                 fused: Optional[bool] = None, norm: Optional[tuple] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """The decode path's routing of tokens x2 [T, H]: (top-k probabilities, expert ids). fused
     (default: fused_topk) selects them in the router's own launch, largest first; else
-    torch.topk runs on the router's probabilities."""
+    torch.topk runs on the router's probabilities. norm: as _router_probs takes it."""
     if fused if fused is not None else fused_topk(x2.device):
-        return _router_probs(x2, router_w, top_k)
-    return torch.topk(_router_probs(x2, router_w), top_k, dim=-1)
+        return _router_probs(x2, router_w, top_k, norm=norm)
+    return torch.topk(_router_probs(x2, router_w, norm=norm), top_k, dim=-1)
 
 
-def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None):
+def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, norm=None):
     """The decode path: the router with its top-k, gate/up and down GEMV launches; the routing
     weights' renormalization and rounding, and the residual add (r2), run in the down kernel's
-    reduction."""
+    reduction. norm = (weight, eps): x2 is the attention's output and r2 the residual stream,
+    and the router's launch runs the post-attention add + RMSNorm (add_rms_norm's two outputs
+    feed the experts and the residual add)."""
     t, h = x2.shape
     i = down_w.shape[1]
     dev = x2.device
-    vals, ids = decode_route(x2, router_w, top_k)
+    if norm is not None:
+        s2 = torch.empty((t, h), dtype=x2.dtype, device=dev)
+        n2 = torch.empty((t, h), dtype=x2.dtype, device=dev)
+        vals, ids = decode_route(x2, router_w, top_k, norm=(r2, norm[0], norm[1], s2, n2))
+        x2, r2 = n2, s2
+    else:
+        vals, ids = decode_route(x2, router_w, top_k)
     pairs = t * top_k
     pdl = _backend.pdl(dev)
     launch = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_backend.pdl_kw(pdl))
@@ -759,6 +819,67 @@ def _moe(x, router_w, gate_up_w, down_w, top_k, router, residual=None, config=No
     _topk_sum(y, top_k, o2, r2)
     _backend.count("moe.prefill")
     return out
+
+
+# Whether add_rms_norm_moe runs the norm in the router's launch: None (XPUINJECT_FUSE_MOE_NORM
+# unset) where launches do not overlap (_backend.fuse_norm says why), True / False ("1" / "0")
+# always / never.
+FUSE_MOE_NORM = _backend.env_switch("XPUINJECT_FUSE_MOE_NORM")
+
+
+def add_rms_norm_moe(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                     router_w: torch.Tensor, gate_up_w: torch.Tensor, down_w: torch.Tensor, top_k: int,
+                     router: str) -> torch.Tensor:
+    """s + moe(rms_norm(s)), s = x + residual: a decoder layer's post-attention add + RMSNorm
+    (rmsnorm.add_rms_norm's numbers) and its MoE block with the residual add. At decode sizes the
+    norm runs in the router's launch (one launch fewer) where FUSE_MOE_NORM lets it; else
+    add_rms_norm, then moe. x,
+    residual: [..., H] of one dtype; norm_weight: [H] of that dtype. The op:
+    torch.ops.<ns>.add_rms_norm_moe."""
+    if _ops.traced(x):
+        return _ops.call("add_rms_norm_moe", x, residual, norm_weight, float(eps), router_w, gate_up_w, down_w,
+                         top_k, router)
+    return _add_rms_norm_moe(x, residual, norm_weight, eps, router_w, gate_up_w, down_w, top_k, router)
+
+
+def _add_rms_norm_moe(x, residual, norm_weight, eps, router_w, gate_up_w, down_w, top_k, router):
+    from .rmsnorm import add_rms_norm
+
+    h = x.shape[-1]
+    fused = (x.dtype in _ACT_DTYPES and residual.dtype == x.dtype and tuple(residual.shape) == tuple(x.shape)
+             and norm_weight.dtype == x.dtype and tuple(norm_weight.shape) == (h,)
+             and 0 < x.numel() // max(h, 1) <= DECODE_MAX_TOKENS
+             and _backend.fuse_norm(FUSE_MOE_NORM, x.device))
+    if not fused:
+        s, normed = add_rms_norm(x, residual, norm_weight, eps)
+        return moe(normed, router_w, gate_up_w, down_w, top_k, router, residual=s)
+    if not eps >= 0.0:
+        raise _err(f"add_rms_norm_moe: eps must be >= 0, got {eps}")
+    h, e, i = _check(x, router_w, gate_up_w, down_w, top_k, router, residual)
+    _backend.require_runnable(x, "moe")
+    x2 = x.reshape(-1, h).contiguous()
+    r2 = residual.reshape(-1, h)
+    if r2.stride(-1) != 1:
+        r2 = r2.contiguous()
+    out = _backend.empty(x.shape, x.dtype, x.device)
+    t = x2.shape[0]
+    _decode(x2, router_w, gate_up_w, down_w, top_k, router, out.view(-1, h),
+            launch_config("decode", x.device, h, i, e, top_k, t), r2, norm=(norm_weight.contiguous(), float(eps)))
+    _backend.count("add_rms_norm_moe")
+    return out
+
+
+def _add_rms_norm_moe_fake(x, residual, norm_weight, eps, router_w, gate_up_w, down_w, top_k, router):
+    _check(x, router_w, gate_up_w, down_w, top_k, router, residual)
+    return torch.empty_like(x)
+
+
+_ops.define(
+    "add_rms_norm_moe",
+    "(Tensor x, Tensor residual, Tensor norm_weight, float eps, Tensor router_w, Tensor gate_up_w, Tensor down_w, "
+    "int top_k, str router) -> Tensor",
+    _add_rms_norm_moe, _add_rms_norm_moe_fake,
+)
 
 
 def _moe_fake(x, router_w, gate_up_w, down_w, top_k, router, residual=None):

@@ -18,7 +18,7 @@ from torch import nn
 
 from .contract import MIN_GEMM_DIM, packed_attr
 from .layers import _name, _packed
-from .moe import moe
+from .moe import add_rms_norm_moe, moe
 from .rmsnorm import add_rms_norm
 
 __all__ = ["SparseMoE", "MoEDecoderLayer", "runs_sparse_moe", "sparse_moe"]
@@ -36,15 +36,26 @@ def router_rule(block: nn.Module) -> str:
     return "softmax-topk-norm" if norm else "softmax-topk"
 
 
-def sparse_moe(block: nn.Module, hidden_states: torch.Tensor, residual=None) -> torch.Tensor:
+def sparse_moe(block: nn.Module, hidden_states: torch.Tensor, residual=None, norm=None) -> torch.Tensor:
     """The SparseMoE layer's computation on block's packed weights; with residual, residual +
-    that, the add in the kernel's last launch (where the dtypes let it; else a torch add)."""
+    that, the add in the kernel's last launch (where the dtypes let it; else a torch add).
+    norm = (weight, eps), with residual: hidden_states is the attention's output, and the block
+    runs on add_rms_norm(hidden_states, residual) (the post-attention add + RMSNorm, which
+    moe.add_rms_norm_moe may run inside the router's launch), returning the new residual + the
+    block's output."""
     if block.training:
         raise RuntimeError(f"xpuinject_kernels: SparseMoE: module {_name(block)!r} is in training mode; "
                            "the fused kernel is inference-only (call model.eval())")
     rw = _packed(block, _ROUTER_W, "SparseMoE")
     gu = _packed(block, _GATE_UP_W, "SparseMoE")
     dn = _packed(block, _DOWN_W, "SparseMoE")
+    if norm is not None:
+        w, eps = norm
+        if (hidden_states.dtype == gu.dtype and residual.dtype == gu.dtype and w.dtype == gu.dtype
+                and residual.shape == hidden_states.shape):
+            return add_rms_norm_moe(hidden_states, residual, w, eps, rw, gu, dn, int(block.gate.top_k),
+                                    router_rule(block))
+        residual, hidden_states = add_rms_norm(hidden_states, residual, w, eps)
     args = (hidden_states.to(gu.dtype), rw, gu, dn, int(block.gate.top_k), router_rule(block))
     if residual is None:
         return moe(*args)
@@ -83,9 +94,9 @@ class MoEDecoderLayer(nn.Module):
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, position_ids=None,
                 past_key_values=None, **kwargs):
         residual = hidden_states
-        hidden_states = self.input_layernorm(hidden_states)
-        hidden_states, _ = self.self_attn(
-            hidden_states=hidden_states,
+        hidden_states = _decoder.self_attention(
+            self,
+            hidden_states,
             position_embeddings=position_embeddings,
             attention_mask=attention_mask,
             position_ids=position_ids,
@@ -93,9 +104,9 @@ class MoEDecoderLayer(nn.Module):
             **kwargs,
         )
         norm = self.post_attention_layernorm
-        residual, hidden_states = add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
         if runs_sparse_moe(self.mlp):
-            return sparse_moe(self.mlp, hidden_states, residual)
+            return sparse_moe(self.mlp, hidden_states, residual, norm=(norm.weight, norm.variance_epsilon))
+        residual, hidden_states = add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
         return residual + self.mlp(hidden_states)
 
 
@@ -137,3 +148,8 @@ def loaded_sources(module: str, out: dict):
     if name.endswith(".down_proj.weight"):  # [E, I, H]
         return [(module + ".experts.down_proj", [shape[0], shape[2], shape[1]])]
     raise ValueError(f"xpuinject_kernels: SparseMoE: {module}: unknown packed output {name!r}")
+
+
+# Last: decoder.py imports this module's functions, and its own import of them must find them
+# whichever module Python loads first.
+from . import decoder as _decoder  # noqa: E402
