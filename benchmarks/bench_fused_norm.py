@@ -20,16 +20,15 @@ these norms only there (_backend.fuse_norm): on the H200 with it, a norm's own l
 from __future__ import annotations
 
 import argparse
-import statistics
+import importlib
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "kernels" / "python"))
 
-import importlib  # noqa: E402
-
 import torch  # noqa: E402
 
+import benchlib  # noqa: E402  (this folder is on sys.path when run as a script)
 from xpuinject_kernels import moe as M  # noqa: E402
 from xpuinject_kernels.gemm import gemm, rms_norm_gemm  # noqa: E402
 from xpuinject_kernels.rmsnorm import add_rms_norm, rms_norm  # noqa: E402
@@ -58,24 +57,8 @@ def main() -> int:
     s_out, n_out = torch.empty_like(x), torch.empty_like(x)
 
     def timed(seq):
-        for i in range(a.layers):  # compile, warm
-            seq(i)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for i in range(a.layers):
-                seq(i)
-        g.replay()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(a.replays):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            g.replay()
-            e1.record()
-            e1.synchronize()
-            ts.append(e0.elapsed_time(e1) * 1000 / a.layers)
-        return statistics.median(ts)
+        """Per-layer microseconds of seq(i) over every layer (benchlib.graph_us_per_layer)."""
+        return benchlib.graph_us_per_layer(seq, a.layers, a.replays)
 
     rows = []
     rows.append(("input norm", "QKV GEMV alone", timed(lambda i: gemm(x, wq[i]))))

@@ -26,7 +26,6 @@ negative (BENCHMARKS.md), so the package's decode layers issue no prefetch.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -36,7 +35,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-import tune  # noqa: E402  (this folder is on sys.path when run as a script)
+import benchlib  # noqa: E402  (this folder is on sys.path when run as a script)
+import tune  # noqa: E402
 from xpuinject_kernels import _backend  # noqa: E402
 from xpuinject_kernels.gemv import gemv  # noqa: E402
 
@@ -126,25 +126,8 @@ def main() -> int:
         gemv(x[k], w[k][i], None, None, o[k], SHAPES[k][2], config=cfg)
 
     def timed(seq):
-        """Per-layer microseconds of seq(i) over every layer, captured once, median of replays."""
-        for i in range(a.layers):  # compile, warm
-            seq(i)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for i in range(a.layers):
-                seq(i)
-        g.replay()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(a.replays):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            g.replay()
-            e1.record()
-            e1.synchronize()
-            ts.append(e0.elapsed_time(e1) * 1000 / a.layers)
-        return statistics.median(ts)
+        """Per-layer microseconds of seq(i) over every layer (benchlib.graph_us_per_layer)."""
+        return benchlib.graph_us_per_layer(seq, a.layers, a.replays)
 
     def prefetch_rows(rows, k, mb):
         rows.append((k, "prefetch + gemv", timed(lambda i: (prefetch(w[k][i]), proj(k, i))), mb))

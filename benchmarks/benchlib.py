@@ -501,6 +501,41 @@ def sync(env):
         env.torch.cuda.synchronize()
 
 
+def graph_us_per_layer(seq: Callable[[int], None], layers: int, replays: int = 20) -> float:
+    """Microseconds per layer of seq(0) ... seq(layers - 1): run once (compiles, autotunes,
+    allocates outside the capture) and once more on a side stream, as torch's CUDA graph notes
+    advise, then all of them captured in one CUDA graph; the median of `replays` replays timed by
+    CUDA events around each, / layers. A decode step's kernels run back to back this way, as the
+    graph runtime runs them."""
+    import statistics
+
+    import torch
+
+    for i in range(layers):
+        seq(i)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        seq(0)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(layers):
+            seq(i)
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(replays):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) * 1000 / layers)
+    return statistics.median(ts)
+
+
 def out_bytes(x) -> int:
     return sum(t.numel() * t.element_size() for t in as_list(x) if hasattr(t, "numel"))
 
