@@ -183,16 +183,20 @@ def test_rms_norm_gemm_matches_fp64(device, dtype, m, split, epilogue, monkeypat
 
 
 def test_rms_norm_gemm_runs_apart_where_launches_overlap(device, monkeypatch):
-    """FUSE_INPUT_NORM unset: _backend.fuse_norm decides, fusing only where launches do not overlap
-    (no programmatic dependent launch); apart, rms_norm_gemm is rms_norm then the GEMM, the same
-    numbers as those two calls. "0" never fuses, "1" always."""
+    """FUSE_INPUT_NORM unset: _backend.fuse_norm decides, fusing only on a GPU whose launches do not
+    overlap (XPU, CUDA without programmatic dependent launch; not the CPU's interpreter); apart,
+    rms_norm_gemm is rms_norm then the GEMM, the same numbers as those two calls. "0" never
+    fuses, "1" always."""
     from xpuinject_kernels.rmsnorm import rms_norm
 
     with monkeypatch.context() as mp:  # the policy alone: no kernel runs while pdl is patched
         for overlap in (True, False):
             mp.setattr(_backend, "pdl", lambda dev, on=overlap: on)
-            assert _backend.fuse_norm(None, torch.device(device)) is (not overlap)
-            assert _backend.fuse_norm(True, torch.device(device)) and not _backend.fuse_norm(False, torch.device(device))
+            assert _backend.fuse_norm(None, torch.device("cuda")) is (not overlap)
+            assert _backend.fuse_norm(None, torch.device("xpu"))
+            assert not _backend.fuse_norm(None, torch.device("cpu"))
+            for dev in ("cpu", "cuda", "xpu"):
+                assert _backend.fuse_norm(True, torch.device(dev)) and not _backend.fuse_norm(False, torch.device(dev))
     g = torch.Generator().manual_seed(13)
     x = torch.randn(1, 64, generator=g).bfloat16().to(device)
     nw = torch.rand(64, generator=g).bfloat16().to(device) + 0.5

@@ -611,8 +611,8 @@ def test_add_rms_norm_moe_traces_as_one_op(device):
 
 
 def test_add_rms_norm_moe_fuses_only_where_launches_do_not_overlap(device, monkeypatch):
-    """FUSE_MOE_NORM goes to _backend.fuse_norm (None: fuse where launches do not overlap), and the
-    op runs the norm in the router's launch only when it says so."""
+    """FUSE_MOE_NORM goes to _backend.fuse_norm (None: fuse on a GPU whose launches do not overlap),
+    and the op runs the norm in the router's launch only when it says so."""
     router, gate_up, down = weights(torch.bfloat16, seed=4)
     g = torch.Generator().manual_seed(4)
     x, r = (torch.randn(1, H, generator=g).bfloat16().to(device) for _ in range(2))

@@ -207,14 +207,15 @@ def pdl(device: torch.device) -> bool:
 def fuse_norm(setting: Optional[bool], device: torch.device) -> bool:
     """Whether a norm runs inside the launch after it (a decode step's input norm in the QKV
     GEMV, the post-attention add + norm in the MoE router): `setting` when the user chose
-    (True/False), else only where launches do not overlap. On the H200, at Qwen3-30B-A3B's decode
-    step, the fused step was 0.664-0.670 ms against 0.660-0.662 with programmatic dependent
-    launch, and 0.682-0.684 against 0.697-0.698 without it (benchmarks/profile_decode.py;
-    BENCHMARKS.md): with it a norm's own launch costs about 1 us, less than what the fused
-    kernel adds."""
+    (True/False), else only on a GPU whose launches do not overlap (XPU, CUDA without
+    programmatic dependent launch). On the H200, at Qwen3-30B-A3B's decode step, the fused step
+    was 0.664-0.670 ms against 0.660-0.662 with programmatic dependent launch, and 0.682-0.684
+    against 0.697-0.698 without it (benchmarks/profile_decode.py; BENCHMARKS.md): with it a
+    norm's own launch costs about 1 us, less than what the fused kernel adds. The CPU (the
+    interpreter) runs them apart, as the H200 does."""
     if setting is not None:
         return setting
-    return not pdl(device)
+    return device.type == "xpu" or (device.type == "cuda" and not pdl(device))
 
 
 def env_switch(name: str) -> Optional[bool]:
