@@ -41,7 +41,7 @@ import triton.language as tl
 from . import _backend, _ops, gpus
 from .contract import GEMM_EPILOGUES
 
-__all__ = ["gemm", "add_rms_norm_gemm", "rms_norm_gemm", "row_norm_ok", "gemm_ref", "EPILOGUES"]
+__all__ = ["gemm", "add_rms_norm_gemm", "rms_norm_gemm", "gemm_ref", "EPILOGUES"]
 
 # The fused epilogues (contract.json, which the planner's registry reads too).
 EPILOGUES = GEMM_EPILOGUES
@@ -442,10 +442,8 @@ def add_rms_norm_gemm(
 
 
 def _fused_norm_ok(x, residual, norm_weight, w, epilogue) -> bool:
-    return (epilogue != "residual" and x.dtype in (torch.bfloat16, torch.float16)
-            and residual.dtype == x.dtype and norm_weight.dtype == x.dtype and tuple(residual.shape) == tuple(x.shape)
-            and norm_weight.dim() == 1 and norm_weight.shape[0] == x.shape[-1] and w.stride(-1) == 1
-            and gemv.supports(_rows(x), True, _backend.backend(x)))
+    same = residual.dtype == x.dtype and tuple(residual.shape) == tuple(x.shape)
+    return same and _row_norm_ok(x, norm_weight, w, epilogue)
 
 
 def _rows(t: torch.Tensor) -> int:
@@ -506,8 +504,9 @@ def rms_norm_gemm(
     return _rms_norm_gemm(x, norm_weight, eps, w, bias, epilogue)
 
 
-def row_norm_ok(x: torch.Tensor, norm_weight: torch.Tensor, w: torch.Tensor, epilogue: str = "none") -> bool:
-    """Whether rms_norm_gemm runs x as one launch (else it runs the norm, then the GEMM)."""
+def _row_norm_ok(x: torch.Tensor, norm_weight: torch.Tensor, w: torch.Tensor, epilogue: str = "none") -> bool:
+    """Whether a norm of x's rows by norm_weight may run inside a GEMV on w (rms_norm_gemm, and
+    with a residual of x's shape and dtype add_rms_norm_gemm)."""
     return (epilogue != "residual" and x.dtype in (torch.bfloat16, torch.float16) and norm_weight.dtype == x.dtype
             and norm_weight.dim() == 1 and norm_weight.shape[0] == x.shape[-1] and w.stride(-1) == 1
             and gemv.supports(_rows(x), True, _backend.backend(x)))
@@ -516,7 +515,7 @@ def row_norm_ok(x: torch.Tensor, norm_weight: torch.Tensor, w: torch.Tensor, epi
 def _rms_norm_gemm(x, norm_weight, eps, w, bias, epilogue):
     from .rmsnorm import rms_norm
 
-    if not (row_norm_ok(x, norm_weight, w, epilogue) and _backend.fuse_norm(FUSE_INPUT_NORM, x.device)):
+    if not (_row_norm_ok(x, norm_weight, w, epilogue) and _backend.fuse_norm(FUSE_INPUT_NORM, x.device)):
         return gemm(rms_norm(x, norm_weight, eps), w, bias=bias, epilogue=epilogue)
     if not eps >= 0.0:
         raise _err(f"rms_norm_gemm: eps must be >= 0, got {eps}")

@@ -30,6 +30,7 @@ import triton.language as tl
 
 from . import _backend, gpus
 from .gemm import _EPI_CODE, _GATED, _epilogue
+from .rmsnorm import rows_rstd
 
 __all__ = ["MAX_M", "gemv", "supports", "heuristic_config", "CONFIG_KEYS"]
 
@@ -88,20 +89,10 @@ def _gemv_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
     if ROW_NORM:
-        # Each row's rstd over all K, every program on its own: the ROWS rows there are (not the
-        # dot's padding) in BLOCK_R chunks, then spread over the BLOCK_M rows. On the H200 the
-        # squares summed inside the weight loop instead doubled the GEMV's time
-        # (benchmarks/bench_fused_norm.py).
-        nr = tl.arange(0, ROWS)
-        nr_ok = nr < M
-        ssr = tl.zeros((ROWS,), dtype=tl.float32)
-        for r0 in range(0, K, BLOCK_R):
-            offs_r = r0 + tl.arange(0, BLOCK_R)
-            xv = tl.load(x_ptr + nr[:, None] * stride_xm + offs_r[None, :],
-                         mask=nr_ok[:, None] & (offs_r < K)[None, :], other=0.0).to(tl.float32)
-            ssr += tl.sum(xv * xv, axis=1)
-        rstd_r = 1.0 / tl.sqrt(ssr / K + eps)
-        rstd = tl.sum(tl.where(offs_m[:, None] == nr[None, :], rstd_r[None, :], 0.0), axis=1)
+        # Each row's rstd over all K, every program on its own (the ROWS rows there are, not the
+        # dot's padding). On the H200 the squares summed inside the weight loop instead doubled
+        # the GEMV's time (benchmarks/bench_fused_norm.py).
+        rstd = rows_rstd(x_ptr, x_ptr, 0, M, K, stride_xm, 0, eps, ROWS, BLOCK_M, BLOCK_R, False)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi

@@ -56,6 +56,7 @@ import triton
 import triton.language as tl
 
 from . import _backend, _ops, gpus
+from .rmsnorm import rows_rstd
 
 __all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "moe", "add_rms_norm_moe", "moe_ref", "route", "decode_route",
            "fused_topk", "route_ref", "launch_config", "heuristic_config"]
@@ -119,20 +120,8 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, r_pt
             # spread over the dot's BLOCK_T rows. The launcher makes the split one BLOCK_K step,
             # so this runs once; summed before the loop, it held the weight's loads back (1.5x
             # the router's time on the H200, benchmarks/bench_fused_norm.py).
-            nr = pid_t * BLOCK_T + tl.arange(0, ROWS_T)
-            nr_ok = nr < T
-            nrow = nr.to(tl.int64)
-            ss = tl.zeros((ROWS_T,), dtype=tl.float32)
-            for h0 in range(0, H, BLOCK_H):
-                offs_h = h0 + tl.arange(0, BLOCK_H)
-                hm = nr_ok[:, None] & (offs_h < H)[None, :]
-                sh = (tl.load(x_ptr + nrow[:, None] * stride_x + offs_h[None, :], mask=hm, other=0.0).to(tl.float32)
-                      + tl.load(r_ptr + nrow[:, None] * stride_r + offs_h[None, :], mask=hm, other=0.0).to(tl.float32))
-                sh = sh.to(aty).to(tl.float32)
-                ss += tl.sum(sh * sh, axis=1)
-            rstd_r = 1.0 / tl.sqrt(ss / H + eps)
-            same = tl.arange(0, BLOCK_T)[:, None] == tl.arange(0, ROWS_T)[None, :]
-            rstd = tl.sum(tl.where(same, rstd_r[None, :], 0.0), axis=1)
+            rstd = rows_rstd(x_ptr, r_ptr, pid_t * BLOCK_T, T, H, stride_x, stride_r, eps, ROWS_T, BLOCK_T, BLOCK_H,
+                             True)
             sv = (x.to(tl.float32) + tl.load(r_ptr + rows[:, None] * stride_r + offs_k[None, :], mask=xm,
                                              other=0.0).to(tl.float32)).to(aty)
             nv = (sv.to(tl.float32) * rstd[:, None]).to(aty).to(tl.float32)
@@ -833,9 +822,8 @@ def add_rms_norm_moe(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch
     """s + moe(rms_norm(s)), s = x + residual: a decoder layer's post-attention add + RMSNorm
     (rmsnorm.add_rms_norm's numbers) and its MoE block with the residual add. At decode sizes the
     norm runs in the router's launch (one launch fewer) where FUSE_MOE_NORM lets it; else
-    add_rms_norm, then moe. x,
-    residual: [..., H] of one dtype; norm_weight: [H] of that dtype. The op:
-    torch.ops.<ns>.add_rms_norm_moe."""
+    add_rms_norm, then moe. x, residual: [..., H] of one dtype; norm_weight: [H] of that dtype.
+    The op: torch.ops.<ns>.add_rms_norm_moe."""
     if _ops.traced(x):
         return _ops.call("add_rms_norm_moe", x, residual, norm_weight, float(eps), router_w, gate_up_w, down_w,
                          top_k, router)
@@ -845,7 +833,7 @@ def add_rms_norm_moe(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch
 def _add_rms_norm_moe(x, residual, norm_weight, eps, router_w, gate_up_w, down_w, top_k, router):
     from .rmsnorm import add_rms_norm
 
-    h = x.shape[-1]
+    h = x.shape[-1]  # before _check: an unfused call leaves the checks to add_rms_norm and moe
     fused = (x.dtype in _ACT_DTYPES and residual.dtype == x.dtype and tuple(residual.shape) == tuple(x.shape)
              and norm_weight.dtype == x.dtype and tuple(norm_weight.shape) == (h,)
              and 0 < x.numel() // max(h, 1) <= DECODE_MAX_TOKENS

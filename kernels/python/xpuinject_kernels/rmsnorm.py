@@ -99,6 +99,29 @@ def _rms_norm_kernel(
             tl.store(out_row + c, (w * normed).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def rows_rstd(x_ptr, r_ptr, row0, n_rows, N, stride_x, stride_r, eps, ROWS: tl.constexpr, OUT: tl.constexpr,
+              BLOCK: tl.constexpr, HAS_R: tl.constexpr):
+    """[OUT] fp32 rstd = 1 / sqrt(mean(s^2) + eps) of the ROWS rows from row0 (those below n_rows),
+    s = x, or with HAS_R x + r rounded to x's dtype (as add_rms_norm rounds it), the squares
+    summed over all N in BLOCK chunks: entry j is row row0 + j's, entries past ROWS are 0. For a
+    kernel that normalizes rows inside a tl.dot tile of OUT rows (the GEMV's and the router's)."""
+    rows = row0 + tl.arange(0, ROWS)
+    ok = rows < n_rows
+    rows = rows.to(tl.int64)
+    ss = tl.zeros((ROWS,), dtype=tl.float32)
+    for c0 in range(0, N, BLOCK):
+        cols = c0 + tl.arange(0, BLOCK)
+        m = ok[:, None] & (cols < N)[None, :]
+        v = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        if HAS_R:
+            v = (v + tl.load(r_ptr + rows[:, None] * stride_r + cols[None, :], mask=m, other=0.0).to(tl.float32))
+            v = v.to(x_ptr.dtype.element_ty).to(tl.float32)
+        ss += tl.sum(v * v, axis=1)
+    rstd = 1.0 / tl.sqrt(ss / N + eps)
+    return tl.sum(tl.where(tl.arange(0, OUT)[:, None] == tl.arange(0, ROWS)[None, :], rstd[None, :], 0.0), axis=1)
+
+
 def _rows(t: torch.Tensor, name: str) -> torch.Tensor:
     """View t as [rows, N] with unit column stride; copies only if no such view exists."""
     n = t.shape[-1]
