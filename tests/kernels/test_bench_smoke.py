@@ -720,3 +720,53 @@ def test_fused_norm_bench_needs_a_gpu():
     p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_fused_norm.py")], capture_output=True, text=True,
                        timeout=120, env=dict(env, PYTHONPATH=os.path.join(ROOT, "kernels", "python")))
     assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr, p.stderr
+
+
+def test_step_configs_forces_one_kernels_config_and_puts_the_data_back(monkeypatch):
+    """benchmarks/step_configs.py: a candidate reaches the launcher whose problem matches --key
+    (moe.launch_config returns it, counted as a tuned launch), a problem the key does not match
+    keeps its own config, and after the block the GPU data and the launchers' caches are as
+    before. Its candidates are the launch configs the MoE and GEMV sweeps time."""
+    from xpuinject_kernels import gpus, moe
+
+    sc = load("step_configs")
+    data = {"tuned": [{"kernel": "moe.decode", "key": {"hidden": 64}, "config": dict(
+        BLOCK_N=16, BLOCK_K=16, SPLIT_K=1, DOWN_BLOCK_N=16, DOWN_BLOCK_K=16, DOWN_SPLIT_K=1, num_warps=4,
+        num_stages=1)}]}
+    monkeypatch.setattr(gpus, "device_data", lambda device: data)
+    shipped = list(data["tuned"])
+    cpu = torch.device("cpu")
+    moe._CONFIGS.clear()
+    own = moe.launch_config("decode", cpu, 64, 24, 6, 2, 1)
+    other = moe.launch_config("decode", cpu, 80, 24, 6, 2, 1)
+    cand = sc.candidates("moe.decode")[1]
+    with sc.forced("xpuinject_kernels", cpu, "moe.decode", sc.parse_key("hidden=64,tokens=1"), cand) as took:
+        assert moe.launch_config("decode", cpu, 64, 24, 6, 2, 1) == cand
+        assert moe.launch_config("decode", cpu, 80, 24, 6, 2, 1) == other
+        assert took() == 1
+    assert data["tuned"] == shipped and not moe._CONFIGS
+    assert moe.launch_config("decode", cpu, 64, 24, 6, 2, 1) == own
+    assert set(cand) == set(moe.DECODE_KEYS)
+    assert all(set(c) == {"BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"} for c in sc.candidates("gemv"))
+    assert len(sc.candidates("gemv")) == 2 * len(load("tune").GEMV)
+    assert sc.parse_key("epilogue=none,k=2048") == {"epilogue": "none", "k": 2048}
+    with pytest.raises(ValueError, match="'k' is not name=value"):
+        sc.parse_key("k")
+    with pytest.raises(ValueError, match="want one of moe.decode, gemv"):
+        sc.candidates("attention")
+    monkeypatch.setattr(gpus, "device_data", lambda device: None)
+    with pytest.raises(RuntimeError, match="no GPU data file"):
+        with sc.forced("xpuinject_kernels", cpu, "moe.decode", {}, cand):
+            pass
+
+
+def test_step_configs_needs_a_gpu(tmp_path):
+    """benchmarks/step_configs.py without CUDA exits 2 and says so, after checking its arguments."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="0",
+               PYTHONPATH=os.path.join(ROOT, "kernels", "python"))
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "step_configs.py"), str(tmp_path), str(tmp_path),
+                        "--kernel", "gemv"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "step_configs.py"), str(tmp_path), str(tmp_path),
+                        "--kernel", "gemv", "--key", "k"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode != 0 and "'k' is not name=value" in p.stderr, p.stderr

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""The whole decode step at each candidate launch config of one kernel, on a CUDA GPU.
+
+    PYTHONPATH=kernels/python:harness/python python3 benchmarks/step_configs.py MODEL_DIR RUN_DIR \\
+        --kernel moe.decode|gemv [--key hidden=2048,tokens=1] [--rounds 3] [--steps 50] [--context 512]
+
+A kernel's best config timed alone (bench_moe.py --sweep, tune.py) need not be its best inside a
+step, where each launch starts behind another and programmatic dependent launch overlaps them.
+MODEL_DIR is a checkpoint, RUN_DIR the --out of `xpuinject MODEL_DIR --skip-eval` (package/ and
+packed/ inside), loaded as the eval loads them. For each candidate (bench_moe.SWEEP_DECODE for
+moe.decode; tune.GEMV at 3 and 4 stages for gemv) the package's problem classes of that kernel
+whose key matches --key (every field given must be equal; none: all of them) take the candidate:
+an entry put first in the GPU data's tuned list of this process, the launchers' config caches
+emptied. The graph runtime then captures the step again at batch 1 and the eval's timer
+(latency.time_decode) times it. Rounds interleave the candidates, the shipped configs first in
+each, so drift falls on all alike. Prints ms per step (median over rounds) and the ratio to the
+shipped configs' step; a candidate none of whose launches took it says so instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "kernels" / "python"), str(ROOT / "harness" / "python"), str(Path(__file__).parent)]
+
+KERNELS = ("moe.decode", "gemv")
+
+
+def candidates(kernel: str) -> list:
+    """The configs a kernel's step sweep times: dicts of launch constants with num_warps and
+    num_stages, as a tuned entry holds them."""
+    if kernel == "moe.decode":
+        import bench_moe
+
+        names = ("BLOCK_N", "BLOCK_K", "SPLIT_K")
+        return [dict(zip(names, gu), **{f"DOWN_{n}": v for n, v in zip(names, dn)}, num_warps=w, num_stages=st)
+                for gu, dn, w, st in bench_moe.SWEEP_DECODE]
+    if kernel == "gemv":
+        import tune
+
+        return [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sp, num_warps=w, num_stages=st)
+                for bn, bk, sp, w, _ in tune.GEMV for st in (3, 4)]
+    raise ValueError(f"step_configs: --kernel {kernel!r}: want one of {', '.join(KERNELS)}")
+
+
+def parse_key(text: str) -> dict:
+    """--key "hidden=2048,tokens=1" -> {"hidden": 2048, "tokens": 1} (integers where they parse)."""
+    key = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, eq, value = part.partition("=")
+        if not eq or not name or not value:
+            raise ValueError(f"step_configs: --key: {part!r} is not name=value")
+        key[name] = int(value) if value.lstrip("-").isdigit() else value
+    return key
+
+
+@contextlib.contextmanager
+def forced(pkg_name: str, device, kernel: str, key: dict, config: dict):
+    """Within the block, launches of `kernel` in the package `pkg_name` whose problem matches
+    `key` take `config` (an entry first in the GPU data's tuned list, the launchers' cached
+    configs emptied before and after). Yields a function giving how many launch configs the
+    entry resolved so far."""
+    gpus = importlib.import_module(f"{pkg_name}.gpus")
+    backend = importlib.import_module(f"{pkg_name}._backend")
+    caches = [importlib.import_module(f"{pkg_name}.gemv")._BEST, importlib.import_module(f"{pkg_name}.moe")._CONFIGS]
+    data = gpus.device_data(device)
+    if data is None:
+        raise RuntimeError(f"step_configs: no GPU data file names {device}: nothing to override")
+    entry = {"kernel": kernel, "key": dict(key), "config": dict(config)}
+    counter = f"tuned.{kernel}"
+    before = backend.launch_counts[counter]
+    for c in caches:
+        c.clear()
+    data.setdefault("tuned", []).insert(0, entry)
+    try:
+        yield lambda: backend.launch_counts[counter] - before
+    finally:
+        data["tuned"].remove(entry)
+        for c in caches:
+            c.clear()
+
+
+def describe(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("run")
+    ap.add_argument("--kernel", required=True, choices=KERNELS)
+    ap.add_argument("--key", default="", help="problem fields the override must match, e.g. k=2048,n=5120")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--context", type=int, default=512)
+    a = ap.parse_args()
+    try:
+        key = parse_key(a.key)
+    except ValueError as e:
+        ap.error(str(e))
+    cands = candidates(a.kernel)
+    import torch
+    import transformers
+
+    if not torch.cuda.is_available():
+        print("step_configs: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import xpuinject_kernels.runtime as rt
+    from eval_driver import load_package
+    from latency import WARMUP, device_sync, time_decode
+
+    dev = torch.device("cuda")
+    run = Path(a.run)
+    pkg, loaded_by = load_package(run / "package", dev)
+    model = transformers.AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).to(dev).eval()
+    print(f"injected ({loaded_by}): {pkg.inject(model, packed=run / 'packed')['replaced']}", flush=True)
+    vocab = transformers.AutoConfig.from_pretrained(a.model).vocab_size
+    ids = torch.randint(0, vocab, (1, a.context), generator=torch.Generator().manual_seed(3)).to(dev)
+    sync = device_sync(dev)
+    tokens = 3 * (a.steps + WARMUP) + 2
+
+    def step_ms() -> float:
+        r = rt.Runtime(model, graphs=True)
+        gen = r.start(ids, max_new_tokens=tokens, eos_token_id=[], max_cache_len=rt.cache_bucket(a.context + tokens))
+        try:
+            return time_decode(gen.step, a.steps, WARMUP, sync)
+        finally:
+            r.release()
+
+    times = {i: [] for i in range(-1, len(cands))}
+    took = {}
+    for rnd in range(a.rounds):
+        times[-1].append(step_ms())
+        for i, c in enumerate(cands):
+            with forced(pkg.__name__, dev, a.kernel, key, c) as resolved:
+                ms = step_ms()
+                took[i] = resolved()
+            times[i].append(ms)
+        print(f"round {rnd + 1}/{a.rounds}: shipped {times[-1][-1]:.4f} ms", flush=True)
+    base = statistics.median(times[-1])
+    print(f"{torch.cuda.get_device_name(dev)}; {a.kernel} where {key or 'any problem'}; decode step at batch 1, "
+          f"{a.context}-token context, ms (median of {a.rounds} rounds of {a.steps} steps)")
+    print(f"{'ms':>8} {'ratio':>6}  config")
+    print(f"{base:8.4f} {1.0:6.3f}  shipped (the package's own)")
+    rows = sorted(range(len(cands)), key=lambda i: statistics.median(times[i]))
+    for i in rows:
+        if not took[i]:
+            print(f"{'':>8} {'':>6}  {describe(cands[i])}: no launch took it (does --key match?)")
+            continue
+        ms = statistics.median(times[i])
+        print(f"{ms:8.4f} {ms / base:6.3f}  {describe(cands[i])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
