@@ -95,6 +95,14 @@ SWEEP_DECODE = [
     ((32, 128, 1), (64, 128, 1), 4, 4),
     ((64, 128, 1), (32, 128, 1), 4, 4),
     ((32, 256, 1), (32, 256, 1), 4, 3),
+    # around the H200's best at Qwen3-30B-A3B's one token (128 x 64 tiles, two splits, 4 stages:
+    # fewer, wider programs than the 64 x 128 heuristic), each half of it varied alone
+    ((128, 64, 1), (128, 64, 1), 4, 4),
+    ((128, 64, 4), (128, 64, 4), 4, 4),
+    ((128, 64, 2), (128, 64, 2), 4, 5),
+    ((128, 64, 2), (64, 128, 1), 4, 4),
+    ((64, 128, 2), (128, 64, 2), 4, 4),
+    ((128, 128, 2), (128, 128, 2), 8, 3),
 ]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the prefill kernels
 SWEEP_PREFILL = [
