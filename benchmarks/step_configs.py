@@ -142,6 +142,8 @@ def main() -> int:
                 ms = step_ms()
                 took[i] = resolved()
             times[i].append(ms)
+            print(f"round {rnd + 1}/{a.rounds}: {ms:.4f} ms {describe(c)}" + ("" if took[i] else " (not taken)"),
+                  flush=True)
         print(f"round {rnd + 1}/{a.rounds}: shipped {times[-1][-1]:.4f} ms", flush=True)
     base = statistics.median(times[-1])
     print(f"{torch.cuda.get_device_name(dev)}; {a.kernel} where {key or 'any problem'}; decode step at batch 1, "
