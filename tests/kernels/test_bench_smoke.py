@@ -727,13 +727,26 @@ def test_step_configs_forces_one_kernels_config_and_puts_the_data_back(monkeypat
     (moe.launch_config returns it, counted as a tuned launch), a problem the key does not match
     keeps its own config, and after the block the GPU data and the launchers' caches are as
     before. Its candidates are the launch configs the MoE and GEMV sweeps time."""
-    from xpuinject_kernels import gpus, moe
+    from xpuinject_kernels import gemv, gpus, moe
 
     sc = load("step_configs")
     data = {"tuned": [{"kernel": "moe.decode", "key": {"hidden": 64}, "config": dict(
         BLOCK_N=16, BLOCK_K=16, SPLIT_K=1, DOWN_BLOCK_N=16, DOWN_BLOCK_K=16, DOWN_SPLIT_K=1, num_warps=4,
         num_stages=1)}]}
+    # this test's fake GPU data, configs and counts stay in it: other tests launch these shapes
     monkeypatch.setattr(gpus, "device_data", lambda device: data)
+    monkeypatch.setattr(moe, "_CONFIGS", {})
+    monkeypatch.setattr(gemv, "_BEST", {})
+    monkeypatch.setattr(gpus, "_heuristic_classes", [])
+    counts = dict(_backend.launch_counts)
+    try:
+        _step_configs_override(sc, moe, gpus, data, monkeypatch)
+    finally:
+        _backend.launch_counts.clear()
+        _backend.launch_counts.update(counts)
+
+
+def _step_configs_override(sc, moe, gpus, data, monkeypatch):
     shipped = list(data["tuned"])
     cpu = torch.device("cpu")
     moe._CONFIGS.clear()
