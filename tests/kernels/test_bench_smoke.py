@@ -11,6 +11,7 @@
   vendor-route matching) in-process.
 """
 
+import collections
 import csv
 import importlib.util
 import json
@@ -734,22 +735,14 @@ def test_step_configs_forces_one_kernels_config_and_puts_the_data_back(monkeypat
         BLOCK_N=16, BLOCK_K=16, SPLIT_K=1, DOWN_BLOCK_N=16, DOWN_BLOCK_K=16, DOWN_SPLIT_K=1, num_warps=4,
         num_stages=1)}]}
     # this test's fake GPU data, configs and counts stay in it: other tests launch these shapes
+    # and read the process's counts
     monkeypatch.setattr(gpus, "device_data", lambda device: data)
     monkeypatch.setattr(moe, "_CONFIGS", {})
     monkeypatch.setattr(gemv, "_BEST", {})
     monkeypatch.setattr(gpus, "_heuristic_classes", [])
-    counts = dict(_backend.launch_counts)
-    try:
-        _step_configs_override(sc, moe, gpus, data, monkeypatch)
-    finally:
-        _backend.launch_counts.clear()
-        _backend.launch_counts.update(counts)
-
-
-def _step_configs_override(sc, moe, gpus, data, monkeypatch):
+    monkeypatch.setattr(_backend, "launch_counts", collections.Counter())
     shipped = list(data["tuned"])
     cpu = torch.device("cpu")
-    moe._CONFIGS.clear()
     own = moe.launch_config("decode", cpu, 64, 24, 6, 2, 1)
     other = moe.launch_config("decode", cpu, 80, 24, 6, 2, 1)
     cand = sc.candidates("moe.decode")[1]
