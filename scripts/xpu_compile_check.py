@@ -63,13 +63,14 @@ def grf_option(value: str) -> str:
     return value
 
 
-FLOATS = {"eps", "qk_scale", "mask_min", "cap_l2"}
+FLOATS = {"eps", "qk_scale", "mask_min", "cap_l2", "eps_qk"}
 FP32_PTRS = {"PM", "PL", "PACC"}
 INT_PTRS = {"LENS", "SEM"}
 INT64_PTRS = {"COUNTER"}
 # pointer parameters named without a _ptr suffix, per kernel module (elsewhere M, N, K are sizes)
 PTR_NAMES = {
     "attention": {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC", "SEM", "KN", "VN", "COS", "SIN", "QW", "KW"},
+    "gemv": {"QO", "KC", "VC", "COS", "SIN", "COUNTER", "QW", "KW"},
     "greedy": {"LOGITS"},
     "rope_cache": {"Q", "K", "V", "QO", "KC", "VC", "COS", "SIN", "COUNTER", "QW", "KW"},
 }
@@ -218,6 +219,14 @@ def cases():
         yield (f"gemv none split{split}, input RMSNorm", gemv._gemv_kernel, [({}, 4, 2)], bf16,
                dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split, ROW_NORM=True,
                     ROWS=1, BLOCK_R=2048))
+    # a decode step's QKV GEMV writing the rotated query and the static cache (one head a tile):
+    # qwen3's q/k norms at head_dim 128, none at 64, Gemma's on the fp32 1 + w at head_dim 256
+    for hd, bk, split, norm, rnd, w in ((128, 64, 8, True, True, bf16), (64, 128, 1, False, True, bf16),
+                                        (256, 64, 4, True, False, torch.float32)):
+        yield (f"gemv none split{split}, RoPE + cache write d{hd} norm={norm}{'' if rnd else ' gemma'}",
+               gemv._gemv_kernel, [({}, 4, 3)], bf16,
+               dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=hd, BLOCK_K=bk, SPLIT_K=split, ROPE=True,
+                    NORM_QK=norm, NORM_ROUND=rnd, QW=w, KW=w))
     yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_C=32, BLOCK_E=4)
     # mixture of experts: routing, the decode GEMVs (with and without K splits), the grouped
     # prefill GEMMs at the heuristic's row tiles

@@ -340,3 +340,92 @@ def test_decode_variants_compile_for_hopper():
         p = subprocess.run([sys.executable, str(root / "scripts" / "cuda_compile_check.py"), "--only", only],
                            capture_output=True, text=True, timeout=600, env=env)
         assert p.returncode == 0 and f"{n} passed, 0 failed" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+QKV_ROPE_CASES = [  # b, hq, hk, d, rotary_factor, norm order, bias, input norm in the GEMV, start, length, splits
+    (1, 6, 2, 128, None, "llama", False, False, 5, 16, 4),   # GQA 3, qwen3's q/k norms, four K splits
+    (2, 10, 2, 80, None, None, True, False, 2, 9, 1),        # GQA 5, head_dim 80 in a 128-wide tile, a bias
+    (2, 9, 3, 96, 0.75, "gemma", False, True, 7, 8, 2),      # partial rotary, Gemma's norms, the last slot, input norm
+    (1, 3, 1, 64, None, None, False, False, 7, 7, 3),        # the slot past the cache: nothing written
+]
+
+
+@pytest.mark.parametrize("b,hq,hk,d,factor,order,bias,in_norm,start,length,splits", QKV_ROPE_CASES)
+def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch, device, b, hq, hk, d, factor, order,
+                                                                    bias, in_norm, start, length, splits):
+    """The QKV GEMV with RoPE, the q/k norms and the cache write in its epilogue: q_rot and both
+    caches as the GEMV at the same config followed by rope_cache_write leave them (bit for bit
+    under the interpreter; on a GPU the norm's sum may run in another order, one rounding apart),
+    the counter untouched, and every other slot of the caches as it was."""
+    import importlib
+
+    import triton
+    from xpuinject_kernels import gemv
+
+    gemm = importlib.import_module("xpuinject_kernels.gemm")  # the package exports a function so named
+    dtype, hidden = torch.bfloat16, 160
+    torch.manual_seed(11)
+    n = (hq + 2 * hk) * d
+    x = (torch.randn(b, 1, hidden) * 2).to(dtype).to(device)
+    w = (torch.randn(hidden, n) / hidden ** 0.5).to(dtype).to(device)
+    bv = (torch.randn(n) * 0.1).to(dtype).to(device) if bias else None
+    _, _, _, cos, sin, kc, vc = norm_case(b, 1, hq, hk, d, factor, length, dtype, device, seed=12)
+    nw = {}
+    if order is not None:
+        qw, kw = (t.to(device) for t in norm_weights(order, d, seed=13))
+        nw = dict(q_norm_weight=qw, k_norm_weight=kw, eps=NORM_EPS, norm_round=order == "llama")
+    inw = (0.5 + torch.rand(hidden)).to(dtype).to(device) if in_norm else None
+    cfg = triton.Config({"BLOCK_N": triton.next_power_of_2(d), "BLOCK_K": 32, "SPLIT_K": splits}, num_warps=4,
+                        num_stages=1)
+    monkeypatch.setattr(gemv, "launch_config", lambda *a, **k: cfg)
+    monkeypatch.setattr(gemm, "FUSE_INPUT_NORM", True)  # the input norm inside the GEMV, as on an XPU
+
+    qkv = torch.empty(b, n, dtype=dtype, device=device)
+    row_norm = (inw, 1e-5) if in_norm else None
+    gemv.gemv(x.view(b, hidden), w, bv, None, qkv, "bias" if bias else "none", config=cfg, row_norm=row_norm)
+    q, k, v = qkv.view(b, 1, n).split([hq * d, hk * d, hk * d], dim=-1)
+    c_u, kc_u, vc_u = torch.tensor(start, device=device), kc.clone(), vc.clone()
+    want = rope_cache.rope_cache_write(q.view(b, 1, hq, d), k.view(b, 1, hk, d), v.view(b, 1, hk, d), cos, sin,
+                                       kc_u, vc_u, c_u, **nw)
+
+    c_f, kc_f, vc_f = torch.tensor(start, device=device), kc.clone(), vc.clone()
+    got = rope_cache.qkv_rope_cache_write(x, w, bv, cos, sin, kc_f, vc_f, c_f, hq, **nw,
+                                          **({"in_norm_weight": inw, "in_eps": 1e-5} if in_norm else {}))
+
+    assert int(c_f) == start and tuple(got.shape) == (b, hq, 1, d)
+    if str(device) == "cpu":
+        assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
+        assert torch.equal(kc_f, kc_u) and torch.equal(vc_f, vc_u)
+    else:
+        metrics.assert_close("q_rot", got, want, atol=0, rtol=ULP[dtype])
+        metrics.assert_close("k_cache", kc_f, kc_u, atol=0, rtol=ULP[dtype])
+        assert torch.equal(vc_f, vc_u)
+    others = [i for i in range(length) if i != start]
+    assert torch.equal(kc_f[:, :, others], kc[:, :, others]) and torch.equal(vc_f[:, :, others], vc[:, :, others])
+    if start < length:  # the slot really was written
+        assert not torch.equal(kc_f[:, :, start], kc[:, :, start]) and not torch.equal(vc_f[:, :, start], vc[:, :, start])
+
+
+def test_qkv_rope_cache_write_refuses_bad_operands_and_traces_as_one_op(device):
+    dtype = torch.bfloat16
+    _, _, _, cos, sin, kc, vc = norm_case(1, 1, 4, 2, 64, None, 8, dtype, device, seed=3)
+    x = torch.randn(1, 1, 96).to(dtype).to(device)
+    w = (torch.randn(96, 8 * 64) / 10).to(dtype).to(device)
+    counter = torch.tensor(3, device=device)
+    with pytest.raises(ValueError, match=r"w shape \(96, 512\): want \[hidden 96, \(6 \+ 2\*2\) \* 64 = 640\]"):
+        rope_cache.qkv_rope_cache_write(x, w, None, cos, sin, kc, vc, counter, 6)
+    with pytest.raises(ValueError, match=r"takes x \[batch, 1, hidden\], got \(1, 2, 96\)"):
+        rope_cache.qkv_rope_cache_write(x.expand(1, 2, 96), w, None, cos, sin, kc, vc, counter, 4)
+    with pytest.raises(ValueError, match="5 query heads are not a multiple of 2 kv heads"):
+        rope_cache.qkv_rope_cache_write(x, w, None, cos, sin, kc, vc, counter, 5)
+    with pytest.raises(ValueError, match="outside what the fused launch takes"):
+        rope_cache.qkv_rope_cache_write(x, w.t().contiguous().t(), None, cos, sin, kc, vc, counter, 4)
+
+    def f(x, kc, vc):
+        return rope_cache.qkv_rope_cache_write(x, w, None, cos, sin, kc, vc, counter, 4)
+
+    torch._dynamo.reset()
+    kc_c, vc_c = kc.clone(), vc.clone()
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, kc_c, vc_c)
+    want = f(x, kc, vc)
+    assert torch.equal(got, want) and torch.equal(kc_c, kc) and torch.equal(vc_c, vc)

@@ -31,6 +31,7 @@ import triton.language as tl
 from . import _backend, gpus
 from .gemm import _EPI_CODE, _GATED, _epilogue
 from .rmsnorm import rows_rstd
+from .rope import _qkv_rope_epilogue
 
 __all__ = ["MAX_M", "gemv", "supports", "heuristic_config", "CONFIG_KEYS"]
 
@@ -60,6 +61,12 @@ def _gemv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     NORM: tl.constexpr = False, PDL: tl.constexpr = False, ROW_NORM: tl.constexpr = False,
     ROWS: tl.constexpr = 1, BLOCK_R: tl.constexpr = 16,
+    # ROPE: the output is a decode token's fused q|k|v projection and each N tile one head of
+    # TILE_N = head_dim columns; the finished tile is normalized, rotated and written to the query
+    # or the static cache (rope.py's _qkv_rope_epilogue; rope_cache.qkv_rope_cache_write).
+    ROPE: tl.constexpr = False, TILE_N=0, QO=None, KC=None, VC=None, COS=None, SIN=None, COUNTER=None,
+    QW=None, KW=None, HQ=0, HK=0, HALF=0, L=0, sqo=0, skcb=0, skch=0, skcn=0, svcb=0, svch=0, svcn=0,
+    scb=0, ssb=0, eps_qk=0.0, NORM_QK: tl.constexpr = False, NORM_ROUND: tl.constexpr = True,
 ):
     _backend.pdl_wait(PDL)
     pid_n = tl.program_id(0)
@@ -68,9 +75,14 @@ def _gemv_kernel(
     wty = w_ptr.dtype.element_ty
     aty = x_ptr.dtype.element_ty
     offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok = offs_m < M
-    n_ok = offs_n < N
+    if ROPE:
+        # a head a tile: BLOCK_N (a power of two) covers head_dim's TILE_N columns
+        offs_n = pid_n * TILE_N + tl.arange(0, BLOCK_N)
+        n_ok = (tl.arange(0, BLOCK_N) < TILE_N) & (offs_n < N)
+    else:
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < N
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     if NORM:
@@ -142,6 +154,10 @@ def _gemv_kernel(
                 acc_up = acc_up * rstd[:, None]
             _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
                     HAS_BIAS, EPILOGUE)
+            if ROPE:
+                _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, pid_n, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW,
+                                   KW, HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
+                                   BLOCK_M, BLOCK_N, NORM_QK, NORM_ROUND)
             tl.atomic_xchg(sem_ptr + pid_n, 0)
     else:
         if ROW_NORM:
@@ -149,6 +165,10 @@ def _gemv_kernel(
             acc_up = acc_up * rstd[:, None]
         _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
                 HAS_BIAS, EPILOGUE)
+        if ROPE:
+            _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, pid_n, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW, KW,
+                               HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
+                               BLOCK_M, BLOCK_N, NORM_QK, NORM_ROUND)
 
 
 def supports(m: int, kmajor: bool, be: str) -> bool:
@@ -163,12 +183,15 @@ def supports(m: int, kmajor: bool, be: str) -> bool:
 _PROGRAMS_PER_SM = 1.5
 
 
-def heuristic_config(be: str, m: int, n: int, k: int, n_b_tiles: int, units: int) -> triton.Config:
+def heuristic_config(be: str, m: int, n: int, k: int, n_b_tiles: int, units: int,
+                     block_n: Optional[int] = None) -> triton.Config:
     """A launch config from the shape alone: 64 x 128 tiles (128-byte rows of a bf16 weight), and
     the fewest K splits (a power of two) that put _PROGRAMS_PER_SM weight tiles in flight on each
     of the device's `units` compute units (a gated program streams two), each split at least two
-    BLOCK_K steps deep."""
-    block_n, block_k = 64, 128
+    BLOCK_K steps deep. block_n: a width the caller needs (a head's); from 128 columns K steps by
+    64, the same tile bytes."""
+    block_n = block_n or 64
+    block_k = 64 if block_n >= 128 else 128
     tiles = _backend.cdiv(n, block_n) * n_b_tiles
     split = 1
     while tiles * split < _PROGRAMS_PER_SM * units and k // (split * 2) >= 2 * block_k:
@@ -184,11 +207,12 @@ def _config_key(epilogue: str, m_bucket: int, k: int, n_w: int) -> dict:
 _BEST: dict = {}
 
 
-def launch_config(be, device, epilogue, m, n, k, n_w, dtypes) -> triton.Config:
+def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0) -> triton.Config:
     """The config a launch takes: tuned for this GPU (gpus/<gpu>.json, kernel "gemv"), else the
-    shape heuristic (recorded as such), kept per problem class."""
+    shape heuristic (recorded as such), kept per problem class. tile_n: a rope epilogue's head_dim
+    (its tiles are heads, and the launcher sets BLOCK_N from it)."""
     m_bucket = _backend.next_pow2(m)
-    lkey = (be, _backend.is_interpret(), dtypes, m_bucket, n, k, epilogue)
+    lkey = (be, _backend.is_interpret(), dtypes, m_bucket, n, k, epilogue, tile_n)
     cfg = _BEST.get(lkey)
     if cfg is not None:
         _backend.count("gemv.launch_cached")
@@ -198,20 +222,21 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes) -> triton.Config:
     cfg = gpus.tuned_config("gemv", key, device)
     if cfg is None:
         units = _backend.compute_units(device)
+        block_n = _backend.next_pow2(tile_n) if tile_n else None
         if _backend.is_interpret():
-            cfg = heuristic_config(be, m, n, k, n_b, units)
+            cfg = heuristic_config(be, m, n, k, n_b, units, block_n)
         else:
             # an explicit autotune request still gets this config: a GEMV has one knob that
             # matters (the split count), which the shape sets
-            cfg = gpus.heuristic_config("gemv", key, lambda: heuristic_config(be, m, n, k, n_b, units)) or \
-                heuristic_config(be, m, n, k, n_b, units)
+            cfg = gpus.heuristic_config("gemv", key, lambda: heuristic_config(be, m, n, k, n_b, units, block_n)) or \
+                heuristic_config(be, m, n, k, n_b, units, block_n)
     _BEST[lkey] = cfg
     return cfg
 
 
 def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Optional[torch.Tensor],
          o2: torch.Tensor, epilogue: str, config: Optional[triton.Config] = None,
-         norm: Optional[tuple] = None, row_norm: Optional[tuple] = None) -> torch.Tensor:
+         norm: Optional[tuple] = None, row_norm: Optional[tuple] = None, rope: Optional[dict] = None) -> torch.Tensor:
     """o2[M, N] = epilogue(x2 @ w (+ bias)) (+ r2): the operands as gemm.py's launcher checked and
     shaped them (rows with unit column stride; w K-major [K, N_w]). Writes and returns o2.
     norm = (residual [M, K], weight [K], eps, sum_out [M, K]): the GEMM's input is
@@ -219,20 +244,32 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
     two outputs, without their launch).
     row_norm = (weight [K], eps): the GEMM's input is RMSNorm(x2) * weight: each program sums the
     rows' squares first, the dot takes x2 * weight rounded once to w's dtype, and the accumulator
-    is scaled by each row's rstd before the bias and epilogue."""
+    is scaled by each row's rstd before the bias and epilogue.
+    rope: rope_cache.qkv_rope_cache_write's launch arguments (its kernel's keyword names): o2 is a
+    decode token's q|k|v projection, one head of head_dim TILE_N columns a tile, and each finished
+    head also goes, normalized and rotated, to the query or the static cache (rope.py's
+    _qkv_rope_epilogue). Its configs are a class of their own (epilogue "<epilogue>+rope"), whose
+    BLOCK_N is head_dim's power of two."""
     be = _backend.backend(x2)
     m, k = x2.shape
     n_w = w.shape[1]
     gated = epilogue in _GATED
     n = n_w // 2 if gated else n_w
-    cfg = config or launch_config(be, x2.device, epilogue, m, n, k, n_w,
-                                  (x2.dtype, w.dtype, o2.dtype, None if r2 is None else r2.dtype))
+    if rope is not None and (gated or epilogue not in ("none", "bias") or r2 is not None):
+        raise ValueError(f"xpuinject_kernels: gemv: the rope epilogue follows 'none' or 'bias', not {epilogue!r}")
+    tile_n = rope["TILE_N"] if rope is not None else 0
+    cfg = config or launch_config(be, x2.device, epilogue + ("+rope" if rope is not None else ""), m, n, k, n_w,
+                                  (x2.dtype, w.dtype, o2.dtype, None if r2 is None else r2.dtype), tile_n)
     kw = cfg.kwargs
     block_k = kw["BLOCK_K"]
     split = max(1, min(int(kw["SPLIT_K"]), _backend.cdiv(k, block_k)))
     k_per = _backend.cdiv(_backend.cdiv(k, split), block_k) * block_k  # whole BLOCK_K steps per split
     split = _backend.cdiv(k, k_per)
-    tiles = _backend.cdiv(n, kw["BLOCK_N"])
+    block_n = kw["BLOCK_N"]
+    tiles = _backend.cdiv(n, block_n)
+    if rope is not None:
+        block_n = _backend.next_pow2(tile_n)
+        tiles = _backend.cdiv(n, tile_n)
     if norm is not None and row_norm is not None:
         raise ValueError("xpuinject_kernels: gemv: norm and row_norm are exclusive")
     if split > 1:
@@ -251,10 +288,12 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         x2.stride(0), w.stride(0), r2.stride(0) if r2 is not None else 0, o2.stride(0), r0.stride(0),
         s_out.stride(0), float(eps),
         HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue],
-        BLOCK_M=_BLOCK_M, BLOCK_N=kw["BLOCK_N"], BLOCK_K=block_k, SPLIT_K=split, NORM=norm is not None,
+        BLOCK_M=_BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, NORM=norm is not None,
         ROW_NORM=row_norm is not None, ROWS=rows, BLOCK_R=min(_backend.next_pow2(k), max(16, 2048 // rows)),
-        PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **_backend.pdl_kw(pdl),
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **(rope or {}), **_backend.pdl_kw(pdl),
     )
     _backend.count("gemv")
     _backend.count(f"gemv.{epilogue}")
+    if rope is not None:
+        _backend.count("gemv.rope")
     return o2

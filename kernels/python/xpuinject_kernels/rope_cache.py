@@ -36,6 +36,11 @@ there before reading its keys, and the launch advances the counter: one launch a
 the attention reads what the two launches would have written. The decoder layers take it only
 when XPUINJECT_FUSE_DECODE_ROPE=1 (decoder.py): on the H200 every split program rotating the q
 heads cost the attention more than the launch saved.
+
+`qkv_rope_cache_write` does it one launch earlier instead, in the QKV projection's GEMV (gemv.py's
+rope epilogue): each of its N tiles is one head, so the program that finishes a head's K splits
+normalizes and rotates that head once and writes it to the query or the cache. The decoder layers
+take it at decode over a static cache (XPUINJECT_FUSE_QKV_ROPE=0 turns it off).
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ import triton.language as tl
 from . import _backend, _ops
 from .rope import NORM_HEADS_PER_PROGRAM, ROPE_NUM_WARPS, _cs, _rotate, check_norm_weights, norm_warps
 
-__all__ = ["rope_cache_write", "rope_cache_write_ref", "decode_attention_rope"]
+__all__ = ["rope_cache_write", "rope_cache_write_ref", "decode_attention_rope", "qkv_rope_cache_write",
+           "qkv_rope_ok"]
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -286,4 +292,133 @@ _ops.define(
     "bool norm_round=True, float? scaling=None, Tensor? key_mask=None, float? softcap=None, int? window=None, "
     "int? num_splits=None) -> Tensor",
     _decode_attention_rope, _decode_attention_rope_fake, mutates=("k_cache", "v_cache", "counter"),
+)
+
+
+def qkv_rope_ok(x: torch.Tensor, w: torch.Tensor, k_cache: torch.Tensor, head_dim: int) -> bool:
+    """Whether qkv_rope_cache_write takes a decode step of x [B, 1, K] on the packed weight w:
+    B at most the GEMV's rows, w K-major, x and the caches one half-precision dtype, and a
+    head_dim of at most 256 (one head a tile)."""
+    from . import gemv
+
+    return (x.dim() == 3 and x.shape[1] == 1 and 0 < x.shape[0] <= gemv.MAX_M
+            and x.dtype in (torch.bfloat16, torch.float16) and k_cache.dtype == x.dtype and w.dtype == x.dtype
+            and w.dim() == 2 and w.stride(1) == 1 and head_dim % 2 == 0 and head_dim <= 256
+            and gemv.supports(x.shape[0], True, _backend.backend(x)))
+
+
+def qkv_rope_cache_write(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cos: torch.Tensor,
+                         sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, counter: torch.Tensor,
+                         num_heads: int, q_norm_weight: Optional[torch.Tensor] = None,
+                         k_norm_weight: Optional[torch.Tensor] = None, eps: float = 1e-6, norm_round: bool = True,
+                         in_norm_weight: Optional[torch.Tensor] = None, in_eps: float = 0.0) -> torch.Tensor:
+    """A decode token's QKV projection, RoPE (with the q/k norms) and the static-cache write in
+    one GEMV launch: qkv = x @ w (+ bias), split into num_heads q heads and the caches' kv heads,
+    then rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, ...) -- the same values
+    (the norm's sum of squares may run in another order, one rounding apart on a GPU). Returns
+    q_rot [B, num_heads, 1, D]; the counter is not advanced (decode_attention(advance=True) does).
+
+    Each program's tile is one head (gemv.py's rope epilogue): the program that finishes a head
+    normalizes and rotates it in registers and writes it where the next launch reads it, so the
+    RoPE + cache-write launch of the unfused step is gone. x: [B, 1, K] with B <= gemv.MAX_M
+    (qkv_rope_ok); w: the packed K-major [K, (num_heads + 2 kv_heads) D]. in_norm_weight
+    (with in_eps): x is the layer's input before its RMSNorm, run as gemm.rms_norm_gemm runs it
+    (inside the GEMV where launches do not overlap, else its own launch first).
+    The op: torch.ops.<ns>.qkv_rope_cache_write (declares that it writes both caches)."""
+    if _ops.traced(x):
+        return _ops.call("qkv_rope_cache_write", x, w, bias, cos, sin, k_cache, v_cache, counter, int(num_heads),
+                         q_norm_weight, k_norm_weight, float(eps), bool(norm_round), in_norm_weight, float(in_eps))
+    return _qkv_rope_cache_write(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight,
+                                 k_norm_weight, eps, norm_round, in_norm_weight, in_eps)
+
+
+def _qkv_check(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight, k_norm_weight, eps,
+               norm_round, in_norm_weight, in_eps):
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != 1:
+        raise _err(f"qkv_rope_cache_write takes x [batch, 1, hidden], got {tuple(getattr(x, 'shape', ()))}")
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(c, torch.Tensor) or c.dim() != 4 or c.stride(-1) != 1:
+            raise _err(f"{name} must be a 4-D [batch, kv_heads, cache_len, head_dim] tensor with a unit last stride")
+    b, _, hidden = x.shape
+    hk, d = k_cache.shape[1], k_cache.shape[3]
+    if num_heads <= 0 or hk == 0 or num_heads % hk:
+        raise _err(f"{num_heads} query heads are not a multiple of {hk} kv heads")
+    n = (num_heads + 2 * hk) * d
+    if not isinstance(w, torch.Tensor) or w.dim() != 2 or tuple(w.shape) != (hidden, n):
+        raise _err(f"w shape {tuple(getattr(w, 'shape', ()))}: want [hidden {hidden}, ({num_heads} + 2*{hk}) * {d} = {n}]")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != n):
+        raise _err(f"bias shape {tuple(bias.shape)}: want [{n}]")
+    if not qkv_rope_ok(x, w, k_cache, d):
+        raise _err(f"x {tuple(x.shape)} {x.dtype}, w {w.dtype} with strides {tuple(w.stride())}, caches {k_cache.dtype}, "
+                   f"head_dim {d}: outside what the fused launch takes (qkv_rope_ok)")
+    if in_norm_weight is not None and (in_norm_weight.dim() != 1 or in_norm_weight.shape[0] != hidden):
+        raise _err(f"in_norm_weight shape {tuple(in_norm_weight.shape)}: want [hidden {hidden}]")
+    if d % 2:
+        raise _err(f"head_dim {d} must be even for rotate-half")
+    if tuple(k_cache.shape[:2]) != (b, hk) or tuple(v_cache.shape) != tuple(k_cache.shape) or v_cache.dtype != x.dtype:
+        raise _err(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} {v_cache.dtype}: want "
+                   f"[batch {b}, kv_heads, cache_len, head_dim] each, of x's dtype {x.dtype}")
+    for name, t in (("w", w), ("k_cache", k_cache), ("v_cache", v_cache), ("counter", counter)):
+        if t.device != x.device:
+            raise _err(f"{name} on {t.device}, x on {x.device}")
+    if not isinstance(counter, torch.Tensor) or counter.numel() != 1 or counter.dtype not in (torch.int32, torch.int64):
+        raise _err("counter must be a one-element int32/int64 tensor (the cache layer's cumulative_length)")
+    check_norm_weights(x, x, q_norm_weight, k_norm_weight, eps, norm_round, d, _err)
+    cos, sin = _cs(cos, "cos", b, 1, d), _cs(sin, "sin", b, 1, d)
+    if cos.shape[2] != sin.shape[2]:
+        raise _err(f"cos has {cos.shape[2]} columns, sin {sin.shape[2]}")
+    return cos, sin
+
+
+def _qkv_rope_cache_write_fake(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight=None,
+                               k_norm_weight=None, eps=1e-6, norm_round=True, in_norm_weight=None, in_eps=0.0):
+    _qkv_check(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight, k_norm_weight, eps,
+               norm_round, in_norm_weight, in_eps)
+    return x.new_empty((x.shape[0], 1, num_heads, k_cache.shape[3])).transpose(1, 2)
+
+
+def _qkv_rope_cache_write(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight=None,
+                          k_norm_weight=None, eps=1e-6, norm_round=True, in_norm_weight=None,
+                          in_eps=0.0) -> torch.Tensor:
+    from . import gemv
+    from .gemm import FUSE_INPUT_NORM, _row_norm_ok
+    from .rmsnorm import rms_norm
+
+    cos, sin = _qkv_check(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight, k_norm_weight,
+                          eps, norm_round, in_norm_weight, in_eps)
+    _backend.require_runnable(x, "qkv_rope_cache_write")
+    b, _, hidden = x.shape
+    hk, d = k_cache.shape[1], k_cache.shape[3]
+    row_norm = None
+    if in_norm_weight is not None:
+        if _row_norm_ok(x, in_norm_weight, w) and _backend.fuse_norm(FUSE_INPUT_NORM, x.device):
+            row_norm = (in_norm_weight.contiguous(), float(in_eps))
+        else:
+            x = rms_norm(x, in_norm_weight, in_eps)
+    x2 = x.reshape(b, hidden)
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    qkv = _backend.empty((b, w.shape[1]), x.dtype, x.device)
+    qo = _backend.empty((b, 1, num_heads, d), x.dtype, x.device)
+    norm = q_norm_weight is not None
+    rope = dict(
+        ROPE=True, TILE_N=d, QO=qo, KC=k_cache, VC=v_cache, COS=cos, SIN=sin, COUNTER=counter.reshape(()),
+        QW=q_norm_weight.contiguous() if norm else qo, KW=k_norm_weight.contiguous() if norm else qo,
+        HQ=num_heads, HK=hk, HALF=cos.shape[2] // 2, L=k_cache.shape[2], sqo=qo.stride(0),
+        skcb=k_cache.stride(0), skch=k_cache.stride(1), skcn=k_cache.stride(2),
+        svcb=v_cache.stride(0), svch=v_cache.stride(1), svcn=v_cache.stride(2),
+        scb=cos.stride(0) if cos.shape[0] == b and b > 1 else 0, ssb=sin.stride(0) if sin.shape[0] == b and b > 1 else 0,
+        eps_qk=float(eps), NORM_QK=norm, NORM_ROUND=bool(norm_round))
+    gemv.gemv(x2, w, bias.contiguous() if bias is not None else None, None, qkv, "bias" if bias is not None else "none",
+              row_norm=row_norm, rope=rope)
+    _backend.count("qkv_rope_cache_write")
+    return qo.transpose(1, 2)
+
+
+_ops.define(
+    "qkv_rope_cache_write",
+    "(Tensor x, Tensor w, Tensor? bias, Tensor cos, Tensor sin, Tensor(a!) k_cache, Tensor(b!) v_cache, "
+    "Tensor counter, int num_heads, Tensor? q_norm_weight=None, Tensor? k_norm_weight=None, float eps=1e-06, "
+    "bool norm_round=True, Tensor? in_norm_weight=None, float in_eps=0.0) -> Tensor",
+    _qkv_rope_cache_write, _qkv_rope_cache_write_fake, mutates=("k_cache", "v_cache"),
 )
