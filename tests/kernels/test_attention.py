@@ -321,6 +321,28 @@ def test_decode_advance_attends_the_new_key_and_counts_it(device, splits, hk, d)
         A.decode_attention(q, kc, vc, kv_lens=lens, advance=True)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_advance_autotuned_advances_the_counter_once(device, monkeypatch, splits):
+    """XPUINJECT_AUTOTUNE=1: the tuner times every decode config on the launch's own operands, and
+    a one-split launch advances the cache counter itself, so the tuner puts the counter back after
+    each config it times (restore_value) and the step still advances it by one (on a GPU several
+    configs are timed; the interpreter takes one)."""
+    monkeypatch.setenv("XPUINJECT_AUTOTUNE", "1")
+    monkeypatch.setattr(A, "_CONFIGS", {})
+    b, h, hk, d, capacity, filled = 1, 6, 2, 64, 48, 21
+    q32 = make((b, h, 1, d), "random", 3)
+    kc32, vc32 = make((b, hk, capacity, d), "random", 4), make((b, hk, capacity, d), "random", 5)
+    q = q32.to(torch.bfloat16).to(device)
+    kc, vc = kc32.to(torch.bfloat16).to(device), vc32.to(torch.bfloat16).to(device)
+    counter = torch.tensor(filled, dtype=torch.int64, device=device)
+    out = A.decode_attention(q, kc, vc, kv_lens=counter, num_splits=splits, advance=True)
+    assert int(counter) == filled + 1
+    lens = torch.full((b,), filled + 1, dtype=torch.int64, device=device)
+    check(f"decode advance autotuned s{splits}", out, q32, kc32, vc32, q, kc, vc, causal=False, kv_lens=lens)
+    assert A._decode_fn(_backend.backend(q)).restore_value == ["LENS"]
+    assert int(_backend.semaphores(q.device, 1).abs().sum()) == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # bad inputs
 # ---------------------------------------------------------------------------------------------

@@ -531,11 +531,13 @@ _autotuned: Dict[tuple, object] = {}
 
 
 def autotuned(name: str, jit_fn, be: str, configs: List[triton.Config], key: List[str],
-              prune: Optional[Callable] = None):
+              prune: Optional[Callable] = None, restore_value: Optional[List[str]] = None):
     """A per-backend `triton.autotune` wrapper around one @triton.jit function, built once.
 
     Building it lazily per backend (instead of decorating at import) lets one source serve CUDA,
     XPU and the interpreter: XPU configs carry grf_mode, which the CUDA backend would reject.
+    restore_value: arguments a launch updates in place from their own value (a cache counter),
+    which the tuner puts back after each config it times, so the launch it tunes updates them once.
     """
     k = (name, be, is_interpret())
     fn = _autotuned.get(k)
@@ -546,7 +548,7 @@ def autotuned(name: str, jit_fn, be: str, configs: List[triton.Config], key: Lis
         # the eval of a model with many GEMM shapes (LeViT-128S: ~60) otherwise spends its
         # first minute tuning (BENCHMARKS.md 2026-11-29). Keys are bucketed (M to a power of
         # 2), so the number of tunings per model is bounded too.
-        fn = triton.autotune(configs=configs, key=key, prune_configs_by=prune_by,
+        fn = triton.autotune(configs=configs, key=key, prune_configs_by=prune_by, restore_value=restore_value,
                              cache_results=not is_interpret())(jit_fn)
         _count_tuning(fn, name)
         _autotuned[k] = fn

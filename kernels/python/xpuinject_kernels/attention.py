@@ -586,6 +586,8 @@ def _decode_fn(be: str):
     fn = _FNS[key] = _backend.autotuned(
         "attention.decode", _decode_split_kernel, be, _decode_configs(be),
         key=["SPLIT_BUCKET", "HEAD_DIM", "BLOCK_G", "MASK_KIND", "SINGLE"],
+        # one split advances the cache counter in this launch: every config timed starts from it
+        restore_value=["LENS"],
     )
     return fn
 
