@@ -227,6 +227,10 @@ def cases():
                gemv._gemv_kernel, [({}, 4, 3)], bf16,
                dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=hd, BLOCK_K=bk, SPLIT_K=split, ROPE=True,
                     NORM_QK=norm, NORM_ROUND=rnd, QW=w, KW=w))
+    # with the layer's input RMSNorm in its prologue too (where launches do not overlap)
+    yield ("gemv none split8, input RMSNorm, RoPE + cache write d128 norm=True", gemv._gemv_kernel, [({}, 4, 3)],
+           bf16, dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, ROW_NORM=True, ROWS=1,
+                      BLOCK_R=2048, ROPE=True, NORM_QK=True, NORM_ROUND=True))
     yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_C=32, BLOCK_E=4)
     # mixture of experts: routing, the decode GEMVs (with and without K splits), the grouped
     # prefill GEMMs at the heuristic's row tiles
