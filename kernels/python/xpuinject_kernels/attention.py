@@ -329,8 +329,8 @@ def _decode_split_kernel(
     d_ok = offs_d < HEAD_DIM
 
     if ROPE:
-        q = _rope_rows(Q + off_b * stride_qb, heads, g_ok, stride_qh, COS + off_b * scb, SIN + off_b * ssb, QW,
-                       HALF, HEAD_DIM, eps, BLOCK_G, BLOCK_D, NORM, NORM_ROUND).to(Q.dtype.element_ty)
+        q = _rope_rows(Q + off_b * stride_qb, heads, g_ok, stride_qh, COS + off_b * scb, SIN + off_b * ssb, 0, 0,
+                       QW, HALF, HEAD_DIM, eps, BLOCK_G, BLOCK_D, NORM, NORM_ROUND).to(Q.dtype.element_ty)
     else:
         q = tl.load(Q + off_b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
                     mask=g_ok[:, None] & d_ok[None, :], other=0.0)
@@ -356,7 +356,7 @@ def _decode_split_kernel(
             # (a slot past the cache is in no split, and is dropped as rope_cache_write drops it)
             one = tl.arange(0, 1)
             kr = _rope_rows(KN + off_b * skn_b, off_kvh + one, one == 0, skn_h, COS + off_b * scb, SIN + off_b * ssb,
-                            KW, HALF, HEAD_DIM, eps, 1, BLOCK_D, NORM, NORM_ROUND)
+                            0, 0, KW, HALF, HEAD_DIM, eps, 1, BLOCK_D, NORM, NORM_ROUND)
             tl.store(k_base + slot * stride_kn + offs_d[None, :] * stride_kd, kr.to(K.dtype.element_ty),
                      mask=d_ok[None, :])
             vn = tl.load(VN + off_b * svn_b + off_kvh * svn_h + offs_d, mask=d_ok, other=0.0)

@@ -271,6 +271,9 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
             f"xpuinject_kernels: Attention: module {_name(module)!r}: packed qkv weight has {qkv_w.shape[1]} columns, "
             f"config wants ({h} + 2*{kv}) * {d} = {(h + 2 * kv) * d}"
         )
+    if position_embeddings is None:
+        raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(module)!r} got no position_embeddings")
+    cos, sin = position_embeddings
     input_shape = hidden_states.shape[:-1]
     m = _rows(hidden_states)
     fused = _qkv_rope_layer(module, hidden_states, qkv_w, past_key_values, h, kv, d, m)
@@ -279,9 +282,6 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         # QKV GEMV's epilogue (rope_cache.qkv_rope_cache_write), then the attention launch, which
         # advances the layer's counter.
         layer, norms = fused
-        if position_embeddings is None:
-            raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(module)!r} got no position_embeddings")
-        cos, sin = position_embeddings
         q = qkv_rope_cache_write(hidden_states, qkv_w, getattr(module, _QKV_B, None), cos, sin, layer.keys,
                                  layer.values, layer.cumulative_length, h, *(norms or ()),
                                  **({} if in_norm is None else {"in_norm_weight": in_norm[0], "in_eps": in_norm[1]}))
@@ -299,9 +299,6 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     q = q.view(*input_shape, h, d)
     k = k.view(*input_shape, kv, d)
     v = v.view(*input_shape, kv, d)
-    if position_embeddings is None:
-        raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(module)!r} got no position_embeddings")
-    cos, sin = position_embeddings
     q_len = q.shape[1] if q.dim() == 4 else 1
     layer = None
     if past_key_values is not None and q.dim() == 4:

@@ -178,18 +178,20 @@ def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, PASS,
 
 
 @triton.jit
-def _rope_rows(X, rows, r_ok, sxr, COS, SIN, W, HALF, D, eps, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-               NORM: tl.constexpr, NORM_ROUND: tl.constexpr):
-    """[BLOCK_R, BLOCK_D] fp32 (unrounded) rows (heads) of X normalized (NORM) and rotated as
-    rope.py's _rotate does it, the same expressions, in registers: the rotate-half partner of
-    each column is loaded beside it; columns past 2 * HALF (partial rotary) pass through."""
+def _rope_rows(X, rows, r_ok, sxr, COS, SIN, scr, ssr, W, HALF, D, eps, BLOCK_R: tl.constexpr,
+               BLOCK_D: tl.constexpr, NORM: tl.constexpr, NORM_ROUND: tl.constexpr):
+    """[BLOCK_R, BLOCK_D] fp32 (unrounded) rows of X (heads, or tokens of one head) normalized
+    (NORM) and rotated as rope.py's _rotate does it, the same expressions, in registers: the
+    rotate-half partner of each column is loaded beside it; columns past 2 * HALF (partial
+    rotary) pass through. Row r rotates by cos/sin row r (row strides scr/ssr; 0: one row for all)."""
     act = X.dtype.element_ty
     cols = tl.arange(0, BLOCK_D)
     d_ok = cols < D
     rot = cols < 2 * HALF
     first = cols < HALF
     partner = tl.where(first, cols + HALF, cols - HALF)
-    base = X + rows.to(tl.int64)[:, None] * sxr
+    rows = rows.to(tl.int64)
+    base = X + rows[:, None] * sxr
     x = tl.load(base + cols[None, :], mask=r_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
     xp = tl.load(base + partner[None, :], mask=r_ok[:, None] & rot[None, :], other=0.0).to(tl.float32)
     if NORM:
@@ -200,8 +202,9 @@ def _rope_rows(X, rows, r_ok, sxr, COS, SIN, W, HALF, D, eps, BLOCK_R: tl.conste
         wp = tl.load(W + partner, mask=rot, other=0.0).to(tl.float32)
         x = _normed(x, rstd, w[None, :], act, NORM_ROUND)
         xp = _normed(xp, rstd, wp[None, :], act, NORM_ROUND)
-    c = tl.load(COS + cols, mask=rot, other=0.0).to(tl.float32)[None, :]
-    sn = tl.load(SIN + cols, mask=rot, other=0.0).to(tl.float32)[None, :]
+    c_ok = r_ok[:, None] & rot[None, :]
+    c = tl.load(COS + rows[:, None] * scr + cols[None, :], mask=c_ok, other=0.0).to(tl.float32)
+    sn = tl.load(SIN + rows[:, None] * ssr + cols[None, :], mask=c_ok, other=0.0).to(tl.float32)
     o = tl.where(first[None, :], x * c - xp * sn, x * c + xp * sn)
     return tl.where(rot[None, :], o, x)
 
@@ -211,50 +214,29 @@ def _qkv_rope_epilogue(O, offs_m, m_ok, som, head, D, QO, KC, VC, COS, SIN, COUN
                        sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps,
                        BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, NORM: tl.constexpr, NORM_ROUND: tl.constexpr):
     """A decode GEMV's finished tile, one head of a fused q|k|v projection O [rows, (HQ + 2 HK) D]
-    that this program has just stored (rounded): a q head is normalized (NORM) and rotated as
-    _rope_rows does it, the same expressions, into QO; a k head likewise into the static cache KC
-    at slot COUNTER; a v head is copied into VC there. Row r (a batch row) takes cos/sin row r
-    (stride scb/ssb, 0 when one row serves all); slots past the cache (L) are dropped, as
-    rope_cache_write drops them. The tile is read back through global memory past a barrier: the
-    rotate-half partner of each column is another thread's value."""
+    that this program has just stored (rounded): a q head is normalized (NORM) and rotated by
+    _rope_rows into QO; a k head likewise into the static cache KC at slot COUNTER; a v head is
+    copied into VC there. Row r (a batch row) takes cos/sin row r (stride scb/ssb, 0 when one row
+    serves all); slots past the cache (L) are dropped, as rope_cache_write drops them. The tile is
+    read back through global memory past a barrier: the rotate-half partner of each column is
+    another thread's value."""
     tl.debug_barrier()
-    act = O.dtype.element_ty
     rows = offs_m.to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
-    d_ok = cols < D
-    ok = m_ok[:, None] & d_ok[None, :]
+    ok = m_ok[:, None] & (cols < D)[None, :]
     head = head.to(tl.int64)
-    base = O + rows[:, None] * som + head * D
-    if head < HQ + HK:
-        rot = cols < 2 * HALF
-        first = cols < HALF
-        partner = tl.where(first, cols + HALF, cols - HALF)
-        x = tl.load(base + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-        xp = tl.load(base + partner[None, :], mask=m_ok[:, None] & rot[None, :], other=0.0).to(tl.float32)
-        if NORM:
-            if head < HQ:
-                w = tl.load(QW + cols, mask=d_ok, other=0.0).to(tl.float32)
-                wp = tl.load(QW + partner, mask=rot, other=0.0).to(tl.float32)
-            else:
-                w = tl.load(KW + cols, mask=d_ok, other=0.0).to(tl.float32)
-                wp = tl.load(KW + partner, mask=rot, other=0.0).to(tl.float32)
-            rstd = (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps))[:, None]
-            x = _normed(x, rstd, w[None, :], act, NORM_ROUND)
-            xp = _normed(xp, rstd, wp[None, :], act, NORM_ROUND)
-        c_ok = m_ok[:, None] & rot[None, :]
-        c = tl.load(COS + rows[:, None] * scb + cols[None, :], mask=c_ok, other=0.0).to(tl.float32)
-        sn = tl.load(SIN + rows[:, None] * ssb + cols[None, :], mask=c_ok, other=0.0).to(tl.float32)
-        o = tl.where(first[None, :], x * c - xp * sn, x * c + xp * sn)
-        o = tl.where(rot[None, :], o, x)
-        if head < HQ:
-            tl.store(QO + rows[:, None] * sqo + head * D + cols[None, :], o.to(QO.dtype.element_ty), mask=ok)
-        else:
-            slot = tl.load(COUNTER).to(tl.int64)
-            at = KC + rows[:, None] * skcb + (head - HQ) * skch + slot * skcn + cols[None, :]
-            tl.store(at, o.to(KC.dtype.element_ty), mask=ok & (slot < L))
+    base = O + head * D
+    if head < HQ:
+        o = _rope_rows(base, rows, m_ok, som, COS, SIN, scb, ssb, QW, HALF, D, eps, BLOCK_M, BLOCK_D, NORM, NORM_ROUND)
+        tl.store(QO + rows[:, None] * sqo + head * D + cols[None, :], o.to(QO.dtype.element_ty), mask=ok)
+    elif head < HQ + HK:
+        o = _rope_rows(base, rows, m_ok, som, COS, SIN, scb, ssb, KW, HALF, D, eps, BLOCK_M, BLOCK_D, NORM, NORM_ROUND)
+        slot = tl.load(COUNTER).to(tl.int64)
+        at = KC + rows[:, None] * skcb + (head - HQ) * skch + slot * skcn + cols[None, :]
+        tl.store(at, o.to(KC.dtype.element_ty), mask=ok & (slot < L))
     else:
         slot = tl.load(COUNTER).to(tl.int64)
-        v = tl.load(base + cols[None, :], mask=ok, other=0.0)
+        v = tl.load(base + rows[:, None] * som + cols[None, :], mask=ok, other=0.0)
         at = VC + rows[:, None] * svcb + (head - HQ - HK) * svch + slot * svcn + cols[None, :]
         tl.store(at, v.to(VC.dtype.element_ty), mask=ok & (slot < L))
 

@@ -348,13 +348,13 @@ def _qkv_check(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_nor
         raise _err(f"w shape {tuple(getattr(w, 'shape', ()))}: want [hidden {hidden}, ({num_heads} + 2*{hk}) * {d} = {n}]")
     if bias is not None and (bias.dim() != 1 or bias.shape[0] != n):
         raise _err(f"bias shape {tuple(bias.shape)}: want [{n}]")
+    if d % 2:
+        raise _err(f"head_dim {d} must be even for rotate-half")
     if not qkv_rope_ok(x, w, k_cache, d):
         raise _err(f"x {tuple(x.shape)} {x.dtype}, w {w.dtype} with strides {tuple(w.stride())}, caches {k_cache.dtype}, "
                    f"head_dim {d}: outside what the fused launch takes (qkv_rope_ok)")
     if in_norm_weight is not None and (in_norm_weight.dim() != 1 or in_norm_weight.shape[0] != hidden):
         raise _err(f"in_norm_weight shape {tuple(in_norm_weight.shape)}: want [hidden {hidden}]")
-    if d % 2:
-        raise _err(f"head_dim {d} must be even for rotate-half")
     if tuple(k_cache.shape[:2]) != (b, hk) or tuple(v_cache.shape) != tuple(k_cache.shape) or v_cache.dtype != x.dtype:
         raise _err(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} {v_cache.dtype}: want "
                    f"[batch {b}, kv_heads, cache_len, head_dim] each, of x's dtype {x.dtype}")
