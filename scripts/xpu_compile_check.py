@@ -189,11 +189,12 @@ def cases():
            [({}, rmsnorm.num_warps(256), 1)], bf16,
            dict(BLOCK_H=8, BLOCK_HALF=128, BLOCK_D=256, BLOCK_PASS=0, NORM=True, NORM_ROUND=False,
                 QW=torch.float32, KW=torch.float32))
-    yield ("attention decode reduce", attention._decode_reduce_kernel, [({}, 4, 1)], bf16,
+    yield ("attention decode reduce", attention._decode_reduce_kernel, [({}, 4, 1), ({}, 1, 1)], bf16,
            dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16, ADVANCE=False))
     # a static cache's decode step: the reduce (or, with one split, the grid's last program)
     # advances the layer's counter
-    yield ("attention decode reduce advancing the counter", attention._decode_reduce_kernel, [({}, 4, 1)], bf16,
+    yield ("attention decode reduce advancing the counter", attention._decode_reduce_kernel, [({}, 4, 1), ({}, 1, 1)],
+           bf16,
            dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16, ADVANCE=True))
     for single in (False, True):
         yield (f"attention decode advance single={single}", attention._decode_split_kernel, dcfgs, bf16,
@@ -239,10 +240,10 @@ def cases():
                dict(BLOCK_T=bt, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=split))
     yield ("moe router t16 split8 with its top-8", moe._router_kernel, [({}, 4, 2)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8))
-    yield ("moe router t16 split8 with its top-8 of one token", moe._router_kernel, [({}, 4, 2)], bf16,
+    yield ("moe router t16 split8 with its top-8 of one token", moe._router_kernel, [({}, 4, 2), ({}, 1, 3)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, ROWS_T=1))
     yield ("moe router t16 split8 with its top-8 of one token, the add + RMSNorm in it", moe._router_kernel,
-           [({}, 4, 2)], bf16, dict(BLOCK_T=16, BLOCK_K=256, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, ROWS_T=1,
+           [({}, 4, 2), ({}, 1, 3)], bf16, dict(BLOCK_T=16, BLOCK_K=256, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, ROWS_T=1,
                                     NORM=True, BLOCK_H=2048))
     yield ("moe router t16 split1 with its top-8 and renormalized weights", moe._router_kernel, [({}, 4, 2)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=1, TOP_K=8, RULE=1, TOPK_P2=8))
