@@ -200,13 +200,6 @@ def cases():
         yield (f"attention decode advance single={single}", attention._decode_split_kernel, dcfgs, bf16,
                dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=False, DOT_PREC="tf32",
                     UPCAST=False, SINGLE=single, SOFTCAP=False, SLIDING=False, ADVANCE=True))
-    # a static cache's decode step with RoPE, the q/k norms (qwen3's order; Gemma 3's on its fp32
-    # 1 + w, head_dim 256) and the cache write inside the attention launch
-    for hd, norm, rnd, w in ((128, False, True, bf16), (128, True, True, bf16), (256, True, False, torch.float32)):
-        yield (f"attention decode with RoPE d{hd} norm={norm}{'' if rnd else ' gemma'}", attention._decode_split_kernel,
-               dcfgs, bf16, dict(HEAD_DIM=hd, BLOCK_D=hd, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=False,
-                                 DOT_PREC="tf32", UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=False,
-                                 ADVANCE=True, ROPE=True, NORM=norm, NORM_ROUND=rnd, QW=w, KW=w))
     # decode-sized GEMMs: split-K with the reduce in the last program, and without a split
     for epi in ("none", "swiglu", "residual"):
         for split in (1, 4):

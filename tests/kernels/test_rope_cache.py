@@ -251,85 +251,13 @@ def test_fused_norm_traces_as_one_op(device):
     assert torch.equal(got, want) and torch.equal(kc_c, kc) and torch.equal(vc_c, vc)
 
 
-DECODE_ROPE_CASES = [  # b, hq, hk, d, rotary_factor, norm order, start, length, splits, extra
-    (1, 6, 2, 128, None, None, 37, 96, 4, None),        # GQA 3, the token in split 1 of 4
-    (2, 10, 2, 80, None, "llama", 50, 64, 3, "mask"),   # GQA 5, head_dim 80, qwen3's norms, a padding mask
-    (2, 9, 3, 96, 0.75, "gemma", 63, 64, 5, "softcap"),  # partial rotary, Gemma's norms, the cache's last slot
-    (1, 4, 4, 64, None, None, 40, 48, 2, "window"),     # MHA, a sliding window shorter than the cache
-    (1, 6, 2, 64, None, "llama", 0, 16, 1, None),       # the first token, one split (no reduce launch)
-]
-
-
-@pytest.mark.parametrize("b,hq,hk,d,factor,order,start,length,splits,extra", DECODE_ROPE_CASES)
-def test_decode_attention_rope_equals_the_two_launches(device, b, hq, hk, d, factor, order, start, length, splits,
-                                                       extra):
-    """RoPE, the q/k norms and the cache write inside the decode attention launch: the caches and
-    the counter end as rope_cache_write + decode_attention(advance=True) leave them, and the
-    output is theirs (bit for bit under the interpreter; on a GPU the norm's sum may run in
-    another order, one rounding apart)."""
-    dtype = torch.bfloat16
-    q, k, v, cos, sin, kc, vc = norm_case(b, 1, hq, hk, d, factor, length, dtype, device, seed=5)
-    nw = {}
-    if order is not None:
-        qw, kw = (w.to(device) for w in norm_weights(order, d, seed=6))
-        nw = dict(q_norm_weight=qw, k_norm_weight=kw, eps=NORM_EPS, norm_round=order == "llama")
-    att = {"scaling": d ** -0.5}
-    if extra == "mask":
-        mask = torch.ones(b, length, dtype=torch.bool, device=device)
-        mask[-1, :7] = False  # left padding of the last row
-        att["key_mask"] = mask
-    elif extra == "softcap":
-        att["softcap"] = 5.0
-    elif extra == "window":
-        att["window"] = 13
-    c_u, c_f = torch.tensor(start, device=device), torch.tensor(start, device=device)
-    kc_u, vc_u = kc.clone(), vc.clone()
-    q_rot = rope_cache.rope_cache_write(q, k, v, cos, sin, kc_u, vc_u, c_u, **nw)
-    want = attention.decode_attention(q_rot, kc_u, vc_u, kv_lens=c_u, advance=True, num_splits=splits, **att)
-
-    got = rope_cache.decode_attention_rope(q, k, v, cos, sin, kc, vc, c_f, **nw, num_splits=splits, **att)
-
-    assert int(c_f) == int(c_u) == start + 1
-    assert torch.equal(vc, vc_u)
-    if str(device) == "cpu":
-        assert torch.equal(kc, kc_u) and torch.equal(got, want), float((got.float() - want.float()).abs().max())
-    else:
-        metrics.assert_close("k_cache", kc, kc_u, atol=0, rtol=ULP[dtype])
-        metrics.assert_close("decode attention", got, want, atol=ULP[dtype], rtol=ULP[dtype])
-    assert tuple(got.shape) == (b, 1, hq, d)
-    # the slot really was written: the old cache's row there is gone
-    assert not torch.equal(kc[:, :, start], norm_case(b, 1, hq, hk, d, factor, length, dtype, device, seed=5)[5][:, :, start])
-
-
-def test_decode_attention_rope_refuses_a_prefill_and_traces_as_one_op(device):
-    q, k, v, cos, sin, kc, vc = norm_case(1, 2, 6, 2, 64, None, 8, torch.bfloat16, device)
-    with pytest.raises(ValueError, match="decode_attention_rope takes one token per row, got q of 2"):
-        rope_cache.decode_attention_rope(q, k, v, cos, sin, kc, vc, torch.tensor(3, device=device))
-    q, k, v, cos, sin, kc, vc = norm_case(1, 1, 6, 2, 64, None, 8, torch.bfloat16, device)
-    with pytest.raises(ValueError, match="needs a 0-d counter"):
-        rope_cache.decode_attention_rope(q, k, v, cos, sin, kc, vc, torch.tensor([3], device=device))
-    qw, kw = (w.to(device) for w in norm_weights("llama", 64, seed=4))
-
-    def f(q, k, v, kc, vc, counter):
-        return rope_cache.decode_attention_rope(q, k, v, cos, sin, kc, vc, counter, q_norm_weight=qw,
-                                                k_norm_weight=kw, eps=NORM_EPS, scaling=0.125)
-
-    torch._dynamo.reset()
-    kc_c, vc_c, c_c = kc.clone(), vc.clone(), torch.tensor(3, device=device)
-    got = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v, kc_c, vc_c, c_c)
-    c_e = torch.tensor(3, device=device)
-    want = f(q, k, v, kc, vc, c_e)
-    assert torch.equal(got, want) and torch.equal(kc_c, kc) and torch.equal(vc_c, vc) and int(c_c) == int(c_e) == 4
-
-
 def test_decode_variants_compile_for_hopper():
     """The interpreter runs none of the decode step's fused variants as a GPU compiles them (it
     takes what Triton's code generator refuses, e.g. a branch that reshapes a name from outside
-    it): RoPE inside the attention, the one-token router (with the add + RMSNorm before it) and the
-    attention's split reduce at the four warps and the one CUDA launches them with, the GEMV with
-    the input RMSNorm, and the QKV GEMV with RoPE + cache write (with and without that norm)
-    compile offline for sm_90 through scripts/cuda_compile_check.py, at the configs its cases
-    list."""
+    it): the one-token router (with the add + RMSNorm before it) and the attention's split reduce
+    at the four warps and the one CUDA launches them with, the GEMV with the input RMSNorm, and the
+    QKV GEMV with RoPE + cache write (with and without that norm) compile offline for sm_90
+    through scripts/cuda_compile_check.py, at the configs its cases list."""
     import os
     import subprocess
     import sys
@@ -337,7 +265,7 @@ def test_decode_variants_compile_for_hopper():
 
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, TRITON_INTERPRET="0", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(root / "kernels" / "python"))
-    for only, n in (("attention decode with RoPE", 9), ("moe router t16 split8 with its top-8 of one token", 4),
+    for only, n in (("moe router t16 split8 with its top-8 of one token", 4),
                     ("gemv none split1, input RMSNorm", 1), ("gemv none split4, input RMSNorm", 1),
                     ("gemv none split8, ", 2), ("gemv none split4, RoPE + cache write d256", 1),
                     ("attention decode reduce", 5)):

@@ -40,7 +40,6 @@ import triton.language as tl
 
 from . import _backend, _ops, gpus
 from .contract import ATTENTION_HEAD_DIMS
-from .rope import _rope_rows
 
 __all__ = [
     "flash_attention_prefill",
@@ -310,11 +309,6 @@ def _decode_split_kernel(
     HAS_LENS: tl.constexpr, MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr,
     UPCAST: tl.constexpr, SINGLE: tl.constexpr, SOFTCAP: tl.constexpr, SLIDING: tl.constexpr,
     ADVANCE: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr = False,
-    # ROPE: Q, KN and VN are this token's projections, not yet rotated (rope_cache.py's
-    # decode_attention_rope): the q heads are normalized and rotated here, and the program whose
-    # split holds slot LENS writes the rotated key and the value there before it reads its keys.
-    KN=None, VN=None, COS=None, SIN=None, QW=None, KW=None, skn_b=0, skn_h=0, svn_b=0, svn_h=0, scb=0, ssb=0,
-    HALF=0, eps=0.0, ROPE: tl.constexpr = False, NORM: tl.constexpr = False, NORM_ROUND: tl.constexpr = True,
 ):
     _backend.pdl_wait(PDL)
     pid_s = tl.program_id(0)
@@ -328,12 +322,8 @@ def _decode_split_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
 
-    if ROPE:
-        q = _rope_rows(Q + off_b * stride_qb, heads, g_ok, stride_qh, COS + off_b * scb, SIN + off_b * ssb, 0, 0,
-                       QW, HALF, HEAD_DIM, eps, BLOCK_G, BLOCK_D, NORM, NORM_ROUND).to(Q.dtype.element_ty)
-    else:
-        q = tl.load(Q + off_b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
-                    mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+    q = tl.load(Q + off_b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :] * stride_qd,
+                mask=g_ok[:, None] & d_ok[None, :], other=0.0)
     k_base = K + off_b * stride_kb + off_kvh * stride_kh
     v_base = V + off_b * stride_vb + off_kvh * stride_vh
     m_base = M + off_b * stride_mb + heads * stride_mh  # [BLOCK_G] row bases (stride_mh 0: shared)
@@ -349,20 +339,6 @@ def _decode_split_kernel(
     if SLIDING:
         # The query sits at kv_end - 1: keys before kv_end - window get no weight and are not read.
         start = tl.maximum(start, kv_end - window)
-    if ROPE:
-        slot = lens.to(tl.int64)
-        if (slot >= start) & (slot < end):
-            # this split reads slot LENS: put the token's rotated key and its value there first
-            # (a slot past the cache is in no split, and is dropped as rope_cache_write drops it)
-            one = tl.arange(0, 1)
-            kr = _rope_rows(KN + off_b * skn_b, off_kvh + one, one == 0, skn_h, COS + off_b * scb, SIN + off_b * ssb,
-                            0, 0, KW, HALF, HEAD_DIM, eps, 1, BLOCK_D, NORM, NORM_ROUND)
-            tl.store(k_base + slot * stride_kn + offs_d[None, :] * stride_kd, kr.to(K.dtype.element_ty),
-                     mask=d_ok[None, :])
-            vn = tl.load(VN + off_b * svn_b + off_kvh * svn_h + offs_d, mask=d_ok, other=0.0)
-            tl.store(v_base + slot * stride_vn + offs_d * stride_vd, vn.to(V.dtype.element_ty), mask=d_ok)
-            # the block's own global writes are visible to all its threads past a barrier
-            tl.debug_barrier()
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
@@ -916,11 +892,8 @@ def _decode_fake(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, 
 
 
 def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None,
-            advance: bool = False, rope: Optional[tuple] = None) -> torch.Tensor:
-    """decode_attention's launches. rope = (k_new [b, hk, d], v_new [b, hk, d], cos [b|1, r], sin,
-    q norm weight, k norm weight, eps, norm_round) (rope_cache.py's decode_attention_rope, which
-    checked them): q is this token's unrotated projection, k/v the caches, kv_lens (advance) the
-    counter at whose slot the rotated key and the value are written."""
+            advance: bool = False) -> torch.Tensor:
+    """decode_attention's launches."""
     where = "decode_attention"
     b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
     if sq != 1:
@@ -986,15 +959,6 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, windo
     sem = _backend.semaphores(q.device, b * hk + 1) if (advance and single) else out
     launch = (_decode_split_kernel if tuned is not None else _decode_fn(be))[(num_splits, b * hk)]
     pdl = _backend.pdl(q.device)
-    rope_kw = {}
-    if rope is not None:
-        k_new, v_new, cos, sin, qw, kw, eps, norm_round = rope
-        rope_kw = dict(
-            KN=k_new, VN=v_new, COS=cos, SIN=sin, QW=qw if qw is not None else q, KW=kw if kw is not None else q,
-            skn_b=k_new.stride(0), skn_h=k_new.stride(1), svn_b=v_new.stride(0), svn_h=v_new.stride(1),
-            scb=cos.stride(0) if cos.shape[0] == b and b > 1 else 0,
-            ssb=sin.stride(0) if sin.shape[0] == b and b > 1 else 0,
-            HALF=cos.shape[-1] // 2, eps=float(eps), ROPE=True, NORM=qw is not None, NORM_ROUND=bool(norm_round))
     launch(
         q, k, v, m_t, lens_t, pm, pl, pacc, out, sem,
         lens_stride, 1 if advance else 0, b * hk, num_splits * b * hk,
@@ -1007,11 +971,9 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, windo
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g,
         HAS_LENS=has_lens, MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
         UPCAST=_upcast(q.dtype), SINGLE=single, SOFTCAP=has_cap, SLIDING=sliding, ADVANCE=advance,
-        PDL=pdl, **rope_kw, **(tuned.all_kwargs() if tuned is not None else {}), **_backend.pdl_kw(pdl),
+        PDL=pdl, **(tuned.all_kwargs() if tuned is not None else {}), **_backend.pdl_kw(pdl),
     )
     _backend.count("attention.decode")
-    if rope is not None:
-        _backend.count("attention.decode.rope")
     if advance:
         _backend.count("attention.decode.advance")
     if single:

@@ -58,10 +58,9 @@ from . import layers as _layers
 from .moe_layer import runs_sparse_moe, sparse_moe
 from .rmsnorm import add_rms_norm
 from .rope import apply_rope
-from .rope_cache import decode_attention_rope, qkv_rope_cache_write, qkv_rope_ok, rope_cache_write
+from .rope_cache import qkv_rope_cache_write, qkv_rope_ok, rope_cache_write
 
-__all__ = ["Attention", "DecoderLayer", "mlp_block", "self_attention", "FUSE_DECODE_NORM", "FUSE_DECODE_ROPE",
-           "FUSE_QKV_ROPE"]
+__all__ = ["Attention", "DecoderLayer", "mlp_block", "self_attention", "FUSE_DECODE_NORM", "FUSE_QKV_ROPE"]
 
 # At decode (M <= gemv.MAX_M), run the post-attention add + RMSNorm in the gate/up GEMV's
 # prologue (gemm.add_rms_norm_gemm) instead of its own launch. Off: on the H200 every GEMV
@@ -69,13 +68,6 @@ __all__ = ["Attention", "DecoderLayer", "mlp_block", "self_attention", "FUSE_DEC
 # 8B 5.12 against 4.36; benchmarks/bench_decode_step.py --fuse-norm). XPUINJECT_FUSE_DECODE_NORM=1
 # turns it on, for a GPU where launches cost more.
 FUSE_DECODE_NORM = os.environ.get("XPUINJECT_FUSE_DECODE_NORM", "0") == "1"
-
-# At decode over a static cache, run RoPE, the q/k norms and the cache write inside the attention
-# launch (rope_cache.decode_attention_rope) instead of a launch of their own. Off: on the H200 the
-# Qwen3-30B-A3B-shaped step took 0.682 ms with it against 0.656 without (every split program
-# rotating its group's q heads cost the attention more than the launch saved;
-# benchmarks/profile_decode.py, BENCHMARKS.md). XPUINJECT_FUSE_DECODE_ROPE=1 turns it on.
-FUSE_DECODE_ROPE = os.environ.get("XPUINJECT_FUSE_DECODE_ROPE", "0") == "1"
 
 # At decode over a static cache, run RoPE, the q/k norms and the cache write in the QKV GEMV's
 # epilogue (rope_cache.qkv_rope_cache_write), one head a tile, instead of a launch of their own:
@@ -244,7 +236,7 @@ def _qkv_rope_layer(module: nn.Module, x: torch.Tensor, qkv_w: torch.Tensor, cac
     rotated query and the cache itself (rope_cache.qkv_rope_cache_write): FUSE_QKV_ROPE, one
     token per row, an initialized StaticLayer, our GEMV for the projection and our attention
     after it, and q_norm/k_norm (if any) ours. None: the step as before."""
-    if not FUSE_QKV_ROPE or FUSE_DECODE_ROPE or cache is None or x.dim() != 3 or x.shape[1] != 1:
+    if not FUSE_QKV_ROPE or cache is None or x.dim() != 3 or x.shape[1] != 1:
         return None
     if m > gemv.MAX_M or _vendor(module, "qkv_proj", m) or _vendor(module, "attention-decode"):
         return None
@@ -316,14 +308,6 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     # SDPA has no soft-capping (integrations/sdpa_attention.py ignores it): capped layers stay ours.
     vendor_attn = softcap is None and _vendor(module, "attention-prefill" if q_len > 1 else "attention-decode")
     kv_lens = None
-    if layer is not None and q_len == 1 and not vendor_attn and FUSE_DECODE_ROPE and layer.is_initialized:
-        # Decode over the static cache: RoPE (with the q/k norms) and the cache write inside the
-        # attention launch, which advances the layer's counter (rope_cache.decode_attention_rope).
-        out = decode_attention_rope(q, k, v, cos, sin, layer.keys, layer.values, layer.cumulative_length,
-                                    *(norms or ()), scaling=module.scaling, key_mask=attention_mask, softcap=softcap,
-                                    window=getattr(module, "sliding_window", None))
-        out = out.reshape(*input_shape, h * d)
-        return _proj(out, _packed(module, _O_W, "Attention"), getattr(module, _O_B, None), _vendor(module, "o_proj", m))
     if layer is not None:
         # A static cache: RoPE and the cache write in one kernel at the layer's own device-side
         # counter, which then advances as StaticLayer.update advances it: at decode inside our

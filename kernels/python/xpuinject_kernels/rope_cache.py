@@ -29,16 +29,8 @@ token's heads are one contiguous row).
 Grid: (B * S, q head blocks + k/v head blocks): a token's q heads and its k/v heads run in
 programs of their own, so a single decode token still spreads over several programs.
 
-At decode (S = 1) `decode_attention_rope` does all of this inside the attention's own launch
-(attention.py's split kernel): each program normalizes and rotates its group's q heads in
-registers, the program whose split holds the counter's slot writes the rotated key and the value
-there before reading its keys, and the launch advances the counter: one launch a layer fewer, and
-the attention reads what the two launches would have written. The decoder layers take it only
-when XPUINJECT_FUSE_DECODE_ROPE=1 (decoder.py): on the H200 every split program rotating the q
-heads cost the attention more than the launch saved.
-
-`qkv_rope_cache_write` does it one launch earlier instead, in the QKV projection's GEMV (gemv.py's
-rope epilogue): each of its N tiles is one head, so the program that finishes a head's K splits
+At decode (S = 1) `qkv_rope_cache_write` does all of this inside the QKV projection's GEMV
+(gemv.py's rope epilogue): each of its N tiles is one head, so the program that finishes a head's K splits
 normalizes and rotates that head once and writes it to the query or the cache. The decoder layers
 take it at decode over a static cache (XPUINJECT_FUSE_QKV_ROPE=0 turns it off).
 """
@@ -54,8 +46,7 @@ import triton.language as tl
 from . import _backend, _ops
 from .rope import NORM_HEADS_PER_PROGRAM, ROPE_NUM_WARPS, _cs, _rotate, check_norm_weights, norm_warps
 
-__all__ = ["rope_cache_write", "rope_cache_write_ref", "decode_attention_rope", "qkv_rope_cache_write",
-           "qkv_rope_ok"]
+__all__ = ["rope_cache_write", "rope_cache_write_ref", "qkv_rope_cache_write", "qkv_rope_ok"]
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -234,65 +225,6 @@ def rope_cache_write_ref(q, k, v, cos, sin, k_cache, v_cache, counter, dtype=tor
             kc[:, :, start + i] = k_rot[:, :, i]
             vc[:, :, start + i] = v.to(dtype)[:, i]
     return q_rot, kc, vc
-
-
-def decode_attention_rope(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                          k_cache: torch.Tensor, v_cache: torch.Tensor, counter: torch.Tensor,
-                          q_norm_weight: Optional[torch.Tensor] = None, k_norm_weight: Optional[torch.Tensor] = None,
-                          eps: float = 1e-6, norm_round: bool = True, *, scaling: Optional[float] = None,
-                          key_mask: Optional[torch.Tensor] = None, softcap: Optional[float] = None,
-                          window: Optional[int] = None, num_splits: Optional[int] = None) -> torch.Tensor:
-    """One decode token (S = 1): rope_cache_write(q, k, v, ...) followed by
-    attention.decode_attention(q_rot, k_cache, v_cache, kv_lens=counter, advance=True, ...) in one
-    launch; returns the attention output [B, 1, Hq, D] and leaves the caches and the counter (a
-    0-d tensor, advanced by 1) as the two calls would. Arguments as in those two. The op:
-    torch.ops.<ns>.attention_decode_rope (declares that it writes both caches and the counter)."""
-    if _ops.traced(q):
-        return _ops.call("attention_decode_rope", q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight,
-                         k_norm_weight, float(eps), bool(norm_round), scaling, key_mask, softcap, window, num_splits)
-    return _decode_attention_rope(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps,
-                                  norm_round, scaling, key_mask, softcap, window, num_splits)
-
-
-def _decode_rope_check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps, norm_round):
-    cos, sin = _check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps, norm_round)
-    if q.shape[1] != 1:
-        raise _err(f"decode_attention_rope takes one token per row, got q of {q.shape[1]}")
-    if counter.dim() != 0:
-        raise _err("decode_attention_rope needs a 0-d counter (the cache layer's cumulative_length)")
-    return cos, sin
-
-
-def _decode_attention_rope_fake(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight=None, k_norm_weight=None,
-                                eps=1e-6, norm_round=True, scaling=None, key_mask=None, softcap=None, window=None,
-                                num_splits=None):
-    _decode_rope_check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps, norm_round)
-    b, _, hq, d = q.shape
-    return q.new_empty((b, 1, hq, d))
-
-
-def _decode_attention_rope(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight=None, k_norm_weight=None,
-                           eps=1e-6, norm_round=True, scaling=None, key_mask=None, softcap=None, window=None,
-                           num_splits=None) -> torch.Tensor:
-    from .attention import _decode
-
-    cos, sin = _decode_rope_check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps,
-                                  norm_round)
-    norm = q_norm_weight is not None
-    rope = (k[:, 0], v[:, 0], cos[:, 0], sin[:, 0], q_norm_weight.contiguous() if norm else None,
-            k_norm_weight.contiguous() if norm else None, eps, norm_round)
-    return _decode(q.transpose(1, 2), k_cache, v_cache, scaling, counter, key_mask, num_splits, softcap, window,
-                   advance=True, rope=rope)
-
-
-_ops.define(
-    "attention_decode_rope",
-    "(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, Tensor(a!) k_cache, Tensor(b!) v_cache, "
-    "Tensor(c!) counter, Tensor? q_norm_weight=None, Tensor? k_norm_weight=None, float eps=1e-06, "
-    "bool norm_round=True, float? scaling=None, Tensor? key_mask=None, float? softcap=None, int? window=None, "
-    "int? num_splits=None) -> Tensor",
-    _decode_attention_rope, _decode_attention_rope_fake, mutates=("k_cache", "v_cache", "counter"),
-)
 
 
 def qkv_rope_ok(x: torch.Tensor, w: torch.Tensor, k_cache: torch.Tensor, head_dim: int) -> bool:
