@@ -180,7 +180,7 @@ def cases():
     yield ("attention decode d256", attention._decode_split_kernel, dcfgs, bf16,
            dict(HEAD_DIM=256, BLOCK_D=256, BLOCK_G=16, HAS_LENS=True, MASK_KIND=0, MASK_ADD=False, DOT_PREC="tf32",
                 UPCAST=False, SINGLE=False, SOFTCAP=False, SLIDING=True, ADVANCE=False))
-    yield "attention decode reduce d256", attention._decode_reduce_kernel, [({}, 4, 1)], bf16, dict(
+    yield "attention decode reduce d256", attention._decode_reduce_kernel, [({}, 4, 1), ({}, 1, 1)], bf16, dict(
         HEAD_DIM=256, BLOCK_D=256, BLOCK_S=16, ADVANCE=False)
     yield ("rope + cache write d256", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
            dict(BLOCK_H=8, BLOCK_HALF=128, BLOCK_D=256, BLOCK_PASS=0))
@@ -193,9 +193,8 @@ def cases():
            dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16, ADVANCE=False))
     # a static cache's decode step: the reduce (or, with one split, the grid's last program)
     # advances the layer's counter
-    yield ("attention decode reduce advancing the counter", attention._decode_reduce_kernel, [({}, 4, 1), ({}, 1, 1)],
-           bf16,
-           dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16, ADVANCE=True))
+    yield ("attention decode reduce advancing the counter", attention._decode_reduce_kernel,
+           [({}, 4, 1), ({}, 1, 1)], bf16, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_S=16, ADVANCE=True))
     for single in (False, True):
         yield (f"attention decode advance single={single}", attention._decode_split_kernel, dcfgs, bf16,
                dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=False, DOT_PREC="tf32",
@@ -236,8 +235,9 @@ def cases():
     yield ("moe router t16 split8 with its top-8 of one token", moe._router_kernel, [({}, 4, 2), ({}, 1, 3)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, ROWS_T=1))
     yield ("moe router t16 split8 with its top-8 of one token, the add + RMSNorm in it", moe._router_kernel,
-           [({}, 4, 2), ({}, 1, 3)], bf16, dict(BLOCK_T=16, BLOCK_K=256, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, ROWS_T=1,
-                                    NORM=True, BLOCK_H=2048))
+           [({}, 4, 2), ({}, 1, 3)], bf16,
+           dict(BLOCK_T=16, BLOCK_K=256, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, ROWS_T=1, NORM=True,
+                BLOCK_H=2048))
     yield ("moe router t16 split1 with its top-8 and renormalized weights", moe._router_kernel, [({}, 4, 2)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=1, TOP_K=8, RULE=1, TOPK_P2=8))
     yield ("moe decode down split4 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,

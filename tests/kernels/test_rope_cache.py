@@ -255,9 +255,9 @@ def test_decode_variants_compile_for_hopper():
     """The interpreter runs none of the decode step's fused variants as a GPU compiles them (it
     takes what Triton's code generator refuses, e.g. a branch that reshapes a name from outside
     it): the one-token router (with the add + RMSNorm before it) and the attention's split reduce
-    at the four warps and the one CUDA launches them with, the GEMV with the input RMSNorm, and the
-    QKV GEMV with RoPE + cache write (with and without that norm) compile offline for sm_90
-    through scripts/cuda_compile_check.py, at the configs its cases list."""
+    at four warps and at the one they launch with where launches overlap (PDL), the GEMV with the
+    input RMSNorm, and the QKV GEMV with RoPE + cache write (with and without that norm) compile
+    offline for sm_90 through scripts/cuda_compile_check.py, at the configs its cases list."""
     import os
     import subprocess
     import sys
@@ -268,7 +268,7 @@ def test_decode_variants_compile_for_hopper():
     for only, n in (("moe router t16 split8 with its top-8 of one token", 4),
                     ("gemv none split1, input RMSNorm", 1), ("gemv none split4, input RMSNorm", 1),
                     ("gemv none split8, ", 2), ("gemv none split4, RoPE + cache write d256", 1),
-                    ("attention decode reduce", 5)):
+                    ("attention decode reduce", 6)):
         p = subprocess.run([sys.executable, str(root / "scripts" / "cuda_compile_check.py"), "--only", only],
                            capture_output=True, text=True, timeout=600, env=env)
         assert p.returncode == 0 and f"{n} passed, 0 failed" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]

@@ -395,11 +395,10 @@ def _decode_split_kernel(
             tl.atomic_xchg(SEM + GRID_SLOT, 0)
 
 
-# Warps of a decode reduce program on CUDA: one row of head_dim per program is one warp's work,
-# and fewer warps likely leave the launch ahead more of the SM while the programs wait on it
-# (PDL). On the H200 the Qwen3-30B-A3B decode step was 0.628 ms against 0.632 at 4
-# (BENCHMARKS.md).
-_REDUCE_WARPS_CUDA = 1
+# Warps of a decode reduce program where launches overlap (PDL): fewer warps likely leave the
+# launch ahead more of the SM while the programs wait on it. On the H200 the Qwen3-30B-A3B decode
+# step was 0.628 ms against 0.632 at 4 (BENCHMARKS.md). Elsewhere 4, as before.
+_REDUCE_WARPS_PDL = 1
 
 
 @triton.jit
@@ -983,7 +982,7 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, windo
         out.stride(0), out.stride(2), out.stride(3),
         h, num_splits, 1 if advance else 0,
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=max(2, _backend.next_pow2(num_splits)), ADVANCE=advance,
-        PDL=pdl, num_warps=_REDUCE_WARPS_CUDA if q.device.type == "cuda" else 4, **_backend.pdl_kw(pdl),
+        PDL=pdl, num_warps=_REDUCE_WARPS_PDL if pdl else 4, **_backend.pdl_kw(pdl),
     )
     _backend.count("attention.decode.split")
     return out

@@ -67,12 +67,12 @@ ROUTERS = ("softmax-topk", "softmax-topk-norm", "softmax-topk-norm-fp32")
 DECODE_MAX_TOKENS = 8
 # About how many programs the router's decode launch spreads the hidden size over (split-K).
 ROUTER_PROGRAMS = 64
-# Warps of a router program at decode sizes on CUDA. With one, the programs waiting on the
-# launch ahead (PDL) likely hold fewer of its SMs' slots (PDL off, the router's own time did not
-# move); on the H200 the Qwen3-30B-A3B decode step was 0.628 ms against 0.632 at 4
+# Warps of a router program at decode sizes where launches overlap (PDL). With one, the programs
+# waiting on the launch ahead likely hold fewer of its SMs' slots (PDL off, the router's own time
+# did not move); on the H200 the Qwen3-30B-A3B decode step was 0.628 ms against 0.632 at 4
 # (benchmarks/profile_decode.py, two rounds each, BENCHMARKS.md), though ptxas reports a 4-byte
-# spill at 255 registers for the add + RMSNorm form. Elsewhere 4, as measured before.
-ROUTER_DECODE_WARPS_CUDA = 1
+# spill at 255 registers for the add + RMSNorm form. Elsewhere 4, as before.
+ROUTER_DECODE_WARPS_PDL = 1
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -638,7 +638,7 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, rout
     sem = _backend.semaphores(x2.device, grid[0])
     pdl = _backend.pdl(x2.device)
     rows_t = min(block_t, _backend.next_pow2(t))
-    warps = ROUTER_DECODE_WARPS_CUDA if t <= DECODE_MAX_TOKENS and x2.device.type == "cuda" else 4
+    warps = ROUTER_DECODE_WARPS_PDL if t <= DECODE_MAX_TOKENS and pdl else 4
     if norm is not None:
         if t > DECODE_MAX_TOKENS:
             raise ValueError(f"xpuinject_kernels: moe: the router's norm runs at decode sizes (<= {DECODE_MAX_TOKENS} "

@@ -30,9 +30,10 @@ Grid: (B * S, q head blocks + k/v head blocks): a token's q heads and its k/v he
 programs of their own, so a single decode token still spreads over several programs.
 
 At decode (S = 1) `qkv_rope_cache_write` does all of this inside the QKV projection's GEMV
-(gemv.py's rope epilogue): each of its N tiles is one head, so the program that finishes a head's K splits
-normalizes and rotates that head once and writes it to the query or the cache. The decoder layers
-take it at decode over a static cache (XPUINJECT_FUSE_QKV_ROPE=0 turns it off).
+(gemv.py's rope epilogue): each of its N tiles is one head, so the program that finishes a
+head's K splits normalizes and rotates that head once and writes it to the query or the cache.
+The decoder layers take it at decode over a static cache (XPUINJECT_FUSE_QKV_ROPE=0 turns it
+off).
 """
 
 from __future__ import annotations
