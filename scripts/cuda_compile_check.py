@@ -51,7 +51,7 @@ def main() -> int:
     triton.runtime.driver.set_active(X.TargetDriver(GPUTarget("cuda", a.arch, 32)))
     print(f"triton {triton.__version__}, target cuda sm_{a.arch}")
     ok = failed = 0
-    for name, fn, cfgs, act, consts in X.cases():
+    for name, fn, cfgs, act, consts in X.cases(cuda=True):
         if not name.startswith(a.only):
             continue
         if any(p.name == "PDL" for p in fn.params):

@@ -114,7 +114,9 @@ def mock_args(fn, act, constexprs):
 DESC_PATHS = (True, False)
 
 
-def cases():
+def cases(cuda: bool = False):
+    """(name, kernel, configs, activation dtype, constexprs) of every case; cuda: with the cases
+    only CUDA launches (scripts/cuda_compile_check.py)."""
     import importlib
 
     from xpuinject_kernels import _backend, attention, gemv, greedy, moe, rmsnorm, rope, rope_cache
@@ -151,6 +153,11 @@ def cases():
                    dict(HAS_BIAS=epi == "bias", EPILOGUE=gemm._EPI_CODE[epi], USE_DESC=desc, W_KMAJOR=True))
     yield ("gemm none weight.t() blockptr", gemm._gemm_kernel, gcfgs, bf16,
            dict(HAS_BIAS=False, EPILOGUE=0, USE_DESC=False, W_KMAJOR=False))
+    # an N-major weight through descriptors of its [N, K] rows: gemm() takes this path on CUDA only
+    # (the XPU backend does not lower a transposed descriptor tile)
+    for epi in ("none", "swiglu") if cuda else ():
+        yield (f"gemm {epi} weight.t() desc", gemm._gemm_kernel, gcfgs, bf16,
+               dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], USE_DESC=True, W_KMAJOR=False))
     pcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in attention._prefill_configs("xpu")]
     dcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in attention._decode_configs("xpu")]
     for hd in (64, 128):
@@ -224,6 +231,29 @@ def cases():
     yield ("gemv none split8, input RMSNorm, RoPE + cache write d128 norm=True", gemv._gemv_kernel, [({}, 4, 3)],
            bf16, dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, ROW_NORM=True, ROWS=1,
                       BLOCK_R=2048, ROPE=True, NORM_QK=True, NORM_ROUND=True))
+    # the same on N-major weights ([N, K] rows of contiguous K, read as [BLOCK_N, BLOCK_K] tiles)
+    for epi, bn, bk, split in (("none", 16, 256, 1), ("swiglu", 16, 256, 4)):
+        yield (f"gemv N-major {epi} split{split}", gemv._gemv_kernel, [({}, 4, 3)], bf16,
+               dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split,
+                    W_KMAJOR=False))
+    yield ("gemv N-major none split8, RoPE + cache write d128 norm=True", gemv._gemv_kernel, [({}, 4, 3)], bf16,
+           dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, ROPE=True, NORM_QK=True,
+                NORM_ROUND=True, W_KMAJOR=False))
+    # one row on N-major weights: the CUDA cores' multiply-add (EW)
+    for epi, bn, bk, split in (("none", 16, 256, 1), ("swiglu", 16, 256, 2), ("residual", 16, 256, 2)):
+        yield (f"gemv N-major EW {epi} split{split}", gemv._gemv_kernel, [({}, 4, 3)], bf16,
+               dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=1, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split,
+                    W_KMAJOR=False, EW=True, EW_STAGES=3))
+    yield ("gemv N-major EW none split4, RoPE + cache write d128 norm=True", gemv._gemv_kernel, [({}, 8, 3)], bf16,
+           dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=128, BLOCK_K=64, SPLIT_K=4, ROPE=True, NORM_QK=True,
+                NORM_ROUND=True, W_KMAJOR=False, EW=True, EW_STAGES=3))
+    yield ("gemv N-major EW none split1, RoPE + cache write d128 norm=True, 8 tiles a head", gemv._gemv_kernel,
+           [({}, 4, 3)], bf16,
+           dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=16, BLOCK_K=256, SPLIT_K=1, ROPE=True, NORM_QK=True,
+                NORM_ROUND=True, W_KMAJOR=False, EW=True, EW_STAGES=3, HEAD_TILES=8, BLOCK_D=128))
+    yield ("gemv N-major EW none split2, input RMSNorm", gemv._gemv_kernel, [({}, 4, 3)], bf16,
+           dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, ROW_NORM=True, ROWS=1,
+                BLOCK_R=2048, W_KMAJOR=False, EW=True, EW_STAGES=3))
     yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_C=32, BLOCK_E=4)
     # mixture of experts: routing, the decode GEMVs (with and without K splits), the grouped
     # prefill GEMMs at the heuristic's row tiles

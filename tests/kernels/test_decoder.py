@@ -133,6 +133,57 @@ def test_fused_decode_norm_gives_the_unfused_steps(device, monkeypatch):
         metrics.assert_close("fused-norm decode logits", a.float(), b.float(), atol=3e-2, rtol=2.0**-6)
 
 
+def test_n_major_attention_weights_give_the_k_major_steps(device, monkeypatch):
+    """XPUINJECT_NMAJOR=1: the attention's qkv and o weights, packed from the modules, are the
+    [K, N] views of N-major copies (the MLP's stay K-major), and the model gives the K-major
+    model's greedy tokens and near-equal logits: the prefill through the tiled GEMM, each one-token
+    step's projections through the GEMV's EW path; "0" keeps them K-major."""
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 97, (1, 18), generator=g).to(device)
+
+    def gen(switch):
+        monkeypatch.setenv("XPUINJECT_NMAJOR", switch)
+        model = _bind(_tiny("llama", device))
+        before = dict(_backend.launch_counts)
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4, output_logits=True,
+                                 return_dict_in_generate=True)
+        return model, out, _backend.launch_counts["gemv.ew"] - before.get("gemv.ew", 0)
+
+    ref_model, ref, ew_ref = gen("0")
+    model, out, ew = gen("1")
+    at, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    k = model.config.hidden_size
+    assert at.xpuinject_qkv_weight.stride() == (1, k) and at.xpuinject_o_weight.stride()[0] == 1
+    assert torch.equal(at.xpuinject_qkv_weight, ref_model.model.layers[0].self_attn.xpuinject_qkv_weight)
+    assert mlp.xpuinject_gate_up_weight.stride(1) == 1
+    assert ref_model.model.layers[0].self_attn.xpuinject_qkv_weight.stride(1) == 1
+    assert (ew_ref, ew) == (0, 2 * 2 * 3)  # two layers, qkv and o, three one-token steps
+    assert torch.equal(out.sequences, ref.sequences)
+    for a, b in zip(out.logits, ref.logits):
+        metrics.assert_close("N-major decode logits", a.float(), b.float(), atol=3e-2, rtol=2.0**-6)
+
+
+def test_n_major_layout_policy(monkeypatch):
+    """K-major unless XPUINJECT_NMAJOR says otherwise (NMAJOR_ON_CUDA: the CUDA default); only the
+    roles listed take it, and a tensor already N-major stays as it is."""
+    from xpuinject_kernels import packing
+
+    t = torch.randn(8, 12)
+    for switch, want in (("1", True), ("0", False)):
+        monkeypatch.setenv("XPUINJECT_NMAJOR", switch)
+        for dev in ("cpu", "cuda", "xpu"):
+            assert packing.nmajor_on(torch.device(dev)) is want
+        assert (packing.decode_layout("Attention", "o_weight", t).stride() == (1, 8)) is want
+        assert packing.decode_layout("SwiGLUMLP", "down_weight", t).stride() == (12, 1)
+    monkeypatch.delenv("XPUINJECT_NMAJOR")
+    assert not packing.nmajor_on(torch.device("cpu")) and not packing.nmajor_on(torch.device("xpu"))
+    assert packing.nmajor_on(torch.device("cuda")) is packing.NMAJOR_ON_CUDA
+    monkeypatch.setenv("XPUINJECT_NMAJOR", "1")
+    n = t.t().contiguous().t()
+    assert packing.decode_layout("Attention", "qkv_weight", n) is n
+
+
 def test_input_norm_inside_the_qkv_gemv_gives_the_unfused_steps(device, monkeypatch):
     """gemm.FUSE_INPUT_NORM: up to 16 rows the layer's input RMSNorm runs inside the QKV GEMV
     (one rms_norm launch fewer per layer): the same greedy tokens and near-equal logits as the two

@@ -261,7 +261,8 @@ def test_tma_ok_rules():
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
 def test_gemm_reads_a_transposed_weight_in_place(device, epilogue, out_dtype):
     """w = weight.t() of a row-major [N, K] nn.Linear weight: block pointers read it without a copy,
-    with the same result as the packed K-major copy; out_dtype=float32 is the unrounded accumulator."""
+    with the same result as the packed K-major copy, and so do tensor descriptors over its [N, K]
+    rows; out_dtype=float32 is the unrounded accumulator."""
     m_shape, k, n = (3, 7), 72, 40  # partial tiles in M, N and K
     n_w = 2 * n if epilogue == "swiglu" else n
     masters, (x, w, b, r) = make_inputs(m_shape, k, n_w, "random", torch.bfloat16, device, epilogue)
@@ -277,7 +278,14 @@ def test_gemm_reads_a_transposed_weight_in_place(device, epilogue, out_dtype):
         metrics.assert_close("gemm weight.t() fp32 out", y, ref, atol=1e-4 * ref.abs().max().item() + 1e-6, rtol=1e-5)
     else:
         check(f"gemm {epilogue} weight.t()", y, x, wt, b, None, masters, epilogue)
-    with pytest.raises(ValueError, match="transposed"):
-        G.gemm(x, wt, b, None, epilogue, use_descriptors=True)
+    # tensor descriptors read it as the [N, K] tensor it is, each tile transposed
+    if _backend.has_descriptors():
+        before = _backend.launch_counts["gemm.desc"]
+        yd = G.gemm(x, wt, b, None, epilogue, use_descriptors=True, out_dtype=out_dtype)
+        assert _backend.launch_counts["gemm.desc"] == before + 1
+        if out_dtype == torch.float32:
+            metrics.assert_close("gemm weight.t() desc", yd, ref, atol=1e-4 * ref.abs().max().item() + 1e-6, rtol=1e-5)
+        else:
+            check(f"gemm {epilogue} weight.t() desc", yd, x, wt, b, None, masters, epilogue)
     with pytest.raises(ValueError, match="out_dtype"):
         G.gemm(x, w, b, None, epilogue, out_dtype=torch.int32)

@@ -31,10 +31,14 @@ def ref64(x, w, b, r, epilogue):
     return y
 
 
-def operands(m, k, n_w, epilogue, dtype, device, seed=0):
+def operands(m, k, n_w, epilogue, dtype, device, seed=0, nmajor=False):
+    """x, w, bias, residual, n; nmajor: w is the [K, N] view of an N-major [N, K] weight (the same
+    values)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(m, k, generator=g).to(dtype).to(device)
     w = (torch.randn(k, n_w, generator=g) * k ** -0.5).to(torch.bfloat16).to(device)
+    if nmajor:
+        w = w.t().contiguous().t()
     b = (torch.randn(n_w, generator=g) * 0.3).to(torch.bfloat16).to(device) if epilogue == "bias" else None
     n = n_w // 2 if epilogue in ("swiglu", "geglu") else n_w
     r = torch.randn(m, n, generator=g).to(dtype).to(device) if epilogue == "residual" else None
@@ -50,14 +54,18 @@ def run(x, w, b, r, n, epilogue, config=None):
     return gemv.gemv(x, w, b, r, out, epilogue, config)
 
 
+@pytest.mark.parametrize("nmajor", [False, True], ids=["kmajor", "nmajor"])
 @pytest.mark.parametrize("epilogue", ["none", "bias", "residual", "swiglu", "geglu", "hardswish"])
 @pytest.mark.parametrize("m,k,n_w,split", [(1, 200, 72, 3), (3, 130, 40, 4), (8, 96, 100, 1), (16, 72, 34, 2),
                                            (2, 400, 40, 6)])
-def test_gemv_matches_fp64(device, epilogue, m, k, n_w, split):
-    # K = 200 over 3 splits of 32-row steps: the last split is short; N = 72 / 100 / 34: partial tiles
+def test_gemv_matches_fp64(device, epilogue, m, k, n_w, split, nmajor):
+    # K = 200 over 3 splits of 32-row steps: the last split is short; N = 72 / 100 / 34: partial tiles.
+    # An N-major weight (nn.Linear's layout, seen as [K, N]) reads [BLOCK_N, BLOCK_K] tiles of K runs;
+    # a gated one finds its up rows UP_OFF rows on.
     if epilogue in ("swiglu", "geglu") and n_w % 2:
         n_w += 1
-    x, w, b, r, n = operands(m, k, n_w, epilogue, torch.bfloat16, device)
+    x, w, b, r, n = operands(m, k, n_w, epilogue, torch.bfloat16, device, nmajor=nmajor)
+    assert (w.stride(0) == 1) is nmajor
     y = run(x, w, b, r, n, epilogue, cfg(32, 32, split))
     ref = ref64(x, w, b, r, epilogue)
     scale = ref.abs().max().item()
@@ -65,6 +73,9 @@ def test_gemv_matches_fp64(device, epilogue, m, k, n_w, split):
     metrics.assert_close(f"gemv {epilogue} m{m} k{k} n{n_w} split{split}", y, ref.to(y.dtype),
                          atol=1e-3 * scale + 1e-6, rtol=2.0**-7)
     assert int(_backend.semaphores(x.device, 1).abs().sum()) == 0, "every counter back at zero"
+    if nmajor:  # the same partials in the same order as the K-major weight's
+        y_k = run(x, w.contiguous(), b, r, n, epilogue, cfg(32, 32, split))
+        metrics.assert_close(f"gemv {epilogue} nmajor vs kmajor", y, y_k, atol=1e-2 * scale + 1e-6, rtol=2.0**-7)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -87,11 +98,18 @@ def test_gemm_routes_decode_rows_to_gemv(device):
     assert _backend.launch_counts["gemv"] == before + 1
     assert _backend.launch_counts["gemm.blockptr"] + _backend.launch_counts["gemm.desc"] == tiled
     metrics.assert_close("gemm -> gemv", y, ref64(x, w, b, None, "bias").to(y.dtype), atol=2e-2, rtol=2.0**-7)
-    # 17 rows, an explicit config, or a weight.t() view: the tiled kernel
+    # 17 rows, or a weight.t() view wider than NMAJOR_MAX_N (a tied lm_head's): the tiled kernel
     x17 = torch.randn(17, 96).bfloat16().to(device)
     G.gemm(x17, w, b, epilogue="bias")
-    G.gemm(x, w.t().contiguous().t(), b, epilogue="bias")
+    nmajor = w.t().contiguous().t()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gemv, "NMAJOR_MAX_N", 63)
+        G.gemm(x, nmajor, b, epilogue="bias")
     assert _backend.launch_counts["gemv"] == before + 1
+    # an N-major weight up to NMAJOR_MAX_N outputs: the GEMV, the same numbers
+    y_n = G.gemm(x, nmajor, b, epilogue="bias")
+    assert _backend.launch_counts["gemv"] == before + 2
+    metrics.assert_close("gemm -> gemv nmajor", y_n, y, atol=2e-2, rtol=2.0**-7)
 
 
 def test_gemv_heuristic_splits_to_fill_the_device():
@@ -103,6 +121,26 @@ def test_gemv_heuristic_splits_to_fill_the_device():
     assert gemv.heuristic_config("cuda", 1, 128256, 2048, 1, 132).kwargs["SPLIT_K"] == 1
     # a shallow K caps the split
     assert gemv.heuristic_config("cuda", 1, 256, 512, 1, 132).kwargs["SPLIT_K"] == 2
+    # N-major, one row: 16 rows by 256-deep K runs (8 by 512 from K = 4096), split only where the
+    # tiles leave SMs idle
+    c = gemv.heuristic_config("cuda", 1, 5120, 2048, 1, 132, kmajor=False)
+    assert c.kwargs == {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1}
+    c = gemv.heuristic_config("cuda", 1, 2048, 4096, 1, 132, kmajor=False)
+    assert c.kwargs == {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 1}
+    assert gemv.heuristic_config("cuda", 1, 512, 2048, 1, 132, kmajor=False).kwargs["SPLIT_K"] == 4
+    # a head-wide tile (the dot's rope epilogue, 128 rows) steps K by 64
+    assert gemv.heuristic_config("cuda", 1, 5120, 2048, 1, 132, 128, kmajor=False).kwargs["BLOCK_K"] == 64
+    # more rows (the 16-row dot): 32 by 128
+    assert gemv.heuristic_config("cuda", 8, 2048, 4096, 1, 132, kmajor=False).kwargs == {"BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 4}
+    # a head-wide tile (the rope epilogue's 128 rows) steps K by 64
+    assert gemv.heuristic_config("cuda", 1, 5120, 2048, 1, 132, 128, kmajor=False).kwargs["BLOCK_K"] == 64
+
+
+def test_gemv_refuses_a_weight_with_no_unit_stride(device):
+    x, w, b, r, n = operands(1, 64, 32, "none", torch.bfloat16, device)
+    wide = torch.zeros(64, 64, dtype=w.dtype, device=device)[:, ::2]
+    with pytest.raises(ValueError, match=r"weight strides \(64, 2\)"):
+        run(x, wide, None, None, 32, "none")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

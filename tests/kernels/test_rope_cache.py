@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import metrics
-from xpuinject_kernels import attention, rope_cache
+from xpuinject_kernels import _backend, attention, rope_cache
 from test_rope import rotary
 
 ULP = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}
@@ -282,13 +282,15 @@ QKV_ROPE_CASES = [  # b, hq, hk, d, rotary_factor, norm order, bias, input norm 
 ]
 
 
+@pytest.mark.parametrize("nmajor", [False, True], ids=["kmajor", "nmajor"])
 @pytest.mark.parametrize("b,hq,hk,d,factor,order,bias,in_norm,start,length,splits", QKV_ROPE_CASES)
 def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch, device, b, hq, hk, d, factor, order,
-                                                                    bias, in_norm, start, length, splits):
+                                                                    bias, in_norm, start, length, splits, nmajor):
     """The QKV GEMV with RoPE, the q/k norms and the cache write in its epilogue: q_rot and both
     caches as the GEMV at the same config followed by rope_cache_write leave them (bit for bit
     under the interpreter; on a GPU the norm's sum may run in another order, one rounding apart),
-    the counter untouched, and every other slot of the caches as it was."""
+    the counter untouched, and every other slot of the caches as it was; on a K-major weight and
+    on the [K, N] view of an N-major one."""
     import importlib
 
     import triton
@@ -300,6 +302,8 @@ def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch,
     n = (hq + 2 * hk) * d
     x = (torch.randn(b, 1, hidden) * 2).to(dtype).to(device)
     w = (torch.randn(hidden, n) / hidden ** 0.5).to(dtype).to(device)
+    if nmajor:
+        w = w.t().contiguous().t()
     bv = (torch.randn(n) * 0.1).to(dtype).to(device) if bias else None
     _, _, _, cos, sin, kc, vc = norm_case(b, 1, hq, hk, d, factor, length, dtype, device, seed=12)
     nw = {}
@@ -307,8 +311,11 @@ def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch,
         qw, kw = (t.to(device) for t in norm_weights(order, d, seed=13))
         nw = dict(q_norm_weight=qw, k_norm_weight=kw, eps=NORM_EPS, norm_round=order == "llama")
     inw = (0.5 + torch.rand(hidden)).to(dtype).to(device) if in_norm else None
-    cfg = triton.Config({"BLOCK_N": triton.next_power_of_2(d), "BLOCK_K": 32, "SPLIT_K": splits}, num_warps=4,
-                        num_stages=1)
+    # one row on an N-major weight: the EW path's 16-column tiles, several a head, the epilogue in the
+    # program that finishes a head's last one; else a head a tile
+    narrow = nmajor and b == 1
+    cfg = triton.Config({"BLOCK_N": 16 if narrow else triton.next_power_of_2(d), "BLOCK_K": 32, "SPLIT_K": splits},
+                        num_warps=4, num_stages=1)
     monkeypatch.setattr(gemv, "launch_config", lambda *a, **k: cfg)
     monkeypatch.setattr(gemm, "FUSE_INPUT_NORM", True)  # the input norm inside the GEMV, as on an XPU
 
@@ -321,8 +328,10 @@ def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch,
                                        kc_u, vc_u, c_u, **nw)
 
     c_f, kc_f, vc_f = torch.tensor(start, device=device), kc.clone(), vc.clone()
+    before = _backend.launch_counts["gemv.rope_head_tiles"]
     got = rope_cache.qkv_rope_cache_write(x, w, bv, cos, sin, kc_f, vc_f, c_f, hq, **nw,
                                           **({"in_norm_weight": inw, "in_eps": 1e-5} if in_norm else {}))
+    assert _backend.launch_counts["gemv.rope_head_tiles"] == before + narrow
 
     assert int(c_f) == start and tuple(got.shape) == (b, hq, 1, d)
     if str(device) == "cpu":
@@ -350,8 +359,9 @@ def test_qkv_rope_cache_write_refuses_bad_operands_and_traces_as_one_op(device):
         rope_cache.qkv_rope_cache_write(x.expand(1, 2, 96), w, None, cos, sin, kc, vc, counter, 4)
     with pytest.raises(ValueError, match="5 query heads are not a multiple of 2 kv heads"):
         rope_cache.qkv_rope_cache_write(x, w, None, cos, sin, kc, vc, counter, 5)
-    with pytest.raises(ValueError, match="outside what the fused launch takes"):
-        rope_cache.qkv_rope_cache_write(x, w.t().contiguous().t(), None, cos, sin, kc, vc, counter, 4)
+    strided = torch.zeros(96, 2 * 8 * 64, dtype=dtype, device=device)[:, ::2]
+    with pytest.raises(ValueError, match=r"strides \(1024, 2\), .*outside what the fused launch takes"):
+        rope_cache.qkv_rope_cache_write(x, strided, None, cos, sin, kc, vc, counter, 4)
 
     def f(x, kc, vc):
         return rope_cache.qkv_rope_cache_write(x, w, None, cos, sin, kc, vc, counter, 4)

@@ -4,8 +4,9 @@
 
 W is the transposed nn.Linear weight, [K, N] with unit column stride (packed offline: bf16,
 K-major so each program streams contiguous [BLOCK_K, BLOCK_N] tiles), or the nn.Linear weight
-itself seen as `weight.t()` (unit row stride), read in place through block pointers; the lm_head
-uses this on the embedding table it is tied to. x is bf16/fp16 (fp32 accepted), any leading dims
+itself seen as `weight.t()` (unit row stride, N-major), read in place: the lm_head uses this on
+the embedding table it is tied to, and a decode step's GEMVs read some packed weights fastest
+that way (packing.NMAJOR_ROLES). x is bf16/fp16 (fp32 accepted), any leading dims
 (flattened to M). Accumulation is fp32; the dot runs in W's dtype (an fp16/fp32 activation tile is
 rounded to W's dtype if they differ); the output is x's dtype, or `out_dtype`, rounded once after
 the epilogue.
@@ -22,7 +23,8 @@ Epilogues (constexpr EPILOGUE, bias independent of it via HAS_BIAS):
   "hardswish"  out = hardswish(x@W (+b))  = y * clamp(y + 3, 0, 6) / 6
   "residual"   out = x@W (+b) + r[M, N]
 
-Memory access: tensor descriptors (`tl.make_tensor_descriptor`) when every operand passes
+Memory access: tensor descriptors (`tl.make_tensor_descriptor`; an N-major weight, only when
+asked, described as its [N, K] rows, each tile transposed in registers) when every operand passes
 `_backend.tma_ok` (16-byte aligned base and row strides), else block pointers with boundary
 checks — a misaligned descriptor gave silently wrong results on the H200. One 1-D grid with
 GROUP_SIZE_M swizzling (Triton's matrix-multiplication tutorial, "L2 cache optimizations":
@@ -110,17 +112,32 @@ def _gemm_kernel(
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # used by swiglu only (DCE'd otherwise)
     if USE_DESC:
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K])
-        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[stride_wk, 1], block_shape=[BLOCK_K, BLOCK_N])
+        # an N-major W is described as the [N, K] tensor it is and its tiles transposed in registers
+        if W_KMAJOR:
+            w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[stride_wk, 1],
+                                               block_shape=[BLOCK_K, BLOCK_N])
+        else:
+            w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_wn, 1],
+                                               block_shape=[BLOCK_N, BLOCK_K])
         if EPILOGUE == 1 or EPILOGUE == 4:
             # the up half as its own [K, I] tensor: OOB columns of a gate tile read zeros, never up
-            wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF, shape=[K, N], strides=[stride_wk, 1],
-                                                block_shape=[BLOCK_K, BLOCK_N])
+            if W_KMAJOR:
+                wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF, shape=[K, N], strides=[stride_wk, 1],
+                                                    block_shape=[BLOCK_K, BLOCK_N])
+            else:
+                wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF * stride_wn, shape=[N, K], strides=[stride_wn, 1],
+                                                    block_shape=[BLOCK_N, BLOCK_K])
         for kk in range(0, tl.cdiv(K, BLOCK_K)):
             k0 = kk * BLOCK_K
             a = x_desc.load([off_m, k0]).to(wty)
-            acc = tl.dot(a, w_desc.load([k0, off_n]), acc)
-            if EPILOGUE == 1 or EPILOGUE == 4:
-                acc_up = tl.dot(a, wu_desc.load([k0, off_n]), acc_up)
+            if W_KMAJOR:
+                acc = tl.dot(a, w_desc.load([k0, off_n]), acc)
+                if EPILOGUE == 1 or EPILOGUE == 4:
+                    acc_up = tl.dot(a, wu_desc.load([k0, off_n]), acc_up)
+            else:
+                acc = tl.dot(a, tl.trans(w_desc.load([off_n, k0])), acc)
+                if EPILOGUE == 1 or EPILOGUE == 4:
+                    acc_up = tl.dot(a, tl.trans(wu_desc.load([off_n, k0])), acc_up)
     else:
         x_bp = tl.make_block_ptr(x_ptr, shape=(M, K), strides=(stride_xm, 1), offsets=(off_m, 0),
                                  block_shape=(BLOCK_M, BLOCK_K), order=(1, 0))
@@ -315,8 +332,6 @@ def _check(x, w, bias, residual, epilogue, out_dtype):
 
 def _gemm_fake(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config):
     _, _, out_shape, out_dtype = _check(x, w, bias, residual, epilogue, out_dtype)
-    if use_descriptors and w.stride(-1) != 1:
-        raise _err("use_descriptors=True but the weight is a transposed [N, K] view (block pointers read it)")
     return x.new_empty(out_shape, dtype=out_dtype)
 
 
@@ -338,14 +353,17 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
         return out
     o2 = out.view(-1, n)
     r2 = _as_rows(residual) if residual is not None else None
-    if fixed is None and use_descriptors is None and gemv.supports(m, kmajor, be):
+    if fixed is None and use_descriptors is None and gemv.supports(m, kmajor, be, n_w):
         # decode-sized M: split-K over the weight, reduced in the same launch (gemv.py)
         gemv.gemv(x2, w, bias, r2, o2, epilogue)
         _backend.count(f"gemm.{epilogue}")
         return out
     up_off = n if swiglu else 0
 
-    operands = [x2, w, o2] + ([r2] if r2 is not None else []) + ([w[:, n:]] if swiglu else [])
+    # descriptors see an N-major weight as the [N, K] tensor it is
+    w_rows = w if kmajor else w.t()
+    operands = [x2, w_rows, o2] + ([r2] if r2 is not None else []) + ([w_rows[:, n:] if kmajor else w_rows[n:]]
+                                                                       if swiglu else [])
 
     def aligned() -> bool:
         return all(_backend.tma_ok(t) for t in operands)
@@ -353,10 +371,10 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
     if use_descriptors is None:
         # The cheap conditions first: a CUDA decode step never takes descriptors, so it skips
         # the alignment checks (~10 us of host time per call on the dev VM, of ~27 us).
+        # an N-major weight takes block pointers unless asked: descriptors of its [N, K] rows are
+        # not measured against them (and the XPU backend does not lower the transposed tile)
         use_desc = kmajor and prefer_descriptors(be, m, True) and aligned()
     elif use_descriptors:
-        if not kmajor:
-            raise _err("use_descriptors=True but the weight is a transposed [N, K] view (block pointers read it)")
         if not aligned():
             raise _err("use_descriptors=True but an operand is not 16-byte aligned (base or row stride)")
         if not _backend.has_descriptors():
@@ -508,8 +526,9 @@ def _row_norm_ok(x: torch.Tensor, norm_weight: torch.Tensor, w: torch.Tensor, ep
     """Whether a norm of x's rows by norm_weight may run inside a GEMV on w (rms_norm_gemm, and
     with a residual of x's shape and dtype add_rms_norm_gemm)."""
     return (epilogue != "residual" and x.dtype in (torch.bfloat16, torch.float16) and norm_weight.dtype == x.dtype
-            and norm_weight.dim() == 1 and norm_weight.shape[0] == x.shape[-1] and w.stride(-1) == 1
-            and gemv.supports(_rows(x), True, _backend.backend(x)))
+            and norm_weight.dim() == 1 and norm_weight.shape[0] == x.shape[-1] and w.dim() == 2
+            and (w.stride(1) == 1 or w.stride(0) == 1)
+            and gemv.supports(_rows(x), w.stride(1) == 1, _backend.backend(x), w.shape[1]))
 
 
 def _rms_norm_gemm(x, norm_weight, eps, w, bias, epilogue):

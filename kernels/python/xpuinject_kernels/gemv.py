@@ -56,10 +56,19 @@ def _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF,
 def _gemv_kernel(
     x_ptr, w_ptr, b_ptr, r_ptr, o_ptr, ws_ptr, sem_ptr, r0_ptr, nw_ptr, sum_ptr,
     M, N, K, K_PER_SPLIT, UP_OFF, N_WS,
-    stride_xm, stride_wk, stride_rm, stride_om, stride_r0m, stride_sm, eps,
+    stride_xm, stride_wk, stride_wn, stride_rm, stride_om, stride_r0m, stride_sm, eps,
     HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     NORM: tl.constexpr = False, PDL: tl.constexpr = False, ROW_NORM: tl.constexpr = False,
+    # W_KMAJOR: W is [K, N] with unit column stride (the packed layout); else the [K, N] view of
+    # an N-major [N, K] weight (unit row stride, nn.Linear's own), read as [BLOCK_N, BLOCK_K]
+    # tiles of contiguous K runs.
+    W_KMAJOR: tl.constexpr = True,
+    # EW (one row, an N-major weight; BLOCK_M = 1): multiply-add the weight tile into an fp32
+    # [BLOCK_N, BLOCK_K] accumulator on the CUDA cores and reduce it once at the end, instead of
+    # a 16-row tl.dot on its transpose: on the H200, at each path's best config, the Qwen3-30B-A3B
+    # attention projections took 6.99 and 6.39 us against 8.38 and 7.27 (bench_launch_floor.py).
+    EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None,
     ROWS: tl.constexpr = 1, BLOCK_R: tl.constexpr = 16,
     # ROPE: the output is a decode token's fused q|k|v projection and each N tile one head of
     # TILE_N = head_dim columns; the finished tile is normalized, rotated and written to the query
@@ -67,6 +76,10 @@ def _gemv_kernel(
     ROPE: tl.constexpr = False, TILE_N=0, QO=None, KC=None, VC=None, COS=None, SIN=None, COUNTER=None,
     QW=None, KW=None, HQ=0, HK=0, HALF=0, L=0, sqo=0, skcb=0, skch=0, skcn=0, svcb=0, svch=0, svcn=0,
     scb=0, ssb=0, eps_qk=0.0, NORM_QK: tl.constexpr = False, NORM_ROUND: tl.constexpr = True,
+    # HEAD_TILES > 1: a head spans that many BLOCK_N tiles (the EW path's narrow ones); the program
+    # that finishes the head's last (tile, split) sums all of them and runs the epilogue on the
+    # head, BLOCK_D (head_dim's power of two) wide.
+    HEAD_TILES: tl.constexpr = 1, BLOCK_D: tl.constexpr = 0,
 ):
     _backend.pdl_wait(PDL)
     pid_n = tl.program_id(0)
@@ -76,10 +89,13 @@ def _gemv_kernel(
     aty = x_ptr.dtype.element_ty
     offs_m = tl.arange(0, BLOCK_M)
     m_ok = offs_m < M
+    head = pid_n // HEAD_TILES
     if ROPE:
-        # a head a tile: BLOCK_N (a power of two) covers head_dim's TILE_N columns
-        offs_n = pid_n * TILE_N + tl.arange(0, BLOCK_N)
-        n_ok = (tl.arange(0, BLOCK_N) < TILE_N) & (offs_n < N)
+        # a head a tile (BLOCK_N, a power of two, covers head_dim's TILE_N columns), or HEAD_TILES
+        # tiles a head
+        offs_t = (pid_n % HEAD_TILES) * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_n = head * TILE_N + offs_t
+        n_ok = (offs_t < TILE_N) & (offs_n < N)
     else:
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = offs_n < N
@@ -100,12 +116,16 @@ def _gemv_kernel(
         rstd = 1.0 / tl.sqrt(ss / K + eps)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
+    acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # EW only (DCE'd otherwise)
+    acc2_up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     if ROW_NORM:
         # Each row's rstd over all K, every program on its own (the ROWS rows there are, not the
         # dot's padding). On the H200 the squares summed inside the weight loop instead doubled
         # the GEMV's time (benchmarks/bench_fused_norm.py).
         rstd = rows_rstd(x_ptr, x_ptr, 0, M, K, stride_xm, 0, eps, ROWS, BLOCK_M, BLOCK_R, False)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    # EW_STAGES: the weight loads go through shared memory that many deep, as the dot's do (they
+    # feed no dot, so the pipeliner would leave them as plain loads); None: the launch's stages
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
         a_ok = m_ok[:, None] & k_ok[None, :]
@@ -124,14 +144,31 @@ def _gemv_kernel(
             nw = tl.load(nw_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)
             a = (nw[None, :] * nv).to(aty)
         a = a.to(wty)
-        w_rows = w_ptr + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
-        w_ok = k_ok[:, None] & n_ok[None, :]
-        acc = tl.dot(a, tl.load(w_rows, mask=w_ok, other=0.0), acc)
-        if gated:
-            acc_up = tl.dot(a, tl.load(w_rows + UP_OFF, mask=w_ok, other=0.0), acc_up)
+        if W_KMAJOR:
+            w_rows = w_ptr + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
+            w_ok = k_ok[:, None] & n_ok[None, :]
+            acc = tl.dot(a, tl.load(w_rows, mask=w_ok, other=0.0), acc)
+            if gated:
+                acc_up = tl.dot(a, tl.load(w_rows + UP_OFF, mask=w_ok, other=0.0), acc_up)
+        else:
+            w_cols = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
+            w_ok = n_ok[:, None] & k_ok[None, :]
+            if EW:
+                # bf16 x bf16 products are exact in fp32, as the tensor cores' are
+                av = a.to(tl.float32)  # [1, BLOCK_K]
+                acc2 += tl.load(w_cols, mask=w_ok, other=0.0).to(tl.float32) * av
+                if gated:
+                    acc2_up += tl.load(w_cols + UP_OFF * stride_wn, mask=w_ok, other=0.0).to(tl.float32) * av
+            else:
+                acc = tl.dot(a, tl.trans(tl.load(w_cols, mask=w_ok, other=0.0)), acc)
+                if gated:
+                    acc_up = tl.dot(a, tl.trans(tl.load(w_cols + UP_OFF * stride_wn, mask=w_ok, other=0.0)), acc_up)
+    if EW:
+        acc = tl.sum(acc2, axis=1)[None, :]
+        acc_up = tl.sum(acc2_up, axis=1)[None, :]
 
     out_ok = m_ok[:, None] & n_ok[None, :]
-    if SPLIT_K > 1:
+    if SPLIT_K * HEAD_TILES > 1:
         # Partials [SPLIT_K, M, N_WS] fp32 (gated: the up half at column offset N of each row).
         ws_tile = ws_ptr + (pid_k * M + offs_m[:, None]) * N_WS + offs_n[None, :]
         tl.store(ws_tile, acc, mask=out_ok)
@@ -139,26 +176,45 @@ def _gemv_kernel(
             tl.store(ws_tile + N, acc_up, mask=out_ok)
         # Every thread's partial is stored before the (acq_rel, device-scope) count is taken.
         tl.debug_barrier()
-        arrived = tl.atomic_add(sem_ptr + pid_n, 1)
-        if arrived == SPLIT_K - 1:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in range(0, SPLIT_K):
-                part = ws_ptr + (s * M + offs_m[:, None]) * N_WS + offs_n[None, :]
-                # .cg: read at L2, where the other programs' stores are, never a stale L1 line
-                acc += tl.load(part, mask=out_ok, other=0.0, cache_modifier=".cg")
-                if gated:
-                    acc_up += tl.load(part + N, mask=out_ok, other=0.0, cache_modifier=".cg")
-            if ROW_NORM:
-                acc = acc * rstd[:, None]
-                acc_up = acc_up * rstd[:, None]
-            _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
-                    HAS_BIAS, EPILOGUE)
-            if ROPE:
-                _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, pid_n, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW,
+        arrived = tl.atomic_add(sem_ptr + head, 1)
+        if HEAD_TILES > 1:
+            if arrived == SPLIT_K * HEAD_TILES - 1:
+                for t in range(0, HEAD_TILES):
+                    in_head = t * BLOCK_N + tl.arange(0, BLOCK_N)
+                    offs_h = head * TILE_N + in_head
+                    ok_h = m_ok[:, None] & ((in_head < TILE_N) & (offs_h < N))[None, :]
+                    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                    for s in range(0, SPLIT_K):
+                        part = ws_ptr + (s * M + offs_m[:, None]) * N_WS + offs_h[None, :]
+                        acc += tl.load(part, mask=ok_h, other=0.0, cache_modifier=".cg")
+                    if ROW_NORM:
+                        acc = acc * rstd[:, None]
+                    _finish(acc, acc, b_ptr, r_ptr, o_ptr, offs_m, offs_h, ok_h, N, UP_OFF, stride_rm, stride_om,
+                            HAS_BIAS, EPILOGUE)
+                _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, head, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW,
                                    KW, HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
-                                   BLOCK_M, BLOCK_N, NORM_QK, NORM_ROUND)
-            tl.atomic_xchg(sem_ptr + pid_n, 0)
+                                   BLOCK_M, BLOCK_D, NORM_QK, NORM_ROUND)
+                tl.atomic_xchg(sem_ptr + head, 0)
+        else:
+            if arrived == SPLIT_K - 1:
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for s in range(0, SPLIT_K):
+                    part = ws_ptr + (s * M + offs_m[:, None]) * N_WS + offs_n[None, :]
+                    # .cg: read at L2, where the other programs' stores are, never a stale L1 line
+                    acc += tl.load(part, mask=out_ok, other=0.0, cache_modifier=".cg")
+                    if gated:
+                        acc_up += tl.load(part + N, mask=out_ok, other=0.0, cache_modifier=".cg")
+                if ROW_NORM:
+                    acc = acc * rstd[:, None]
+                    acc_up = acc_up * rstd[:, None]
+                _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
+                        HAS_BIAS, EPILOGUE)
+                if ROPE:
+                    _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, pid_n, TILE_N, QO, KC, VC, COS, SIN, COUNTER,
+                                       QW, KW, HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb,
+                                       eps_qk, BLOCK_M, BLOCK_N, NORM_QK, NORM_ROUND)
+                tl.atomic_xchg(sem_ptr + pid_n, 0)
     else:
         if ROW_NORM:
             acc = acc * rstd[:, None]
@@ -171,10 +227,16 @@ def _gemv_kernel(
                                BLOCK_M, BLOCK_N, NORM_QK, NORM_ROUND)
 
 
-def supports(m: int, kmajor: bool, be: str) -> bool:
-    """Whether a gemm call of m rows takes this kernel: decode-sized M on a packed K-major weight
-    (the lm_head's weight.t() view of a tied embedding has N tiles enough without split-K)."""
-    return 0 < m <= MAX_M and kmajor and be in ("cuda", "xpu", "cpu")
+def supports(m: int, kmajor: bool, be: str, n: int = 0) -> bool:
+    """Whether a gemm call of m rows takes this kernel: decode-sized M on a packed K-major weight,
+    or on an N-major one of at most NMAJOR_MAX_N outputs (the lm_head's weight.t() view of a tied
+    embedding, vocabulary-wide, has N tiles enough without split-K)."""
+    return 0 < m <= MAX_M and (kmajor or 0 < n <= NMAJOR_MAX_N) and be in ("cuda", "xpu", "cpu")
+
+
+# Outputs up to which an N-major weight takes this kernel (every projection of an 8B model; not a
+# vocabulary of 49152 or more).
+NMAJOR_MAX_N = 32768
 
 
 # Programs the heuristic aims for per SM. On the H200 the decode projections were fastest at
@@ -184,20 +246,38 @@ _PROGRAMS_PER_SM = 1.5
 
 
 def heuristic_config(be: str, m: int, n: int, k: int, n_b_tiles: int, units: int,
-                     block_n: Optional[int] = None) -> triton.Config:
-    """A launch config from the shape alone: 64 x 128 tiles (128-byte rows of a bf16 weight), and
-    the fewest K splits (a power of two) that put _PROGRAMS_PER_SM weight tiles in flight on each
-    of the device's `units` compute units (a gated program streams two), each split at least two
-    BLOCK_K steps deep. block_n: a width the caller needs (a head's); from 128 columns K steps by
-    64, the same tile bytes."""
-    block_n = block_n or 64
-    block_k = 64 if block_n >= 128 else 128
+                     block_n: Optional[int] = None, kmajor: bool = True) -> triton.Config:
+    """A launch config from the shape alone. K-major: 64 x 128 tiles (128-byte rows of a bf16
+    weight), and the fewest K splits (a power of two) that put _PROGRAMS_PER_SM weight tiles in
+    flight on each of the device's `units` compute units (a gated program streams two), each split
+    at least two BLOCK_K steps deep. N-major: 16 output rows by 256-deep K runs (512 contiguous
+    bytes a row), _NMAJOR_PROGRAMS_PER_SM. block_n: a width the caller needs (a head's); then K
+    steps keep the tile's bytes."""
+    if kmajor:
+        block_n = block_n or 64
+        block_k = 64 if block_n >= 128 else 128
+        per_sm = _PROGRAMS_PER_SM
+    elif m == 1:  # EW: 8 KB tiles, 512-deep K runs once K is 4096 or more
+        block_k = 512 if k >= 4096 else 256
+        block_n = block_n or 4096 // block_k
+        block_k = max(64, min(block_k, 4096 // block_n))
+        per_sm = _NMAJOR_PROGRAMS_PER_SM
+    else:
+        block_n = block_n or 32
+        block_k = 128
+        per_sm = _PROGRAMS_PER_SM
     tiles = _backend.cdiv(n, block_n) * n_b_tiles
     split = 1
-    while tiles * split < _PROGRAMS_PER_SM * units and k // (split * 2) >= 2 * block_k:
+    while tiles * split < per_sm * units and k // (split * 2) >= 2 * block_k:
         split *= 2
     return triton.Config({"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split}, num_warps=4,
                          num_stages=3 if be == "cuda" else 2)
+
+
+# On the H200 the EW path was fastest on the Qwen3-30B-A3B attention projections at one K split:
+# qkv (K 2048) 16 x 256 tiles 6.99 us, o (K 4096) 8 x 512 tiles 6.39 us, against 8.56 and 7.97 for
+# the K-major GEMV at its tuned configs (benchmarks/bench_launch_floor.py --nmajor).
+_NMAJOR_PROGRAMS_PER_SM = 0.9
 
 
 def _config_key(epilogue: str, m_bucket: int, k: int, n_w: int) -> dict:
@@ -207,29 +287,33 @@ def _config_key(epilogue: str, m_bucket: int, k: int, n_w: int) -> dict:
 _BEST: dict = {}
 
 
-def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0) -> triton.Config:
+def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0, kmajor: bool = True) -> triton.Config:
     """The config a launch takes: tuned for this GPU (gpus/<gpu>.json, kernel "gemv"), else the
     shape heuristic (recorded as such), kept per problem class. tile_n: a rope epilogue's head_dim
-    (its tiles are heads, and the launcher sets BLOCK_N from it)."""
+    (its tiles are heads, and the launcher sets BLOCK_N from it). epilogue names the class: the
+    launcher appends "+rope" and, on an N-major weight, "+nmajor"."""
     m_bucket = _backend.next_pow2(m)
-    lkey = (be, _backend.is_interpret(), dtypes, m_bucket, n, k, epilogue, tile_n)
+    lkey = (be, _backend.is_interpret(), dtypes, m_bucket, n, k, epilogue, tile_n, kmajor)
     cfg = _BEST.get(lkey)
     if cfg is not None:
         _backend.count("gemv.launch_cached")
         return cfg
     key = _config_key(epilogue, m_bucket, k, n_w)
-    n_b = 2 if epilogue in _GATED else 1
+    n_b = 2 if epilogue.split("+")[0] in _GATED else 1
     cfg = gpus.tuned_config("gemv", key, device)
     if cfg is None:
         units = _backend.compute_units(device)
-        block_n = _backend.next_pow2(tile_n) if tile_n else None
+        # the EW path's rope tiles are narrow (HEAD_TILES a head); the dot's a head wide
+        block_n = _backend.next_pow2(tile_n) if tile_n and (kmajor or m > 1) else None
         if _backend.is_interpret():
-            cfg = heuristic_config(be, m, n, k, n_b, units, block_n)
+            cfg = heuristic_config(be, m, n, k, n_b, units, block_n, kmajor)
         else:
             # an explicit autotune request still gets this config: a GEMV has one knob that
             # matters (the split count), which the shape sets
-            cfg = gpus.heuristic_config("gemv", key, lambda: heuristic_config(be, m, n, k, n_b, units, block_n)) or \
-                heuristic_config(be, m, n, k, n_b, units, block_n)
+            def shape_cfg():
+                return heuristic_config(be, m, n, k, n_b, units, block_n, kmajor)
+
+            cfg = gpus.heuristic_config("gemv", key, shape_cfg) or shape_cfg()
     _BEST[lkey] = cfg
     return cfg
 
@@ -255,24 +339,35 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
     n_w = w.shape[1]
     gated = epilogue in _GATED
     n = n_w // 2 if gated else n_w
+    kmajor = w.stride(1) == 1
+    if not kmajor and w.stride(0) != 1:
+        raise ValueError(f"xpuinject_kernels: gemv: weight strides {tuple(w.stride())}: want K-major [K, N] rows "
+                         "or the [K, N] view of an N-major weight")
     if rope is not None and (gated or epilogue not in ("none", "bias") or r2 is not None):
         raise ValueError(f"xpuinject_kernels: gemv: the rope epilogue follows 'none' or 'bias', not {epilogue!r}")
     tile_n = rope["TILE_N"] if rope is not None else 0
-    cfg = config or launch_config(be, x2.device, epilogue + ("+rope" if rope is not None else ""), m, n, k, n_w,
-                                  (x2.dtype, w.dtype, o2.dtype, None if r2 is None else r2.dtype), tile_n)
+    cls = epilogue + ("+rope" if rope is not None else "") + ("" if kmajor else "+nmajor")
+    cfg = config or launch_config(be, x2.device, cls, m, n, k, n_w,
+                                  (x2.dtype, w.dtype, o2.dtype, None if r2 is None else r2.dtype), tile_n, kmajor)
     kw = cfg.kwargs
+    ew = not kmajor and m == 1
     block_k = kw["BLOCK_K"]
     split = max(1, min(int(kw["SPLIT_K"]), _backend.cdiv(k, block_k)))
     k_per = _backend.cdiv(_backend.cdiv(k, split), block_k) * block_k  # whole BLOCK_K steps per split
     split = _backend.cdiv(k, k_per)
     block_n = kw["BLOCK_N"]
     tiles = _backend.cdiv(n, block_n)
-    if rope is not None:
+    head_tiles = 1
+    if rope is not None and ew and block_n < tile_n and tile_n % block_n == 0:
+        # the EW path's narrow tiles, head_tiles a head (the rope epilogue waits for all of them)
+        head_tiles = tile_n // block_n
+        tiles = _backend.cdiv(n, tile_n) * head_tiles
+    elif rope is not None:
         block_n = _backend.next_pow2(tile_n)
         tiles = _backend.cdiv(n, tile_n)
     if norm is not None and row_norm is not None:
         raise ValueError("xpuinject_kernels: gemv: norm and row_norm are exclusive")
-    if split > 1:
+    if split * head_tiles > 1:
         ws = torch.empty((split * m * n_w,), dtype=torch.float32, device=x2.device)
         sem = _backend.semaphores(x2.device, tiles)
     else:
@@ -285,15 +380,19 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
     _gemv_kernel[(tiles, split)](
         x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2, ws, sem, r0, nw, s_out,
         m, n, k, k_per, n if gated else 0, n_w,
-        x2.stride(0), w.stride(0), r2.stride(0) if r2 is not None else 0, o2.stride(0), r0.stride(0),
+        x2.stride(0), w.stride(0), w.stride(1), r2.stride(0) if r2 is not None else 0, o2.stride(0), r0.stride(0),
         s_out.stride(0), float(eps),
         HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue],
-        BLOCK_M=_BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, NORM=norm is not None,
+        BLOCK_M=1 if ew else _BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, NORM=norm is not None,
         ROW_NORM=row_norm is not None, ROWS=rows, BLOCK_R=min(_backend.next_pow2(k), max(16, 2048 // rows)),
+        W_KMAJOR=kmajor, EW=ew, EW_STAGES=cfg.num_stages if ew else None, HEAD_TILES=head_tiles,
+        BLOCK_D=_backend.next_pow2(tile_n) if tile_n else 0,
         PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **(rope or {}), **_backend.pdl_kw(pdl),
     )
     _backend.count("gemv")
     _backend.count(f"gemv.{epilogue}")
+    if ew:
+        _backend.count("gemv.ew")
     if rope is not None:
-        _backend.count("gemv.rope")
+        _backend.count("gemv.rope" if head_tiles == 1 else "gemv.rope_head_tiles")
     return o2

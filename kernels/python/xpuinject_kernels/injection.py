@@ -46,7 +46,7 @@ from . import moe_layer
 from .attention import register_transformers
 from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, PACKED_CHECKS, VENDOR_ATTR, layer_for_class
 from .families import mlp_activation
-from .packing import Released
+from .packing import Released, decode_layout
 
 __all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "mark_transformers_classes", "kernel_mapping",
            "kernel_config_mapping",
@@ -539,7 +539,9 @@ def _attach(lp: dict, module: nn.Module, reads: List[str], tensors: Dict[str, to
         attr = out.get("attr") or ""
         if attr:
             module._parameters.pop(attr, None)
-            module.register_buffer(attr, t, persistent=False)
+            layer = lp["bindings"][0]["layer"]
+            role = next((r for r, a in LAYERS[layer]["packed"].items() if a == attr), "")
+            module.register_buffer(attr, decode_layout(layer, role, t), persistent=False)
             continue
         # replaces the module's own tensor of the same name (an RMSNorm weight in bf16)
         prefix = lp["module"] + "."

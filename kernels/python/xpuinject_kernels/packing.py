@@ -18,6 +18,7 @@ from typing import Callable, Dict, Optional
 import torch
 from torch import nn
 
+from ._backend import env_switch
 from .contract import LAYERS, NAME_ATTR, packed_attr
 
 __all__ = ["pack", "Released"]
@@ -184,6 +185,28 @@ _PACKERS: Dict[str, Callable[[nn.Module], Dict[str, torch.Tensor]]] = {
 }
 
 
+# The packed tensors a decode GEMV may read N-major ([N, K] rows of contiguous K, nn.Linear's own
+# layout, seen as [K, N]). On the H200 the Qwen3-30B-A3B attention projections' one-row GEMVs took
+# 6.99 and 6.39 us that way (the EW path) against 8.56 and 7.97 K-major
+# (benchmarks/bench_launch_floor.py --nmajor); the whole decode step with them is not measured yet
+# in the form here (QKV + RoPE tiles 16 rows wide), so K-major stays the default everywhere.
+# Every kernel that takes these tensors reads either layout. XPUINJECT_NMAJOR=1 or 0 decides.
+NMAJOR_ROLES = {("Attention", "qkv_weight"), ("Attention", "o_weight")}
+NMAJOR_ON_CUDA = False
+
+
+def nmajor_on(device: torch.device) -> bool:
+    on = env_switch("XPUINJECT_NMAJOR")
+    return (device.type == "cuda" and NMAJOR_ON_CUDA) if on is None else on
+
+
+def decode_layout(layer: str, role: str, t: torch.Tensor) -> torch.Tensor:
+    """t, or the [K, N] view of its N-major copy where NMAJOR_ROLES and nmajor_on say so."""
+    if (layer, role) in NMAJOR_ROLES and t.dim() == 2 and t.stride(1) == 1 and nmajor_on(t.device):
+        return t.t().contiguous().t()
+    return t
+
+
 def pack(module: nn.Module, layer: str) -> None:
     """Make `layer`'s packed tensors from `module`'s own weights and cache them on it."""
     fn = _PACKERS.get(layer)
@@ -192,4 +215,4 @@ def pack(module: nn.Module, layer: str) -> None:
     with torch.no_grad():
         tensors = fn(module)
     for role, t in tensors.items():
-        module.register_buffer(packed_attr(layer, role), t, persistent=False)
+        module.register_buffer(packed_attr(layer, role), decode_layout(layer, role, t), persistent=False)

@@ -230,14 +230,14 @@ def rope_cache_write_ref(q, k, v, cos, sin, k_cache, v_cache, counter, dtype=tor
 
 def qkv_rope_ok(x: torch.Tensor, w: torch.Tensor, k_cache: torch.Tensor, head_dim: int) -> bool:
     """Whether qkv_rope_cache_write takes a decode step of x [B, 1, K] on the packed weight w:
-    B at most the GEMV's rows, w K-major, x and the caches one half-precision dtype, and a
-    head_dim of at most 256 (one head a tile)."""
+    B at most the GEMV's rows, w K-major or N-major (gemv.supports), x and the caches one
+    half-precision dtype, and a head_dim of at most 256 (one head a tile)."""
     from . import gemv
 
     return (x.dim() == 3 and x.shape[1] == 1 and 0 < x.shape[0] <= gemv.MAX_M
             and x.dtype in (torch.bfloat16, torch.float16) and k_cache.dtype == x.dtype and w.dtype == x.dtype
-            and w.dim() == 2 and w.stride(1) == 1 and head_dim % 2 == 0 and head_dim <= 256
-            and gemv.supports(x.shape[0], True, _backend.backend(x)))
+            and w.dim() == 2 and (w.stride(1) == 1 or w.stride(0) == 1) and head_dim % 2 == 0 and head_dim <= 256
+            and gemv.supports(x.shape[0], w.stride(1) == 1, _backend.backend(x), w.shape[1]))
 
 
 def qkv_rope_cache_write(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], cos: torch.Tensor,
@@ -254,9 +254,10 @@ def qkv_rope_cache_write(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.
     Each program's tile is one head (gemv.py's rope epilogue): the program that finishes a head
     normalizes and rotates it in registers and writes it where the next launch reads it, so the
     RoPE + cache-write launch of the unfused step is gone. x: [B, 1, K] with B <= gemv.MAX_M
-    (qkv_rope_ok); w: the packed K-major [K, (num_heads + 2 kv_heads) D]. in_norm_weight
-    (with in_eps): x is the layer's input before its RMSNorm, run as gemm.rms_norm_gemm runs it
-    (inside the GEMV where launches do not overlap, else its own launch first).
+    (qkv_rope_ok); w: the packed [K, (num_heads + 2 kv_heads) D], K-major or the view of an
+    N-major weight. in_norm_weight (with in_eps): x is the layer's input before its RMSNorm, run
+    as gemm.rms_norm_gemm runs it (inside the GEMV where launches do not overlap, else its own
+    launch first).
     The op: torch.ops.<ns>.qkv_rope_cache_write (declares that it writes both caches)."""
     if _ops.traced(x):
         return _ops.call("qkv_rope_cache_write", x, w, bias, cos, sin, k_cache, v_cache, counter, int(num_heads),
