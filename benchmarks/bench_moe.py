@@ -81,8 +81,8 @@ PATHS = ("ours", "grouped_mm", "grouped_mm_compiled", "batched_mm")
 PROFILE_CALLS = 5
 ROOFLINE_BPS = 4.2e12  # H200 HBM3e, bytes/s
 SETS = 8  # input sets rotated through: each call routes other tokens, so other experts are read
-# --sweep candidates (moe.DECODE_KEYS): gate/up (BLOCK_N, BLOCK_K, SPLIT_K), down (the same),
-# num_warps, num_stages. Short lists: each one compiles its kernels once.
+# --sweep candidates (moe.DECODE_KEYS): gate/up (BLOCK_N, BLOCK_K, SPLIT_K[, EW]), down (the same),
+# num_warps, num_stages (decode_config). Short lists: each one compiles its kernels once.
 SWEEP_DECODE = [
     ((64, 128, 1), (64, 128, 1), 4, 3),
     ((64, 128, 2), (64, 128, 2), 4, 3),
@@ -103,6 +103,15 @@ SWEEP_DECODE = [
     ((128, 64, 2), (64, 128, 1), 4, 4),
     ((64, 128, 2), (128, 64, 2), 4, 4),
     ((128, 128, 2), (128, 128, 2), 8, 3),
+    # EW (the CUDA cores' multiply-add into a [BLOCK_K, BLOCK_N] fp32 accumulator, no 16-row
+    # dot): wide, shallow tiles, the accumulators' registers bounded; each kernel alone, then both
+    ((128, 32, 2, 1), (128, 32, 1, 1), 4, 3),
+    ((128, 32, 4, 1), (128, 32, 2, 1), 4, 3),
+    ((256, 16, 4, 1), (256, 16, 2, 1), 4, 3),
+    ((64, 64, 2, 1), (64, 64, 1, 1), 4, 3),
+    ((128, 32, 2, 1), (128, 32, 1, 1), 8, 4),
+    ((128, 32, 2, 1), (128, 64, 2), 4, 4),
+    ((128, 64, 2), (128, 32, 1, 1), 4, 4),
 ]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the prefill kernels
 SWEEP_PREFILL = [
@@ -116,7 +125,7 @@ SWEEP_PREFILL = [
     (64, 256, 64, 8, 3),
     (64, 128, 128, 8, 3),
 ]
-SMOKE_SWEEP_DECODE = [((16, 32, 1), (16, 16, 1), 4, 1), ((32, 16, 2), (32, 16, 3), 4, 1)]
+SMOKE_SWEEP_DECODE = [((16, 32, 1), (16, 16, 1), 4, 1), ((32, 16, 2, 1), (32, 16, 3, 1), 4, 1)]
 SMOKE_SWEEP_PREFILL = [(16, 16, 32, 4, 1), (32, 32, 16, 4, 1)]
 
 
@@ -218,16 +227,21 @@ def active_bytes(sh, tokens, hit):
     return 2 * (h * e + hit * 3 * h * i + 2 * tokens * h)
 
 
+def decode_config(gate_up, down, warps, stages) -> dict:
+    """A SWEEP_DECODE entry as the launcher's config dict (moe.DECODE_KEYS; EW and DOWN_EW only
+    where on, as a tuned entry holds them)."""
+    names = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "EW")
+    c = dict(zip(names, gate_up), **{f"DOWN_{n}": v for n, v in zip(names, down)}, num_warps=warps,
+             num_stages=stages)
+    return {k: v for k, v in c.items() if not (k.endswith("EW") and not v)}
+
+
 def sweep_configs(env, tokens):
     """(path, candidate configs) for a token count: moe's decode or prefill launch constants."""
     from xpuinject_kernels import moe as M
 
     if tokens <= M.DECODE_MAX_TOKENS:
-        out = []
-        for (bn, bk, sk), (dbn, dbk, dsk), w, st in (SMOKE_SWEEP_DECODE if env.smoke else SWEEP_DECODE):
-            out.append(dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, DOWN_BLOCK_N=dbn, DOWN_BLOCK_K=dbk, DOWN_SPLIT_K=dsk,
-                            num_warps=w, num_stages=st))
-        return "decode", out
+        return "decode", [decode_config(*c) for c in (SMOKE_SWEEP_DECODE if env.smoke else SWEEP_DECODE)]
     out = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
            for bm, bn, bk, w, st in (SMOKE_SWEEP_PREFILL if env.smoke else SWEEP_PREFILL)]
     return "prefill", out

@@ -38,9 +38,7 @@ def candidates(kernel: str) -> list:
     if kernel == "moe.decode":
         import bench_moe
 
-        names = ("BLOCK_N", "BLOCK_K", "SPLIT_K")
-        return [dict(zip(names, gu), **{f"DOWN_{n}": v for n, v in zip(names, dn)}, num_warps=w, num_stages=st)
-                for gu, dn, w, st in bench_moe.SWEEP_DECODE]
+        return [bench_moe.decode_config(*c) for c in bench_moe.SWEEP_DECODE]
     if kernel == "gemv":
         import tune
 

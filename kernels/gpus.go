@@ -197,6 +197,12 @@ var TunedConfigKeys = map[string][]string{
 	"moe.prefill": {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"},
 }
 
+// TunedConfigFlags are switches (0 or 1, 0 where absent) a tuned launcher's config may add to
+// its TunedConfigKeys (moe.py's DECODE_FLAGS).
+var TunedConfigFlags = map[string][]string{
+	"moe.decode": {"EW", "DOWN_EW"},
+}
+
 // TunedKeyFields are the problem fields each tuned launcher looks its config up by, in the
 // order it passes them (gemm.py, gemv.py, attention.py, moe.py): a key naming another field
 // would never match.
@@ -412,8 +418,18 @@ func ParseGPU(b []byte, file string) (*GPU, error) {
 				return bad("tuned %d (%s): config %s missing or not a positive integer", i, t.Kernel, k)
 			}
 		}
-		if len(t.Config) != len(allowed) {
-			return bad("tuned %d (%s): config has keys besides %s", i, t.Kernel, strings.Join(allowed, ", "))
+		flags := TunedConfigFlags[t.Kernel]
+		for _, k := range slices.Sorted(maps.Keys(t.Config)) {
+			if slices.Contains(allowed, k) {
+				continue
+			}
+			if !slices.Contains(flags, k) {
+				return bad("tuned %d (%s): config has keys besides %s", i, t.Kernel,
+					strings.Join(append(slices.Clone(allowed), flags...), ", "))
+			}
+			if v := t.Config[k]; v != 0 && v != 1 {
+				return bad("tuned %d (%s): config %s=%d: want 0 or 1", i, t.Kernel, k, v)
+			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(t.Key)) {
 			if !slices.Contains(TunedKeyFields[t.Kernel], k) {

@@ -85,6 +85,10 @@ func TestParseGPURejects(t *testing.T) {
 			"config num_stages missing"},
 		{tuned(`{"kernel": "attention.decode", "key": {}, "config": {"BLOCK_N": 64, "num_warps": 4}, ` + stamp + `}`), "config num_stages missing"},
 		{tuned(`{"kernel": "attention.decode", "key": {}, "config": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "BLOCK_M": 1}, ` + stamp + `}`), "keys besides"},
+		{tuned(`{"kernel": "moe.prefill", "key": {}, "config": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "EW": 1}, ` + stamp + `}`),
+			"keys besides BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages"},
+		{tuned(`{"kernel": "moe.decode", "key": {}, "config": {"BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "DOWN_BLOCK_N": 64, "DOWN_BLOCK_K": 128, "DOWN_SPLIT_K": 1, "num_warps": 4, "num_stages": 3, "DOWN_EW": 2}, ` + stamp + `}`),
+			"tuned 0 (moe.decode): config DOWN_EW=2: want 0 or 1"},
 		{tuned(`{"kernel": "attention.decode", "key": {"seq_q_bucket": 1}, "config": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}, ` + stamp + `}`),
 			`tuned 0 (attention.decode): key "seq_q_bucket" is not a field the launcher looks up (split_bucket, head_dim,`},
 		{tuned(tunedGEMM(`"fast"`)), `gpus/x.json: tuned 0 (gemm): measured: expected a JSON object, got a string`},
@@ -127,9 +131,10 @@ func TestParseGPURejects(t *testing.T) {
 	// the MoE launchers' entries, as benchmarks/bench_moe.py --write-tuned writes them
 	moe := tuned(`{"kernel": "moe.decode", "key": {"hidden": 2048, "inter": 768, "experts": 128, "top_k": 8, "tokens": 1},
 		"config": {"BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "DOWN_BLOCK_N": 64, "DOWN_BLOCK_K": 128, "DOWN_SPLIT_K": 1,
-		"num_warps": 4, "num_stages": 3}, ` + stamp + `}, {"kernel": "moe.prefill", "key": {"tokens": 2048},
+		"num_warps": 4, "num_stages": 3, "EW": 1, "DOWN_EW": 0}, ` + stamp + `}, {"kernel": "moe.prefill", "key": {"tokens": 2048},
 		"config": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}, ` + stamp + `}`)
-	if g, err := ParseGPU([]byte(moe), "gpus/x.json"); err != nil || len(g.Tuned) != 2 || g.Tuned[1].Config["BLOCK_M"] != 128 {
+	if g, err := ParseGPU([]byte(moe), "gpus/x.json"); err != nil || len(g.Tuned) != 2 || g.Tuned[1].Config["BLOCK_M"] != 128 ||
+		g.Tuned[0].Config["EW"] != 1 {
 		t.Errorf("valid MoE tuned entries: %+v %v", g, err)
 	}
 }

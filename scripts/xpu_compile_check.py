@@ -279,6 +279,11 @@ def cases(cuda: bool = False):
                dict(BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))
         yield (f"moe decode down split{split}", moe._decode_down_kernel, [({}, 4, 2)], bf16,
                dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))
+        # the CUDA cores' multiply-add (EW), its loads pipelined as deep as the launch's stages
+        yield (f"moe decode gate/up EW split{split}", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
+               dict(BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, EW=True, EW_STAGES=2))
+        yield (f"moe decode down EW split{split} + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
+               dict(TOP_K=8, RULE=1, BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, HAS_RES=True, EW=True, EW_STAGES=2))
     for bm, warps in ((16, 4), (64, 8), (128, 8)):
         yield (f"moe grouped gate/up m{bm}", moe._grouped_gate_up_kernel, [({}, warps, 2)], bf16,
                dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS))

@@ -308,8 +308,11 @@ func tunedRun(w io.Writer, gpu *kernels.GPU, asJSON bool) error {
 		if len(group) == 1 {
 			classes = "1 problem class"
 		}
-		writeParagraph(w, "", fmt.Sprintf("%s, %s; CONFIG is %s", kernel, classes,
-			strings.Join(kernels.TunedConfigKeys[kernel], ", ")), 2)
+		configIs := strings.Join(kernels.TunedConfigKeys[kernel], ", ")
+		if flags := kernels.TunedConfigFlags[kernel]; len(flags) > 0 {
+			configIs += ", then the switches on of " + strings.Join(flags, ", ")
+		}
+		writeParagraph(w, "", fmt.Sprintf("%s, %s; CONFIG is %s", kernel, classes, configIs), 2)
 		header := []string{}
 		for _, f := range fields {
 			header = append(header, strings.ToUpper(f))
@@ -323,6 +326,11 @@ func tunedRun(w io.Writer, gpu *kernels.GPU, asJSON bool) error {
 			var config []string
 			for _, k := range kernels.TunedConfigKeys[kernel] {
 				config = append(config, strconv.Itoa(e.Config[k]))
+			}
+			for _, k := range kernels.TunedConfigFlags[kernel] {
+				if e.Config[k] == 1 {
+					config = append(config, k)
+				}
 			}
 			tt, _ := e.Times()
 			src := slices.Index(sources, e.Stamp)

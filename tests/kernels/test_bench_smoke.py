@@ -753,6 +753,9 @@ def test_step_configs_forces_one_kernels_config_and_puts_the_data_back(monkeypat
     assert data["tuned"] == shipped and not moe._CONFIGS
     assert moe.launch_config("decode", cpu, 64, 24, 6, 2, 1) == own
     assert set(cand) == set(moe.DECODE_KEYS)
+    # the EW candidates carry their switches, and only where on
+    ew = [c for c in sc.candidates("moe.decode") if set(c) != set(moe.DECODE_KEYS)]
+    assert ew and all(set(c) - set(moe.DECODE_KEYS) <= set(moe.DECODE_FLAGS) and 0 not in c.values() for c in ew)
     assert all(set(c) == {"BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"} for c in sc.candidates("gemv"))
     assert len(sc.candidates("gemv")) == 2 * len(load("tune").GEMV)
     assert sc.parse_key("epilogue=none,k=2048") == {"epilogue": "none", "k": 2048}

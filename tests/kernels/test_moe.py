@@ -235,6 +235,10 @@ DECODE_CONFIGS = [
     dict(BLOCK_N=32, BLOCK_K=16, SPLIT_K=3, DOWN_BLOCK_N=64, DOWN_BLOCK_K=16, DOWN_SPLIT_K=2),
     # more splits than K steps: clamped to one split per step
     dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=8, DOWN_BLOCK_N=16, DOWN_BLOCK_K=16, DOWN_SPLIT_K=5, num_warps=2),
+    # the CUDA cores' multiply-add (EW) in either kernel or both, split and not, odd K tails
+    dict(BLOCK_N=32, BLOCK_K=16, SPLIT_K=3, DOWN_BLOCK_N=64, DOWN_BLOCK_K=16, DOWN_SPLIT_K=2, EW=1, DOWN_EW=1),
+    dict(BLOCK_N=64, BLOCK_K=32, SPLIT_K=1, DOWN_BLOCK_N=16, DOWN_BLOCK_K=32, DOWN_SPLIT_K=1, EW=1, DOWN_EW=0),
+    dict(BLOCK_N=16, BLOCK_K=16, SPLIT_K=2, DOWN_BLOCK_N=32, DOWN_BLOCK_K=16, DOWN_SPLIT_K=3, EW=0, DOWN_EW=1),
 ]
 PREFILL_CONFIGS = [
     dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16),
@@ -258,6 +262,21 @@ def test_forced_decode_config(device, cfg, tokens):
     from xpuinject_kernels import _backend
 
     assert not _backend.semaphores(xs[0].device, 1).any(), "a reduction left a semaphore counted"
+    ew = _backend.launch_counts["moe.decode_ew"]
+    M.moe(*xs, 3, "softmax-topk-norm", config=cfg)
+    assert _backend.launch_counts["moe.decode_ew"] == ew + bool(cfg.get("EW") or cfg.get("DOWN_EW"))
+
+
+def test_decode_ew_is_the_dot_path_to_rounding(device):
+    """EW multiplies and adds the same exact fp32 products as the dot path, in another order: the
+    two outputs differ by at most an output rounding here or there."""
+    router, gate_up, down = weights(torch.bfloat16, seed=44, h=80, i=40)
+    x = torch.randn(2, 80, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+    xs = [t.to(device) for t in (x, router, gate_up, down)]
+    base = dict(BLOCK_N=16, BLOCK_K=16, SPLIT_K=2, DOWN_BLOCK_N=16, DOWN_BLOCK_K=16, DOWN_SPLIT_K=2)
+    dot = M.moe(*xs, 3, "softmax-topk-norm", config=base).float()
+    ew = M.moe(*xs, 3, "softmax-topk-norm", config=dict(base, EW=1, DOWN_EW=1)).float()
+    assert (ew - dot).abs().max().item() <= 2**-7 * dot.abs().max().item()
 
 
 @pytest.mark.parametrize("cfg", PREFILL_CONFIGS)
@@ -279,6 +298,10 @@ def test_config_errors(device):
         M.moe(x, *w, 2, "softmax-topk", config=dict(BLOCK_M=16))  # a prefill key at decode
     with pytest.raises(ValueError, match="config SPLIT_K=0: want a positive integer"):
         M.moe(x, *w, 2, "softmax-topk", config=dict(SPLIT_K=0))
+    with pytest.raises(ValueError, match="config EW=2: want 0 or 1"):
+        M.moe(x, *w, 2, "softmax-topk", config=dict(EW=2))
+    with pytest.raises(ValueError, match=r"moe prefill: unknown config key\(s\) EW"):
+        M.moe(torch.randn(40, H).to(torch.bfloat16).to(device), *w, 2, "softmax-topk", config=dict(EW=1))
 
 
 def test_tuned_config_is_looked_up(device, monkeypatch):

@@ -248,19 +248,24 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def launch_config(config: Optional[Dict], allowed: Sequence[str], what: str) -> Dict[str, int]:
+def launch_config(config: Optional[Dict], allowed: Sequence[str], what: str,
+                  flags: Sequence[str] = ()) -> Dict[str, int]:
     """Validate a kernel function's `config=` argument: launch constants (positive ints) keyed by
-    names in `allowed`, or None (the kernel's own choice) which gives {}. benchmarks/tune.py
-    passes one to time that configuration."""
+    names in `allowed`, and switches (0 or 1) keyed by names in `flags`, or None (the kernel's
+    own choice) which gives {}. benchmarks/tune.py passes one to time that configuration."""
     if config is None:
         return {}
     if not isinstance(config, dict):
         raise ValueError(f"xpuinject_kernels: {what}: config must be a dict of launch constants, got {type(config).__name__}")
-    bad = sorted(set(config) - set(allowed))
+    bad = sorted(set(config) - set(allowed) - set(flags))
     if bad:
-        raise ValueError(f"xpuinject_kernels: {what}: unknown config key(s) {', '.join(bad)} (want {', '.join(allowed)})")
+        raise ValueError(f"xpuinject_kernels: {what}: unknown config key(s) {', '.join(bad)} "
+                         f"(want {', '.join(list(allowed) + list(flags))})")
     for k, v in config.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if k in flags:
+            if isinstance(v, bool) or v not in (0, 1):
+                raise ValueError(f"xpuinject_kernels: {what}: config {k}={v!r}: want 0 or 1")
+        elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"xpuinject_kernels: {what}: config {k}={v!r}: want a positive integer")
     return dict(config)
 

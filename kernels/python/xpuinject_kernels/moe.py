@@ -58,7 +58,7 @@ import triton.language as tl
 from . import _backend, _ops, gpus
 from .rmsnorm import rows_rstd
 
-__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "moe", "add_rms_norm_moe", "moe_ref", "route", "decode_route",
+__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "CONFIG_FLAGS", "moe", "add_rms_norm_moe", "moe_ref", "route", "decode_route",
            "fused_topk", "route_ref", "launch_config", "heuristic_config"]
 
 # The routing rules (models/moe.go's Router* names, which plans record).
@@ -202,13 +202,24 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, r_pt
 
 
 @triton.jit
+def _ew_step(acc, rows, w_ok, xv):
+    """EW: one [BLOCK_K, BLOCK_N] weight tile times the token's K slice xv (fp32), multiply-added
+    into an fp32 accumulator of the tile's shape on the CUDA cores and reduced over K once, after
+    the loop, instead of a 16-row tl.dot whose 15 zero rows the tensor cores multiply for nothing
+    (gemv.py's EW path on nn.Linear's layout). bf16 x bf16 products are exact in fp32. The loop
+    takes EW_STAGES (the launch's stages) itself: its loads feed no dot, which the pipeliner would
+    leave as plain loads."""
+    return acc + tl.load(rows, mask=w_ok, other=0.0).to(tl.float32) * xv[:, None]
+
+
+@triton.jit
 def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I, TOP_K, K_PER_SPLIT,
                            stride_x, stride_we, stride_wk, stride_act,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                           PDL: tl.constexpr = False):
+                           PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None):
     """gate/up of one (token, slot) pair's expert for BLOCK_N columns over one K split, as a
-    16-row tl.dot (row 0 the token's, the rest zeros); the split that finishes last sums the
-    splits in split order and writes silu(gate) * up."""
+    16-row tl.dot (row 0 the token's, the rest zeros), or EW (_ew_step); the split that finishes
+    last sums the splits in split order and writes silu(gate) * up."""
     _backend.pdl_wait(PDL)
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -224,17 +235,28 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
     wbase = w_ptr + e * stride_we
     g = tl.zeros((16, BLOCK_N), dtype=tl.float32)
     u = tl.zeros((16, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    g2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
+    u2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
-        a = tl.load(x_ptr + tok * stride_x + offs_m[:, None] * 0 + offs_k[None, :],
-                    mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
         rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
         w_ok = k_ok[:, None] & n_ok[None, :]
-        g = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), g)
-        u = tl.dot(a, tl.load(rows + I, mask=w_ok, other=0.0), u)
-    gv = tl.sum(g, axis=0)  # row 0; the zero rows add nothing
-    uv = tl.sum(u, axis=0)
+        if EW:
+            xv = tl.load(x_ptr + tok * stride_x + offs_k, mask=k_ok, other=0.0).to(wty).to(tl.float32)
+            g2 = _ew_step(g2, rows, w_ok, xv)
+            u2 = _ew_step(u2, rows + I, w_ok, xv)
+        else:
+            a = tl.load(x_ptr + tok * stride_x + offs_m[:, None] * 0 + offs_k[None, :],
+                        mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
+            g = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), g)
+            u = tl.dot(a, tl.load(rows + I, mask=w_ok, other=0.0), u)
+    if EW:
+        gv = tl.sum(g2, axis=0)
+        uv = tl.sum(u2, axis=0)
+    else:
+        gv = tl.sum(g, axis=0)  # row 0; the zero rows add nothing
+        uv = tl.sum(u, axis=0)
     if SPLIT_K > 1:
         # partials [pairs, SPLIT_K, 2I] fp32: gate at column n, up at I + n
         part = ws_ptr + (pair.to(tl.int64) * SPLIT_K + pid_k) * (2 * I) + offs_n
@@ -272,9 +294,10 @@ def _add_residual(acc, res_row, mask, oty: tl.constexpr, HAS_RES: tl.constexpr):
 def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, sem_ptr, H, I, K_PER_SPLIT,
                         stride_act, stride_we, stride_wk, stride_out, stride_res,
                         TOP_K: tl.constexpr, RULE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        SPLIT_K: tl.constexpr, HAS_RES: tl.constexpr = False, PDL: tl.constexpr = False):
-    """The down GEMV of one (token, slot) pair for BLOCK_N output columns over one K split, stored
-    as an fp32 partial; the token's program that finishes last for the tile sums the partials in
+                        SPLIT_K: tl.constexpr, HAS_RES: tl.constexpr = False, PDL: tl.constexpr = False,
+                        EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None):
+    """The down GEMV of one (token, slot) pair for BLOCK_N output columns over one K split (a
+    16-row tl.dot, or EW: _ew_step), stored as an fp32 partial; the token's program that finishes last for the tile sums the partials in
     (slot, split) order, each slot's scaled by its routing weight, and rounds the row once (then
     adds the residual row, HAS_RES, as _add_residual does)."""
     _backend.pdl_wait(PDL)
@@ -291,16 +314,22 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, I)
     wbase = w_ptr + e * stride_we
     acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    acc2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
-        a = tl.load(act_ptr + pair.to(tl.int64) * stride_act + offs_m[:, None] * 0 + offs_k[None, :],
-                    mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
-        w = tl.load(wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :],
-                    mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-        acc = tl.dot(a, w, acc)
+        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
+        w_ok = k_ok[:, None] & n_ok[None, :]
+        if EW:
+            av = tl.load(act_ptr + pair.to(tl.int64) * stride_act + offs_k, mask=k_ok, other=0.0)
+            acc2 = _ew_step(acc2, rows, w_ok, av.to(wty).to(tl.float32))
+        else:
+            a = tl.load(act_ptr + pair.to(tl.int64) * stride_act + offs_m[:, None] * 0 + offs_k[None, :],
+                        mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
+            acc = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), acc)
     # partials [pairs, SPLIT_K, H] fp32
-    tl.store(ws_ptr + (pair.to(tl.int64) * SPLIT_K + pid_k) * H + offs_n, tl.sum(acc, axis=0), mask=n_ok)
+    part = tl.sum(acc2, axis=0) if EW else tl.sum(acc, axis=0)
+    tl.store(ws_ptr + (pair.to(tl.int64) * SPLIT_K + pid_k) * H + offs_n, part, mask=n_ok)
     tl.debug_barrier()
     sem = sem_ptr + tok * tl.num_programs(1) + pid_n
     arrived = tl.atomic_add(sem, 1)
@@ -509,6 +538,10 @@ DECODE_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", 
                "num_stages")
 PREFILL_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 CONFIG_KEYS = {"decode": DECODE_KEYS, "prefill": PREFILL_KEYS}
+# Switches a decode config may add (0 or 1, 0 where absent): the gate/up and the down kernel
+# multiply-add on the CUDA cores (_ew_step) instead of a 16-row tl.dot.
+DECODE_FLAGS = ("EW", "DOWN_EW")
+CONFIG_FLAGS = {"decode": DECODE_FLAGS, "prefill": ()}
 
 # Weight tiles in flight per SM that the decode heuristic aims for: gemv.py's figure for the
 # H200's decode projections (1.5-3 per SM streamed HBM best).
@@ -599,7 +632,7 @@ def launch_config(path: str, device: torch.device, h: int, i: int, e: int, top_k
             raise _err(f"the {kernel} config {cfg} lacks {', '.join(missing)}")
         _CONFIGS[lkey] = cfg
     if config:
-        cfg = dict(cfg, **_backend.launch_config(config, CONFIG_KEYS[path], f"moe {path}"))
+        cfg = dict(cfg, **_backend.launch_config(config, CONFIG_KEYS[path], f"moe {path}", CONFIG_FLAGS[path]))
     return cfg
 
 
@@ -727,17 +760,23 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     tiles = _backend.cdiv(i, bn)
     ws = torch.empty((pairs * split * 2 * i,) if split > 1 else (1,), dtype=torch.float32, device=dev)
     sem = _backend.semaphores(dev, max(pairs * tiles, t * _backend.cdiv(h, cfg["DOWN_BLOCK_N"])))
+    ew = bool(cfg.get("EW", 0))
     _decode_gate_up_kernel[(pairs, tiles, split)](
         x2, ids, gate_up_w, act, ws, sem, h, i, top_k, k_per, x2.stride(0), gate_up_w.stride(0),
-        gate_up_w.stride(1), act.stride(0), BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, PDL=pdl, **launch)
+        gate_up_w.stride(1), act.stride(0), BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, PDL=pdl, EW=ew,
+        EW_STAGES=cfg["num_stages"] if ew else None, **launch)
     bn, bk = cfg["DOWN_BLOCK_N"], cfg["DOWN_BLOCK_K"]
+    down_ew = bool(cfg.get("DOWN_EW", 0))
     k_per, split = _split(i, bk, cfg["DOWN_SPLIT_K"])
     ws = torch.empty((pairs * split * h,), dtype=torch.float32, device=dev)
     _decode_down_kernel[(pairs, _backend.cdiv(h, bn), split)](
         act, ids, vals, down_w, o2, o2 if r2 is None else r2, ws, sem, h, i, k_per, act.stride(0), down_w.stride(0),
         down_w.stride(1), o2.stride(0), 0 if r2 is None else r2.stride(0), TOP_K=top_k, RULE=_RULE[router],
-        BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, HAS_RES=r2 is not None, PDL=pdl, **launch)
+        BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, HAS_RES=r2 is not None, PDL=pdl, EW=down_ew,
+        EW_STAGES=cfg["num_stages"] if down_ew else None, **launch)
     _backend.count("moe.decode")
+    if ew or down_ew:
+        _backend.count("moe.decode_ew")
 
 
 # Row blocks the grouped GEMMs run through all their column tiles at a time (_block_tile): a
@@ -895,7 +934,7 @@ def moe(x: torch.Tensor, router_w: torch.Tensor, gate_up_w: torch.Tensor, down_w
     """The MoE block's output for x [..., H] (same shape and dtype), weights as packed; with
     residual (x's shape and dtype), residual + that output, the sum in the block's last launch
     (rounded as the two separate steps round it). config: launch constants of the path the token
-    count takes (DECODE_KEYS or PREFILL_KEYS), to time one configuration
+    count takes (DECODE_KEYS, with DECODE_FLAGS, or PREFILL_KEYS), to time one configuration
     (benchmarks/bench_moe.py --sweep); None takes launch_config's choice."""
     if config is None and _ops.traced(x):
         return _ops.call("moe", x, router_w, gate_up_w, down_w, top_k, router, residual)
