@@ -42,6 +42,8 @@ def main() -> int:
                     "(injected under the graph runtime)")
     ap.add_argument("--json", default=None, help="write the graph path's (and --prefill's) kernels here")
     ap.add_argument("--prefill", type=int, default=0, help="also profile one forward of this many tokens")
+    ap.add_argument("--no-profile", action="store_true",
+                    help="the graph path's step time only, no torch.profiler pass (benchmarks/ab_step.py)")
     args = ap.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     bad = sorted(set(paths) - {"eager", "graph"})
@@ -185,11 +187,15 @@ def profile_graph(model, ids, args, dev, acts) -> dict:
 
     b = ids.shape[0]
     n = args.steps
-    r = rt.Runtime(model, graphs=True)
+    # graphs required where the device has them; elsewhere (a CPU dry run) the runtime's eager loop
+    r = rt.Runtime(model, graphs=True if dev.type in ("cuda", "xpu") else "auto")
     gen = r.start(ids, max_new_tokens=3 * (n + WARMUP) + 2, eos_token_id=[],
                   max_cache_len=rt.cache_bucket(ids.shape[1] + 3 * (n + WARMUP) + 2))
     try:
         ms = time_decode(gen.step, n, WARMUP, device_sync(dev))
+        if args.no_profile:
+            print(f"\n=== batch {b} injected graph: decode step {ms:.4f} ms ({n} replays in a loop)", flush=True)
+            return {"batch": b, "step_ms": ms, "kernels_ms": None, "kernels": []}
         with profile(activities=acts) as prof:
             for _ in range(n):
                 gen.step()

@@ -779,3 +779,44 @@ def test_step_configs_needs_a_gpu(tmp_path):
     p = subprocess.run([sys.executable, os.path.join(BENCH, "step_configs.py"), str(tmp_path), str(tmp_path),
                         "--kernel", "gemv", "--key", "k"], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode != 0 and "'k' is not name=value" in p.stderr, p.stderr
+
+
+def test_ab_step_times_each_variant_in_its_own_process(tmp_path, llama_odd_run):
+    """benchmarks/ab_step.py: every variant's environment reaches its own profile_decode.py process
+    (TRITON_INTERPRET=0 there: no Triton driver on this machine, so that variant fails, said so,
+    while the other is timed), the table and the JSON hold what each round measured."""
+    out = tmp_path / "ab.json"
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "kernels", "python"), os.path.join(ROOT, "harness", "python")]))
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "ab_step.py"), os.path.join(ROOT, "testdata", "fixtures", "llama-odd"),
+                        str(llama_odd_run), "--variant", "base", "--variant", "compiled:TRITON_INTERPRET=0", "--rounds", "1",
+                        "--steps", "1", "--context", "8", "--device", "cpu", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 1, p.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["variants"] == {"base": {}, "compiled": {"TRITON_INTERPRET": "0"}}
+    [ms] = res["ms"]["base"]["1"]
+    assert ms > 0 and res["ms"]["compiled"]["1"] == [] and list(res["errors"]) == ["compiled"]
+    assert f"round 1 base: batch 1 {ms:.4f} ms" in p.stdout and "round 1 compiled: failed: exit 1" in p.stdout
+    assert f"batch 1 {ms:.4f} ms (1.000x)" in p.stdout and "batch 1 -" in p.stdout
+
+
+def test_ab_step_rejects_bad_variants(tmp_path, capsys):
+    ab = load("ab_step")
+    assert ab.parse_variant("nm:XPUINJECT_NMAJOR=1,XPUINJECT_PDL=0") == (
+        "nm", {"XPUINJECT_NMAJOR": "1", "XPUINJECT_PDL": "0"})
+    assert [ab.order(["a", "b", "c"], r) for r in range(4)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"],
+                                                                 ["a", "b", "c"]]
+    for argv, want in (
+        (["--variant", "a:nmajor=1"], "'nmajor=1' is not VAR=VALUE"),
+        (["--variant", "a:XPUINJECT_PDL"], "'XPUINJECT_PDL' is not VAR=VALUE"),
+        (["--variant", "a b"], "want NAME or NAME:VAR=VALUE"),
+        (["--variant", "a", "--variant", "a:XPUINJECT_PDL=0"], "names repeat (a, a)"),
+        (["--variant", "a", "--rounds", "0"], "want at least 1"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            ab.main([str(tmp_path), str(tmp_path)] + argv)
+        assert e.value.code == 2 and want in capsys.readouterr().err, argv
+    with pytest.raises(SystemExit):
+        ab.main([str(tmp_path / "none"), str(tmp_path), "--variant", "a"])
+    assert "MODEL_DIR " + str(tmp_path / "none") + ": not a folder" in capsys.readouterr().err
