@@ -8,7 +8,7 @@ A kernel's best config timed alone (bench_moe.py --sweep, tune.py) need not be i
 step, where each launch starts behind another and programmatic dependent launch overlaps them.
 MODEL_DIR is a checkpoint, RUN_DIR the --out of `xpuinject MODEL_DIR --skip-eval` (package/ and
 packed/ inside), loaded as the eval loads them. For each candidate (bench_moe.SWEEP_DECODE for
-moe.decode; tune.GEMV at 3 and 4 stages for gemv) the package's problem classes of that kernel
+moe.decode; tune.GEMV at 3 and 4 stages for gemv, and EW tiles) the package's problem classes of that kernel
 whose key matches --key (every field given must be equal; none: all of them) take the candidate:
 an entry put first in the GPU data's tuned list of this process, the launchers' config caches
 emptied. The graph runtime then captures the step again at batch 1 and the eval's timer
@@ -42,8 +42,13 @@ def candidates(kernel: str) -> list:
     if kernel == "gemv":
         import tune
 
-        return [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sp, num_warps=w, num_stages=st)
-                for bn, bk, sp, w, _ in tune.GEMV for st in (3, 4)]
+        dot = [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sp, num_warps=w, num_stages=st)
+               for bn, bk, sp, w, _ in tune.GEMV for st in (3, 4)]
+        # one row through EW on the K-major weight: wide, shallow tiles (the fp32 accumulator is
+        # the tile's shape)
+        ew = [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sp, num_warps=4, num_stages=st, EW=1)
+              for bn, bk in ((128, 32), (64, 64), (256, 16)) for sp in (1, 2, 4, 8) for st in (3, 4)]
+        return dot + ew
     raise ValueError(f"step_configs: --kernel {kernel!r}: want one of {', '.join(KERNELS)}")
 
 

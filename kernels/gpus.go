@@ -198,8 +198,9 @@ var TunedConfigKeys = map[string][]string{
 }
 
 // TunedConfigFlags are switches (0 or 1, 0 where absent) a tuned launcher's config may add to
-// its TunedConfigKeys (moe.py's DECODE_FLAGS).
+// its TunedConfigKeys (gemv.py's CONFIG_FLAGS, moe.py's DECODE_FLAGS).
 var TunedConfigFlags = map[string][]string{
+	"gemv":       {"EW"},
 	"moe.decode": {"EW", "DOWN_EW"},
 }
 

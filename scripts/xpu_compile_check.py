@@ -254,6 +254,18 @@ def cases(cuda: bool = False):
     yield ("gemv N-major EW none split2, input RMSNorm", gemv._gemv_kernel, [({}, 4, 3)], bf16,
            dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, ROW_NORM=True, ROWS=1,
                 BLOCK_R=2048, W_KMAJOR=False, EW=True, EW_STAGES=3))
+    # one row on K-major weights through EW (the config's switch), a head a tile and narrower
+    for epi, bn, bk, split in (("none", 128, 32, 2), ("swiglu", 128, 32, 2)):
+        yield (f"gemv K-major EW {epi} split{split}", gemv._gemv_kernel, [({}, 4, 3)], bf16,
+               dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=1, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split,
+                    EW=True, EW_STAGES=3))
+    yield ("gemv K-major EW none split8, RoPE + cache write d128 norm=True", gemv._gemv_kernel, [({}, 4, 3)], bf16,
+           dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=128, BLOCK_K=32, SPLIT_K=8, ROPE=True, NORM_QK=True,
+                NORM_ROUND=True, EW=True, EW_STAGES=3))
+    yield ("gemv K-major EW none split4, RoPE + cache write d128 norm=True, 2 tiles a head", gemv._gemv_kernel,
+           [({}, 4, 3)], bf16,
+           dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=64, BLOCK_K=64, SPLIT_K=4, ROPE=True, NORM_QK=True,
+                NORM_ROUND=True, EW=True, EW_STAGES=3, HEAD_TILES=2, BLOCK_D=128))
     yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_C=32, BLOCK_E=4)
     # mixture of experts: routing, the decode GEMVs (with and without K splits), the grouped
     # prefill GEMMs at the heuristic's row tiles

@@ -309,8 +309,14 @@ func tunedRun(w io.Writer, gpu *kernels.GPU, asJSON bool) error {
 			classes = "1 problem class"
 		}
 		configIs := strings.Join(kernels.TunedConfigKeys[kernel], ", ")
-		if flags := kernels.TunedConfigFlags[kernel]; len(flags) > 0 {
-			configIs += ", then the switches on of " + strings.Join(flags, ", ")
+		var on []string // the switches some entry of the group sets
+		for _, f := range kernels.TunedConfigFlags[kernel] {
+			if slices.ContainsFunc(group, func(t kernels.Tuned) bool { return t.Config[f] == 1 }) {
+				on = append(on, "+"+f)
+			}
+		}
+		if len(on) > 0 {
+			configIs += " (" + strings.Join(on, ", ") + " where set)"
 		}
 		writeParagraph(w, "", fmt.Sprintf("%s, %s; CONFIG is %s", kernel, classes, configIs), 2)
 		header := []string{}
@@ -327,9 +333,10 @@ func tunedRun(w io.Writer, gpu *kernels.GPU, asJSON bool) error {
 			for _, k := range kernels.TunedConfigKeys[kernel] {
 				config = append(config, strconv.Itoa(e.Config[k]))
 			}
+			cell := strings.Join(config, "/")
 			for _, k := range kernels.TunedConfigFlags[kernel] {
 				if e.Config[k] == 1 {
-					config = append(config, k)
+					cell += "+" + k
 				}
 			}
 			tt, _ := e.Times()
@@ -338,7 +345,7 @@ func tunedRun(w io.Writer, gpu *kernels.GPU, asJSON bool) error {
 				sources = append(sources, e.Stamp)
 				src = len(sources) - 1
 			}
-			t.add(append(row, strings.Join(config, "/"), usCell(tt.US, nil), usCell(tt.HeuristicUS, tt.US),
+			t.add(append(row, cell, usCell(tt.US, nil), usCell(tt.HeuristicUS, tt.US),
 				usCell(tt.AutotuneUS, tt.US), fmt.Sprintf("[%d]", src+1))...)
 		}
 		if err := t.write(w); err != nil {

@@ -246,6 +246,12 @@ func TestKernelsTunedFixture(t *testing.T) {
 			"autotuner's pick and 2 than the heuristic config."}},
 		{[]string{entry(`"k": 1024`, `{"us": 5, "heuristic_us": 4, "autotune_us": 5}`, "a")},
 			[]string{"gemv, 1 problem class; CONFIG", "K     CONFIG", "1 against the heuristic config, 1 slower than the heuristic config."}},
+		// a switch an entry sets: named in the header, marked on its row only
+		{[]string{
+			strings.Replace(entry(`"k": 1024`, `{"us": 5}`, "a"), `"SPLIT_K": 1,`, `"SPLIT_K": 1, "EW": 1,`, 1),
+			strings.Replace(entry(`"k": 2048`, `{"us": 5}`, "a"), `"SPLIT_K": 1,`, `"SPLIT_K": 1, "EW": 0,`, 1),
+		}, []string{"CONFIG is BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages (+EW where set)",
+			"1024  32/256/1/4/3+EW  5.00", "2048  32/256/1/4/3     5.00"}},
 	} {
 		doc := `{"gpu": "x", "devices": ["X"], "tuned": [` + strings.Join(c.entries, ", ") + `]}`
 		gpu, err := kernels.ParseGPU([]byte(doc), "gpus/x.json")

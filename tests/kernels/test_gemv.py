@@ -45,8 +45,9 @@ def operands(m, k, n_w, epilogue, dtype, device, seed=0, nmajor=False):
     return x, w, b, r, n
 
 
-def cfg(block_n, block_k, split):
-    return triton.Config({"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split}, num_warps=4, num_stages=2)
+def cfg(block_n, block_k, split, **flags):
+    return triton.Config({"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split, **flags}, num_warps=4,
+                         num_stages=2)
 
 
 def run(x, w, b, r, n, epilogue, config=None):
@@ -54,19 +55,23 @@ def run(x, w, b, r, n, epilogue, config=None):
     return gemv.gemv(x, w, b, r, out, epilogue, config)
 
 
-@pytest.mark.parametrize("nmajor", [False, True], ids=["kmajor", "nmajor"])
+@pytest.mark.parametrize("layout", ["kmajor", "kmajor-ew", "nmajor"])
 @pytest.mark.parametrize("epilogue", ["none", "bias", "residual", "swiglu", "geglu", "hardswish"])
 @pytest.mark.parametrize("m,k,n_w,split", [(1, 200, 72, 3), (3, 130, 40, 4), (8, 96, 100, 1), (16, 72, 34, 2),
-                                           (2, 400, 40, 6)])
-def test_gemv_matches_fp64(device, epilogue, m, k, n_w, split, nmajor):
+                                           (2, 400, 40, 6), (1, 72, 34, 1)])
+def test_gemv_matches_fp64(device, epilogue, m, k, n_w, split, layout):
     # K = 200 over 3 splits of 32-row steps: the last split is short; N = 72 / 100 / 34: partial tiles.
     # An N-major weight (nn.Linear's layout, seen as [K, N]) reads [BLOCK_N, BLOCK_K] tiles of K runs;
-    # a gated one finds its up rows UP_OFF rows on.
+    # a gated one finds its up rows UP_OFF rows on. kmajor-ew: the config's EW switch, which one
+    # row takes (the CUDA cores' multiply-add) and more rows ignore.
     if epilogue in ("swiglu", "geglu") and n_w % 2:
         n_w += 1
+    nmajor = layout == "nmajor"
     x, w, b, r, n = operands(m, k, n_w, epilogue, torch.bfloat16, device, nmajor=nmajor)
     assert (w.stride(0) == 1) is nmajor
-    y = run(x, w, b, r, n, epilogue, cfg(32, 32, split))
+    ew = _backend.launch_counts["gemv.ew"]
+    y = run(x, w, b, r, n, epilogue, cfg(32, 32, split, **({"EW": 1} if layout == "kmajor-ew" else {})))
+    assert _backend.launch_counts["gemv.ew"] == ew + (m == 1 and layout != "kmajor")
     ref = ref64(x, w, b, r, epilogue)
     scale = ref.abs().max().item()
     # one bf16 rounding of the output, plus fp32 accumulation noise

@@ -282,15 +282,15 @@ QKV_ROPE_CASES = [  # b, hq, hk, d, rotary_factor, norm order, bias, input norm 
 ]
 
 
-@pytest.mark.parametrize("nmajor", [False, True], ids=["kmajor", "nmajor"])
+@pytest.mark.parametrize("layout", ["kmajor", "kmajor-ew", "nmajor"])
 @pytest.mark.parametrize("b,hq,hk,d,factor,order,bias,in_norm,start,length,splits", QKV_ROPE_CASES)
 def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch, device, b, hq, hk, d, factor, order,
-                                                                    bias, in_norm, start, length, splits, nmajor):
+                                                                    bias, in_norm, start, length, splits, layout):
     """The QKV GEMV with RoPE, the q/k norms and the cache write in its epilogue: q_rot and both
     caches as the GEMV at the same config followed by rope_cache_write leave them (bit for bit
     under the interpreter; on a GPU the norm's sum may run in another order, one rounding apart),
-    the counter untouched, and every other slot of the caches as it was; on a K-major weight and
-    on the [K, N] view of an N-major one."""
+    the counter untouched, and every other slot of the caches as it was; on a K-major weight (its
+    config's EW switch off and on) and on the [K, N] view of an N-major one."""
     import importlib
 
     import triton
@@ -302,7 +302,7 @@ def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch,
     n = (hq + 2 * hk) * d
     x = (torch.randn(b, 1, hidden) * 2).to(dtype).to(device)
     w = (torch.randn(hidden, n) / hidden ** 0.5).to(dtype).to(device)
-    if nmajor:
+    if layout == "nmajor":
         w = w.t().contiguous().t()
     bv = (torch.randn(n) * 0.1).to(dtype).to(device) if bias else None
     _, _, _, cos, sin, kc, vc = norm_case(b, 1, hq, hk, d, factor, length, dtype, device, seed=12)
@@ -311,11 +311,11 @@ def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch,
         qw, kw = (t.to(device) for t in norm_weights(order, d, seed=13))
         nw = dict(q_norm_weight=qw, k_norm_weight=kw, eps=NORM_EPS, norm_round=order == "llama")
     inw = (0.5 + torch.rand(hidden)).to(dtype).to(device) if in_norm else None
-    # one row on an N-major weight: the EW path's 16-column tiles, several a head, the epilogue in the
-    # program that finishes a head's last one; else a head a tile
-    narrow = nmajor and b == 1
-    cfg = triton.Config({"BLOCK_N": 16 if narrow else triton.next_power_of_2(d), "BLOCK_K": 32, "SPLIT_K": splits},
-                        num_warps=4, num_stages=1)
+    # one row through EW: 16-column tiles, several a head, the epilogue in the program that finishes
+    # a head's last one; else a head a tile
+    narrow = layout != "kmajor" and b == 1
+    cfg = triton.Config({"BLOCK_N": 16 if narrow else triton.next_power_of_2(d), "BLOCK_K": 32, "SPLIT_K": splits,
+                         **({"EW": 1} if layout == "kmajor-ew" else {})}, num_warps=4, num_stages=1)
     monkeypatch.setattr(gemv, "launch_config", lambda *a, **k: cfg)
     monkeypatch.setattr(gemm, "FUSE_INPUT_NORM", True)  # the input norm inside the GEMV, as on an XPU
 

@@ -33,12 +33,15 @@ from .gemm import _EPI_CODE, _GATED, _epilogue
 from .rmsnorm import rows_rstd
 from .rope import _qkv_rope_epilogue
 
-__all__ = ["MAX_M", "gemv", "supports", "heuristic_config", "CONFIG_KEYS"]
+__all__ = ["MAX_M", "gemv", "supports", "heuristic_config", "CONFIG_KEYS", "CONFIG_FLAGS"]
 
 # Rows a launch covers (one tl.dot tile); larger M takes gemm.py's tiled kernel.
 MAX_M = 16
 _BLOCK_M = 16
 CONFIG_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+# A switch a config may add (0 or 1, 0 where absent): EW on a K-major weight at one row (N-major
+# weights take EW at one row always).
+CONFIG_FLAGS = ("EW",)
 
 
 @triton.jit
@@ -64,10 +67,11 @@ def _gemv_kernel(
     # an N-major [N, K] weight (unit row stride, nn.Linear's own), read as [BLOCK_N, BLOCK_K]
     # tiles of contiguous K runs.
     W_KMAJOR: tl.constexpr = True,
-    # EW (one row, an N-major weight; BLOCK_M = 1): multiply-add the weight tile into an fp32
-    # [BLOCK_N, BLOCK_K] accumulator on the CUDA cores and reduce it once at the end, instead of
-    # a 16-row tl.dot on its transpose: on the H200, at each path's best config, the Qwen3-30B-A3B
-    # attention projections took 6.99 and 6.39 us against 8.38 and 7.27 (bench_launch_floor.py).
+    # EW (one row; BLOCK_M = 1): multiply-add the weight tile into an fp32 accumulator of its shape
+    # on the CUDA cores and reduce it once at the end, instead of a 16-row tl.dot. N-major weights
+    # always (on the H200, at each path's best config, the Qwen3-30B-A3B attention projections took
+    # 6.99 and 6.39 us against 8.38 and 7.27 through the dot on the transposed tile,
+    # bench_launch_floor.py); K-major ones where the config's EW switch says so.
     EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None,
     ROWS: tl.constexpr = 1, BLOCK_R: tl.constexpr = 16,
     # ROPE: the output is a decode token's fused q|k|v projection and each N tile one head of
@@ -118,6 +122,8 @@ def _gemv_kernel(
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
     acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # EW only (DCE'd otherwise)
     acc2_up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW on a K-major weight
+    acc3_up = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
     if ROW_NORM:
         # Each row's rstd over all K, every program on its own (the ROWS rows there are, not the
         # dot's padding). On the H200 the squares summed inside the weight loop instead doubled
@@ -147,9 +153,15 @@ def _gemv_kernel(
         if W_KMAJOR:
             w_rows = w_ptr + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
             w_ok = k_ok[:, None] & n_ok[None, :]
-            acc = tl.dot(a, tl.load(w_rows, mask=w_ok, other=0.0), acc)
-            if gated:
-                acc_up = tl.dot(a, tl.load(w_rows + UP_OFF, mask=w_ok, other=0.0), acc_up)
+            if EW:
+                ak = tl.reshape(a.to(tl.float32), (BLOCK_K,))[:, None]  # the one row, down K
+                acc3 += tl.load(w_rows, mask=w_ok, other=0.0).to(tl.float32) * ak
+                if gated:
+                    acc3_up += tl.load(w_rows + UP_OFF, mask=w_ok, other=0.0).to(tl.float32) * ak
+            else:
+                acc = tl.dot(a, tl.load(w_rows, mask=w_ok, other=0.0), acc)
+                if gated:
+                    acc_up = tl.dot(a, tl.load(w_rows + UP_OFF, mask=w_ok, other=0.0), acc_up)
         else:
             w_cols = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
             w_ok = n_ok[:, None] & k_ok[None, :]
@@ -164,8 +176,12 @@ def _gemv_kernel(
                 if gated:
                     acc_up = tl.dot(a, tl.trans(tl.load(w_cols + UP_OFF * stride_wn, mask=w_ok, other=0.0)), acc_up)
     if EW:
-        acc = tl.sum(acc2, axis=1)[None, :]
-        acc_up = tl.sum(acc2_up, axis=1)[None, :]
+        if W_KMAJOR:
+            acc = tl.sum(acc3, axis=0)[None, :]
+            acc_up = tl.sum(acc3_up, axis=0)[None, :]
+        else:
+            acc = tl.sum(acc2, axis=1)[None, :]
+            acc_up = tl.sum(acc2_up, axis=1)[None, :]
 
     out_ok = m_ok[:, None] & n_ok[None, :]
     if SPLIT_K * HEAD_TILES > 1:
@@ -333,7 +349,8 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
     decode token's q|k|v projection, one head of head_dim TILE_N columns a tile, and each finished
     head also goes, normalized and rotated, to the query or the static cache (rope.py's
     _qkv_rope_epilogue). Its configs are a class of their own (epilogue "<epilogue>+rope"), whose
-    BLOCK_N is head_dim's power of two."""
+    BLOCK_N is head_dim's power of two. config (a triton.Config) may add EW=1 (CONFIG_FLAGS): one
+    row on a K-major weight through the CUDA cores' multiply-add."""
     be = _backend.backend(x2)
     m, k = x2.shape
     n_w = w.shape[1]
@@ -350,7 +367,7 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
     cfg = config or launch_config(be, x2.device, cls, m, n, k, n_w,
                                   (x2.dtype, w.dtype, o2.dtype, None if r2 is None else r2.dtype), tile_n, kmajor)
     kw = cfg.kwargs
-    ew = not kmajor and m == 1
+    ew = m == 1 and (not kmajor or bool(kw.get("EW", 0)))
     block_k = kw["BLOCK_K"]
     split = max(1, min(int(kw["SPLIT_K"]), _backend.cdiv(k, block_k)))
     k_per = _backend.cdiv(_backend.cdiv(k, split), block_k) * block_k  # whole BLOCK_K steps per split
