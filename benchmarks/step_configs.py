@@ -2,7 +2,7 @@
 """The whole decode step at each candidate launch config of one kernel, on a CUDA GPU.
 
     PYTHONPATH=kernels/python:harness/python python3 benchmarks/step_configs.py MODEL_DIR RUN_DIR \\
-        --kernel moe.decode|gemv [--key hidden=2048,tokens=1] [--rounds 3] [--steps 50] [--context 512]
+        --kernel moe.decode|gemv [--key hidden=2048,tokens=1] [--only EW=1] [--rounds 3] [--steps 50] [--context 512]
 
 A kernel's best config timed alone (bench_moe.py --sweep, tune.py) need not be its best inside a
 step, where each launch starts behind another and programmatic dependent launch overlaps them.
@@ -52,13 +52,21 @@ def candidates(kernel: str) -> list:
     raise ValueError(f"step_configs: --kernel {kernel!r}: want one of {', '.join(KERNELS)}")
 
 
+def select(cands: list, only: dict) -> list:
+    """The candidates whose launch constants include `only`'s (a switch left out reads 0)."""
+    got = [c for c in cands if all(c.get(k, 0) == v for k, v in only.items())]
+    if not got:
+        raise ValueError(f"step_configs: --only {describe(only)}: no candidate has it")
+    return got
+
+
 def parse_key(text: str) -> dict:
     """--key "hidden=2048,tokens=1" -> {"hidden": 2048, "tokens": 1} (integers where they parse)."""
     key = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, eq, value = part.partition("=")
         if not eq or not name or not value:
-            raise ValueError(f"step_configs: --key: {part!r} is not name=value")
+            raise ValueError(f"step_configs: {part!r} is not name=value")
         key[name] = int(value) if value.lstrip("-").isdigit() else value
     return key
 
@@ -99,15 +107,17 @@ def main() -> int:
     ap.add_argument("run")
     ap.add_argument("--kernel", required=True, choices=KERNELS)
     ap.add_argument("--key", default="", help="problem fields the override must match, e.g. k=2048,n=5120")
+    ap.add_argument("--only", default="", help="only the candidates with these launch constants, e.g. EW=1 "
+                    "(a switch a candidate leaves out is 0)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--context", type=int, default=512)
     a = ap.parse_args()
     try:
         key = parse_key(a.key)
+        cands = select(candidates(a.kernel), parse_key(a.only))
     except ValueError as e:
         ap.error(str(e))
-    cands = candidates(a.kernel)
     import torch
     import transformers
 

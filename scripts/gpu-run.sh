@@ -15,6 +15,12 @@
 #        "gemma2b", "phi3mini" the Gemma-2-2B- and Phi-3-mini-shaped pipelines (T_FAMILY);
 #        "qwen3moe" the Qwen3-30B-A3B-shaped pipeline, MOE_LAYERS (default 8) decoder layers
 #        (T_MOE_PIPELINE);
+#        "moedecode" the Qwen3-30B-A3B-shaped decode step's candidates (MOE_LAYERS layers; T_MOEDECODE
+#        seconds a part): what the experts' and attention projections' layouts read at
+#        (bench_launch_floor.py --experts), the MoE block's launch configs alone (bench_moe.py --sweep)
+#        and forced in the step (step_configs.py: moe.decode; the attention GEMVs' EW configs), and the
+#        N-major attention layout against the shipped one (ab_step.py); MOEDECODE_PARTS picks parts
+#        (default "floor sweep step-moe step-qkv step-o nmajor");
 #        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
 #        (default "qwen3:4 levit128s llama8b"; T_COLD each): wall and eval.json "autotune"),
 #        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
@@ -126,6 +132,35 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
     timeout "${T_MOE:-300}" python3 benchmarks/bench_moe.py --out "$OUT/moe" ${MOE_ARGS:-} >"$OUT/moe.log" 2>&1
     log "moe rc=$?"
     sed -n '/^| shape/,$p' "$OUT/moe/moe.md" >>"$OUT/summary.txt" 2>/dev/null ;;
+  moedecode)
+    layers=${MOE_LAYERS:-8}
+    log "make qwen3moe30b ($layers layers) and its package"
+    python3 scripts/make_gpu_models.py "$WORK/models" --only qwen3moe30b --layers "$layers" >>"$OUT/moedecode.log" 2>&1
+    model="$WORK/models/qwen3moe30b-${layers}l" run="$WORK/run-moedecode"
+    bin/xpuinject "$model" --skip-eval --out "$run" --device cuda >>"$OUT/moedecode.log" 2>&1
+    mkdir -p "$OUT/moedecode"
+    for part in ${MOEDECODE_PARTS:-floor sweep step-moe step-qkv step-o nmajor}; do
+      case $part in
+      floor) cmd=(python3 benchmarks/bench_launch_floor.py --experts) ;;
+      sweep) cmd=(python3 benchmarks/bench_moe.py --out "$OUT/moedecode/moe" --shapes qwen3-30b-a3b --tokens 1,8 --sweep) ;;
+      step-moe) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
+                     --rounds 1 --steps 30) ;;
+      # the attention projections at one row: QKV (its RoPE epilogue's class) and o_proj, EW candidates
+      step-qkv) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel gemv --key k=2048,n=5120,m_bucket=1
+                     --only EW=1 --rounds 1 --steps 30) ;;
+      step-o) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel gemv --key k=4096,n=2048,m_bucket=1
+                   --only EW=1 --rounds 1 --steps 30) ;;
+      nmajor) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped --variant nmajor:XPUINJECT_NMAJOR=1
+                   --rounds 2 --json "$OUT/moedecode/nmajor.json") ;;
+      *) log "moedecode: unknown part $part (want floor, sweep, step-moe, step-qkv, step-o, nmajor)"; continue ;;
+      esac
+      log "moedecode $part"
+      PYTHONPATH="$PYTHONPATH:$PWD/harness/python" timeout "${T_MOEDECODE:-300}" "${cmd[@]}" \
+        >"$OUT/moedecode/$part.txt" 2>>"$OUT/moedecode.log"
+      log "moedecode $part rc=$?"
+      tail -n 24 "$OUT/moedecode/$part.txt" >>"$OUT/summary.txt"
+    done
+    rm -rf "$model" "$run/packed" ;;
   host)
     log "launcher host time"
     timeout "${T_HOST:-120}" python3 benchmarks/bench_host.py --out "$OUT/host" >"$OUT/host.log" 2>&1
@@ -177,8 +212,8 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
     sed -n '/^## Accuracy/,/^$/p; /^## Latency/,$p' "$OUT/scale/compare.md" >>"$OUT/summary.txt"
     rm -rf "$WORK/models/llama8b" "$WORK/run-scale" "$WORK/eval-scale-2gpu" ;;  # 16 GB + 16 GB
   *)
-    log "unknown step $s (want tests, real, llama, llama8b, levit, gemma2b, phi3mini, qwen3moe, coldstart, bench, tune," \
-      "decode, moe, host, runtime, scale)" ;;
+    log "unknown step $s (want tests, real, llama, llama8b, levit, gemma2b, phi3mini, qwen3moe, moedecode, coldstart," \
+      "bench, tune, decode, moe, host, runtime, scale)" ;;
   esac
 done
 log "done: $OUT"

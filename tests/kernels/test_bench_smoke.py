@@ -761,6 +761,11 @@ def test_step_configs_forces_one_kernels_config_and_puts_the_data_back(monkeypat
     assert all(set(c) == keys or (set(c) == keys | {"EW"} and c["EW"] == 1) for c in gv)
     assert sum(set(c) == keys for c in gv) == 2 * len(load("tune").GEMV) and any("EW" in c for c in gv)
     assert sc.parse_key("epilogue=none,k=2048") == {"epilogue": "none", "k": 2048}
+    ew_only = sc.select(sc.candidates("moe.decode"), {"EW": 1})
+    assert ew_only and all(c["EW"] == 1 for c in ew_only)
+    assert sc.select(gv, {"EW": 0}) == [c for c in gv if "EW" not in c]
+    with pytest.raises(ValueError, match="--only EW=2: no candidate has it"):
+        sc.select(gv, {"EW": 2})
     with pytest.raises(ValueError, match="'k' is not name=value"):
         sc.parse_key("k")
     with pytest.raises(ValueError, match="want one of moe.decode, gemv"):
