@@ -112,6 +112,11 @@ SWEEP_DECODE = [
     ((128, 32, 2, 1), (128, 32, 1, 1), 8, 4),
     ((128, 32, 2, 1), (128, 64, 2), 4, 4),
     ((128, 64, 2), (128, 32, 1, 1), 4, 4),
+    # as many programs on every SM: at Qwen3-30B-A3B's one token, gate/up 8 experts x 6 tiles x 11
+    # K splits = 528 = 4 x the H200's 132 SMs, down 8 x 16 tiles = 128
+    ((128, 32, 11), (128, 64, 1), 4, 3),
+    ((128, 32, 11, 1), (128, 32, 1, 1), 4, 3),
+    ((64, 64, 11), (128, 64, 1), 4, 3),
 ]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the prefill kernels
 SWEEP_PREFILL = [
