@@ -6,6 +6,7 @@
     ... --sweep     # also time ours at each candidate launch config (SWEEP_DECODE / SWEEP_PREFILL)
     ... --write-tuned kernels/python/xpuinject_kernels/gpus/h200.json [--from-json DIR/moe.json]
     ... --smoke     # CPU, TRITON_INTERPRET=1: tiny shapes, every path checked, nothing timed
+    ... --experts-layout nmajor   # ours on N-major copies of the packed experts (below)
 
 Each case is one MoE block of a shape (SHAPES: router and experts as in the model's config.json)
 built from transformers' own class (Qwen3MoeSparseMoeBlock, MixtralSparseMoeBlock) with random
@@ -38,6 +39,11 @@ case's best config into that per-GPU data file's "tuned" section as kernel "moe.
 "moe.prefill" keyed by {hidden, inter, experts, top_k, tokens (rounded up to a power of 2)}, the
 key moe.launch_config looks up; other entries stay, one of the same kernel and key is replaced.
 With --from-json it writes from a moe.json an earlier --sweep run wrote, and runs nothing.
+
+--experts-layout nmajor: ours reads each expert's gate_up and down N-major (the [K, N] views of
+[N, K] copies of the packed tensors, nn.Linear's layout and the checkpoint's; the same values),
+through the same kernels by their strides: what packing the experts that way would change. Not
+with --write-tuned (the package packs them K-major).
 
 ours' routing ms: its routing alone (router kernel and top-k, as its path runs them), by the same
 timer; the rest of ours is the experts'.
@@ -142,6 +148,8 @@ def parse_args(argv):
     p.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1: tiny shapes, checks only")
     p.add_argument("--rep-ms", type=float, default=200.0, help="device time to spend timing each path")
     p.add_argument("--sweep", action="store_true", help="also time ours at each candidate launch config")
+    p.add_argument("--experts-layout", choices=("kmajor", "nmajor"), default="kmajor",
+                   help="the layout ours reads the experts in (kmajor: as packed)")
     p.add_argument("--profile", action="store_true",
                    help="also profile ours and grouped_mm_compiled: device time per kernel")
     p.add_argument("--write-tuned", default="", metavar="FILE",
@@ -151,6 +159,8 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.from_json and not args.write_tuned:
         p.error("--from-json: only with --write-tuned")
+    if args.write_tuned and args.experts_layout != "kmajor":
+        p.error("--write-tuned: not with --experts-layout nmajor (the package packs the experts K-major)")
     if args.write_tuned:
         if not (args.sweep or args.from_json):
             p.error("--write-tuned: needs --sweep (or --from-json): the best configs come from a sweep")
@@ -534,7 +544,7 @@ def main(argv=None) -> int:
     from xpuinject_kernels.contract import packed_attr
 
     res = dict(command=" ".join([os.path.basename(sys.executable)] + sys.argv), env=benchlib.environment(env),
-               transformers=transformers.__version__, rows=[])
+               transformers=transformers.__version__, experts_layout=args.experts_layout, rows=[])
     if not env.smoke:
         res["copy_bandwidth"] = benchlib.copy_bandwidth(env)
         env.bw = res["copy_bandwidth"]["copy_GBps"] * 1e9
@@ -545,6 +555,8 @@ def main(argv=None) -> int:
         packing.pack(m, "SparseMoE")  # the layout the offline packer writes, from the block's weights
         rw, gu, dn = (getattr(m, packed_attr("SparseMoE", r))
                       for r in ("router_weight", "gate_up_weight", "down_weight"))
+        if args.experts_layout == "nmajor":
+            gu, dn = (w.transpose(1, 2).contiguous().transpose(1, 2) for w in (gu, dn))
         for tokens in args.token_list:
             row = run_case(env, name, sh, tokens, (m, cfg, rw, gu, dn), sweep=args.sweep, profile=args.profile)
             res["rows"].append(row)
@@ -563,7 +575,8 @@ def main(argv=None) -> int:
     md = (f"# MoE block: ours against transformers {transformers.__version__}'s experts "
           f"({'interpreter smoke, no timing' if env.smoke else res['env'].get('device', '?')})\n\n"
           f"command: `{res['command']}`  \ndate: {res['env']['date_utc']}  \n"
-          "ms per call of the whole block (routing included), median; x = transformers' time / ours (> 1: ours "
+          + ("ours reads the experts N-major (--experts-layout nmajor)  \n" if args.experts_layout == "nmajor" else "")
+          + "ms per call of the whole block (routing included), median; x = transformers' time / ours (> 1: ours "
           "faster); * = CUDA-graph capture failed, timed eagerly\n\n" + table(res["rows"]) + "\n"
           + ("\n## Launch config sweep (ours)\n\n" + sweep_table(res["rows"]) + "\n" if args.sweep else ""))
     benchlib.write_atomic(os.path.join(args.out, "moe.json"), json.dumps(res, indent=1, default=str) + "\n")

@@ -18,9 +18,10 @@
 #        "moedecode" the Qwen3-30B-A3B-shaped decode step's candidates (MOE_LAYERS layers; T_MOEDECODE
 #        seconds a part): what the experts' and attention projections' layouts read at
 #        (bench_launch_floor.py --experts), the MoE block's launch configs alone (bench_moe.py --sweep)
-#        and forced in the step (step_configs.py: moe.decode; the attention GEMVs' EW configs), and the
-#        N-major attention layout against the shipped one (ab_step.py); MOEDECODE_PARTS picks parts
-#        (default "floor sweep step-moe step-qkv step-o nmajor");
+#        and forced in the step (step_configs.py: moe.decode; the attention GEMVs' EW configs), the
+#        block on N-major experts (bench_moe.py --experts-layout nmajor), and the N-major attention
+#        layout against the shipped one (ab_step.py); MOEDECODE_PARTS picks parts (default "floor sweep
+#        sweep-nmajor step-moe step-qkv step-o nmajor");
 #        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
 #        (default "qwen3:4 levit128s llama8b"; T_COLD each): wall and eval.json "autotune"),
 #        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
@@ -139,10 +140,12 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
     model="$WORK/models/qwen3moe30b-${layers}l" run="$WORK/run-moedecode"
     bin/xpuinject "$model" --skip-eval --out "$run" --device cuda >>"$OUT/moedecode.log" 2>&1
     mkdir -p "$OUT/moedecode"
-    for part in ${MOEDECODE_PARTS:-floor sweep step-moe step-qkv step-o nmajor}; do
+    for part in ${MOEDECODE_PARTS:-floor sweep sweep-nmajor step-moe step-qkv step-o nmajor}; do
       case $part in
       floor) cmd=(python3 benchmarks/bench_launch_floor.py --experts) ;;
       sweep) cmd=(python3 benchmarks/bench_moe.py --out "$OUT/moedecode/moe" --shapes qwen3-30b-a3b --tokens 1,8 --sweep) ;;
+      sweep-nmajor) cmd=(python3 benchmarks/bench_moe.py --out "$OUT/moedecode/moe-nmajor" --shapes qwen3-30b-a3b
+                         --tokens 1,8 --sweep --experts-layout nmajor) ;;
       step-moe) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
                      --rounds 1 --steps 30) ;;
       # the attention projections at one row: QKV (its RoPE epilogue's class) and o_proj, EW candidates
@@ -152,7 +155,8 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                    --only EW=1 --rounds 1 --steps 30) ;;
       nmajor) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped --variant nmajor:XPUINJECT_NMAJOR=1
                    --rounds 2 --json "$OUT/moedecode/nmajor.json") ;;
-      *) log "moedecode: unknown part $part (want floor, sweep, step-moe, step-qkv, step-o, nmajor)"; continue ;;
+      *) log "moedecode: unknown part $part (want floor, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor)"
+         continue ;;
       esac
       log "moedecode $part"
       PYTHONPATH="$PYTHONPATH:$PWD/harness/python" timeout "${T_MOEDECODE:-300}" "${cmd[@]}" \

@@ -282,25 +282,40 @@ def cases(cuda: bool = False):
                 BLOCK_H=2048))
     yield ("moe router t16 split1 with its top-8 and renormalized weights", moe._router_kernel, [({}, 4, 2)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=1, TOP_K=8, RULE=1, TOPK_P2=8))
+    # the experts' weights as packed, K-major (stride_wn 1, as the launch specializes it), and
+    # N-major (stride_wk 1: each expert nn.Linear's own layout, read through the same kernels)
+    km, nm = dict(stride_wn=1), dict(stride_wk=1)
     yield ("moe decode down split4 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
-           dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, HAS_RES=True))
+           dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, HAS_RES=True, **km))
     yield ("moe top-k sum k8 + residual", moe._topk_sum_kernel, [({}, 4, 1)], bf16,
            dict(TOP_K=8, BLOCK_H=1024, HAS_RES=True))
     for split in (1, 4):
         yield (f"moe decode gate/up split{split}", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
-               dict(BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))
+               dict(BLOCK_N=64, BLOCK_K=128, SPLIT_K=split, **km))
         yield (f"moe decode down split{split}", moe._decode_down_kernel, [({}, 4, 2)], bf16,
-               dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))
+               dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split, **km))
         # the CUDA cores' multiply-add (EW), its loads pipelined as deep as the launch's stages
         yield (f"moe decode gate/up EW split{split}", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
-               dict(BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, EW=True, EW_STAGES=2))
+               dict(BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, EW=True, EW_STAGES=2, **km))
         yield (f"moe decode down EW split{split} + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
-               dict(TOP_K=8, RULE=1, BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, HAS_RES=True, EW=True, EW_STAGES=2))
+               dict(TOP_K=8, RULE=1, BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, HAS_RES=True, EW=True, EW_STAGES=2,
+                    **km))
+    for ew, bn, bk in ((False, 64, 128), (True, 16, 256)):
+        tag = " EW" if ew else ""
+        yield (f"moe decode gate/up N-major{tag} split2", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
+               dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=2, EW=ew, EW_STAGES=2 if ew else None, **nm))
+        yield (f"moe decode down N-major{tag} split2 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
+               dict(TOP_K=8, RULE=1, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=2, HAS_RES=True, EW=ew,
+                    EW_STAGES=2 if ew else None, **nm))
     for bm, warps in ((16, 4), (64, 8), (128, 8)):
         yield (f"moe grouped gate/up m{bm}", moe._grouped_gate_up_kernel, [({}, warps, 2)], bf16,
-               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS))
+               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **km))
         yield (f"moe grouped down m{bm}", moe._grouped_down_kernel, [({}, warps, 2)], bf16,
-               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS))
+               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **km))
+        yield (f"moe grouped gate/up N-major m{bm}", moe._grouped_gate_up_kernel, [({}, warps, 2)], bf16,
+               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **nm))
+        yield (f"moe grouped down N-major m{bm}", moe._grouped_down_kernel, [({}, warps, 2)], bf16,
+               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **nm))
         yield (f"moe layout place m{bm}", moe._layout_place_kernel, [({}, 4, 1)], bf16,
                dict(BLOCK_M=bm, BLOCK_P=moe._LAYOUT_BLOCK))
     # the prefill layout's counts (Qwen3-MoE's 128 experts, and 8 as Mixtral's) and the top-k sum

@@ -118,6 +118,33 @@ def test_bad_arguments(device):
         M.moe(x, router, gate_up, down, 7, "softmax-topk")
     with pytest.raises(ValueError, match=r"down weight \(6, 64, 24\)"):
         M.moe(x, router, gate_up, down.transpose(1, 2).contiguous(), 2, "softmax-topk")
+    strided = torch.empty(E, H, 4 * I, dtype=gate_up.dtype)[:, :, ::2]  # no unit stride anywhere
+    with pytest.raises(ValueError, match=r"gate_up weight strides \(\d+, \d+, 2\): want each expert K-major"):
+        M.moe(x, router, strided, down, 2, "softmax-topk")
+
+
+def nmajor(w):
+    """The [E, K, N] view of w's values stored N-major (each expert nn.Linear's [N, K])."""
+    return w.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+@pytest.mark.parametrize("tokens,cfg", [
+    (1, None), (5, None), (40, None),  # the heuristic's decode configs, and the prefill path
+    (3, dict(BLOCK_N=16, BLOCK_K=16, SPLIT_K=2, DOWN_BLOCK_N=32, DOWN_BLOCK_K=16, DOWN_SPLIT_K=3, EW=1, DOWN_EW=1)),
+])
+def test_n_major_experts_give_the_k_major_output(device, tokens, cfg):
+    """Experts stored N-major (the checkpoint's own per-expert layout) read through the same
+    kernels by their strides: the K-major weights' output, within an output rounding."""
+    router, gate_up, down = weights(torch.bfloat16, seed=70 + tokens, h=80, i=40)
+    x = torch.randn(tokens, 80, generator=torch.Generator().manual_seed(tokens)).to(torch.bfloat16)
+    xs = [t.to(device) for t in (x, router, gate_up, down)]
+    got = M.moe(xs[0], xs[1], nmajor(xs[2]), nmajor(xs[3]), 3, "softmax-topk-norm", config=cfg)
+    want = M.moe(*xs, 3, "softmax-topk-norm", config=cfg)
+    ids, _ = M.route(xs[0], xs[1], 3, "softmax-topk-norm")
+    ref = M.moe_ref(x, router, gate_up, down, 3, "softmax-topk-norm", ids=ids.cpu())
+    scale = ref.abs().max().item()
+    assert (got.cpu().double() - ref).abs().max().item() <= 2**-7 * 4 * scale + 1e-3
+    assert (got.float() - want.float()).abs().max().item() <= 2**-7 * scale
 
 
 def test_op_traces_with_fake_tensors():

@@ -58,8 +58,8 @@ import triton.language as tl
 from . import _backend, _ops, gpus
 from .rmsnorm import rows_rstd
 
-__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "CONFIG_FLAGS", "moe", "add_rms_norm_moe", "moe_ref", "route", "decode_route",
-           "fused_topk", "route_ref", "launch_config", "heuristic_config"]
+__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "CONFIG_FLAGS", "moe", "add_rms_norm_moe", "moe_ref", "route",
+           "decode_route", "fused_topk", "route_ref", "launch_config", "heuristic_config"]
 
 # The routing rules (models/moe.go's Router* names, which plans record).
 ROUTERS = ("softmax-topk", "softmax-topk-norm", "softmax-topk-norm-fp32")
@@ -214,7 +214,7 @@ def _ew_step(acc, rows, w_ok, xv):
 
 @triton.jit
 def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I, TOP_K, K_PER_SPLIT,
-                           stride_x, stride_we, stride_wk, stride_act,
+                           stride_x, stride_we, stride_wk, stride_wn, stride_act,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                            PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None):
     """gate/up of one (token, slot) pair's expert for BLOCK_N columns over one K split, as a
@@ -240,17 +240,17 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
-        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
+        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :] * stride_wn
         w_ok = k_ok[:, None] & n_ok[None, :]
         if EW:
             xv = tl.load(x_ptr + tok * stride_x + offs_k, mask=k_ok, other=0.0).to(wty).to(tl.float32)
             g2 = _ew_step(g2, rows, w_ok, xv)
-            u2 = _ew_step(u2, rows + I, w_ok, xv)
+            u2 = _ew_step(u2, rows + I * stride_wn, w_ok, xv)
         else:
             a = tl.load(x_ptr + tok * stride_x + offs_m[:, None] * 0 + offs_k[None, :],
                         mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
             g = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), g)
-            u = tl.dot(a, tl.load(rows + I, mask=w_ok, other=0.0), u)
+            u = tl.dot(a, tl.load(rows + I * stride_wn, mask=w_ok, other=0.0), u)
     if EW:
         gv = tl.sum(g2, axis=0)
         uv = tl.sum(u2, axis=0)
@@ -292,14 +292,14 @@ def _add_residual(acc, res_row, mask, oty: tl.constexpr, HAS_RES: tl.constexpr):
 
 @triton.jit
 def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, sem_ptr, H, I, K_PER_SPLIT,
-                        stride_act, stride_we, stride_wk, stride_out, stride_res,
+                        stride_act, stride_we, stride_wk, stride_wn, stride_out, stride_res,
                         TOP_K: tl.constexpr, RULE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, HAS_RES: tl.constexpr = False, PDL: tl.constexpr = False,
                         EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None):
     """The down GEMV of one (token, slot) pair for BLOCK_N output columns over one K split (a
-    16-row tl.dot, or EW: _ew_step), stored as an fp32 partial; the token's program that finishes last for the tile sums the partials in
-    (slot, split) order, each slot's scaled by its routing weight, and rounds the row once (then
-    adds the residual row, HAS_RES, as _add_residual does)."""
+    16-row tl.dot, or EW: _ew_step), stored as an fp32 partial; the token's program that finishes
+    last for the tile sums the partials in (slot, split) order, each slot's scaled by its routing
+    weight, and rounds the row once (then adds the residual row, HAS_RES, as _add_residual does)."""
     _backend.pdl_wait(PDL)
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -318,7 +318,7 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
-        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
+        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :] * stride_wn
         w_ok = k_ok[:, None] & n_ok[None, :]
         if EW:
             av = tl.load(act_ptr + pair.to(tl.int64) * stride_act + offs_k, mask=k_ok, other=0.0)
@@ -373,7 +373,7 @@ def _block_tile(NBLOCKS, N_TILES, GROUP_B: tl.constexpr):
 
 @triton.jit
 def _grouped_gate_up_kernel(x_ptr, rows_ptr, bexp_ptr, w_ptr, act_ptr, H, I, E, TOP_K, NBLOCKS, N_TILES,
-                            stride_x, stride_we, stride_wk, stride_act,
+                            stride_x, stride_we, stride_wk, stride_wn, stride_act,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_B: tl.constexpr):
     b, pid_n = _block_tile(NBLOCKS, N_TILES, GROUP_B)
@@ -394,8 +394,8 @@ def _grouped_gate_up_kernel(x_ptr, rows_ptr, bexp_ptr, w_ptr, act_ptr, H, I, E, 
             x = tl.load(x_ptr + tok[:, None] * stride_x + offs_k[None, :], mask=mmask[:, None] & kmask[None, :],
                         other=0.0)
             m2 = kmask[:, None] & nmask[None, :]
-            wg = tl.load(wbase + offs_k[:, None] * stride_wk + offs_n[None, :], mask=m2, other=0.0)
-            wu = tl.load(wbase + offs_k[:, None] * stride_wk + (I + offs_n)[None, :], mask=m2, other=0.0)
+            wg = tl.load(wbase + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn, mask=m2, other=0.0)
+            wu = tl.load(wbase + offs_k[:, None] * stride_wk + (I + offs_n)[None, :] * stride_wn, mask=m2, other=0.0)
             x = x.to(wg.dtype)
             g = tl.dot(x, wg, g)
             u = tl.dot(x, wu, u)
@@ -406,7 +406,7 @@ def _grouped_gate_up_kernel(x_ptr, rows_ptr, bexp_ptr, w_ptr, act_ptr, H, I, E, 
 
 @triton.jit
 def _grouped_down_kernel(act_ptr, rows_ptr, bexp_ptr, wts_ptr, w_ptr, y_ptr, H, I, E, NBLOCKS, N_TILES,
-                         stride_act, stride_we, stride_wk, stride_y,
+                         stride_act, stride_we, stride_wk, stride_wn, stride_y,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          GROUP_B: tl.constexpr):
     b, pid_n = _block_tile(NBLOCKS, N_TILES, GROUP_B)
@@ -425,8 +425,8 @@ def _grouped_down_kernel(act_ptr, rows_ptr, bexp_ptr, wts_ptr, w_ptr, y_ptr, H, 
             kmask = offs_k < I
             a = tl.load(act_ptr + offs_m.to(tl.int64)[:, None] * stride_act + offs_k[None, :],
                         mask=mmask[:, None] & kmask[None, :], other=0.0)
-            w = tl.load(wbase + offs_k[:, None] * stride_wk + offs_n[None, :], mask=kmask[:, None] & nmask[None, :],
-                        other=0.0)
+            w = tl.load(wbase + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn,
+                        mask=kmask[:, None] & nmask[None, :], other=0.0)
             acc = tl.dot(a.to(w.dtype), w, acc)
         wt = tl.load(wts_ptr + safe, mask=mmask, other=0.0).to(tl.float32)
         acc = acc * wt[:, None]
@@ -520,9 +520,12 @@ def _check(x, router_w, gate_up_w, down_w, top_k, router, residual=None):
         raise _err(f"down weight {tuple(down_w.shape)}: want [experts={e}, intermediate={i}, hidden={h}]")
     if not 1 <= top_k <= e:
         raise _err(f"top_k {top_k}: want 1 to {e}")
-    for name, w in (("router", router_w), ("gate_up", gate_up_w), ("down", down_w)):
-        if w.stride(-1) != 1:
-            raise _err(f"{name} weight must have unit stride along its last dim (K-major, as packed)")
+    if router_w.stride(-1) != 1:
+        raise _err("router weight must have unit stride along its last dim (K-major, as packed)")
+    for name, w in (("gate_up", gate_up_w), ("down", down_w)):
+        if w.stride(-1) != 1 and w.stride(1) != 1:
+            raise _err(f"{name} weight strides {tuple(w.stride())}: want each expert K-major (unit stride along the "
+                       "last dim, as packed) or N-major (along dim 1: the [K, N] view of nn.Linear's [N, K])")
     if residual is not None:
         if tuple(residual.shape) != tuple(x.shape) or residual.dtype != x.dtype or residual.device != x.device:
             raise _err(f"residual {tuple(residual.shape)} {residual.dtype} on {residual.device}: want x's shape "
@@ -763,7 +766,7 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     ew = bool(cfg.get("EW", 0))
     _decode_gate_up_kernel[(pairs, tiles, split)](
         x2, ids, gate_up_w, act, ws, sem, h, i, top_k, k_per, x2.stride(0), gate_up_w.stride(0),
-        gate_up_w.stride(1), act.stride(0), BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, PDL=pdl, EW=ew,
+        gate_up_w.stride(1), gate_up_w.stride(2), act.stride(0), BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, PDL=pdl, EW=ew,
         EW_STAGES=cfg["num_stages"] if ew else None, **launch)
     bn, bk = cfg["DOWN_BLOCK_N"], cfg["DOWN_BLOCK_K"]
     down_ew = bool(cfg.get("DOWN_EW", 0))
@@ -771,8 +774,8 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     ws = torch.empty((pairs * split * h,), dtype=torch.float32, device=dev)
     _decode_down_kernel[(pairs, _backend.cdiv(h, bn), split)](
         act, ids, vals, down_w, o2, o2 if r2 is None else r2, ws, sem, h, i, k_per, act.stride(0), down_w.stride(0),
-        down_w.stride(1), o2.stride(0), 0 if r2 is None else r2.stride(0), TOP_K=top_k, RULE=_RULE[router],
-        BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, HAS_RES=r2 is not None, PDL=pdl, EW=down_ew,
+        down_w.stride(1), down_w.stride(2), o2.stride(0), 0 if r2 is None else r2.stride(0), TOP_K=top_k,
+        RULE=_RULE[router], BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, HAS_RES=r2 is not None, PDL=pdl, EW=down_ew,
         EW_STAGES=cfg["num_stages"] if down_ew else None, **launch)
     _backend.count("moe.decode")
     if ew or down_ew:
@@ -844,12 +847,13 @@ def _moe(x, router_w, gate_up_w, down_w, top_k, router, residual=None, config=No
     tiles = _backend.cdiv(i, bn)
     _grouped_gate_up_kernel[(nblocks * tiles,)](
         x2, rows, bexp, gate_up_w, act, h, i, e, top_k, nblocks, tiles, x2.stride(0), gate_up_w.stride(0),
-        gate_up_w.stride(1), act.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, GROUP_B=GROUP_BLOCKS, **launch)
+        gate_up_w.stride(1), gate_up_w.stride(2), act.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk,
+        GROUP_B=GROUP_BLOCKS, **launch)
     y = torch.empty((t * top_k, h), dtype=torch.float32, device=x.device)
     tiles = _backend.cdiv(h, bn)
     _grouped_down_kernel[(nblocks * tiles,)](
         act, rows, bexp, wts.reshape(-1).contiguous(), down_w, y, h, i, e, nblocks, tiles, act.stride(0),
-        down_w.stride(0), down_w.stride(1), y.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk,
+        down_w.stride(0), down_w.stride(1), down_w.stride(2), y.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk,
         GROUP_B=GROUP_BLOCKS, **launch)
     _topk_sum(y, top_k, o2, r2)
     _backend.count("moe.prefill")
@@ -931,7 +935,8 @@ _ops.define(
 
 def moe(x: torch.Tensor, router_w: torch.Tensor, gate_up_w: torch.Tensor, down_w: torch.Tensor, top_k: int,
         router: str, config: Optional[dict] = None, *, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The MoE block's output for x [..., H] (same shape and dtype), weights as packed; with
+    """The MoE block's output for x [..., H] (same shape and dtype), weights as packed (each
+    expert's gate_up [H, 2I] and down [I, H] K-major, or the [K, N] views of N-major ones); with
     residual (x's shape and dtype), residual + that output, the sum in the block's last launch
     (rounded as the two separate steps round it). config: launch constants of the path the token
     count takes (DECODE_KEYS, with DECODE_FLAGS, or PREFILL_KEYS), to time one configuration
