@@ -53,3 +53,28 @@ def test_every_pdl_kernel_waits_before_it_reads():
         body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
         first = ast.unparse(body[0])
         assert first == "_backend.pdl_wait(PDL)", f"{mod}.{fn.name} starts with {first!r}"
+
+
+def test_env_switch_reads_on_and_off_and_refuses_the_rest(monkeypatch):
+    """The package's switches (XPUINJECT_PDL, XPUINJECT_NMAJOR, ...): on and off in the usual
+    spellings, unset or empty as the default, and a value meaning neither is an error naming the
+    variable rather than a default the user did not ask for."""
+    import pytest
+
+    name = "XPUINJECT_TEST_SWITCH"
+    monkeypatch.delenv(name, raising=False)
+    assert _backend.env_switch(name) is None
+    for value, want in (("1", True), ("on", True), (" TRUE ", True), ("yes", True), ("0", False), ("off", False),
+                        ("False", False), ("no", False), ("", None)):
+        monkeypatch.setenv(name, value)
+        assert _backend.env_switch(name) is want, value
+    monkeypatch.setenv(name, "2")
+    with pytest.raises(ValueError, match=r"environment variable XPUINJECT_TEST_SWITCH='2': want 1 or 0 \(on or off\)"):
+        _backend.env_switch(name)
+    from xpuinject_kernels import gpus
+
+    monkeypatch.setenv("XPUINJECT_AUTOTUNE", "maybe")
+    with pytest.raises(ValueError, match="XPUINJECT_AUTOTUNE='maybe'"):
+        gpus.autotune_requested()
+    monkeypatch.setenv("XPUINJECT_AUTOTUNE", "on")
+    assert gpus.autotune_requested() is True

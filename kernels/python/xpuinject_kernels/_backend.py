@@ -55,10 +55,27 @@ def count(name: str) -> None:
     launch_counts[name] += 1
 
 
+_ON = ("1", "true", "on", "yes")
+_OFF = ("0", "false", "off", "no")
+
+
+def env_switch(name: str) -> Optional[bool]:
+    """An environment switch: 1/true/on/yes True, 0/false/off/no False (any case), unset or empty
+    None; any other value is an error naming the variable, not a silent default."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return None
+    if v.lower() in _ON:
+        return True
+    if v.lower() in _OFF:
+        return False
+    raise ValueError(f"xpuinject_kernels: environment variable {name}={v!r}: want 1 or 0 (on or off)")
+
+
 # When poisoning is on, launchers allocate outputs filled with NaN so an element the kernel fails
 # to write shows up as NaN in the comparison. Tests turn it on; production leaves it off (cost:
 # one extra fill per output).
-_POISON = os.environ.get("XPUINJECT_POISON", "0") == "1"
+_POISON = env_switch("XPUINJECT_POISON") is True
 
 
 def set_poison(on: bool) -> bool:
@@ -190,7 +207,7 @@ def semaphores(device: torch.device, n: int) -> torch.Tensor:
 # takes it waits before touching global memory (pdl_wait), so reads and writes stay ordered as on
 # a plain stream. XPUINJECT_PDL=0 turns it off. See the CUDA programming guide, "Programmatic
 # Dependent Launch and Synchronization", and triton's python/tutorials/11-programmatic-dependent-launch.py.
-PDL_ENABLED = os.environ.get("XPUINJECT_PDL", "1") != "0"
+PDL_ENABLED = env_switch("XPUINJECT_PDL") is not False
 _PDL_CAP: Dict[int, bool] = {}
 
 
@@ -216,12 +233,6 @@ def fuse_norm(setting: Optional[bool], device: torch.device) -> bool:
     if setting is not None:
         return setting
     return device.type == "xpu" or (device.type == "cuda" and not pdl(device))
-
-
-def env_switch(name: str) -> Optional[bool]:
-    """An environment switch: "1" True, "0" False, unset (or anything else) None."""
-    v = os.environ.get(name)
-    return True if v == "1" else False if v == "0" else None
 
 
 def pdl_kw(on: bool) -> Dict[str, bool]:

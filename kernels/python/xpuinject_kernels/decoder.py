@@ -39,12 +39,12 @@ can_torch_compile; shared code lives in module-level functions.
 
 from __future__ import annotations
 
-import os
 import types
 
 import torch
 from torch import nn
 
+from . import _backend
 from .attention import attention_forward, decode_attention
 from .contract import VENDOR_ATTR, packed_attr
 from . import gemv
@@ -67,13 +67,13 @@ __all__ = ["Attention", "DecoderLayer", "mlp_block", "self_attention", "FUSE_DEC
 # program re-reading the rows costs more than the launch saves (1B decode 1.24 against 1.06 ms,
 # 8B 5.12 against 4.36; benchmarks/bench_decode_step.py --fuse-norm). XPUINJECT_FUSE_DECODE_NORM=1
 # turns it on, for a GPU where launches cost more.
-FUSE_DECODE_NORM = os.environ.get("XPUINJECT_FUSE_DECODE_NORM", "0") == "1"
+FUSE_DECODE_NORM = _backend.env_switch("XPUINJECT_FUSE_DECODE_NORM") is True
 
 # At decode over a static cache, run RoPE, the q/k norms and the cache write in the QKV GEMV's
 # epilogue (rope_cache.qkv_rope_cache_write), one head a tile, instead of a launch of their own:
 # on the H200 the Qwen3-30B-A3B-shaped step took 0.633 ms with it against 0.649 without
 # (benchmarks/profile_decode.py, BENCHMARKS.md). XPUINJECT_FUSE_QKV_ROPE=0 turns it off.
-FUSE_QKV_ROPE = os.environ.get("XPUINJECT_FUSE_QKV_ROPE", "1") != "0"
+FUSE_QKV_ROPE = _backend.env_switch("XPUINJECT_FUSE_QKV_ROPE") is not False
 
 
 def _heads(module: nn.Module):

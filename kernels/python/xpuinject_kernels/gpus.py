@@ -20,7 +20,6 @@ cache); the eval records it, so "a known GPU does no autotuning" can be checked 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -88,7 +87,7 @@ def tuned_config(kernel: str, key: Dict[str, object], device) -> Optional[triton
 def autotune_requested() -> bool:
     """Whether classes without a tuned config autotune (XPUINJECT_AUTOTUNE=1) instead of taking
     their heuristic config."""
-    return os.environ.get("XPUINJECT_AUTOTUNE", "0").lower() in ("1", "true", "on", "yes")
+    return _backend.env_switch("XPUINJECT_AUTOTUNE") is True
 
 
 # The problem classes launched with a heuristic config: {kernel, key, config}, what a sweep
