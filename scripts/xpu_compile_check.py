@@ -104,6 +104,10 @@ def mock_args(fn, act, constexprs):
         elif p.name.endswith("_ptr") or p.name in ptr_names:
             args.append(torch.float32 if p.name in FP32_PTRS else torch.int32 if p.name in INT_PTRS
                         else torch.int64 if p.name in INT64_PTRS else act)
+        elif p.name == "stride_wn" and module in ("gemv", "moe"):
+            # the packed K-major weight's unit stride, which the launch specializes; an N-major
+            # case names stride_wk=1 instead
+            args.append(64 if constexprs.get("stride_wk") == 1 else 1)
         elif p.name in FLOATS:
             args.append(0.125)
         else:
@@ -235,25 +239,25 @@ def cases(cuda: bool = False):
     for epi, bn, bk, split in (("none", 16, 256, 1), ("swiglu", 16, 256, 4)):
         yield (f"gemv N-major {epi} split{split}", gemv._gemv_kernel, [({}, 4, 3)], bf16,
                dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split,
-                    W_KMAJOR=False))
+                    stride_wk=1))
     yield ("gemv N-major none split8, RoPE + cache write d128 norm=True", gemv._gemv_kernel, [({}, 4, 3)], bf16,
            dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, ROPE=True, NORM_QK=True,
-                NORM_ROUND=True, W_KMAJOR=False))
+                NORM_ROUND=True, stride_wk=1))
     # one row on N-major weights: the CUDA cores' multiply-add (EW)
     for epi, bn, bk, split in (("none", 16, 256, 1), ("swiglu", 16, 256, 2), ("residual", 16, 256, 2)):
         yield (f"gemv N-major EW {epi} split{split}", gemv._gemv_kernel, [({}, 4, 3)], bf16,
                dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=1, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split,
-                    W_KMAJOR=False, EW=True, EW_STAGES=3))
+                    stride_wk=1, EW=True, EW_STAGES=3))
     yield ("gemv N-major EW none split4, RoPE + cache write d128 norm=True", gemv._gemv_kernel, [({}, 8, 3)], bf16,
            dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=128, BLOCK_K=64, SPLIT_K=4, ROPE=True, NORM_QK=True,
-                NORM_ROUND=True, W_KMAJOR=False, EW=True, EW_STAGES=3))
+                NORM_ROUND=True, stride_wk=1, EW=True, EW_STAGES=3))
     yield ("gemv N-major EW none split1, RoPE + cache write d128 norm=True, 8 tiles a head", gemv._gemv_kernel,
            [({}, 4, 3)], bf16,
            dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=16, BLOCK_K=256, SPLIT_K=1, ROPE=True, NORM_QK=True,
-                NORM_ROUND=True, W_KMAJOR=False, EW=True, EW_STAGES=3, HEAD_TILES=8, BLOCK_D=128))
+                NORM_ROUND=True, stride_wk=1, EW=True, EW_STAGES=3, HEAD_TILES=8, BLOCK_D=128))
     yield ("gemv N-major EW none split2, input RMSNorm", gemv._gemv_kernel, [({}, 4, 3)], bf16,
            dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=16, BLOCK_K=256, SPLIT_K=2, ROW_NORM=True, ROWS=1,
-                BLOCK_R=2048, W_KMAJOR=False, EW=True, EW_STAGES=3))
+                BLOCK_R=2048, stride_wk=1, EW=True, EW_STAGES=3))
     # one row on K-major weights through EW (the config's switch), a head a tile and narrower
     for epi, bn, bk, split in (("none", 128, 32, 2), ("swiglu", 128, 32, 2)):
         yield (f"gemv K-major EW {epi} split{split}", gemv._gemv_kernel, [({}, 4, 3)], bf16,
@@ -282,24 +286,23 @@ def cases(cuda: bool = False):
                 BLOCK_H=2048))
     yield ("moe router t16 split1 with its top-8 and renormalized weights", moe._router_kernel, [({}, 4, 2)], bf16,
            dict(BLOCK_T=16, BLOCK_K=128, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=1, TOP_K=8, RULE=1, TOPK_P2=8))
-    # the experts' weights as packed, K-major (stride_wn 1, as the launch specializes it), and
-    # N-major (stride_wk 1: each expert nn.Linear's own layout, read through the same kernels)
-    km, nm = dict(stride_wn=1), dict(stride_wk=1)
+    # the experts' weights as packed, K-major (mock_args: stride_wn 1), and N-major (stride_wk 1:
+    # each expert nn.Linear's own layout, read through the same kernels)
+    nm = dict(stride_wk=1)
     yield ("moe decode down split4 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
-           dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, HAS_RES=True, **km))
+           dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, HAS_RES=True))
     yield ("moe top-k sum k8 + residual", moe._topk_sum_kernel, [({}, 4, 1)], bf16,
            dict(TOP_K=8, BLOCK_H=1024, HAS_RES=True))
     for split in (1, 4):
         yield (f"moe decode gate/up split{split}", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
-               dict(BLOCK_N=64, BLOCK_K=128, SPLIT_K=split, **km))
+               dict(BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))
         yield (f"moe decode down split{split}", moe._decode_down_kernel, [({}, 4, 2)], bf16,
-               dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split, **km))
+               dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split))
         # the CUDA cores' multiply-add (EW), its loads pipelined as deep as the launch's stages
         yield (f"moe decode gate/up EW split{split}", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
-               dict(BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, EW=True, EW_STAGES=2, **km))
+               dict(BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, EW=True, EW_STAGES=2))
         yield (f"moe decode down EW split{split} + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
-               dict(TOP_K=8, RULE=1, BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, HAS_RES=True, EW=True, EW_STAGES=2,
-                    **km))
+               dict(TOP_K=8, RULE=1, BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, HAS_RES=True, EW=True, EW_STAGES=2))
     for ew, bn, bk in ((False, 64, 128), (True, 16, 256)):
         tag = " EW" if ew else ""
         yield (f"moe decode gate/up N-major{tag} split2", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
@@ -309,9 +312,9 @@ def cases(cuda: bool = False):
                     EW_STAGES=2 if ew else None, **nm))
     for bm, warps in ((16, 4), (64, 8), (128, 8)):
         yield (f"moe grouped gate/up m{bm}", moe._grouped_gate_up_kernel, [({}, warps, 2)], bf16,
-               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **km))
+               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS))
         yield (f"moe grouped down m{bm}", moe._grouped_down_kernel, [({}, warps, 2)], bf16,
-               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **km))
+               dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS))
         yield (f"moe grouped gate/up N-major m{bm}", moe._grouped_gate_up_kernel, [({}, warps, 2)], bf16,
                dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **nm))
         yield (f"moe grouped down N-major m{bm}", moe._grouped_down_kernel, [({}, warps, 2)], bf16,

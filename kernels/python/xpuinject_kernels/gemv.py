@@ -63,10 +63,9 @@ def _gemv_kernel(
     HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     NORM: tl.constexpr = False, PDL: tl.constexpr = False, ROW_NORM: tl.constexpr = False,
-    # W_KMAJOR: W is [K, N] with unit column stride (the packed layout); else the [K, N] view of
-    # an N-major [N, K] weight (unit row stride, nn.Linear's own), read as [BLOCK_N, BLOCK_K]
-    # tiles of contiguous K runs.
-    W_KMAJOR: tl.constexpr = True,
+    # W is [K, N] read by its strides: K-major (stride_wn 1, the packed layout) or the [K, N] view
+    # of an N-major [N, K] weight (stride_wk 1, nn.Linear's own); the launch specializes the unit
+    # stride, so each layout's tile loads run along its contiguous axis.
     # EW (one row; BLOCK_M = 1): multiply-add the weight tile into an fp32 accumulator of its shape
     # on the CUDA cores and reduce it once at the end, instead of a 16-row tl.dot. N-major weights
     # always (on the H200, at each path's best config, the Qwen3-30B-A3B attention projections took
@@ -120,10 +119,8 @@ def _gemv_kernel(
         rstd = 1.0 / tl.sqrt(ss / K + eps)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
-    acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # EW only (DCE'd otherwise)
-    acc2_up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    acc3 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW on a K-major weight
-    acc3_up = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
+    acc2_up = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
     if ROW_NORM:
         # Each row's rstd over all K, every program on its own (the ROWS rows there are, not the
         # dot's padding). On the H200 the squares summed inside the weight loop instead doubled
@@ -150,38 +147,21 @@ def _gemv_kernel(
             nw = tl.load(nw_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32)
             a = (nw[None, :] * nv).to(aty)
         a = a.to(wty)
-        if W_KMAJOR:
-            w_rows = w_ptr + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :]
-            w_ok = k_ok[:, None] & n_ok[None, :]
-            if EW:
-                ak = tl.reshape(a.to(tl.float32), (BLOCK_K,))[:, None]  # the one row, down K
-                acc3 += tl.load(w_rows, mask=w_ok, other=0.0).to(tl.float32) * ak
-                if gated:
-                    acc3_up += tl.load(w_rows + UP_OFF, mask=w_ok, other=0.0).to(tl.float32) * ak
-            else:
-                acc = tl.dot(a, tl.load(w_rows, mask=w_ok, other=0.0), acc)
-                if gated:
-                    acc_up = tl.dot(a, tl.load(w_rows + UP_OFF, mask=w_ok, other=0.0), acc_up)
+        w_rows = w_ptr + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :] * stride_wn
+        w_ok = k_ok[:, None] & n_ok[None, :]
+        if EW:
+            # bf16 x bf16 products are exact in fp32, as the tensor cores' are
+            ak = tl.reshape(a.to(tl.float32), (BLOCK_K,))[:, None]  # the one row, down K
+            acc2 += tl.load(w_rows, mask=w_ok, other=0.0).to(tl.float32) * ak
+            if gated:
+                acc2_up += tl.load(w_rows + UP_OFF * stride_wn, mask=w_ok, other=0.0).to(tl.float32) * ak
         else:
-            w_cols = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
-            w_ok = n_ok[:, None] & k_ok[None, :]
-            if EW:
-                # bf16 x bf16 products are exact in fp32, as the tensor cores' are
-                av = a.to(tl.float32)  # [1, BLOCK_K]
-                acc2 += tl.load(w_cols, mask=w_ok, other=0.0).to(tl.float32) * av
-                if gated:
-                    acc2_up += tl.load(w_cols + UP_OFF * stride_wn, mask=w_ok, other=0.0).to(tl.float32) * av
-            else:
-                acc = tl.dot(a, tl.trans(tl.load(w_cols, mask=w_ok, other=0.0)), acc)
-                if gated:
-                    acc_up = tl.dot(a, tl.trans(tl.load(w_cols + UP_OFF * stride_wn, mask=w_ok, other=0.0)), acc_up)
+            acc = tl.dot(a, tl.load(w_rows, mask=w_ok, other=0.0), acc)
+            if gated:
+                acc_up = tl.dot(a, tl.load(w_rows + UP_OFF * stride_wn, mask=w_ok, other=0.0), acc_up)
     if EW:
-        if W_KMAJOR:
-            acc = tl.sum(acc3, axis=0)[None, :]
-            acc_up = tl.sum(acc3_up, axis=0)[None, :]
-        else:
-            acc = tl.sum(acc2, axis=1)[None, :]
-            acc_up = tl.sum(acc2_up, axis=1)[None, :]
+        acc = tl.sum(acc2, axis=0)[None, :]
+        acc_up = tl.sum(acc2_up, axis=0)[None, :]
 
     out_ok = m_ok[:, None] & n_ok[None, :]
     if SPLIT_K * HEAD_TILES > 1:
@@ -193,44 +173,35 @@ def _gemv_kernel(
         # Every thread's partial is stored before the (acq_rel, device-scope) count is taken.
         tl.debug_barrier()
         arrived = tl.atomic_add(sem_ptr + head, 1)
-        if HEAD_TILES > 1:
-            if arrived == SPLIT_K * HEAD_TILES - 1:
-                for t in range(0, HEAD_TILES):
+        if arrived == SPLIT_K * HEAD_TILES - 1:
+            # The last program of the tile, or (HEAD_TILES > 1) of the head's tiles, sums each
+            # tile's partials in split order, then runs the head's rope epilogue.
+            for t in tl.static_range(HEAD_TILES):
+                if HEAD_TILES > 1:
                     in_head = t * BLOCK_N + tl.arange(0, BLOCK_N)
                     offs_h = head * TILE_N + in_head
                     ok_h = m_ok[:, None] & ((in_head < TILE_N) & (offs_h < N))[None, :]
-                    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                    for s in range(0, SPLIT_K):
-                        part = ws_ptr + (s * M + offs_m[:, None]) * N_WS + offs_h[None, :]
-                        acc += tl.load(part, mask=ok_h, other=0.0, cache_modifier=".cg")
-                    if ROW_NORM:
-                        acc = acc * rstd[:, None]
-                    _finish(acc, acc, b_ptr, r_ptr, o_ptr, offs_m, offs_h, ok_h, N, UP_OFF, stride_rm, stride_om,
-                            HAS_BIAS, EPILOGUE)
-                _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, head, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW,
-                                   KW, HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
-                                   BLOCK_M, BLOCK_D, NORM_QK, NORM_ROUND)
-                tl.atomic_xchg(sem_ptr + head, 0)
-        else:
-            if arrived == SPLIT_K - 1:
+                else:
+                    offs_h = offs_n
+                    ok_h = out_ok
                 acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                 acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                 for s in range(0, SPLIT_K):
-                    part = ws_ptr + (s * M + offs_m[:, None]) * N_WS + offs_n[None, :]
+                    part = ws_ptr + (s * M + offs_m[:, None]) * N_WS + offs_h[None, :]
                     # .cg: read at L2, where the other programs' stores are, never a stale L1 line
-                    acc += tl.load(part, mask=out_ok, other=0.0, cache_modifier=".cg")
+                    acc += tl.load(part, mask=ok_h, other=0.0, cache_modifier=".cg")
                     if gated:
-                        acc_up += tl.load(part + N, mask=out_ok, other=0.0, cache_modifier=".cg")
+                        acc_up += tl.load(part + N, mask=ok_h, other=0.0, cache_modifier=".cg")
                 if ROW_NORM:
                     acc = acc * rstd[:, None]
                     acc_up = acc_up * rstd[:, None]
-                _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
+                _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_h, ok_h, N, UP_OFF, stride_rm, stride_om,
                         HAS_BIAS, EPILOGUE)
-                if ROPE:
-                    _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, pid_n, TILE_N, QO, KC, VC, COS, SIN, COUNTER,
-                                       QW, KW, HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb,
-                                       eps_qk, BLOCK_M, BLOCK_N, NORM_QK, NORM_ROUND)
-                tl.atomic_xchg(sem_ptr + pid_n, 0)
+            if ROPE:
+                _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, head, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW,
+                                   KW, HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
+                                   BLOCK_M, BLOCK_D if HEAD_TILES > 1 else BLOCK_N, NORM_QK, NORM_ROUND)
+            tl.atomic_xchg(sem_ptr + head, 0)
     else:
         if ROW_NORM:
             acc = acc * rstd[:, None]
@@ -402,7 +373,7 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue],
         BLOCK_M=1 if ew else _BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, NORM=norm is not None,
         ROW_NORM=row_norm is not None, ROWS=rows, BLOCK_R=min(_backend.next_pow2(k), max(16, 2048 // rows)),
-        W_KMAJOR=kmajor, EW=ew, EW_STAGES=cfg.num_stages if ew else None, HEAD_TILES=head_tiles,
+        EW=ew, EW_STAGES=cfg.num_stages if ew else None, HEAD_TILES=head_tiles,
         BLOCK_D=_backend.next_pow2(tile_n) if tile_n else 0,
         PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **(rope or {}), **_backend.pdl_kw(pdl),
     )
