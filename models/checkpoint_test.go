@@ -415,7 +415,8 @@ func TestSyntheticCheckpoint(t *testing.T) {
 }
 
 func TestSupported(t *testing.T) {
-	want := []string{"gemma2", "gemma3_text", "levit", "llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "qwen3_moe"}
+	want := []string{"gemma2", "gemma3_text", "levit", "llama", "mistral", "mixtral", "phi3", "qwen2", "qwen3", "qwen3_moe",
+		"smollm3"}
 	if got := Supported(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Supported() = %v, want %v", got, want)
 	}

@@ -217,6 +217,24 @@ func TestFixtureFacts(t *testing.T) {
 					t.Errorf("phi3 mlp %+v", m)
 				}
 			}, []string{"Phi3RMSNorm", "Phi3Attention", "Phi3MLP"}},
+		"smollm3-tiny": {11, llamaKinds, 1, func(t *testing.T, g *Graph) {
+			// no_rope_layers [1, 0] with use_sliding_window: layer 1 is NoPE and, by layer_types'
+			// default, the sliding one
+			for i, want := range []struct {
+				rope   string
+				window int64
+			}{{"", 0}, {RopeNone, 16}} {
+				a := attn(g, i)
+				wantDims(t, a, map[string]int64{"hidden": 64, "heads": 3, "kv_heads": 1, "head_dim": 32})
+				if a.Rope != want.rope || a.Dims["sliding_window"] != want.window || a.Class != "SmolLM3Attention" {
+					t.Errorf("layer %d: rope %q window %d class %s, want %q %d", i, a.Rope, a.Dims["sliding_window"], a.Class,
+						want.rope, want.window)
+				}
+			}
+			if h := layer(t, g, "lm_head"); !h.Tied {
+				t.Errorf("lm_head %+v", h)
+			}
+		}, []string{"SmolLM3RMSNorm", "SmolLM3Attention", "SmolLM3MLP"}},
 		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
 			func(t *testing.T, g *Graph) {
 				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")
@@ -375,5 +393,64 @@ func TestRopeSpellings(t *testing.T) {
 	editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { m["rope_parameters"] = map[string]any{"rope_type": "yarn2"} })
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `rope type "yarn2"`) {
 		t.Errorf("unknown rope type: %v", err)
+	}
+}
+
+// SmolLM3's per-layer RoPE and windows: no_rope_layers or its interval, and windows only with
+// use_sliding_window, on layer_types' sliding layers (by default the NoPE ones).
+func TestSmolLM3Layers(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		edit   func(m map[string]any)
+		rope   [2]string
+		window [2]int64
+	}{
+		{"fixture", func(m map[string]any) {}, [2]string{"", RopeNone}, [2]int64{0, 16}},
+		{"no window", func(m map[string]any) { m["use_sliding_window"] = false }, [2]string{"", RopeNone}, [2]int64{0, 0}},
+		{"interval", func(m map[string]any) {
+			delete(m, "no_rope_layers")
+			delete(m, "layer_types")
+			m["no_rope_layer_interval"] = 1.0
+		}, [2]string{RopeNone, RopeNone}, [2]int64{16, 16}},
+		{"default interval", func(m map[string]any) {
+			delete(m, "no_rope_layers")
+			delete(m, "no_rope_layer_interval")
+			delete(m, "layer_types")
+		}, [2]string{"", ""}, [2]int64{0, 0}},
+		{"layer_types", func(m map[string]any) { m["layer_types"] = []string{"sliding_attention", "full_attention"} },
+			[2]string{"", RopeNone}, [2]int64{16, 0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyFixture(t, "smollm3-tiny")
+			editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
+			g, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				if a := layer(t, g, "model.layers."+itoa(i)+".self_attn"); a.Rope != c.rope[i] || a.Dims["sliding_window"] != c.window[i] {
+					t.Errorf("layer %d: rope %q window %d, want %q %d", i, a.Rope, a.Dims["sliding_window"], c.rope[i], c.window[i])
+				}
+			}
+		})
+	}
+	for _, c := range []struct {
+		edit func(m map[string]any)
+		want string
+	}{
+		{func(m map[string]any) { m["no_rope_layers"] = []int{1} }, "no_rope_layers has 1 entries, num_hidden_layers is 2"},
+		{func(m map[string]any) { m["no_rope_layers"] = []int{1, 2} }, "no_rope_layers[1] is 2 (want 1"},
+		{func(m map[string]any) {
+			delete(m, "no_rope_layers")
+			m["no_rope_layer_interval"] = 0
+		}, "no_rope_layer_interval is 0, want a positive interval"},
+		{func(m map[string]any) { m["sliding_window"] = -3 }, "sliding_window is -3"},
+		{func(m map[string]any) { m["layer_types"] = []string{"full_attention", "chunked"} }, `layer_types[1] is "chunked"`},
+	} {
+		dir := copyFixture(t, "smollm3-tiny")
+		editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
+		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ConfigFile) {
+			t.Errorf("want an error naming %q and the config: %v", c.want, err)
+		}
 	}
 }

@@ -86,7 +86,7 @@ var gemma2 = gemmaFamily{
 func init() { registerGemmaFamily(gemma2) }
 
 func registerGemmaFamily(f gemmaFamily) {
-	Register(Architecture{ModelTypes: []string{f.modelType}, Build: f.build})
+	Register(Architecture{ModelTypes: []string{f.modelType}, Build: f.build, LayerWindows: true})
 }
 
 func (f gemmaFamily) config(ck *Checkpoint) (*gemmaConfig, error) {

@@ -6,7 +6,8 @@ import (
 )
 
 // Llama (model_type "llama") and the base of its relatives (mistral.go, qwen2.go,
-// qwen3.go). Read against transformers 5.17 models/llama/{configuration,modeling}_llama.py.
+// qwen3.go, smollm3.go, qwen3_moe.go, mixtral.go). Read against transformers 5.17
+// models/llama/{configuration,modeling}_llama.py.
 //
 // Layers, in execution order (prefix "model." for *ForCausalLM, none for the bare
 // *Model class):
@@ -63,6 +64,11 @@ type llamaFamily struct {
 	sparse func(ck *Checkpoint, c *llamaConfig) (func(b *builder, blk string, i int) bool, error)
 	// mlpClass is the dense MLP's class when it is not <class>MLP.
 	mlpClass string
+	// attn, when set, reads the family's per-layer attention settings and returns what marks
+	// block i's attention (SmolLM3's NoPE layers and windows, smollm3.go).
+	attn func(ck *Checkpoint, c *llamaConfig) (func(i int, l *Layer), error)
+	// layerWindows: attn gives each sliding layer its window (Architecture.LayerWindows).
+	layerWindows bool
 }
 
 func never(*llamaConfig) bool { return false }
@@ -85,7 +91,7 @@ var llama = llamaFamily{
 func init() { registerLlamaFamily(llama) }
 
 func registerLlamaFamily(f llamaFamily) {
-	Register(Architecture{ModelTypes: []string{f.modelType}, Build: f.build})
+	Register(Architecture{ModelTypes: []string{f.modelType}, Build: f.build, LayerWindows: f.layerWindows})
 }
 
 func (f llamaFamily) config(ck *Checkpoint) (*llamaConfig, error) {
@@ -170,6 +176,12 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 	if f.mlpClass != "" {
 		mlpClass = f.mlpClass
 	}
+	var attnOf func(i int, l *Layer)
+	if f.attn != nil {
+		if attnOf, err = f.attn(ck, c); err != nil {
+			return nil, err
+		}
+	}
 	for i := 0; i < int(c.NumHiddenLayers) && b.err == nil; i++ {
 		blk := fmt.Sprintf("%slayers.%d", prefix, i)
 		norm(blk+".input_layernorm", i)
@@ -201,6 +213,9 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 				need{"k_norm.weight", attn + ".k_norm.weight", []int64{hd}, why, false})
 			l.Eps = c.RMSNormEps
 			l.Children = map[string]string{"q_norm": f.class + "RMSNorm", "k_norm": f.class + "RMSNorm"}
+		}
+		if attnOf != nil {
+			attnOf(i, &l)
 		}
 		b.add(l, needs...)
 

@@ -14,6 +14,9 @@ type Architecture struct {
 	// Build maps the checkpoint's tensors to layers and checks every tensor a layer
 	// needs against the shape the config implies (returning *ShapeError on mismatch).
 	Build func(ck *Checkpoint) (*Graph, error)
+	// LayerWindows: Build gives each sliding layer its window in Dims["sliding_window"], and
+	// a layer without one attends in full whatever config.json's sliding_window says.
+	LayerWindows bool
 }
 
 var (
@@ -56,4 +59,12 @@ func Lookup(modelType string) (Architecture, error) {
 			modelType, strings.Join(Supported(), ", "))
 	}
 	return a, nil
+}
+
+// LayerWindows reports whether modelType's layers carry their own sliding windows
+// (Architecture.LayerWindows); false for an unknown model_type.
+func LayerWindows(modelType string) bool {
+	archMu.RLock()
+	defer archMu.RUnlock()
+	return archs[modelType].LayerWindows
 }

@@ -89,6 +89,9 @@ const (
 	KindMoE LayerKind = "moe-swiglu"
 )
 
+// RopeNone is Layer.Rope of an attention that rotates nothing (SmolLM3's NoPE layers).
+const RopeNone = "none"
+
 // Layer is one replaceable module of a model: its transformers module path, class,
 // the tensors it owns by role, and the shape facts planning needs.
 type Layer struct {
@@ -115,7 +118,8 @@ type Layer struct {
 	// layer (Gemma 2's attn_logit_softcapping), of the final logits for an lm-head
 	// (final_logit_softcapping); 0 when none.
 	Softcap float64 `json:",omitempty" yaml:",omitempty"`
-	// Rope is the attention's RoPE type when it is not the default one ("longrope").
+	// Rope is the attention's RoPE type when it is not the default one ("longrope"), or
+	// RopeNone for a layer that applies none.
 	Rope string `json:",omitempty" yaml:",omitempty"`
 	// Router is an MoE block's routing rule (RouterSoftmaxTopK, ...), "" elsewhere.
 	Router string `json:",omitempty" yaml:",omitempty"`

@@ -343,6 +343,25 @@ def build_phi3_tiny(seed: int):
     return _seeded(seed, lambda: Phi3ForCausalLM(cfg))
 
 
+def build_smollm3_tiny(seed: int):
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+
+    cfg = SmolLM3Config(
+        hidden_size=64,
+        intermediate_size=88,  # not a power of two
+        num_hidden_layers=2,
+        no_rope_layers=[1, 0],  # layer 1 is a NoPE layer
+        use_sliding_window=True,
+        sliding_window=16,  # on the NoPE layer (layer_types' default), shorter than the eval's sequences
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3
+        head_dim=32,  # 3 heads of 32 over a hidden of 64
+        tie_word_embeddings=True,  # as SmolLM3-3B
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: SmolLM3ForCausalLM(cfg))
+
+
 LEVIT_IMAGE_SIZE = 64
 
 
@@ -411,6 +430,7 @@ FIXTURE_LIST = [
     # under block_sparse_moe.experts.N.w1/w2/w3): transformers' conversion runs in reverse.
     Fixture("qwen3-moe-tiny", 1011, build_qwen3_moe_tiny, dtype="bfloat16"),
     Fixture("mixtral-tiny", 1012, build_mixtral_tiny, dtype="bfloat16"),
+    Fixture("smollm3-tiny", 1013, build_smollm3_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

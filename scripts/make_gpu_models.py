@@ -3,7 +3,7 @@ Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Qwen3-30B-A3B and LeViT-128S, m
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,phi3mini,qwen3moe30b,levit128s] [--layers N]
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,phi3mini,smollm3,qwen3moe30b,levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
 "-<N>l"). --config-only writes each model's config.json alone (no weights: any machine, at once),
@@ -73,6 +73,14 @@ def phi3mini(out: Path, layers=None):
         num_key_value_heads=32, vocab_size=32064, max_position_embeddings=4096, original_max_position_embeddings=4096,
         rms_norm_eps=1e-5, sliding_window=2047, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, pad_token_id=2,
     ), cls=transformers.Phi3ForCausalLM)
+
+
+def smollm3(out: Path, layers=None):
+    """SmolLM3-3B's shape (SmolLM3Config's defaults): hidden 2048, 36 layers, 16 heads, 4 KV heads,
+    head_dim 128, intermediate 11008, vocab 128256, every fourth layer NoPE, tied embeddings."""
+    _llama(out, transformers.SmolLM3Config(
+        num_hidden_layers=layers or 36, max_position_embeddings=8192, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    ), cls=transformers.SmolLM3ForCausalLM)
 
 
 def qwen2(out: Path, layers=None):
@@ -181,7 +189,8 @@ def main():
     global CONFIG_ONLY
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "phi3mini": phi3mini, "qwen3moe30b": qwen3moe30b, "levit128s": levit128s}
+              "gemma2b": gemma2b, "phi3mini": phi3mini, "smollm3": smollm3, "qwen3moe30b": qwen3moe30b,
+              "levit128s": levit128s}
     for name in a.only.split(","):
         t = time.time()
         d = Path(a.out) / (name + (f"-{a.layers}l" if a.layers and name != "levit128s" else ""))

@@ -142,6 +142,11 @@ def cases(cuda: bool = False):
            dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=64, BLOCK_PASS=32))
     yield ("rope + cache write partial rotary", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
            dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=32))
+    # SmolLM3's NoPE layers: nothing rotates (one masked lane), every channel is copied or cached
+    yield ("rope NoPE", rope._rope_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=1, BLOCK_PASS=128))
+    yield ("rope + cache write NoPE", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK_H=8, BLOCK_HALF=1, BLOCK_D=128, BLOCK_PASS=128))
     # qwen3's q/k RMSNorm fused in, at the warps rms_norm launches a head_dim row with (Llama's order)
     nw = rmsnorm.num_warps(128)
     yield ("rope + cache write + q/k norm", rope_cache._rope_cache_kernel, [({}, nw, 1)], bf16,

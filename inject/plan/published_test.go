@@ -48,8 +48,10 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 			add(p+"mlp.gate_up_proj.weight", 2*inter, h)
 			continue
 		}
-		add(p+"pre_feedforward_layernorm.weight", h)
-		add(p+"post_feedforward_layernorm.weight", h)
+		if strings.HasPrefix(mt, "gemma") {
+			add(p+"pre_feedforward_layernorm.weight", h)
+			add(p+"post_feedforward_layernorm.weight", h)
+		}
 		add(p+"self_attn.q_proj.weight", heads*hd, h)
 		add(p+"self_attn.k_proj.weight", kv*hd, h)
 		add(p+"self_attn.v_proj.weight", kv*hd, h)
@@ -78,13 +80,15 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	}
 }
 
-// TestPublishedConfigs plans the published Gemma 2, Gemma 3 and Phi-3 / Phi-4-mini layouts
-// and checks what each family gets: which layers run our kernels and why the rest stay.
+// TestPublishedConfigs plans the published Gemma 2, Gemma 3 and Phi-3 / Phi-4-mini layouts, and
+// SmolLM3-3B's from its config class's defaults, and checks what each family gets: which
+// layers run our kernels and why the rest stay.
 func TestPublishedConfigs(t *testing.T) {
 	cases := map[string]struct {
 		kernel, kept int
 		attnReason   []string // in the reason of every attention layer's keep
 		check        func(t *testing.T, p *Plan)
+		config       string // config.json itself, for a layout with no published copy here
 	}{
 		// 26 layers × (4 norms + MLP + attention) + final norm + lm_head on our kernels, attention
 		// at head_dim 256 with its soft-capping and windows; the embedding kept.
@@ -97,7 +101,7 @@ func TestPublishedConfigs(t *testing.T) {
 					t.Errorf("layer %d attention reason %q, want the cap and a window: %v", i, r, window)
 				}
 			}
-		}},
+		}, ""},
 		"google--gemma-3-1b-it": {26*6 + 2, 1, nil, func(t *testing.T, p *Plan) {
 			// layer 0 slides, layer 5 is the first full-attention one (sliding_window_pattern 6)
 			for i, want := range map[int]string{0: "sliding window 512", 5: "by gemm"} {
@@ -105,7 +109,7 @@ func TestPublishedConfigs(t *testing.T) {
 					t.Errorf("layer %d attention reason %q, want %q", i, r, want)
 				}
 			}
-		}},
+		}, ""},
 		// every layer on our kernels, attention with its window of 2047; the embedding kept
 		"microsoft--Phi-3-mini-4k-instruct": {32*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
 			a := layerPlan(t, p, "model.layers.0.self_attn")
@@ -117,16 +121,32 @@ func TestPublishedConfigs(t *testing.T) {
 				len(m.Outputs[0].Sources) != 1 || fmt.Sprint(m.Outputs[0].Transforms) != "[prepack-kmajor]" {
 				t.Errorf("fused gate_up: %+v", m)
 			}
-		}},
+		}, ""},
 		// partial rotary is in the rope kernels: only LongRoPE's host-side factor choice keeps attention
-		"microsoft--Phi-4-mini-instruct": {32*3 + 2, 32 + 1, []string{"longrope RoPE picks its factors"}, nil},
+		"microsoft--Phi-4-mini-instruct": {32*3 + 2, 32 + 1, []string{"longrope RoPE picks its factors"}, nil, ""},
+		// SmolLM3-3B's shape as SmolLM3Config's defaults give it (transformers 5.17
+		// configuration_smollm3.py): every fourth layer NoPE, on our kernels like the others
+		"SmolLM3Config defaults": {36*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			for i := range 36 {
+				a := layerPlan(t, p, fmt.Sprintf("model.layers.%d.self_attn", i))
+				nope := (i+1)%4 == 0
+				if a.Layer != "Attention" || strings.Contains(a.Reason, "NoPE") != nope || strings.Contains(a.Reason, "sliding") {
+					t.Errorf("layer %d attention: layer %s, reason %q, want NoPE %v and no window", i, a.Layer, a.Reason, nope)
+				}
+			}
+		}, `{"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "vocab_size": 128256, "hidden_size": 2048,
+			"intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
+			"tie_word_embeddings": true}`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			raw, err := os.ReadFile(filepath.Join(publishedDir, name, "config.json"))
-			if err != nil {
-				t.Fatal(err)
+			raw := []byte(c.config)
+			if c.config == "" {
+				var err error
+				if raw, err = os.ReadFile(filepath.Join(publishedDir, name, "config.json")); err != nil {
+					t.Fatal(err)
+				}
 			}
 			var cfg map[string]any
 			if err := json.Unmarshal(raw, &cfg); err != nil {

@@ -246,6 +246,9 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 		children = append(children, c)
 		childBindings = append(childBindings, bind(m+"."+c, cls, layer, nil))
 	}
+	if l.Rope == models.RopeNone {
+		children = append(children, "use_rope") // the switch the layer reads: inject checks the module has it
+	}
 	ab := bind(m, l.Class, lp.Layer, lp.Outputs, children...)
 	ab.Vendor = vendor
 	lp.Bindings = append([]Binding{ab}, childBindings...)
@@ -263,6 +266,9 @@ func (p *planner) variantReason(l models.Layer) string {
 	if rd := l.Dims["rotary_dim"]; rd > 0 {
 		r += fmt.Sprintf("; partial rotary: %d of %d channels of each head rotate", rd, l.Dims["head_dim"])
 	}
+	if l.Rope == models.RopeNone {
+		r += "; no RoPE on this layer (NoPE): the RoPE launch rotates nothing and still writes the cache"
+	}
 	if sw := p.slidingWindow(l); sw > 0 {
 		r += fmt.Sprintf("; sliding window %d: in the 4-D mask transformers passes, and decode over a static "+
 			"cache skips keys older than it", sw)
@@ -275,7 +281,7 @@ func (p *planner) variantReason(l models.Layer) string {
 // do not compute yet.
 func (p *planner) stockAttention(l models.Layer) string {
 	var why []string
-	if l.Rope != "" {
+	if l.Rope != "" && l.Rope != models.RopeNone {
 		why = append(why, fmt.Sprintf("%s RoPE picks its factors by a host-side length test a captured graph would hide", l.Rope))
 	}
 	if len(why) == 0 {
@@ -347,9 +353,9 @@ func (p *planner) slidingWindow(l models.Layer) int64 {
 		return sw
 	}
 	cfg := p.g.Checkpoint.Config
-	// Gemma's windows are per layer (layer_types, or each config class's default pattern), and
-	// models puts them in Dims: its other layers are full attention.
-	if mt, _ := cfg["model_type"].(string); strings.HasPrefix(mt, "gemma") {
+	// Gemma's and SmolLM3's windows are per layer (layer_types, or each config class's default
+	// pattern), and models puts them in Dims: their other layers are full attention.
+	if models.LayerWindows(p.g.Arch) {
 		return 0
 	}
 	if v, ok := cfg["layer_types"]; ok && v != nil {

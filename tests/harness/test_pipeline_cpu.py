@@ -147,6 +147,8 @@ def test_pipeline_fp16_cpu(tmp_path):
         ("gemma3-tiny", {"Attention", "GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "LMHead"}, "sdpa"),
         # Phi-3: the checkpoint's fused qkv_proj and gate_up_proj, head_dim 80, GQA 3, tied head
         ("phi3-tiny", {"FusedAttention", "FusedSwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
+        # SmolLM3: a NoPE layer (rotates nothing, still writes the cache) sliding over 16 keys
+        ("smollm3-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):
@@ -164,8 +166,9 @@ def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):
     gen = ev["generation"]["injected_vs_stock"]
     assert gen["tokens"] == 4 * 8 and gen["non_ties"] == 0, gen
     rt = ev["generation"]["runtime"]  # the graph runtime's steps give eager's tokens
-    for name in ("stock", "injected"):
-        assert rt[name]["vs_eager"]["positions"] == 1.0, rt[name]
+    assert rt["injected"]["vs_eager"]["positions"] == 1.0, rt["injected"]
+    # stock's static-cache steps may break an exact bf16 tie of its own (margin 0) the other way
+    assert rt["stock"]["vs_eager"]["non_ties"] == 0, rt["stock"]
 
 
 @pytest.mark.parametrize(

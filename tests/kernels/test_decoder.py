@@ -29,6 +29,10 @@ def _tiny(arch: str, device: str = "cpu"):
     elif arch == "qwen2":
         cfg = transformers.Qwen2Config(**common)
         cls = transformers.Qwen2ForCausalLM
+    elif arch == "smollm3":
+        cfg = transformers.SmolLM3Config(**common, no_rope_layers=[1, 0], pad_token_id=0, bos_token_id=1,  # layer 1 NoPE
+                                          eos_token_id=2)
+        cls = transformers.SmolLM3ForCausalLM
     else:
         cfg = transformers.Qwen3Config(**common)
         cls = transformers.Qwen3ForCausalLM
@@ -74,7 +78,7 @@ def _inject(model):
     return _bind(model)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "smollm3"])
 def test_decoder_layers_match_stock(arch, device):
     stock = _tiny(arch, device)
     injected = _inject(_tiny(arch, device))
@@ -411,6 +415,43 @@ def _static_steps(model, ids, steps=2):
             out = model(input_ids=out[:, -1:].argmax(-1), past_key_values=cache, use_cache=True).logits
             logits.append(out)
     return logits, [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+@pytest.mark.parametrize("fuse_qkv_rope", [True, False])
+def test_smollm3_nope_layer_caches_its_keys_unrotated(device, monkeypatch, fuse_qkv_rope):
+    """SmolLM3's NoPE layer (use_rope 0) on a static cache: prefill and decode steps give stock's
+    logits within bf16 error, and the layer's cached keys are stock's, unrotated; the same layer
+    made to rotate caches other keys, so the test sees the switch. The decode steps' RoPE runs in
+    the QKV GEMV's epilogue, or with the switch off in the RoPE launch. On a dynamic cache the
+    NoPE layer launches no RoPE at all."""
+    monkeypatch.setattr(decoder, "FUSE_QKV_ROPE", fuse_qkv_rope)
+    stock = _tiny("smollm3", device)
+    model = _inject(_tiny("smollm3", device))
+    assert [int(layer.self_attn.use_rope) for layer in model.model.layers] == [1, 0]
+    g = torch.Generator().manual_seed(8)
+    ids = torch.randint(0, 97, (2, 7), generator=g).to(device)
+    counts = _backend.launch_counts
+    before = dict(counts)
+    got, got_cache = _static_steps(model, ids)
+    want, want_cache = _static_steps(stock, ids)
+    n = {k: counts[k] - before.get(k, 0) for k in ("rope_cache_write", "qkv_rope_cache_write")}
+    # two layers, the prefill in the RoPE launch, each of two decode steps in the GEMV's epilogue
+    assert n == ({"rope_cache_write": 2, "qkv_rope_cache_write": 4} if fuse_qkv_rope else
+                 {"rope_cache_write": 6, "qkv_rope_cache_write": 0}), n
+    for a, b in zip(got, want):
+        metrics.assert_close("smollm3 logits", a.float(), b.float(), atol=0.05, rtol=0.05, min_cosine=0.999)
+    nope_keys, nope_keys_stock = got_cache[2], want_cache[2]  # layer 1's keys
+    metrics.assert_close("NoPE keys", nope_keys.float(), nope_keys_stock.float(), atol=0.02, rtol=2.0**-6)
+    model.model.layers[1].self_attn.use_rope = 1
+    rotated = _static_steps(model, ids)[1][2]
+    assert (rotated.float() - nope_keys_stock.float()).abs().max() > 20 * (nope_keys - nope_keys_stock).float().abs().max()
+    model.model.layers[1].self_attn.use_rope = 0
+    before = dict(counts)
+    with torch.no_grad():
+        dyn = model(input_ids=ids, use_cache=True).logits
+        ref = stock(input_ids=ids, use_cache=True).logits
+    assert counts["apply_rope.inplace"] - before.get("apply_rope.inplace", 0) == 1  # layer 0's only
+    metrics.assert_close("smollm3 dynamic-cache logits", dyn.float(), ref.float(), atol=0.05, rtol=0.05, min_cosine=0.999)
 
 
 def test_qwen3_qk_norms_fuse_into_the_static_cache_write(device, monkeypatch):

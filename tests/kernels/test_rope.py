@@ -191,6 +191,33 @@ def test_rope_partial_rotary(device, inplace, dtype, hq, hk, d, factor):
     metrics.assert_close("partial k vs transformers", ko, ks, atol=4 * ulp, rtol=2 * ulp)
 
 
+@pytest.mark.parametrize("order", [None, "llama", "gemma"])
+def test_rope_without_rotary(device, order):
+    """rotary_dim 0 (a NoPE layer's zero-width cos/sin): out of place q and k come back equal and
+    new; in place with no norms there is nothing to do and nothing launches; with the q/k norms,
+    the norm kernels' output bit for bit."""
+    from xpuinject_kernels import rmsnorm
+
+    b, s, hq, hk, d = 2, 3, 6, 2, 80
+    q, k = qkv_views(b, s, hq, hk, d, torch.bfloat16, device, seed=4)
+    cos, sin = rotary(d, s, b, q.dtype, device)
+    cos, sin = cos[..., :0], sin[..., :0]
+    nw, want_q, want_k = {}, q.clone(), k.clone()
+    if order is not None:
+        qw, kw = (w.to(device) for w in qk_norm_weights(order, d, seed=5))
+        nw = dict(q_norm_weight=qw, k_norm_weight=kw, eps=NORM_EPS, norm_round=order == "llama")
+        norm = rmsnorm.rms_norm if order == "llama" else rmsnorm.rms_norm_gemma
+        want_q, want_k = norm(q, qw, NORM_EPS), norm(k, kw, NORM_EPS)
+    got_q, got_k = rope.apply_rope(q, k, cos, sin, **nw)
+    assert got_q is not q and torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+    before = dict(_backend.launch_counts)
+    q_in, k_in = q.clone(), k.clone()
+    got_q, got_k = rope.apply_rope(q_in, k_in, cos, sin, inplace=True, **nw)
+    assert got_q is q_in and torch.equal(q_in, want_q) and torch.equal(k_in, want_k)
+    launched = sum(_backend.launch_counts.values()) - sum(before.values())
+    assert launched == (order is not None)
+
+
 def test_rope_partial_rotary_bad_widths(device):
     q = torch.zeros(1, 2, 3, 64, dtype=torch.bfloat16, device=device)
     for rd in (66, 31):

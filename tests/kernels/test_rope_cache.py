@@ -117,6 +117,24 @@ def test_rope_cache_write_partial_rotary(device, dtype, s, hq, hk, d, factor, st
     assert torch.equal(got[..., rd:], q.transpose(1, 2)[..., rd:])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rope_cache_write_without_rotary(device, dtype):
+    """A NoPE layer's call (zero-width cos/sin): q comes back as it went in, and the written slots
+    hold k and v bit for bit; the rest of the caches is untouched."""
+    b, s, hq, hk, d, start, length = 2, 3, 6, 2, 80, 4, 9
+    q, k, v = projections(b, s, hq, hk, d, dtype, device)
+    cos, sin = rotary(d, s, b, dtype, device)
+    kc = torch.randn(b, hk, length, d).to(dtype).to(device)
+    vc = torch.randn(b, hk, length, d).to(dtype).to(device)
+    kc0, vc0 = kc.clone(), vc.clone()
+    got = rope_cache.rope_cache_write(q, k, v, cos[..., :0], sin[..., :0], kc, vc, torch.tensor(start, device=device))
+    assert torch.equal(got, q.transpose(1, 2))
+    assert torch.equal(kc[:, :, start:start + s], k.transpose(1, 2))
+    assert torch.equal(vc[:, :, start:start + s], v.transpose(1, 2))
+    rest = [i for i in range(length) if not start <= i < start + s]
+    assert torch.equal(kc[:, :, rest], kc0[:, :, rest]) and torch.equal(vc[:, :, rest], vc0[:, :, rest])
+
+
 def norm_weights(order, d, seed):
     """q_norm and k_norm weights as the fused kernel takes them: Llama's order the module's own
     bf16 weight (around 1, not 1), Gemma's the fp32 1 + w folded from a raw w around 0."""
@@ -139,6 +157,7 @@ NORM_CASES = [  # b, s, hq, hk, d, rotary_factor (None: full), start, length
     (2, 3, 10, 2, 80, None, 2, 9),    # GQA 5, head_dim 80, a prefill: q heads past one block of 8
     (2, 1, 9, 3, 96, 0.75, 7, 8),     # partial rotary (72 of 96), GQA 3, the cache's last slot
     (1, 3, 3, 1, 128, None, 6, 7),    # two of three slots past the end: dropped
+    (2, 2, 6, 2, 64, 0, 3, 9),        # a NoPE layer (rotary_dim 0): normalized, nothing rotated
 ]
 
 
@@ -150,6 +169,8 @@ def norm_case(b, s, hq, hk, d, factor, length, dtype, device, seed=0):
     q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
     q, k, v = q.view(b, s, hq, d), k.view(b, s, hk, d), v.view(b, s, hk, d)
     cos, sin = rotary(d, s, b, dtype, device) if factor is None else phi3_rotary(d, factor, s, b, dtype, device)
+    if factor == 0:  # a NoPE layer's zero-width views
+        cos, sin = cos[..., :0], sin[..., :0]
     kc = torch.randn(b, hk, length, d).to(dtype).to(device)
     vc = torch.randn(b, hk, length, d).to(dtype).to(device)
     return q, k, v, cos, sin, kc, vc
@@ -279,6 +300,8 @@ QKV_ROPE_CASES = [  # b, hq, hk, d, rotary_factor, norm order, bias, input norm 
     (2, 10, 2, 80, None, None, True, False, 2, 9, 1),        # GQA 5, head_dim 80 in a 128-wide tile, a bias
     (2, 9, 3, 96, 0.75, "gemma", False, True, 7, 8, 2),      # partial rotary, Gemma's norms, the last slot, input norm
     (1, 3, 1, 64, None, None, False, False, 7, 7, 3),        # the slot past the cache: nothing written
+    (2, 6, 2, 64, 0, None, False, False, 1, 5, 2),           # a NoPE layer: the cache write alone
+    (1, 4, 2, 80, 0, "llama", True, False, 0, 4, 1),         # NoPE with q/k norms, a bias, the first slot
 ]
 
 

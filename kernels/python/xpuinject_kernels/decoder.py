@@ -266,6 +266,10 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     if position_embeddings is None:
         raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(module)!r} got no position_embeddings")
     cos, sin = position_embeddings
+    if not getattr(module, "use_rope", True):
+        # SmolLM3's NoPE layers (no_rope_layers): zero-width views rotate nothing, and the q/k
+        # norms and cache write that share RoPE's launch still run
+        cos, sin = cos[..., :0], sin[..., :0]
     input_shape = hidden_states.shape[:-1]
     m = _rows(hidden_states)
     fused = _qkv_rope_layer(module, hidden_states, qkv_w, past_key_values, h, kv, d, m)
@@ -325,7 +329,8 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         # In place only outside autograd: q and k are views of this call's own projection, but a
         # tracer with grad mode on (torch.compile) refuses in-place writes to views it records.
         nw = {} if norms is None else dict(zip(("q_norm_weight", "k_norm_weight", "eps", "norm_round"), norms))
-        q, k = apply_rope(q, k, cos, sin, inplace=not torch.is_grad_enabled(), **nw)
+        if cos.shape[-1] or norms is not None:
+            q, k = apply_rope(q, k, cos, sin, inplace=not torch.is_grad_enabled(), **nw)
         if past_key_values is not None:
             k, v = past_key_values.update(k, v, module.layer_idx)
     if q_len == 1 and kv_lens is not None and not vendor_attn:
@@ -376,7 +381,7 @@ def self_attention(layer: nn.Module, hidden_states, **kwargs):
 
 
 class Attention(nn.Module):
-    """Replaces LlamaAttention.forward (Mistral, Qwen2, Qwen3, Gemma 2 and Gemma 3 alike)."""
+    """Replaces LlamaAttention.forward (Mistral, Qwen2, Qwen3, SmolLM3, Gemma 2 and Gemma 3 alike)."""
 
     has_backward = False
     can_torch_compile = True

@@ -8,7 +8,8 @@ every rope_scaling variant (Llama-3, YaRN, dynamic, ...) works unchanged: only t
 fused here. Partial rotary (Phi-3's partial_rotary_factor): cos/sin carry rotary_dim < head_dim
 columns, and only the first rotary_dim channels of each head rotate (rotate-half within them);
 the rest pass through unchanged (transformers 5.17 models/phi3/modeling_phi3.py
-apply_rotary_pos_emb).
+apply_rotary_pos_emb). rotary_dim 0 (zero-width cos/sin views) rotates nothing: SmolLM3's NoPE
+layers, whose q/k norms and cache write still run in the same launch.
 
 Layout: q [batch, heads_q, seq, head_dim], k [batch, heads_k, seq, head_dim] (GQA: heads_k may
 differ), any strides with a unit last stride (views of a fused qkv projection are fine).
@@ -328,21 +329,21 @@ def _check_qk(t: torch.Tensor, name: str) -> None:
 
 def _cs(t: torch.Tensor, name: str, batch: int, seq: int, d: int) -> torch.Tensor:
     """Validate cos/sin [batch or 1, seq, rotary_dim] (rotary_dim even, <= head_dim d: partial
-    rotary when smaller); return a 3-D view with unit last stride."""
+    rotary when smaller, none when 0); return a 3-D view with unit last stride."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"xpuinject_kernels: apply_rope: {name} must be a tensor")
     if t.dim() == 4 and t.shape[1] == 1:  # already unsqueezed at dim 1 ([b, 1, s, d])
         t = t[:, 0]
     if t.dim() == 2:  # [seq, head_dim]
         t = t.unsqueeze(0)
-    if t.dim() != 3 or t.shape[0] not in (1, batch) or t.shape[1] != seq or not (0 < t.shape[2] <= d) or t.shape[2] % 2:
+    if t.dim() != 3 or t.shape[0] not in (1, batch) or t.shape[1] != seq or not (0 <= t.shape[2] <= d) or t.shape[2] % 2:
         raise ValueError(
             f"xpuinject_kernels: apply_rope: {name} shape {tuple(t.shape)}: want [{batch} or 1, {seq}, rotary_dim] "
             f"with rotary_dim even and at most head_dim {d}"
         )
     if t.dtype not in _ACT_DTYPES:
         raise ValueError(f"xpuinject_kernels: apply_rope: {name} dtype {t.dtype} not supported")
-    if t.stride(-1) != 1:
+    if t.stride(-1) != 1 and t.shape[2]:
         t = t.contiguous()
     return t
 
@@ -455,6 +456,8 @@ def _apply_rope_(q, k, cos, sin, tile_elems: int, num_warps: int, q_norm_weight=
         _launch_norm(q, k, q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
         _backend.count("apply_rope.norm")
         return
+    if cos.shape[2] == 0:  # nothing rotates and nothing is normalized: q and k are the result
+        return
     _launch(q, k, q, k, cos, sin, tile_elems or 2048, num_warps or ROPE_NUM_WARPS)
     _backend.count("apply_rope.inplace")
 
@@ -473,6 +476,12 @@ _ops.define("apply_rope_", "(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin,
             f"{_NORM_ARGS}) -> ()", _apply_rope_, _apply_rope_inplace_fake, mutates=("q", "k"))
 
 
+def half_block(half: int) -> int:
+    """BLOCK_HALF for a rotation of `half` column pairs: at least one lane, all masked when nothing
+    rotates (rotary_dim 0)."""
+    return max(1, _backend.next_pow2(half))
+
+
 def _launch_norm(qi, ki, qo, ko, cos, sin, qw, kw, eps, norm_round) -> None:
     """The launch of apply_rope with the q/k norms fused in, on validated operands."""
     bq, hq, sq, d = qi.shape
@@ -489,7 +498,7 @@ def _launch_norm(qi, ki, qo, ko, cos, sin, qw, kw, eps, norm_round) -> None:
         qi.stride(0), qi.stride(1), qi.stride(2), ki.stride(0), ki.stride(1), ki.stride(2),
         qo.stride(0), qo.stride(1), qo.stride(2), ko.stride(0), ko.stride(1), ko.stride(2),
         scb, cos.stride(1), ssb, sin.stride(1), float(eps),
-        BLOCK_H=bh, BLOCK_HALF=_backend.next_pow2(half), BLOCK_D=_backend.next_pow2(d),
+        BLOCK_H=bh, BLOCK_HALF=half_block(half), BLOCK_D=_backend.next_pow2(d),
         BLOCK_PASS=_backend.next_pow2(npass) if npass else 0, NORM_ROUND=bool(norm_round),
         num_warps=norm_warps(d),
     )
@@ -504,7 +513,7 @@ def _launch(qi, ki, qo, ko, cos, sin, tile_elems: int = 2048, num_warps: int = R
     hk = ki.shape[1]
     half = cos.shape[2] // 2
     npass = d - 2 * half
-    block_half = _backend.next_pow2(half)
+    block_half = half_block(half)
     # heads per tile: up to ~2K elements per half-tile (a 128-dim head is 2 halves of 64); a
     # whole Llama token's q (32 heads) and k (8 heads) are then one tile each.
     cap = max(1, tile_elems // block_half)

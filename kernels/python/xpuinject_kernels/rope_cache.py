@@ -6,8 +6,9 @@ with c the cache layer's own device-side write counter (`StaticLayer.cumulative_
 int64 tensor, transformers 5.17 cache_utils.py) read on the device, so a captured decode step
 writes where the counter says without a host sync. The rotation is rope.py's (rotate-half, fp32
 math, one rounding; cos/sin of rotary_dim < head_dim columns rotate only the first rotary_dim
-channels, and the rest are copied as they are). The counter is not advanced here: every program reads it, so the caller
-advances it after the launch, as StaticLayer.update does (`cumulative_length.add_(seq)`).
+channels, and the rest are copied as they are; zero-width cos/sin, a NoPE layer's, rotate none).
+The counter is not advanced here: every program reads it, so the caller advances it after the
+launch, as StaticLayer.update does (`cumulative_length.add_(seq)`).
 
 Per-head q/k RMSNorm (qwen3's and Gemma 3's q_norm / k_norm), when given their weights: each q
 and k head is first normalized over head_dim as rmsnorm.py's kernel does it -- fp32 sum of squares
@@ -45,7 +46,7 @@ import triton
 import triton.language as tl
 
 from . import _backend, _ops
-from .rope import NORM_HEADS_PER_PROGRAM, ROPE_NUM_WARPS, _cs, _rotate, check_norm_weights, norm_warps
+from .rope import NORM_HEADS_PER_PROGRAM, ROPE_NUM_WARPS, _cs, _rotate, check_norm_weights, half_block, norm_warps
 
 __all__ = ["rope_cache_write", "rope_cache_write_ref", "qkv_rope_cache_write", "qkv_rope_ok"]
 
@@ -185,7 +186,7 @@ def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weigh
         qo.stride(0), qo.stride(1), qo.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         scb, cos.stride(1), ssb, sin.stride(1), float(eps),
-        BLOCK_H=bh, BLOCK_HALF=_backend.next_pow2(half), BLOCK_D=block_d,
+        BLOCK_H=bh, BLOCK_HALF=half_block(half), BLOCK_D=block_d,
         BLOCK_PASS=_backend.next_pow2(npass) if npass else 0, NORM=norm, NORM_ROUND=bool(norm_round), PDL=pdl,
         num_warps=warps, **_backend.pdl_kw(pdl),
     )
