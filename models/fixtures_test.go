@@ -235,6 +235,19 @@ func TestFixtureFacts(t *testing.T) {
 				t.Errorf("lm_head %+v", h)
 			}
 		}, []string{"SmolLM3RMSNorm", "SmolLM3Attention", "SmolLM3MLP"}},
+		"granite-tiny": {11, llamaKinds, 1, func(t *testing.T, g *Graph) {
+			wantDims(t, attn(g, 1), map[string]int64{"hidden": 96, "heads": 3, "kv_heads": 1, "head_dim": 32})
+			for _, m := range []string{"model.layers.0.post_attention_layernorm", "model.layers.1.post_attention_layernorm"} {
+				if n := layer(t, g, m); n.ResidualScale != 0.22 || n.BlockClass != "GraniteDecoderLayer" {
+					t.Errorf("%s: residual scale %g block %q, want 0.22 GraniteDecoderLayer", m, n.ResidualScale, n.BlockClass)
+				}
+			}
+			for _, m := range []string{"model.layers.1.input_layernorm", "model.norm"} {
+				if n := layer(t, g, m); n.ResidualScale != 0 {
+					t.Errorf("%s: residual scale %g, want none", m, n.ResidualScale)
+				}
+			}
+		}, []string{"GraniteRMSNorm", "GraniteAttention", "GraniteMLP"}},
 		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
 			func(t *testing.T, g *Graph) {
 				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")
@@ -451,6 +464,30 @@ func TestSmolLM3Layers(t *testing.T) {
 		editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
 		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ConfigFile) {
 			t.Errorf("want an error naming %q and the config: %v", c.want, err)
+		}
+	}
+}
+
+// Granite's residual_multiplier: a scale of 1 marks nothing, and a scale that is not positive is
+// refused naming the field and the config.
+func TestGraniteResidualScale(t *testing.T) {
+	dir := copyFixture(t, "granite-tiny")
+	editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { m["residual_multiplier"] = 1.0 })
+	g, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range g.Layers {
+		if l.ResidualScale != 0 {
+			t.Errorf("%s: residual scale %g with residual_multiplier 1", l.Module, l.ResidualScale)
+		}
+	}
+	for _, v := range []any{0.0, -0.5} {
+		dir := copyFixture(t, "granite-tiny")
+		editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { m["residual_multiplier"] = v })
+		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "residual_multiplier is") ||
+			!strings.Contains(err.Error(), ConfigFile) {
+			t.Errorf("residual_multiplier %v: %v", v, err)
 		}
 	}
 }

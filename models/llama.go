@@ -64,14 +64,20 @@ type llamaFamily struct {
 	sparse func(ck *Checkpoint, c *llamaConfig) (func(b *builder, blk string, i int) bool, error)
 	// mlpClass is the dense MLP's class when it is not <class>MLP.
 	mlpClass string
-	// attn, when set, reads the family's per-layer attention settings and returns what marks
-	// block i's attention (SmolLM3's NoPE layers and windows, smollm3.go).
-	attn func(ck *Checkpoint, c *llamaConfig) (func(i int, l *Layer), error)
-	// layerWindows: attn gives each sliding layer its window (Architecture.LayerWindows).
+	// mark, when set, reads the family's own config fields and returns what it sets on each
+	// built layer (SmolLM3's NoPE layers and windows, Granite's residual scale).
+	mark func(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error)
+	// layerWindows: mark gives each sliding layer its window (Architecture.LayerWindows).
 	layerWindows bool
 }
 
 func never(*llamaConfig) bool { return false }
+
+// attentionBias: attention_bias switches the biases of all four attention projections.
+func attentionBias(c *llamaConfig) bool { return c.AttentionBias }
+
+// mlpBiased: mlp_bias switches the biases of the MLP's three projections.
+func mlpBiased(c *llamaConfig) bool { return c.MLPBias }
 
 // llama: LlamaConfig defaults (configuration_llama.py); attention_bias and mlp_bias
 // switch the biases of all four attention projections and of the MLP.
@@ -82,9 +88,9 @@ var llama = llamaFamily{
 		VocabSize: 32000, HiddenSize: 4096, IntermediateSize: 11008, NumHiddenLayers: 32,
 		NumAttentionHeads: 32, RMSNormEps: 1e-6,
 	},
-	qkvBias: func(c *llamaConfig) bool { return c.AttentionBias },
-	oBias:   func(c *llamaConfig) bool { return c.AttentionBias },
-	mlpBias: func(c *llamaConfig) bool { return c.MLPBias },
+	qkvBias: attentionBias,
+	oBias:   attentionBias,
+	mlpBias: mlpBiased,
 	ignore:  []string{".rotary_emb.inv_freq"},
 }
 
@@ -176,9 +182,9 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 	if f.mlpClass != "" {
 		mlpClass = f.mlpClass
 	}
-	var attnOf func(i int, l *Layer)
-	if f.attn != nil {
-		if attnOf, err = f.attn(ck, c); err != nil {
+	var mark func(l *Layer)
+	if f.mark != nil {
+		if mark, err = f.mark(ck, c); err != nil {
 			return nil, err
 		}
 	}
@@ -214,9 +220,6 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 			l.Eps = c.RMSNormEps
 			l.Children = map[string]string{"q_norm": f.class + "RMSNorm", "k_norm": f.class + "RMSNorm"}
 		}
-		if attnOf != nil {
-			attnOf(i, &l)
-		}
 		b.add(l, needs...)
 
 		norm(blk+".post_attention_layernorm", i)
@@ -245,6 +248,11 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 	if lmHead {
 		b.lmHead(Layer{Module: "lm_head", Kind: KindLMHead, Class: "Linear", Block: -1,
 			Dims: map[string]int64{"vocab": vocab, "hidden": h}}, emb, c.TieWordEmbeddings, hidden)
+	}
+	if mark != nil {
+		for i := range b.layers {
+			mark(&b.layers[i])
+		}
 	}
 	return b.graph(func(name string) bool {
 		if c.TieWordEmbeddings && name == "lm_head.weight" {

@@ -18,11 +18,11 @@ var smollm3 = llamaFamily{
 		NumAttentionHeads: 16, RMSNormEps: 1e-6, TieWordEmbeddings: true,
 	},
 	kvHeadsDefault: 4,
-	qkvBias:        func(c *llamaConfig) bool { return c.AttentionBias },
-	oBias:          func(c *llamaConfig) bool { return c.AttentionBias },
-	mlpBias:        func(c *llamaConfig) bool { return c.MLPBias },
+	qkvBias:        attentionBias,
+	oBias:          attentionBias,
+	mlpBias:        mlpBiased,
 	ignore:         []string{".rotary_emb.inv_freq"},
-	attn:           smollm3Attention,
+	mark:           smollm3Attention,
 	layerWindows:   true,
 }
 
@@ -37,7 +37,8 @@ type smollm3Config struct {
 	LayerTypes          []string `json:"layer_types"`
 }
 
-func smollm3Attention(ck *Checkpoint, c *llamaConfig) (func(i int, l *Layer), error) {
+// smollm3Attention marks each attention layer's RoPE and window.
+func smollm3Attention(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error) {
 	s := smollm3Config{NoRopeLayerInterval: 4}
 	if err := decodeConfig(ck, &s); err != nil {
 		return nil, err
@@ -85,7 +86,11 @@ func smollm3Attention(ck *Checkpoint, c *llamaConfig) (func(i int, l *Layer), er
 			sliding[i] = t == "sliding_attention"
 		}
 	}
-	return func(i int, l *Layer) {
+	return func(l *Layer) {
+		i := l.Block
+		if l.Kind != KindAttention || i < 0 {
+			return
+		}
 		if !rope[i] {
 			l.Rope = RopeNone
 		}

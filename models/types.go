@@ -121,6 +121,10 @@ type Layer struct {
 	// Rope is the attention's RoPE type when it is not the default one ("longrope"), or
 	// RopeNone for a layer that applies none.
 	Rope string `json:",omitempty" yaml:",omitempty"`
+	// ResidualScale, on the norm after a decoder block's first residual add, is the factor
+	// the block multiplies each branch by before adding it to the residual (Granite's
+	// residual_multiplier); 0 when it adds them as they are.
+	ResidualScale float64 `json:",omitempty" yaml:",omitempty"`
 	// Router is an MoE block's routing rule (RouterSoftmaxTopK, ...), "" elsewhere.
 	Router string `json:",omitempty" yaml:",omitempty"`
 	// Block is the index of the decoder/transformer block the layer sits in, -1 outside.

@@ -362,6 +362,25 @@ def build_smollm3_tiny(seed: int):
     return _seeded(seed, lambda: SmolLM3ForCausalLM(cfg))
 
 
+def build_granite_tiny(seed: int):
+    from transformers import GraniteConfig, GraniteForCausalLM
+
+    cfg = GraniteConfig(
+        hidden_size=96,
+        intermediate_size=72,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3, head_dim 32
+        embedding_multiplier=12.0,  # Granite 3's four scalars
+        residual_multiplier=0.22,
+        attention_multiplier=0.0625,
+        logits_scaling=2.0,  # Granite 3 divides by 8 or 16; 2 keeps these random logits peaked
+        tie_word_embeddings=True,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: GraniteForCausalLM(cfg))
+
+
 LEVIT_IMAGE_SIZE = 64
 
 
@@ -431,6 +450,7 @@ FIXTURE_LIST = [
     Fixture("qwen3-moe-tiny", 1011, build_qwen3_moe_tiny, dtype="bfloat16"),
     Fixture("mixtral-tiny", 1012, build_mixtral_tiny, dtype="bfloat16"),
     Fixture("smollm3-tiny", 1013, build_smollm3_tiny, dtype="bfloat16"),
+    Fixture("granite-tiny", 1014, build_granite_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

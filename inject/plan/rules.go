@@ -54,6 +54,11 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 		lp.Outputs = []TensorPlan{p.out(w, "", "", LayoutRowMajor, p.shapeOf(w), nil, w)}
 	}
 	lp.Bindings = []Binding{bind(l.Module, l.Class, lp.Layer, lp.Outputs)}
+	if scaledResidual(l) {
+		note = joinReasons(fmt.Sprintf("not fused with the residual add before it: the block scales each branch by "+
+			"residual_multiplier %g before adding it, which the fused add kernels do not take; the block's own forward "+
+			"adds, and its MLP runs as a module", l.ResidualScale), note)
+	}
 	if k.Name == "add-rmsnorm" {
 		lp.Reason = joinReasons(ReasonAddRMSNorm, note)
 		// The residual add before this norm lives in the decoder layer's forward, so the
@@ -70,13 +75,19 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 // norm of a Llama-style block; Gemma's block adds after its post-attention norm, so there
 // it is the pre-feedforward norm.
 func fusable(l models.Layer) bool {
-	if l.Block < 0 || l.BlockClass == "" {
+	if l.Block < 0 || l.BlockClass == "" || scaledResidual(l) {
 		return false
 	}
 	if l.Kind == models.KindRMSNormGemma {
 		return lastPart(l.Module) == preFeedforwardNorm
 	}
 	return lastPart(l.Module) == postAttentionNorm
+}
+
+// scaledResidual: the block multiplies the branch it adds before this norm by a scale other
+// than 1 (Granite's residual_multiplier).
+func scaledResidual(l models.Layer) bool {
+	return l.ResidualScale != 0 && l.ResidualScale != 1
 }
 
 // Layer classes the rules bind besides the registry's (contract.json names them all).

@@ -417,6 +417,54 @@ def _static_steps(model, ids, steps=2):
     return logits, [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
+def test_granite_layers_under_its_own_block_forward(device):
+    """Granite's block scales each branch by residual_multiplier before adding it: our attention
+    (softmax scale attention_multiplier, which the module carries as its scaling), MLP and norms
+    run under the block's own forward and give stock's logits; the fused DecoderLayer refuses
+    such a block by name, and kernelize's check leaves it alone."""
+    from xpuinject_kernels import injection
+
+    common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, vocab_size=97, max_position_embeddings=128, pad_token_id=0,
+                  embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.5, logits_scaling=8.0)
+    torch.manual_seed(3)
+    stock = transformers.GraniteForCausalLM(transformers.GraniteConfig(**common)).eval()
+    with torch.no_grad():  # scores far from uniform, so the softmax scale shows
+        for layer in stock.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+                proj.weight.normal_(0, 0.3)
+    stock = stock.to(torch.bfloat16).to(device)
+    model = transformers.GraniteForCausalLM(transformers.GraniteConfig(**common)).eval().to(torch.bfloat16).to(device)
+    model.load_state_dict(stock.state_dict())
+    for layer in model.model.layers:
+        assert layer.self_attn.scaling == 0.5
+        layer.self_attn.forward = types.MethodType(decoder.Attention.forward, layer.self_attn)
+        layer.mlp.forward = types.MethodType(layers.SwiGLUMLP.forward, layer.mlp)
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+            norm.forward = types.MethodType(layers.RMSNorm.forward, norm)
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(4)).to(device)
+    with torch.no_grad():
+        want, got = stock(input_ids=ids).logits.float(), model(input_ids=ids).logits.float()
+    assert getattr(model.model.layers[0].self_attn, packed_attr("Attention", "qkv_weight"), None) is not None
+    metrics.assert_close("granite logits", got, want, atol=0.02, rtol=0.02, min_cosine=0.9999)
+    # the attention alone: Llama's scale in place of attention_multiplier moves its output
+    at, ref = model.model.layers[0].self_attn, stock.model.layers[0].self_attn
+    x = torch.randn(2, 9, 64, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).to(device)
+    pe = model.model.rotary_emb(x, torch.arange(9, device=device)[None])
+    with torch.no_grad():
+        a_want, a_got = ref(x, position_embeddings=pe, attention_mask=None)[0], at(x, position_embeddings=pe)[0]
+        at.scaling = 32 ** -0.5
+        a_other = at(x, position_embeddings=pe)[0]
+    err = (a_got.float() - a_want.float()).abs().mean()
+    assert (a_other.float() - a_want.float()).abs().mean() > 10 * err, err
+    block = model.model.layers[0]
+    assert injection._why_not(block, "DecoderLayer") == "it scales its residual branches (residual_multiplier)"
+    block.forward = types.MethodType(decoder.DecoderLayer.forward, block)
+    with pytest.raises(RuntimeError, match=r"DecoderLayer: module 'GraniteDecoderLayer' scales its residual branches \(residual_multiplier 0\.22\)"):
+        with torch.no_grad():
+            model(input_ids=ids)
+
+
 @pytest.mark.parametrize("fuse_qkv_rope", [True, False])
 def test_smollm3_nope_layer_caches_its_keys_unrotated(device, monkeypatch, fuse_qkv_rope):
     """SmolLM3's NoPE layer (use_rope 0) on a static cache: prefill and decode steps give stock's

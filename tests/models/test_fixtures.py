@@ -37,6 +37,7 @@ TEXT = {
     "qwen3-moe-tiny": ("qwen3_moe", "Qwen3MoeForCausalLM", "BF16"),
     "mixtral-tiny": ("mixtral", "MixtralForCausalLM", "BF16"),
     "smollm3-tiny": ("smollm3", "SmolLM3ForCausalLM", "BF16"),
+    "granite-tiny": ("granite", "GraniteForCausalLM", "BF16"),
 }
 VISION = {"levit-tiny": ("levit", "LevitForImageClassificationWithTeacher", "F32")}
 ALL = {**TEXT, **VISION}
@@ -304,4 +305,4 @@ def test_fixtures_match_generator():
         timeout=300,
     )
     assert r.returncode == 0, f"make_fixtures.py --check failed:\n{r.stderr[-4000:]}"
-    assert "check ok: 14 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
+    assert "check ok: 15 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8

@@ -409,6 +409,11 @@ class DecoderLayer(nn.Module):
         position_embeddings=None,
         **kwargs,
     ):
+        if getattr(self, "residual_multiplier", 1.0) != 1.0:
+            raise RuntimeError(
+                f"xpuinject_kernels: DecoderLayer: module {_name(self)!r} scales its residual branches "
+                f"(residual_multiplier {self.residual_multiplier}), which this layer's fused adds do not; "
+                "leave the block's own forward in place")
         residual = hidden_states
         hidden_states = self_attention(
             self,
