@@ -63,7 +63,7 @@ def grf_option(value: str) -> str:
     return value
 
 
-FLOATS = {"eps", "qk_scale", "mask_min", "cap_l2", "eps_qk"}
+FLOATS = {"eps", "qk_scale", "mask_min", "cap_l2", "eps_qk", "res_scale"}
 FP32_PTRS = {"PM", "PL", "PACC"}
 INT_PTRS = {"LENS", "SEM"}
 INT64_PTRS = {"COUNTER"}

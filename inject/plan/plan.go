@@ -51,7 +51,11 @@ const (
 	ReasonLeViTAttention = "learned per-head attention biases over short non-causal sequences: " +
 		"the causal GQA kernels do not apply; stock path (its Linear+BatchNorm layers are planned on their own)"
 	ReasonAddRMSNorm = "fused with the residual add before it; the decoder layer is patched"
-	ReasonGemmaNorm  = "Gemma's (1 + w) folded offline and kept fp32; normalized and scaled in fp32, rounded once"
+	// ReasonScaledResidual is a Granite block's post-attention norm (%g: residual_multiplier).
+	ReasonScaledResidual = "the decoder layer is patched: the block scales each branch by residual_multiplier %g " +
+		"before adding it, and both adds run in the o_proj and down_proj GEMMs' residual epilogues (one fp32 " +
+		"multiply-add, rounded once); this norm runs on its own"
+	ReasonGemmaNorm = "Gemma's (1 + w) folded offline and kept fp32; normalized and scaled in fp32, rounded once"
 	// Gemma's embedding multiplies by √hidden in its forward; the table itself is unscaled.
 	ReasonScaledEmbedding = "a gather (its forward scales by √hidden; the table, which a tied head reads, is unscaled); nothing to gain"
 )

@@ -54,10 +54,13 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 		lp.Outputs = []TensorPlan{p.out(w, "", "", LayoutRowMajor, p.shapeOf(w), nil, w)}
 	}
 	lp.Bindings = []Binding{bind(l.Module, l.Class, lp.Layer, lp.Outputs)}
-	if scaledResidual(l) {
-		note = joinReasons(fmt.Sprintf("not fused with the residual add before it: the block scales each branch by "+
-			"residual_multiplier %g before adding it, which the fused add kernels do not take; the block's own forward "+
-			"adds, and its MLP runs as a module", l.ResidualScale), note)
+	if scaledResidual(l) && blockNorm(l) {
+		// The scaled add rides in o_proj's epilogue instead, so this norm runs alone and the
+		// decoder layer is what changes; it reads the scale from the block.
+		lp.Reason = joinReasons(fmt.Sprintf(ReasonScaledResidual, l.ResidualScale), note)
+		db := bind(parentModule(l.Module), l.BlockClass, decoder, nil, "residual_multiplier")
+		lp.Bindings = append(lp.Bindings, db)
+		return nil
 	}
 	if k.Name == "add-rmsnorm" {
 		lp.Reason = joinReasons(ReasonAddRMSNorm, note)
@@ -75,7 +78,14 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 // norm of a Llama-style block; Gemma's block adds after its post-attention norm, so there
 // it is the pre-feedforward norm.
 func fusable(l models.Layer) bool {
-	if l.Block < 0 || l.BlockClass == "" || scaledResidual(l) {
+	return blockNorm(l) && !scaledResidual(l)
+}
+
+// blockNorm: the norm right after a decoder block's first residual add, whose block class is
+// known: the post-attention norm of a Llama-style block; Gemma's block adds after its
+// post-attention norm, so there it is the pre-feedforward norm.
+func blockNorm(l models.Layer) bool {
+	if l.Block < 0 || l.BlockClass == "" {
 		return false
 	}
 	if l.Kind == models.KindRMSNormGemma {
@@ -142,7 +152,11 @@ func (p *planner) decoderPatched(block int) bool {
 	for _, l := range p.g.Layers {
 		// Gemma's patched block runs its MLP as a module (a norm sits between the MLP and the
 		// residual add), so only the Llama-style block inlines it.
-		if l.Block == block && l.Kind == models.KindRMSNorm && fusable(l) {
+		if l.Block == block && l.Kind == models.KindRMSNorm && blockNorm(l) {
+			if scaledResidual(l) { // the adds ride in the projections' epilogues
+				k, _, _ := p.choose(l, "rmsnorm")
+				return k != nil
+			}
 			k, _, _ := p.choose(l, "add-rmsnorm")
 			return k != nil
 		}

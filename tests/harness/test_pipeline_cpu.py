@@ -149,9 +149,9 @@ def test_pipeline_fp16_cpu(tmp_path):
         ("phi3-tiny", {"FusedAttention", "FusedSwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
         # SmolLM3: a NoPE layer (rotates nothing, still writes the cache) sliding over 16 keys
         ("smollm3-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
-        # Granite: attention_multiplier as the softmax scale; the block's scaled residual adds
-        # stay in its own forward (no DecoderLayer), around our attention, MLP and norms
-        ("granite-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "LMHead"}, "sdpa"),
+        # Granite: attention_multiplier as the softmax scale; the block's residual_multiplier
+        # adds in the o and down projections' epilogues (DecoderLayer)
+        ("granite-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):

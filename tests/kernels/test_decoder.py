@@ -417,11 +417,13 @@ def _static_steps(model, ids, steps=2):
     return logits, [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
-def test_granite_layers_under_its_own_block_forward(device):
-    """Granite's block scales each branch by residual_multiplier before adding it: our attention
-    (softmax scale attention_multiplier, which the module carries as its scaling), MLP and norms
-    run under the block's own forward and give stock's logits; the fused DecoderLayer refuses
-    such a block by name, and kernelize's check leaves it alone."""
+@pytest.mark.parametrize("vendor", [False, True])
+def test_granite_block_scales_its_residual_adds_in_the_epilogues(device, vendor):
+    """Granite's block scales each branch by residual_multiplier before adding it: bound to our
+    DecoderLayer, both adds ride in the o and down projections' residual epilogues (cuBLAS's alpha
+    where the projections are routed to the vendor path), and prefill and static-cache decode
+    steps give stock's logits; our attention takes attention_multiplier, the module's scaling, as
+    its softmax scale."""
     from xpuinject_kernels import injection
 
     common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
@@ -436,33 +438,47 @@ def test_granite_layers_under_its_own_block_forward(device):
     stock = stock.to(torch.bfloat16).to(device)
     model = transformers.GraniteForCausalLM(transformers.GraniteConfig(**common)).eval().to(torch.bfloat16).to(device)
     model.load_state_dict(stock.state_dict())
-    for layer in model.model.layers:
-        assert layer.self_attn.scaling == 0.5
-        layer.self_attn.forward = types.MethodType(decoder.Attention.forward, layer.self_attn)
-        layer.mlp.forward = types.MethodType(layers.SwiGLUMLP.forward, layer.mlp)
-        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
-            norm.forward = types.MethodType(layers.RMSNorm.forward, norm)
+    _bind(model)
+    if vendor:
+        for layer in model.model.layers:
+            for m, op in ((layer.self_attn, "o_proj"), (layer.mlp, "down_proj")):
+                setattr(m, decoder.VENDOR_ATTR, ((op, 0, None),))
+    block = model.model.layers[0]
+    assert block.self_attn.scaling == 0.5 and injection._why_not(block, "DecoderLayer") == ""
     ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(4)).to(device)
-    with torch.no_grad():
-        want, got = stock(input_ids=ids).logits.float(), model(input_ids=ids).logits.float()
-    assert getattr(model.model.layers[0].self_attn, packed_attr("Attention", "qkv_weight"), None) is not None
-    metrics.assert_close("granite logits", got, want, atol=0.02, rtol=0.02, min_cosine=0.9999)
-    # the attention alone: Llama's scale in place of attention_multiplier moves its output
-    at, ref = model.model.layers[0].self_attn, stock.model.layers[0].self_attn
-    x = torch.randn(2, 9, 64, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).to(device)
+    counts = _backend.launch_counts
+    before = dict(counts)
+    got, got_cache = _static_steps(model, ids)
+    want, want_cache = _static_steps(stock, ids)
+    residual_launches = counts["gemm.residual"] - before.get("gemm.residual", 0)
+    # two adds a block, two blocks, three forwards, each in a GEMM epilogue unless routed to cuBLAS
+    assert residual_launches == (0 if vendor else 2 * 2 * 3), residual_launches
+    assert counts["add_rms_norm"] == before.get("add_rms_norm", 0)  # the scaled adds are not add_rms_norm's
+    for a, b in zip(got, want):
+        metrics.assert_close("granite logits", a.float(), b.float(), atol=0.02, rtol=0.02, min_cosine=0.9999)
+    for a, b in zip(got_cache, want_cache):
+        metrics.assert_close("granite cache", a.float(), b.float(), atol=0.02, rtol=0.02, min_cosine=0.9999)
+    # the residual stream itself: a forgotten scale moves the first block's output far past its error
+    x = model.model.embed_tokens(ids) * 12.0
     pe = model.model.rotary_emb(x, torch.arange(9, device=device)[None])
     with torch.no_grad():
-        a_want, a_got = ref(x, position_embeddings=pe, attention_mask=None)[0], at(x, position_embeddings=pe)[0]
+        h_want = stock.model.layers[0](x, position_embeddings=pe).float()
+        h_got = block(x, position_embeddings=pe).float()
+        block.residual_multiplier = 1.0  # the unscaled block
+        h_other = block(x, position_embeddings=pe).float()
+        block.residual_multiplier = 0.22
+    err = (h_got - h_want).abs().mean()
+    assert (h_other - h_want).abs().mean() > 10 * err, err
+    # the attention alone: Llama's scale in place of attention_multiplier moves its output
+    at, ref = block.self_attn, stock.model.layers[0].self_attn
+    xa = torch.randn(2, 9, 64, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).to(device)
+    with torch.no_grad():
+        a_want, a_got = ref(xa, position_embeddings=pe, attention_mask=None)[0], at(xa, position_embeddings=pe)[0]
         at.scaling = 32 ** -0.5
-        a_other = at(x, position_embeddings=pe)[0]
+        a_other = at(xa, position_embeddings=pe)[0]
+        at.scaling = 0.5
     err = (a_got.float() - a_want.float()).abs().mean()
     assert (a_other.float() - a_want.float()).abs().mean() > 10 * err, err
-    block = model.model.layers[0]
-    assert injection._why_not(block, "DecoderLayer") == "it scales its residual branches (residual_multiplier)"
-    block.forward = types.MethodType(decoder.DecoderLayer.forward, block)
-    with pytest.raises(RuntimeError, match=r"DecoderLayer: module 'GraniteDecoderLayer' scales its residual branches \(residual_multiplier 0\.22\)"):
-        with torch.no_grad():
-            model(input_ids=ids)
 
 
 @pytest.mark.parametrize("fuse_qkv_rope", [True, False])

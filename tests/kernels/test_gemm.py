@@ -140,6 +140,22 @@ def test_gemm_many_tiles_swizzle(device):
     check("gemm 70x96x200 residual", y, x, w, b, r, masters, "residual")
 
 
+@pytest.mark.parametrize("m,with_bias", [(1, False), (5, True), (70, False), (70, True)])
+def test_gemm_residual_scale(device, m, with_bias):
+    """res_scale (Granite's residual_multiplier): residual + 0.22 * (x @ W (+ b)) in fp32, rounded
+    once, on the decode GEMV (M <= 16) and the tiled kernel; the unscaled sum is another result."""
+    masters, (x, w, b, r) = make_inputs((m,), 96, 72, "coord", torch.bfloat16, device, "residual")
+    b = b if with_bias else None
+    y = G.gemm(x, w, b, r, "residual", res_scale=0.22)
+    want = G.gemm_ref(x.to(w.dtype), w, b, r, "residual", res_scale=0.22)
+    scale = want.abs().max().item()
+    metrics.assert_close(f"gemm m{m} residual x0.22", y, want.to(y.dtype), atol=1e-4 * scale + 1e-6, rtol=BF16_ULP)
+    unscaled = G.gemm(x, w, b, r, "residual")
+    assert (unscaled.float() - y.float()).abs().max() > 0.1 * scale
+    with pytest.raises(ValueError, match="res_scale 0.5 scales the residual epilogue's branch; epilogue is 'none'"):
+        G.gemm(x, w, epilogue="none", res_scale=0.5)
+
+
 def test_gemm_medium_shape(device):
     masters, (x, w, b, r) = make_inputs((64,), 256, 384, "random", torch.bfloat16, device, "swiglu")
     y = G.gemm(x, w, b, epilogue="swiglu")

@@ -83,6 +83,19 @@ def test_gemv_matches_fp64(device, epilogue, m, k, n_w, split, layout):
         metrics.assert_close(f"gemv {epilogue} nmajor vs kmajor", y, y_k, atol=1e-2 * scale + 1e-6, rtol=2.0**-7)
 
 
+@pytest.mark.parametrize("layout", ["kmajor", "kmajor-ew", "nmajor"])
+def test_gemv_residual_scale(device, layout):
+    """The residual epilogue's res_scale on every path (split, EW, N-major): residual +
+    0.22 * x @ W against fp64, one rounding."""
+    x, w, b, r, n = operands(1, 200, 72, "residual", torch.bfloat16, device, seed=7, nmajor=layout == "nmajor")
+    out = _backend.empty((1, n), x.dtype, x.device)
+    y = gemv.gemv(x, w, b, r, out, "residual", cfg(32, 32, 3, **({"EW": 1} if layout == "kmajor-ew" else {})),
+                  res_scale=0.22)
+    ref = (x.double() @ w.double()) * 0.22 + r.double()
+    metrics.assert_close(f"gemv residual x0.22 {layout}", y, ref.to(y.dtype), atol=1e-3 * ref.abs().max().item(),
+                         rtol=2.0**-7)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gemv_same_result_for_every_arrival_order(device, dtype):
     # partials are summed in split order by whichever program arrives last: two launches agree bit

@@ -119,11 +119,37 @@ def _proj(x: torch.Tensor, w: torch.Tensor, b, vendor: bool = False) -> torch.Te
     return gemm(x, w, bias=b, epilogue="bias" if b is not None else "none")
 
 
-def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None, h=None) -> torch.Tensor:
+def _proj_add(x: torch.Tensor, w: torch.Tensor, b, vendor: bool, residual: torch.Tensor,
+              res_scale: float) -> torch.Tensor:
+    """residual + res_scale * (x @ w (+ b)), the add in the GEMM's residual epilogue (cuBLAS's
+    alpha and beta on the vendor path): one rounding of the sum."""
+    if vendor:
+        if b is not None:
+            return residual + (torch.matmul(x, w) + b) * res_scale
+        n = w.shape[1]
+        return torch.addmm(residual.reshape(-1, n), x.reshape(-1, x.shape[-1]), w, alpha=res_scale).view(residual.shape)
+    return gemm(x, w, bias=b, residual=residual, epilogue="residual", res_scale=res_scale)
+
+
+def _scaled_block(layer: nn.Module, hidden_states, rm: float, **kwargs):
+    """A block that scales each branch by rm before adding it (GraniteDecoderLayer): both adds in
+    the o and down projections' residual epilogues, one rounding each where stock rounds three
+    times; the post-attention norm runs on its own."""
+    residual = self_attention(layer, hidden_states, residual=hidden_states, res_scale=rm, **kwargs)
+    mlp = layer.mlp
+    h = layer.post_attention_layernorm(residual)
+    act = getattr(getattr(mlp, "config", None), "hidden_act", "silu")
+    if _runs_swiglu(mlp) and act in ("silu", "swish"):
+        return mlp_block(mlp, h, residual=residual, res_scale=rm)
+    return _add(residual, mlp(h), rm)
+
+
+def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None, h=None, res_scale: float = 1.0) -> torch.Tensor:
     """down(silu(gate(x)) * up(x)) [+ residual] on the packed gate|up and down weights: our GEMMs
     with the swiglu and residual epilogues, or cuBLAS where the plan routes gate_up_proj /
     down_proj to the vendor path (the epilogue then runs as torch ops). h: silu(gate) * up
-    already computed (by add_rms_norm_gemm); x is then unused."""
+    already computed (by add_rms_norm_gemm); x is then unused. res_scale scales the MLP's output
+    before the residual add (Granite's residual_multiplier)."""
     gate_up = _packed(mlp, _GU_W, "SwiGLUMLP")
     down = _packed(mlp, _DOWN_W, "SwiGLUMLP")
     gu_b = getattr(mlp, _GU_B, None)
@@ -141,16 +167,23 @@ def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None, h=None) -> torch.T
         if residual is not None and d_b is None:
             # cuBLAS adds the residual in its epilogue (beta = 1, fp32), so the sum is rounded
             # once, as our residual epilogue rounds it, not after the GEMM and again after an add
-            n = down.shape[1]
-            return torch.addmm(residual.reshape(-1, n), h.reshape(-1, h.shape[-1]), down).view(residual.shape)
+            return _proj_add(h, down, None, True, residual, res_scale)
         out = torch.matmul(h, down)
         if d_b is not None:
             out = out + d_b
-        return out + residual if residual is not None else out
+        return _add(residual, out, res_scale)
     if residual is not None and d_b is None:
-        return gemm(h, down, residual=residual, epilogue="residual")
+        return _proj_add(h, down, None, False, residual, res_scale)
     out = gemm(h, down, bias=d_b, epilogue="bias" if d_b is not None else "none")
-    return out + residual if residual is not None else out
+    return _add(residual, out, res_scale)
+
+
+def _add(residual, out: torch.Tensor, res_scale: float = 1.0) -> torch.Tensor:
+    """residual + res_scale * out as the block's own forward computes it (out alone without a
+    residual)."""
+    if residual is None:
+        return out
+    return residual + (out * res_scale if res_scale != 1.0 else out)
 
 
 def _sdpa(module: nn.Module, q, k, v, attention_mask, scaling):
@@ -252,10 +285,11 @@ def _qkv_rope_layer(module: nn.Module, x: torch.Tensor, qkv_w: torch.Tensor, cac
 
 
 def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values,
-                    in_norm=None, **kwargs):
+                    in_norm=None, residual=None, res_scale: float = 1.0, **kwargs):
     """The Attention layer's computation (a function so DecoderLayer-free models reuse it).
     in_norm = (weight, eps): hidden_states is the layer's input before its RMSNorm (Llama's), which
-    runs inside the QKV projection (gemm.rms_norm_gemm)."""
+    runs inside the QKV projection (gemm.rms_norm_gemm). residual: the output is residual +
+    res_scale * the attention's, the add in the o projection's epilogue."""
     h, kv, d = _heads(module)
     qkv_w = _packed(module, _QKV_W, "Attention")
     if qkv_w.shape[1] != (h + 2 * kv) * d:
@@ -284,8 +318,7 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         out = decode_attention(q, layer.keys, layer.values, scaling=module.scaling, kv_lens=layer.cumulative_length,
                                key_mask=attention_mask, softcap=getattr(module, "attn_logit_softcapping", None),
                                window=getattr(module, "sliding_window", None), advance=True)
-        out = out.reshape(*input_shape, h * d)
-        return _proj(out, _packed(module, _O_W, "Attention"), getattr(module, _O_B, None), _vendor(module, "o_proj", m))
+        return _o_proj(module, out.reshape(*input_shape, h * d), m, residual, res_scale)
     if in_norm is not None:
         qkv_b = getattr(module, _QKV_B, None)
         qkv = rms_norm_gemm(hidden_states, in_norm[0], in_norm[1], qkv_w, qkv_b, "bias" if qkv_b is not None else "none")
@@ -347,8 +380,14 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
             sliding_window=getattr(module, "sliding_window", None),
             softcap=softcap, **kwargs,
         )
-    out = out.reshape(*input_shape, h * d)
-    return _proj(out, _packed(module, _O_W, "Attention"), getattr(module, _O_B, None), _vendor(module, "o_proj", m))
+    return _o_proj(module, out.reshape(*input_shape, h * d), m, residual, res_scale)
+
+
+def _o_proj(module: nn.Module, out: torch.Tensor, m: int, residual, res_scale: float) -> torch.Tensor:
+    w, b, vendor = _packed(module, _O_W, "Attention"), getattr(module, _O_B, None), _vendor(module, "o_proj", m)
+    if residual is None:
+        return _proj(out, w, b, vendor)
+    return _proj_add(out, w, b, vendor, residual, res_scale)
 
 
 def _input_norm(layer: nn.Module, hidden_states: torch.Tensor):
@@ -367,17 +406,22 @@ def _input_norm(layer: nn.Module, hidden_states: torch.Tensor):
     return norm.weight, float(norm.variance_epsilon)
 
 
-def self_attention(layer: nn.Module, hidden_states, **kwargs):
+def self_attention(layer: nn.Module, hidden_states, residual=None, res_scale: float = 1.0, **kwargs):
     """layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)'s output, the
-    norm and the QKV projection through gemm.rms_norm_gemm where _input_norm allows it."""
+    norm and the QKV projection through gemm.rms_norm_gemm where _input_norm allows it. residual:
+    residual + res_scale * that output instead, the add in the o projection's epilogue where the
+    attention is ours and unhooked."""
     in_norm = _input_norm(layer, hidden_states)
-    if in_norm is None:
-        out, _ = layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)
-        return out
+    attn = layer.self_attn
+    ours = _bound_to(attn, Attention) and not (attn._forward_hooks or attn._forward_pre_hooks or attn.training)
+    if in_norm is None and not (residual is not None and ours):
+        out, _ = attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)
+        return _add(residual, out, res_scale)
+    x = hidden_states if in_norm is not None else layer.input_layernorm(hidden_states)
     kwargs = dict(kwargs)
-    return attention_block(layer.self_attn, hidden_states, kwargs.pop("position_embeddings", None),
-                           kwargs.pop("attention_mask", None), kwargs.pop("past_key_values", None), in_norm=in_norm,
-                           **kwargs)
+    return attention_block(attn, x, kwargs.pop("position_embeddings", None), kwargs.pop("attention_mask", None),
+                           kwargs.pop("past_key_values", None), in_norm=in_norm, residual=residual,
+                           res_scale=res_scale, **kwargs)
 
 
 class Attention(nn.Module):
@@ -409,11 +453,11 @@ class DecoderLayer(nn.Module):
         position_embeddings=None,
         **kwargs,
     ):
-        if getattr(self, "residual_multiplier", 1.0) != 1.0:
-            raise RuntimeError(
-                f"xpuinject_kernels: DecoderLayer: module {_name(self)!r} scales its residual branches "
-                f"(residual_multiplier {self.residual_multiplier}), which this layer's fused adds do not; "
-                "leave the block's own forward in place")
+        rm = float(getattr(self, "residual_multiplier", 1.0))
+        if rm != 1.0:
+            return _scaled_block(self, hidden_states, rm, attention_mask=attention_mask, position_ids=position_ids,
+                                 past_key_values=past_key_values, use_cache=use_cache,
+                                 position_embeddings=position_embeddings, **kwargs)
         residual = hidden_states
         hidden_states = self_attention(
             self,

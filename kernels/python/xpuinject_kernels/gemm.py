@@ -98,7 +98,7 @@ def _gemm_kernel(
     x_ptr, w_ptr, b_ptr, r_ptr, o_ptr,
     M, N, K, M_BUCKET,
     stride_xm, stride_wk, stride_wn, stride_rm, stride_om,
-    UP_OFF,
+    UP_OFF, res_scale,
     HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr, W_KMAJOR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
 ):
@@ -170,14 +170,14 @@ def _gemm_kernel(
     if USE_DESC:
         if EPILOGUE == 3:
             r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_rm, 1], block_shape=[BLOCK_M, BLOCK_N])
-            acc = acc + r_desc.load([off_m, off_n]).to(tl.float32)
+            acc = acc * res_scale + r_desc.load([off_m, off_n]).to(tl.float32)
         o_desc = tl.make_tensor_descriptor(o_ptr, shape=[M, N], strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
         o_desc.store([off_m, off_n], acc.to(oty))
     else:
         if EPILOGUE == 3:
             r_bp = tl.make_block_ptr(r_ptr, shape=(M, N), strides=(stride_rm, 1), offsets=(off_m, off_n),
                                      block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
-            acc = acc + tl.load(r_bp, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
+            acc = acc * res_scale + tl.load(r_bp, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
         o_bp = tl.make_block_ptr(o_ptr, shape=(M, N), strides=(stride_om, 1), offsets=(off_m, off_n),
                                  block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
         tl.store(o_bp, acc.to(oty), boundary_check=(0, 1))
@@ -251,6 +251,7 @@ def gemm(
     use_descriptors: Optional[bool] = None,
     out_dtype: Optional[torch.dtype] = None,
     config: Optional[dict] = None,
+    res_scale: float = 1.0,
 ) -> torch.Tensor:
     """out = epilogue(x @ w (+ bias)) with w [K, N]: pre-packed K-major, or a weight.t() view.
 
@@ -262,6 +263,8 @@ def gemm(
     or w is a weight.t() view, which block pointers read).
     config: launch constants {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps",
     "num_stages"}, all six, used instead of the autotuner's pick (for tuning); None autotunes.
+    res_scale: epilogue "residual" adds res_scale * (x @ w (+ bias)) to the residual, one fp32
+    multiply-add rounded once (Granite's residual_multiplier); 1 elsewhere.
     The op: torch.ops.<ns>.gemm (config passed as the six values in that order).
     """
     fixed: Tuple[int, ...] = ()
@@ -269,11 +272,11 @@ def gemm(
         c = _fixed_config(config)
         fixed = tuple(c.kwargs[k] for k in _CONFIG_KEYS[:4]) + (c.num_warps, c.num_stages)
     if _ops.traced(x):
-        return _ops.call("gemm", x, w, bias, residual, epilogue, use_descriptors, out_dtype, list(fixed))
-    return _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, fixed)
+        return _ops.call("gemm", x, w, bias, residual, epilogue, use_descriptors, out_dtype, list(fixed), float(res_scale))
+    return _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, fixed, float(res_scale))
 
 
-def _check(x, w, bias, residual, epilogue, out_dtype):
+def _check(x, w, bias, residual, epilogue, out_dtype, res_scale=1.0):
     """Check every operand; returns (w is K-major, N of the output, output shape, output dtype)."""
     if epilogue not in _EPI_CODE:
         raise _err(f"unknown epilogue {epilogue!r} (want one of {', '.join(EPILOGUES)})")
@@ -327,16 +330,18 @@ def _check(x, w, bias, residual, epilogue, out_dtype):
             raise _err(f"residual on {residual.device}, x on {x.device}")
     elif residual is not None:
         raise _err(f"a residual was given with epilogue {epilogue!r} (use epilogue='residual')")
+    if res_scale != 1.0 and epilogue != "residual":
+        raise _err(f"res_scale {res_scale} scales the residual epilogue's branch; epilogue is {epilogue!r}")
     return kmajor, n, out_shape, out_dtype
 
 
-def _gemm_fake(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config):
-    _, _, out_shape, out_dtype = _check(x, w, bias, residual, epilogue, out_dtype)
+def _gemm_fake(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, res_scale=1.0):
+    _, _, out_shape, out_dtype = _check(x, w, bias, residual, epilogue, out_dtype, res_scale)
     return x.new_empty(out_shape, dtype=out_dtype)
 
 
-def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) -> torch.Tensor:
-    kmajor, n, out_shape, out_dtype = _check(x, w, bias, residual, epilogue, out_dtype)
+def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, res_scale=1.0) -> torch.Tensor:
+    kmajor, n, out_shape, out_dtype = _check(x, w, bias, residual, epilogue, out_dtype, res_scale)
     fixed = None
     if config:
         c = dict(zip(_CONFIG_KEYS, config))
@@ -355,7 +360,7 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
     r2 = _as_rows(residual) if residual is not None else None
     if fixed is None and use_descriptors is None and gemv.supports(m, kmajor, be, n_w):
         # decode-sized M: split-K over the weight, reduced in the same launch (gemv.py)
-        gemv.gemv(x2, w, bias, r2, o2, epilogue)
+        gemv.gemv(x2, w, bias, r2, o2, epilogue, res_scale=res_scale)
         _backend.count(f"gemm.{epilogue}")
         return out
     up_off = n if swiglu else 0
@@ -390,7 +395,7 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
         x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2,
         m, n, k, m_bucket,
         x2.stride(0), w.stride(0), w.stride(1), r2.stride(0) if r2 is not None else 0, o2.stride(0),
-        up_off,
+        up_off, float(res_scale),
     )
     flags = dict(HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue], USE_DESC=use_desc, W_KMAJOR=kmajor)
     # Launch cache: once the autotuner picked a config for this problem class, launch the jit
@@ -435,7 +440,7 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config) ->
 _ops.define(
     "gemm",
     "(Tensor x, Tensor w, Tensor? bias, Tensor? residual, str epilogue, bool? use_descriptors, ScalarType? out_dtype, "
-    "int[] config) -> Tensor",
+    "int[] config, float res_scale=1.0) -> Tensor",
     _gemm, _gemm_fake,
 )
 
@@ -559,7 +564,7 @@ _ops.define(
 )
 
 
-def gemm_ref(x, w, bias=None, residual=None, epilogue="none"):
+def gemm_ref(x, w, bias=None, residual=None, epilogue="none", res_scale=1.0):
     """fp32 reference: same math, no rounding until the caller casts."""
     y = x.float() @ w.float()
     if bias is not None:
@@ -573,7 +578,7 @@ def gemm_ref(x, w, bias=None, residual=None, epilogue="none"):
     if epilogue == "hardswish":
         return torch.nn.functional.hardswish(y)
     if epilogue == "residual":
-        return y + residual.float()
+        return y * res_scale + residual.float()
     return y
 
 

@@ -45,12 +45,13 @@ CONFIG_FLAGS = ("EW",)
 
 
 @triton.jit
-def _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
+def _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om, res_scale,
             HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr):
-    """Epilogue, the residual (EPILOGUE 3) and the one rounding store of a finished tile."""
+    """Epilogue, the residual (EPILOGUE 3: res_scale times the branch, plus the residual) and the
+    one rounding store of a finished tile."""
     acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
     if EPILOGUE == 3:
-        acc = acc + tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=out_ok,
+        acc = acc * res_scale + tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=out_ok,
                             other=0.0).to(tl.float32)
     tl.store(o_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(o_ptr.dtype.element_ty), mask=out_ok)
 
@@ -59,7 +60,7 @@ def _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF,
 def _gemv_kernel(
     x_ptr, w_ptr, b_ptr, r_ptr, o_ptr, ws_ptr, sem_ptr, r0_ptr, nw_ptr, sum_ptr,
     M, N, K, K_PER_SPLIT, UP_OFF, N_WS,
-    stride_xm, stride_wk, stride_wn, stride_rm, stride_om, stride_r0m, stride_sm, eps,
+    stride_xm, stride_wk, stride_wn, stride_rm, stride_om, stride_r0m, stride_sm, eps, res_scale,
     HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     NORM: tl.constexpr = False, PDL: tl.constexpr = False, ROW_NORM: tl.constexpr = False,
@@ -196,7 +197,7 @@ def _gemv_kernel(
                     acc = acc * rstd[:, None]
                     acc_up = acc_up * rstd[:, None]
                 _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_h, ok_h, N, UP_OFF, stride_rm, stride_om,
-                        HAS_BIAS, EPILOGUE)
+                        res_scale, HAS_BIAS, EPILOGUE)
             if ROPE:
                 _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, head, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW,
                                    KW, HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
@@ -207,7 +208,7 @@ def _gemv_kernel(
             acc = acc * rstd[:, None]
             acc_up = acc_up * rstd[:, None]
         _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
-                HAS_BIAS, EPILOGUE)
+                res_scale, HAS_BIAS, EPILOGUE)
         if ROPE:
             _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, pid_n, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW, KW,
                                HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
@@ -307,7 +308,8 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0, k
 
 def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Optional[torch.Tensor],
          o2: torch.Tensor, epilogue: str, config: Optional[triton.Config] = None,
-         norm: Optional[tuple] = None, row_norm: Optional[tuple] = None, rope: Optional[dict] = None) -> torch.Tensor:
+         norm: Optional[tuple] = None, row_norm: Optional[tuple] = None, rope: Optional[dict] = None,
+         res_scale: float = 1.0) -> torch.Tensor:
     """o2[M, N] = epilogue(x2 @ w (+ bias)) (+ r2): the operands as gemm.py's launcher checked and
     shaped them (rows with unit column stride; w K-major [K, N_w]). Writes and returns o2.
     norm = (residual [M, K], weight [K], eps, sum_out [M, K]): the GEMM's input is
@@ -369,7 +371,7 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2, ws, sem, r0, nw, s_out,
         m, n, k, k_per, n if gated else 0, n_w,
         x2.stride(0), w.stride(0), w.stride(1), r2.stride(0) if r2 is not None else 0, o2.stride(0), r0.stride(0),
-        s_out.stride(0), float(eps),
+        s_out.stride(0), float(eps), float(res_scale),
         HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue],
         BLOCK_M=1 if ew else _BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, NORM=norm is not None,
         ROW_NORM=row_norm is not None, ROWS=rows, BLOCK_R=min(_backend.next_pow2(k), max(16, 2048 // rows)),

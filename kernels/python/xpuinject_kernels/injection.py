@@ -827,8 +827,6 @@ def _why_not(m: nn.Module, layer: str) -> str:
         norm = c.get("post_attention_layernorm")
         if not all(isinstance(c.get(n), nn.Module) for n in ("input_layernorm", "self_attn", "mlp")) or norm is None:
             return "not a pre-norm decoder block"
-        if getattr(m, "residual_multiplier", 1.0) != 1.0:
-            return "it scales its residual branches (residual_multiplier)"
         return "" if layer_for_class(type(norm).__name__) == "RMSNorm" and not _why_not(norm, "RMSNorm") else "its post-attention norm is not an RMSNorm"
     if layer in ("LinearBN", "BNLinear"):
         lin, bn = c.get("linear"), c.get("batch_norm")
