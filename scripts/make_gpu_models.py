@@ -1,9 +1,11 @@
 """Random-weight models shaped like the presets (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B,
-Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Qwen3-30B-A3B and LeViT-128S, made by
+Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, SmolLM3-3B, a Granite-3-2B-sized model,
+Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,phi3mini,smollm3,qwen3moe30b,levit128s] [--layers N]
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,phi3mini,smollm3,granite2b,qwen3moe30b,
+        levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
 "-<N>l"). --config-only writes each model's config.json alone (no weights: any machine, at once),
@@ -81,6 +83,18 @@ def smollm3(out: Path, layers=None):
     _llama(out, transformers.SmolLM3Config(
         num_hidden_layers=layers or 36, max_position_embeddings=8192, bos_token_id=0, eos_token_id=1, pad_token_id=2,
     ), cls=transformers.SmolLM3ForCausalLM)
+
+
+def granite2b(out: Path, layers=None):
+    """A Granite-3-2B-sized model: hidden 2048, 40 layers, 32 heads, 8 KV heads, head_dim 64,
+    intermediate 8192, vocab 49155, tied embeddings, and Granite 3's four scalars (embedding 12,
+    attention 1/64, residual 0.22, logits 8)."""
+    _llama(out, transformers.GraniteConfig(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers or 40, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=49155, max_position_embeddings=8192, rms_norm_eps=1e-5,
+        embedding_multiplier=12.0, attention_multiplier=0.015625, residual_multiplier=0.22, logits_scaling=8.0,
+        tie_word_embeddings=True, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    ), cls=transformers.GraniteForCausalLM)
 
 
 def qwen2(out: Path, layers=None):
@@ -189,7 +203,8 @@ def main():
     global CONFIG_ONLY
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "phi3mini": phi3mini, "smollm3": smollm3, "qwen3moe30b": qwen3moe30b,
+              "gemma2b": gemma2b, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
+              "qwen3moe30b": qwen3moe30b,
               "levit128s": levit128s}
     for name in a.only.split(","):
         t = time.time()
