@@ -163,3 +163,17 @@ func (b *builder) lmHead(head Layer, emb string, tied bool, hidden string) {
 	}
 	b.add(head, need{"weight", "lm_head.weight", []int64{vocab, h}, why, false})
 }
+
+// checkLayerTypes checks config.json's layer_types (nil: absent): one entry a layer, each
+// sliding_attention or full_attention.
+func checkLayerTypes(ck *Checkpoint, types []string, layers int64) error {
+	if types != nil && int64(len(types)) != layers {
+		return configError(ck, "layer_types has %d entries, num_hidden_layers is %d", len(types), layers)
+	}
+	for i, t := range types {
+		if t != "sliding_attention" && t != "full_attention" {
+			return configError(ck, "layer_types[%d] is %q (want sliding_attention or full_attention)", i, t)
+		}
+	}
+	return nil
+}

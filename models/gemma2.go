@@ -123,13 +123,8 @@ func (f gemmaFamily) config(ck *Checkpoint) (*gemmaConfig, error) {
 	if c.SlidingWindow.V < 0 {
 		return nil, configError(ck, "sliding_window is %d", c.SlidingWindow.V)
 	}
-	if c.LayerTypes != nil && int64(len(c.LayerTypes)) != c.NumHiddenLayers {
-		return nil, configError(ck, "layer_types has %d entries, num_hidden_layers is %d", len(c.LayerTypes), c.NumHiddenLayers)
-	}
-	for i, t := range c.LayerTypes {
-		if t != "sliding_attention" && t != "full_attention" {
-			return nil, configError(ck, "layer_types[%d] is %q (want sliding_attention or full_attention)", i, t)
-		}
+	if err := checkLayerTypes(ck, c.LayerTypes, c.NumHiddenLayers); err != nil {
+		return nil, err
 	}
 	for _, s := range []struct {
 		name string

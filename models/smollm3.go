@@ -70,20 +70,15 @@ func smollm3Attention(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error) {
 		}
 		window = s.SlidingWindow.V
 	}
+	if err := checkLayerTypes(ck, s.LayerTypes, c.NumHiddenLayers); err != nil {
+		return nil, err
+	}
 	sliding := make([]bool, n)
-	switch {
-	case s.LayerTypes == nil:
-		for i := range sliding {
+	for i := range sliding {
+		if s.LayerTypes == nil {
 			sliding[i] = window > 0 && !rope[i]
-		}
-	case len(s.LayerTypes) != n:
-		return nil, configError(ck, "layer_types has %d entries, num_hidden_layers is %d", len(s.LayerTypes), n)
-	default:
-		for i, t := range s.LayerTypes {
-			if t != "sliding_attention" && t != "full_attention" {
-				return nil, configError(ck, "layer_types[%d] is %q (want sliding_attention or full_attention)", i, t)
-			}
-			sliding[i] = t == "sliding_attention"
+		} else {
+			sliding[i] = s.LayerTypes[i] == "sliding_attention"
 		}
 	}
 	return func(l *Layer) {

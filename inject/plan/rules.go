@@ -73,10 +73,8 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 	return nil
 }
 
-// fusable: a decoder block's norm right after a residual add, whose block class is known,
-// can fuse that add (add-rmsnorm, carried out by patching the block): the post-attention
-// norm of a Llama-style block; Gemma's block adds after its post-attention norm, so there
-// it is the pre-feedforward norm.
+// fusable: a blockNorm whose add is unscaled can fuse that add (add-rmsnorm, carried out by
+// patching the block).
 func fusable(l models.Layer) bool {
 	return blockNorm(l) && !scaledResidual(l)
 }
@@ -153,11 +151,11 @@ func (p *planner) decoderPatched(block int) bool {
 		// Gemma's patched block runs its MLP as a module (a norm sits between the MLP and the
 		// residual add), so only the Llama-style block inlines it.
 		if l.Block == block && l.Kind == models.KindRMSNorm && blockNorm(l) {
+			kernel := "add-rmsnorm"
 			if scaledResidual(l) { // the adds ride in the projections' epilogues
-				k, _, _ := p.choose(l, "rmsnorm")
-				return k != nil
+				kernel = "rmsnorm"
 			}
-			k, _, _ := p.choose(l, "add-rmsnorm")
+			k, _, _ := p.choose(l, kernel)
 			return k != nil
 		}
 	}

@@ -100,6 +100,12 @@ def _vendor(module: nn.Module, op: str, m: int = -1) -> bool:
     return False
 
 
+def _inline_mlp(mlp: nn.Module) -> bool:
+    """Whether a patched block may run mlp inline (mlp_block): bound to our SwiGLUMLP, on silu."""
+    act = getattr(getattr(mlp, "config", None), "hidden_act", "silu")
+    return _runs_swiglu(mlp) and act in ("silu", "swish")
+
+
 def _runs_swiglu(mlp: nn.Module) -> bool:
     """Whether mlp's forward is bound to this package's SwiGLUMLP (by inject or kernelize).
     Spelled without getattr(..., default) on the method: torch.compile's tracer (torch 2.11)
@@ -122,7 +128,8 @@ def _proj(x: torch.Tensor, w: torch.Tensor, b, vendor: bool = False) -> torch.Te
 def _proj_add(x: torch.Tensor, w: torch.Tensor, b, vendor: bool, residual: torch.Tensor,
               res_scale: float) -> torch.Tensor:
     """residual + res_scale * (x @ w (+ b)), the add in the GEMM's residual epilogue (cuBLAS's
-    alpha and beta on the vendor path): one rounding of the sum."""
+    alpha and beta = 1 on the vendor path): the sum rounded once, not after the GEMM and again
+    after an add."""
     if vendor:
         if b is not None:
             return residual + (torch.matmul(x, w) + b) * res_scale
@@ -138,8 +145,7 @@ def _scaled_block(layer: nn.Module, hidden_states, rm: float, **kwargs):
     residual = self_attention(layer, hidden_states, residual=hidden_states, res_scale=rm, **kwargs)
     mlp = layer.mlp
     h = layer.post_attention_layernorm(residual)
-    act = getattr(getattr(mlp, "config", None), "hidden_act", "silu")
-    if _runs_swiglu(mlp) and act in ("silu", "swish"):
+    if _inline_mlp(mlp):
         return mlp_block(mlp, h, residual=residual, res_scale=rm)
     return _add(residual, mlp(h), rm)
 
@@ -163,19 +169,10 @@ def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None, h=None, res_scale:
         h = torch.nn.functional.silu(g) * u
     elif h is None:
         h = gemm(x, gate_up, bias=gu_b, epilogue="swiglu")
-    if _vendor(mlp, "down_proj", m):
-        if residual is not None and d_b is None:
-            # cuBLAS adds the residual in its epilogue (beta = 1, fp32), so the sum is rounded
-            # once, as our residual epilogue rounds it, not after the GEMM and again after an add
-            return _proj_add(h, down, None, True, residual, res_scale)
-        out = torch.matmul(h, down)
-        if d_b is not None:
-            out = out + d_b
-        return _add(residual, out, res_scale)
-    if residual is not None and d_b is None:
-        return _proj_add(h, down, None, False, residual, res_scale)
-    out = gemm(h, down, bias=d_b, epilogue="bias" if d_b is not None else "none")
-    return _add(residual, out, res_scale)
+    vendor = _vendor(mlp, "down_proj", m)
+    if residual is not None:
+        return _proj_add(h, down, d_b, vendor, residual, res_scale)
+    return _proj(h, down, d_b, vendor)
 
 
 def _add(residual, out: torch.Tensor, res_scale: float = 1.0) -> torch.Tensor:
@@ -471,8 +468,7 @@ class DecoderLayer(nn.Module):
         )
         norm = self.post_attention_layernorm
         mlp = self.mlp
-        act = getattr(getattr(mlp, "config", None), "hidden_act", "silu")
-        swiglu = _runs_swiglu(mlp) and act in ("silu", "swish")
+        swiglu = _inline_mlp(mlp)
         m = _rows(hidden_states)
         if FUSE_DECODE_NORM and swiglu and m <= gemv.MAX_M and not _vendor(mlp, "gate_up_proj", m):
             # decode: the add + RMSNorm in the gate/up GEMV's prologue, one launch fewer
