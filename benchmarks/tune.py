@@ -396,7 +396,7 @@ def sweep_gemm(sw: Sweep):
         if sw.over_budget():
             benchlib.log(f"[tune] budget spent before {label}")
             return
-        swiglu = epi in ("swiglu", "geglu")
+        swiglu = epi in ("swiglu", "geglu", "geglu_erf")
         n = n_w // 2 if swiglu else n_w
         shape = dict(M=m, K=k, N=n_w, epilogue=epi)
 
@@ -410,6 +410,8 @@ def sweep_gemm(sw: Sweep):
             ref = F.silu(ref[:, :n]) * ref[:, n:]
         elif epi == "geglu":
             ref = F.gelu(ref[:, :n], approximate="tanh") * ref[:, n:]
+        elif epi == "geglu_erf":
+            ref = F.gelu(ref[:, :n]) * ref[:, n:]
         elif epi == "hardswish":
             ref = F.hardswish(ref)
         elif epi == "bias":

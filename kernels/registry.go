@@ -23,13 +23,24 @@ const (
 
 // GEMM epilogues the gemm kernel fuses.
 const (
-	EpilogueNone      = "none"
-	EpilogueBias      = "bias"
-	EpilogueSwiGLU    = "swiglu" // silu(gate) * up over a concatenated [gate | up] output
-	EpilogueGeGLU     = "geglu"  // gelu_tanh(gate) * up over a concatenated [gate | up] output (Gemma)
+	EpilogueNone   = "none"
+	EpilogueBias   = "bias"
+	EpilogueSwiGLU = "swiglu" // silu(gate) * up over a concatenated [gate | up] output
+	EpilogueGeGLU  = "geglu"  // gelu_tanh(gate) * up over a concatenated [gate | up] output (Gemma 2, 3)
+	// EpilogueGeGLUErf is geglu with the exact, erf-based gelu (Gemma 1's hidden_act "gelu").
+	EpilogueGeGLUErf  = "geglu_erf"
 	EpilogueHardswish = "hardswish"
 	EpilogueResidual  = "residual"
 )
+
+// GeGLUEpilogue is the gate/up GEMM's epilogue for an mlp-geglu layer: the exact gelu's where
+// the layer names it, else the tanh form's.
+func GeGLUEpilogue(l models.Layer) string {
+	if l.Activation == models.ActGeLUExact {
+		return EpilogueGeGLUErf
+	}
+	return EpilogueGeGLU
+}
 
 // AttentionHeadDims are the head_dim values the attention kernels accept (contract.json,
 // which attention.py reads too). 16 is not there yet, so models with head_dim 16 keep the
@@ -164,7 +175,7 @@ func LayerGEMMs(l models.Layer) []GEMM {
 	case models.KindMLPSwiGLU, models.KindMLPGeGLU:
 		ep := EpilogueSwiGLU
 		if l.Kind == models.KindMLPGeGLU {
-			ep = EpilogueGeGLU
+			ep = GeGLUEpilogue(l)
 		}
 		return []GEMM{
 			{Name: "gate_up_proj", K: d["hidden"], N: 2 * d["intermediate"], Epilogue: ep},

@@ -64,7 +64,7 @@ func TestDefaultRegistryRows(t *testing.T) {
 		}
 	}
 	g, _ := r.ByName("gemm")
-	if strings.Join(g.Epilogues, ",") != "none,bias,swiglu,geglu,hardswish,residual" {
+	if strings.Join(g.Epilogues, ",") != "none,bias,swiglu,geglu,geglu_erf,hardswish,residual" {
 		t.Errorf("gemm epilogues %v", g.Epilogues)
 	}
 	for kind, class := range map[models.LayerKind]string{models.KindMLPSwiGLU: "SwiGLUMLP", models.KindMLPGeGLU: "GeGLUMLP",

@@ -248,6 +248,26 @@ func TestFixtureFacts(t *testing.T) {
 				}
 			}
 		}, []string{"GraniteRMSNorm", "GraniteAttention", "GraniteMLP"}},
+		"gemma-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNormGemma: 5, KindAttention: 2, KindMLPGeGLU: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				// Llama's block under Gemma's kinds: hidden_act "gelu" is the exact gelu
+				wantDims(t, attn(g, 1), map[string]int64{"hidden": 96, "heads": 3, "kv_heads": 1, "head_dim": 80})
+				m := layer(t, g, "model.layers.1.mlp")
+				wantDims(t, m, map[string]int64{"hidden": 96, "intermediate": 104})
+				if m.Activation != ActGeLUExact || m.BlockClass != "GemmaDecoderLayer" {
+					t.Errorf("mlp %+v", m)
+				}
+				n := layer(t, g, "model.layers.0.post_attention_layernorm")
+				if n.Kind != KindRMSNormGemma || n.BlockClass != "GemmaDecoderLayer" || n.Eps != 1e-6 {
+					t.Errorf("post_attention_layernorm %+v", n)
+				}
+				if e := layer(t, g, "model.embed_tokens"); e.Class != "GemmaTextScaledWordEmbedding" {
+					t.Errorf("embedding %+v", e)
+				}
+				if h := layer(t, g, "lm_head"); !h.Tied || h.Softcap != 0 {
+					t.Errorf("lm_head %+v", h)
+				}
+			}, []string{"GemmaTextScaledWordEmbedding", "GemmaRMSNorm", "GemmaAttention", "GemmaMLP"}},
 		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
 			func(t *testing.T, g *Graph) {
 				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")
@@ -489,5 +509,37 @@ func TestGraniteResidualScale(t *testing.T) {
 			!strings.Contains(err.Error(), ConfigFile) {
 			t.Errorf("residual_multiplier %v: %v", v, err)
 		}
+	}
+}
+
+// Gemma 1's MLP applies hidden_act: the tanh form (GemmaConfig's default) records no
+// activation, the exact one records it, and any other is refused naming the field and the config.
+func TestGemmaActivation(t *testing.T) {
+	for _, c := range []struct {
+		act  any // nil: the field left out
+		want string
+	}{{nil, ""}, {"gelu_pytorch_tanh", ""}, {"gelu", ActGeLUExact}} {
+		dir := copyFixture(t, "gemma-tiny")
+		editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) {
+			delete(m, "hidden_act")
+			if c.act != nil {
+				m["hidden_act"] = c.act
+			}
+		})
+		g, err := Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range g.Layers {
+			if l.Kind == KindMLPGeGLU && l.Activation != c.want {
+				t.Errorf("hidden_act %v: %s activation %q, want %q", c.act, l.Module, l.Activation, c.want)
+			}
+		}
+	}
+	dir := copyFixture(t, "gemma-tiny")
+	editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { m["hidden_act"] = "silu" })
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `hidden_act is "silu"`) ||
+		!strings.Contains(err.Error(), ConfigFile) {
+		t.Errorf("hidden_act silu: %v", err)
 	}
 }

@@ -78,7 +78,7 @@ const (
 	KindRMSNormGemma LayerKind = "rmsnorm-gemma"
 	KindAttention    LayerKind = "attention"  // q/k/v/o projections + (causal) attention, GQA
 	KindMLPSwiGLU    LayerKind = "mlp-swiglu" // down(silu(gate(x)) * up(x))
-	KindMLPGeGLU     LayerKind = "mlp-geglu"  // down(gelu_tanh(gate(x)) * up(x))  (Gemma)
+	KindMLPGeGLU     LayerKind = "mlp-geglu"  // down(gelu_tanh(gate(x)) * up(x))  (Gemma; Activation may name exact gelu)
 	KindLinear       LayerKind = "linear"     // y = x W^T (+ b)
 	KindLinearBN     LayerKind = "linear-bn"  // y = BN(x W^T (+ b))  (LeViT MLP / attention projections)
 	KindBNLinear     LayerKind = "bn-linear"  // y = BN(x) W^T + b    (LeViT classifier heads)
@@ -125,6 +125,10 @@ type Layer struct {
 	// the block multiplies each branch by before adding it to the residual (Granite's
 	// residual_multiplier); 0 when it adds them as they are.
 	ResidualScale float64 `json:",omitempty" yaml:",omitempty"`
+	// Activation is an MLP's activation where its kind computes more than one: for
+	// mlp-geglu, ActGeLUExact (Gemma 1's published "gelu"); "" is the kind's own
+	// (gelu_pytorch_tanh).
+	Activation string `json:",omitempty" yaml:",omitempty"`
 	// Router is an MoE block's routing rule (RouterSoftmaxTopK, ...), "" elsewhere.
 	Router string `json:",omitempty" yaml:",omitempty"`
 	// Block is the index of the decoder/transformer block the layer sits in, -1 outside.

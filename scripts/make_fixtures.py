@@ -328,6 +328,23 @@ def build_gemma3_tiny(seed: int):
     return _seeded(seed, lambda: Gemma3ForCausalLM(cfg))
 
 
+def build_gemma_tiny(seed: int):
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    cfg = GemmaConfig(
+        hidden_size=96,
+        intermediate_size=104,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3 (gemma-2b has one KV head)
+        head_dim=80,
+        hidden_act="gelu",  # the exact gelu, as the published gemma-2b and gemma-7b configs name it
+        tie_word_embeddings=True,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: GemmaForCausalLM(cfg))
+
+
 def build_phi3_tiny(seed: int):
     from transformers import Phi3Config, Phi3ForCausalLM
 
@@ -451,6 +468,7 @@ FIXTURE_LIST = [
     Fixture("mixtral-tiny", 1012, build_mixtral_tiny, dtype="bfloat16"),
     Fixture("smollm3-tiny", 1013, build_smollm3_tiny, dtype="bfloat16"),
     Fixture("granite-tiny", 1014, build_granite_tiny, dtype="bfloat16"),
+    Fixture("gemma-tiny", 1015, build_gemma_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

@@ -4,7 +4,7 @@ Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,phi3mini,smollm3,granite2b,qwen3moe30b,
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,phi3mini,smollm3,granite2b,qwen3moe30b,
         levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
@@ -65,6 +65,16 @@ def gemma2b(out: Path, layers=None):
         query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
         hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, bos_token_id=0, eos_token_id=1, pad_token_id=2,
     ), cls=transformers.Gemma2ForCausalLM, norm=(-0.2, 0.2))
+
+
+def gemma7b(out: Path, layers=None):
+    """gemma-7b's shape (GemmaConfig's defaults): hidden 3072, 28 layers, 16 heads, 16 KV heads,
+    head_dim 256, intermediate 24576, vocab 256000, tied embeddings, with the published
+    checkpoints' hidden_act "gelu" (the exact gelu). Norm weights drawn around 0 (1 + w)."""
+    _llama(out, transformers.GemmaConfig(
+        num_hidden_layers=layers or 28, hidden_act="gelu", max_position_embeddings=8192,
+        bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    ), cls=transformers.GemmaForCausalLM, norm=(-0.2, 0.2))
 
 
 def phi3mini(out: Path, layers=None):
@@ -203,7 +213,7 @@ def main():
     global CONFIG_ONLY
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
+              "gemma2b": gemma2b, "gemma7b": gemma7b, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
               "qwen3moe30b": qwen3moe30b,
               "levit128s": levit128s}
     for name in a.only.split(","):

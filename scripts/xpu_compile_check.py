@@ -156,7 +156,7 @@ def cases(cuda: bool = False):
     gcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in _backend.gemm_configs("xpu")]
     # gemm() takes the descriptor path only where this Triton has tl.make_tensor_descriptor
     # (_backend.has_descriptors); elsewhere only block pointers are ever compiled.
-    for epi in ("none", "bias", "swiglu", "geglu", "hardswish", "residual"):
+    for epi in ("none", "bias", "swiglu", "geglu", "geglu_erf", "hardswish", "residual"):
         for desc in DESC_PATHS:
             yield (f"gemm {epi} {'desc' if desc else 'blockptr'}", gemm._gemm_kernel, gcfgs, bf16,
                    dict(HAS_BIAS=epi == "bias", EPILOGUE=gemm._EPI_CODE[epi], USE_DESC=desc, W_KMAJOR=True))
@@ -216,7 +216,7 @@ def cases(cuda: bool = False):
                dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_G=16, HAS_LENS=True, MASK_KIND=1, MASK_ADD=False, DOT_PREC="tf32",
                     UPCAST=False, SINGLE=single, SOFTCAP=False, SLIDING=False, ADVANCE=True))
     # decode-sized GEMMs: split-K with the reduce in the last program, and without a split
-    for epi in ("none", "swiglu", "residual"):
+    for epi in ("none", "swiglu", "geglu", "geglu_erf", "residual"):
         for split in (1, 4):
             yield (f"gemv {epi} split{split}", gemv._gemv_kernel, [({}, 4, 2)], bf16,
                    dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=16, BLOCK_N=64, BLOCK_K=128,

@@ -48,7 +48,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 			add(p+"mlp.gate_up_proj.weight", 2*inter, h)
 			continue
 		}
-		if strings.HasPrefix(mt, "gemma") {
+		if mt == "gemma2" || mt == "gemma3_text" {
 			add(p+"pre_feedforward_layernorm.weight", h)
 			add(p+"post_feedforward_layernorm.weight", h)
 		}
@@ -81,7 +81,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 }
 
 // TestPublishedConfigs plans the published Gemma 2, Gemma 3 and Phi-3 / Phi-4-mini layouts, and
-// SmolLM3-3B's from its config class's defaults, and checks what each family gets: which
+// SmolLM3-3B's and gemma-7b's from their config classes' defaults, and checks what each family gets: which
 // layers run our kernels and why the rest stay.
 func TestPublishedConfigs(t *testing.T) {
 	cases := map[string]struct {
@@ -137,6 +137,23 @@ func TestPublishedConfigs(t *testing.T) {
 		}, `{"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "vocab_size": 128256, "hidden_size": 2048,
 			"intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
 			"tie_word_embeddings": true}`},
+		// gemma-7b's shape as GemmaConfig's defaults give it (transformers 5.17
+		// configuration_gemma.py), with the published checkpoints' hidden_act "gelu": Llama's
+		// block on Gemma's norms, every layer on our kernels, the exact gelu in the GEMM epilogue
+		"GemmaConfig defaults, hidden_act gelu": {28*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			m := layerPlan(t, p, "model.layers.27.mlp")
+			if m.Layer != "GeGLUMLP" || !strings.Contains(m.Reason, "geglu_erf epilogue") ||
+				!strings.Contains(m.Reason, "residual add in its epilogue") {
+				t.Errorf("mlp: layer %s, reason %q", m.Layer, m.Reason)
+			}
+			n := layerPlan(t, p, "model.layers.27.post_attention_layernorm")
+			if n.Kernel != "add-rmsnorm" || len(n.Bindings) != 2 || n.Bindings[1].Layer != "DecoderLayer" ||
+				n.Bindings[1].Class != "GemmaDecoderLayer" {
+				t.Errorf("post-attention norm: kernel %s, bindings %+v", n.Kernel, n.Bindings)
+			}
+		}, `{"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "vocab_size": 256000, "hidden_size": 3072,
+			"intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
+			"head_dim": 256, "hidden_act": "gelu", "tie_word_embeddings": true}`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

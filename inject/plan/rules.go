@@ -48,7 +48,9 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 			Sources: []string{w}, Transforms: []string{TAddOne}, Shape: slices.Clone(p.shapeOf(w)),
 			DType: string(models.F32), Layout: LayoutRowMajor}
 		lp.Outputs = []TensorPlan{o}
-		decoder = layerGemmaDecoder
+		if sandwich(l) {
+			decoder = layerGemmaDecoder
+		}
 		note = joinReasons(ReasonGemmaNorm, note)
 	} else {
 		lp.Outputs = []TensorPlan{p.out(w, "", "", LayoutRowMajor, p.shapeOf(w), nil, w)}
@@ -80,16 +82,22 @@ func fusable(l models.Layer) bool {
 }
 
 // blockNorm: the norm right after a decoder block's first residual add, whose block class is
-// known: the post-attention norm of a Llama-style block; Gemma's block adds after its
-// post-attention norm, so there it is the pre-feedforward norm.
+// known: the post-attention norm of a Llama-style block (Gemma 1's too); Gemma 2's and 3's
+// blocks add after their post-attention norm, so there it is the pre-feedforward norm.
 func blockNorm(l models.Layer) bool {
 	if l.Block < 0 || l.BlockClass == "" {
 		return false
 	}
-	if l.Kind == models.KindRMSNormGemma {
+	if sandwich(l) {
 		return lastPart(l.Module) == preFeedforwardNorm
 	}
 	return lastPart(l.Module) == postAttentionNorm
+}
+
+// sandwich: the layer's block normalizes each branch before adding it to the residual
+// (Gemma 2's and 3's, which the GemmaDecoderLayer layer replaces).
+func sandwich(l models.Layer) bool {
+	return kernels.LayerReplaces(layerGemmaDecoder, l.BlockClass)
 }
 
 // scaledResidual: the block multiplies the branch it adds before this norm by a scale other
@@ -148,9 +156,10 @@ func (p *planner) decoderPatched(block int) bool {
 		return false
 	}
 	for _, l := range p.g.Layers {
-		// Gemma's patched block runs its MLP as a module (a norm sits between the MLP and the
-		// residual add), so only the Llama-style block inlines it.
-		if l.Block == block && l.Kind == models.KindRMSNorm && blockNorm(l) {
+		// Gemma 2's and 3's patched block runs its MLP as a module (a norm sits between the MLP
+		// and the residual add), so only the Llama-style block inlines it.
+		if l.Block == block && (l.Kind == models.KindRMSNorm || l.Kind == models.KindRMSNormGemma) &&
+			blockNorm(l) && !sandwich(l) {
 			kernel := "add-rmsnorm"
 			if scaledResidual(l) { // the adds ride in the projections' epilogues
 				kernel = "rmsnorm"
@@ -417,7 +426,7 @@ func (p *planner) mlp(l models.Layer, lp *LayerPlan) error {
 	layer, epilogue := layerSwiGLU, kernels.EpilogueSwiGLU
 	switch {
 	case l.Kind == models.KindMLPGeGLU:
-		layer, epilogue = "GeGLUMLP", kernels.EpilogueGeGLU
+		layer, epilogue = "GeGLUMLP", kernels.GeGLUEpilogue(l)
 	case fused:
 		layer = layerFusedSwiGLU
 	}

@@ -152,6 +152,8 @@ def test_pipeline_fp16_cpu(tmp_path):
         # Granite: attention_multiplier as the softmax scale; the block's residual_multiplier
         # adds in the o and down projections' epilogues (DecoderLayer)
         ("granite-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
+        # Gemma 1: Llama's block (DecoderLayer) on Gemma's (1 + w) norms, GeGLU of the exact gelu
+        ("gemma-tiny", {"Attention", "GemmaRMSNorm", "GeGLUMLP", "DecoderLayer", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):

@@ -481,6 +481,56 @@ def test_granite_block_scales_its_residual_adds_in_the_epilogues(device, vendor)
     assert (a_other.float() - a_want.float()).abs().mean() > 10 * err, err
 
 
+@pytest.mark.parametrize("vendor", [False, True])
+def test_gemma_block_runs_gemma_norms_and_the_exact_gelu(device, vendor):
+    """Gemma 1's block is Llama's on Gemma's (1 + w) norm and a GeGLU MLP of the exact gelu
+    (published configs' hidden_act "gelu"): bound to our DecoderLayer it adds and normalizes in
+    add_rms_norm_gemma, the MLP's gate/up GEMM takes the geglu_erf epilogue and its residual add
+    rides in the down projection's epilogue (cuBLAS's where routed there); prefill and static-cache
+    decode steps give stock's logits and cache."""
+    from transformers import GemmaConfig, GemmaForCausalLM
+    from xpuinject_kernels import families, injection
+
+    cfg = GemmaConfig(hidden_size=96, intermediate_size=104, num_hidden_layers=2, num_attention_heads=3,
+                      num_key_value_heads=1, head_dim=32, hidden_act="gelu", vocab_size=97,
+                      max_position_embeddings=128, pad_token_id=0)
+    torch.manual_seed(5)
+    stock = GemmaForCausalLM(cfg).eval()
+    with torch.no_grad():  # Gemma's norms start at 0: draw around it so a kernel that drops 1 + w fails
+        for n, p in stock.named_parameters():
+            if n.endswith("norm.weight"):
+                p.uniform_(-0.3, 0.3)
+    stock = stock.to(torch.bfloat16).to(device)
+    model = GemmaForCausalLM(cfg).eval().to(torch.bfloat16).to(device)
+    model.load_state_dict(stock.state_dict())
+    for block in model.model.layers:
+        at, mlp = block.self_attn, block.mlp
+        at.forward = types.MethodType(decoder.Attention.forward, at)
+        mlp.forward = types.MethodType(layers.GeGLUMLP.forward, mlp)
+        block.forward = types.MethodType(decoder.DecoderLayer.forward, block)
+        for norm in (block.input_layernorm, block.post_attention_layernorm):
+            norm.forward = types.MethodType(layers.GemmaRMSNorm.forward, norm)
+        if vendor:
+            setattr(mlp, decoder.VENDOR_ATTR, (("gate_up_proj", 0, None), ("down_proj", 0, None)))
+    block = model.model.layers[0]
+    assert injection._why_not(block, "DecoderLayer") == "" and injection._why_not(block.mlp, "GeGLUMLP") == ""
+    assert families.geglu_epilogue(block.mlp) == "geglu_erf"
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(6)).to(device)
+    counts = _backend.launch_counts
+    before = dict(counts)
+    got, got_cache = _static_steps(model, ids)
+    want, want_cache = _static_steps(stock, ids)
+    ran = {k: counts[k] - before.get(k, 0) for k in ("add_rms_norm_gemma", "gemm.geglu_erf", "gemm.geglu",
+                                                         "gemm.residual", "add_rms_norm")}
+    # one block add + norm, gate/up GEMM and down GEMM a block, two blocks, three forwards
+    assert ran == {"add_rms_norm_gemma": 6, "gemm.geglu_erf": 0 if vendor else 6, "gemm.geglu": 0,
+                   "gemm.residual": 0 if vendor else 6, "add_rms_norm": 0}, ran
+    for a, b in zip(got, want):
+        metrics.assert_close("gemma logits", a.float(), b.float(), atol=0.02, rtol=0.02, min_cosine=0.9999)
+    for a, b in zip(got_cache, want_cache):
+        metrics.assert_close("gemma cache", a.float(), b.float(), atol=0.02, rtol=0.02, min_cosine=0.9999)
+
+
 @pytest.mark.parametrize("fuse_qkv_rope", [True, False])
 def test_smollm3_nope_layer_caches_its_keys_unrotated(device, monkeypatch, fuse_qkv_rope):
     """SmolLM3's NoPE layer (use_rope 0) on a static cache: prefill and decode steps give stock's

@@ -91,6 +91,28 @@ def test_gemm_geglu(device, dtype, m, k, i, bias):
     assert torch.allclose(gemm_ref(x, w, b, epilogue="geglu").double(), ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("m, k, i", [(5, 96, 80), (1, 64, 128)])
+def test_gemm_geglu_erf_is_the_exact_gelu(device, m, k, i):
+    # Gemma 1's hidden_act "gelu": 0.5 g (1 + erf(g / sqrt 2)) * u. In an fp32 output the tanh
+    # approximation's difference (up to ~5e-4 of g) shows far above the accumulation noise.
+    torch.manual_seed(4)
+    x = (torch.randn(m, k) * 2).to(torch.bfloat16)
+    w = (torch.randn(k, 2 * i) / k**0.5).to(torch.bfloat16)
+    y = x.double() @ w.double()
+    g, u = y[:, :i], y[:, i:]
+    ref = 0.5 * g * (1 + torch.special.erf(g / 2**0.5)) * u  # float64
+    got = gemm(x.to(device), w.to(device), epilogue="geglu_erf", out_dtype=torch.float32).cpu().double()
+    assert got.shape == (m, i)
+    err = (got - ref).abs().max()
+    assert err <= 2e-5 * ref.abs().max(), err
+    tanh = gemm(x.to(device), w.to(device), epilogue="geglu", out_dtype=torch.float32).cpu().double()
+    assert (tanh - ref).abs().max() > 10 * err
+    assert torch.allclose(gemm_ref(x, w, epilogue="geglu_erf").double(), ref, rtol=1e-5, atol=1e-5)
+    # the bf16 output: one rounding
+    bf = gemm(x.to(device), w.to(device), epilogue="geglu_erf").cpu()
+    assert ((bf.double() - ref).abs() <= ulp(torch.bfloat16, ref) + 1e-4 * ref.abs().max()).all()
+
+
 def test_gemm_geglu_refuses_odd_columns(device):
     with pytest.raises(ValueError, match="geglu weight has 7 columns"):
         gemm(torch.randn(2, 16).to(device), torch.randn(16, 7).to(torch.bfloat16).to(device), epilogue="geglu")

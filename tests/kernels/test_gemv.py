@@ -19,11 +19,12 @@ def ref64(x, w, b, r, epilogue):
     y = x.double() @ w.double()
     if b is not None:
         y = y + b.double()
-    if epilogue in ("swiglu", "geglu"):
+    if epilogue in ("swiglu", "geglu", "geglu_erf"):
         i = w.shape[1] // 2
         g, u = y[:, :i], y[:, i:]
-        act = torch.nn.functional.silu(g) if epilogue == "swiglu" else torch.nn.functional.gelu(g, approximate="tanh")
-        return act * u
+        act = {"swiglu": torch.nn.functional.silu, "geglu_erf": torch.nn.functional.gelu,
+               "geglu": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[epilogue]
+        return act(g) * u
     if epilogue == "hardswish":
         return torch.nn.functional.hardswish(y)
     if epilogue == "residual":
@@ -40,7 +41,7 @@ def operands(m, k, n_w, epilogue, dtype, device, seed=0, nmajor=False):
     if nmajor:
         w = w.t().contiguous().t()
     b = (torch.randn(n_w, generator=g) * 0.3).to(torch.bfloat16).to(device) if epilogue == "bias" else None
-    n = n_w // 2 if epilogue in ("swiglu", "geglu") else n_w
+    n = n_w // 2 if epilogue in ("swiglu", "geglu", "geglu_erf") else n_w
     r = torch.randn(m, n, generator=g).to(dtype).to(device) if epilogue == "residual" else None
     return x, w, b, r, n
 
@@ -56,7 +57,7 @@ def run(x, w, b, r, n, epilogue, config=None):
 
 
 @pytest.mark.parametrize("layout", ["kmajor", "kmajor-ew", "nmajor"])
-@pytest.mark.parametrize("epilogue", ["none", "bias", "residual", "swiglu", "geglu", "hardswish"])
+@pytest.mark.parametrize("epilogue", ["none", "bias", "residual", "swiglu", "geglu", "geglu_erf", "hardswish"])
 @pytest.mark.parametrize("m,k,n_w,split", [(1, 200, 72, 3), (3, 130, 40, 4), (8, 96, 100, 1), (16, 72, 34, 2),
                                            (2, 400, 40, 6), (1, 72, 34, 1)])
 def test_gemv_matches_fp64(device, epilogue, m, k, n_w, split, layout):
@@ -64,7 +65,7 @@ def test_gemv_matches_fp64(device, epilogue, m, k, n_w, split, layout):
     # An N-major weight (nn.Linear's layout, seen as [K, N]) reads [BLOCK_N, BLOCK_K] tiles of K runs;
     # a gated one finds its up rows UP_OFF rows on. kmajor-ew: the config's EW switch, which one
     # row takes (the CUDA cores' multiply-add) and more rows ignore.
-    if epilogue in ("swiglu", "geglu") and n_w % 2:
+    if epilogue in ("swiglu", "geglu", "geglu_erf") and n_w % 2:
         n_w += 1
     nmajor = layout == "nmajor"
     x, w, b, r, n = operands(m, k, n_w, epilogue, torch.bfloat16, device, nmajor=nmajor)

@@ -38,6 +38,7 @@ TEXT = {
     "mixtral-tiny": ("mixtral", "MixtralForCausalLM", "BF16"),
     "smollm3-tiny": ("smollm3", "SmolLM3ForCausalLM", "BF16"),
     "granite-tiny": ("granite", "GraniteForCausalLM", "BF16"),
+    "gemma-tiny": ("gemma", "GemmaForCausalLM", "BF16"),
 }
 VISION = {"levit-tiny": ("levit", "LevitForImageClassificationWithTeacher", "F32")}
 ALL = {**TEXT, **VISION}
@@ -142,10 +143,10 @@ def test_text_fixture_loads_and_runs(name):
 def test_norm_weights_and_biases_are_not_init_values(name):
     model = load(name)
     norms = [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("RMSNorm")]
-    # 2 per layer (Gemma: 4) + final norm, plus q_norm/k_norm per layer for qwen3 and gemma3
+    # 2 per layer (Gemma 2, 3: 4) + final norm, plus q_norm/k_norm per layer for qwen3 and gemma3
     cfg = model.config
     gemma = cfg.model_type.startswith("gemma")
-    per_layer = (4 if gemma else 2) + (2 if cfg.model_type in ("qwen3", "qwen3_moe", "gemma3_text") else 0)
+    per_layer = (4 if cfg.model_type in ("gemma2", "gemma3_text") else 2) + (2 if cfg.model_type in ("qwen3", "qwen3_moe", "gemma3_text") else 0)
     assert len(norms) == per_layer * cfg.num_hidden_layers + 1
     for n, m in norms:
         w = m.weight.float()
@@ -305,4 +306,4 @@ def test_fixtures_match_generator():
         timeout=300,
     )
     assert r.returncode == 0, f"make_fixtures.py --check failed:\n{r.stderr[-4000:]}"
-    assert "check ok: 15 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
+    assert "check ok: 16 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8

@@ -18,7 +18,7 @@ Ops (each a torch custom op, torch.ops.<package module name>.<op>, see _ops.py):
   add_rms_norm(x, residual, weight, eps) -> (new_residual, y)
   apply_rope(q, k, cos, sin, inplace=False) -> (q_rot, k_rot)
   gemm(x, w, bias=None, residual=None, epilogue="none", use_descriptors=None) -> out
-      epilogue in GEMM_EPILOGUES = ("none", "bias", "swiglu", "hardswish", "residual")
+      epilogue in GEMM_EPILOGUES (contract.json: "none", "bias", "swiglu", "geglu", "geglu_erf", ...)
   rms_norm, add_rms_norm, apply_rope and gemm take `config=` (launch constants, for tuning).
   flash_attention_prefill, decode_attention, attention_forward (transformers AttentionInterface)
 `layers` holds the kernel-hub layer classes (RMSNorm, SwiGLUMLP, Linear, LMHead, LinearBN, BNLinear,

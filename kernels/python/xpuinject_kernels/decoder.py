@@ -46,7 +46,7 @@ from torch import nn
 
 from . import _backend
 from .attention import attention_forward, decode_attention
-from .contract import VENDOR_ATTR, packed_attr
+from .contract import LAYERS, VENDOR_ATTR, packed_attr
 from . import gemv
 from .gemm import add_rms_norm_gemm, gemm, rms_norm_gemm
 # layers.py defines these before it imports this module at its end, so the names exist here
@@ -56,11 +56,12 @@ from .layers import SwiGLUMLP, _name, _packed
 # which imports this module): looked up at call time.
 from . import layers as _layers
 from .moe_layer import runs_sparse_moe, sparse_moe
-from .rmsnorm import add_rms_norm
+from .rmsnorm import add_rms_norm, add_rms_norm_gemma
 from .rope import apply_rope
 from .rope_cache import qkv_rope_cache_write, qkv_rope_ok, rope_cache_write
 
-__all__ = ["Attention", "DecoderLayer", "mlp_block", "self_attention", "FUSE_DECODE_NORM", "FUSE_QKV_ROPE"]
+__all__ = ["Attention", "DecoderLayer", "mlp_block", "geglu_block", "geglu_epilogue", "mlp_activation", "self_attention",
+           "FUSE_DECODE_NORM", "FUSE_QKV_ROPE"]
 
 # At decode (M <= gemv.MAX_M), run the post-attention add + RMSNorm in the gate/up GEMV's
 # prologue (gemm.add_rms_norm_gemm) instead of its own launch. Off: on the H200 every GEMV
@@ -89,6 +90,13 @@ _O_W, _O_B = packed_attr("Attention", "o_weight"), packed_attr("Attention", "o_b
 _GU_W, _GU_B = packed_attr("SwiGLUMLP", "gate_up_weight"), packed_attr("SwiGLUMLP", "gate_up_bias")
 _DOWN_W, _DOWN_B = packed_attr("SwiGLUMLP", "down_weight"), packed_attr("SwiGLUMLP", "down_bias")
 _GEMMA_NORM_W = packed_attr("GemmaRMSNorm", "weight")
+_GEGLU_GU_W, _GEGLU_DOWN_W = packed_attr("GeGLUMLP", "gate_up_weight"), packed_attr("GeGLUMLP", "down_weight")
+# The activation a GeGLU MLP applies -> the gate/up GEMM's epilogue: by the act_fn module's class
+# (transformers/activations.py ACT2FN), else by the config's name for it.
+_GEGLU_BY_CLASS = {"GELUTanh": "geglu", "PytorchGELUTanh": "geglu", "GELUActivation": "geglu_erf"}
+_GEGLU_BY_NAME = {"gelu_pytorch_tanh": "geglu", "gelu": "geglu_erf"}
+# transformers' classes of Gemma's (1 + w) RMSNorm (contract.json)
+_GEMMA_NORMS = frozenset(LAYERS["GemmaRMSNorm"]["classes"])
 
 
 def _vendor(module: nn.Module, op: str, m: int = -1) -> bool:
@@ -173,6 +181,47 @@ def mlp_block(mlp: nn.Module, x: torch.Tensor, residual=None, h=None, res_scale:
     if residual is not None:
         return _proj_add(h, down, d_b, vendor, residual, res_scale)
     return _proj(h, down, d_b, vendor)
+
+
+def mlp_activation(config) -> str:
+    """The MLP activation a config names: Gemma's `hidden_activation` (what Gemma2MLP reads),
+    else `hidden_act` (Llama's and Phi-3's), else silu."""
+    return getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None) or "silu"
+
+
+def geglu_epilogue(mlp: nn.Module) -> str:
+    """The epilogue computing mlp's gelu ("geglu", "geglu_erf"), "" for one the kernels do not.
+    The module's own act_fn decides where it has one: Gemma 1's MLP applies config.hidden_act
+    and Gemma 2's and 3's config.hidden_activation, and Hub configs may carry both names."""
+    act = getattr(mlp, "act_fn", None)
+    if isinstance(act, nn.Module):
+        return _GEGLU_BY_CLASS.get(type(act).__name__, "")
+    return _GEGLU_BY_NAME.get(mlp_activation(getattr(mlp, "config", None)), "")
+
+
+def geglu_block(mlp: nn.Module, x: torch.Tensor, residual=None) -> torch.Tensor:
+    """down(gelu(gate(x)) * up(x)) [+ residual] on the packed weights: our GEMMs, or cuBLAS where
+    the plan routes gate_up_proj / down_proj to the vendor path. A residual is added in the down
+    projection's epilogue (Gemma 1's block, whose add follows the MLP)."""
+    epilogue = geglu_epilogue(mlp)
+    if not epilogue:
+        raise RuntimeError(f"xpuinject_kernels: GeGLUMLP: module {_name(mlp)!r} applies "
+                           f"{type(getattr(mlp, 'act_fn', None)).__name__}; the fused kernel computes gelu "
+                           "(gelu_pytorch_tanh or the exact gelu)")
+    gate_up = _packed(mlp, _GEGLU_GU_W, "GeGLUMLP")
+    down = _packed(mlp, _GEGLU_DOWN_W, "GeGLUMLP")
+    m = _rows(x)
+    if _vendor(mlp, "gate_up_proj", m):
+        g, u = torch.matmul(x, gate_up).chunk(2, dim=-1)
+        h = torch.nn.functional.gelu(g, approximate="tanh" if epilogue == "geglu" else "none") * u
+    else:
+        h = gemm(x, gate_up, epilogue=epilogue)
+    vendor = _vendor(mlp, "down_proj", m)
+    if residual is not None:
+        return _proj_add(h, down, None, vendor, residual, 1.0)
+    if vendor:
+        return torch.matmul(h, down)
+    return gemm(h, down)
 
 
 def _add(residual, out: torch.Tensor, res_scale: float = 1.0) -> torch.Tensor:
@@ -434,8 +483,9 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Replaces LlamaDecoderLayer.forward: the residual add after attention and the
-    post-attention RMSNorm run as one fused add_rms_norm kernel."""
+    """Replaces LlamaDecoderLayer.forward (and its relatives', Gemma 1's among them): the residual
+    add after attention and the post-attention RMSNorm run as one fused add_rms_norm kernel
+    (add_rms_norm_gemma on Gemma's norm)."""
 
     has_backward = False
     can_torch_compile = True
@@ -468,6 +518,14 @@ class DecoderLayer(nn.Module):
         )
         norm = self.post_attention_layernorm
         mlp = self.mlp
+        if type(norm).__name__ in _GEMMA_NORMS:
+            # Gemma 1: Llama's block on Gemma's (1 + w) norm, the MLP's residual add in its down
+            # projection's epilogue where the MLP runs our GeGLU
+            residual, h = add_rms_norm_gemma(hidden_states, residual, _packed(norm, _GEMMA_NORM_W, "GemmaRMSNorm"),
+                                             norm.eps)
+            if _bound_to(mlp, _layers.GeGLUMLP):
+                return geglu_block(mlp, h, residual=residual)
+            return residual + mlp(h)
         swiglu = _inline_mlp(mlp)
         m = _rows(hidden_states)
         if FUSE_DECODE_NORM and swiglu and m <= gemv.MAX_M and not _vendor(mlp, "gate_up_proj", m):

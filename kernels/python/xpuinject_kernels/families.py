@@ -4,8 +4,9 @@ models/gemma2, models/gemma3, models/phi3).
   GemmaRMSNorm       replaces Gemma2RMSNorm / Gemma3RMSNorm.forward: x / rms(x) * (1 + w) in fp32,
                      rounded once (rms_norm_gemma), on xpuinject_norm_weight = 1 + w in fp32 (folded
                      offline by the plan's add-one, or made from the module's weight on first use)
-  GeGLUMLP           replaces Gemma2MLP / Gemma3MLP.forward: down(gelu_tanh(gate(x)) * up(x)), the
-                     gate/up GEMM with the geglu epilogue over the packed [hidden, 2I] weight
+  GeGLUMLP           replaces GemmaMLP / Gemma2MLP / Gemma3MLP.forward: down(gelu(gate(x)) * up(x)),
+                     the gate/up GEMM with the geglu epilogue (gelu's tanh form) or geglu_erf (the
+                     exact one, Gemma 1's published hidden_act) over the packed [hidden, 2I] weight
   GemmaDecoderLayer  replaces Gemma2DecoderLayer / Gemma3DecoderLayer.forward: the residual add
                      after post_attention_layernorm and pre_feedforward_layernorm as one kernel
   FusedAttention     Phi3Attention: the Attention layer over a checkpoint-fused qkv_proj
@@ -22,22 +23,14 @@ import torch
 from torch import nn
 
 from .contract import packed_attr
-from .decoder import Attention, _rows, _vendor
-from .gemm import gemm
-from .layers import SwiGLUMLP, _name, _packed
+from .decoder import Attention, geglu_block, geglu_epilogue, mlp_activation  # noqa: F401 (re-exported)
+from .layers import SwiGLUMLP, _packed
 from .rmsnorm import add_rms_norm_gemma, rms_norm_gemma
 
-__all__ = ["GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "mlp_activation"]
+__all__ = ["GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "mlp_activation",
+           "geglu_epilogue", "geglu_block"]
 
 _NORM_W = packed_attr("GemmaRMSNorm", "weight")
-_GU_W, _DOWN_W = packed_attr("GeGLUMLP", "gate_up_weight"), packed_attr("GeGLUMLP", "down_weight")
-_GELU_TANH = ("gelu_pytorch_tanh",)
-
-
-def mlp_activation(config) -> str:
-    """The MLP activation a config names: Gemma's `hidden_activation` (what Gemma2MLP reads),
-    else `hidden_act` (Llama's and Phi-3's), else silu."""
-    return getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None) or "silu"
 
 
 def _norm_weight(module: nn.Module) -> torch.Tensor:
@@ -45,7 +38,7 @@ def _norm_weight(module: nn.Module) -> torch.Tensor:
 
 
 class GemmaRMSNorm(nn.Module):
-    """Replaces Gemma2RMSNorm.forward(x) (Gemma3RMSNorm alike)."""
+    """Replaces GemmaRMSNorm.forward(x) (Gemma2RMSNorm and Gemma3RMSNorm alike)."""
 
     has_backward = False
     can_torch_compile = True
@@ -54,28 +47,8 @@ class GemmaRMSNorm(nn.Module):
         return rms_norm_gemma(x, _norm_weight(self), self.eps)
 
 
-def geglu_block(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """down(gelu_tanh(gate(x)) * up(x)) on the packed weights: our GEMMs, or cuBLAS where the
-    plan routes gate_up_proj / down_proj to the vendor path."""
-    act = mlp_activation(getattr(mlp, "config", None))
-    if act not in _GELU_TANH:
-        raise RuntimeError(f"xpuinject_kernels: GeGLUMLP: module {_name(mlp)!r} uses {act!r}; the fused kernel computes "
-                           "gelu_pytorch_tanh")
-    gate_up = _packed(mlp, _GU_W, "GeGLUMLP")
-    down = _packed(mlp, _DOWN_W, "GeGLUMLP")
-    m = _rows(x)
-    if _vendor(mlp, "gate_up_proj", m):
-        g, u = torch.matmul(x, gate_up).chunk(2, dim=-1)
-        h = torch.nn.functional.gelu(g, approximate="tanh") * u
-    else:
-        h = gemm(x, gate_up, epilogue="geglu")
-    if _vendor(mlp, "down_proj", m):
-        return torch.matmul(h, down)
-    return gemm(h, down)
-
-
 class GeGLUMLP(nn.Module):
-    """Replaces Gemma2MLP.forward(x) (Gemma3MLP alike)."""
+    """Replaces GemmaMLP.forward(x) (Gemma2MLP and Gemma3MLP alike)."""
 
     has_backward = False
     can_torch_compile = True

@@ -20,6 +20,8 @@ Epilogues (constexpr EPILOGUE, bias independent of it via HAS_BIAS):
                never writes the [M, 2I] intermediate.
   "geglu"      as swiglu with gelu's tanh approximation for silu (Gemma's gelu_pytorch_tanh):
                out = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u, in fp32.
+  "geglu_erf"  as geglu with the exact gelu (transformers' "gelu", Gemma 1's hidden_act):
+               out = 0.5 g (1 + erf(g / sqrt(2))) * u, in fp32.
   "hardswish"  out = hardswish(x@W (+b))  = y * clamp(y + 3, 0, 6) / 6
   "residual"   out = x@W (+b) + r[M, N]
 
@@ -48,11 +50,11 @@ __all__ = ["gemm", "add_rms_norm_gemm", "rms_norm_gemm", "gemm_ref", "EPILOGUES"
 # The fused epilogues (contract.json, which the planner's registry reads too).
 EPILOGUES = GEMM_EPILOGUES
 # constexpr codes
-_EPI_NONE, _EPI_SWIGLU, _EPI_HARDSWISH, _EPI_RESIDUAL, _EPI_GEGLU = 0, 1, 2, 3, 4
+_EPI_NONE, _EPI_SWIGLU, _EPI_HARDSWISH, _EPI_RESIDUAL, _EPI_GEGLU, _EPI_GEGLU_ERF = 0, 1, 2, 3, 4, 5
 _EPI_CODE = {"none": _EPI_NONE, "bias": _EPI_NONE, "swiglu": _EPI_SWIGLU, "hardswish": _EPI_HARDSWISH,
-             "residual": _EPI_RESIDUAL, "geglu": _EPI_GEGLU}
+             "residual": _EPI_RESIDUAL, "geglu": _EPI_GEGLU, "geglu_erf": _EPI_GEGLU_ERF}
 # The gated epilogues: W is [gate | up], each program computes both tiles.
-_GATED = ("swiglu", "geglu")
+_GATED = ("swiglu", "geglu", "geglu_erf")
 
 _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _W_DTYPES = (torch.bfloat16, torch.float16)
@@ -79,7 +81,7 @@ def _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS: tl.constexpr, EPI
     nmask = offs_n < N
     if HAS_BIAS:
         acc = acc + tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
-        if EPILOGUE == 1 or EPILOGUE == 4:
+        if EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5):
             acc_up = acc_up + tl.load(b_ptr + UP_OFF + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
     if EPILOGUE == 1:
         # silu(g) * u, sigmoid through exp: fp32, no intermediate rounding
@@ -88,6 +90,9 @@ def _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS: tl.constexpr, EPI
         # gelu_pytorch_tanh(g) * u; tanh(y) = 1 - 2 / (1 + exp(2y)) (saturates to +-1 without NaN)
         y = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
         acc = 0.5 * acc * (2.0 - 2.0 / (1.0 + tl.exp(2.0 * y))) * acc_up
+    elif EPILOGUE == 5:
+        # exact gelu(g) * u
+        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476)) * acc_up
     elif EPILOGUE == 2:
         acc = acc * tl.minimum(tl.maximum(acc + 3.0, 0.0), 6.0) / 6.0
     return acc
@@ -109,7 +114,8 @@ def _gemm_kernel(
     off_n = pid_n * BLOCK_N
     wty = w_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # used by swiglu only (DCE'd otherwise)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # used by the gated epilogues only (DCE'd otherwise)
+    GATED: tl.constexpr = EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5)
     if USE_DESC:
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K])
         # an N-major W is described as the [N, K] tensor it is and its tiles transposed in registers
@@ -119,7 +125,7 @@ def _gemm_kernel(
         else:
             w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_wn, 1],
                                                block_shape=[BLOCK_N, BLOCK_K])
-        if EPILOGUE == 1 or EPILOGUE == 4:
+        if GATED:
             # the up half as its own [K, I] tensor: OOB columns of a gate tile read zeros, never up
             if W_KMAJOR:
                 wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF, shape=[K, N], strides=[stride_wk, 1],
@@ -132,11 +138,11 @@ def _gemm_kernel(
             a = x_desc.load([off_m, k0]).to(wty)
             if W_KMAJOR:
                 acc = tl.dot(a, w_desc.load([k0, off_n]), acc)
-                if EPILOGUE == 1 or EPILOGUE == 4:
+                if GATED:
                     acc_up = tl.dot(a, wu_desc.load([k0, off_n]), acc_up)
             else:
                 acc = tl.dot(a, tl.trans(w_desc.load([off_n, k0])), acc)
-                if EPILOGUE == 1 or EPILOGUE == 4:
+                if GATED:
                     acc_up = tl.dot(a, tl.trans(wu_desc.load([off_n, k0])), acc_up)
     else:
         x_bp = tl.make_block_ptr(x_ptr, shape=(M, K), strides=(stride_xm, 1), offsets=(off_m, 0),
@@ -148,7 +154,7 @@ def _gemm_kernel(
         else:
             w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn), offsets=(0, off_n),
                                      block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
-        if EPILOGUE == 1 or EPILOGUE == 4:
+        if GATED:
             if W_KMAJOR:
                 wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
                                           offsets=(0, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
@@ -158,7 +164,7 @@ def _gemm_kernel(
         for kk in range(0, tl.cdiv(K, BLOCK_K)):
             a = tl.load(x_bp, boundary_check=(0, 1), padding_option="zero").to(wty)
             acc = tl.dot(a, tl.load(w_bp, boundary_check=(0, 1), padding_option="zero"), acc)
-            if EPILOGUE == 1 or EPILOGUE == 4:
+            if GATED:
                 acc_up = tl.dot(a, tl.load(wu_bp, boundary_check=(0, 1), padding_option="zero"), acc_up)
                 wu_bp = tl.advance(wu_bp, (BLOCK_K, 0))
             x_bp = tl.advance(x_bp, (0, BLOCK_K))
@@ -574,6 +580,8 @@ def gemm_ref(x, w, bias=None, residual=None, epilogue="none", res_scale=1.0):
         g, u = y[..., :i], y[..., i:]
         if epilogue == "geglu":
             return torch.nn.functional.gelu(g, approximate="tanh") * u
+        if epilogue == "geglu_erf":
+            return torch.nn.functional.gelu(g) * u
         return torch.nn.functional.silu(g) * u
     if epilogue == "hardswish":
         return torch.nn.functional.hardswish(y)

@@ -88,7 +88,7 @@ def _gemv_kernel(
     _backend.pdl_wait(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    gated: tl.constexpr = EPILOGUE == 1 or EPILOGUE == 4
+    gated: tl.constexpr = EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5)
     wty = w_ptr.dtype.element_ty
     aty = x_ptr.dtype.element_ty
     offs_m = tl.arange(0, BLOCK_M)

@@ -45,7 +45,7 @@ from . import layers as _layers
 from . import moe_layer
 from .attention import register_transformers
 from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, PACKED_CHECKS, VENDOR_ATTR, layer_for_class
-from .families import mlp_activation
+from .families import geglu_epilogue, mlp_activation
 from .packing import Released, decode_layout
 
 __all__ = ["inject", "kernelize", "load_plan", "supported_bindings", "mark_transformers_classes", "kernel_mapping",
@@ -782,8 +782,8 @@ def _why_not(m: nn.Module, layer: str) -> str:
             return "no gate/up/down_proj Linear children"
         if any(c[n].bias is not None for n in ("gate_proj", "up_proj", "down_proj")):
             return "biased projections (the planner keeps those)"
-        if mlp_activation(getattr(m, "config", None)) != "gelu_pytorch_tanh":
-            return "hidden_activation is not gelu_pytorch_tanh"
+        if not geglu_epilogue(m):
+            return "its activation is neither gelu_pytorch_tanh nor the exact gelu"
         if min(c["gate_proj"].in_features, c["gate_proj"].out_features) < MIN_GEMM_DIM:
             return f"a GEMM dimension below {MIN_GEMM_DIM}"
         return ""
@@ -827,7 +827,9 @@ def _why_not(m: nn.Module, layer: str) -> str:
         norm = c.get("post_attention_layernorm")
         if not all(isinstance(c.get(n), nn.Module) for n in ("input_layernorm", "self_attn", "mlp")) or norm is None:
             return "not a pre-norm decoder block"
-        return "" if layer_for_class(type(norm).__name__) == "RMSNorm" and not _why_not(norm, "RMSNorm") else "its post-attention norm is not an RMSNorm"
+        kind = layer_for_class(type(norm).__name__)
+        ok = kind in ("RMSNorm", "GemmaRMSNorm") and not _why_not(norm, kind)
+        return "" if ok else "its post-attention norm is not an RMSNorm"
     if layer in ("LinearBN", "BNLinear"):
         lin, bn = c.get("linear"), c.get("batch_norm")
         if not _linear(lin) or not isinstance(bn, nn.BatchNorm1d) or bn.running_var is None:
