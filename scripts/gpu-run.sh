@@ -22,7 +22,8 @@
 #        and forced in the step (step_configs.py: moe.decode; the attention GEMVs' EW configs), the
 #        block on N-major experts (bench_moe.py --experts-layout nmajor), and the N-major attention
 #        layout against the shipped one (ab_step.py); MOEDECODE_PARTS picks parts (default "floor sweep
-#        sweep-nmajor step-moe step-qkv step-o nmajor");
+#        sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
+#        in WORK for a next call on the same warm machine, which then skips making them;
 #        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
 #        (default "qwen3:4 levit128s llama8b"; T_COLD each): wall and eval.json "autotune"),
 #        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
@@ -136,10 +137,14 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
     sed -n '/^| shape/,$p' "$OUT/moe/moe.md" >>"$OUT/summary.txt" 2>/dev/null ;;
   moedecode)
     layers=${MOE_LAYERS:-8}
-    log "make qwen3moe30b ($layers layers) and its package"
-    python3 scripts/make_gpu_models.py "$WORK/models" --only qwen3moe30b --layers "$layers" >>"$OUT/moedecode.log" 2>&1
     model="$WORK/models/qwen3moe30b-${layers}l" run="$WORK/run-moedecode"
-    bin/xpuinject "$model" --skip-eval --out "$run" --device cuda >>"$OUT/moedecode.log" 2>&1
+    if [ -f "$run/package/plan.yaml" ] && [ -f "$model/config.json" ]; then
+      log "qwen3moe30b ($layers layers) and its package kept from an earlier run in $WORK"
+    else
+      log "make qwen3moe30b ($layers layers) and its package"
+      python3 scripts/make_gpu_models.py "$WORK/models" --only qwen3moe30b --layers "$layers" >>"$OUT/moedecode.log" 2>&1
+      bin/xpuinject "$model" --skip-eval --out "$run" --device cuda >>"$OUT/moedecode.log" 2>&1
+    fi
     mkdir -p "$OUT/moedecode"
     for part in ${MOEDECODE_PARTS:-floor sweep sweep-nmajor step-moe step-qkv step-o nmajor}; do
       case $part in
@@ -165,7 +170,8 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       log "moedecode $part rc=$?"
       tail -n 24 "$OUT/moedecode/$part.txt" >>"$OUT/summary.txt"
     done
-    rm -rf "$model" "$run/packed" ;;
+    # MOEDECODE_KEEP=1 leaves them for a next call on the same machine (WORK set, /tmp kept)
+    [ "${MOEDECODE_KEEP:-0}" = 1 ] || rm -rf "$model" "$run" ;;
   host)
     log "launcher host time"
     timeout "${T_HOST:-120}" python3 benchmarks/bench_host.py --out "$OUT/host" >"$OUT/host.log" 2>&1
