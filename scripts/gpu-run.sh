@@ -15,7 +15,7 @@
 #        "gemma2b", "gemma7b", "phi3mini", "smollm3", "granite2b" the Gemma-2-2B-, gemma-7b-, Phi-3-mini-,
 #        SmolLM3-3B- and Granite-3-2B-shaped pipelines (T_FAMILY);
 #        "qwen3moe" the Qwen3-30B-A3B-shaped pipeline, MOE_LAYERS (default 8) decoder layers
-#        (T_MOE_PIPELINE);
+#        (T_MOE_PIPELINE), on the model a moedecode step kept (MOEDECODE_KEEP=1) where there is one;
 #        "moedecode" the Qwen3-30B-A3B-shaped decode step's candidates (MOE_LAYERS layers; T_MOEDECODE
 #        seconds a part): what the experts' and attention projections' layouts read at
 #        (bench_launch_floor.py --experts), the MoE block's launch configs alone (bench_moe.py --sweep)
@@ -75,12 +75,16 @@ for s in $STEPS; do
     gemma2b|gemma7b|phi3mini|smollm3|granite2b) name=$s limit=${T_FAMILY:-300} ;;
     qwen3moe) name=qwen3moe30b limit=${T_MOE_PIPELINE:-420} layers=${MOE_LAYERS:-8} ;;
     esac
-    log "make $name${layers:+ ($layers layers)}"
+    model="$WORK/models/$name${layers:+-${layers}l}"  # make_gpu_models.py's folder name
     if [ "$s" = real ]; then
+      log "make $name"
       model=$(python3 scripts/real_model.py ${GGUF:+--gguf "$GGUF"} 2>>"$OUT/$s.log") || { log "real model rc=$?"; continue; }
+    elif [ "$s" = qwen3moe ] && [ -f "$WORK/run-moedecode/package/plan.yaml" ] && [ -f "$model/config.json" ]; then
+      # the model a moedecode step kept (MOEDECODE_KEEP=1): whole, since its package was written
+      log "$name ($layers layers) kept from the moedecode step in $WORK"
     else
+      log "make $name${layers:+ ($layers layers)}"
       python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" ${layers:+--layers "$layers"} >>"$OUT/$s.log" 2>&1
-      model="$WORK/models/$name${layers:+-${layers}l}"  # make_gpu_models.py's folder name
     fi
     log "pipeline $name"
     timeout "$limit" bin/xpuinject "$model" --out "$WORK/run-$s" --device cuda --repeats 20 --latency "${LATENCY:-both}" \
