@@ -37,10 +37,7 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 		return err
 	}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
-	decoder := layerDecoder
-	if kernels.LayerReplaces(layerMoEDecoder, l.BlockClass) {
-		decoder = layerMoEDecoder // Mixtral's decoder layer takes its parameters in another order
-	}
+	decoder := blockDecoder(l)
 	if l.Kind == models.KindRMSNormGemma {
 		// Gemma's (1 + w) folded offline, kept fp32: the kernel multiplies in fp32 and rounds
 		// once, as Gemma2RMSNorm does; the module's own weight stays for the stock path.
@@ -48,9 +45,6 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 			Sources: []string{w}, Transforms: []string{TAddOne}, Shape: slices.Clone(p.shapeOf(w)),
 			DType: string(models.F32), Layout: LayoutRowMajor}
 		lp.Outputs = []TensorPlan{o}
-		if sandwich(l) {
-			decoder = layerGemmaDecoder
-		}
 		note = joinReasons(ReasonGemmaNorm, note)
 	} else {
 		lp.Outputs = []TensorPlan{p.out(w, "", "", LayoutRowMajor, p.shapeOf(w), nil, w)}
@@ -97,7 +91,19 @@ func blockNorm(l models.Layer) bool {
 // sandwich: the layer's block normalizes each branch before adding it to the residual
 // (Gemma 2's and 3's, which the GemmaDecoderLayer layer replaces).
 func sandwich(l models.Layer) bool {
-	return kernels.LayerReplaces(layerGemmaDecoder, l.BlockClass)
+	return blockDecoder(l) == layerGemmaDecoder
+}
+
+// blockDecoder is the layer that patches the layer's block, by its class (contract.json):
+// MoEDecoderLayer (Mixtral's parameter order), GemmaDecoderLayer (sandwich norms), else
+// DecoderLayer.
+func blockDecoder(l models.Layer) string {
+	for _, d := range []string{layerMoEDecoder, layerGemmaDecoder} {
+		if kernels.LayerReplaces(d, l.BlockClass) {
+			return d
+		}
+	}
+	return layerDecoder
 }
 
 // scaledResidual: the block multiplies the branch it adds before this norm by a scale other

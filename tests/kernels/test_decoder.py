@@ -529,6 +529,11 @@ def test_gemma_block_runs_gemma_norms_and_the_exact_gelu(device, vendor):
         metrics.assert_close("gemma logits", a.float(), b.float(), atol=0.02, rtol=0.02, min_cosine=0.9999)
     for a, b in zip(got_cache, want_cache):
         metrics.assert_close("gemma cache", a.float(), b.float(), atol=0.02, rtol=0.02, min_cosine=0.9999)
+    # an activation the epilogues do not compute is refused by name, not run as another gelu
+    block.mlp.act_fn = torch.nn.SiLU()
+    assert families.geglu_epilogue(block.mlp) == "" and "activation" in injection._why_not(block.mlp, "GeGLUMLP")
+    with pytest.raises(RuntimeError, match="GeGLUMLP: module .* applies SiLU"):
+        block.mlp(torch.randn(1, 2, 96).to(torch.bfloat16).to(device))
 
 
 @pytest.mark.parametrize("fuse_qkv_rope", [True, False])

@@ -93,7 +93,7 @@ _GEMMA_NORM_W = packed_attr("GemmaRMSNorm", "weight")
 _GEGLU_GU_W, _GEGLU_DOWN_W = packed_attr("GeGLUMLP", "gate_up_weight"), packed_attr("GeGLUMLP", "down_weight")
 # The activation a GeGLU MLP applies -> the gate/up GEMM's epilogue: by the act_fn module's class
 # (transformers/activations.py ACT2FN), else by the config's name for it.
-_GEGLU_BY_CLASS = {"GELUTanh": "geglu", "PytorchGELUTanh": "geglu", "GELUActivation": "geglu_erf"}
+_GEGLU_BY_CLASS = {"GELUTanh": "geglu", "GELUActivation": "geglu_erf"}
 _GEGLU_BY_NAME = {"gelu_pytorch_tanh": "geglu", "gelu": "geglu_erf"}
 # transformers' classes of Gemma's (1 + w) RMSNorm (contract.json)
 _GEMMA_NORMS = frozenset(LAYERS["GemmaRMSNorm"]["classes"])
@@ -205,9 +205,10 @@ def geglu_block(mlp: nn.Module, x: torch.Tensor, residual=None) -> torch.Tensor:
     projection's epilogue (Gemma 1's block, whose add follows the MLP)."""
     epilogue = geglu_epilogue(mlp)
     if not epilogue:
-        raise RuntimeError(f"xpuinject_kernels: GeGLUMLP: module {_name(mlp)!r} applies "
-                           f"{type(getattr(mlp, 'act_fn', None)).__name__}; the fused kernel computes gelu "
-                           "(gelu_pytorch_tanh or the exact gelu)")
+        act = getattr(mlp, "act_fn", None)
+        act = type(act).__name__ if isinstance(act, nn.Module) else mlp_activation(getattr(mlp, "config", None))
+        raise RuntimeError(f"xpuinject_kernels: GeGLUMLP: module {_name(mlp)!r} applies {act}; the fused kernel "
+                           "computes gelu (gelu_pytorch_tanh or the exact gelu)")
     gate_up = _packed(mlp, _GEGLU_GU_W, "GeGLUMLP")
     down = _packed(mlp, _GEGLU_DOWN_W, "GeGLUMLP")
     m = _rows(x)
@@ -219,9 +220,7 @@ def geglu_block(mlp: nn.Module, x: torch.Tensor, residual=None) -> torch.Tensor:
     vendor = _vendor(mlp, "down_proj", m)
     if residual is not None:
         return _proj_add(h, down, None, vendor, residual, 1.0)
-    if vendor:
-        return torch.matmul(h, down)
-    return gemm(h, down)
+    return _proj(h, down, None, vendor)
 
 
 def _add(residual, out: torch.Tensor, res_scale: float = 1.0) -> torch.Tensor:

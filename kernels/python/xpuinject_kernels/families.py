@@ -1,9 +1,9 @@
-"""Layers for the module layouts of Gemma 2 / Gemma 3 and Phi-3 (transformers 5.17
-models/gemma2, models/gemma3, models/phi3).
+"""Layers for the module layouts of Gemma 1 / 2 / 3 and Phi-3 (transformers 5.17 models/gemma,
+models/gemma2, models/gemma3, models/phi3; Gemma 1's block is DecoderLayer, decoder.py).
 
-  GemmaRMSNorm       replaces Gemma2RMSNorm / Gemma3RMSNorm.forward: x / rms(x) * (1 + w) in fp32,
-                     rounded once (rms_norm_gemma), on xpuinject_norm_weight = 1 + w in fp32 (folded
-                     offline by the plan's add-one, or made from the module's weight on first use)
+  GemmaRMSNorm       replaces GemmaRMSNorm / Gemma2RMSNorm / Gemma3RMSNorm.forward: x / rms(x) * (1 + w)
+                     in fp32, rounded once (rms_norm_gemma), on xpuinject_norm_weight = 1 + w in fp32
+                     (folded offline by the plan's add-one, or made from the module's weight on first use)
   GeGLUMLP           replaces GemmaMLP / Gemma2MLP / Gemma3MLP.forward: down(gelu(gate(x)) * up(x)),
                      the gate/up GEMM with the geglu epilogue (gelu's tanh form) or geglu_erf (the
                      exact one, Gemma 1's published hidden_act) over the packed [hidden, 2I] weight
