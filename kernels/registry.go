@@ -270,9 +270,10 @@ func defaultRows() []*Kernel {
 	return []*Kernel{
 		&Kernel{
 			// Gemma's norm (x/rms(x) · (1 + w), fp32, one rounding) is the same kernel with an
-			// fp32 weight holding 1 + w, folded offline, and no rounding before the multiply.
-			Name: "rmsnorm", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm, models.KindRMSNormGemma},
-			Layer: "RMSNorm", Layers: map[models.LayerKind]string{models.KindRMSNormGemma: "GemmaRMSNorm"},
+			// fp32 weight holding 1 + w, folded offline, and no rounding before the multiply;
+			// OLMo 2's (w · x/rms(x), fp32, one rounding) is it on the module's own weight.
+			Name: "rmsnorm", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm, models.KindRMSNormGemma, models.KindRMSNormFP32},
+			Layer: "RMSNorm", Layers: map[models.LayerKind]string{models.KindRMSNormGemma: "GemmaRMSNorm", models.KindRMSNormFP32: "FP32RMSNorm"},
 			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{hiddenPositive},
 		},

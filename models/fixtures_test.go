@@ -268,6 +268,35 @@ func TestFixtureFacts(t *testing.T) {
 					t.Errorf("lm_head %+v", h)
 				}
 			}, []string{"GemmaTextScaledWordEmbedding", "GemmaRMSNorm", "GemmaAttention", "GemmaMLP"}},
+		"olmo2-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNormFP32: 5, KindAttention: 2, KindMLPSwiGLU: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				// no input norm; a norm after each branch; q/k norms over the whole projection
+				for _, l := range g.Layers {
+					if strings.HasSuffix(l.Module, "input_layernorm") {
+						t.Errorf("OLMo 2 has no input norm: %s", l.Module)
+					}
+				}
+				order := []string{"model.layers.0.self_attn", "model.layers.0.post_attention_layernorm", "model.layers.0.mlp",
+					"model.layers.0.post_feedforward_layernorm", "model.layers.1.self_attn"}
+				for i, m := range order {
+					if g.Layers[1+i].Module != m {
+						t.Errorf("layer %d is %s, want %s", 1+i, g.Layers[1+i].Module, m)
+					}
+				}
+				a := attn(g, 1)
+				wantDims(t, a, map[string]int64{"hidden": 96, "heads": 3, "kv_heads": 3, "head_dim": 32})
+				if a.Children["k_norm"] != "Olmo2RMSNorm" || a.Tensors["q_norm.weight"] != "model.layers.1.self_attn.q_norm.weight" ||
+					a.Eps != 1e-6 {
+					t.Errorf("q/k norms %+v", a)
+				}
+				n := layer(t, g, "model.layers.1.post_feedforward_layernorm")
+				if n.Kind != KindRMSNormFP32 || n.BlockClass != "Olmo2DecoderLayer" || n.Block != 1 {
+					t.Errorf("post_feedforward_layernorm %+v", n)
+				}
+				if h := layer(t, g, "lm_head"); h.Tied {
+					t.Errorf("lm_head %+v", h)
+				}
+			}, []string{"Olmo2RMSNorm", "Olmo2Attention", "Olmo2MLP"}},
 		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
 			func(t *testing.T, g *Graph) {
 				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")
@@ -541,5 +570,15 @@ func TestGemmaActivation(t *testing.T) {
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `hidden_act is "silu"`) ||
 		!strings.Contains(err.Error(), ConfigFile) {
 		t.Errorf("hidden_act silu: %v", err)
+	}
+}
+
+// OLMo 2's MLP is SwiGLU: another hidden_act is refused naming the field and the config.
+func TestOLMo2Activation(t *testing.T) {
+	dir := copyFixture(t, "olmo2-tiny")
+	editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { m["hidden_act"] = "gelu" })
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `hidden_act is "gelu"`) ||
+		!strings.Contains(err.Error(), ConfigFile) {
+		t.Errorf("hidden_act gelu: %v", err)
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// Llama (model_type "llama") and the base of its relatives (mistral.go, qwen2.go,
-// qwen3.go, smollm3.go, qwen3_moe.go, mixtral.go). Read against transformers 5.17
-// models/llama/{configuration,modeling}_llama.py.
+// Llama (model_type "llama") and the base of its relatives (mistral.go, qwen2.go, qwen3.go,
+// smollm3.go, granite.go, gemma.go, olmo2.go, qwen3_moe.go, mixtral.go). Read against
+// transformers 5.17 models/llama/{configuration,modeling}_llama.py.
 //
 // Layers, in execution order (prefix "model." for *ForCausalLM, none for the bare
 // *Model class):
@@ -55,6 +55,13 @@ type llamaFamily struct {
 	qkvBias, oBias, mlpBias func(c *llamaConfig) bool
 	// qkNorm: the attention has q_norm/k_norm RMSNorms over head_dim (Qwen3).
 	qkNorm bool
+	// qkNormFull: the attention has q_norm/k_norm RMSNorms over all of its query / key heads at
+	// once, [heads·head_dim] and [kv_heads·head_dim], applied before the heads are split (OLMo 2).
+	qkNormFull bool
+	// postNorms: the block has no input norm and normalizes each branch's output before its
+	// residual add: post_attention_layernorm after the attention, post_feedforward_layernorm
+	// after the MLP (OLMo 2).
+	postNorms bool
 	// ignore lists tensor-name suffixes a checkpoint may hold that no module owns
 	// (rotary inv_freq buffers some older checkpoints saved).
 	ignore []string
@@ -190,7 +197,9 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 	}
 	for i := 0; i < int(c.NumHiddenLayers) && b.err == nil; i++ {
 		blk := fmt.Sprintf("%slayers.%d", prefix, i)
-		norm(blk+".input_layernorm", i)
+		if !f.postNorms {
+			norm(blk+".input_layernorm", i)
+		}
 
 		attn := blk + ".self_attn"
 		qWhy := fmt.Sprintf("num_attention_heads=%d × head_dim=%d, %s", heads, hd, hidden)
@@ -212,11 +221,15 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 		}
 		l := Layer{Module: attn, Kind: KindAttention, Class: f.class + "Attention", Block: i, Bias: qkvBias || oBias,
 			BlockClass: f.class + "DecoderLayer", Dims: map[string]int64{"hidden": h, "heads": heads, "kv_heads": kv, "head_dim": hd}}
-		if f.qkNorm {
-			why := fmt.Sprintf("head_dim=%d", hd)
+		if f.qkNorm || f.qkNormFull {
+			qn, kn := []int64{hd}, []int64{hd}
+			qw, kw := fmt.Sprintf("head_dim=%d", hd), fmt.Sprintf("head_dim=%d", hd)
+			if f.qkNormFull {
+				qn, kn, qw, kw = []int64{heads * hd}, []int64{kv * hd}, qWhy, kvWhy
+			}
 			needs = append(needs,
-				need{"q_norm.weight", attn + ".q_norm.weight", []int64{hd}, why, false},
-				need{"k_norm.weight", attn + ".k_norm.weight", []int64{hd}, why, false})
+				need{"q_norm.weight", attn + ".q_norm.weight", qn, qw, false},
+				need{"k_norm.weight", attn + ".k_norm.weight", kn, kw, false})
 			l.Eps = c.RMSNormEps
 			l.Children = map[string]string{"q_norm": f.class + "RMSNorm", "k_norm": f.class + "RMSNorm"}
 		}
@@ -242,6 +255,9 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 		}
 		b.add(Layer{Module: mlp, Kind: KindMLPSwiGLU, Class: mlpClass, Block: i, Bias: mlpBias,
 			BlockClass: f.class + "DecoderLayer", Dims: map[string]int64{"hidden": h, "intermediate": inter}}, needs...)
+		if f.postNorms {
+			norm(blk+".post_feedforward_layernorm", i)
+		}
 	}
 	norm(prefix+"norm", -1)
 

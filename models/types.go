@@ -76,14 +76,17 @@ const (
 	// KindRMSNormGemma is Gemma's RMSNorm: y = (x / rms(x)) * (1 + weight), all in fp32,
 	// rounded once (Gemma2RMSNorm, transformers models/gemma2/modeling_gemma2.py).
 	KindRMSNormGemma LayerKind = "rmsnorm-gemma"
-	KindAttention    LayerKind = "attention"  // q/k/v/o projections + (causal) attention, GQA
-	KindMLPSwiGLU    LayerKind = "mlp-swiglu" // down(silu(gate(x)) * up(x))
-	KindMLPGeGLU     LayerKind = "mlp-geglu"  // down(gelu_tanh(gate(x)) * up(x))  (Gemma; Activation may name exact gelu)
-	KindLinear       LayerKind = "linear"     // y = x W^T (+ b)
-	KindLinearBN     LayerKind = "linear-bn"  // y = BN(x W^T (+ b))  (LeViT MLP / attention projections)
-	KindBNLinear     LayerKind = "bn-linear"  // y = BN(x) W^T + b    (LeViT classifier heads)
-	KindConvBN       LayerKind = "conv-bn"    // y = BN(conv2d(x))    (LeViT patch embedding)
-	KindLMHead       LayerKind = "lm-head"    // logits = x E^T (own weight or tied embedding)
+	// KindRMSNormFP32 is y = (weight * (x / rms(x))) in fp32, rounded once: the weight
+	// multiplies the unrounded normalized row (Olmo2RMSNorm, models/olmo2/modeling_olmo2.py).
+	KindRMSNormFP32 LayerKind = "rmsnorm-fp32"
+	KindAttention   LayerKind = "attention"  // q/k/v/o projections + (causal) attention, GQA
+	KindMLPSwiGLU   LayerKind = "mlp-swiglu" // down(silu(gate(x)) * up(x))
+	KindMLPGeGLU    LayerKind = "mlp-geglu"  // down(gelu_tanh(gate(x)) * up(x))  (Gemma; Activation may name exact gelu)
+	KindLinear      LayerKind = "linear"     // y = x W^T (+ b)
+	KindLinearBN    LayerKind = "linear-bn"  // y = BN(x W^T (+ b))  (LeViT MLP / attention projections)
+	KindBNLinear    LayerKind = "bn-linear"  // y = BN(x) W^T + b    (LeViT classifier heads)
+	KindConvBN      LayerKind = "conv-bn"    // y = BN(conv2d(x))    (LeViT patch embedding)
+	KindLMHead      LayerKind = "lm-head"    // logits = x E^T (own weight or tied embedding)
 	// KindMoE is a sparse mixture-of-experts block: a router picks top_k of the experts per
 	// token, each a SwiGLU MLP, and their outputs are summed with the routing weights.
 	KindMoE LayerKind = "moe-swiglu"

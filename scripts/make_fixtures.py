@@ -345,6 +345,21 @@ def build_gemma_tiny(seed: int):
     return _seeded(seed, lambda: GemmaForCausalLM(cfg))
 
 
+def build_olmo2_tiny(seed: int):
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+
+    cfg = Olmo2Config(
+        hidden_size=96,  # head_dim 32 = 96 / 3 (Olmo2Config has no head_dim)
+        intermediate_size=88,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=3,  # as OLMo 2 1B to 13B: k_norm then spans three heads, as q_norm does
+        tie_word_embeddings=False,  # Olmo2Config's default
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Olmo2ForCausalLM(cfg))
+
+
 def build_phi3_tiny(seed: int):
     from transformers import Phi3Config, Phi3ForCausalLM
 
@@ -469,6 +484,7 @@ FIXTURE_LIST = [
     Fixture("smollm3-tiny", 1013, build_smollm3_tiny, dtype="bfloat16"),
     Fixture("granite-tiny", 1014, build_granite_tiny, dtype="bfloat16"),
     Fixture("gemma-tiny", 1015, build_gemma_tiny, dtype="bfloat16"),
+    Fixture("olmo2-tiny", 1016, build_olmo2_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

@@ -4,7 +4,7 @@ Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,phi3mini,smollm3,granite2b,qwen3moe30b,
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,phi3mini,smollm3,granite2b,qwen3moe30b,
         levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
@@ -75,6 +75,16 @@ def gemma7b(out: Path, layers=None):
         num_hidden_layers=layers or 28, hidden_act="gelu", max_position_embeddings=8192,
         bos_token_id=0, eos_token_id=1, pad_token_id=2,
     ), cls=transformers.GemmaForCausalLM, norm=(-0.2, 0.2))
+
+
+def olmo2_7b(out: Path, layers=None):
+    """OLMo-2-1124-7B's shape (Olmo2Config's defaults, the checkpoint its class names): hidden 4096,
+    32 layers, 32 heads (no GQA), intermediate 11008, untied embeddings, with the published
+    vocab 100352 and rms_norm_eps 1e-6."""
+    _llama(out, transformers.Olmo2Config(
+        num_hidden_layers=layers or 32, vocab_size=100352, max_position_embeddings=4096, rms_norm_eps=1e-6,
+        bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    ), cls=transformers.Olmo2ForCausalLM)
 
 
 def phi3mini(out: Path, layers=None):
@@ -213,7 +223,7 @@ def main():
     global CONFIG_ONLY
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "gemma7b": gemma7b, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
+              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
               "qwen3moe30b": qwen3moe30b,
               "levit128s": levit128s}
     for name in a.only.split(","):

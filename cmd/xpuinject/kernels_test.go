@@ -17,7 +17,7 @@ func TestKernelsTable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"KERNEL             REPLACES                                 LAYER CLASS\n",
-		"rmsnorm            rmsnorm, rmsnorm-gemma                   RMSNorm, GemmaRMSNorm\n",
+		"rmsnorm            rmsnorm, rmsnorm-gemma, rmsnorm-fp32     RMSNorm, GemmaRMSNorm, FP32RMSNorm\n",
 		"gemm               mlp-swiglu, mlp-geglu, linear-bn,        SwiGLUMLP, GeGLUMLP, LinearBN, BNLinear,\n",
 		"attention-prefill  attention                                Attention, attention_forward()\n",
 		"attention-prefill  q/k/v/o projections, or a fused qkv_proj and o_proj (Phi-3); head_dim in {32, 64,\n",

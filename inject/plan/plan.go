@@ -56,6 +56,8 @@ const (
 		"before adding it, and both adds run in the o_proj and down_proj GEMMs' residual epilogues (one fp32 " +
 		"multiply-add, rounded once); this norm runs on its own"
 	ReasonGemmaNorm = "Gemma's (1 + w) folded offline and kept fp32; normalized and scaled in fp32, rounded once"
+	// ReasonFP32Norm is OLMo 2's order: the weight multiplies the unrounded normalized row.
+	ReasonFP32Norm = "normalized and scaled in fp32, rounded once (the weight multiplies the unrounded row)"
 	// Gemma's embedding multiplies by √hidden in its forward; the table itself is unscaled.
 	ReasonScaledEmbedding = "a gather (its forward scales by √hidden; the table, which a tied head reads, is unscaled); nothing to gain"
 )
@@ -245,7 +247,7 @@ func (p *planner) layer(l models.Layer) (LayerPlan, error) {
 	}
 	var err error
 	switch l.Kind {
-	case models.KindRMSNorm, models.KindRMSNormGemma:
+	case models.KindRMSNorm, models.KindRMSNormGemma, models.KindRMSNormFP32:
 		err = p.rmsnorm(l, &lp)
 	case models.KindAttention:
 		err = p.attention(l, &lp)

@@ -33,13 +33,15 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	}
 	mt := cfg["model_type"].(string)
 	add("model.embed_tokens.weight", vocab, h)
-	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && mt == "phi3" {
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2") {
 		add("lm_head.weight", vocab, h)
 	}
 	add("model.norm.weight", h)
 	for l := int64(0); l < layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
-		add(p+"input_layernorm.weight", h)
+		if mt != "olmo2" {
+			add(p+"input_layernorm.weight", h)
+		}
 		add(p+"post_attention_layernorm.weight", h)
 		add(p+"self_attn.o_proj.weight", h, heads*hd)
 		add(p+"mlp.down_proj.weight", h, inter)
@@ -50,6 +52,8 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 		}
 		if mt == "gemma2" || mt == "gemma3_text" {
 			add(p+"pre_feedforward_layernorm.weight", h)
+		}
+		if mt == "gemma2" || mt == "gemma3_text" || mt == "olmo2" {
 			add(p+"post_feedforward_layernorm.weight", h)
 		}
 		add(p+"self_attn.q_proj.weight", heads*hd, h)
@@ -60,6 +64,10 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 		if mt == "gemma3_text" {
 			add(p+"self_attn.q_norm.weight", hd)
 			add(p+"self_attn.k_norm.weight", hd)
+		}
+		if mt == "olmo2" {
+			add(p+"self_attn.q_norm.weight", heads*hd)
+			add(p+"self_attn.k_norm.weight", kv*hd)
 		}
 	}
 	f, err := os.Create(filepath.Join(dir, "model.safetensors"))
@@ -154,6 +162,27 @@ func TestPublishedConfigs(t *testing.T) {
 		}, `{"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "vocab_size": 256000, "hidden_size": 3072,
 			"intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
 			"head_dim": 256, "hidden_act": "gelu", "tie_word_embeddings": true}`},
+		// Olmo2Config's defaults (transformers 5.17 configuration_olmo2.py, which names
+		// allenai/OLMo-2-1124-7B as its checkpoint): no input norms, a norm after each branch in
+		// fp32 order, the q/k norms over all 32 heads at once; every layer but the embedding ours,
+		// the stock block's residual adds kept
+		"Olmo2Config defaults": {32*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			a := layerPlan(t, p, "model.layers.31.self_attn")
+			if a.Layer != "Attention" || len(a.Bindings) != 3 || a.Bindings[1].Layer != "FP32RMSNorm" ||
+				!strings.Contains(a.Reason, "q_norm and k_norm over the whole projection") {
+				t.Errorf("attention: layer %s, bindings %+v, reason %q", a.Layer, a.Bindings, a.Reason)
+			}
+			for _, m := range []string{"model.layers.31.post_attention_layernorm", "model.layers.31.post_feedforward_layernorm"} {
+				n := layerPlan(t, p, m)
+				if n.Kernel != "rmsnorm" || n.Layer != "FP32RMSNorm" || len(n.Bindings) != 1 {
+					t.Errorf("%s: kernel %s, layer %s, bindings %+v", m, n.Kernel, n.Layer, n.Bindings)
+				}
+			}
+			if m := layerPlan(t, p, "model.layers.31.mlp"); m.Layer != "SwiGLUMLP" || strings.Contains(m.Reason, "residual add") {
+				t.Errorf("mlp: layer %s, reason %q", m.Layer, m.Reason)
+			}
+		}, `{"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "vocab_size": 50304, "hidden_size": 4096,
+			"intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "rms_norm_eps": 1e-5}`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

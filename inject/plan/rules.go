@@ -48,6 +48,9 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 		note = joinReasons(ReasonGemmaNorm, note)
 	} else {
 		lp.Outputs = []TensorPlan{p.out(w, "", "", LayoutRowMajor, p.shapeOf(w), nil, w)}
+		if l.Kind == models.KindRMSNormFP32 {
+			note = joinReasons(ReasonFP32Norm, note)
+		}
 	}
 	lp.Bindings = []Binding{bind(l.Module, l.Class, lp.Layer, lp.Outputs)}
 	if scaledResidual(l) && blockNorm(l) {
@@ -75,11 +78,12 @@ func fusable(l models.Layer) bool {
 	return blockNorm(l) && !scaledResidual(l)
 }
 
-// blockNorm: the norm right after a decoder block's first residual add, whose block class is
-// known: the post-attention norm of a Llama-style block (Gemma 1's too); Gemma 2's and 3's
-// blocks add after their post-attention norm, so there it is the pre-feedforward norm.
+// blockNorm: the norm right after a decoder block's first residual add, in a block a decoder
+// layer of ours replaces: the post-attention norm of a Llama-style block (Gemma 1's too); Gemma
+// 2's and 3's blocks add after their post-attention norm, so there it is the pre-feedforward
+// norm. A block no layer of ours replaces (OLMo 2's, whose norms follow each branch) has none.
 func blockNorm(l models.Layer) bool {
-	if l.Block < 0 || l.BlockClass == "" {
+	if l.Block < 0 || blockDecoder(l) == "" {
 		return false
 	}
 	if sandwich(l) {
@@ -95,15 +99,15 @@ func sandwich(l models.Layer) bool {
 }
 
 // blockDecoder is the layer that patches the layer's block, by its class (contract.json):
-// MoEDecoderLayer (Mixtral's parameter order), GemmaDecoderLayer (sandwich norms), else
-// DecoderLayer.
+// MoEDecoderLayer (Mixtral's parameter order), GemmaDecoderLayer (sandwich norms) or
+// DecoderLayer; "" for a block class none of them replaces.
 func blockDecoder(l models.Layer) string {
-	for _, d := range []string{layerMoEDecoder, layerGemmaDecoder} {
+	for _, d := range []string{layerMoEDecoder, layerGemmaDecoder, layerDecoder} {
 		if kernels.LayerReplaces(d, l.BlockClass) {
 			return d
 		}
 	}
-	return layerDecoder
+	return ""
 }
 
 // scaledResidual: the block multiplies the branch it adds before this norm by a scale other
@@ -118,6 +122,7 @@ const (
 	layerGemmaDecoder = "GemmaDecoderLayer"
 	layerRMSNorm      = "RMSNorm"
 	layerGemmaRMSNorm = "GemmaRMSNorm"
+	layerFP32RMSNorm  = "FP32RMSNorm"
 	layerConvBN       = "ConvBN"
 	layerFusedAttn    = "FusedAttention"
 	layerFusedSwiGLU  = "FusedSwiGLUMLP"
@@ -229,10 +234,25 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 		{"q_proj.weight", []int64{qn, hidden}}, {"k_proj.weight", []int64{kvn, hidden}},
 		{"v_proj.weight", []int64{kvn, hidden}}, {"o_proj.weight", []int64{hidden, qn}},
 		{"q_proj.bias", []int64{qn}}, {"k_proj.bias", []int64{kvn}}, {"v_proj.bias", []int64{kvn}},
-		{"o_proj.bias", []int64{hidden}}, {"q_norm.weight", []int64{hd}}, {"k_norm.weight", []int64{hd}},
+		{"o_proj.bias", []int64{hidden}},
 	} {
 		if _, ok := l.Tensors[c.role]; ok {
 			if err := p.wantShape(l, c.role, c.want...); err != nil {
+				return err
+			}
+		}
+	}
+	// q/k norms over head_dim (Qwen3, Gemma 3), or over all the heads before the split (OLMo 2)
+	qNormW, kNormW := hd, hd
+	if _, ok := l.Tensors["q_norm.weight"]; ok && slices.Equal(p.shapeOf(l.Tensors["q_norm.weight"]), []int64{qn}) {
+		qNormW, kNormW = qn, kvn
+	}
+	for _, c := range []struct {
+		role string
+		n    int64
+	}{{"q_norm.weight", qNormW}, {"k_norm.weight", kNormW}} {
+		if _, ok := l.Tensors[c.role]; ok {
+			if err := p.wantShape(l, c.role, c.n); err != nil {
 				return err
 			}
 		}
@@ -261,10 +281,11 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 		lp.Outputs = append(lp.Outputs, p.out(m+".o_proj.bias", "", kernels.PackedAttr("Attention", "o_bias"), LayoutRowMajor, []int64{hidden}, nil, ob))
 	}
 	lp.Kernel, lp.Layer = k.Name, k.LayerClass(l.Kind)
-	// qwen3's and Gemma 3's per-head q/k RMSNorms run inside the attention layer (it calls
-	// them), so their modules get the RMSNorm layer too. Gemma's (1 + w) form gets
-	// GemmaRMSNorm, which makes 1 + w in fp32 from the module's weight on first use (packed
-	// attributes attach to the attention module, not to its children): stock's own numbers.
+	// qwen3's and Gemma 3's per-head q/k RMSNorms and OLMo 2's whole-projection ones run inside
+	// the attention layer (it calls them), so their modules get a norm layer too. Gemma's
+	// (1 + w) form gets GemmaRMSNorm, which makes 1 + w in fp32 from the module's weight on first
+	// use (packed attributes attach to the attention module, not to its children): stock's own
+	// numbers. OLMo 2's gets FP32RMSNorm.
 	var children []string
 	var childBindings []Binding
 	for _, c := range []string{"q_norm", "k_norm"} {
@@ -277,10 +298,12 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 			return fmt.Errorf("%w: layer %s has a %s tensor but the graph names no class for its %s module", ErrCannotPlan, m, c+".weight", c)
 		}
 		layer := layerRMSNorm
-		if kernels.LayerReplaces(layerGemmaRMSNorm, cls) {
-			layer = layerGemmaRMSNorm
+		for _, nl := range []string{layerGemmaRMSNorm, layerFP32RMSNorm} {
+			if kernels.LayerReplaces(nl, cls) {
+				layer = nl
+			}
 		}
-		lp.Outputs = append(lp.Outputs, p.out(n, "", "", LayoutRowMajor, []int64{hd}, nil, n))
+		lp.Outputs = append(lp.Outputs, p.out(n, "", "", LayoutRowMajor, slices.Clone(p.shapeOf(n)), nil, n))
 		children = append(children, c)
 		childBindings = append(childBindings, bind(m+"."+c, cls, layer, nil))
 	}
@@ -300,6 +323,9 @@ func (p *planner) variantReason(l models.Layer) string {
 	var r string
 	if l.Softcap > 0 {
 		r += fmt.Sprintf("; logit soft-capping (tanh, cap %g) in the kernels", l.Softcap)
+	}
+	if n, ok := l.Tensors["q_norm.weight"]; ok && len(p.shapeOf(n)) == 1 && p.shapeOf(n)[0] != l.Dims["head_dim"] {
+		r += "; q_norm and k_norm over the whole projection, every head at once, before the split (their own launches)"
 	}
 	if rd := l.Dims["rotary_dim"]; rd > 0 {
 		r += fmt.Sprintf("; partial rotary: %d of %d channels of each head rotate", rd, l.Dims["head_dim"])

@@ -154,6 +154,9 @@ def test_pipeline_fp16_cpu(tmp_path):
         ("granite-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
         # Gemma 1: Llama's block (DecoderLayer) on Gemma's (1 + w) norms, GeGLU of the exact gelu
         ("gemma-tiny", {"Attention", "GemmaRMSNorm", "GeGLUMLP", "DecoderLayer", "LMHead"}, "sdpa"),
+        # OLMo 2: norms after each branch (the stock block), in fp32 order; q/k norms over the
+        # whole projection inside our attention
+        ("olmo2-tiny", {"Attention", "FP32RMSNorm", "SwiGLUMLP", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):

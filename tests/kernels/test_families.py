@@ -297,3 +297,109 @@ def test_phi3_partial_rotary_attention_on_our_kernels(device, dtype):
         other = ref(x, position_embeddings=Phi3RotaryEmbedding(cfg_full)(x, pos),
                     attention_mask=_window_mask(s, cfg.sliding_window, torch.float64))[0]
     assert (other - want).abs().mean() > 10 * err.mean()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fp32_rms_norm_is_olmo2s_norm(device, dtype):
+    """FP32RMSNorm bound on an Olmo2RMSNorm: the weight multiplies the unrounded fp32 row and the
+    product rounds once, what the stock module computes (up to the order of the variance sum),
+    within half an ulp of the float64 norm; Llama's order (round, then multiply) is further."""
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
+
+    torch.manual_seed(9)
+    n = 200
+    x = (torch.randn(4, 9, n) * 3).to(dtype)
+    m = Olmo2RMSNorm(n, eps=EPS).to(dtype)
+    with torch.no_grad():
+        m.weight.copy_((1 + gemma_w(n)).to(dtype))
+        want = m(x)
+    ours = Olmo2RMSNorm(n, eps=EPS).to(dtype).to(device)
+    ours.load_state_dict(m.state_dict())
+    _bind(ours, "FP32RMSNorm")
+    with torch.no_grad():
+        got = ours(x.to(device)).cpu()
+    assert got.dtype == dtype and not hasattr(ours, "xpuinject_norm_weight")  # the module's own weight
+    assert (got != want).float().mean().item() < 0.01
+    assert (got.double() - want.double()).abs().max() <= ulp(dtype, want.double()).max()
+    xd = x.double()
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS) * m.weight.double()
+    err = (got.double() - ref).abs()
+    assert (err <= 0.5 * ulp(dtype, ref) + 1e-5 * ref.abs() + 1e-6).all(), err.max()
+    llama = rmsnorm.rms_norm(x.to(device), m.weight.to(device), EPS).cpu()
+    assert (llama.double() - ref).abs().mean() > err.mean()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_olmo2_attention_on_our_kernels(device, dtype):
+    """Our Attention on an Olmo2Attention, whose q_norm and k_norm span every head of the
+    projection (6 query heads, 2 KV heads, head_dim 32), bound to FP32RMSNorm: prefill without a
+    cache, then a static cache's prefill and two decode steps, against the float64 module within
+    the stock module's own error in the same dtype. The norms run as two launches a forward, not
+    inside the RoPE or QKV launch (those normalize one head at a time); a norm per head instead
+    moves the output far more than that error."""
+    import transformers
+    from transformers import Olmo2Config
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention, Olmo2RotaryEmbedding
+
+    from xpuinject_kernels import _backend
+
+    torch.manual_seed(10)
+    cfg = Olmo2Config(hidden_size=192, num_hidden_layers=1, num_attention_heads=6, num_key_value_heads=2,
+                      vocab_size=97, max_position_embeddings=64, rms_norm_eps=EPS)
+    ref = Olmo2Attention(cfg, layer_idx=0).double().eval()
+    with torch.no_grad():
+        for name, p in ref.named_parameters():
+            p.copy_(1 + 0.2 * torch.randn_like(p) if "norm" in name else 0.1 * torch.randn_like(p))
+    assert ref.q_norm.weight.shape == (192,) and ref.k_norm.weight.shape == (64,)
+    rot = Olmo2RotaryEmbedding(cfg)
+    s, length = 7, 10
+    x = torch.randn(2, s + 2, 192, dtype=torch.float64) * 2
+
+    def run(m, dt, dev, cached):
+        cache = transformers.StaticCache(config=cfg, max_cache_len=length) if cached else None
+        spans = ((0, s), (s, s + 1), (s + 1, s + 2)) if cached else ((0, s),)
+        outs = []
+        for lo, hi in spans:
+            pos = torch.arange(lo, hi)[None].expand(2, hi - lo)
+            cos, sin = rot(x.to(dt), pos)
+            width = length if cached else hi
+            keep = torch.arange(width)[None, :] <= torch.arange(lo, hi)[:, None]
+            mask = torch.where(keep, torch.zeros((), dtype=dt), torch.full((), torch.finfo(dt).min, dtype=dt))[None, None]
+            with torch.no_grad():
+                out, _ = m(x[:, lo:hi].to(dt).to(dev), position_embeddings=(cos.to(dev), sin.to(dev)),
+                           attention_mask=mask.to(dev), past_key_values=cache)
+            outs.append(out.cpu().double())
+        return torch.cat(outs, dim=1)
+
+    stock = Olmo2Attention(cfg, layer_idx=0).to(dtype).eval()
+    stock.load_state_dict(ref.state_dict())
+    ours = Olmo2Attention(cfg, layer_idx=0).to(dtype).to(device).eval()
+    ours.load_state_dict(ref.state_dict())
+    _bind(ours, "Attention")
+    _bind(ours.q_norm, "FP32RMSNorm")
+    _bind(ours.k_norm, "FP32RMSNorm")
+    counts = _backend.launch_counts
+    for cached in (False, True):
+        want = run(ref, torch.float64, "cpu", cached)
+        got_stock = run(stock, dtype, "cpu", cached)
+        before = dict(counts)
+        got = run(ours, dtype, device, cached)
+        ran = {k: counts[k] - before.get(k, 0) for k in ("rms_norm_gemma", "qkv_rope_cache_write", "rope_cache_write")}
+        forwards = 3 if cached else 1
+        assert ran["rms_norm_gemma"] == 2 * forwards and ran["qkv_rope_cache_write"] == 0, ran
+        assert ran["rope_cache_write"] == (forwards if cached else 0), ran
+        err, err_stock = (got - want).abs(), (got_stock - want).abs()
+        assert err.mean() <= 1.2 * err_stock.mean() + 1e-6, (cached, err.mean(), err_stock.mean())
+        assert err.max() <= 2 * err_stock.max() + 1e-6, (cached, err.max(), err_stock.max())
+    per_head = Olmo2Attention(cfg, layer_idx=0).double().eval()
+    per_head.load_state_dict(ref.state_dict())
+    hd = per_head.head_dim
+
+    def head_norm(t, w):  # each head over its own head_dim, as Qwen3's norms are
+        h = t.unflatten(-1, (-1, hd))
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS)).flatten(-2) * w
+
+    for name in ("q_norm", "k_norm"):
+        getattr(per_head, name).forward = lambda t, w=getattr(ref, name).weight: head_norm(t, w)
+    other = run(per_head, torch.float64, "cpu", False)
+    assert (other - run(ref, torch.float64, "cpu", False)).abs().mean() > 10 * err.mean()

@@ -1,11 +1,12 @@
 """Layers that replace a Llama-family attention block and decoder layer.
 
-`Attention` replaces LlamaAttention.forward (and Mistral/Qwen2/Qwen3's and Gemma 2/3's, which
-share the signature): one GEMM over the packed, concatenated QKV weight, RoPE by the rope kernel,
-qwen3's and Gemma 3's per-head q/k RMSNorm inside the RoPE launch when q_norm and k_norm run our
-RMSNorm or GemmaRMSNorm (the RoPE + static-cache write kernel, or the RoPE kernel alone: the same
-weight and rounding, two launches fewer per layer, bit for bit the norms' own kernels; a stock
-norm module runs as itself), Gemma 2's logit soft-capping
+`Attention` replaces LlamaAttention.forward (and Mistral/Qwen2/Qwen3's, Gemma 2/3's and OLMo 2's,
+which share the signature): one GEMM over the packed, concatenated QKV weight, RoPE by the rope
+kernel, qwen3's and Gemma 3's per-head q/k RMSNorm inside the RoPE launch when q_norm and k_norm
+run our RMSNorm or GemmaRMSNorm (the RoPE + static-cache write kernel, or the RoPE kernel alone:
+the same weight and rounding, two launches fewer per layer, bit for bit the norms' own kernels; a
+stock norm module runs as itself), OLMo 2's q/k norms over the whole projection as their modules,
+before the heads are split, Gemma 2's logit soft-capping
 (`attn_logit_softcapping`) and a sliding layer's window (`sliding_window`) in the attention
 kernels, the KV cache update through the model's own Cache object, flash-attention prefill or
 split-K decode, and one GEMM for the output projection. A decode step over a static cache runs
@@ -323,10 +324,19 @@ def _qkv_rope_layer(module: nn.Module, x: torch.Tensor, qkv_w: torch.Tensor, cac
         return None
     norms = None
     if getattr(module, "q_norm", None) is not None:
+        if _full_width_norms(module, d):
+            return None
         norms = _qk_norms(module, x, x)
         if norms is None:
             return None
     return layer, norms
+
+
+def _full_width_norms(module: nn.Module, d: int) -> bool:
+    """Whether q_norm (and k_norm) normalize a token's whole projection, every head at once,
+    before the heads are split (Olmo2Attention), rather than each head over head_dim."""
+    w = getattr(module.q_norm, "weight", None)
+    return isinstance(w, torch.Tensor) and w.numel() != d
 
 
 def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values,
@@ -370,6 +380,12 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     else:
         qkv = _proj(hidden_states, qkv_w, getattr(module, _QKV_B, None), _vendor(module, "qkv_proj", m))
     q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
+    q_norm = getattr(module, "q_norm", None)
+    if q_norm is not None and _full_width_norms(module, d):
+        # OLMo 2: each norm spans all its heads, so it runs as its module (ours where bound) on
+        # the projection's rows before the split
+        q, k = q_norm(q), module.k_norm(k)
+        q_norm = None
     q = q.view(*input_shape, h, d)
     k = k.view(*input_shape, kv, d)
     v = v.view(*input_shape, kv, d)
@@ -377,7 +393,6 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     layer = None
     if past_key_values is not None and q.dim() == 4:
         layer = _static_layer(past_key_values, getattr(module, "layer_idx", None), q.shape[0], kv, d, k.dtype)
-    q_norm = getattr(module, "q_norm", None)
     norms = None
     if q_norm is not None:  # qwen3, Gemma 3: RMSNorm over head_dim before RoPE
         # ours: inside the RoPE launch below (with the static cache's write, or alone); a stock

@@ -1,5 +1,5 @@
-"""Layers for the module layouts of Gemma 1 / 2 / 3 and Phi-3 (transformers 5.17 models/gemma,
-models/gemma2, models/gemma3, models/phi3; Gemma 1's block is DecoderLayer, decoder.py).
+"""Layers for the module layouts of Gemma 1 / 2 / 3, Phi-3 and OLMo 2 (transformers 5.17 models/gemma,
+models/gemma2, models/gemma3, models/phi3, models/olmo2; Gemma 1's block is DecoderLayer, decoder.py).
 
   GemmaRMSNorm       replaces GemmaRMSNorm / Gemma2RMSNorm / Gemma3RMSNorm.forward: x / rms(x) * (1 + w)
                      in fp32, rounded once (rms_norm_gemma), on xpuinject_norm_weight = 1 + w in fp32
@@ -9,6 +9,8 @@ models/gemma2, models/gemma3, models/phi3; Gemma 1's block is DecoderLayer, deco
                      exact one, Gemma 1's published hidden_act) over the packed [hidden, 2I] weight
   GemmaDecoderLayer  replaces Gemma2DecoderLayer / Gemma3DecoderLayer.forward: the residual add
                      after post_attention_layernorm and pre_feedforward_layernorm as one kernel
+  FP32RMSNorm        replaces Olmo2RMSNorm.forward: w * (x / rms(x)) in fp32, rounded once (rms_norm_gemma's
+                     kernel on the module's own weight; Llama's norm rounds before the weight)
   FusedAttention     Phi3Attention: the Attention layer over a checkpoint-fused qkv_proj
   FusedSwiGLUMLP     Phi3MLP: the SwiGLUMLP layer over a checkpoint-fused gate_up_proj
 
@@ -27,7 +29,7 @@ from .decoder import Attention, geglu_block, geglu_epilogue, mlp_activation  # n
 from .layers import SwiGLUMLP, _packed
 from .rmsnorm import add_rms_norm_gemma, rms_norm_gemma
 
-__all__ = ["GemmaRMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "mlp_activation",
+__all__ = ["GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "mlp_activation",
            "geglu_epilogue", "geglu_block"]
 
 _NORM_W = packed_attr("GemmaRMSNorm", "weight")
@@ -45,6 +47,16 @@ class GemmaRMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm_gemma(x, _norm_weight(self), self.eps)
+
+
+class FP32RMSNorm(nn.Module):
+    """Replaces Olmo2RMSNorm.forward(x)."""
+
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return rms_norm_gemma(hidden_states, self.weight, self.variance_epsilon)
 
 
 class GeGLUMLP(nn.Module):

@@ -777,6 +777,8 @@ def _why_not(m: nn.Module, layer: str) -> str:
         return ""
     if layer == "GemmaRMSNorm":
         return "" if isinstance(getattr(m, "weight", None), torch.Tensor) and hasattr(m, "eps") else "no weight / eps"
+    if layer == "FP32RMSNorm":
+        return _why_not(m, "RMSNorm")
     if layer == "GeGLUMLP":
         if not all(_linear(c.get(n)) for n in ("gate_proj", "up_proj", "down_proj")):
             return "no gate/up/down_proj Linear children"
