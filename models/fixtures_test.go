@@ -297,6 +297,17 @@ func TestFixtureFacts(t *testing.T) {
 					t.Errorf("lm_head %+v", h)
 				}
 			}, []string{"Olmo2RMSNorm", "Olmo2Attention", "Olmo2MLP"}},
+		"olmo3-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNormFP32: 5, KindAttention: 2, KindMLPSwiGLU: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				// OLMo 2's block; layer_types slides layer 0 over 16 keys
+				wantDims(t, attn(g, 0), map[string]int64{"hidden": 64, "heads": 2, "kv_heads": 2, "head_dim": 32, "sliding_window": 16})
+				if a := attn(g, 1); a.Dims["sliding_window"] != 0 || a.Children["q_norm"] != "Olmo3RMSNorm" {
+					t.Errorf("layer 1 attention %+v", a)
+				}
+				if n := layer(t, g, "model.layers.0.post_feedforward_layernorm"); n.Kind != KindRMSNormFP32 {
+					t.Errorf("post_feedforward_layernorm %+v", n)
+				}
+			}, []string{"Olmo3RMSNorm", "Olmo3Attention", "Olmo3MLP"}},
 		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
 			func(t *testing.T, g *Graph) {
 				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")

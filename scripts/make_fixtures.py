@@ -360,6 +360,23 @@ def build_olmo2_tiny(seed: int):
     return _seeded(seed, lambda: Olmo2ForCausalLM(cfg))
 
 
+def build_olmo3_tiny(seed: int):
+    from transformers import Olmo3Config, Olmo3ForCausalLM
+
+    cfg = Olmo3Config(
+        hidden_size=64,  # head_dim 32 = 64 / 2 (Olmo3Config has no head_dim)
+        intermediate_size=88,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        layer_types=["sliding_attention", "full_attention"],
+        sliding_window=16,  # shorter than the eval's sequences
+        tie_word_embeddings=False,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Olmo3ForCausalLM(cfg))
+
+
 def build_phi3_tiny(seed: int):
     from transformers import Phi3Config, Phi3ForCausalLM
 
@@ -485,6 +502,7 @@ FIXTURE_LIST = [
     Fixture("granite-tiny", 1014, build_granite_tiny, dtype="bfloat16"),
     Fixture("gemma-tiny", 1015, build_gemma_tiny, dtype="bfloat16"),
     Fixture("olmo2-tiny", 1016, build_olmo2_tiny, dtype="bfloat16"),
+    Fixture("olmo3-tiny", 1017, build_olmo3_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

@@ -157,6 +157,8 @@ def test_pipeline_fp16_cpu(tmp_path):
         # OLMo 2: norms after each branch (the stock block), in fp32 order; q/k norms over the
         # whole projection inside our attention
         ("olmo2-tiny", {"Attention", "FP32RMSNorm", "SwiGLUMLP", "LMHead"}, "sdpa"),
+        # OLMo 3: OLMo 2's block, layer 0 sliding over 16 keys
+        ("olmo3-tiny", {"Attention", "FP32RMSNorm", "SwiGLUMLP", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):

@@ -40,6 +40,7 @@ TEXT = {
     "granite-tiny": ("granite", "GraniteForCausalLM", "BF16"),
     "gemma-tiny": ("gemma", "GemmaForCausalLM", "BF16"),
     "olmo2-tiny": ("olmo2", "Olmo2ForCausalLM", "BF16"),
+    "olmo3-tiny": ("olmo3", "Olmo3ForCausalLM", "BF16"),
 }
 VISION = {"levit-tiny": ("levit", "LevitForImageClassificationWithTeacher", "F32")}
 ALL = {**TEXT, **VISION}
@@ -147,7 +148,7 @@ def test_norm_weights_and_biases_are_not_init_values(name):
     # 2 per layer (Gemma 2, 3: 4) + final norm, plus q_norm/k_norm per layer for qwen3, gemma3 and olmo2
     cfg = model.config
     gemma = cfg.model_type.startswith("gemma")
-    qk = cfg.model_type in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2")
+    qk = cfg.model_type in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3")
     per_layer = (4 if cfg.model_type in ("gemma2", "gemma3_text") else 2) + (2 if qk else 0)
     assert len(norms) == per_layer * cfg.num_hidden_layers + 1
     for n, m in norms:
@@ -308,4 +309,4 @@ def test_fixtures_match_generator():
         timeout=300,
     )
     assert r.returncode == 0, f"make_fixtures.py --check failed:\n{r.stderr[-4000:]}"
-    assert "check ok: 17 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
+    assert "check ok: 18 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8

@@ -1,0 +1,66 @@
+package models
+
+// OLMo 3 (model_type "olmo3"): OLMo 2's block (olmo2.go) with sliding-window layers. Read
+// against transformers 5.17 models/olmo3/{configuration,modeling}_olmo3.py:
+//   - layer_types names each layer sliding_attention or full_attention; left out, every
+//     fourth layer is full (Olmo3Config.__post_init__). A sliding layer attends within
+//     sliding_window (default 4096; null: in full), Dims "sliding_window".
+//   - The two layer types may carry their own RoPE parameters (rope_parameters by type); their
+//     cos/sin reach the attention from the model's rotary module.
+var olmo3 = llamaFamily{
+	modelType: "olmo3",
+	class:     "Olmo3",
+	defaults: llamaConfig{
+		VocabSize: 50304, HiddenSize: 4096, IntermediateSize: 11008, NumHiddenLayers: 32,
+		NumAttentionHeads: 32, RMSNormEps: 1e-5,
+	},
+	qkvBias:      attentionBias,
+	oBias:        attentionBias,
+	mlpBias:      never,
+	qkNormFull:   true,
+	postNorms:    true,
+	ignore:       []string{".rotary_emb.inv_freq"},
+	mark:         olmo3Layers,
+	layerWindows: true,
+}
+
+func init() { registerLlamaFamily(olmo3) }
+
+// olmo3Layers marks OLMo 2's kinds and each sliding layer's window.
+func olmo3Layers(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error) {
+	norms, err := olmo2Layers(ck, c)
+	if err != nil {
+		return nil, err
+	}
+	s := struct {
+		SlidingWindow optInt   `json:"sliding_window"`
+		LayerTypes    []string `json:"layer_types"`
+	}{SlidingWindow: optInt{Set: true, V: 4096}}
+	if err := decodeConfig(ck, &s); err != nil {
+		return nil, err
+	}
+	var window int64
+	if !s.SlidingWindow.Null {
+		if s.SlidingWindow.V <= 0 {
+			return nil, configError(ck, "sliding_window is %d, want a positive window or null", s.SlidingWindow.V)
+		}
+		window = s.SlidingWindow.V
+	}
+	if err := checkLayerTypes(ck, s.LayerTypes, c.NumHiddenLayers); err != nil {
+		return nil, err
+	}
+	return func(l *Layer) {
+		norms(l)
+		i := l.Block
+		if l.Kind != KindAttention || i < 0 || window == 0 {
+			return
+		}
+		sliding := (i+1)%4 != 0
+		if s.LayerTypes != nil {
+			sliding = s.LayerTypes[i] == "sliding_attention"
+		}
+		if sliding {
+			l.Dims["sliding_window"] = window
+		}
+	}, nil
+}
