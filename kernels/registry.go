@@ -284,6 +284,13 @@ func defaultRows() []*Kernel {
 			Constraints: []Constraint{hiddenPositive},
 		},
 		&Kernel{
+			// A block that normalizes each branch before adding it to the residual (OLMo 2): the
+			// norm and that add in one pass, each rounded as stock rounds them.
+			Name: "rmsnorm-add", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNormFP32},
+			Layer: "FP32RMSNorm", Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
+			Constraints: []Constraint{hiddenPositive},
+		},
+		&Kernel{
 			// RoPE has no module of its own: it runs inside the Attention layer, on q and k
 			// in place (transformers names the function "rotary_pos_emb").
 			Name: "rope", Module: "rope", Replaces: []models.LayerKind{models.KindAttention},

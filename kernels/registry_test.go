@@ -44,11 +44,11 @@ func mlp(hidden, inter int64, dt models.DType) (models.Layer, map[string]*models
 
 func TestDefaultRegistryRows(t *testing.T) {
 	r := Default()
-	want := []string{"rmsnorm", "add-rmsnorm", "rope", "gemm", "attention-prefill", "attention-decode", "moe"}
+	want := []string{"rmsnorm", "add-rmsnorm", "rmsnorm-add", "rope", "gemm", "attention-prefill", "attention-decode", "moe"}
 	if got := strings.Join(r.Names(), ","); got != strings.Join(want, ",") {
 		t.Fatalf("names = %s, want %s", got, strings.Join(want, ","))
 	}
-	modules := map[string]string{"rmsnorm": "rmsnorm", "add-rmsnorm": "rmsnorm", "rope": "rope", "gemm": "gemm",
+	modules := map[string]string{"rmsnorm": "rmsnorm", "add-rmsnorm": "rmsnorm", "rmsnorm-add": "rmsnorm", "rope": "rope", "gemm": "gemm",
 		"attention-prefill": "attention", "attention-decode": "attention", "moe": "moe"}
 	for _, k := range r.Kernels() {
 		if k.Module != modules[k.Name] {
@@ -259,7 +259,7 @@ func TestAccepts(t *testing.T) {
 		{"wrong kind", "rmsnorm", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F32) },
 			false, "rmsnorm does not replace attention layers"},
 		{"unknown kernel", "flash", func() (models.Layer, map[string]*models.Tensor) { return attn(64, 4, 2, 16, models.F32) },
-			false, `unknown kernel "flash" (known: rmsnorm, add-rmsnorm, rope, gemm, attention-prefill, attention-decode, moe)`},
+			false, `unknown kernel "flash" (known: rmsnorm, add-rmsnorm, rmsnorm-add, rope, gemm, attention-prefill, attention-decode, moe)`},
 		{"mlp aligned", "gemm", func() (models.Layer, map[string]*models.Tensor) { return mlp(4096, 14336, models.BF16) }, true, ""},
 		{"mlp kept below its target says why", "gemm", func() (models.Layer, map[string]*models.Tensor) { return mlp(2048, 8192, models.BF16) },
 			true, "gate_up_proj K=2048 N=16384 stays on our kernel: the stock MLP or cuBLAS + silu*mul is slower " +

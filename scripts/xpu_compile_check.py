@@ -134,6 +134,11 @@ def cases(cuda: bool = False):
            dict(HAS_RESIDUAL=True, BLOCK=4096, SINGLE=True, ROUND_NORMED=True))
     yield ("rmsnorm gemma", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
            dict(HAS_RESIDUAL=False, BLOCK=2048, SINGLE=True, ROUND_NORMED=False))
+    # OLMo 2's norm then the block's residual add, one pass and the two-pass loop of a wide row
+    yield ("rmsnorm-add", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
+           dict(HAS_RESIDUAL=False, BLOCK=4096, SINGLE=True, ROUND_NORMED=False, ADD_AFTER=True))
+    yield ("rmsnorm-add wide", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
+           dict(HAS_RESIDUAL=False, BLOCK=8192, SINGLE=False, ROUND_NORMED=False, ADD_AFTER=True))
     yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=32, BLOCK_PASS=0)
     yield ("rope + cache write", rope_cache._rope_cache_kernel, [({}, 4, 1)], bf16,
            dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=0))

@@ -85,9 +85,10 @@ func TestKernelsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := doc.Kernels
-	if len(rows) != 7 || rows[6].Name != "moe" || rows[6].Replaces[0] != "moe-swiglu" || rows[3].Name != "gemm" ||
-		rows[3].Module != "gemm" || rows[3].Layers["linear-bn"] != "LinearBN" ||
-		rows[4].Constraints[1].Text != "head_dim in {32, 64, 80, 96, 128, 256}" {
+	if len(rows) != 8 || rows[7].Name != "moe" || rows[7].Replaces[0] != "moe-swiglu" || rows[4].Name != "gemm" ||
+		rows[4].Module != "gemm" || rows[4].Layers["linear-bn"] != "LinearBN" ||
+		rows[5].Constraints[1].Text != "head_dim in {32, 64, 80, 96, 128, 256}" || rows[2].Name != "rmsnorm-add" ||
+		rows[2].Replaces[0] != "rmsnorm-fp32" {
 		t.Fatalf("rows %+v", rows)
 	}
 	if doc.GPU.Name != "h200" || doc.GPUFile != "gpus/h200.json" {

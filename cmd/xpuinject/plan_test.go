@@ -137,7 +137,7 @@ func TestPlanUsageErrors(t *testing.T) {
 		{[]string{"plan", dir, "--json", "--yaml"}, "--json and --yaml exclude each other"},
 		{[]string{"plan", dir, "--dtype", "fp8"}, `--dtype "fp8": want auto, bf16 or fp16`},
 		{[]string{"plan", dir, "--gpu", "H200"}, `--gpu: kernels: GPU name "H200": want lowercase letters, digits and dashes (known: h200)`},
-		{[]string{"plan", dir, "--disable", "flash"}, "--disable \"flash\": no such kernel\n(kernels: rmsnorm, add-rmsnorm, rope, gemm, attention-prefill, attention-decode, moe)"},
+		{[]string{"plan", dir, "--disable", "flash"}, "--disable \"flash\": no such kernel\n(kernels: rmsnorm, add-rmsnorm, rmsnorm-add, rope, gemm, attention-prefill, attention-decode, moe)"},
 		{[]string{"plan", dir, "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"plan", "not a model"}, `not a model: "not a model": no local folder, no preset and not org/name[@revision]` +
 			"\n(presets: levit, llama, llama8b, mistral, qwen2, qwen3)"},

@@ -51,6 +51,8 @@ const (
 	ReasonLeViTAttention = "learned per-head attention biases over short non-causal sequences: " +
 		"the causal GQA kernels do not apply; stock path (its Linear+BatchNorm layers are planned on their own)"
 	ReasonAddRMSNorm = "fused with the residual add before it; the decoder layer is patched"
+	// ReasonRMSNormAdd is a norm whose output the block adds to the residual (OLMo 2's).
+	ReasonRMSNormAdd = "fused with the residual add after it (the norm rounded, then the sum); the decoder layer is patched"
 	// ReasonScaledResidual is a Granite block's post-attention norm (%g: residual_multiplier).
 	ReasonScaledResidual = "the decoder layer is patched: the block scales each branch by residual_multiplier %g " +
 		"before adding it, and both adds run in the o_proj and down_proj GEMMs' residual epilogues (one fp32 " +

@@ -172,11 +172,16 @@ func TestPublishedConfigs(t *testing.T) {
 				!strings.Contains(a.Reason, "q_norm and k_norm over the whole projection") {
 				t.Errorf("attention: layer %s, bindings %+v, reason %q", a.Layer, a.Bindings, a.Reason)
 			}
-			for _, m := range []string{"model.layers.31.post_attention_layernorm", "model.layers.31.post_feedforward_layernorm"} {
+			// each post-branch norm with its residual add; the first binds the block for both
+			for m, binds := range map[string]int{"model.layers.31.post_attention_layernorm": 2, "model.layers.31.post_feedforward_layernorm": 1} {
 				n := layerPlan(t, p, m)
-				if n.Kernel != "rmsnorm" || n.Layer != "FP32RMSNorm" || len(n.Bindings) != 1 {
+				if n.Kernel != "rmsnorm-add" || n.Layer != "FP32RMSNorm" || len(n.Bindings) != binds ||
+					(binds == 2 && n.Bindings[1].Layer != "PostNormDecoderLayer") {
 					t.Errorf("%s: kernel %s, layer %s, bindings %+v", m, n.Kernel, n.Layer, n.Bindings)
 				}
+			}
+			if n := layerPlan(t, p, "model.norm"); n.Kernel != "rmsnorm" || n.Layer != "FP32RMSNorm" {
+				t.Errorf("final norm: kernel %s, layer %s", n.Kernel, n.Layer)
 			}
 			if m := layerPlan(t, p, "model.layers.31.mlp"); m.Layer != "SwiGLUMLP" || strings.Contains(m.Reason, "residual add") {
 				t.Errorf("mlp: layer %s, reason %q", m.Layer, m.Reason)

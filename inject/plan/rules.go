@@ -16,14 +16,18 @@ import (
 // dims; a disagreement is an ErrCannotPlan (models checks shapes, so it means a bad graph).
 
 const (
-	postAttentionNorm  = "post_attention_layernorm"
-	preFeedforwardNorm = "pre_feedforward_layernorm"
+	postAttentionNorm   = "post_attention_layernorm"
+	preFeedforwardNorm  = "pre_feedforward_layernorm"
+	postFeedforwardNorm = "post_feedforward_layernorm"
 )
 
 func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 	candidates := []string{"rmsnorm"}
-	if fusable(l) {
+	switch {
+	case fusable(l):
 		candidates = []string{"add-rmsnorm", "rmsnorm"}
+	case postBranchNorm(l):
+		candidates = []string{"rmsnorm-add", "rmsnorm"}
 	}
 	if err := p.needRoles(l, []string{"weight"}); err != nil {
 		return err
@@ -61,12 +65,18 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 		lp.Bindings = append(lp.Bindings, db)
 		return nil
 	}
-	if k.Name == "add-rmsnorm" {
+	switch k.Name {
+	case "add-rmsnorm", "rmsnorm-add":
 		lp.Reason = joinReasons(ReasonAddRMSNorm, note)
-		// The residual add before this norm lives in the decoder layer's forward, so the
-		// decoder layer is what changes.
-		lp.Bindings = append(lp.Bindings, bind(parentModule(l.Module), l.BlockClass, decoder, nil))
-	} else {
+		if k.Name == "rmsnorm-add" {
+			lp.Reason = joinReasons(ReasonRMSNormAdd, note)
+		}
+		// The residual add next to this norm lives in the decoder layer's forward, so the
+		// decoder layer is what changes (bound once: by OLMo 2's first norm for both).
+		if k.Name == "add-rmsnorm" || lastPart(l.Module) == postAttentionNorm {
+			lp.Bindings = append(lp.Bindings, bind(parentModule(l.Module), l.BlockClass, decoder, nil))
+		}
+	default:
 		lp.Reason = note
 	}
 	return nil
@@ -81,15 +91,24 @@ func fusable(l models.Layer) bool {
 // blockNorm: the norm right after a decoder block's first residual add, in a block a decoder
 // layer of ours replaces: the post-attention norm of a Llama-style block (Gemma 1's too); Gemma
 // 2's and 3's blocks add after their post-attention norm, so there it is the pre-feedforward
-// norm. A block no layer of ours replaces (OLMo 2's, whose norms follow each branch) has none.
+// norm. OLMo 2's block has none (its norms precede its adds: postBranchNorm), nor has a block
+// no layer of ours replaces.
 func blockNorm(l models.Layer) bool {
-	if l.Block < 0 || blockDecoder(l) == "" {
+	switch blockDecoder(l) {
+	case "", layerPostNormDecoder:
 		return false
+	case layerGemmaDecoder:
+		return l.Block >= 0 && lastPart(l.Module) == preFeedforwardNorm
 	}
-	if sandwich(l) {
-		return lastPart(l.Module) == preFeedforwardNorm
-	}
-	return lastPart(l.Module) == postAttentionNorm
+	return l.Block >= 0 && lastPart(l.Module) == postAttentionNorm
+}
+
+// postBranchNorm: a norm whose output its block adds to the residual, in a block the
+// PostNormDecoderLayer layer replaces (OLMo 2's post_attention_layernorm and
+// post_feedforward_layernorm).
+func postBranchNorm(l models.Layer) bool {
+	last := lastPart(l.Module)
+	return l.Block >= 0 && blockDecoder(l) == layerPostNormDecoder && (last == postAttentionNorm || last == postFeedforwardNorm)
 }
 
 // sandwich: the layer's block normalizes each branch before adding it to the residual
@@ -99,10 +118,11 @@ func sandwich(l models.Layer) bool {
 }
 
 // blockDecoder is the layer that patches the layer's block, by its class (contract.json):
-// MoEDecoderLayer (Mixtral's parameter order), GemmaDecoderLayer (sandwich norms) or
-// DecoderLayer; "" for a block class none of them replaces.
+// MoEDecoderLayer (Mixtral's parameter order), GemmaDecoderLayer (sandwich norms),
+// PostNormDecoderLayer (a norm after each branch, none before) or DecoderLayer; "" for a block
+// class none of them replaces.
 func blockDecoder(l models.Layer) string {
-	for _, d := range []string{layerMoEDecoder, layerGemmaDecoder, layerDecoder} {
+	for _, d := range []string{layerMoEDecoder, layerGemmaDecoder, layerPostNormDecoder, layerDecoder} {
 		if kernels.LayerReplaces(d, l.BlockClass) {
 			return d
 		}
@@ -118,17 +138,18 @@ func scaledResidual(l models.Layer) bool {
 
 // Layer classes the rules bind besides the registry's (contract.json names them all).
 const (
-	layerDecoder      = "DecoderLayer"
-	layerGemmaDecoder = "GemmaDecoderLayer"
-	layerRMSNorm      = "RMSNorm"
-	layerGemmaRMSNorm = "GemmaRMSNorm"
-	layerFP32RMSNorm  = "FP32RMSNorm"
-	layerConvBN       = "ConvBN"
-	layerFusedAttn    = "FusedAttention"
-	layerFusedSwiGLU  = "FusedSwiGLUMLP"
-	layerSwiGLU       = "SwiGLUMLP"
-	fusedQKVRole      = "qkv_proj.weight"
-	fusedGateUpRole   = "gate_up_proj.weight"
+	layerDecoder         = "DecoderLayer"
+	layerGemmaDecoder    = "GemmaDecoderLayer"
+	layerPostNormDecoder = "PostNormDecoderLayer"
+	layerRMSNorm         = "RMSNorm"
+	layerGemmaRMSNorm    = "GemmaRMSNorm"
+	layerFP32RMSNorm     = "FP32RMSNorm"
+	layerConvBN          = "ConvBN"
+	layerFusedAttn       = "FusedAttention"
+	layerFusedSwiGLU     = "FusedSwiGLUMLP"
+	layerSwiGLU          = "SwiGLUMLP"
+	fusedQKVRole         = "qkv_proj.weight"
+	fusedGateUpRole      = "gate_up_proj.weight"
 )
 
 // bind is a Binding whose reads are the layer's own (contract.json) followed by the

@@ -154,11 +154,11 @@ def test_pipeline_fp16_cpu(tmp_path):
         ("granite-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
         # Gemma 1: Llama's block (DecoderLayer) on Gemma's (1 + w) norms, GeGLU of the exact gelu
         ("gemma-tiny", {"Attention", "GemmaRMSNorm", "GeGLUMLP", "DecoderLayer", "LMHead"}, "sdpa"),
-        # OLMo 2: norms after each branch (the stock block), in fp32 order; q/k norms over the
+        # OLMo 2: norms after each branch in fp32 order, each with its add (patched block); q/k norms over the
         # whole projection inside our attention
-        ("olmo2-tiny", {"Attention", "FP32RMSNorm", "SwiGLUMLP", "LMHead"}, "sdpa"),
+        ("olmo2-tiny", {"Attention", "FP32RMSNorm", "SwiGLUMLP", "PostNormDecoderLayer", "LMHead"}, "sdpa"),
         # OLMo 3: OLMo 2's block, layer 0 sliding over 16 keys
-        ("olmo3-tiny", {"Attention", "FP32RMSNorm", "SwiGLUMLP", "LMHead"}, "sdpa"),
+        ("olmo3-tiny", {"Attention", "FP32RMSNorm", "SwiGLUMLP", "PostNormDecoderLayer", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):

@@ -403,3 +403,71 @@ def test_olmo2_attention_on_our_kernels(device, dtype):
         getattr(per_head, name).forward = lambda t, w=getattr(ref, name).weight: head_norm(t, w)
     other = run(per_head, torch.float64, "cpu", False)
     assert (other - run(ref, torch.float64, "cpu", False)).abs().mean() > 10 * err.mean()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [96, 200, 12000])  # 12000: wider than one block (the two-pass loop)
+def test_rms_norm_fp32_add_rounds_as_the_block(device, dtype, n):
+    """rms_norm_fp32_add = residual + Olmo2RMSNorm(x), the norm rounded to x's dtype and the sum
+    rounded again (what the stock block's torch add of the two computes): against those two steps
+    on the kernel's own norm bit for bit, and against the stock module within one ulp."""
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
+
+    torch.manual_seed(11)
+    x = (torch.randn(3, 5, n) * 3).to(dtype)
+    residual = (torch.randn(3, 5, n) * 4).to(dtype)
+    w = (1 + gemma_w(n)).to(dtype)
+    got = rmsnorm.rms_norm_fp32_add(x.to(device), residual.to(device), w.to(device), EPS).cpu()
+    normed = rmsnorm.rms_norm_gemma(x.to(device), w.to(device), EPS).cpu()
+    assert got.dtype == dtype and torch.equal(got, normed + residual)
+    m = Olmo2RMSNorm(n, eps=EPS).to(dtype)
+    with torch.no_grad():
+        m.weight.copy_(w)
+        want = residual + m(x)
+    assert (got.double() - want.double()).abs().max() <= ulp(dtype, want.double()).max()
+    with pytest.raises(ValueError, match="residual shape"):
+        rmsnorm.rms_norm_fp32_add(x.to(device), residual[:, :2].to(device), w.to(device), EPS)
+
+
+def test_post_norm_decoder_layer_matches_olmo2s_block(device):
+    """PostNormDecoderLayer on an Olmo2DecoderLayer (its attention, MLP and norms bound to our
+    layers too) against the same modules under the stock block: bit for bit (each norm and its add
+    rounded as the stock block rounds them, the norm by the same kernel), two launches fewer a
+    layer."""
+    from transformers import Olmo2Config
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2DecoderLayer, Olmo2RotaryEmbedding
+
+    from xpuinject_kernels import _backend
+
+    torch.manual_seed(12)
+    cfg = Olmo2Config(hidden_size=96, intermediate_size=88, num_hidden_layers=1, num_attention_heads=3,
+                      num_key_value_heads=3, vocab_size=97, max_position_embeddings=64, rms_norm_eps=EPS)
+    block = Olmo2DecoderLayer(cfg, layer_idx=0).eval()
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            p.copy_(1 + 0.2 * torch.randn_like(p) if "norm" in name else 0.1 * torch.randn_like(p))
+    block = block.to(torch.bfloat16).to(device)
+    _bind(block.self_attn, "Attention")
+    _bind(block.mlp, "SwiGLUMLP")
+    for norm in (block.self_attn.q_norm, block.self_attn.k_norm, block.post_attention_layernorm,
+                 block.post_feedforward_layernorm):
+        _bind(norm, "FP32RMSNorm")
+    x = (torch.randn(2, 7, 96) * 2).to(torch.bfloat16).to(device)
+    cos, sin = Olmo2RotaryEmbedding(cfg)(x.cpu(), torch.arange(7)[None].expand(2, 7))
+    mask = torch.ones(7, 7, dtype=torch.bool).tril()[None, None].to(device)
+    kw = dict(attention_mask=mask, position_embeddings=(cos.to(device), sin.to(device)))
+    counts = _backend.launch_counts
+
+    def run():
+        before = dict(counts)
+        with torch.no_grad():
+            out = block(x, **kw)
+        out = out[0] if isinstance(out, tuple) else out
+        return out, {k: counts[k] - before.get(k, 0) for k in ("rms_norm_gemma", "rms_norm_fp32_add")}
+
+    want, want_n = run()
+    _bind(block, "PostNormDecoderLayer")
+    got, got_n = run()
+    assert want_n == {"rms_norm_gemma": 4, "rms_norm_fp32_add": 0}, want_n
+    assert got_n == {"rms_norm_gemma": 2, "rms_norm_fp32_add": 2}, got_n  # the q/k norms stay apart
+    assert torch.equal(got, want), float((got.float() - want.float()).abs().max())

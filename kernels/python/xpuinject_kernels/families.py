@@ -11,6 +11,9 @@ models/gemma2, models/gemma3, models/phi3, models/olmo2; Gemma 1's block is Deco
                      after post_attention_layernorm and pre_feedforward_layernorm as one kernel
   FP32RMSNorm        replaces Olmo2RMSNorm.forward: w * (x / rms(x)) in fp32, rounded once (rms_norm_gemma's
                      kernel on the module's own weight; Llama's norm rounds before the weight)
+  PostNormDecoderLayer  replaces Olmo2DecoderLayer / Olmo3DecoderLayer.forward: the block normalizes each
+                     branch's output before adding it to the residual; each norm and its add as one
+                     kernel (rms_norm_fp32_add: the norm rounded, then the sum, as stock rounds them)
   FusedAttention     Phi3Attention: the Attention layer over a checkpoint-fused qkv_proj
   FusedSwiGLUMLP     Phi3MLP: the SwiGLUMLP layer over a checkpoint-fused gate_up_proj
 
@@ -27,9 +30,9 @@ from torch import nn
 from .contract import packed_attr
 from .decoder import Attention, geglu_block, geglu_epilogue, mlp_activation  # noqa: F401 (re-exported)
 from .layers import SwiGLUMLP, _packed
-from .rmsnorm import add_rms_norm_gemma, rms_norm_gemma
+from .rmsnorm import add_rms_norm_gemma, rms_norm_fp32_add, rms_norm_gemma
 
-__all__ = ["GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "mlp_activation",
+__all__ = ["GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "mlp_activation",
            "geglu_epilogue", "geglu_block"]
 
 _NORM_W = packed_attr("GemmaRMSNorm", "weight")
@@ -96,6 +99,32 @@ class GemmaDecoderLayer(nn.Module):
         hidden_states = self.mlp(hidden_states)
         hidden_states = self.post_feedforward_layernorm(hidden_states)
         return residual + hidden_states
+
+
+class PostNormDecoderLayer(nn.Module):
+    """Replaces Olmo2DecoderLayer.forward (Olmo3DecoderLayer alike): no input norm; the attention's
+    and the MLP's outputs are each normalized, then added to the residual, the norm and the add in
+    one launch (rms_norm_fp32_add). The attention and the MLP run as their modules."""
+
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
+                position_embeddings=None, **kwargs):
+        residual = hidden_states
+        hidden_states, _ = self.self_attn(
+            hidden_states=hidden_states,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            position_embeddings=position_embeddings,
+            **kwargs,
+        )
+        norm = self.post_attention_layernorm
+        residual = rms_norm_fp32_add(hidden_states, residual, norm.weight, norm.variance_epsilon)
+        norm = self.post_feedforward_layernorm
+        return rms_norm_fp32_add(self.mlp(residual), residual, norm.weight, norm.variance_epsilon)
 
 
 class FusedAttention(Attention):

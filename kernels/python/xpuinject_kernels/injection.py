@@ -797,6 +797,13 @@ def _why_not(m: nn.Module, layer: str) -> str:
         norm = c["pre_feedforward_layernorm"]
         ok = layer_for_class(type(norm).__name__) == "GemmaRMSNorm" and not _why_not(norm, "GemmaRMSNorm")
         return "" if ok else "its pre-feedforward norm is not a Gemma RMSNorm"
+    if layer == "PostNormDecoderLayer":
+        names = ("self_attn", "post_attention_layernorm", "mlp", "post_feedforward_layernorm")
+        if not all(isinstance(c.get(n), nn.Module) for n in names) or "input_layernorm" in c:
+            return "not a block that normalizes each branch before its add"
+        norms = (c["post_attention_layernorm"], c["post_feedforward_layernorm"])
+        ok = all(layer_for_class(type(n).__name__) == "FP32RMSNorm" and not _why_not(n, "FP32RMSNorm") for n in norms)
+        return "" if ok else "its norms are not OLMo 2's RMSNorm"
     if layer == "FusedAttention":
         if not all(_linear(c.get(n)) for n in ("qkv_proj", "o_proj")):
             return "no qkv_proj / o_proj Linear children"

@@ -38,7 +38,7 @@ from .gemm import gemm
 from .rmsnorm import rms_norm
 
 __all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LMHead", "LinearBN", "BNLinear", "ConvBN", "Attention", "DecoderLayer",
-           "GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "SparseMoE",
+           "GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "SparseMoE",
            "MoEDecoderLayer"]
 
 
@@ -180,7 +180,7 @@ from . import decoder  # noqa: E402
 from .decoder import Attention, DecoderLayer  # noqa: E402,F401
 # Gemma's and Phi-3's layouts (families.py) build on the layers above.
 from .families import (  # noqa: E402,F401
-    FP32RMSNorm, FusedAttention, FusedSwiGLUMLP, GeGLUMLP, GemmaDecoderLayer, GemmaRMSNorm,
+    FP32RMSNorm, FusedAttention, FusedSwiGLUMLP, GeGLUMLP, GemmaDecoderLayer, GemmaRMSNorm, PostNormDecoderLayer,
 )
 # The sparse mixture-of-experts block (moe_layer.py).
 from .moe_layer import MoEDecoderLayer, SparseMoE  # noqa: E402,F401

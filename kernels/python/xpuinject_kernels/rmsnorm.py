@@ -15,7 +15,9 @@ bf16 tensors), normed = rmsnorm(new_residual).
 Gemma's order (`rms_norm_gemma`, `add_rms_norm_gemma`; Gemma2RMSNorm.forward, transformers 5.17
 models/gemma2/modeling_gemma2.py): h = x.float() * rsqrt(mean(h^2) + eps); h * (1 + w.float());
 rounded once to x's dtype. The kernel takes the fp32 (1 + w) folded offline (or made from the
-module's weight on first use) and skips the rounding before the multiply.
+module's weight on first use) and skips the rounding before the multiply. OLMo 2's norm
+(Olmo2RMSNorm) is that order on its own weight; `rms_norm_fp32_add` adds the block's residual to
+its rounded output in the same pass (the block normalizes each branch before adding it).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ import triton.language as tl
 
 from . import _backend, _ops
 
-__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gemma", "add_rms_norm_gemma", "rms_norm_ref", "add_rms_norm_ref",
-           "rms_norm_gemma_ref", "MAX_BLOCK"]
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gemma", "add_rms_norm_gemma", "rms_norm_fp32_add", "rms_norm_ref",
+           "add_rms_norm_ref", "rms_norm_gemma_ref", "MAX_BLOCK"]
 
 # Largest row chunk one program holds in registers (fp32: 32 KiB per program). Rows wider than this
 # take the two-pass loop (sum of squares, then normalize); every Llama/Qwen hidden size up to 8192
@@ -44,7 +46,7 @@ def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     N, stride_x, stride_res, stride_out, stride_res_out, eps,
     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr, ROUND_NORMED: tl.constexpr = True,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, ADD_AFTER: tl.constexpr = False,
 ):
     _backend.pdl_wait(PDL)
     # int64 row offsets: rows * stride can pass 2^31 elements for long prefills.
@@ -68,7 +70,11 @@ def _rms_norm_kernel(
         if ROUND_NORMED:  # Llama rounds before the weight; Gemma multiplies in fp32
             normed = normed.to(act_ty).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(out_row + cols, (w * normed).to(out_ptr.dtype.element_ty), mask=mask)
+        y = (w * normed).to(out_ptr.dtype.element_ty)
+        if ADD_AFTER:  # residual + the rounded norm, rounded again: a torch add of the two
+            r = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)
+            y = (y.to(tl.float32) + r.to(tl.float32)).to(out_ptr.dtype.element_ty)
+        tl.store(out_row + cols, y, mask=mask)
     else:
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, N, BLOCK):
@@ -96,7 +102,11 @@ def _rms_norm_kernel(
             if ROUND_NORMED:
                 normed = normed.to(act_ty).to(tl.float32)
             w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
-            tl.store(out_row + c, (w * normed).to(out_ptr.dtype.element_ty), mask=mask)
+            y = (w * normed).to(out_ptr.dtype.element_ty)
+            if ADD_AFTER:
+                r = tl.load(res_ptr + row * stride_res + c, mask=mask, other=0.0)
+                y = (y.to(tl.float32) + r.to(tl.float32)).to(out_ptr.dtype.element_ty)
+            tl.store(out_row + c, y, mask=mask)
 
 
 @triton.jit
@@ -154,19 +164,21 @@ def _check(x: torch.Tensor, weight: torch.Tensor, eps: float, what: str) -> None
         raise ValueError(f"xpuinject_kernels: {what}: eps must be >= 0, got {eps}")
 
 
-def _launch(x2, r2, w, out2, rout2, eps, warps=None, round_normed=True):
+def _launch(x2, r2, w, out2, rout2, eps, warps=None, round_normed=True, add_after=None):
     """The kernel launch on validated [rows, N] operands; warps overrides num_warps(block);
-    round_normed=False is Gemma's order (no rounding before the weight)."""
+    round_normed=False is Gemma's order (no rounding before the weight); add_after: a [rows, N]
+    residual the output is added to (after the norm; r2 must then be None)."""
     n = x2.shape[1]
     block = min(_backend.next_pow2(n), MAX_BLOCK)
     has_res = r2 is not None
+    res = r2 if has_res else add_after
     pdl = _backend.pdl(x2.device)
     _rms_norm_kernel[(x2.shape[0],)](
-        x2, r2 if has_res else x2, w, out2, rout2 if has_res else out2,
-        n, x2.stride(0), r2.stride(0) if has_res else 0, out2.stride(0), rout2.stride(0) if has_res else 0,
+        x2, res if res is not None else x2, w, out2, rout2 if has_res else out2,
+        n, x2.stride(0), res.stride(0) if res is not None else 0, out2.stride(0), rout2.stride(0) if has_res else 0,
         float(eps),
         HAS_RESIDUAL=has_res, BLOCK=block, SINGLE=n <= block, ROUND_NORMED=round_normed,
-        PDL=pdl, num_warps=warps or num_warps(block), **_backend.pdl_kw(pdl),
+        PDL=pdl, ADD_AFTER=add_after is not None, num_warps=warps or num_warps(block), **_backend.pdl_kw(pdl),
     )
 
 
@@ -335,6 +347,40 @@ _ops.define("rms_norm_gemma", "(Tensor x, Tensor weight, float eps, int num_warp
             _rms_norm_gemma_fake)
 _ops.define("add_rms_norm_gemma", "(Tensor x, Tensor residual, Tensor weight, float eps, int num_warps) -> (Tensor, Tensor)",
             _add_rms_norm_gemma, _add_rms_norm_gemma_fake)
+
+
+def rms_norm_fp32_add(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                     config: Optional[dict] = None) -> torch.Tensor:
+    """residual + rms_norm_gemma(x, weight, eps), the norm rounded to x's dtype and the sum rounded
+    again, as a block that normalizes its branch before the residual add computes them (OLMo 2:
+    Olmo2RMSNorm, whose weight multiplies the unrounded fp32 row, then a torch add), in one pass.
+    The op: torch.ops.<ns>.rms_norm_fp32_add."""
+    warps = _warps(config, "rms_norm_fp32_add")
+    if _ops.traced(x):
+        return _ops.op("rms_norm_fp32_add")(x, residual, weight, float(eps), warps)
+    return _rms_norm_fp32_add(x, residual, weight, eps, warps)
+
+
+def _rms_norm_fp32_add(x, residual, weight, eps, num_warps):
+    _check_add(x, residual, weight, eps)
+    _backend.require_runnable(x, "rms_norm_fp32_add")
+    out = _backend.empty(x.shape, x.dtype, x.device)
+    if x.numel() == 0:
+        return out
+    n = x.shape[-1]
+    _launch(_rows(x, "x"), None, weight.contiguous(), out.view(-1, n), None, eps, warps=num_warps or None,
+            round_normed=False, add_after=_rows(residual, "residual"))
+    _backend.count("rms_norm_fp32_add")
+    return out
+
+
+def _rms_norm_fp32_add_fake(x, residual, weight, eps, num_warps):
+    _check_add(x, residual, weight, eps)
+    return x.new_empty(x.shape)
+
+
+_ops.define("rms_norm_fp32_add", "(Tensor x, Tensor residual, Tensor weight, float eps, int num_warps) -> Tensor",
+            _rms_norm_fp32_add, _rms_norm_fp32_add_fake)
 
 
 def rms_norm_gemma_ref(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
