@@ -7,22 +7,12 @@ package models
 //     sliding_window (default 4096; null: in full), Dims "sliding_window".
 //   - The two layer types may carry their own RoPE parameters (rope_parameters by type); their
 //     cos/sin reach the attention from the model's rotary module.
-var olmo3 = llamaFamily{
-	modelType: "olmo3",
-	class:     "Olmo3",
-	defaults: llamaConfig{
-		VocabSize: 50304, HiddenSize: 4096, IntermediateSize: 11008, NumHiddenLayers: 32,
-		NumAttentionHeads: 32, RMSNormEps: 1e-5,
-	},
-	qkvBias:      attentionBias,
-	oBias:        attentionBias,
-	mlpBias:      never,
-	qkNormFull:   true,
-	postNorms:    true,
-	ignore:       []string{".rotary_emb.inv_freq"},
-	mark:         olmo3Layers,
-	layerWindows: true,
-}
+var olmo3 = func() llamaFamily {
+	f := olmo2
+	f.modelType, f.class = "olmo3", "Olmo3"
+	f.mark, f.layerWindows = olmo3Layers, true
+	return f
+}()
 
 func init() { registerLlamaFamily(olmo3) }
 
