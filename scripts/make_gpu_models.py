@@ -78,12 +78,10 @@ def gemma7b(out: Path, layers=None):
 
 
 def olmo2_7b(out: Path, layers=None):
-    """OLMo-2-1124-7B's shape (Olmo2Config's defaults, the checkpoint its class names): hidden 4096,
-    32 layers, 32 heads (no GQA), intermediate 11008, untied embeddings, with the published
-    vocab 100352 and rms_norm_eps 1e-6."""
+    """OLMo-2-1124-7B's shape as Olmo2Config's defaults give it (the checkpoint its class names):
+    hidden 4096, 32 layers, 32 heads (no GQA), intermediate 11008, vocab 50304, untied embeddings."""
     _llama(out, transformers.Olmo2Config(
-        num_hidden_layers=layers or 32, vocab_size=100352, max_position_embeddings=4096, rms_norm_eps=1e-6,
-        bos_token_id=0, eos_token_id=1, pad_token_id=2,
+        num_hidden_layers=layers or 32, max_position_embeddings=4096, bos_token_id=0, eos_token_id=1, pad_token_id=2,
     ), cls=transformers.Olmo2ForCausalLM)
 
 
