@@ -163,6 +163,22 @@ func TestFixtureFacts(t *testing.T) {
 				wantDims(t, layer(t, g, "model.layers.1.mlp"), map[string]int64{"hidden": 64, "intermediate": 48})
 				wantDims(t, attn(g, 1), map[string]int64{"hidden": 64, "heads": 2, "kv_heads": 1, "head_dim": 32})
 			}, []string{"Qwen3MoeRMSNorm", "Qwen3MoeAttention", "Qwen3MoeSparseMoeBlock", "Qwen3MoeMLP"}},
+		"qwen2-moe-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMoE: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				m := layer(t, g, "model.layers.1.mlp")
+				wantDims(t, m, map[string]int64{"hidden": 64, "intermediate": 24, "experts": 5, "top_k": 3, "shared_intermediate": 40})
+				if m.Router != RouterSoftmaxTopK || m.Class != "Qwen2MoeSparseMoeBlock" || m.BlockClass != "Qwen2MoeDecoderLayer" ||
+					len(m.Tensors) != 1+5*3+4 {
+					t.Errorf("moe block %+v", m)
+				}
+				wantTensors(t, m, map[string]string{"shared_expert.down_proj.weight": "model.layers.1.mlp.shared_expert.down_proj.weight",
+					"shared_expert_gate.weight": "model.layers.1.mlp.shared_expert_gate.weight"})
+				a := attn(g, 0)
+				wantDims(t, a, map[string]int64{"hidden": 64, "heads": 2, "kv_heads": 1, "head_dim": 32})
+				if !a.Bias || a.Tensors["q_proj.bias"] == "" || a.Tensors["o_proj.bias"] != "" {
+					t.Errorf("attention biases %+v", a)
+				}
+			}, []string{"Qwen2MoeRMSNorm", "Qwen2MoeAttention", "Qwen2MoeSparseMoeBlock"}},
 		"mixtral-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMoE: 2, KindLMHead: 1}, 1,
 			func(t *testing.T, g *Graph) {
 				m := layer(t, g, "model.layers.1.mlp")

@@ -37,6 +37,8 @@ type llamaConfig struct {
 	TieWordEmbeddings bool    `json:"tie_word_embeddings"`
 	AttentionBias     bool    `json:"attention_bias"`
 	MLPBias           bool    `json:"mlp_bias"`
+	// QKVBias is Qwen2-MoE's switch of the q/k/v biases (nil: left out).
+	QKVBias *bool `json:"qkv_bias"`
 }
 
 // llamaFamily is what a Llama-like architecture changes: its config defaults and which

@@ -45,6 +45,13 @@ type moeBlock struct {
 	gate, up, down string
 	// why says which config fields give experts and the expert width.
 	expertsField, interField string
+	// sharedInter, when positive, is the width of a shared expert every token runs beside the
+	// routed ones, its output scaled by sigmoid(shared_expert_gate(x)) (Qwen2-MoE):
+	//
+	//	shared_expert.{gate,up}_proj.weight [shared, hidden], shared_expert.down_proj.weight
+	//	[hidden, shared], shared_expert_gate.weight [1, hidden]; Dims "shared_intermediate".
+	sharedInter int64
+	sharedField string
 }
 
 func (m moeBlock) add(b *builder, blk string, i int, blockClass string) {
@@ -62,9 +69,18 @@ func (m moeBlock) add(b *builder, blk string, i int, blockClass string) {
 			need{role + "up_proj.weight", pre + m.up + ".weight", []int64{inter, h}, why, false},
 			need{role + "down_proj.weight", pre + m.down + ".weight", []int64{h, inter}, why, false})
 	}
+	dims := map[string]int64{"hidden": h, "intermediate": inter, "experts": e, "top_k": m.topK}
+	if s := m.sharedInter; s > 0 {
+		why := fmt.Sprintf("%s=%d, %s", m.sharedField, s, hidden)
+		needs = append(needs,
+			need{"shared_expert.gate_proj.weight", src + ".shared_expert.gate_proj.weight", []int64{s, h}, why, false},
+			need{"shared_expert.up_proj.weight", src + ".shared_expert.up_proj.weight", []int64{s, h}, why, false},
+			need{"shared_expert.down_proj.weight", src + ".shared_expert.down_proj.weight", []int64{h, s}, why, false},
+			need{"shared_expert_gate.weight", src + ".shared_expert_gate.weight", []int64{1, h}, hidden, false})
+		dims["shared_intermediate"] = s
+	}
 	b.add(Layer{Module: blk + ".mlp", Kind: KindMoE, Class: m.class, Block: i, BlockClass: blockClass,
-		Router: m.router, Dims: map[string]int64{"hidden": h, "intermediate": inter, "experts": e, "top_k": m.topK}},
-		needs...)
+		Router: m.router, Dims: dims}, needs...)
 }
 
 // checkMoE validates the expert counts every family shares.

@@ -14,6 +14,7 @@ package models
 
 type qwen3MoEConfig struct {
 	NumExperts        optInt  `json:"num_experts"`
+	SharedInter       int64   `json:"shared_expert_intermediate_size"`
 	NumLocalExperts   optInt  `json:"num_local_experts"`
 	NumExpertsPerTok  int64   `json:"num_experts_per_tok"`
 	MoEIntermediate   int64   `json:"moe_intermediate_size"`
@@ -36,17 +37,28 @@ var qwen3MoE = llamaFamily{
 	mlpBias:        never,
 	qkNorm:         true,
 	ignore:         []string{".rotary_emb.inv_freq"},
-	sparse:         qwen3MoESparse,
+	sparse: qwenMoE{class: "Qwen3Moe", experts: 128, defaults: qwen3MoEConfig{NumExpertsPerTok: 8, MoEIntermediate: 768,
+		DecoderSparseStep: 1, HiddenAct: "silu"}}.sparse,
 }
 
 func init() { registerLlamaFamily(qwen3MoE) }
 
-func qwen3MoESparse(ck *Checkpoint, lc *llamaConfig) (func(b *builder, blk string, i int) bool, error) {
-	c := qwen3MoEConfig{NumExpertsPerTok: 8, MoEIntermediate: 768, DecoderSparseStep: 1, HiddenAct: "silu"}
+// qwenMoE is what Qwen3-MoE and Qwen2-MoE (qwen2_moe.go) differ in: the class prefix, the
+// config class defaults and the expert count when config.json names none, and Qwen2-MoE's
+// shared expert.
+type qwenMoE struct {
+	class    string
+	experts  int64
+	defaults qwen3MoEConfig
+	shared   bool
+}
+
+func (q qwenMoE) sparse(ck *Checkpoint, lc *llamaConfig) (func(b *builder, blk string, i int) bool, error) {
+	c := q.defaults
 	if err := decodeConfig(ck, &c); err != nil {
 		return nil, err
 	}
-	experts := int64(128)
+	experts := q.experts
 	switch ne, nl := c.NumExperts, c.NumLocalExperts; {
 	case ne.Set && nl.Set && !ne.Null && !nl.Null && ne.V != nl.V:
 		return nil, configError(ck, "num_experts %d and num_local_experts %d disagree", ne.V, nl.V)
@@ -56,7 +68,7 @@ func qwen3MoESparse(ck *Checkpoint, lc *llamaConfig) (func(b *builder, blk strin
 		experts = ne.V
 	}
 	if c.HiddenAct != "silu" {
-		return nil, configError(ck, "hidden_act is %q; the Qwen3-MoE experts here compute silu (SwiGLU)", c.HiddenAct)
+		return nil, configError(ck, "hidden_act is %q; the %s experts here compute silu (SwiGLU)", c.HiddenAct, q.class)
 	}
 	if c.DecoderSparseStep <= 0 {
 		return nil, configError(ck, "decoder_sparse_step is %d, must be positive", c.DecoderSparseStep)
@@ -67,6 +79,9 @@ func qwen3MoESparse(ck *Checkpoint, lc *llamaConfig) (func(b *builder, blk strin
 	}
 	if err := checkMoE(ck, experts, c.NumExpertsPerTok, c.MoEIntermediate, "num_experts", "moe_intermediate_size"); err != nil {
 		return nil, err
+	}
+	if q.shared && c.SharedInter <= 0 {
+		return nil, configError(ck, "shared_expert_intermediate_size is %d, must be positive", c.SharedInter)
 	}
 	dense := map[int64]bool{}
 	for _, i := range c.MLPOnlyLayers {
@@ -79,14 +94,17 @@ func qwen3MoESparse(ck *Checkpoint, lc *llamaConfig) (func(b *builder, blk strin
 	if c.NormTopKProb {
 		router = RouterSoftmaxTopKNorm
 	}
-	m := moeBlock{class: "Qwen3MoeSparseMoeBlock", experts: experts, topK: c.NumExpertsPerTok, inter: c.MoEIntermediate,
+	m := moeBlock{class: q.class + "SparseMoeBlock", experts: experts, topK: c.NumExpertsPerTok, inter: c.MoEIntermediate,
 		hidden: lc.HiddenSize, router: router, prefix: "mlp", gate: "gate_proj", up: "up_proj", down: "down_proj",
 		expertsField: "num_experts", interField: "moe_intermediate_size"}
+	if q.shared {
+		m.sharedInter, m.sharedField = c.SharedInter, "shared_expert_intermediate_size"
+	}
 	return func(b *builder, blk string, i int) bool {
 		if dense[int64(i)] || int64(i+1)%c.DecoderSparseStep != 0 {
 			return false
 		}
-		m.add(b, blk, i, "Qwen3MoeDecoderLayer")
+		m.add(b, blk, i, q.class+"DecoderLayer")
 		return true
 	}, nil
 }

@@ -271,6 +271,26 @@ def build_qwen3_moe_tiny(seed: int):
     return _seeded(seed, lambda: Qwen3MoeForCausalLM(cfg))
 
 
+def build_qwen2_moe_tiny(seed: int):
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    cfg = Qwen2MoeConfig(
+        hidden_size=64,
+        intermediate_size=48,
+        moe_intermediate_size=24,  # one expert's width, not a power of two
+        shared_expert_intermediate_size=40,  # the shared expert's
+        num_experts=5,
+        num_experts_per_tok=3,
+        norm_topk_prob=False,  # Qwen2MoeConfig's default: the top-k probabilities as they are
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,  # Qwen2MoeConfig has no head_dim: 64 / 2
+        tie_word_embeddings=True,  # the budget: experts take the bytes
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Qwen2MoeForCausalLM(cfg))
+
+
 def build_mixtral_tiny(seed: int):
     from transformers import MixtralConfig, MixtralForCausalLM
 
@@ -503,6 +523,7 @@ FIXTURE_LIST = [
     Fixture("gemma-tiny", 1015, build_gemma_tiny, dtype="bfloat16"),
     Fixture("olmo2-tiny", 1016, build_olmo2_tiny, dtype="bfloat16"),
     Fixture("olmo3-tiny", 1017, build_olmo3_tiny, dtype="bfloat16"),
+    Fixture("qwen2-moe-tiny", 1018, build_qwen2_moe_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

@@ -625,7 +625,8 @@ def peak_memories(device, sides, forward, run, errors):
 # 4.28 TB/s in the kernel benchmarks (BENCHMARKS.md), rounded down.
 HBM_BYTES_PER_S = 4.2e12
 # The parts of a model a batch-1 decode step reads, in report order.
-ROOFLINE_PARTS = ("attention", "norms", "router", "experts_active", "dense_mlp", "embedding_row", "lm_head", "other")
+ROOFLINE_PARTS = ("attention", "norms", "router", "experts_active", "shared_expert", "dense_mlp", "embedding_row",
+                  "lm_head", "other")
 
 
 def active_bytes(model, top_k: int, itemsize: int):
@@ -660,8 +661,8 @@ def active_bytes(model, top_k: int, itemsize: int):
             all_experts += n
             # every expert is the same size: top_k of num_experts are read
             parts["experts_active"] += n * top_k // experts[e]
-        elif under(name, blocks) is not None:
-            parts["router"] += n
+        elif under(name, blocks) is not None:  # a shared expert (Qwen2-MoE) runs for every token
+            parts["shared_expert" if ".shared_expert." in f".{name}" else "router"] += n
         elif owner in norms:
             parts["norms"] += n
         elif ".self_attn." in f".{name}":
@@ -684,5 +685,6 @@ def roofline(model, top_k: int, itemsize: int, dtype_name: str):
             "bytes": parts, "total_bytes": total, "experts_bytes": all_experts,
             "ms": total / HBM_BYTES_PER_S * 1e3,
             "method": "weights one decode step reads at batch 1 (attention, norms, router, lm_head and the "
-                      "embedding row in full, the top-k experts of every MoE layer, dense MLP layers in full; "
+                      "embedding row in full, the top-k experts of every MoE layer, its shared expert and dense MLP "
+                      "layers in full; "
                       "the KV cache not counted) / the bandwidth"}

@@ -18,9 +18,14 @@ import (
 // layerSparseMoE is the kernel-hub layer class bound to an MoE block, layerMoEDecoder the one
 // of a decoder layer whose forward takes Mixtral's parameter order.
 const (
-	layerSparseMoE  = "SparseMoE"
-	layerMoEDecoder = "MoEDecoderLayer"
+	layerSparseMoE       = "SparseMoE"
+	layerSharedExpertMoE = "SharedExpertMoE"
+	layerMoEDecoder      = "MoEDecoderLayer"
 )
+
+// sharedRoles are a block's shared-expert tensors (Qwen2-MoE), read beside the routed ones.
+var sharedRoles = []string{"shared_expert.gate_proj.weight", "shared_expert.up_proj.weight",
+	"shared_expert.down_proj.weight", "shared_expert_gate.weight"}
 
 // moeRouters are the routing rules the MoE kernel computes (models' Router* values).
 var moeRouters = []string{models.RouterSoftmaxTopK, models.RouterSoftmaxTopKNorm, models.RouterSoftmaxTopKNormFP32}
@@ -43,6 +48,10 @@ func (p *planner) moe(l models.Layer, lp *LayerPlan) error {
 			ErrCannotPlan, l.Module, hidden, inter, experts, topK)
 	}
 	roles := moeRoles(experts)
+	shared := d["shared_intermediate"]
+	if shared > 0 {
+		roles = append(roles, sharedRoles...)
+	}
 	if extra := unknownRoles(l, roles, nil); len(extra) > 0 {
 		return p.keep(l, lp, fmt.Sprintf("MoE block has tensors the %s layer does not read (%s); stock path",
 			layerSparseMoE, strings.Join(extra, ", ")))
@@ -61,6 +70,19 @@ func (p *planner) moe(l models.Layer, lp *LayerPlan) error {
 		}{
 			{pre + "gate_proj.weight", []int64{inter, hidden}}, {pre + "up_proj.weight", []int64{inter, hidden}},
 			{pre + "down_proj.weight", []int64{hidden, inter}},
+		} {
+			if err := p.wantShape(l, c.role, c.want...); err != nil {
+				return err
+			}
+		}
+	}
+	if shared > 0 {
+		for _, c := range []struct {
+			role string
+			want []int64
+		}{
+			{sharedRoles[0], []int64{shared, hidden}}, {sharedRoles[1], []int64{shared, hidden}},
+			{sharedRoles[2], []int64{hidden, shared}}, {sharedRoles[3], []int64{1, hidden}},
 		} {
 			if err := p.wantShape(l, c.role, c.want...); err != nil {
 				return err
@@ -87,6 +109,9 @@ func (p *planner) moe(l models.Layer, lp *LayerPlan) error {
 		down = append(down, t[pre+"down_proj.weight"])
 	}
 	layer := k.LayerClass(l.Kind)
+	if shared > 0 {
+		layer = layerSharedExpertMoE
+	}
 	router := p.out(m+".router.weight", "", kernels.PackedAttr(layer, "router_weight"), LayoutKMajor,
 		[]int64{hidden, experts}, nil, t["gate.weight"])
 	gu := p.stacked(m+".gate_up_proj.weight", kernels.PackedAttr(layer, "gate_up_weight"),
@@ -95,16 +120,32 @@ func (p *planner) moe(l models.Layer, lp *LayerPlan) error {
 	dn := p.stacked(m+".down_proj.weight", kernels.PackedAttr(layer, "down_weight"),
 		[]int64{experts, inter, hidden}, nil, down)
 	lp.Outputs = []TensorPlan{router, gu, dn}
-	lp.Kernel, lp.Layer = k.Name, layer
+	what := ""
 	var extra []string
+	if shared > 0 {
+		twoS, err := sum(shared, shared)
+		if err != nil {
+			return fmt.Errorf("%w: layer %s: %v", ErrCannotPlan, l.Module, err)
+		}
+		sgu := p.out(m+".shared_expert.gate_up_proj.weight", "", kernels.PackedAttr(layer, "shared_gate_up_weight"),
+			LayoutKMajor, []int64{hidden, twoS}, []int64{shared, shared}, t[sharedRoles[0]], t[sharedRoles[1]])
+		sgu.Transforms = append([]string{TConcatGateUp}, sgu.Transforms...)
+		sdn := p.out(m+".shared_expert.down_proj.weight", "", kernels.PackedAttr(layer, "shared_down_weight"),
+			LayoutKMajor, []int64{shared, hidden}, nil, t[sharedRoles[2]])
+		g := t[sharedRoles[3]] // the gate's [1, hidden] weight, read in place as the module's own
+		lp.Outputs = append(lp.Outputs, sgu, sdn, p.out(g, "", "", LayoutRowMajor, p.shapeOf(g), nil, g))
+		what = fmt.Sprintf("; the shared expert (width %d) by our GEMMs (gate/up with the swiglu epilogue), "+
+			"scaled by sigmoid(shared_expert_gate(x)) and added to the routed experts' output in fp32, rounded once", shared)
+	}
+	lp.Kernel, lp.Layer = k.Name, layer
 	if l.Router != models.RouterSoftmaxTopKNormFP32 {
 		// Qwen3's router says whether it renormalizes (Mixtral's always does).
 		extra = append(extra, "gate.norm_topk_prob")
 	}
 	lp.Bindings = []Binding{bind(m, l.Class, layer, lp.Outputs, extra...)}
-	what := fmt.Sprintf("%d experts, top %d, router %s, routed on the device; only the experts hit run: gate/up "+
+	what = fmt.Sprintf("%d experts, top %d, router %s, routed on the device; only the experts hit run: gate/up "+
 		"with the swiglu epilogue, down with the routing weight in its epilogue (decode: GEMVs; prefill: "+
-		"grouped GEMMs over the tokens sorted by expert)", experts, topK, l.Router)
+		"grouped GEMMs over the tokens sorted by expert)", experts, topK, l.Router) + what
 	lp.Reason = joinReasons(what, note)
 	return nil
 }

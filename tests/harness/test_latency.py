@@ -284,14 +284,30 @@ def test_active_bytes_of_the_qwen3_moe_fixture():
       embedding  one row of 64 -> 128 B; lm_head (tied to it) 512 x 64 -> 65536 B"""
     model = moe_model()
     parts, all_experts = L.active_bytes(model, 2, 2)
-    assert parts == {"attention": 49152, "norms": 896, "router": 768, "experts_active": 18432, "dense_mlp": 18432,
-                     "embedding_row": 128, "lm_head": 65536, "other": 0}
+    assert parts == {"attention": 49152, "norms": 896, "router": 768, "experts_active": 18432, "shared_expert": 0,
+                     "dense_mlp": 18432, "embedding_row": 128, "lm_head": 65536, "other": 0}
     assert all_experts == 55296
     rf = L.roofline(model, 2, 2, "bf16")
     assert rf["total_bytes"] == 153344 and rf["bandwidth_Bps"] == L.HBM_BYTES_PER_S == 4.2e12
     assert rf["ms"] == pytest.approx(153344 / 4.2e12 * 1e3)
     dense = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "llama-tiny")
     assert L.roofline(dense, 2, 2, "bf16") is None
+
+
+def test_active_bytes_count_a_shared_expert_in_full():
+    """By hand, from testdata/fixtures/qwen2-moe-tiny/config.json (hidden 64, 2 heads and 1 KV head
+    of 32 with q/k/v biases, 5 experts of width 24, top-3, a shared expert of width 40 in both
+    layers, vocab 512, tied), bf16:
+      attention  per layer 12288 weights + 128 biases, 2 layers: 24832 -> 49664 B
+      norms      per layer 2 x 64, 2 layers + final 64: 320 -> 640 B
+      router     per layer gate 5 x 64 + shared_expert_gate 64 = 384, 2 layers: 768 -> 1536 B
+      shared     per layer gate, up 40x64 + down 64x40 = 7680, 2 layers: 15360 -> 30720 B (every token)
+      experts    per layer 5x48x64 + 5x64x24 = 23040, 2 layers: 46080 -> 92160 B, top 3 of 5: 55296 B"""
+    model = transformers.AutoModelForCausalLM.from_pretrained(FIXTURES / "qwen2-moe-tiny", dtype=torch.bfloat16)
+    parts, all_experts = L.active_bytes(model, 3, 2)
+    assert parts == {"attention": 49664, "norms": 640, "router": 1536, "experts_active": 55296, "shared_expert": 30720,
+                     "dense_mlp": 0, "embedding_row": 128, "lm_head": 65536, "other": 0}
+    assert all_experts == 92160
 
 
 def test_peak_memory_out_of_memory_leaves_the_side_out(monkeypatch):

@@ -1,4 +1,5 @@
-"""The SparseMoE and MoEDecoderLayer layers on the qwen3_moe and mixtral fixtures, both routes:
+"""The SparseMoE, SharedExpertMoE and MoEDecoderLayer layers on the qwen3_moe, mixtral and qwen2_moe
+fixtures, both routes:
 `inject` with the Go binary's package and packed checkpoint (the experts stacked offline), and
 `kernelize` with no plan (stacked on the device from transformers' own 3D experts). Each is
 measured against the fp32 model, as the eval measures."""
@@ -24,6 +25,8 @@ CASES = {
     "qwen3-moe-tiny": {"Attention": 2, "DecoderLayer": 2, "LMHead": 1, "RMSNorm": 9, "SparseMoE": 1, "SwiGLUMLP": 1},
     # every layer sparse, top-3; Mixtral's decoder layer takes its parameters in another order
     "mixtral-tiny": {"Attention": 2, "LMHead": 1, "MoEDecoderLayer": 2, "RMSNorm": 5, "SparseMoE": 2},
+    # every layer sparse, top-3 of 5, with a shared expert beside the routed ones
+    "qwen2-moe-tiny": {"Attention": 2, "DecoderLayer": 2, "LMHead": 1, "RMSNorm": 5, "SharedExpertMoE": 2},
 }
 # 40 tokens: the prefill path (grouped GEMMs); the last token alone below runs the decode path
 IDS = torch.randint(0, 500, (1, 40), generator=torch.Generator().manual_seed(5))
@@ -57,7 +60,14 @@ def test_inject_and_kernelize_match_and_beat_stock(built, device):
     summary = pkg.inject(injected, packed=run / "packed")
     assert summary["replaced"] == CASES[name]
     mlp = injected.model.layers[0].mlp
-    assert isinstance(mlp.experts, pkg.Released) and mlp.xpuinject_gate_up_weight.shape == (6, 64, 48)
+    cfg = injected.config
+    experts = getattr(cfg, "num_experts", None) or cfg.num_local_experts
+    inter = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
+    assert isinstance(mlp.experts, pkg.Released) and mlp.xpuinject_gate_up_weight.shape == (experts, 64, 2 * inter)
+    if "shared_expert" in mlp._modules:  # released too; its gate read in place
+        s = cfg.shared_expert_intermediate_size
+        assert isinstance(mlp.shared_expert, pkg.Released) and mlp.xpuinject_shared_gate_up_weight.shape == (64, 2 * s)
+        assert mlp.xpuinject_shared_down_weight.shape == (s, 64) and mlp.shared_expert_gate.weight.shape == (1, 64)
     kernelized = load(name, device=device)
     ks = pkg.kernelize(kernelized, use_kernels=False)
     assert ks["replaced"] == CASES[name]

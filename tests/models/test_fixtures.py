@@ -41,6 +41,7 @@ TEXT = {
     "gemma-tiny": ("gemma", "GemmaForCausalLM", "BF16"),
     "olmo2-tiny": ("olmo2", "Olmo2ForCausalLM", "BF16"),
     "olmo3-tiny": ("olmo3", "Olmo3ForCausalLM", "BF16"),
+    "qwen2-moe-tiny": ("qwen2_moe", "Qwen2MoeForCausalLM", "BF16"),
 }
 VISION = {"levit-tiny": ("levit", "LevitForImageClassificationWithTeacher", "F32")}
 ALL = {**TEXT, **VISION}
@@ -309,4 +310,4 @@ def test_fixtures_match_generator():
         timeout=300,
     )
     assert r.returncode == 0, f"make_fixtures.py --check failed:\n{r.stderr[-4000:]}"
-    assert "check ok: 18 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
+    assert "check ok: 19 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8

@@ -241,7 +241,7 @@ def _check_model(plan: dict, model: nn.Module, named: Dict[str, nn.Module], wher
         if not lp.get("bindings"):
             continue
         for out in lp.get("outputs") or ():
-            if lp["bindings"][0]["layer"] == "SparseMoE":  # per-expert sources, stacked at load
+            if lp["bindings"][0]["layer"] in ("SparseMoE", "SharedExpertMoE"):  # per-expert sources, stacked at load
                 checks = moe_layer.loaded_sources(lp["module"], out)
             else:
                 checks = [(out["sources"][i], want) for i, want in _expected_source_shapes(out)]
@@ -850,7 +850,7 @@ def _why_not(m: nn.Module, layer: str) -> str:
     if layer == "LMHead":
         ok = isinstance(m, nn.Linear) and min(m.in_features, m.out_features) >= MIN_GEMM_DIM
         return "" if ok else f"not a Linear with both dimensions >= {MIN_GEMM_DIM}"
-    if layer in ("SparseMoE", "MoEDecoderLayer"):
+    if layer in ("SparseMoE", "SharedExpertMoE", "MoEDecoderLayer"):
         return moe_layer.why_not(m, layer, _why_not)
     return f"{layer} is bound only where a plan says so"
 
@@ -865,10 +865,13 @@ def supported_bindings(model: nn.Module) -> List[Tuple[str, str]]:
         layer = "LMHead" if m is head and isinstance(m, nn.Linear) else layer_for_class(type(m).__name__)
         if layer and layer != "Linear" and not _why_not(m, layer):
             out.append((path, layer))
-    # q/k norms run inside their attention: bound with it only, as the planner binds them
+    # q/k norms run inside their attention: bound with it only, as the planner binds them; a
+    # shared expert runs inside its SharedExpertMoE on packed weights, never as its module
     bound = {p for p, _ in out}
+    shared = tuple(p + ".shared_expert" for p, layer in out if layer == "SharedExpertMoE")
     return [(p, layer) for p, layer in out
-            if p.rsplit(".", 1)[-1] not in ("q_norm", "k_norm") or p.rsplit(".", 1)[0] in bound]
+            if (p.rsplit(".", 1)[-1] not in ("q_norm", "k_norm") or p.rsplit(".", 1)[0] in bound)
+            and not p.startswith(shared or ("\0",))]
 
 
 class _PackageLayerRepository:

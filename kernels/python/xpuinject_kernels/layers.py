@@ -38,8 +38,8 @@ from .gemm import gemm
 from .rmsnorm import rms_norm
 
 __all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LMHead", "LinearBN", "BNLinear", "ConvBN", "Attention", "DecoderLayer",
-           "GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "SparseMoE",
-           "MoEDecoderLayer"]
+           "GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "FusedAttention",
+           "FusedSwiGLUMLP", "SparseMoE", "SharedExpertMoE", "MoEDecoderLayer"]
 
 
 def _name(module: nn.Module) -> str:
@@ -183,4 +183,4 @@ from .families import (  # noqa: E402,F401
     FP32RMSNorm, FusedAttention, FusedSwiGLUMLP, GeGLUMLP, GemmaDecoderLayer, GemmaRMSNorm, PostNormDecoderLayer,
 )
 # The sparse mixture-of-experts block (moe_layer.py).
-from .moe_layer import MoEDecoderLayer, SparseMoE  # noqa: E402,F401
+from .moe_layer import MoEDecoderLayer, SharedExpertMoE, SparseMoE  # noqa: E402,F401

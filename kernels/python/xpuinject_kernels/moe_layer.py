@@ -1,12 +1,18 @@
-"""The kernel-hub layer of a sparse mixture-of-experts block (Qwen3MoeSparseMoeBlock,
-MixtralSparseMoeBlock; transformers 5.17): router and experts as one fused moe call on the
-packed weights (contract.json `SparseMoE`):
+"""The kernel-hub layers of a sparse mixture-of-experts block (Qwen3MoeSparseMoeBlock,
+MixtralSparseMoeBlock; Qwen2MoeSparseMoeBlock, which adds a shared expert; transformers 5.17):
+router and experts as one fused moe call on the packed weights (contract.json `SparseMoE`,
+`SharedExpertMoE`):
   xpuinject_router_weight   [hidden, experts]                K-major router
   xpuinject_gate_up_weight  [experts, hidden, 2*intermediate] each expert's K-major [gate | up]
   xpuinject_down_weight     [experts, intermediate, hidden]   each expert's K-major down
 The routing rule follows the block's router: Qwen3's renormalizes when gate.norm_topk_prob and
 rounds the weights to the activation dtype; Mixtral's (no such attribute) always renormalizes and
-keeps them fp32 (moe.py).
+keeps them fp32 (moe.py). SharedExpertMoE also reads
+  xpuinject_shared_gate_up_weight [hidden, 2*shared]  the shared expert's K-major [gate | up]
+  xpuinject_shared_down_weight    [shared, hidden]    its K-major down
+and the block's shared_expert_gate (Linear hidden -> 1) in place: the block's output is the routed
+experts' + sigmoid(shared_expert_gate(x)) * shared_expert(x), the gate, its product and the sum in
+fp32 and rounded once.
 """
 
 from __future__ import annotations
@@ -18,14 +24,17 @@ from torch import nn
 
 from .contract import MIN_GEMM_DIM, packed_attr
 from .layers import _name, _packed
+from .gemm import gemm
 from .moe import add_rms_norm_moe, moe
 from .rmsnorm import add_rms_norm
 
-__all__ = ["SparseMoE", "MoEDecoderLayer", "runs_sparse_moe", "sparse_moe"]
+__all__ = ["SparseMoE", "SharedExpertMoE", "MoEDecoderLayer", "runs_sparse_moe", "sparse_moe"]
 
 _ROUTER_W = packed_attr("SparseMoE", "router_weight")
 _GATE_UP_W = packed_attr("SparseMoE", "gate_up_weight")
 _DOWN_W = packed_attr("SparseMoE", "down_weight")
+_SHARED_GU_W = packed_attr("SharedExpertMoE", "shared_gate_up_weight")
+_SHARED_DOWN_W = packed_attr("SharedExpertMoE", "shared_down_weight")
 
 
 def router_rule(block: nn.Module) -> str:
@@ -46,9 +55,7 @@ def sparse_moe(block: nn.Module, hidden_states: torch.Tensor, residual=None, nor
     if block.training:
         raise RuntimeError(f"xpuinject_kernels: SparseMoE: module {_name(block)!r} is in training mode; "
                            "the fused kernel is inference-only (call model.eval())")
-    rw = _packed(block, _ROUTER_W, "SparseMoE")
-    gu = _packed(block, _GATE_UP_W, "SparseMoE")
-    dn = _packed(block, _DOWN_W, "SparseMoE")
+    rw, gu, dn = _routed(block, "SparseMoE")
     if norm is not None:
         w, eps = norm
         if (hidden_states.dtype == gu.dtype and residual.dtype == gu.dtype and w.dtype == gu.dtype
@@ -62,6 +69,20 @@ def sparse_moe(block: nn.Module, hidden_states: torch.Tensor, residual=None, nor
     if residual.dtype == gu.dtype and residual.shape == hidden_states.shape and residual.stride(-1) == 1:
         return moe(*args, residual=residual)
     return residual + moe(*args)
+
+
+def _routed(block: nn.Module, layer: str):
+    """The router, gate/up and down weights of block, packed for `layer` (packing it if needed)."""
+    return (_packed(block, _ROUTER_W, layer), _packed(block, _GATE_UP_W, layer), _packed(block, _DOWN_W, layer))
+
+
+def sparse_moe_packed(block: nn.Module, hidden_states: torch.Tensor, layer: str) -> torch.Tensor:
+    """The routed experts' output alone, on the weights `layer` packs."""
+    if block.training:
+        raise RuntimeError(f"xpuinject_kernels: {layer}: module {_name(block)!r} is in training mode; "
+                           "the fused kernel is inference-only (call model.eval())")
+    rw, gu, dn = _routed(block, layer)
+    return moe(hidden_states.to(gu.dtype), rw, gu, dn, int(block.gate.top_k), router_rule(block))
 
 
 def runs_sparse_moe(mlp: nn.Module) -> bool:
@@ -80,6 +101,25 @@ class SparseMoE(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return sparse_moe(self, hidden_states)
+
+
+class SharedExpertMoE(nn.Module):
+    """Replaces Qwen2MoeSparseMoeBlock.forward(hidden_states): the routed experts by the fused moe
+    kernel, the shared expert by our GEMMs (gate/up with the swiglu epilogue, then down), its gate
+    by torch (a GEMM one column wide)."""
+
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        x = hidden_states
+        routed = sparse_moe_packed(self, x, "SharedExpertMoE")
+        gu = _packed(self, _SHARED_GU_W, "SharedExpertMoE")
+        shared = gemm(gemm(x.to(gu.dtype), gu, epilogue="swiglu"), _packed(self, _SHARED_DOWN_W, "SharedExpertMoE"))
+        # the gate and the sum in fp32, rounded once (stock rounds the gate's logit, the sigmoid,
+        # the product and the sum)
+        gate = torch.sigmoid(torch.nn.functional.linear(x.float(), self.shared_expert_gate.weight.float()))
+        return (routed.float() + gate * shared.float()).to(routed.dtype)
 
 
 class MoEDecoderLayer(nn.Module):
@@ -119,6 +159,17 @@ def why_not(m: nn.Module, layer: str, why_not_other) -> str:
         if not all(isinstance(c.get(n), nn.Module) for n in ("input_layernorm", "self_attn", "mlp")) or norm is None:
             return "not a pre-norm decoder block"
         return "" if not why_not_other(norm, "RMSNorm") else "its post-attention norm is not an RMSNorm"
+    if layer == "SharedExpertMoE":
+        se, sg = c.get("shared_expert"), c.get("shared_expert_gate")
+        lin = [getattr(se, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+        if not all(isinstance(t, nn.Linear) and t.bias is None for t in lin + [sg]):
+            return "no unbiased shared_expert gate/up/down_proj and shared_expert_gate Linear children"
+        if type(getattr(se, "act_fn", None)).__name__ != "SiLUActivation":
+            return "the shared expert's activation is not silu"
+        if min(lin[0].in_features, lin[0].out_features) < MIN_GEMM_DIM:
+            return f"a shared-expert GEMM dimension below {MIN_GEMM_DIM}"
+    elif "shared_expert" in c:
+        return "a shared expert the SparseMoE layer does not run"
     gate, experts = c.get("gate"), c.get("experts")
     gu, dn = getattr(experts, "gate_up_proj", None), getattr(experts, "down_proj", None)
     w = getattr(gate, "weight", None)
@@ -141,6 +192,13 @@ def loaded_sources(module: str, out: dict):
     gate.weight [E, H], experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]."""
     shape = [int(d) for d in out["shape"]]
     name = out["name"]
+    if name.endswith(".shared_expert.gate_up_proj.weight"):  # [H, 2S] from two [S, H]
+        s = [int(n) for n in out.get("split") or ()]
+        return [(module + f".shared_expert.{p}.weight", [n, shape[0]]) for p, n in zip(("gate_proj", "up_proj"), s)]
+    if name.endswith(".shared_expert.down_proj.weight"):  # [S, H]
+        return [(module + ".shared_expert.down_proj.weight", shape[::-1])]
+    if name.endswith(".shared_expert_gate.weight"):  # [1, H], the module's own
+        return [(module + ".shared_expert_gate.weight", shape)]
     if name.endswith(".router.weight"):  # [H, E]
         return [(module + ".gate.weight", shape[::-1])]
     if name.endswith(".gate_up_proj.weight"):  # [E, H, 2I]

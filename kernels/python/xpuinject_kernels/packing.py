@@ -170,6 +170,17 @@ def _sparse_moe(m: nn.Module) -> Dict[str, torch.Tensor]:
             "down_weight": experts.down_proj.to(dt).transpose(1, 2).contiguous()}
 
 
+def _shared_expert_moe(m: nn.Module) -> Dict[str, torch.Tensor]:
+    """_sparse_moe's tensors and the shared expert's: gate then up rows, K-major, and its down."""
+    out = _sparse_moe(m)
+    se = _child(m, "shared_expert", "SharedExpertMoE")
+    g, u, d = (_child(se, n, "SharedExpertMoE") for n in ("gate_proj", "up_proj", "down_proj"))
+    dt = out["router_weight"].dtype
+    out["shared_gate_up_weight"] = _kmajor(torch.cat([g.weight, u.weight], 0), dt)
+    out["shared_down_weight"] = _kmajor(d.weight, dt)
+    return out
+
+
 _PACKERS: Dict[str, Callable[[nn.Module], Dict[str, torch.Tensor]]] = {
     "Attention": _attention,
     "FusedAttention": _attention,
@@ -182,6 +193,7 @@ _PACKERS: Dict[str, Callable[[nn.Module], Dict[str, torch.Tensor]]] = {
     "ConvBN": _conv_bn,
     "Linear": _linear,
     "SparseMoE": _sparse_moe,
+    "SharedExpertMoE": _shared_expert_moe,
 }
 
 
