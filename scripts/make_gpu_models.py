@@ -4,7 +4,7 @@ Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,phi3mini,smollm3,granite2b,qwen3moe30b,
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,qwen2moe,phi3mini,smollm3,granite2b,qwen3moe30b,
         levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
@@ -163,6 +163,14 @@ def qwen3moe30b(out: Path, layers=None):
     _llama(out, cfg, cls=transformers.Qwen3MoeForCausalLM, dtype=torch.bfloat16)
 
 
+def qwen2moe(out: Path, layers=None):
+    """Qwen1.5-MoE-A2.7B's shape as Qwen2MoeConfig's defaults give it: hidden 2048, 24 layers, 16
+    heads (no GQA), 60 experts of width 1408, top 4 without renormalization, a shared expert of
+    width 5632 in every layer, vocab 151936, untied embeddings. Built in bf16 on the device."""
+    cfg = transformers.Qwen2MoeConfig(num_hidden_layers=layers or 24, bos_token_id=0, eos_token_id=1)
+    _llama(out, cfg, cls=transformers.Qwen2MoeForCausalLM, dtype=torch.bfloat16)
+
+
 CONFIG_ONLY = False
 
 
@@ -222,7 +230,7 @@ def main():
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
               "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
-              "qwen3moe30b": qwen3moe30b,
+              "qwen3moe30b": qwen3moe30b, "qwen2moe": qwen2moe,
               "levit128s": levit128s}
     for name in a.only.split(","):
         t = time.time()
