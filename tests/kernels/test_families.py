@@ -471,3 +471,24 @@ def test_post_norm_decoder_layer_matches_olmo2s_block(device):
     assert want_n == {"rms_norm_gemma": 4, "rms_norm_fp32_add": 0}, want_n
     assert got_n == {"rms_norm_gemma": 2, "rms_norm_fp32_add": 2}, got_n  # the q/k norms stay apart
     assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
+
+
+def test_olmo2_model_compiles_as_one_graph(llama_odd_pkg, device):
+    """The olmo2 fixture kernelized (FP32RMSNorm, the full-width q/k norms inside Attention,
+    PostNormDecoderLayer's norm + add op) traces with fullgraph=True and computes what eager does,
+    bit for bit."""
+    from pathlib import Path
+
+    import transformers
+
+    torch._dynamo.reset()
+    fixtures = Path(__file__).resolve().parents[2] / "testdata" / "fixtures"
+    model = transformers.AutoModelForCausalLM.from_pretrained(fixtures / "olmo2-tiny", dtype=torch.bfloat16).eval().to(device)
+    summary = llama_odd_pkg.kernelize(model)
+    assert {"FP32RMSNorm", "PostNormDecoderLayer", "Attention"} <= set(summary["replaced"])
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    ids = torch.randint(3, 500, (2, 9), generator=torch.Generator().manual_seed(5)).to(device)
+    with torch.no_grad():
+        want, got = model(input_ids=ids).logits, compiled(input_ids=ids).logits
+    torch._dynamo.reset()
+    assert torch.equal(got, want)
