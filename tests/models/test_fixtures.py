@@ -135,8 +135,13 @@ def test_text_fixture_loads_and_runs(name):
     assert sd["model.layers.0.self_attn.k_proj.weight"].shape == (nkv * head_dim, hid)
     assert sd["model.layers.0.self_attn.v_proj.weight"].shape == (nkv * head_dim, hid)
     assert sd["model.layers.0.self_attn.o_proj.weight"].shape == (hid, nh * head_dim)
-    if model_type in ("qwen3_moe", "mixtral"):  # layer 0 is sparse (experts checked below)
-        assert sd["model.layers.0.mlp.gate.weight"].shape == (6, hid)
+    if model_type in ("qwen3_moe", "mixtral", "qwen2_moe"):  # layer 0 is sparse (experts checked below)
+        experts = getattr(cfg, "num_experts", None) or cfg.num_local_experts
+        assert sd["model.layers.0.mlp.gate.weight"].shape == (experts, hid)
+        if model_type == "qwen2_moe":  # and carries a shared expert beside the routed ones
+            s = cfg.shared_expert_intermediate_size
+            assert sd["model.layers.0.mlp.shared_expert.gate_proj.weight"].shape == (s, hid)
+            assert sd["model.layers.0.mlp.shared_expert_gate.weight"].shape == (1, hid)
     else:
         assert sd["model.layers.0.mlp.gate_proj.weight"].shape == (cfg.intermediate_size, hid)
     assert sd["lm_head.weight"].shape == (cfg.vocab_size, hid)
@@ -160,7 +165,7 @@ def test_norm_weights_and_biases_are_not_init_values(name):
         assert not torch.all(w == 1), f"{name}: {n}.weight is all ones"
         assert 0.75 <= w.min() and w.max() <= 1.25 and w.std() > 0.01, f"{name}: {n}.weight not around 1"
     biases = [(n, p) for n, p in model.named_parameters() if n.endswith(".bias")]
-    if cfg.model_type == "qwen2":
+    if cfg.model_type in ("qwen2", "qwen2_moe"):
         assert {n.rsplit(".", 2)[-2] for n, _ in biases} == {"q_proj", "k_proj", "v_proj"}
     else:
         assert biases == []
