@@ -66,14 +66,16 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 		return nil
 	}
 	switch k.Name {
-	case "add-rmsnorm", "rmsnorm-add":
+	case "add-rmsnorm":
 		lp.Reason = joinReasons(ReasonAddRMSNorm, note)
-		if k.Name == "rmsnorm-add" {
-			lp.Reason = joinReasons(ReasonRMSNormAdd, note)
-		}
-		// The residual add next to this norm lives in the decoder layer's forward, so the
-		// decoder layer is what changes (bound once: by OLMo 2's first norm for both).
-		if k.Name == "add-rmsnorm" || lastPart(l.Module) == postAttentionNorm {
+		// The residual add before this norm lives in the decoder layer's forward, so the
+		// decoder layer is what changes.
+		lp.Bindings = append(lp.Bindings, bind(parentModule(l.Module), l.BlockClass, decoder, nil))
+	case "rmsnorm-add":
+		lp.Reason = joinReasons(ReasonRMSNormAdd, note)
+		// The add after it lives in the decoder layer's forward too; the block's first norm binds
+		// the layer, once for both.
+		if lastPart(l.Module) == postAttentionNorm {
 			lp.Bindings = append(lp.Bindings, bind(parentModule(l.Module), l.BlockClass, decoder, nil))
 		}
 	default:

@@ -32,8 +32,8 @@ from .decoder import Attention, geglu_block, geglu_epilogue, mlp_activation  # n
 from .layers import SwiGLUMLP, _packed
 from .rmsnorm import add_rms_norm_gemma, rms_norm_fp32_add, rms_norm_gemma
 
-__all__ = ["GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "FusedAttention", "FusedSwiGLUMLP", "mlp_activation",
-           "geglu_epilogue", "geglu_block"]
+__all__ = ["GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "FusedAttention",
+           "FusedSwiGLUMLP", "mlp_activation", "geglu_epilogue", "geglu_block"]
 
 _NORM_W = packed_attr("GemmaRMSNorm", "weight")
 

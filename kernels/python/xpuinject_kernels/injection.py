@@ -868,10 +868,10 @@ def supported_bindings(model: nn.Module) -> List[Tuple[str, str]]:
     # q/k norms run inside their attention: bound with it only, as the planner binds them; a
     # shared expert runs inside its SharedExpertMoE on packed weights, never as its module
     bound = {p for p, _ in out}
-    shared = tuple(p + ".shared_expert" for p, layer in out if layer == "SharedExpertMoE")
+    shared = {p + ".shared_expert" for p, layer in out if layer == "SharedExpertMoE"}
     return [(p, layer) for p, layer in out
             if (p.rsplit(".", 1)[-1] not in ("q_norm", "k_norm") or p.rsplit(".", 1)[0] in bound)
-            and not p.startswith(shared or ("\0",))]
+            and p not in shared]
 
 
 class _PackageLayerRepository:

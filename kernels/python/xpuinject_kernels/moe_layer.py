@@ -45,17 +45,21 @@ def router_rule(block: nn.Module) -> str:
     return "softmax-topk-norm" if norm else "softmax-topk"
 
 
-def sparse_moe(block: nn.Module, hidden_states: torch.Tensor, residual=None, norm=None) -> torch.Tensor:
+def sparse_moe(block: nn.Module, hidden_states: torch.Tensor, residual=None, norm=None,
+               layer: str = "SparseMoE") -> torch.Tensor:
     """The SparseMoE layer's computation on block's packed weights; with residual, residual +
     that, the add in the kernel's last launch (where the dtypes let it; else a torch add).
     norm = (weight, eps), with residual: hidden_states is the attention's output, and the block
     runs on add_rms_norm(hidden_states, residual) (the post-attention add + RMSNorm, which
     moe.add_rms_norm_moe may run inside the router's launch), returning the new residual + the
-    block's output."""
+    block's output. layer: the layer whose packing makes the weights when they are absent
+    (SharedExpertMoE's routed experts)."""
     if block.training:
-        raise RuntimeError(f"xpuinject_kernels: SparseMoE: module {_name(block)!r} is in training mode; "
+        raise RuntimeError(f"xpuinject_kernels: {layer}: module {_name(block)!r} is in training mode; "
                            "the fused kernel is inference-only (call model.eval())")
-    rw, gu, dn = _routed(block, "SparseMoE")
+    rw = _packed(block, _ROUTER_W, layer)
+    gu = _packed(block, _GATE_UP_W, layer)
+    dn = _packed(block, _DOWN_W, layer)
     if norm is not None:
         w, eps = norm
         if (hidden_states.dtype == gu.dtype and residual.dtype == gu.dtype and w.dtype == gu.dtype
@@ -69,20 +73,6 @@ def sparse_moe(block: nn.Module, hidden_states: torch.Tensor, residual=None, nor
     if residual.dtype == gu.dtype and residual.shape == hidden_states.shape and residual.stride(-1) == 1:
         return moe(*args, residual=residual)
     return residual + moe(*args)
-
-
-def _routed(block: nn.Module, layer: str):
-    """The router, gate/up and down weights of block, packed for `layer` (packing it if needed)."""
-    return (_packed(block, _ROUTER_W, layer), _packed(block, _GATE_UP_W, layer), _packed(block, _DOWN_W, layer))
-
-
-def sparse_moe_packed(block: nn.Module, hidden_states: torch.Tensor, layer: str) -> torch.Tensor:
-    """The routed experts' output alone, on the weights `layer` packs."""
-    if block.training:
-        raise RuntimeError(f"xpuinject_kernels: {layer}: module {_name(block)!r} is in training mode; "
-                           "the fused kernel is inference-only (call model.eval())")
-    rw, gu, dn = _routed(block, layer)
-    return moe(hidden_states.to(gu.dtype), rw, gu, dn, int(block.gate.top_k), router_rule(block))
 
 
 def runs_sparse_moe(mlp: nn.Module) -> bool:
@@ -113,7 +103,7 @@ class SharedExpertMoE(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         x = hidden_states
-        routed = sparse_moe_packed(self, x, "SharedExpertMoE")
+        routed = sparse_moe(self, x, layer="SharedExpertMoE")
         gu = _packed(self, _SHARED_GU_W, "SharedExpertMoE")
         shared = gemm(gemm(x.to(gu.dtype), gu, epilogue="swiglu"), _packed(self, _SHARED_DOWN_W, "SharedExpertMoE"))
         # the gate and the sum in fp32, rounded once (stock rounds the gate's logit, the sigmoid,
