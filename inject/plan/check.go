@@ -23,7 +23,8 @@ func (e *planError) Error() string        { return e.msg }
 func (e *planError) Is(target error) bool { return target == ErrEdited }
 
 // knownTransforms are the transform names pack knows.
-var knownTransforms = []string{TFoldBN, TFoldBNInput, TFoldConvBN, TConcatQKV, TConcatGateUp, TCastBF16, TCastFP16, TPrepackKMajor}
+var knownTransforms = []string{TFoldBN, TFoldBNInput, TFoldConvBN, TConcatQKV, TConcatGateUp, TRopeDeinterleave, TAddOne,
+	TStackExperts, TCastBF16, TCastFP16, TPrepackKMajor}
 
 // CheckFields re-plans g with the options recorded in got (its dtype, GPU and disabled
 // kernels; reg's rows) and

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -100,5 +101,40 @@ func TestPlanYAMLErrors(t *testing.T) {
 				t.Errorf("%q: error %q shows a Go type", c.doc, err)
 			}
 		}
+	}
+}
+
+// TestCheckPlanFieldsEveryFixture: the plan of every fixture, as written, passes the check
+// eval runs on a package's plan (every transform it writes is one the check knows).
+func TestCheckPlanFieldsEveryFixture(t *testing.T) {
+	ents, err := os.ReadDir("../../testdata/fixtures")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		g, err := models.Load("../../testdata/fixtures/" + e.Name())
+		if err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		p, err := New(g, nil, Options{Tool: "xpuinject test"})
+		if err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		b, _ := MarshalYAML(p)
+		back, err := ParseYAML(b)
+		if err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		if err := CheckFields(back, g, kernels.Default(), "pkg/plan.yaml"); err != nil {
+			t.Errorf("%s: the plan as written fails: %v", e.Name(), err)
+		}
+		n++
+	}
+	if n < 18 {
+		t.Fatalf("checked %d fixtures, want every one of testdata/fixtures (18 or more)", n)
 	}
 }

@@ -27,6 +27,10 @@ const (
 	// TAddOne folds Gemma's norm offset: 1 + w, summed exactly and rounded once to F32 (the
 	// result stays fp32: in bf16, 1 + w would lose w to the spacing near 1, 2^-7).
 	TAddOne = "add-one"
+	// TRopeDeinterleave reorders the rotated rows of each q and k head of a concat-qkv
+	// output from interleaved pairs (2i, 2i+1) to rotate-half order: even rows, then odd
+	// ones. q·k is unchanged, and rotate-half RoPE on the result is the interleaved one.
+	TRopeDeinterleave = "rope-deinterleave"
 	// TStackExperts stacks one tensor per expert along a new leading dim [experts, ...];
 	// the transforms after it apply to each expert's slice (an MoE layer's packed weights).
 	TStackExperts = "stack-experts"
