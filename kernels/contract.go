@@ -36,6 +36,11 @@ type Contract struct {
 	// order they are checked: the CLI's pre-flight (inject/emit, CheckPacked) and the
 	// package's inject(model, packed=...) (injection.py) each implement every one.
 	PackedChecks []PackedCheck `json:"packed_checks"`
+	// InterleavedRotary lists the attention classes whose RoPE rotates adjacent channel
+	// pairs; their q and k rows are packed in rotate-half order (rope-deinterleave).
+	InterleavedRotary struct {
+		Classes []string `json:"classes"`
+	} `json:"interleaved_rotary"`
 }
 
 // PackedCheck is one property of a packed checkpoint.
@@ -147,4 +152,10 @@ func LayerNames() []string {
 func LayerReplaces(layer, class string) bool {
 	l, ok := contract.Layers[layer]
 	return ok && slices.Contains(l.Classes, class)
+}
+
+// RotatesInterleaved reports whether the attention class rotates adjacent channel pairs,
+// so the package reorders its q and k rows when it packs them on the device.
+func RotatesInterleaved(class string) bool {
+	return slices.Contains(contract.InterleavedRotary.Classes, class)
 }

@@ -284,6 +284,34 @@ func TestFixtureFacts(t *testing.T) {
 					t.Errorf("lm_head %+v", h)
 				}
 			}, []string{"GemmaTextScaledWordEmbedding", "GemmaRMSNorm", "GemmaAttention", "GemmaMLP"}},
+		"glm4-tiny": {15, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 9, KindAttention: 2, KindMLPSwiGLU: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				// a norm after each branch, in the block's execution order
+				order := []string{"model.layers.0.input_layernorm", "model.layers.0.self_attn", "model.layers.0.post_self_attn_layernorm",
+					"model.layers.0.post_attention_layernorm", "model.layers.0.mlp", "model.layers.0.post_mlp_layernorm"}
+				for i, m := range order {
+					if g.Layers[1+i].Module != m {
+						t.Errorf("layer %d is %s, want %s", 1+i, g.Layers[1+i].Module, m)
+					}
+				}
+				// head_dim 80 of its own (not 96 / 3); 40 channels rotate, in adjacent pairs
+				a := attn(g, 1)
+				wantDims(t, a, map[string]int64{"hidden": 96, "heads": 3, "kv_heads": 1, "head_dim": 80, "rotary_dim": 40})
+				if !a.InterleavedRotary || !a.Bias || a.Rope != "" || a.Tensors["q_proj.bias"] != "model.layers.1.self_attn.q_proj.bias" ||
+					a.Tensors["o_proj.bias"] != "" {
+					t.Errorf("attention %+v", a)
+				}
+				m := layer(t, g, "model.layers.1.mlp")
+				if m.Tensors["gate_up_proj.weight"] != "model.layers.1.mlp.gate_up_proj.weight" || m.Class != "Glm4MLP" {
+					t.Errorf("mlp %+v", m)
+				}
+				if n := layer(t, g, "model.layers.1.post_mlp_layernorm"); n.BlockClass != "Glm4DecoderLayer" || n.Eps != 1e-6 {
+					t.Errorf("post_mlp_layernorm %+v", n)
+				}
+				if h := layer(t, g, "lm_head"); h.Tied {
+					t.Errorf("lm_head %+v", h)
+				}
+			}, []string{"Glm4RMSNorm", "Glm4Attention", "Glm4MLP"}},
 		"olmo2-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNormFP32: 5, KindAttention: 2, KindMLPSwiGLU: 2, KindLMHead: 1}, 1,
 			func(t *testing.T, g *Graph) {
 				// no input norm; a norm after each branch; q/k norms over the whole projection
@@ -460,6 +488,21 @@ func TestRopeSpellings(t *testing.T) {
 			delete(m, "rope_parameters")
 			m["rope_scaling"] = map[string]any{"type": "su"}
 		}, 0, "longrope"},
+		{"glm4 saved", "glm4-tiny", func(m map[string]any) {}, 40, ""},
+		{"glm4 hub", "glm4-tiny", func(m map[string]any) { // no factor anywhere: Glm4Config's 0.5
+			delete(m, "rope_parameters")
+			delete(m, "partial_rotary_factor")
+			m["rope_theta"] = 10000.0
+		}, 40, ""},
+		{"glm4 whole head", "glm4-tiny", func(m map[string]any) {
+			m["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}
+		}, 0, ""},
+		{"glm4 dynamic", "glm4-tiny", func(m map[string]any) {
+			m["rope_scaling"] = map[string]any{"type": "dynamic", "factor": 2.0}
+		}, 40, "dynamic"},
+		{"glm4 linear", "glm4-tiny", func(m map[string]any) {
+			m["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.25}
+		}, 20, ""},
 		{"gemma3 hub", "gemma3-tiny", func(m map[string]any) {
 			delete(m, "rope_parameters")
 			m["rope_theta"], m["rope_local_base_freq"], m["rope_scaling"] = 1e6, 1e4, nil
@@ -607,5 +650,26 @@ func TestOLMo2Activation(t *testing.T) {
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `hidden_act is "gelu"`) ||
 		!strings.Contains(err.Error(), ConfigFile) {
 		t.Errorf("hidden_act gelu: %v", err)
+	}
+}
+
+// GLM's config refusals: an MLP activation other than silu, and a rotated channel count that
+// cannot be split into pairs.
+func TestGLMConfigRefusals(t *testing.T) {
+	for _, c := range []struct {
+		edit func(m map[string]any)
+		want string
+	}{
+		{func(m map[string]any) { m["hidden_act"] = "gelu" }, `hidden_act is "gelu"`},
+		{func(m map[string]any) {
+			m["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.3625}
+		}, "rotates 29 channels, want an even count"},
+		{func(m map[string]any) { m["num_key_value_heads"] = 2 }, "num_attention_heads 3 is not a multiple of num_key_value_heads 2"},
+	} {
+		dir := copyFixture(t, "glm4-tiny")
+		editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
+		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ConfigFile) {
+			t.Errorf("want %q naming %s, got %v", c.want, ConfigFile, err)
+		}
 	}
 }

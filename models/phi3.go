@@ -53,9 +53,27 @@ type ropeSpec struct {
 
 // rope reads the effective RoPE type and partial rotary factor as Phi3Config resolves them.
 func (c *phi3Config) rope(ck *Checkpoint) (typ string, partial float64, err error) {
-	raw := c.RopeScaling
+	typ, partial, err = readRope(ck, c.RopeScaling, c.RopeParameters, c.PartialRotaryFactor, 1)
+	if err != nil {
+		return "", 0, err
+	}
+	switch typ {
+	case "default":
+	case "su", "yarn", "longrope": // Phi3Config renames the first two to longrope
+		typ = "longrope"
+	default:
+		return "", 0, configError(ck, "rope type %q: Phi3Config accepts default and longrope", typ)
+	}
+	return typ, partial, nil
+}
+
+// readRope reads a config's RoPE type ("default" when unset) and partial rotary factor as
+// transformers 5.17 resolves them (convert_rope_params_to_dict): rope_scaling when set, else
+// rope_parameters; a factor inside that object, else the top-level one, else def.
+func readRope(ck *Checkpoint, scaling, params json.RawMessage, top *float64, def float64) (typ string, partial float64, err error) {
+	raw := scaling
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
-		raw = c.RopeParameters
+		raw = params
 	}
 	var s ropeSpec
 	if t := bytes.TrimSpace(raw); len(t) > 0 && string(t) != "null" {
@@ -67,20 +85,15 @@ func (c *phi3Config) rope(ck *Checkpoint) (typ string, partial float64, err erro
 	if typ == "" {
 		typ = s.Type
 	}
-	switch typ {
-	case "", "default":
+	if typ == "" {
 		typ = "default"
-	case "su", "yarn", "longrope": // Phi3Config renames the first two to longrope
-		typ = "longrope"
-	default:
-		return "", 0, configError(ck, "rope type %q: Phi3Config accepts default and longrope", typ)
 	}
-	partial = 1
+	partial = def
 	switch {
 	case s.PartialRotaryFactor != nil:
 		partial = *s.PartialRotaryFactor
-	case c.PartialRotaryFactor != nil:
-		partial = *c.PartialRotaryFactor
+	case top != nil:
+		partial = *top
 	}
 	if !(partial > 0 && partial <= 1) {
 		return "", 0, configError(ck, "partial_rotary_factor is %v, want 0 < f <= 1", partial)

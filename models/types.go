@@ -124,6 +124,10 @@ type Layer struct {
 	// Rope is the attention's RoPE type when it is not the default one ("longrope"), or
 	// RopeNone for a layer that applies none.
 	Rope string `json:",omitempty" yaml:",omitempty"`
+	// InterleavedRotary marks an attention whose RoPE rotates adjacent channel pairs
+	// (2i, 2i+1) of each head (GLM's rotate_half) where Llama's rotates (i, i + rotary/2).
+	// Planning reorders the q and k rows offline so the rotate-half kernels compute it.
+	InterleavedRotary bool `json:",omitempty" yaml:",omitempty"`
 	// ResidualScale, on the norm after a decoder block's first residual add, is the factor
 	// the block multiplies each branch by before adding it to the residual (Granite's
 	// residual_multiplier); 0 when it adds them as they are.

@@ -412,6 +412,24 @@ def build_phi3_tiny(seed: int):
     return _seeded(seed, lambda: Phi3ForCausalLM(cfg))
 
 
+def build_glm4_tiny(seed: int):
+    from transformers import Glm4Config, Glm4ForCausalLM
+
+    cfg = Glm4Config(
+        hidden_size=96,
+        intermediate_size=88,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3
+        head_dim=80,  # not hidden / heads: Glm4Config's head_dim is its own field
+        # Glm4Config's default partial_rotary_factor 0.5: 40 of each head's 80 channels rotate,
+        # in adjacent pairs; attention_bias defaults to true (q/k/v biases)
+        tie_word_embeddings=False,
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Glm4ForCausalLM(cfg))
+
+
 def build_smollm3_tiny(seed: int):
     from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
@@ -524,6 +542,7 @@ FIXTURE_LIST = [
     Fixture("olmo2-tiny", 1016, build_olmo2_tiny, dtype="bfloat16"),
     Fixture("olmo3-tiny", 1017, build_olmo3_tiny, dtype="bfloat16"),
     Fixture("qwen2-moe-tiny", 1018, build_qwen2_moe_tiny, dtype="bfloat16"),
+    Fixture("glm4-tiny", 1019, build_glm4_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

@@ -773,16 +773,18 @@ func (p *packer) writeTensor(r *recipe, f packFile, off int64) error {
 				r1 := min(r0+rowsPer, r.Rows)
 				n := int((r1 - r0) * r.Cols)
 				sc.out = grow(sc.out, n*int(outES))
-				if err := func() error {
-					// Each part overlapping [r0, r1) is read and converted into its slot of sc.out.
+				// rows reads source rows [s0, s0+n) into output rows from at (relative to
+				// r0): each part overlapping them is read and converted into its slot of sc.out.
+				rows := func(at, s0, n int64) error {
 					for _, pt := range parts {
-						a, e := max(r0, pt.start), min(r1, pt.end)
+						a, e := max(s0, pt.start), min(s0+n, pt.end)
 						if a >= e {
 							continue
 						}
 						es := int64(pt.dt.Size())
 						m := int((e - a) * r.Cols)
-						dst := sc.out[(a-r0)*r.Cols*outES : (e-r0)*r.Cols*outES]
+						d0 := at + a - s0
+						dst := sc.out[d0*r.Cols*outES : (d0+e-a)*r.Cols*outES]
 						srcOff := (a - pt.start) * r.Cols * es
 						if r.Raw {
 							if err := p.readAt(pt.name, dst, srcOff); err != nil {
@@ -811,6 +813,20 @@ func (p *packer) writeTensor(r *recipe, f packFile, off int64) error {
 						}
 						if err := EncodeF64(dst, sc.f64, r.OutDT); err != nil {
 							return r.wrap(err)
+						}
+					}
+					return nil
+				}
+				if err := func() error {
+					if r.Perm == nil {
+						if err := rows(0, r0, r1-r0); err != nil {
+							return err
+						}
+					} else {
+						for o := r0; o < r1; o++ {
+							if err := rows(o-r0, r.Perm[o], 1); err != nil {
+								return err
+							}
 						}
 					}
 					if r.KMajor {

@@ -277,6 +277,40 @@ func TransposeInto(dst, src []byte, es, rows, cols, n, row0 int) {
 	}
 }
 
+// DeinterleavePerm is rope-deinterleave's row order for a q|k|v concatenation of the given
+// split: output row o reads source row perm[o]. In each q and k head, the first rotary_dim
+// rows (dims "rotary_dim", else all of "head_dim") become their even rows, then their odd
+// ones: the adjacent pairs (2i, 2i+1) GLM's RoPE rotates become rotate-half's (i, i + R/2).
+// Rows past rotary_dim, and v, keep their places.
+func DeinterleavePerm(split []int64, dims map[string]int64) ([]int64, error) {
+	h, kv, hd := dims["heads"], dims["kv_heads"], dims["head_dim"]
+	rot := dims["rotary_dim"]
+	if rot == 0 {
+		rot = hd
+	}
+	if h <= 0 || kv <= 0 || hd <= 0 {
+		return nil, fmt.Errorf("the layer's dims give heads %d, kv_heads %d, head_dim %d", h, kv, hd)
+	}
+	if rot%2 != 0 || rot > hd {
+		return nil, fmt.Errorf("rotary_dim %d: want an even count up to head_dim %d", rot, hd)
+	}
+	if len(split) != 3 || split[0] != h*hd || split[1] != kv*hd || split[2] != kv*hd {
+		return nil, fmt.Errorf("split %v, the layer's heads want [%d %d %d]", split, h*hd, kv*hd, kv*hd)
+	}
+	perm := make([]int64, split[0]+split[1]+split[2])
+	for i := range perm {
+		perm[i] = int64(i)
+	}
+	for head := int64(0); head < h+kv; head++ {
+		base := head * hd
+		for j := int64(0); j < rot/2; j++ {
+			perm[base+j] = base + 2*j
+			perm[base+rot/2+j] = base + 2*j + 1
+		}
+	}
+	return perm, nil
+}
+
 // ---- recipes: PLAN.md's table, checked ----
 
 // opKind is the arithmetic an output needs, decided by its first transform and role.
@@ -321,6 +355,9 @@ type recipe struct {
 	viewShape []int64
 	// Subs are a stacked output's slices, one recipe per expert (opStack).
 	Subs []*recipe
+	// Perm, when set, reorders rows: output row o is source row Perm[o] of the
+	// concatenation (rope-deinterleave).
+	Perm []int64
 }
 
 func (r *recipe) errf(format string, a ...any) error {
@@ -347,7 +384,7 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 	if len(o.Transforms) > 0 && o.Transforms[0] == plan.TStackExperts {
 		return newStackRecipe(lp, o, src)
 	}
-	// Transform order: [main] [cast-bf16 | cast-fp16] [prepack-kmajor].
+	// Transform order: [main] [rope-deinterleave] [cast-bf16 | cast-fp16] [prepack-kmajor].
 	ts := o.Transforms
 	if len(ts) > 0 {
 		switch ts[0] {
@@ -355,6 +392,13 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 			r.Main = ts[0]
 			ts = ts[1:]
 		}
+	}
+	deinterleave := len(ts) > 0 && ts[0] == plan.TRopeDeinterleave
+	if deinterleave {
+		if r.Main != plan.TConcatQKV {
+			return nil, r.errf("rope-deinterleave reorders a concat-qkv output, but the transforms are %v", o.Transforms)
+		}
+		ts = ts[1:]
 	}
 	if len(ts) > 0 && (ts[0] == plan.TCastBF16 || ts[0] == plan.TCastFP16) {
 		r.CastTo = models.BF16
@@ -368,7 +412,7 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 		ts = ts[1:]
 	}
 	if len(ts) > 0 {
-		return nil, r.errf("transforms %v: %q is unknown or out of order (want [fold or concat] [cast-bf16 or cast-fp16] [prepack-kmajor])",
+		return nil, r.errf("transforms %v: %q is unknown or out of order (want [fold or concat] [rope-deinterleave] [cast-bf16 or cast-fp16] [prepack-kmajor])",
 			o.Transforms, ts[0])
 	}
 	wantLayout := plan.LayoutRowMajor
@@ -436,6 +480,13 @@ func newRecipe(lp *plan.LayerPlan, o plan.TensorPlan, src func(name string) (src
 		shape := slices.Clone(infos[0].Shape)
 		shape[0] = rows
 		r.setView(shape)
+		if deinterleave {
+			perm, err := DeinterleavePerm(split, lp.Dims)
+			if err != nil {
+				return nil, r.errf("rope-deinterleave: %v", err)
+			}
+			r.Perm = perm
+		}
 	case plan.TFoldBN, plan.TFoldConvBN:
 		w := infos[0]
 		switch o.Role {

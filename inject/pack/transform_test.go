@@ -331,3 +331,52 @@ func TestAddOne(t *testing.T) {
 		t.Errorf("add-one recipe %+v, %v", r, err)
 	}
 }
+
+// TestDeinterleavePerm: GLM's adjacent rotary pairs in rotate-half order, head by head, the
+// channels past rotary_dim and v left in place; bad dims and splits are refused.
+func TestDeinterleavePerm(t *testing.T) {
+	// 2 q heads, 1 k head, 1 v head of head_dim 6, 4 channels rotating
+	dims := map[string]int64{"heads": 2, "kv_heads": 1, "head_dim": 6, "rotary_dim": 4}
+	got, err := DeinterleavePerm([]int64{12, 6, 6}, dims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{0, 2, 1, 3, 4, 5, 6, 8, 7, 9, 10, 11, 12, 14, 13, 15, 16, 17, 18, 19, 20, 21, 22, 23}
+	if !slices.Equal(got, want) {
+		t.Errorf("perm %v, want %v", got, want)
+	}
+	// every channel rotating: head_dim 4 gives (0, 2, 1, 3) per head
+	got, _ = DeinterleavePerm([]int64{4, 4, 4}, map[string]int64{"heads": 1, "kv_heads": 1, "head_dim": 4})
+	if want := []int64{0, 2, 1, 3, 4, 6, 5, 7, 8, 9, 10, 11}; !slices.Equal(got, want) {
+		t.Errorf("whole-head perm %v, want %v", got, want)
+	}
+	for _, c := range []struct {
+		split []int64
+		dims  map[string]int64
+		want  string
+	}{
+		{[]int64{12, 6, 6}, map[string]int64{"heads": 2, "kv_heads": 1, "head_dim": 6, "rotary_dim": 3}, "even count"},
+		{[]int64{12, 6, 6}, map[string]int64{"heads": 2, "kv_heads": 1, "head_dim": 6, "rotary_dim": 8}, "even count"},
+		{[]int64{12, 6}, dims, "split [12 6]"},
+		{[]int64{12, 6, 6}, map[string]int64{"heads": 2, "head_dim": 6}, "kv_heads 0"},
+	} {
+		if _, err := DeinterleavePerm(c.split, c.dims); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: error %v, want %q", c.split, c.dims, err, c.want)
+		}
+	}
+	// in a recipe: only after concat-qkv, with the layer's dims
+	src := func(name string) (srcInfo, bool) {
+		return srcInfo{Name: name, DType: models.BF16, Shape: map[string][]int64{"q": {12, 8}, "k": {6, 8}, "v": {6, 8}}[name]}, true
+	}
+	lp := &plan.LayerPlan{Module: "L", Dims: dims}
+	o := plan.TensorPlan{Name: "x", Sources: []string{"q", "k", "v"}, Transforms: []string{plan.TConcatQKV, plan.TRopeDeinterleave,
+		plan.TPrepackKMajor}, Shape: []int64{8, 24}, DType: "BF16", Layout: plan.LayoutKMajor, Split: []int64{12, 6, 6}}
+	r, err := newRecipe(lp, o, src)
+	if err != nil || !slices.Equal(r.Perm, want) || !r.Raw {
+		t.Errorf("recipe %+v, %v", r, err)
+	}
+	o.Transforms = []string{plan.TRopeDeinterleave, plan.TConcatQKV}
+	if _, err := newRecipe(lp, o, src); err == nil || !strings.Contains(err.Error(), "rope-deinterleave reorders a concat-qkv output") {
+		t.Errorf("rope-deinterleave first: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,7 +34,8 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	}
 	mt := cfg["model_type"].(string)
 	add("model.embed_tokens.weight", vocab, h)
-	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2") {
+	glm := mt == "glm" || mt == "glm4"
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || glm) {
 		add("lm_head.weight", vocab, h)
 	}
 	add("model.norm.weight", h)
@@ -48,6 +50,20 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 		if mt == "phi3" {
 			add(p+"self_attn.qkv_proj.weight", (heads+2*kv)*hd, h)
 			add(p+"mlp.gate_up_proj.weight", 2*inter, h)
+			continue
+		}
+		if glm {
+			add(p+"self_attn.q_proj.weight", heads*hd, h)
+			add(p+"self_attn.k_proj.weight", kv*hd, h)
+			add(p+"self_attn.v_proj.weight", kv*hd, h)
+			add(p+"self_attn.q_proj.bias", heads*hd)
+			add(p+"self_attn.k_proj.bias", kv*hd)
+			add(p+"self_attn.v_proj.bias", kv*hd)
+			add(p+"mlp.gate_up_proj.weight", 2*inter, h)
+			if mt == "glm4" {
+				add(p+"post_self_attn_layernorm.weight", h)
+				add(p+"post_mlp_layernorm.weight", h)
+			}
 			continue
 		}
 		if mt == "gemma2" || mt == "gemma3_text" {
@@ -188,6 +204,42 @@ func TestPublishedConfigs(t *testing.T) {
 			}
 		}, `{"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "vocab_size": 50304, "hidden_size": 4096,
 			"intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "rms_norm_eps": 1e-5}`},
+		// Glm4Config's defaults (transformers 5.17 configuration_glm4.py: GLM-4-9B's shape) in the
+		// Hub's spelling (top-level rope_theta and partial_rotary_factor): four norms, attention,
+		// MLP per layer on our kernels, the rotated half of each head reordered offline; the
+		// block's residual adds stay the stock block's
+		"Glm4Config defaults": {40*6 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			a := layerPlan(t, p, "model.layers.39.self_attn")
+			if a.Layer != "Attention" || !slices.Equal(a.Outputs[0].Transforms, []string{TConcatQKV, TRopeDeinterleave, TPrepackKMajor}) ||
+				!slices.Equal(a.Outputs[1].Transforms, []string{TConcatQKV, TRopeDeinterleave}) || a.Dims["rotary_dim"] != 64 ||
+				!strings.Contains(a.Reason, "partial rotary: 64 of 128") || !strings.Contains(a.Reason, "interleaved rotary pairs") {
+				t.Errorf("attention: layer %s, outputs %+v, dims %v, reason %q", a.Layer, a.Outputs, a.Dims, a.Reason)
+			}
+			for _, m := range []string{"input_layernorm", "post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm"} {
+				if n := layerPlan(t, p, "model.layers.39."+m); n.Kernel != "rmsnorm" || n.Layer != "RMSNorm" || len(n.Bindings) != 1 {
+					t.Errorf("%s: kernel %s, layer %s, bindings %+v", m, n.Kernel, n.Layer, n.Bindings)
+				}
+			}
+			if m := layerPlan(t, p, "model.layers.39.mlp"); m.Layer != "FusedSwiGLUMLP" {
+				t.Errorf("mlp: layer %s", m.Layer)
+			}
+		}, `{"architectures": ["Glm4ForCausalLM"], "model_type": "glm4", "vocab_size": 151552, "hidden_size": 4096,
+			"intermediate_size": 13696, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2,
+			"head_dim": 128, "attention_bias": true, "partial_rotary_factor": 0.5, "rope_theta": 10000.0,
+			"rms_norm_eps": 1e-5, "tie_word_embeddings": false}`},
+		// GlmConfig's defaults (configuration_glm.py): Llama's block, so the norm after the
+		// attention's residual add takes the add with it (the decoder layer bound)
+		"GlmConfig defaults": {40*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			n := layerPlan(t, p, "model.layers.39.post_attention_layernorm")
+			if n.Kernel != "add-rmsnorm" || len(n.Bindings) != 2 || n.Bindings[1].Layer != "DecoderLayer" {
+				t.Errorf("post_attention_layernorm: kernel %s, bindings %+v", n.Kernel, n.Bindings)
+			}
+			if a := layerPlan(t, p, "model.layers.0.self_attn"); !slices.Contains(a.Outputs[0].Transforms, TRopeDeinterleave) {
+				t.Errorf("attention outputs %+v", a.Outputs)
+			}
+		}, `{"architectures": ["GlmForCausalLM"], "model_type": "glm", "vocab_size": 151552, "hidden_size": 4096,
+			"intermediate_size": 13696, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2,
+			"head_dim": 128, "attention_bias": true, "rms_norm_eps": 1.5625e-07}`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -291,11 +291,15 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	lp.Outputs = []TensorPlan{
 		p.out(m+".qkv_proj.weight", "weight", kernels.PackedAttr("Attention", "qkv_weight"), LayoutKMajor, []int64{hidden, total}, split, qkv...),
 	}
-	lp.Outputs[0].Transforms = append([]string{TConcatQKV}, lp.Outputs[0].Transforms...)
+	main := []string{TConcatQKV}
+	if l.InterleavedRotary {
+		main = append(main, TRopeDeinterleave)
+	}
+	lp.Outputs[0].Transforms = append(slices.Clone(main), lp.Outputs[0].Transforms...)
 	if nb == 3 {
 		b := p.out(m+".qkv_proj.bias", "bias", kernels.PackedAttr("Attention", "qkv_bias"), LayoutRowMajor, []int64{total}, split,
 			t["q_proj.bias"], t["k_proj.bias"], t["v_proj.bias"])
-		b.Transforms = append([]string{TConcatQKV}, b.Transforms...)
+		b.Transforms = append(slices.Clone(main), b.Transforms...)
 		lp.Outputs = append(lp.Outputs, b)
 	}
 	lp.Outputs = append(lp.Outputs,
@@ -353,6 +357,10 @@ func (p *planner) variantReason(l models.Layer) string {
 	if rd := l.Dims["rotary_dim"]; rd > 0 {
 		r += fmt.Sprintf("; partial rotary: %d of %d channels of each head rotate", rd, l.Dims["head_dim"])
 	}
+	if l.InterleavedRotary {
+		r += "; interleaved rotary pairs: each q and k head's rotated rows reordered offline (rope-deinterleave) " +
+			"so the rotate-half kernels compute it, q·k unchanged"
+	}
 	if l.Rope == models.RopeNone {
 		r += "; no RoPE on this layer (NoPE): the RoPE launch rotates nothing and still writes the cache"
 	}
@@ -370,6 +378,20 @@ func (p *planner) stockAttention(l models.Layer) string {
 	var why []string
 	if l.Rope != "" && l.Rope != models.RopeNone {
 		why = append(why, fmt.Sprintf("%s RoPE picks its factors by a host-side length test a captured graph would hide", l.Rope))
+	}
+	if l.InterleavedRotary {
+		// The reorder is of separate q and k projections; q/k norms would need their
+		// weights reordered alike.
+		if _, ok := l.Tensors[fusedQKVRole]; ok {
+			why = append(why, "interleaved rotary pairs in a fused qkv_proj are not reordered offline")
+		}
+		if _, ok := l.Tensors["q_norm.weight"]; ok {
+			why = append(why, "interleaved rotary pairs with q/k norms are not reordered offline")
+		}
+		if !kernels.RotatesInterleaved(l.Class) {
+			why = append(why, fmt.Sprintf("interleaved rotary pairs, but contract.json's interleaved_rotary does not "+
+				"list %s, so packing on the device would not reorder them", l.Class))
+		}
 	}
 	if len(why) == 0 {
 		return ""

@@ -144,6 +144,17 @@ def bn_params(src, sources):
     return g, b, m, v
 
 
+def deinterleaved(t: torch.Tensor, dims: dict) -> torch.Tensor:
+    """rope-deinterleave by views: in each q and k head, the rotated rows' even ones, then their
+    odd ones (GLM's adjacent rotary pairs in rotate-half order); v as it is."""
+    h, kv, d = dims["heads"], dims["kv_heads"], dims["head_dim"]
+    r = dims.get("rotary_dim", d)
+    qk = t[: (h + kv) * d].reshape(h + kv, d, *t.shape[1:])
+    rot = qk[:, :r].reshape(h + kv, r // 2, 2, *t.shape[1:]).transpose(1, 2).reshape(h + kv, r, *t.shape[1:])
+    qk = torch.cat([rot, qk[:, r:]], dim=1).reshape((h + kv) * d, *t.shape[1:])
+    return torch.cat([qk, t[(h + kv) * d:]], dim=0)
+
+
 def reference(o: dict, layer: dict, src: dict[str, torch.Tensor]):
     """Returns (kind, value): kind "exact" with a tensor, or "fold" with
     (torch_fp32_helper_result, float64_result, f64_exact) before cast/transpose."""
@@ -161,7 +172,10 @@ def reference(o: dict, layer: dict, src: dict[str, torch.Tensor]):
         return "exact", torch.stack([finish(reference(dict(sub, sources=srcs[i * per:(i + 1) * per]), layer, src)[1], sub)
                                      for i in range(e)])
     if main in ("concat-qkv", "concat-gate-up"):
-        return "exact", torch.cat([src[n] for n in srcs], dim=0)
+        t = torch.cat([src[n] for n in srcs], dim=0)
+        if "rope-deinterleave" in ts:
+            t = deinterleaved(t, layer["dims"])
+        return "exact", t
     if main in ("fold-bn", "fold-conv-bn"):
         g, beta, mean, var = bn_params(src, srcs[-4:])
         bn = torch.nn.BatchNorm1d(len(g), eps=eps) if main == "fold-bn" else torch.nn.BatchNorm2d(len(g), eps=eps)
@@ -356,7 +370,7 @@ def test_cases_cover_every_transform(xpuinject, tmp_path):
         plan = yaml.safe_load((out / "plan.yaml").read_text())
         seen |= {t for l in plan["layers"] for o in (l.get("outputs") or []) for t in (o.get("transforms") or [])}
     assert {"cast-bf16", "cast-fp16", "prepack-kmajor", "concat-qkv", "concat-gate-up", "fold-bn", "fold-bn-input",
-            "fold-conv-bn"} <= seen, seen
+            "fold-conv-bn", "rope-deinterleave"} <= seen, seen
 
 
 def test_sharded_pack_index(xpuinject, tmp_path):

@@ -492,3 +492,77 @@ def test_olmo2_model_compiles_as_one_graph(llama_odd_pkg, device):
         want, got = model(input_ids=ids).logits, compiled(input_ids=ids).logits
     torch._dynamo.reset()
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_glm_interleaved_rotary_attention_on_our_kernels(device, dtype, monkeypatch):
+    """Attention on a Glm4Attention: RoPE over 40 of 80 channels in adjacent pairs (2i, 2i+1),
+    q/k/v biases, GQA 3. Packing reorders the q and k rows (and biases) to rotate-half order, so
+    our rotate-half kernels compute GLM's rotation: within the stock module's own error against
+    the float64 module. Packed without the reorder, the same kernels are far off."""
+    from transformers import Glm4Config
+    from transformers.models.glm4.modeling_glm4 import Glm4Attention, Glm4RotaryEmbedding
+
+    torch.manual_seed(11)
+    cfg = Glm4Config(hidden_size=96, num_attention_heads=3, num_key_value_heads=1, head_dim=80, pad_token_id=0,
+                     attn_implementation="eager")
+    rot = Glm4RotaryEmbedding(cfg)
+    ref = Glm4Attention(cfg, layer_idx=0).double().eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.copy_(torch.randn_like(p) * 0.15)
+    s = 11
+    x = torch.randn(2, s, 96, dtype=torch.float64)
+    pos = torch.arange(s)[None].expand(2, s)
+    mask = torch.full((s, s), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+
+    def run(m, dt, dev):
+        cos, sin = rot(x.to(dt), pos)
+        assert cos.shape[-1] == 40
+        with torch.no_grad():
+            out, _ = m(x.to(dt).to(dev), position_embeddings=(cos.to(dev), sin.to(dev)),
+                       attention_mask=mask.to(dt).to(dev))
+        return out.cpu().double()
+
+    def ours():
+        m = Glm4Attention(cfg, layer_idx=0).to(dtype).to(device).eval()
+        m.load_state_dict(ref.state_dict())
+        _bind(m, "Attention")
+        return m
+
+    want = run(ref, torch.float64, "cpu")
+    stock = Glm4Attention(cfg, layer_idx=0).to(dtype).eval()
+    stock.load_state_dict(ref.state_dict())
+    got, got_stock = run(ours(), dtype, device), run(stock, dtype, "cpu")
+    err, err_stock = (got - want).abs(), (got_stock - want).abs()
+    assert err.mean() <= 1.2 * err_stock.mean() + 1e-6, (err.mean(), err_stock.mean())
+    assert err.max() <= 2 * err_stock.max() + 1e-6, (err.max(), err_stock.max())
+    monkeypatch.setattr(packing, "INTERLEAVED_ROTARY", ())
+    unordered = run(ours(), dtype, device)
+    assert (unordered - want).abs().mean() > 10 * err.mean()
+
+
+def test_glm4_model_kernelized_compiles_as_one_graph(llama_odd_pkg, device):
+    """The glm4 fixture kernelized with no offline pack (the q/k rows reordered as the layers pack
+    them on the device): its logits as close to the float32 model's as stock bf16's, and it traces
+    with fullgraph=True computing what eager does, bit for bit."""
+    from pathlib import Path
+
+    import transformers
+
+    torch._dynamo.reset()
+    path = Path(__file__).resolve().parents[2] / "testdata" / "fixtures" / "glm4-tiny"
+    ids = torch.randint(3, 500, (2, 23), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        ref = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()(input_ids=ids).logits
+        stock = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()(input_ids=ids).logits
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval().to(device)
+    summary = llama_odd_pkg.kernelize(model)
+    assert {"Attention", "FusedSwiGLUMLP", "RMSNorm"} <= set(summary["replaced"]), summary
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        want, got = model(input_ids=ids.to(device)).logits, compiled(input_ids=ids.to(device)).logits
+    torch._dynamo.reset()
+    assert torch.equal(got, want)
+    err, err_stock = (want.cpu().float() - ref).abs(), (stock.float() - ref).abs()
+    assert err.mean() <= 1.1 * err_stock.mean(), (err.mean(), err_stock.mean())

@@ -20,6 +20,7 @@ __all__ = [
     "VENDOR_ATTR",
     "LAYERS",
     "PACKED_CHECKS",
+    "INTERLEAVED_ROTARY",
     "packed_attr",
     "packed_attrs",
     "layer_for_class",
@@ -38,6 +39,8 @@ LAYERS: Dict[str, Dict] = CONTRACT["layers"]
 # What a packed checkpoint must satisfy before inject uses it, in order; the CLI's pre-flight
 # checks the same list (inject/emit/verify.go).
 PACKED_CHECKS: Tuple[str, ...] = tuple(c["name"] for c in CONTRACT["packed_checks"])
+# Attention classes whose RoPE rotates adjacent channel pairs: packing reorders their q/k rows.
+INTERLEAVED_ROTARY: Tuple[str, ...] = tuple(CONTRACT["interleaved_rotary"]["classes"])
 
 
 def packed_attr(layer: str, role: str) -> str:

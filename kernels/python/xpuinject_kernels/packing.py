@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ._backend import env_switch
-from .contract import LAYERS, NAME_ATTR, packed_attr
+from .contract import INTERLEAVED_ROTARY, LAYERS, NAME_ATTR, packed_attr
 
 __all__ = ["pack", "Released"]
 
@@ -81,6 +81,28 @@ def _bn_shift(bn: nn.Module) -> torch.Tensor:
     return bn.bias.float() if bn.bias is not None else torch.zeros_like(mean)
 
 
+def rotary_dim(m: nn.Module) -> int:
+    """The channels of each head an interleaved-rotary attention rotates: int(head_dim *
+    partial_rotary_factor), as GLM's rotary embedding computes its dim (rope_parameters' factor,
+    else the config's, else 1)."""
+    cfg = m.config
+    factor = (getattr(cfg, "rope_parameters", None) or {}).get("partial_rotary_factor")
+    if factor is None:
+        factor = getattr(cfg, "partial_rotary_factor", 1.0)
+    return int(m.head_dim * factor)
+
+
+def deinterleave_rows(t: torch.Tensor, heads: int, head_dim: int, rot: int) -> torch.Tensor:
+    """rope-deinterleave on q or k rows [heads * head_dim, ...]: in each head, the first `rot` rows'
+    even ones, then their odd ones, so rotate-half RoPE computes the rotation of adjacent pairs
+    (2i, 2i+1); q.k is unchanged when q and k are reordered alike. The offline packer's order
+    (inject/pack/transform.go DeinterleavePerm)."""
+    rest = t.shape[1:]
+    x = t.reshape(heads, head_dim, *rest)
+    r = x[:, :rot].reshape(heads, rot // 2, 2, *rest).transpose(1, 2).reshape(heads, rot, *rest)
+    return torch.cat([r, x[:, rot:]], dim=1).reshape(heads * head_dim, *rest)
+
+
 def _attention(m: nn.Module) -> Dict[str, torch.Tensor]:
     if "qkv_proj" in m._modules:  # Phi-3: q, k, v rows already concatenated in the checkpoint
         qkv, o = _child(m, "qkv_proj", "FusedAttention"), _child(m, "o_proj", "FusedAttention")
@@ -88,12 +110,19 @@ def _attention(m: nn.Module) -> Dict[str, torch.Tensor]:
         return {"qkv_weight": _kmajor(qkv.weight, dt), "o_weight": _kmajor(o.weight, dt)}
     q, k, v, o = (_child(m, n, "Attention") for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
     dt = _half(q.weight)
-    out = {"qkv_weight": _kmajor(torch.cat([q.weight, k.weight, v.weight], 0), dt), "o_weight": _kmajor(o.weight, dt)}
     biases = [p.bias for p in (q, k, v)]
-    if any(b is not None for b in biases):
-        if not all(b is not None for b in biases):
-            raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(m)!r}: only some of q/k/v_proj carry a bias")
-        out["qkv_bias"] = torch.cat(biases).to(dt)
+    if any(b is not None for b in biases) and not all(b is not None for b in biases):
+        raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(m)!r}: only some of q/k/v_proj carry a bias")
+    qw, kw, qb, kb = q.weight, k.weight, biases[0], biases[1]
+    if type(m).__name__ in INTERLEAVED_ROTARY:
+        d, rot = m.head_dim, rotary_dim(m)
+        hq, hk = qw.shape[0] // d, kw.shape[0] // d
+        qw, kw = deinterleave_rows(qw, hq, d, rot), deinterleave_rows(kw, hk, d, rot)
+        if qb is not None:
+            qb, kb = deinterleave_rows(qb, hq, d, rot), deinterleave_rows(kb, hk, d, rot)
+    out = {"qkv_weight": _kmajor(torch.cat([qw, kw, v.weight], 0), dt), "o_weight": _kmajor(o.weight, dt)}
+    if qb is not None:
+        out["qkv_bias"] = torch.cat([qb, kb, biases[2]]).to(dt)
     if o.bias is not None:
         out["o_bias"] = o.bias.to(dt)
     return out
