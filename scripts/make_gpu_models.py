@@ -1,10 +1,10 @@
 """Random-weight models shaped like the presets (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B,
-Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, SmolLM3-3B, a Granite-3-2B-sized model,
+Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, SmolLM3-3B, a Granite-3-2B-sized model, GLM-4-9B,
 Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,qwen2moe,phi3mini,smollm3,granite2b,qwen3moe30b,
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,glm4_9b,qwen2moe,phi3mini,smollm3,granite2b,qwen3moe30b,
         levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
@@ -83,6 +83,15 @@ def olmo2_7b(out: Path, layers=None):
     _llama(out, transformers.Olmo2Config(
         num_hidden_layers=layers or 32, max_position_embeddings=4096, bos_token_id=0, eos_token_id=1, pad_token_id=2,
     ), cls=transformers.Olmo2ForCausalLM)
+
+
+def glm4_9b(out: Path, layers=None):
+    """GLM-4-9B-0414's shape as Glm4Config's defaults give it: hidden 4096, 40 layers, 32 heads,
+    2 KV heads, head_dim 128 (64 channels rotating in adjacent pairs), intermediate 13696, vocab
+    151552, q/k/v biases, untied embeddings."""
+    _llama(out, transformers.Glm4Config(
+        num_hidden_layers=layers or 40, max_position_embeddings=8192, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    ), cls=transformers.Glm4ForCausalLM)
 
 
 def phi3mini(out: Path, layers=None):
@@ -229,7 +238,7 @@ def main():
     global CONFIG_ONLY
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
+              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "glm4_9b": glm4_9b, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
               "qwen3moe30b": qwen3moe30b, "qwen2moe": qwen2moe,
               "levit128s": levit128s}
     for name in a.only.split(","):
