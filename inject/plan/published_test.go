@@ -206,8 +206,8 @@ func TestPublishedConfigs(t *testing.T) {
 			"intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "rms_norm_eps": 1e-5}`},
 		// Glm4Config's defaults (transformers 5.17 configuration_glm4.py: GLM-4-9B's shape) in the
 		// Hub's spelling (top-level rope_theta and partial_rotary_factor): four norms, attention,
-		// MLP per layer on our kernels, the rotated half of each head reordered offline; the
-		// block's residual adds stay the stock block's
+		// MLP per layer on our kernels, the rotated half of each head reordered offline; the add
+		// before post_attention_layernorm fused with it (SandwichDecoderLayer), the MLP a module
 		"Glm4Config defaults": {40*6 + 2, 1, nil, func(t *testing.T, p *Plan) {
 			a := layerPlan(t, p, "model.layers.39.self_attn")
 			if a.Layer != "Attention" || !slices.Equal(a.Outputs[0].Transforms, []string{TConcatQKV, TRopeDeinterleave, TPrepackKMajor}) ||
@@ -215,13 +215,18 @@ func TestPublishedConfigs(t *testing.T) {
 				!strings.Contains(a.Reason, "partial rotary: 64 of 128") || !strings.Contains(a.Reason, "interleaved rotary pairs") {
 				t.Errorf("attention: layer %s, outputs %+v, dims %v, reason %q", a.Layer, a.Outputs, a.Dims, a.Reason)
 			}
-			for _, m := range []string{"input_layernorm", "post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm"} {
+			for _, m := range []string{"input_layernorm", "post_self_attn_layernorm", "post_mlp_layernorm"} {
 				if n := layerPlan(t, p, "model.layers.39."+m); n.Kernel != "rmsnorm" || n.Layer != "RMSNorm" || len(n.Bindings) != 1 {
 					t.Errorf("%s: kernel %s, layer %s, bindings %+v", m, n.Kernel, n.Layer, n.Bindings)
 				}
 			}
-			if m := layerPlan(t, p, "model.layers.39.mlp"); m.Layer != "FusedSwiGLUMLP" {
-				t.Errorf("mlp: layer %s", m.Layer)
+			n := layerPlan(t, p, "model.layers.39.post_attention_layernorm")
+			if n.Kernel != "add-rmsnorm" || len(n.Bindings) != 2 || n.Bindings[1].Layer != "SandwichDecoderLayer" ||
+				n.Bindings[1].Module != "model.layers.39" {
+				t.Errorf("post_attention_layernorm: kernel %s, bindings %+v", n.Kernel, n.Bindings)
+			}
+			if m := layerPlan(t, p, "model.layers.39.mlp"); m.Layer != "FusedSwiGLUMLP" || strings.Contains(m.Reason, "residual add") {
+				t.Errorf("mlp: layer %s, reason %q", m.Layer, m.Reason)
 			}
 		}, `{"architectures": ["Glm4ForCausalLM"], "model_type": "glm4", "vocab_size": 151552, "hidden_size": 4096,
 			"intermediate_size": 13696, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2,

@@ -93,8 +93,9 @@ func fusable(l models.Layer) bool {
 // blockNorm: the norm right after a decoder block's first residual add, in a block a decoder
 // layer of ours replaces: the post-attention norm of a Llama-style block (Gemma 1's too); Gemma
 // 2's and 3's blocks add after their post-attention norm, so there it is the pre-feedforward
-// norm. OLMo 2's block has none (its norms precede its adds: postBranchNorm), nor has a block
-// no layer of ours replaces.
+// norm (GLM-4's block, which adds after post_self_attn_layernorm, is Llama's here). OLMo 2's
+// block has none (its norms precede its adds: postBranchNorm), nor has a block no layer of ours
+// replaces.
 func blockNorm(l models.Layer) bool {
 	switch blockDecoder(l) {
 	case "", layerPostNormDecoder:
@@ -114,17 +115,19 @@ func postBranchNorm(l models.Layer) bool {
 }
 
 // sandwich: the layer's block normalizes each branch before adding it to the residual
-// (Gemma 2's and 3's, which the GemmaDecoderLayer layer replaces).
+// (Gemma 2's and 3's, GLM-4's: the GemmaDecoderLayer and SandwichDecoderLayer layers).
 func sandwich(l models.Layer) bool {
-	return blockDecoder(l) == layerGemmaDecoder
+	d := blockDecoder(l)
+	return d == layerGemmaDecoder || d == layerSandwichDecoder
 }
 
 // blockDecoder is the layer that patches the layer's block, by its class (contract.json):
 // MoEDecoderLayer (Mixtral's parameter order), GemmaDecoderLayer (sandwich norms),
-// PostNormDecoderLayer (a norm after each branch, none before) or DecoderLayer; "" for a block
+// PostNormDecoderLayer (a norm after each branch, none before), SandwichDecoderLayer (GLM-4's
+// norm before and after each branch) or DecoderLayer; "" for a block
 // class none of them replaces.
 func blockDecoder(l models.Layer) string {
-	for _, d := range []string{layerMoEDecoder, layerGemmaDecoder, layerPostNormDecoder, layerDecoder} {
+	for _, d := range []string{layerMoEDecoder, layerGemmaDecoder, layerPostNormDecoder, layerSandwichDecoder, layerDecoder} {
 		if kernels.LayerReplaces(d, l.BlockClass) {
 			return d
 		}
@@ -143,6 +146,7 @@ const (
 	layerDecoder         = "DecoderLayer"
 	layerGemmaDecoder    = "GemmaDecoderLayer"
 	layerPostNormDecoder = "PostNormDecoderLayer"
+	layerSandwichDecoder = "SandwichDecoderLayer"
 	layerRMSNorm         = "RMSNorm"
 	layerGemmaRMSNorm    = "GemmaRMSNorm"
 	layerFP32RMSNorm     = "FP32RMSNorm"
@@ -190,8 +194,8 @@ func (p *planner) decoderPatched(block int) bool {
 		return false
 	}
 	for _, l := range p.g.Layers {
-		// Gemma 2's and 3's patched block runs its MLP as a module (a norm sits between the MLP
-		// and the residual add), so only the Llama-style block inlines it.
+		// Gemma 2's, 3's and GLM-4's patched blocks run their MLP as a module (a norm sits
+		// between the MLP and the residual add), so only the Llama-style block inlines it.
 		if l.Block == block && (l.Kind == models.KindRMSNorm || l.Kind == models.KindRMSNormGemma) &&
 			blockNorm(l) && !sandwich(l) {
 			kernel := "add-rmsnorm"

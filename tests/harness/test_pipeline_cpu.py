@@ -160,8 +160,9 @@ def test_pipeline_fp16_cpu(tmp_path):
         # OLMo 3: OLMo 2's block, layer 0 sliding over 16 keys
         ("olmo3-tiny", {"Attention", "FP32RMSNorm", "SwiGLUMLP", "PostNormDecoderLayer", "LMHead"}, "sdpa"),
         # GLM-4: interleaved rotary pairs over 40 of 80 channels, q/k rows reordered offline; q/k/v
-        # biases; the checkpoint's fused gate_up_proj; a norm after each branch (the stock block)
-        ("glm4-tiny", {"Attention", "FusedSwiGLUMLP", "RMSNorm", "LMHead"}, "sdpa"),
+        # biases; the checkpoint's fused gate_up_proj; a norm before and after each branch, the add
+        # before post_attention_layernorm fused with it (patched block)
+        ("glm4-tiny", {"Attention", "FusedSwiGLUMLP", "RMSNorm", "SandwichDecoderLayer", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):

@@ -566,3 +566,48 @@ def test_glm4_model_kernelized_compiles_as_one_graph(llama_odd_pkg, device):
     assert torch.equal(got, want)
     err, err_stock = (want.cpu().float() - ref).abs(), (stock.float() - ref).abs()
     assert err.mean() <= 1.1 * err_stock.mean(), (err.mean(), err_stock.mean())
+
+
+def test_sandwich_decoder_layer_matches_glm4s_block(device):
+    """SandwichDecoderLayer on a Glm4DecoderLayer (attention, MLP and norms bound to our layers too)
+    against the same modules under the stock block: bit for bit (the add and the post-attention
+    norm in one kernel round as the stock add and norm do), one launch fewer a layer."""
+    from transformers import Glm4Config
+    from transformers.models.glm4.modeling_glm4 import Glm4DecoderLayer, Glm4RotaryEmbedding
+
+    from xpuinject_kernels import _backend
+
+    torch.manual_seed(13)
+    cfg = Glm4Config(hidden_size=96, intermediate_size=88, num_hidden_layers=1, num_attention_heads=3,
+                     num_key_value_heads=1, head_dim=80, vocab_size=97, max_position_embeddings=64, rms_norm_eps=EPS,
+                     pad_token_id=0)
+    block = Glm4DecoderLayer(cfg, layer_idx=0).eval()
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            p.copy_(1 + 0.2 * torch.randn_like(p) if "norm" in name else 0.1 * torch.randn_like(p))
+    block = block.to(torch.bfloat16).to(device)
+    _bind(block.self_attn, "Attention")
+    _bind(block.mlp, "FusedSwiGLUMLP")
+    norms = (block.input_layernorm, block.post_self_attn_layernorm, block.post_attention_layernorm,
+             block.post_mlp_layernorm)
+    for norm in norms:
+        _bind(norm, "RMSNorm")
+    x = (torch.randn(2, 7, 96) * 2).to(torch.bfloat16).to(device)
+    cos, sin = Glm4RotaryEmbedding(cfg)(x.cpu(), torch.arange(7)[None].expand(2, 7))
+    mask = torch.ones(7, 7, dtype=torch.bool).tril()[None, None].to(device)
+    kw = dict(attention_mask=mask, position_embeddings=(cos.to(device), sin.to(device)))
+    counts = _backend.launch_counts
+
+    def run():
+        before = dict(counts)
+        with torch.no_grad():
+            out = block(x, **kw)
+        out = out[0] if isinstance(out, tuple) else out
+        return out, {k: counts[k] - before.get(k, 0) for k in ("rms_norm", "add_rms_norm")}
+
+    want, want_n = run()
+    _bind(block, "SandwichDecoderLayer")
+    got, got_n = run()
+    assert want_n == {"rms_norm": 4, "add_rms_norm": 0}, want_n
+    assert got_n == {"rms_norm": 3, "add_rms_norm": 1}, got_n
+    assert torch.equal(got, want), float((got.float() - want.float()).abs().max())

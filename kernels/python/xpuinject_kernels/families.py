@@ -1,5 +1,6 @@
-"""Layers for the module layouts of Gemma 1 / 2 / 3, Phi-3 and OLMo 2 (transformers 5.17 models/gemma,
-models/gemma2, models/gemma3, models/phi3, models/olmo2; Gemma 1's block is DecoderLayer, decoder.py).
+"""Layers for the module layouts of Gemma 1 / 2 / 3, Phi-3, OLMo 2 and GLM-4 (transformers 5.17 models/gemma,
+models/gemma2, models/gemma3, models/phi3, models/olmo2, models/glm4; Gemma 1's and GLM's block is
+DecoderLayer, decoder.py).
 
   GemmaRMSNorm       replaces GemmaRMSNorm / Gemma2RMSNorm / Gemma3RMSNorm.forward: x / rms(x) * (1 + w)
                      in fp32, rounded once (rms_norm_gemma), on xpuinject_norm_weight = 1 + w in fp32
@@ -14,6 +15,8 @@ models/gemma2, models/gemma3, models/phi3, models/olmo2; Gemma 1's block is Deco
   PostNormDecoderLayer  replaces Olmo2DecoderLayer / Olmo3DecoderLayer.forward: the block normalizes each
                      branch's output before adding it to the residual; each norm and its add as one
                      kernel (rms_norm_fp32_add: the norm rounded, then the sum, as stock rounds them)
+  SandwichDecoderLayer  replaces Glm4DecoderLayer.forward: Llama's norms before and after each branch; the
+                     add after post_self_attn_layernorm and post_attention_layernorm as one kernel
   FusedAttention     Phi3Attention: the Attention layer over a checkpoint-fused qkv_proj
   FusedSwiGLUMLP     Phi3MLP: the SwiGLUMLP layer over a checkpoint-fused gate_up_proj
 
@@ -30,9 +33,10 @@ from torch import nn
 from .contract import packed_attr
 from .decoder import Attention, geglu_block, geglu_epilogue, mlp_activation  # noqa: F401 (re-exported)
 from .layers import SwiGLUMLP, _packed
-from .rmsnorm import add_rms_norm_gemma, rms_norm_fp32_add, rms_norm_gemma
+from .rmsnorm import add_rms_norm, add_rms_norm_gemma, rms_norm_fp32_add, rms_norm_gemma
 
-__all__ = ["GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "FusedAttention",
+__all__ = ["GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "SandwichDecoderLayer",
+           "FusedAttention",
            "FusedSwiGLUMLP", "mlp_activation", "geglu_epilogue", "geglu_block"]
 
 _NORM_W = packed_attr("GemmaRMSNorm", "weight")
@@ -125,6 +129,33 @@ class PostNormDecoderLayer(nn.Module):
         residual = rms_norm_fp32_add(hidden_states, residual, norm.weight, norm.variance_epsilon)
         norm = self.post_feedforward_layernorm
         return rms_norm_fp32_add(self.mlp(residual), residual, norm.weight, norm.variance_epsilon)
+
+
+class SandwichDecoderLayer(nn.Module):
+    """Replaces Glm4DecoderLayer.forward: Llama's norms around each branch and after it; the add of
+    post_self_attn_layernorm's output to the residual and post_attention_layernorm run as one
+    add_rms_norm kernel, as DecoderLayer runs Llama's. The other norms, the attention and the MLP
+    run as their modules."""
+
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
+                position_embeddings=None, **kwargs):
+        residual = hidden_states
+        hidden_states, _ = self.self_attn(
+            hidden_states=self.input_layernorm(hidden_states),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            position_embeddings=position_embeddings,
+            **kwargs,
+        )
+        norm = self.post_attention_layernorm
+        residual, hidden_states = add_rms_norm(self.post_self_attn_layernorm(hidden_states), residual, norm.weight,
+                                               norm.variance_epsilon)
+        return residual + self.post_mlp_layernorm(self.mlp(hidden_states))
 
 
 class FusedAttention(Attention):

@@ -797,6 +797,14 @@ def _why_not(m: nn.Module, layer: str) -> str:
         norm = c["pre_feedforward_layernorm"]
         ok = layer_for_class(type(norm).__name__) == "GemmaRMSNorm" and not _why_not(norm, "GemmaRMSNorm")
         return "" if ok else "its pre-feedforward norm is not a Gemma RMSNorm"
+    if layer == "SandwichDecoderLayer":
+        names = ("input_layernorm", "self_attn", "post_self_attn_layernorm", "post_attention_layernorm", "mlp",
+                 "post_mlp_layernorm")
+        if not all(isinstance(c.get(n), nn.Module) for n in names):
+            return "not a block with a norm before and after each branch"
+        norm = c["post_attention_layernorm"]
+        ok = layer_for_class(type(norm).__name__) == "RMSNorm" and not _why_not(norm, "RMSNorm")
+        return "" if ok else "its post-attention norm is not Llama's RMSNorm"
     if layer == "PostNormDecoderLayer":
         names = ("self_attn", "post_attention_layernorm", "mlp", "post_feedforward_layernorm")
         if not all(isinstance(c.get(n), nn.Module) for n in names) or "input_layernorm" in c:
