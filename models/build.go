@@ -150,6 +150,18 @@ func checkDecoderSizes(ck *Checkpoint, vocab, hidden, inter, heads, kvHeads, lay
 	return nil
 }
 
+// checkDecoderHeads is checkDecoderSizes, then grouped-query attention's rule: every key/value
+// head serves the same number of query heads.
+func checkDecoderHeads(ck *Checkpoint, vocab, hidden, inter, heads, kvHeads, layers int64) error {
+	if err := checkDecoderSizes(ck, vocab, hidden, inter, heads, kvHeads, layers); err != nil {
+		return err
+	}
+	if heads%kvHeads != 0 {
+		return configError(ck, "num_attention_heads %d is not a multiple of num_key_value_heads %d", heads, kvHeads)
+	}
+	return nil
+}
+
 // lmHead adds the lm_head layer head (Dims "vocab", "hidden"): its own weight, or with tied the
 // embedding emb's, which transformers ties it to (_tied_weights_keys; a checkpoint may still
 // carry a copy, which the model ignores). hidden names where the hidden size came from.

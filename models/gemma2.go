@@ -97,13 +97,9 @@ func (f gemmaFamily) config(ck *Checkpoint) (*gemmaConfig, error) {
 	if !c.NumKeyValueHeads.Set || c.NumKeyValueHeads.Null || c.NumKeyValueHeads.V == 0 {
 		c.NumKeyValueHeads.V = c.NumAttentionHeads
 	}
-	if err := checkDecoderSizes(ck, c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads,
+	if err := checkDecoderHeads(ck, c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads,
 		c.NumKeyValueHeads.V, c.NumHiddenLayers); err != nil {
 		return nil, err
-	}
-	if c.NumAttentionHeads%c.NumKeyValueHeads.V != 0 {
-		return nil, configError(ck, "num_attention_heads %d is not a multiple of num_key_value_heads %d",
-			c.NumAttentionHeads, c.NumKeyValueHeads.V)
 	}
 	// Every Gemma 2 and 3 checkpoint uses the tanh approximation; the mlp-geglu kind and
 	// its GEMM epilogue compute exactly that.

@@ -75,13 +75,9 @@ func (f glmFamily) config(ck *Checkpoint) (*glmConfig, error) {
 	if !c.NumKeyValueHeads.Set || c.NumKeyValueHeads.Null || c.NumKeyValueHeads.V == 0 {
 		c.NumKeyValueHeads.V = c.NumAttentionHeads
 	}
-	if err := checkDecoderSizes(ck, c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads,
+	if err := checkDecoderHeads(ck, c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads,
 		c.NumKeyValueHeads.V, c.NumHiddenLayers); err != nil {
 		return nil, err
-	}
-	if c.NumAttentionHeads%c.NumKeyValueHeads.V != 0 {
-		return nil, configError(ck, "num_attention_heads %d is not a multiple of num_key_value_heads %d",
-			c.NumAttentionHeads, c.NumKeyValueHeads.V)
 	}
 	if c.HeadDim.Null || c.HeadDim.V == 0 {
 		c.HeadDim.V = c.HiddenSize / c.NumAttentionHeads

@@ -123,13 +123,9 @@ func (f llamaFamily) config(ck *Checkpoint) (*llamaConfig, error) {
 	if c.NumKeyValueHeads.V == 0 {
 		c.NumKeyValueHeads.V = c.NumAttentionHeads
 	}
-	if err := checkDecoderSizes(ck, c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads,
+	if err := checkDecoderHeads(ck, c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads,
 		c.NumKeyValueHeads.V, c.NumHiddenLayers); err != nil {
 		return nil, err
-	}
-	if c.NumAttentionHeads%c.NumKeyValueHeads.V != 0 {
-		return nil, configError(ck, "num_attention_heads %d is not a multiple of num_key_value_heads %d",
-			c.NumAttentionHeads, c.NumKeyValueHeads.V)
 	}
 	// head_dim: a missing field takes the class default; null (and llama's None
 	// default) means hidden_size / num_attention_heads, as the config's __post_init__
