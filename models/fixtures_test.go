@@ -312,6 +312,21 @@ func TestFixtureFacts(t *testing.T) {
 					t.Errorf("lm_head %+v", h)
 				}
 			}, []string{"Glm4RMSNorm", "Glm4Attention", "Glm4MLP"}},
+		"olmoe-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMoE: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				// every layer sparse: experts of intermediate_size, the router without renormalization
+				m := layer(t, g, "model.layers.1.mlp")
+				wantDims(t, m, map[string]int64{"hidden": 64, "intermediate": 24, "experts": 5, "top_k": 2})
+				if m.Router != RouterSoftmaxTopK || m.Class != "OlmoeSparseMoeBlock" || m.BlockClass != "OlmoeDecoderLayer" {
+					t.Errorf("moe block %+v", m)
+				}
+				// q/k norms over the whole projection, in Llama's order (the rmsnorm kind's class)
+				a := attn(g, 0)
+				wantDims(t, a, map[string]int64{"hidden": 64, "heads": 2, "kv_heads": 1, "head_dim": 32})
+				if a.Children["q_norm"] != "OlmoeRMSNorm" || a.Eps != 1e-6 || a.Bias {
+					t.Errorf("attention %+v", a)
+				}
+			}, []string{"OlmoeRMSNorm", "OlmoeAttention", "OlmoeSparseMoeBlock"}},
 		"olmo2-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNormFP32: 5, KindAttention: 2, KindMLPSwiGLU: 2, KindLMHead: 1}, 1,
 			func(t *testing.T, g *Graph) {
 				// no input norm; a norm after each branch; q/k norms over the whole projection
@@ -667,6 +682,25 @@ func TestGLMConfigRefusals(t *testing.T) {
 		{func(m map[string]any) { m["num_key_value_heads"] = 2 }, "num_attention_heads 3 is not a multiple of num_key_value_heads 2"},
 	} {
 		dir := copyFixture(t, "glm4-tiny")
+		editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
+		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ConfigFile) {
+			t.Errorf("want %q naming %s, got %v", c.want, ConfigFile, err)
+		}
+	}
+}
+
+// OLMoE's config refusals: clip_qkv (the attention here does not clamp), a head_dim that does
+// not span hidden_size (q_norm is hidden_size wide), too many experts per token.
+func TestOLMoEConfigRefusals(t *testing.T) {
+	for _, c := range []struct {
+		edit func(m map[string]any)
+		want string
+	}{
+		{func(m map[string]any) { m["clip_qkv"] = 8.0 }, "clip_qkv is 8; the attention here does not clamp"},
+		{func(m map[string]any) { m["head_dim"] = 16 }, "head_dim 16 × num_attention_heads 2 is not hidden_size 64"},
+		{func(m map[string]any) { m["num_experts_per_tok"] = 6 }, "num_experts_per_tok is 6, want 1 to num_experts (5)"},
+	} {
+		dir := copyFixture(t, "olmoe-tiny")
 		editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
 		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ConfigFile) {
 			t.Errorf("want %q naming %s, got %v", c.want, ConfigFile, err)

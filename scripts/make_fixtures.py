@@ -291,6 +291,24 @@ def build_qwen2_moe_tiny(seed: int):
     return _seeded(seed, lambda: Qwen2MoeForCausalLM(cfg))
 
 
+def build_olmoe_tiny(seed: int):
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+
+    cfg = OlmoeConfig(
+        hidden_size=64,
+        intermediate_size=24,  # one expert's width (OLMoE has no moe_intermediate_size), not a power of two
+        num_experts=5,
+        num_experts_per_tok=2,
+        norm_topk_prob=False,  # OlmoeConfig's default, as OLMoE-1B-7B publishes it
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,  # k_norm spans 32 channels, q_norm all 64
+        tie_word_embeddings=True,  # the budget: experts take the bytes
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: OlmoeForCausalLM(cfg))
+
+
 def build_mixtral_tiny(seed: int):
     from transformers import MixtralConfig, MixtralForCausalLM
 
@@ -543,6 +561,7 @@ FIXTURE_LIST = [
     Fixture("olmo3-tiny", 1017, build_olmo3_tiny, dtype="bfloat16"),
     Fixture("qwen2-moe-tiny", 1018, build_qwen2_moe_tiny, dtype="bfloat16"),
     Fixture("glm4-tiny", 1019, build_glm4_tiny, dtype="bfloat16"),
+    Fixture("olmoe-tiny", 1020, build_olmoe_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

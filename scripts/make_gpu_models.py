@@ -4,7 +4,7 @@ Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,glm4_9b,qwen2moe,phi3mini,smollm3,granite2b,qwen3moe30b,
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,qwen3moe30b,
         levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
@@ -180,6 +180,14 @@ def qwen2moe(out: Path, layers=None):
     _llama(out, cfg, cls=transformers.Qwen2MoeForCausalLM, dtype=torch.bfloat16)
 
 
+def olmoe(out: Path, layers=None):
+    """OlmoeConfig's defaults: hidden 2048, 16 layers, 16 heads (no GQA), 64 experts of width 2048
+    (intermediate_size), top 8 without renormalization, q/k norms over the whole projection, vocab
+    50304, untied embeddings. Built in bf16 on the device."""
+    cfg = transformers.OlmoeConfig(num_hidden_layers=layers or 16, bos_token_id=0, eos_token_id=1, pad_token_id=2)
+    _llama(out, cfg, cls=transformers.OlmoeForCausalLM, dtype=torch.bfloat16)
+
+
 CONFIG_ONLY = False
 
 
@@ -238,7 +246,7 @@ def main():
     global CONFIG_ONLY
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "glm4_9b": glm4_9b, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
+              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "glm4_9b": glm4_9b, "olmoe": olmoe, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
               "qwen3moe30b": qwen3moe30b, "qwen2moe": qwen2moe,
               "levit128s": levit128s}
     for name in a.only.split(","):

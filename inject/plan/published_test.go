@@ -35,7 +35,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	mt := cfg["model_type"].(string)
 	add("model.embed_tokens.weight", vocab, h)
 	glm := mt == "glm" || mt == "glm4"
-	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || glm) {
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || glm) {
 		add("lm_head.weight", vocab, h)
 	}
 	add("model.norm.weight", h)
@@ -46,7 +46,9 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 		}
 		add(p+"post_attention_layernorm.weight", h)
 		add(p+"self_attn.o_proj.weight", h, heads*hd)
-		add(p+"mlp.down_proj.weight", h, inter)
+		if mt != "olmoe" {
+			add(p+"mlp.down_proj.weight", h, inter)
+		}
 		if mt == "phi3" {
 			add(p+"self_attn.qkv_proj.weight", (heads+2*kv)*hd, h)
 			add(p+"mlp.gate_up_proj.weight", 2*inter, h)
@@ -64,6 +66,21 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 				add(p+"post_self_attn_layernorm.weight", h)
 				add(p+"post_mlp_layernorm.weight", h)
 			}
+			continue
+		}
+		if mt == "olmoe" {
+			experts := n("num_experts")
+			add(p+"mlp.gate.weight", experts, h)
+			for e := int64(0); e < experts; e++ {
+				add(fmt.Sprintf("%smlp.experts.%d.gate_proj.weight", p, e), inter, h)
+				add(fmt.Sprintf("%smlp.experts.%d.up_proj.weight", p, e), inter, h)
+				add(fmt.Sprintf("%smlp.experts.%d.down_proj.weight", p, e), h, inter)
+			}
+			add(p+"self_attn.q_proj.weight", heads*hd, h)
+			add(p+"self_attn.k_proj.weight", kv*hd, h)
+			add(p+"self_attn.v_proj.weight", kv*hd, h)
+			add(p+"self_attn.q_norm.weight", heads*hd)
+			add(p+"self_attn.k_norm.weight", kv*hd)
 			continue
 		}
 		if mt == "gemma2" || mt == "gemma3_text" {
@@ -232,6 +249,25 @@ func TestPublishedConfigs(t *testing.T) {
 			"intermediate_size": 13696, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2,
 			"head_dim": 128, "attention_bias": true, "partial_rotary_factor": 0.5, "rope_theta": 10000.0,
 			"rms_norm_eps": 1e-5, "tie_word_embeddings": false}`},
+		// OlmoeConfig's defaults (configuration_olmoe.py): 16 layers of 64
+		// experts, top-8 without renormalization, every layer sparse; q/k norms over the whole
+		// projection in Llama's order; the add before each sparse block fused (DecoderLayer)
+		"OlmoeConfig defaults": {16*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			m := layerPlan(t, p, "model.layers.15.mlp")
+			if m.Kernel != "moe" || m.Layer != "SparseMoE" || m.Router != "softmax-topk" || m.Dims["experts"] != 64 ||
+				m.Dims["top_k"] != 8 || m.Dims["intermediate"] != 2048 {
+				t.Errorf("moe: kernel %s, layer %s, router %s, dims %v", m.Kernel, m.Layer, m.Router, m.Dims)
+			}
+			a := layerPlan(t, p, "model.layers.15.self_attn")
+			if len(a.Bindings) != 3 || a.Bindings[1].Layer != "RMSNorm" || !strings.Contains(a.Reason, "q_norm and k_norm over the whole projection") {
+				t.Errorf("attention: bindings %+v, reason %q", a.Bindings, a.Reason)
+			}
+			if n := layerPlan(t, p, "model.layers.15.post_attention_layernorm"); n.Kernel != "add-rmsnorm" || n.Bindings[1].Layer != "DecoderLayer" {
+				t.Errorf("post_attention_layernorm: kernel %s, bindings %+v", n.Kernel, n.Bindings)
+			}
+		}, `{"architectures": ["OlmoeForCausalLM"], "model_type": "olmoe", "vocab_size": 50304, "hidden_size": 2048,
+			"intermediate_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16, "num_experts": 64,
+			"num_experts_per_tok": 8, "rms_norm_eps": 1e-5}`},
 		// GlmConfig's defaults (configuration_glm.py): Llama's block, so the norm after the
 		// attention's residual add takes the add with it (the decoder layer bound)
 		"GlmConfig defaults": {40*4 + 2, 1, nil, func(t *testing.T, p *Plan) {

@@ -229,6 +229,36 @@ def test_pipeline_moe_cpu(tmp_path, fixture, replaced, active_bytes, max_abs_rat
         assert rt[name]["vs_eager"]["positions"] == 1.0, rt[name]
 
 
+def test_pipeline_olmoe_cpu(tmp_path):
+    """OLMoE end to end (5 experts, top-2 without renormalization; q/k norms over the whole
+    projection in Llama's order). Its eval input meets a routing near-tie: at the last of the 96
+    tokens, the fp32 model's second and third expert probabilities in layer 1 differ by 0.00025
+    (the median gap there is 0.052), and the injected model takes the other expert there (stock
+    does at token 64, by 0.0006). That one token carries the injected KL (1.9x stock's, 0.94x
+    without it), so this test holds what a tie cannot move: layer 0, before any routing differs,
+    closer to the fp32 model than stock; greedy tokens and the graph runtime's steps as eager's;
+    the roofline. Accuracy up to the first routing difference is test_moe_layers.py's (at most
+    stock's error), and over 30 random 64-token inputs the median KL ratio was 0.86."""
+    r = run_pipeline("olmoe-tiny", tmp_path / "run")
+    assert r.returncode == 0, r.stderr[-4000:]
+    ev = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    assert ev["injection"]["path"] == "kernels"
+    assert set(ev["injection"]["replaced"]) == {"Attention", "DecoderLayer", "RMSNorm", "SparseMoE", "LMHead"}
+    # attention 2 x 12288 x 2 = 49152, norms (2 x 2 x 64 + 64 + 2 x (64 + 32)) x 2 = 1024 (q_norm and
+    # k_norm counted with them), routers 2 x 320 x 2 = 1280, experts 2 x 4608 x 2 x 2 = 36864,
+    # embedding row 128, lm_head 65536
+    assert ev["roofline"]["total_bytes"] == 153984, ev["roofline"]
+    inj, st = ev["accuracy"]["injected"], ev["accuracy"]["stock"]
+    assert inj["nonfinite"] == 0 and inj["cosine"] >= 0.999, inj
+    first = ev["layers"][0]
+    assert first["name"] == "model.layers.0" and first["injected"]["mean_rel"] <= first["stock"]["mean_rel"], first
+    gen = ev["generation"]["injected_vs_stock"]
+    assert gen["tokens"] == 4 * 8 and gen["non_ties"] == 0, gen
+    rt = ev["generation"]["runtime"]
+    for name in ("stock", "injected"):
+        assert rt[name]["vs_eager"]["positions"] == 1.0, rt[name]
+
+
 def test_pipeline_levit_cpu(tmp_path):
     r = run_pipeline("levit-tiny", tmp_path / "run")
     assert r.returncode == 0, r.stderr[-4000:]

@@ -1,5 +1,5 @@
-"""The SparseMoE, SharedExpertMoE and MoEDecoderLayer layers on the qwen3_moe, mixtral and qwen2_moe
-fixtures, both routes:
+"""The SparseMoE, SharedExpertMoE and MoEDecoderLayer layers on the qwen3_moe, mixtral, qwen2_moe and
+olmoe fixtures, both routes:
 `inject` with the Go binary's package and packed checkpoint (the experts stacked offline), and
 `kernelize` with no plan (stacked on the device from transformers' own 3D experts). Each is
 measured against the fp32 model, as the eval measures."""
@@ -27,6 +27,8 @@ CASES = {
     "mixtral-tiny": {"Attention": 2, "LMHead": 1, "MoEDecoderLayer": 2, "RMSNorm": 5, "SparseMoE": 2},
     # every layer sparse, top-3 of 5, with a shared expert beside the routed ones
     "qwen2-moe-tiny": {"Attention": 2, "DecoderLayer": 2, "LMHead": 1, "RMSNorm": 5, "SharedExpertMoE": 2},
+    # every layer sparse, top-2 of 5 without renormalization; q/k norms over the whole projection
+    "olmoe-tiny": {"Attention": 2, "DecoderLayer": 2, "LMHead": 1, "RMSNorm": 9, "SparseMoE": 2},
 }
 # 40 tokens: the prefill path (grouped GEMMs); the last token alone below runs the decode path
 IDS = torch.randint(0, 500, (1, 40), generator=torch.Generator().manual_seed(5))
