@@ -312,6 +312,17 @@ func TestFixtureFacts(t *testing.T) {
 					t.Errorf("lm_head %+v", h)
 				}
 			}, []string{"Glm4RMSNorm", "Glm4Attention", "Glm4MLP"}},
+		"ernie4_5-tiny": {11, llamaKinds, 1, func(t *testing.T, g *Graph) {
+			// every channel rotates, in adjacent pairs; head_dim 32 of its own (not 96 / 3)
+			a := attn(g, 1)
+			wantDims(t, a, map[string]int64{"hidden": 96, "heads": 3, "kv_heads": 1, "head_dim": 32})
+			if _, ok := a.Dims["rotary_dim"]; ok || !a.InterleavedRotary || a.Bias || a.Class != "Ernie4_5Attention" {
+				t.Errorf("attention %+v", a)
+			}
+			if h := layer(t, g, "lm_head"); !h.Tied {
+				t.Errorf("lm_head %+v", h)
+			}
+		}, []string{"Ernie4_5RMSNorm", "Ernie4_5Attention", "Ernie4_5MLP"}},
 		"olmoe-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMoE: 2, KindLMHead: 1}, 1,
 			func(t *testing.T, g *Graph) {
 				// every layer sparse: experts of intermediate_size, the router without renormalization

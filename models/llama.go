@@ -6,7 +6,7 @@ import (
 )
 
 // Llama (model_type "llama") and the base of its relatives (mistral.go, qwen2.go, qwen3.go,
-// smollm3.go, granite.go, gemma.go, olmo2.go, qwen3_moe.go, mixtral.go). Read against
+// smollm3.go, granite.go, gemma.go, olmo2.go, qwen3_moe.go, mixtral.go, ernie4_5.go, olmoe.go). Read against
 // transformers 5.17 models/llama/{configuration,modeling}_llama.py.
 //
 // Layers, in execution order (prefix "model." for *ForCausalLM, none for the bare
@@ -39,6 +39,8 @@ type llamaConfig struct {
 	MLPBias           bool    `json:"mlp_bias"`
 	// QKVBias is Qwen2-MoE's switch of the q/k/v biases (nil: left out).
 	QKVBias *bool `json:"qkv_bias"`
+	// UseBias is ERNIE 4.5's one switch of every projection's bias.
+	UseBias bool `json:"use_bias"`
 }
 
 // llamaFamily is what a Llama-like architecture changes: its config defaults and which
@@ -78,6 +80,9 @@ type llamaFamily struct {
 	mark func(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error)
 	// layerWindows: mark gives each sliding layer its window (Architecture.LayerWindows).
 	layerWindows bool
+	// interleaved: RoPE rotates adjacent channel pairs (2i, 2i+1) of each head (ERNIE 4.5's
+	// GLM-style rotation); the attention carries InterleavedRotary.
+	interleaved bool
 }
 
 func never(*llamaConfig) bool { return false }
@@ -218,7 +223,8 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 			needs = append(needs, need{"o_proj.bias", attn + ".o_proj.bias", []int64{h}, hidden, false})
 		}
 		l := Layer{Module: attn, Kind: KindAttention, Class: f.class + "Attention", Block: i, Bias: qkvBias || oBias,
-			BlockClass: f.class + "DecoderLayer", Dims: map[string]int64{"hidden": h, "heads": heads, "kv_heads": kv, "head_dim": hd}}
+			BlockClass: f.class + "DecoderLayer", InterleavedRotary: f.interleaved,
+			Dims: map[string]int64{"hidden": h, "heads": heads, "kv_heads": kv, "head_dim": hd}}
 		if f.qkNorm || f.qkNormFull {
 			qn, kn := []int64{hd}, []int64{hd}
 			qw, kw := fmt.Sprintf("head_dim=%d", hd), fmt.Sprintf("head_dim=%d", hd)

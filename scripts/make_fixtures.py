@@ -448,6 +448,23 @@ def build_glm4_tiny(seed: int):
     return _seeded(seed, lambda: Glm4ForCausalLM(cfg))
 
 
+def build_ernie4_5_tiny(seed: int):
+    from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
+
+    cfg = Ernie4_5Config(
+        hidden_size=96,
+        intermediate_size=88,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3
+        head_dim=32,  # every channel rotates, in adjacent pairs
+        use_bias=False,  # as the published ERNIE 4.5 configs (biased MLPs stay on the stock path)
+        tie_word_embeddings=True,  # Ernie4_5Config's default
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Ernie4_5ForCausalLM(cfg))
+
+
 def build_smollm3_tiny(seed: int):
     from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
@@ -562,6 +579,7 @@ FIXTURE_LIST = [
     Fixture("qwen2-moe-tiny", 1018, build_qwen2_moe_tiny, dtype="bfloat16"),
     Fixture("glm4-tiny", 1019, build_glm4_tiny, dtype="bfloat16"),
     Fixture("olmoe-tiny", 1020, build_olmoe_tiny, dtype="bfloat16"),
+    Fixture("ernie4_5-tiny", 1021, build_ernie4_5_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

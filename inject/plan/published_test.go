@@ -268,6 +268,20 @@ func TestPublishedConfigs(t *testing.T) {
 		}, `{"architectures": ["OlmoeForCausalLM"], "model_type": "olmoe", "vocab_size": 50304, "hidden_size": 2048,
 			"intermediate_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16, "num_experts": 64,
 			"num_experts_per_tok": 8, "rms_norm_eps": 1e-5}`},
+		// Ernie4_5Config's defaults (configuration_ernie4_5.py, ERNIE-4.5-0.3B's shape): Llama's
+		// block, every channel of each head rotating in adjacent pairs, reordered offline; tied
+		"Ernie4_5Config defaults": {18*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			a := layerPlan(t, p, "model.layers.17.self_attn")
+			if !slices.Equal(a.Outputs[0].Transforms, []string{TConcatQKV, TRopeDeinterleave, TPrepackKMajor}) ||
+				a.Dims["rotary_dim"] != 0 || a.Dims["head_dim"] != 128 || a.Dims["kv_heads"] != 2 {
+				t.Errorf("attention outputs %+v, dims %v", a.Outputs, a.Dims)
+			}
+			if n := layerPlan(t, p, "model.layers.17.post_attention_layernorm"); n.Kernel != "add-rmsnorm" {
+				t.Errorf("post_attention_layernorm: kernel %s", n.Kernel)
+			}
+		}, `{"architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "vocab_size": 103424, "hidden_size": 1024,
+			"intermediate_size": 3072, "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2,
+			"head_dim": 128, "rms_norm_eps": 1e-5, "tie_word_embeddings": true}`},
 		// GlmConfig's defaults (configuration_glm.py): Llama's block, so the norm after the
 		// attention's residual add takes the add with it (the decoder layer bound)
 		"GlmConfig defaults": {40*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
