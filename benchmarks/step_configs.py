@@ -82,7 +82,11 @@ def forced(pkg_name: str, device, kernel: str, key: dict, config: dict):
     caches = [importlib.import_module(f"{pkg_name}.gemv")._BEST, importlib.import_module(f"{pkg_name}.moe")._CONFIGS]
     data = gpus.device_data(device)
     if data is None:
-        raise RuntimeError(f"step_configs: no GPU data file names {device}: nothing to override")
+        import torch
+
+        name = torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else str(device)
+        raise RuntimeError(f"step_configs: no GPU data file ({pkg_name}/gpus/*.json) names this GPU, {name}: "
+                           "its tuned configs are what the candidates override, so they run only on a GPU that has one")
     entry = {"kernel": kernel, "key": dict(key), "config": dict(config)}
     counter = f"tuned.{kernel}"
     before = backend.launch_counts[counter]
