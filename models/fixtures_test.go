@@ -323,6 +323,15 @@ func TestFixtureFacts(t *testing.T) {
 				t.Errorf("lm_head %+v", h)
 			}
 		}, []string{"Ernie4_5RMSNorm", "Ernie4_5Attention", "Ernie4_5MLP"}},
+		"seed_oss-tiny": {11, llamaKinds, 1, func(t *testing.T, g *Graph) {
+			// q/k/v biases by attention_bias, o_proj's by attention_out_bias; head_dim 32 of its own
+			a := attn(g, 1)
+			wantDims(t, a, map[string]int64{"hidden": 64, "heads": 5, "kv_heads": 1, "head_dim": 32})
+			if !a.Bias || a.Tensors["o_proj.bias"] != "model.layers.1.self_attn.o_proj.bias" ||
+				a.Tensors["v_proj.bias"] != "model.layers.1.self_attn.v_proj.bias" || a.InterleavedRotary {
+				t.Errorf("attention %+v", a)
+			}
+		}, []string{"SeedOssRMSNorm", "SeedOssAttention", "SeedOssMLP"}},
 		"olmoe-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMoE: 2, KindLMHead: 1}, 1,
 			func(t *testing.T, g *Graph) {
 				// every layer sparse: experts of intermediate_size, the router without renormalization

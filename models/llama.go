@@ -6,7 +6,8 @@ import (
 )
 
 // Llama (model_type "llama") and the base of its relatives (mistral.go, qwen2.go, qwen3.go,
-// smollm3.go, granite.go, gemma.go, olmo2.go, qwen3_moe.go, mixtral.go, ernie4_5.go, olmoe.go). Read against
+// smollm3.go, granite.go, gemma.go, olmo2.go, qwen3_moe.go, mixtral.go, ernie4_5.go, olmoe.go,
+// seed_oss.go). Read against
 // transformers 5.17 models/llama/{configuration,modeling}_llama.py.
 //
 // Layers, in execution order (prefix "model." for *ForCausalLM, none for the bare
@@ -41,6 +42,8 @@ type llamaConfig struct {
 	QKVBias *bool `json:"qkv_bias"`
 	// UseBias is ERNIE 4.5's one switch of every projection's bias.
 	UseBias bool `json:"use_bias"`
+	// AttentionOutBias is Seed-OSS's switch of o_proj's bias (attention_bias covers q/k/v).
+	AttentionOutBias bool `json:"attention_out_bias"`
 }
 
 // llamaFamily is what a Llama-like architecture changes: its config defaults and which

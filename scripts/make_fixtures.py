@@ -465,6 +465,24 @@ def build_ernie4_5_tiny(seed: int):
     return _seeded(seed, lambda: Ernie4_5ForCausalLM(cfg))
 
 
+def build_seed_oss_tiny(seed: int):
+    from transformers import SeedOssConfig, SeedOssForCausalLM
+
+    cfg = SeedOssConfig(
+        hidden_size=64,
+        intermediate_size=120,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=5,  # head_dim 32 of its own: q is 160 wide, wider than hidden
+        num_key_value_heads=1,  # GQA ratio 5
+        head_dim=32,
+        attention_bias=True,  # q/k/v biases (the default) ...
+        attention_out_bias=True,  # ... and o_proj's, which the published config leaves off
+        tie_word_embeddings=True,  # the budget
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: SeedOssForCausalLM(cfg))
+
+
 def build_smollm3_tiny(seed: int):
     from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
@@ -580,6 +598,7 @@ FIXTURE_LIST = [
     Fixture("glm4-tiny", 1019, build_glm4_tiny, dtype="bfloat16"),
     Fixture("olmoe-tiny", 1020, build_olmoe_tiny, dtype="bfloat16"),
     Fixture("ernie4_5-tiny", 1021, build_ernie4_5_tiny, dtype="bfloat16"),
+    Fixture("seed_oss-tiny", 1022, build_seed_oss_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

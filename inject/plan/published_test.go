@@ -35,7 +35,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	mt := cfg["model_type"].(string)
 	add("model.embed_tokens.weight", vocab, h)
 	glm := mt == "glm" || mt == "glm4"
-	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || glm) {
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "seed_oss" || glm) {
 		add("lm_head.weight", vocab, h)
 	}
 	add("model.norm.weight", h)
@@ -94,6 +94,11 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 		add(p+"self_attn.v_proj.weight", kv*hd, h)
 		add(p+"mlp.gate_proj.weight", inter, h)
 		add(p+"mlp.up_proj.weight", inter, h)
+		if mt == "seed_oss" {
+			add(p+"self_attn.q_proj.bias", heads*hd)
+			add(p+"self_attn.k_proj.bias", kv*hd)
+			add(p+"self_attn.v_proj.bias", kv*hd)
+		}
 		if mt == "gemma3_text" {
 			add(p+"self_attn.q_norm.weight", hd)
 			add(p+"self_attn.k_norm.weight", hd)
@@ -282,6 +287,16 @@ func TestPublishedConfigs(t *testing.T) {
 		}, `{"architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "vocab_size": 103424, "hidden_size": 1024,
 			"intermediate_size": 3072, "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2,
 			"head_dim": 128, "rms_norm_eps": 1e-5, "tie_word_embeddings": true}`},
+		// SeedOssConfig's defaults (configuration_seed_oss.py, Seed-OSS-36B's shape): Llama's
+		// modules, q/k/v biased, o_proj not, GQA 10, head_dim 128 of its own
+		"SeedOssConfig defaults": {64*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			a := layerPlan(t, p, "model.layers.63.self_attn")
+			if len(a.Outputs) != 3 || a.Outputs[1].Name != "model.layers.63.self_attn.qkv_proj.bias" || a.Dims["head_dim"] != 128 {
+				t.Errorf("attention outputs %+v, dims %v", a.Outputs, a.Dims)
+			}
+		}, `{"architectures": ["SeedOssForCausalLM"], "model_type": "seed_oss", "vocab_size": 155136, "hidden_size": 4096,
+			"intermediate_size": 27648, "num_hidden_layers": 64, "num_attention_heads": 80, "num_key_value_heads": 8,
+			"head_dim": 128, "attention_bias": true, "rms_norm_eps": 1e-6}`},
 		// GlmConfig's defaults (configuration_glm.py): Llama's block, so the norm after the
 		// attention's residual add takes the add with it (the decoder layer bound)
 		"GlmConfig defaults": {40*4 + 2, 1, nil, func(t *testing.T, p *Plan) {

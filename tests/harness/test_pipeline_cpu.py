@@ -166,6 +166,8 @@ def test_pipeline_fp16_cpu(tmp_path):
         # ERNIE 4.5: Llama's block, every channel of each head rotating in adjacent pairs (reordered
         # offline), head_dim 32 of its own, GQA 3, tied head
         ("ernie4_5-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
+        # Seed-OSS: q/k/v biases and o_proj's by their own switches, GQA 5, q wider than hidden
+        ("seed_oss-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):
