@@ -145,14 +145,14 @@ def bn_params(src, sources):
 
 
 def deinterleaved(t: torch.Tensor, dims: dict) -> torch.Tensor:
-    """rope-deinterleave by views: in each q and k head, the rotated rows' even ones, then their
-    odd ones (GLM's adjacent rotary pairs in rotate-half order); v as it is."""
+    """rope-deinterleave as the package makes it on the device (packing.deinterleave_rows, torch
+    views) on the q and k rows of a q|k|v concatenation, v as it is: the Go packer's bytes must
+    be the device packer's."""
+    from xpuinject_kernels.packing import deinterleave_rows
+
     h, kv, d = dims["heads"], dims["kv_heads"], dims["head_dim"]
     r = dims.get("rotary_dim", d)
-    qk = t[: (h + kv) * d].reshape(h + kv, d, *t.shape[1:])
-    rot = qk[:, :r].reshape(h + kv, r // 2, 2, *t.shape[1:]).transpose(1, 2).reshape(h + kv, r, *t.shape[1:])
-    qk = torch.cat([rot, qk[:, r:]], dim=1).reshape((h + kv) * d, *t.shape[1:])
-    return torch.cat([qk, t[(h + kv) * d:]], dim=0)
+    return torch.cat([deinterleave_rows(t[: (h + kv) * d], h + kv, d, r), t[(h + kv) * d:]], dim=0)
 
 
 def reference(o: dict, layer: dict, src: dict[str, torch.Tensor]):

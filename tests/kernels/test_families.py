@@ -429,31 +429,21 @@ def test_rms_norm_fp32_add_rounds_as_the_block(device, dtype, n):
         rmsnorm.rms_norm_fp32_add(x.to(device), residual[:, :2].to(device), w.to(device), EPS)
 
 
-def test_post_norm_decoder_layer_matches_olmo2s_block(device):
-    """PostNormDecoderLayer on an Olmo2DecoderLayer (its attention, MLP and norms bound to our
-    layers too) against the same modules under the stock block: bit for bit (each norm and its add
-    rounded as the stock block rounds them, the norm by the same kernel), two launches fewer a
-    layer."""
-    from transformers import Olmo2Config
-    from transformers.models.olmo2.modeling_olmo2 import Olmo2DecoderLayer, Olmo2RotaryEmbedding
-
-    from xpuinject_kernels import _backend
-
-    torch.manual_seed(12)
-    cfg = Olmo2Config(hidden_size=96, intermediate_size=88, num_hidden_layers=1, num_attention_heads=3,
-                      num_key_value_heads=3, vocab_size=97, max_position_embeddings=64, rms_norm_eps=EPS)
-    block = Olmo2DecoderLayer(cfg, layer_idx=0).eval()
+def _random_block(block, device):
+    """A decoder block with norm weights around 1 and the rest around 0, in bf16 on device."""
     with torch.no_grad():
         for name, p in block.named_parameters():
             p.copy_(1 + 0.2 * torch.randn_like(p) if "norm" in name else 0.1 * torch.randn_like(p))
-    block = block.to(torch.bfloat16).to(device)
-    _bind(block.self_attn, "Attention")
-    _bind(block.mlp, "SwiGLUMLP")
-    for norm in (block.self_attn.q_norm, block.self_attn.k_norm, block.post_attention_layernorm,
-                 block.post_feedforward_layernorm):
-        _bind(norm, "FP32RMSNorm")
+    return block.to(torch.bfloat16).to(device)
+
+
+def _block_run(block, rotary, device, ops):
+    """A function running block on one fixed causal 2 x 7 x 96 input, returning its output and
+    how many times each of ops launched during the call."""
+    from xpuinject_kernels import _backend
+
     x = (torch.randn(2, 7, 96) * 2).to(torch.bfloat16).to(device)
-    cos, sin = Olmo2RotaryEmbedding(cfg)(x.cpu(), torch.arange(7)[None].expand(2, 7))
+    cos, sin = rotary(x.cpu(), torch.arange(7)[None].expand(2, 7))
     mask = torch.ones(7, 7, dtype=torch.bool).tril()[None, None].to(device)
     kw = dict(attention_mask=mask, position_embeddings=(cos.to(device), sin.to(device)))
     counts = _backend.launch_counts
@@ -463,8 +453,30 @@ def test_post_norm_decoder_layer_matches_olmo2s_block(device):
         with torch.no_grad():
             out = block(x, **kw)
         out = out[0] if isinstance(out, tuple) else out
-        return out, {k: counts[k] - before.get(k, 0) for k in ("rms_norm_gemma", "rms_norm_fp32_add")}
+        return out, {k: counts[k] - before.get(k, 0) for k in ops}
 
+    return run
+
+
+def test_post_norm_decoder_layer_matches_olmo2s_block(device):
+    """PostNormDecoderLayer on an Olmo2DecoderLayer (its attention, MLP and norms bound to our
+    layers too) against the same modules under the stock block: bit for bit (each norm and its add
+    rounded as the stock block rounds them, the norm by the same kernel), two launches fewer a
+    layer."""
+    from transformers import Olmo2Config
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2DecoderLayer, Olmo2RotaryEmbedding
+
+    torch.manual_seed(12)
+    cfg = Olmo2Config(hidden_size=96, intermediate_size=88, num_hidden_layers=1, num_attention_heads=3,
+                      num_key_value_heads=3, vocab_size=97, max_position_embeddings=64, rms_norm_eps=EPS)
+    block = Olmo2DecoderLayer(cfg, layer_idx=0).eval()
+    block = _random_block(block, device)
+    _bind(block.self_attn, "Attention")
+    _bind(block.mlp, "SwiGLUMLP")
+    for norm in (block.self_attn.q_norm, block.self_attn.k_norm, block.post_attention_layernorm,
+                 block.post_feedforward_layernorm):
+        _bind(norm, "FP32RMSNorm")
+    run = _block_run(block, Olmo2RotaryEmbedding(cfg), device, ("rms_norm_gemma", "rms_norm_fp32_add"))
     want, want_n = run()
     _bind(block, "PostNormDecoderLayer")
     got, got_n = run()
@@ -575,36 +587,18 @@ def test_sandwich_decoder_layer_matches_glm4s_block(device):
     from transformers import Glm4Config
     from transformers.models.glm4.modeling_glm4 import Glm4DecoderLayer, Glm4RotaryEmbedding
 
-    from xpuinject_kernels import _backend
-
     torch.manual_seed(13)
     cfg = Glm4Config(hidden_size=96, intermediate_size=88, num_hidden_layers=1, num_attention_heads=3,
                      num_key_value_heads=1, head_dim=80, vocab_size=97, max_position_embeddings=64, rms_norm_eps=EPS,
                      pad_token_id=0)
     block = Glm4DecoderLayer(cfg, layer_idx=0).eval()
-    with torch.no_grad():
-        for name, p in block.named_parameters():
-            p.copy_(1 + 0.2 * torch.randn_like(p) if "norm" in name else 0.1 * torch.randn_like(p))
-    block = block.to(torch.bfloat16).to(device)
+    block = _random_block(block, device)
     _bind(block.self_attn, "Attention")
     _bind(block.mlp, "FusedSwiGLUMLP")
-    norms = (block.input_layernorm, block.post_self_attn_layernorm, block.post_attention_layernorm,
-             block.post_mlp_layernorm)
-    for norm in norms:
+    for norm in (block.input_layernorm, block.post_self_attn_layernorm, block.post_attention_layernorm,
+                 block.post_mlp_layernorm):
         _bind(norm, "RMSNorm")
-    x = (torch.randn(2, 7, 96) * 2).to(torch.bfloat16).to(device)
-    cos, sin = Glm4RotaryEmbedding(cfg)(x.cpu(), torch.arange(7)[None].expand(2, 7))
-    mask = torch.ones(7, 7, dtype=torch.bool).tril()[None, None].to(device)
-    kw = dict(attention_mask=mask, position_embeddings=(cos.to(device), sin.to(device)))
-    counts = _backend.launch_counts
-
-    def run():
-        before = dict(counts)
-        with torch.no_grad():
-            out = block(x, **kw)
-        out = out[0] if isinstance(out, tuple) else out
-        return out, {k: counts[k] - before.get(k, 0) for k in ("rms_norm", "add_rms_norm")}
-
+    run = _block_run(block, Glm4RotaryEmbedding(cfg), device, ("rms_norm", "add_rms_norm"))
     want, want_n = run()
     _bind(block, "SandwichDecoderLayer")
     got, got_n = run()
