@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -82,11 +83,7 @@ def forced(pkg_name: str, device, kernel: str, key: dict, config: dict):
     caches = [importlib.import_module(f"{pkg_name}.gemv")._BEST, importlib.import_module(f"{pkg_name}.moe")._CONFIGS]
     data = gpus.device_data(device)
     if data is None:
-        import torch
-
-        name = torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else str(device)
-        raise RuntimeError(f"step_configs: no GPU data file ({pkg_name}/gpus/*.json) names this GPU, {name}: "
-                           "its tuned configs are what the candidates override, so they run only on a GPU that has one")
+        raise RuntimeError("step_configs: no GPU data for this GPU (call adopt_data first)")
     entry = {"kernel": kernel, "key": dict(key), "config": dict(config)}
     counter = f"tuned.{kernel}"
     before = backend.launch_counts[counter]
@@ -101,6 +98,36 @@ def forced(pkg_name: str, device, kernel: str, key: dict, config: dict):
             c.clear()
 
 
+def adopt_data(pkg_name: str, device, base: str) -> str:
+    """The GPU data the shipped step runs on, named for the report. On a GPU no data file names,
+    the candidates override an in-memory one: `base`'s tuned entries (a data file's stem, such as
+    h200, so another card times that card's shipped configs against the candidates), or none
+    (every class on its heuristic config) when base is empty."""
+    import torch
+
+    gpus = importlib.import_module(f"{pkg_name}.gpus")
+    device = torch.device(device)
+    data = gpus.device_data(device)
+    if data is not None:
+        return data["file"]
+    tuned = []
+    if base:
+        path = gpus._DIR / f"{base}.json"
+        if not path.is_file():
+            have = ", ".join(sorted(q.stem for q in gpus._DIR.glob("*.json"))) or "none"
+            raise ValueError(f"step_configs: --gpu-data {base}: no {path.name} in {gpus._DIR} (have: {have})")
+        tuned = json.loads(path.read_text(encoding="utf-8")).get("tuned", [])
+    name = gpus._device_name(device)
+    label = f"gpus/{base}.json's tuned configs (borrowed)" if base else "no tuned configs (heuristics)"
+    data = {"file": label, "devices": [name], "tuned": tuned}
+    # launchers look a tensor's device up by its index, this script by the bare device
+    index = device.index if device.index is not None else (
+        torch.cuda.current_device() if device.type == "cuda" else 0)
+    for i in {device.index, index}:
+        gpus._by_device[(device.type, i)] = data
+    return label
+
+
 def describe(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
 
@@ -113,6 +140,8 @@ def main() -> int:
     ap.add_argument("--key", default="", help="problem fields the override must match, e.g. k=2048,n=5120")
     ap.add_argument("--only", default="", help="only the candidates with these launch constants, e.g. EW=1 "
                     "(a switch a candidate leaves out is 0)")
+    ap.add_argument("--gpu-data", default="", help="on a GPU no data file names, the file (its stem, e.g. h200) "
+                    "whose tuned configs the shipped step runs on; default: none, the heuristics")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--context", type=int, default=512)
@@ -137,6 +166,12 @@ def main() -> int:
     pkg, loaded_by = load_package(run / "package", dev)
     model = transformers.AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).to(dev).eval()
     print(f"injected ({loaded_by}): {pkg.inject(model, packed=run / 'packed')['replaced']}", flush=True)
+    try:
+        shipped = adopt_data(pkg.__name__, dev, a.gpu_data)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(f"shipped configs: {shipped}", flush=True)
     vocab = transformers.AutoConfig.from_pretrained(a.model).vocab_size
     ids = torch.randint(0, vocab, (1, a.context), generator=torch.Generator().manual_seed(3)).to(dev)
     sync = device_sync(dev)
@@ -166,7 +201,7 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name(dev)}; {a.kernel} where {key or 'any problem'}; decode step at batch 1, "
           f"{a.context}-token context, ms (median of {a.rounds} rounds of {a.steps} steps)")
     print(f"{'ms':>8} {'ratio':>6}  config")
-    print(f"{base:8.4f} {1.0:6.3f}  shipped (the package's own)")
+    print(f"{base:8.4f} {1.0:6.3f}  shipped ({shipped})")
     rows = sorted(range(len(cands)), key=lambda i: statistics.median(times[i]))
     for i in rows:
         if not took[i]:

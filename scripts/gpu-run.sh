@@ -15,7 +15,7 @@
 #        "gemma2b", "gemma7b", "olmo2_7b", "glm4_9b", "qwen2moe", "olmoe", "phi3mini", "smollm3", "granite2b"
 #        the Gemma-2-2B-, gemma-7b-, OLMo-2-1124-7B-, GLM-4-9B-, Qwen1.5-MoE-A2.7B-, OlmoeConfig-default-,
 #        Phi-3-mini-, SmolLM3-3B- and Granite-3-2B-shaped
-#        pipelines (T_FAMILY);
+#        pipelines (T_FAMILY; FAMILY_LAYERS decoder layers, default the model's own count);
 #        "qwen3moe" the Qwen3-30B-A3B-shaped pipeline, MOE_LAYERS (default 8) decoder layers
 #        (T_MOE_PIPELINE), on the model a moedecode step kept (MOEDECODE_KEEP=1) where there is one;
 #        "moedecode" the Qwen3-30B-A3B-shaped decode step's candidates (MOE_LAYERS layers; T_MOEDECODE
@@ -74,7 +74,8 @@ for s in $STEPS; do
     llama) name=llama1b limit=${T_LLAMA:-240} ;;
     llama8b) name=llama8b limit=${T_LLAMA8B:-480} ;;
     levit) name=levit128s limit=${T_LEVIT:-90} ;;
-    gemma2b|gemma7b|olmo2_7b|glm4_9b|qwen2moe|olmoe|phi3mini|smollm3|granite2b) name=$s limit=${T_FAMILY:-300} ;;
+    gemma2b|gemma7b|olmo2_7b|glm4_9b|qwen2moe|olmoe|phi3mini|smollm3|granite2b)
+      name=$s limit=${T_FAMILY:-300} layers=${FAMILY_LAYERS:-} ;;
     qwen3moe) name=qwen3moe30b limit=${T_MOE_PIPELINE:-420} layers=${MOE_LAYERS:-8} ;;
     esac
     model="$WORK/models/$name${layers:+-${layers}l}"  # make_gpu_models.py's folder name
@@ -159,12 +160,12 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       sweep-nmajor) cmd=(python3 benchmarks/bench_moe.py --out "$OUT/moedecode/moe-nmajor" --shapes qwen3-30b-a3b
                          --tokens 1,8 --sweep --experts-layout nmajor) ;;
       step-moe) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
-                     --rounds 1 --steps 30) ;;
+                     --rounds 1 --steps 30 --gpu-data h200) ;;
       # the attention projections at one row: QKV (its RoPE epilogue's class) and o_proj, EW candidates
       step-qkv) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel gemv --key k=2048,n=5120,m_bucket=1
-                     --only EW=1 --rounds 1 --steps 30) ;;
+                     --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
       step-o) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel gemv --key k=4096,n=2048,m_bucket=1
-                   --only EW=1 --rounds 1 --steps 30) ;;
+                   --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
       nmajor) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped --variant nmajor:XPUINJECT_NMAJOR=1
                    --rounds 2 --json "$OUT/moedecode/nmajor.json") ;;
       *) log "moedecode: unknown part $part (want floor, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor)"

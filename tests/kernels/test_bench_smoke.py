@@ -791,9 +791,38 @@ def test_step_configs_forces_one_kernels_config_and_puts_the_data_back(monkeypat
     with pytest.raises(ValueError, match="want one of moe.decode, gemv"):
         sc.candidates("attention")
     monkeypatch.setattr(gpus, "device_data", lambda device: None)
-    with pytest.raises(RuntimeError, match="no GPU data file"):
+    with pytest.raises(RuntimeError, match="no GPU data for this GPU"):
         with sc.forced("xpuinject_kernels", cpu, "moe.decode", {}, cand):
             pass
+
+
+def test_step_configs_adopts_gpu_data_on_a_gpu_without_a_file(monkeypatch):
+    """On a GPU no data file names, step_configs' shipped step runs on another card's tuned
+    entries (--gpu-data h200) or on none, registered for both spellings of the device so the
+    candidates can override them; a file that does not exist is named with those that do. A GPU
+    with a file keeps its own."""
+    from xpuinject_kernels import gpus
+
+    sc = load("step_configs")
+    monkeypatch.setattr(gpus, "_by_device", {})
+    dev = torch.device("cpu")
+    h200 = json.loads((gpus._DIR / "h200.json").read_text(encoding="utf-8"))["tuned"]
+    assert h200
+    label = sc.adopt_data("xpuinject_kernels", dev, "h200")
+    assert label == "gpus/h200.json's tuned configs (borrowed)"
+    data = gpus._by_device[("cpu", None)]
+    assert gpus._by_device[("cpu", 0)] is data and data["tuned"] == h200
+    # a second call keeps what the first registered
+    assert sc.adopt_data("xpuinject_kernels", dev, "") == label
+    monkeypatch.setattr(gpus, "_by_device", {})
+    assert sc.adopt_data("xpuinject_kernels", dev, "") == "no tuned configs (heuristics)"
+    assert gpus._by_device[("cpu", 0)]["tuned"] == []
+    monkeypatch.setattr(gpus, "_by_device", {})
+    with pytest.raises(ValueError, match=r"--gpu-data a100: no a100.json in .*\(have: h200\)"):
+        sc.adopt_data("xpuinject_kernels", dev, "a100")
+    own = {"file": "gpus/h200.json", "tuned": []}
+    monkeypatch.setattr(gpus, "device_data", lambda device: own)
+    assert sc.adopt_data("xpuinject_kernels", dev, "") == "gpus/h200.json"
 
 
 def test_step_configs_needs_a_gpu(tmp_path):
