@@ -136,9 +136,11 @@ def _proj(x: torch.Tensor, w: torch.Tensor, b, vendor: bool = False) -> torch.Te
 
 def _proj_add(x: torch.Tensor, w: torch.Tensor, b, vendor: bool, residual: torch.Tensor,
               res_scale: float) -> torch.Tensor:
-    """residual + res_scale * (x @ w (+ b)), the add in the GEMM's residual epilogue (cuBLAS's
-    alpha and beta = 1 on the vendor path): the sum rounded once, not after the GEMM and again
-    after an add."""
+    """residual + res_scale * (x @ w (+ b)), the add in the GEMM's residual epilogue: the sum
+    rounded once, not after the GEMM and again after an add. The vendor path is one addmm (alpha
+    res_scale, beta 1), which rounds once on the CPU; CUDA's half-precision addmm rounds the
+    product before it adds (on an H100, bit for bit a matmul then an add, as the stock module
+    rounds). Rounding once there needs an fp32 output and a cast launch, not measured for speed."""
     if vendor:
         if b is not None:
             return residual + (torch.matmul(x, w) + b) * res_scale
