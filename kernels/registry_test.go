@@ -90,7 +90,7 @@ func TestDefaultRegistryRows(t *testing.T) {
 	for _, k := range r.For(models.KindRMSNorm) {
 		forRMS = append(forRMS, k.Name)
 	}
-	if strings.Join(forRMS, ",") != "rmsnorm,add-rmsnorm" {
+	if strings.Join(forRMS, ",") != "rmsnorm,add-rmsnorm,rmsnorm-add" {
 		t.Errorf("For(rmsnorm) = %v", forRMS)
 	}
 	if len(r.For(models.KindEmbedding)) != 0 || len(r.For(models.KindConvBN)) != 0 {

@@ -88,7 +88,7 @@ func TestKernelsJSON(t *testing.T) {
 	if len(rows) != 8 || rows[7].Name != "moe" || rows[7].Replaces[0] != "moe-swiglu" || rows[4].Name != "gemm" ||
 		rows[4].Module != "gemm" || rows[4].Layers["linear-bn"] != "LinearBN" ||
 		rows[5].Constraints[1].Text != "head_dim in {32, 64, 80, 96, 128, 256}" || rows[2].Name != "rmsnorm-add" ||
-		rows[2].Replaces[0] != "rmsnorm-fp32" {
+		rows[2].Replaces[1] != "rmsnorm-fp32" || rows[2].Layers["rmsnorm-fp32"] != "FP32RMSNorm" {
 		t.Fatalf("rows %+v", rows)
 	}
 	if doc.GPU.Name != "h200" || doc.GPUFile != "gpus/h200.json" {

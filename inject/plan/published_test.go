@@ -229,7 +229,8 @@ func TestPublishedConfigs(t *testing.T) {
 		// Glm4Config's defaults (transformers 5.17 configuration_glm4.py: GLM-4-9B's shape) in the
 		// Hub's spelling (top-level rope_theta and partial_rotary_factor): four norms, attention,
 		// MLP per layer on our kernels, the rotated half of each head reordered offline; the add
-		// before post_attention_layernorm fused with it (SandwichDecoderLayer), the MLP a module
+		// before post_attention_layernorm fused with it (SandwichDecoderLayer), and the one after
+		// post_mlp_layernorm with that norm; the MLP a module
 		"Glm4Config defaults": {40*6 + 2, 1, nil, func(t *testing.T, p *Plan) {
 			a := layerPlan(t, p, "model.layers.39.self_attn")
 			if a.Layer != "Attention" || !slices.Equal(a.Outputs[0].Transforms, []string{TConcatQKV, TRopeDeinterleave, TPrepackKMajor}) ||
@@ -237,8 +238,9 @@ func TestPublishedConfigs(t *testing.T) {
 				!strings.Contains(a.Reason, "partial rotary: 64 of 128") || !strings.Contains(a.Reason, "interleaved rotary pairs") {
 				t.Errorf("attention: layer %s, outputs %+v, dims %v, reason %q", a.Layer, a.Outputs, a.Dims, a.Reason)
 			}
-			for _, m := range []string{"input_layernorm", "post_self_attn_layernorm", "post_mlp_layernorm"} {
-				if n := layerPlan(t, p, "model.layers.39."+m); n.Kernel != "rmsnorm" || n.Layer != "RMSNorm" || len(n.Bindings) != 1 {
+			for m, kernel := range map[string]string{"input_layernorm": "rmsnorm", "post_self_attn_layernorm": "rmsnorm",
+				"post_mlp_layernorm": "rmsnorm-add"} {
+				if n := layerPlan(t, p, "model.layers.39."+m); n.Kernel != kernel || n.Layer != "RMSNorm" || len(n.Bindings) != 1 {
 					t.Errorf("%s: kernel %s, layer %s, bindings %+v", m, n.Kernel, n.Layer, n.Bindings)
 				}
 			}

@@ -19,6 +19,7 @@ const (
 	postAttentionNorm   = "post_attention_layernorm"
 	preFeedforwardNorm  = "pre_feedforward_layernorm"
 	postFeedforwardNorm = "post_feedforward_layernorm"
+	postMLPNorm         = "post_mlp_layernorm"
 )
 
 func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
@@ -106,12 +107,22 @@ func blockNorm(l models.Layer) bool {
 	return l.Block >= 0 && lastPart(l.Module) == postAttentionNorm
 }
 
-// postBranchNorm: a norm whose output its block adds to the residual, in a block the
-// PostNormDecoderLayer layer replaces (OLMo 2's post_attention_layernorm and
-// post_feedforward_layernorm).
+// postBranchNorm: a norm whose output its block adds to the residual, in a block a layer of
+// ours replaces: OLMo 2's post_attention_layernorm and post_feedforward_layernorm
+// (PostNormDecoderLayer), GLM-4's post_mlp_layernorm (SandwichDecoderLayer, whose
+// post_self_attn_layernorm stays a norm of its own: the add after it fuses with the next norm).
 func postBranchNorm(l models.Layer) bool {
+	if l.Block < 0 {
+		return false
+	}
 	last := lastPart(l.Module)
-	return l.Block >= 0 && blockDecoder(l) == layerPostNormDecoder && (last == postAttentionNorm || last == postFeedforwardNorm)
+	switch blockDecoder(l) {
+	case layerPostNormDecoder:
+		return last == postAttentionNorm || last == postFeedforwardNorm
+	case layerSandwichDecoder:
+		return last == postMLPNorm
+	}
+	return false
 }
 
 // sandwich: the layer's block normalizes each branch before adding it to the residual

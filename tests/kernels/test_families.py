@@ -429,6 +429,33 @@ def test_rms_norm_fp32_add_rounds_as_the_block(device, dtype, n):
         rmsnorm.rms_norm_fp32_add(x.to(device), residual[:, :2].to(device), w.to(device), EPS)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [96, 12000])  # 12000: wider than one block (the two-pass loop)
+def test_rms_norm_add_rounds_as_llamas_norm_then_add(device, dtype, n):
+    """rms_norm_add = residual + LlamaRMSNorm(x): our rms_norm's output plus the residual, the sum
+    rounded again, bit for bit; against the stock module and a torch add within one ulp; and not
+    Gemma's order (the two differ on many elements at bf16)."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    torch.manual_seed(12)
+    x = (torch.randn(3, 5, n) * 3).to(dtype)
+    residual = (torch.randn(3, 5, n) * 4).to(dtype)
+    w = (1 + gemma_w(n)).to(dtype)
+    got = rmsnorm.rms_norm_add(x.to(device), residual.to(device), w.to(device), EPS).cpu()
+    normed = rmsnorm.rms_norm(x.to(device), w.to(device), EPS).cpu()
+    assert got.dtype == dtype and torch.equal(got, normed + residual)
+    m = LlamaRMSNorm(n, eps=EPS).to(dtype)
+    with torch.no_grad():
+        m.weight.copy_(w)
+        want = residual + m(x)
+    assert (got.double() - want.double()).abs().max() <= ulp(dtype, want.double()).max()
+    if dtype == torch.bfloat16:
+        other = rmsnorm.rms_norm_fp32_add(x.to(device), residual.to(device), w.to(device), EPS).cpu()
+        assert (other != got).float().mean() > 0.01
+    with pytest.raises(ValueError, match="residual shape"):
+        rmsnorm.rms_norm_add(x.to(device), residual[:, :2].to(device), w.to(device), EPS)
+
+
 def _random_block(block, device):
     """A decoder block with norm weights around 1 and the rest around 0, in bf16 on device."""
     with torch.no_grad():
@@ -583,7 +610,8 @@ def test_glm4_model_kernelized_compiles_as_one_graph(llama_odd_pkg, device):
 def test_sandwich_decoder_layer_matches_glm4s_block(device):
     """SandwichDecoderLayer on a Glm4DecoderLayer (attention, MLP and norms bound to our layers too)
     against the same modules under the stock block: bit for bit (the add and the post-attention
-    norm in one kernel round as the stock add and norm do), one launch fewer a layer."""
+    norm in one kernel round as the stock add and norm do, the post-MLP norm and the add after it in
+    another), two launches fewer a layer."""
     from transformers import Glm4Config
     from transformers.models.glm4.modeling_glm4 import Glm4DecoderLayer, Glm4RotaryEmbedding
 
@@ -598,10 +626,10 @@ def test_sandwich_decoder_layer_matches_glm4s_block(device):
     for norm in (block.input_layernorm, block.post_self_attn_layernorm, block.post_attention_layernorm,
                  block.post_mlp_layernorm):
         _bind(norm, "RMSNorm")
-    run = _block_run(block, Glm4RotaryEmbedding(cfg), device, ("rms_norm", "add_rms_norm"))
+    run = _block_run(block, Glm4RotaryEmbedding(cfg), device, ("rms_norm", "add_rms_norm", "rms_norm_add"))
     want, want_n = run()
     _bind(block, "SandwichDecoderLayer")
     got, got_n = run()
-    assert want_n == {"rms_norm": 4, "add_rms_norm": 0}, want_n
-    assert got_n == {"rms_norm": 3, "add_rms_norm": 1}, got_n
+    assert want_n == {"rms_norm": 4, "add_rms_norm": 0, "rms_norm_add": 0}, want_n
+    assert got_n == {"rms_norm": 2, "add_rms_norm": 1, "rms_norm_add": 1}, got_n
     assert torch.equal(got, want), float((got.float() - want.float()).abs().max())

@@ -16,7 +16,8 @@ DecoderLayer, decoder.py).
                      branch's output before adding it to the residual; each norm and its add as one
                      kernel (rms_norm_fp32_add: the norm rounded, then the sum, as stock rounds them)
   SandwichDecoderLayer  replaces Glm4DecoderLayer.forward: Llama's norms before and after each branch; the
-                     add after post_self_attn_layernorm and post_attention_layernorm as one kernel
+                     add after post_self_attn_layernorm and post_attention_layernorm as one kernel,
+                     post_mlp_layernorm and the add after it as another (rms_norm_add)
   FusedAttention     Phi3Attention: the Attention layer over a checkpoint-fused qkv_proj
   FusedSwiGLUMLP     Phi3MLP: the SwiGLUMLP layer over a checkpoint-fused gate_up_proj
 
@@ -33,7 +34,7 @@ from torch import nn
 from .contract import packed_attr
 from .decoder import Attention, geglu_block, geglu_epilogue, mlp_activation  # noqa: F401 (re-exported)
 from .layers import SwiGLUMLP, _packed
-from .rmsnorm import add_rms_norm, add_rms_norm_gemma, rms_norm_fp32_add, rms_norm_gemma
+from .rmsnorm import add_rms_norm, add_rms_norm_gemma, rms_norm_add, rms_norm_fp32_add, rms_norm_gemma
 
 __all__ = ["GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "SandwichDecoderLayer",
            "FusedAttention",
@@ -134,8 +135,8 @@ class PostNormDecoderLayer(nn.Module):
 class SandwichDecoderLayer(nn.Module):
     """Replaces Glm4DecoderLayer.forward: Llama's norms around each branch and after it; the add of
     post_self_attn_layernorm's output to the residual and post_attention_layernorm run as one
-    add_rms_norm kernel, as DecoderLayer runs Llama's. The other norms, the attention and the MLP
-    run as their modules."""
+    add_rms_norm kernel, as DecoderLayer runs Llama's, and post_mlp_layernorm with the add after
+    it as one rms_norm_add. The other norms, the attention and the MLP run as their modules."""
 
     has_backward = False
     can_torch_compile = True
@@ -155,7 +156,8 @@ class SandwichDecoderLayer(nn.Module):
         norm = self.post_attention_layernorm
         residual, hidden_states = add_rms_norm(self.post_self_attn_layernorm(hidden_states), residual, norm.weight,
                                                norm.variance_epsilon)
-        return residual + self.post_mlp_layernorm(self.mlp(hidden_states))
+        norm = self.post_mlp_layernorm
+        return rms_norm_add(self.mlp(hidden_states), residual, norm.weight, norm.variance_epsilon)
 
 
 class FusedAttention(Attention):

@@ -18,6 +18,8 @@ rounded once to x's dtype. The kernel takes the fp32 (1 + w) folded offline (or 
 module's weight on first use) and skips the rounding before the multiply. OLMo 2's norm
 (Olmo2RMSNorm) is that order on its own weight; `rms_norm_fp32_add` adds the block's residual to
 its rounded output in the same pass (the block normalizes each branch before adding it).
+`rms_norm_add` is the same pass on Llama's order (GLM-4's block normalizes its MLP's output with
+Llama's RMSNorm before the residual add).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import triton.language as tl
 
 from . import _backend, _ops
 
-__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gemma", "add_rms_norm_gemma", "rms_norm_fp32_add", "rms_norm_ref",
+__all__ = ["rms_norm", "add_rms_norm", "rms_norm_gemma", "add_rms_norm_gemma", "rms_norm_fp32_add", "rms_norm_add",
+           "rms_norm_ref",
            "add_rms_norm_ref", "rms_norm_gemma_ref", "MAX_BLOCK"]
 
 # Largest row chunk one program holds in registers (fp32: 32 KiB per program). Rows wider than this
@@ -362,15 +365,19 @@ def rms_norm_fp32_add(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
 
 
 def _rms_norm_fp32_add(x, residual, weight, eps, num_warps):
+    return _norm_add(x, residual, weight, eps, num_warps, "rms_norm_fp32_add", round_normed=False)
+
+
+def _norm_add(x, residual, weight, eps, num_warps, what: str, round_normed: bool):
     _check_add(x, residual, weight, eps)
-    _backend.require_runnable(x, "rms_norm_fp32_add")
+    _backend.require_runnable(x, what)
     out = _backend.empty(x.shape, x.dtype, x.device)
     if x.numel() == 0:
         return out
     n = x.shape[-1]
     _launch(_rows(x, "x"), None, weight.contiguous(), out.view(-1, n), None, eps, warps=num_warps or None,
-            round_normed=False, add_after=_rows(residual, "residual"))
-    _backend.count("rms_norm_fp32_add")
+            round_normed=round_normed, add_after=_rows(residual, "residual"))
+    _backend.count(what)
     return out
 
 
@@ -381,6 +388,26 @@ def _rms_norm_fp32_add_fake(x, residual, weight, eps, num_warps):
 
 _ops.define("rms_norm_fp32_add", "(Tensor x, Tensor residual, Tensor weight, float eps, int num_warps) -> Tensor",
             _rms_norm_fp32_add, _rms_norm_fp32_add_fake)
+
+
+def rms_norm_add(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                 config: Optional[dict] = None) -> torch.Tensor:
+    """residual + rms_norm(x, weight, eps): Llama's norm (rounded before the weight and after it),
+    then the sum rounded again, as a block that normalizes its branch with LlamaRMSNorm before
+    the residual add computes them (GLM-4's post_mlp_layernorm), in one pass. The op:
+    torch.ops.<ns>.rms_norm_add."""
+    warps = _warps(config, "rms_norm_add")
+    if _ops.traced(x):
+        return _ops.op("rms_norm_add")(x, residual, weight, float(eps), warps)
+    return _rms_norm_add(x, residual, weight, eps, warps)
+
+
+def _rms_norm_add(x, residual, weight, eps, num_warps):
+    return _norm_add(x, residual, weight, eps, num_warps, "rms_norm_add", round_normed=True)
+
+
+_ops.define("rms_norm_add", "(Tensor x, Tensor residual, Tensor weight, float eps, int num_warps) -> Tensor",
+            _rms_norm_add, _rms_norm_fp32_add_fake)
 
 
 def rms_norm_gemma_ref(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
