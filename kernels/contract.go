@@ -41,6 +41,11 @@ type Contract struct {
 	InterleavedRotary struct {
 		Classes []string `json:"classes"`
 	} `json:"interleaved_rotary"`
+	// GlobalNoPE lists the attention classes that keep config.sliding_window on every layer and
+	// name their sliding ones by is_sliding; with a window set, the others skip RoPE.
+	GlobalNoPE struct {
+		Classes []string `json:"classes"`
+	} `json:"global_nope"`
 }
 
 // PackedCheck is one property of a packed checkpoint.
@@ -158,4 +163,10 @@ func LayerReplaces(layer, class string) bool {
 // so the package reorders its q and k rows when it packs them on the device.
 func RotatesInterleaved(class string) bool {
 	return slices.Contains(contract.InterleavedRotary.Classes, class)
+}
+
+// GlobalNoPE reports whether an attention class tells its NoPE layers by sliding_window and
+// is_sliding (contract.json global_nope: EXAONE 4's) rather than by a use_rope switch.
+func GlobalNoPE(class string) bool {
+	return slices.Contains(contract.GlobalNoPE.Classes, class)
 }

@@ -387,6 +387,30 @@ func TestFixtureFacts(t *testing.T) {
 					t.Errorf("post_feedforward_layernorm %+v", n)
 				}
 			}, []string{"Olmo3RMSNorm", "Olmo3Attention", "Olmo3MLP"}},
+		"exaone4-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMLPSwiGLU: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				// norms after each branch (Llama's rounding), per-head q/k norms; layer 0 slides
+				// over 16 keys with RoPE, layer 1 (sliding_window_pattern 2) is global NoPE
+				a := attn(g, 0)
+				wantDims(t, a, map[string]int64{"hidden": 96, "heads": 3, "kv_heads": 1, "head_dim": 32, "sliding_window": 16})
+				if a.Rope != "" || a.Children["q_norm"] != "Exaone4RMSNorm" {
+					t.Errorf("layer 0 attention %+v", a)
+				}
+				if a := attn(g, 1); a.Dims["sliding_window"] != 0 || a.Rope != RopeNone {
+					t.Errorf("layer 1 attention %+v", a)
+				}
+				if n := layer(t, g, "model.layers.1.post_feedforward_layernorm"); n.Kind != KindRMSNorm || n.BlockClass != "Exaone4DecoderLayer" {
+					t.Errorf("post_feedforward_layernorm %+v", n)
+				}
+				if h := layer(t, g, "lm_head"); !h.Tied {
+					t.Errorf("lm_head %+v", h)
+				}
+				for _, l := range g.Layers {
+					if strings.HasSuffix(l.Module, "input_layernorm") {
+						t.Errorf("an input norm: %+v", l)
+					}
+				}
+			}, []string{"Exaone4RMSNorm", "Exaone4Attention", "Exaone4MLP"}},
 		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
 			func(t *testing.T, g *Graph) {
 				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")
@@ -615,6 +639,69 @@ func TestSmolLM3Layers(t *testing.T) {
 		{func(m map[string]any) { m["layer_types"] = []string{"full_attention", "chunked"} }, `layer_types[1] is "chunked"`},
 	} {
 		dir := copyFixture(t, "smollm3-tiny")
+		editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
+		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ConfigFile) {
+			t.Errorf("want an error naming %q and the config: %v", c.want, err)
+		}
+	}
+}
+
+// EXAONE 4's layers: with a window, the sliding ones (layer_types, else every
+// sliding_window_pattern-th layer full) keep RoPE and attend within it, the others rotate
+// nothing; with sliding_window null every layer rotates and attends in full.
+func TestExaone4Layers(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		edit   func(m map[string]any)
+		rope   [2]string
+		window [2]int64
+	}{
+		{"fixture", func(m map[string]any) {}, [2]string{"", RopeNone}, [2]int64{16, 0}},
+		{"no window", func(m map[string]any) { m["sliding_window"] = nil }, [2]string{"", ""}, [2]int64{0, 0}},
+		{"pattern", func(m map[string]any) {
+			delete(m, "layer_types")
+			m["sliding_window_pattern"] = 1.0
+		}, [2]string{RopeNone, RopeNone}, [2]int64{0, 0}},
+		{"default pattern", func(m map[string]any) {
+			delete(m, "layer_types")
+			delete(m, "sliding_window_pattern")
+		}, [2]string{"", ""}, [2]int64{16, 16}},
+		{"layer_types over the pattern", func(m map[string]any) {
+			m["layer_types"] = []string{"full_attention", "sliding_attention"}
+			m["sliding_window_pattern"] = "LLLG"
+		}, [2]string{RopeNone, ""}, [2]int64{0, 16}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyFixture(t, "exaone4-tiny")
+			editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
+			g, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				if a := layer(t, g, "model.layers."+itoa(i)+".self_attn"); a.Rope != c.rope[i] || a.Dims["sliding_window"] != c.window[i] {
+					t.Errorf("layer %d: rope %q window %d, want %q %d", i, a.Rope, a.Dims["sliding_window"], c.rope[i], c.window[i])
+				}
+			}
+		})
+	}
+	for _, c := range []struct {
+		edit func(m map[string]any)
+		want string
+	}{
+		{func(m map[string]any) {
+			delete(m, "layer_types")
+			m["sliding_window_pattern"] = "LLLG"
+		}, `sliding_window_pattern is "LLLG" and layer_types is missing`},
+		{func(m map[string]any) {
+			delete(m, "layer_types")
+			m["sliding_window_pattern"] = 0
+		}, "sliding_window_pattern is 0"},
+		{func(m map[string]any) { m["sliding_window"] = -3 }, "sliding_window is -3"},
+		{func(m map[string]any) { m["hidden_act"] = "gelu" }, `hidden_act is "gelu"`},
+		{func(m map[string]any) { m["layer_types"] = []string{"full_attention"} }, "layer_types has 1 entries"},
+	} {
+		dir := copyFixture(t, "exaone4-tiny")
 		editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
 		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ConfigFile) {
 			t.Errorf("want an error naming %q and the config: %v", c.want, err)

@@ -415,6 +415,23 @@ def build_olmo3_tiny(seed: int):
     return _seeded(seed, lambda: Olmo3ForCausalLM(cfg))
 
 
+def build_exaone4_tiny(seed: int):
+    from transformers import Exaone4Config, Exaone4ForCausalLM
+
+    cfg = Exaone4Config(
+        hidden_size=96,  # head_dim 32 = 96 / 3 (Exaone4Config has no head_dim)
+        intermediate_size=88,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3
+        sliding_window=16,  # shorter than the eval's sequences
+        sliding_window_pattern=2,  # layer 0 sliding with RoPE, layer 1 global NoPE
+        tie_word_embeddings=True,  # as EXAONE-4.0-1.2B
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: Exaone4ForCausalLM(cfg))
+
+
 def build_phi3_tiny(seed: int):
     from transformers import Phi3Config, Phi3ForCausalLM
 
@@ -599,6 +616,7 @@ FIXTURE_LIST = [
     Fixture("olmoe-tiny", 1020, build_olmoe_tiny, dtype="bfloat16"),
     Fixture("ernie4_5-tiny", 1021, build_ernie4_5_tiny, dtype="bfloat16"),
     Fixture("seed_oss-tiny", 1022, build_seed_oss_tiny, dtype="bfloat16"),
+    Fixture("exaone4-tiny", 1023, build_exaone4_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

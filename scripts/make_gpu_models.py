@@ -4,7 +4,7 @@ Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,qwen3moe30b,
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,exaone4,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,qwen3moe30b,
         levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
@@ -83,6 +83,15 @@ def olmo2_7b(out: Path, layers=None):
     _llama(out, transformers.Olmo2Config(
         num_hidden_layers=layers or 32, max_position_embeddings=4096, bos_token_id=0, eos_token_id=1, pad_token_id=2,
     ), cls=transformers.Olmo2ForCausalLM)
+
+
+def exaone4(out: Path, layers=None):
+    """Exaone4Config's defaults: hidden 4096, 32 layers, 32 heads (no GQA), intermediate 16384, vocab
+    102400, every fourth layer global with no RoPE and the others sliding over 4096 keys, untied
+    embeddings."""
+    _llama(out, transformers.Exaone4Config(
+        num_hidden_layers=layers or 32, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    ), cls=transformers.Exaone4ForCausalLM)
 
 
 def glm4_9b(out: Path, layers=None):
@@ -246,7 +255,7 @@ def main():
     global CONFIG_ONLY
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "glm4_9b": glm4_9b, "olmoe": olmoe, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
+              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "exaone4": exaone4, "glm4_9b": glm4_9b, "olmoe": olmoe, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
               "qwen3moe30b": qwen3moe30b, "qwen2moe": qwen2moe,
               "levit128s": levit128s}
     for name in a.only.split(","):

@@ -35,13 +35,13 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	mt := cfg["model_type"].(string)
 	add("model.embed_tokens.weight", vocab, h)
 	glm := mt == "glm" || mt == "glm4"
-	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "seed_oss" || glm) {
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "seed_oss" || mt == "exaone4" || glm) {
 		add("lm_head.weight", vocab, h)
 	}
 	add("model.norm.weight", h)
 	for l := int64(0); l < layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
-		if mt != "olmo2" {
+		if mt != "olmo2" && mt != "exaone4" {
 			add(p+"input_layernorm.weight", h)
 		}
 		add(p+"post_attention_layernorm.weight", h)
@@ -86,7 +86,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 		if mt == "gemma2" || mt == "gemma3_text" {
 			add(p+"pre_feedforward_layernorm.weight", h)
 		}
-		if mt == "gemma2" || mt == "gemma3_text" || mt == "olmo2" {
+		if mt == "gemma2" || mt == "gemma3_text" || mt == "olmo2" || mt == "exaone4" {
 			add(p+"post_feedforward_layernorm.weight", h)
 		}
 		add(p+"self_attn.q_proj.weight", heads*hd, h)
@@ -99,7 +99,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 			add(p+"self_attn.k_proj.bias", kv*hd)
 			add(p+"self_attn.v_proj.bias", kv*hd)
 		}
-		if mt == "gemma3_text" {
+		if mt == "gemma3_text" || mt == "exaone4" {
 			add(p+"self_attn.q_norm.weight", hd)
 			add(p+"self_attn.k_norm.weight", hd)
 		}
@@ -256,6 +256,27 @@ func TestPublishedConfigs(t *testing.T) {
 			"intermediate_size": 13696, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2,
 			"head_dim": 128, "attention_bias": true, "partial_rotary_factor": 0.5, "rope_theta": 10000.0,
 			"rms_norm_eps": 1e-5, "tie_word_embeddings": false}`},
+		// Exaone4Config's defaults (configuration_exaone4.py): 32 layers, every fourth global with
+		// no RoPE, the others sliding over 4096 keys; each branch's norm with its residual add
+		// (PostNormDecoderLayer, Llama's rounding), the per-head q/k norms inside the attention
+		"Exaone4Config defaults": {32*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			for i, want := range map[int]string{2: "sliding window 4096", 3: "no RoPE on this layer (NoPE)"} {
+				a := layerPlan(t, p, fmt.Sprintf("model.layers.%d.self_attn", i))
+				if a.Layer != "Attention" || !strings.Contains(a.Reason, want) || strings.Contains(a.Reason, "NoPE") != (i == 3) ||
+					slices.Contains(a.Bindings[0].Reads, "is_sliding") != (i == 3) {
+					t.Errorf("layer %d attention: layer %s, reason %q, reads %v", i, a.Layer, a.Reason, a.Bindings[0].Reads)
+				}
+			}
+			n := layerPlan(t, p, "model.layers.3.post_attention_layernorm")
+			if n.Kernel != "rmsnorm-add" || n.Layer != "RMSNorm" || len(n.Bindings) != 2 || n.Bindings[1].Layer != "PostNormDecoderLayer" {
+				t.Errorf("post_attention_layernorm: kernel %s, layer %s, bindings %+v", n.Kernel, n.Layer, n.Bindings)
+			}
+			if n := layerPlan(t, p, "model.layers.3.post_feedforward_layernorm"); n.Kernel != "rmsnorm-add" || len(n.Bindings) != 1 {
+				t.Errorf("post_feedforward_layernorm: kernel %s, bindings %+v", n.Kernel, n.Bindings)
+			}
+		}, `{"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", "vocab_size": 102400, "hidden_size": 4096,
+			"intermediate_size": 16384, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+			"rms_norm_eps": 1e-5, "sliding_window": 4096, "sliding_window_pattern": 4, "tie_word_embeddings": false}`},
 		// OlmoeConfig's defaults (configuration_olmoe.py): 16 layers of 64
 		// experts, top-8 without renormalization, every layer sparse; q/k norms over the whole
 		// projection in Llama's order; the add before each sparse block fused (DecoderLayer)

@@ -350,7 +350,12 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 		childBindings = append(childBindings, bind(m+"."+c, cls, layer, nil))
 	}
 	if l.Rope == models.RopeNone {
-		children = append(children, "use_rope") // the switch the layer reads: inject checks the module has it
+		// the switches the layer reads: inject checks the module has them
+		if kernels.GlobalNoPE(l.Class) {
+			children = append(children, "sliding_window", "is_sliding")
+		} else {
+			children = append(children, "use_rope")
+		}
 	}
 	ab := bind(m, l.Class, lp.Layer, lp.Outputs, children...)
 	ab.Vendor = vendor

@@ -168,6 +168,9 @@ def test_pipeline_fp16_cpu(tmp_path):
         ("ernie4_5-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
         # Seed-OSS: q/k/v biases and o_proj's by their own switches, GQA 5, q wider than hidden
         ("seed_oss-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
+        # EXAONE 4: OLMo 2's block on Llama's norms (each with its add, patched block), per-head q/k
+        # norms, layer 0 sliding over 16 keys with RoPE, layer 1 global with none, GQA 3, tied head
+        ("exaone4-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "PostNormDecoderLayer", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):

@@ -512,6 +512,36 @@ def test_post_norm_decoder_layer_matches_olmo2s_block(device):
     assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
 
 
+@pytest.mark.parametrize("layer_idx", [0, 1])  # sliding with RoPE; global, no RoPE
+def test_post_norm_decoder_layer_matches_exaone4s_block(device, layer_idx):
+    """PostNormDecoderLayer on an Exaone4DecoderLayer (Llama's norms after each branch, per-head q/k
+    norms; its attention, MLP and norms bound to our layers too) against the same modules under
+    the stock block: bit for bit (each norm and its add in one rms_norm_add, rounded as the stock
+    block rounds them), two launches fewer a layer, on a sliding and on a global layer."""
+    from transformers import Exaone4Config
+    from transformers.models.exaone4.modeling_exaone4 import Exaone4DecoderLayer, Exaone4RotaryEmbedding
+
+    torch.manual_seed(14)
+    cfg = Exaone4Config(hidden_size=96, intermediate_size=88, num_hidden_layers=2, num_attention_heads=3,
+                        num_key_value_heads=1, vocab_size=97, max_position_embeddings=64, rms_norm_eps=EPS,
+                        sliding_window=4, sliding_window_pattern=2)
+    block = Exaone4DecoderLayer(cfg, layer_idx=layer_idx).eval()
+    assert block.self_attn.is_sliding == (layer_idx == 0) and block.self_attn.sliding_window == 4
+    block = _random_block(block, device)
+    _bind(block.self_attn, "Attention")
+    _bind(block.mlp, "SwiGLUMLP")
+    for norm in (block.self_attn.q_norm, block.self_attn.k_norm, block.post_attention_layernorm,
+                 block.post_feedforward_layernorm):
+        _bind(norm, "RMSNorm")
+    run = _block_run(block, Exaone4RotaryEmbedding(cfg), device, ("rms_norm", "rms_norm_add", "rms_norm_fp32_add"))
+    want, want_n = run()
+    _bind(block, "PostNormDecoderLayer")
+    got, got_n = run()
+    assert want_n == {"rms_norm": 2, "rms_norm_add": 0, "rms_norm_fp32_add": 0}, want_n
+    assert got_n == {"rms_norm": 0, "rms_norm_add": 2, "rms_norm_fp32_add": 0}, got_n
+    assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
+
+
 def test_olmo2_model_compiles_as_one_graph(llama_odd_pkg, device):
     """The olmo2 fixture kernelized (FP32RMSNorm, the full-width q/k norms inside Attention,
     PostNormDecoderLayer's norm + add op) traces with fullgraph=True and computes what eager does,
@@ -579,6 +609,55 @@ def test_glm_interleaved_rotary_attention_on_our_kernels(device, dtype, monkeypa
     monkeypatch.setattr(packing, "INTERLEAVED_ROTARY", ())
     unordered = run(ours(), dtype, device)
     assert (unordered - want).abs().mean() > 10 * err.mean()
+
+
+@pytest.mark.parametrize("layer_idx", [0, 1])  # sliding with RoPE; global, no RoPE
+def test_exaone4_attention_rotates_only_its_sliding_layers(device, layer_idx):
+    """Attention on an Exaone4Attention, which keeps config.sliding_window on every layer: the
+    sliding layer rotates q and k, the global one (not is_sliding) rotates nothing, as
+    Exaone4Attention.forward does; each within the stock bf16 module's error against the float64
+    module. Rotating the global layer (the window's mere presence read as a sliding layer's) is
+    far off."""
+    from transformers import Exaone4Config
+    from transformers.models.exaone4.modeling_exaone4 import Exaone4Attention, Exaone4RotaryEmbedding
+    from xpuinject_kernels import decoder
+
+    torch.manual_seed(15)
+    cfg = Exaone4Config(hidden_size=96, num_attention_heads=3, num_key_value_heads=1, num_hidden_layers=2,
+                        sliding_window=64, sliding_window_pattern=2, attn_implementation="eager")
+    rot = Exaone4RotaryEmbedding(cfg)
+    ref = Exaone4Attention(cfg, layer_idx=layer_idx).double().eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.copy_(torch.randn_like(p) * 0.15 + (1.0 if p.dim() == 1 else 0.0))
+    assert decoder._rotates(ref) == (layer_idx == 0) and decoder._window(ref) == (64 if layer_idx == 0 else None)
+    s = 11
+    x = torch.randn(2, s, 96, dtype=torch.float64)
+    pos = torch.arange(5, 5 + s)[None].expand(2, s)
+    mask = torch.full((s, s), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+
+    def run(m, dt, dev):
+        cos, sin = rot(x.to(dt), pos)
+        with torch.no_grad():
+            out, _ = m(x.to(dt).to(dev), position_embeddings=(cos.to(dev), sin.to(dev)),
+                       attention_mask=mask.to(dt).to(dev))
+        return out.cpu().double()
+
+    def make(dt, dev):
+        m = Exaone4Attention(cfg, layer_idx=layer_idx).to(dt).to(dev).eval()
+        m.load_state_dict(ref.state_dict())
+        return m
+
+    want = run(ref, torch.float64, "cpu")
+    ours = make(torch.bfloat16, device)
+    _bind(ours, "Attention")
+    got, got_stock = run(ours, torch.bfloat16, device), run(make(torch.bfloat16, "cpu"), torch.bfloat16, "cpu")
+    err, err_stock = (got - want).abs(), (got_stock - want).abs()
+    assert err.mean() <= 1.2 * err_stock.mean() + 1e-6, (err.mean(), err_stock.mean())
+    assert err.max() <= 2 * err_stock.max() + 1e-6, (err.max(), err_stock.max())
+    if layer_idx == 1:
+        ours.is_sliding = True  # read as a sliding layer: rotated
+        assert (run(ours, torch.bfloat16, device) - want).abs().mean() > 10 * err.mean()
 
 
 def test_glm4_model_kernelized_compiles_as_one_graph(llama_odd_pkg, device):

@@ -21,6 +21,7 @@ __all__ = [
     "LAYERS",
     "PACKED_CHECKS",
     "INTERLEAVED_ROTARY",
+    "GLOBAL_NOPE",
     "packed_attr",
     "packed_attrs",
     "layer_for_class",
@@ -41,6 +42,8 @@ LAYERS: Dict[str, Dict] = CONTRACT["layers"]
 PACKED_CHECKS: Tuple[str, ...] = tuple(c["name"] for c in CONTRACT["packed_checks"])
 # Attention classes whose RoPE rotates adjacent channel pairs: packing reorders their q/k rows.
 INTERLEAVED_ROTARY: Tuple[str, ...] = tuple(CONTRACT["interleaved_rotary"]["classes"])
+# Attention classes whose global layers (a window configured, the layer not sliding) skip RoPE.
+GLOBAL_NOPE: Tuple[str, ...] = tuple(CONTRACT["global_nope"]["classes"])
 
 
 def packed_attr(layer: str, role: str) -> str:

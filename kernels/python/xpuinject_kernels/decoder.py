@@ -47,7 +47,7 @@ from torch import nn
 
 from . import _backend
 from .attention import attention_forward, decode_attention
-from .contract import LAYERS, VENDOR_ATTR, packed_attr
+from .contract import GLOBAL_NOPE, LAYERS, VENDOR_ATTR, packed_attr
 from . import gemv
 from .gemm import add_rms_norm_gemm, gemm, rms_norm_gemm
 # layers.py defines these before it imports this module at its end, so the names exist here
@@ -341,6 +341,24 @@ def _full_width_norms(module: nn.Module, d: int) -> bool:
     return isinstance(w, torch.Tensor) and w.numel() != d
 
 
+def _global_nope_layer(module: nn.Module) -> bool:
+    """A global layer of a contract.json global_nope class: a window configured, the layer not
+    sliding (Exaone4Attention.forward: RoPE only "if self.sliding_window is None or
+    self.is_sliding", the window only where is_sliding)."""
+    return (type(module).__name__ in GLOBAL_NOPE and getattr(module, "sliding_window", None) is not None
+            and not getattr(module, "is_sliding", False))
+
+
+def _rotates(module: nn.Module) -> bool:
+    """Whether the attention layer applies RoPE (SmolLM3 says so in use_rope)."""
+    return getattr(module, "use_rope", True) and not _global_nope_layer(module)
+
+
+def _window(module: nn.Module):
+    """The attention layer's sliding window, None where it attends in full."""
+    return None if _global_nope_layer(module) else getattr(module, "sliding_window", None)
+
+
 def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values,
                     in_norm=None, residual=None, res_scale: float = 1.0, **kwargs):
     """The Attention layer's computation (a function so DecoderLayer-free models reuse it).
@@ -357,10 +375,11 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     if position_embeddings is None:
         raise RuntimeError(f"xpuinject_kernels: Attention: module {_name(module)!r} got no position_embeddings")
     cos, sin = position_embeddings
-    if not getattr(module, "use_rope", True):
-        # SmolLM3's NoPE layers (no_rope_layers): zero-width views rotate nothing, and the q/k
-        # norms and cache write that share RoPE's launch still run
+    if not _rotates(module):
+        # NoPE layers (SmolLM3's no_rope_layers, EXAONE 4's global ones): zero-width views rotate
+        # nothing, and the q/k norms and cache write that share RoPE's launch still run
         cos, sin = cos[..., :0], sin[..., :0]
+    window = _window(module)
     input_shape = hidden_states.shape[:-1]
     m = _rows(hidden_states)
     fused = _qkv_rope_layer(module, hidden_states, qkv_w, past_key_values, h, kv, d, m)
@@ -374,7 +393,7 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
                                  **({} if in_norm is None else {"in_norm_weight": in_norm[0], "in_eps": in_norm[1]}))
         out = decode_attention(q, layer.keys, layer.values, scaling=module.scaling, kv_lens=layer.cumulative_length,
                                key_mask=attention_mask, softcap=getattr(module, "attn_logit_softcapping", None),
-                               window=getattr(module, "sliding_window", None), advance=True)
+                               window=window, advance=True)
         return _o_proj(module, out.reshape(*input_shape, h * d), m, residual, res_scale)
     if in_norm is not None:
         qkv_b = getattr(module, _QKV_B, None)
@@ -433,13 +452,13 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         # counter on the device); the mask then only adds padding. A sliding layer's window is
         # also the kernel's own (the query sits at kv_lens - 1), so keys older than it are not read.
         out = decode_attention(q, k, v, scaling=module.scaling, kv_lens=kv_lens, key_mask=attention_mask,
-                               softcap=softcap, window=getattr(module, "sliding_window", None), advance=True)
+                               softcap=softcap, window=window, advance=True)
     elif vendor_attn:
         out = _sdpa(module, q, k, v, attention_mask, module.scaling)
     else:
         out, _ = attention_forward(
             module, q, k, v, attention_mask, dropout=0.0, scaling=module.scaling,
-            sliding_window=getattr(module, "sliding_window", None),
+            sliding_window=window,
             softcap=softcap, **kwargs,
         )
     return _o_proj(module, out.reshape(*input_shape, h * d), m, residual, res_scale)

@@ -12,9 +12,10 @@ DecoderLayer, decoder.py).
                      after post_attention_layernorm and pre_feedforward_layernorm as one kernel
   FP32RMSNorm        replaces Olmo2RMSNorm.forward: w * (x / rms(x)) in fp32, rounded once (rms_norm_gemma's
                      kernel on the module's own weight; Llama's norm rounds before the weight)
-  PostNormDecoderLayer  replaces Olmo2DecoderLayer / Olmo3DecoderLayer.forward: the block normalizes each
-                     branch's output before adding it to the residual; each norm and its add as one
-                     kernel (rms_norm_fp32_add: the norm rounded, then the sum, as stock rounds them)
+  PostNormDecoderLayer  replaces Olmo2DecoderLayer / Olmo3DecoderLayer / Exaone4DecoderLayer.forward: the
+                     block normalizes each branch's output before adding it to the residual; each norm
+                     and its add as one kernel (rms_norm_fp32_add or, on Llama's norms, rms_norm_add:
+                     the norm rounded, then the sum, as stock rounds them)
   SandwichDecoderLayer  replaces Glm4DecoderLayer.forward: Llama's norms before and after each branch; the
                      add after post_self_attn_layernorm and post_attention_layernorm as one kernel,
                      post_mlp_layernorm and the add after it as another (rms_norm_add)
@@ -31,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .contract import packed_attr
+from .contract import LAYERS, packed_attr
 from .decoder import Attention, geglu_block, geglu_epilogue, mlp_activation  # noqa: F401 (re-exported)
 from .layers import SwiGLUMLP, _packed
 from .rmsnorm import add_rms_norm, add_rms_norm_gemma, rms_norm_add, rms_norm_fp32_add, rms_norm_gemma
@@ -106,10 +107,17 @@ class GemmaDecoderLayer(nn.Module):
         return residual + hidden_states
 
 
+def _norm_add(norm: nn.Module):
+    """The norm + residual-add op that rounds as `norm` does: OLMo 2's order for the classes the
+    FP32RMSNorm layer replaces (contract.json), Llama's (EXAONE 4's Exaone4RMSNorm) otherwise."""
+    return rms_norm_fp32_add if type(norm).__name__ in LAYERS["FP32RMSNorm"]["classes"] else rms_norm_add
+
+
 class PostNormDecoderLayer(nn.Module):
-    """Replaces Olmo2DecoderLayer.forward (Olmo3DecoderLayer alike): no input norm; the attention's
-    and the MLP's outputs are each normalized, then added to the residual, the norm and the add in
-    one launch (rms_norm_fp32_add). The attention and the MLP run as their modules."""
+    """Replaces Olmo2DecoderLayer.forward (Olmo3DecoderLayer and Exaone4DecoderLayer alike): no
+    input norm; the attention's and the MLP's outputs are each normalized, then added to the
+    residual, the norm and the add in one launch (rms_norm_fp32_add for OLMo's norms, rms_norm_add
+    for EXAONE 4's Llama ones). The attention and the MLP run as their modules."""
 
     has_backward = False
     can_torch_compile = True
@@ -127,9 +135,9 @@ class PostNormDecoderLayer(nn.Module):
             **kwargs,
         )
         norm = self.post_attention_layernorm
-        residual = rms_norm_fp32_add(hidden_states, residual, norm.weight, norm.variance_epsilon)
+        residual = _norm_add(norm)(hidden_states, residual, norm.weight, norm.variance_epsilon)
         norm = self.post_feedforward_layernorm
-        return rms_norm_fp32_add(self.mlp(residual), residual, norm.weight, norm.variance_epsilon)
+        return _norm_add(norm)(self.mlp(residual), residual, norm.weight, norm.variance_epsilon)
 
 
 class SandwichDecoderLayer(nn.Module):

@@ -809,9 +809,11 @@ def _why_not(m: nn.Module, layer: str) -> str:
         names = ("self_attn", "post_attention_layernorm", "mlp", "post_feedforward_layernorm")
         if not all(isinstance(c.get(n), nn.Module) for n in names) or "input_layernorm" in c:
             return "not a block that normalizes each branch before its add"
-        norms = (c["post_attention_layernorm"], c["post_feedforward_layernorm"])
-        ok = all(layer_for_class(type(n).__name__) == "FP32RMSNorm" and not _why_not(n, "FP32RMSNorm") for n in norms)
-        return "" if ok else "its norms are not OLMo 2's RMSNorm"
+        # OLMo's norms (fp32 order) or Llama's (EXAONE 4): the layer adds after each by its rounding
+        kinds = {layer_for_class(type(n).__name__) for n in (c["post_attention_layernorm"], c["post_feedforward_layernorm"])}
+        ok = len(kinds) == 1 and kinds <= {"FP32RMSNorm", "RMSNorm"} and not any(
+            _why_not(c[n], next(iter(kinds))) for n in ("post_attention_layernorm", "post_feedforward_layernorm"))
+        return "" if ok else "its norms are neither OLMo 2's RMSNorm nor Llama's"
     if layer == "FusedAttention":
         if not all(_linear(c.get(n)) for n in ("qkv_proj", "o_proj")):
             return "no qkv_proj / o_proj Linear children"
