@@ -178,6 +178,18 @@ func (b *builder) lmHead(head Layer, emb string, tied bool, hidden string) {
 
 // checkLayerTypes checks config.json's layer_types (nil: absent): one entry a layer, each
 // sliding_attention or full_attention.
+// slidingWindow is config.json's sliding_window as a layer's window: 0 where it is null (no
+// window), an error naming the field where it is not positive.
+func slidingWindow(ck *Checkpoint, w optInt) (int64, error) {
+	if w.Null {
+		return 0, nil
+	}
+	if w.V <= 0 {
+		return 0, configError(ck, "sliding_window is %d, want a positive window or null", w.V)
+	}
+	return w.V, nil
+}
+
 func checkLayerTypes(ck *Checkpoint, types []string, layers int64) error {
 	if types != nil && int64(len(types)) != layers {
 		return configError(ck, "layer_types has %d entries, num_hidden_layers is %d", len(types), layers)

@@ -57,12 +57,9 @@ func exaone4Layers(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error) {
 	if s.HiddenAct != "silu" {
 		return nil, configError(ck, "hidden_act is %q; the EXAONE 4 MLP here computes silu", s.HiddenAct)
 	}
-	var window int64
-	if !s.SlidingWindow.Null {
-		if s.SlidingWindow.V <= 0 {
-			return nil, configError(ck, "sliding_window is %d, want a positive window or null", s.SlidingWindow.V)
-		}
-		window = s.SlidingWindow.V
+	window, err := slidingWindow(ck, s.SlidingWindow)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkLayerTypes(ck, s.LayerTypes, c.NumHiddenLayers); err != nil {
 		return nil, err

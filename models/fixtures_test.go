@@ -587,15 +587,55 @@ func TestRopeSpellings(t *testing.T) {
 	}
 }
 
+// layerRopeCase is a config edit and what each of a two-layer fixture's attention layers then
+// carries: its Rope and its sliding window.
+type layerRopeCase struct {
+	name   string
+	edit   func(m map[string]any)
+	rope   [2]string
+	window [2]int64
+}
+
+func checkLayerRopes(t *testing.T, fixture string, cases []layerRopeCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyFixture(t, fixture)
+			editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
+			g, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				if a := layer(t, g, "model.layers."+itoa(i)+".self_attn"); a.Rope != c.rope[i] || a.Dims["sliding_window"] != c.window[i] {
+					t.Errorf("layer %d: rope %q window %d, want %q %d", i, a.Rope, a.Dims["sliding_window"], c.rope[i], c.window[i])
+				}
+			}
+		})
+	}
+}
+
+// configErrorCase is a config edit Load refuses with an error naming want and config.json.
+type configErrorCase struct {
+	edit func(m map[string]any)
+	want string
+}
+
+func checkConfigErrors(t *testing.T, fixture string, cases []configErrorCase) {
+	t.Helper()
+	for _, c := range cases {
+		dir := copyFixture(t, fixture)
+		editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
+		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ConfigFile) {
+			t.Errorf("want an error naming %q and the config: %v", c.want, err)
+		}
+	}
+}
+
 // SmolLM3's per-layer RoPE and windows: no_rope_layers or its interval, and windows only with
 // use_sliding_window, on layer_types' sliding layers (by default the NoPE ones).
 func TestSmolLM3Layers(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		edit   func(m map[string]any)
-		rope   [2]string
-		window [2]int64
-	}{
+	checkLayerRopes(t, "smollm3-tiny", []layerRopeCase{
 		{"fixture", func(m map[string]any) {}, [2]string{"", RopeNone}, [2]int64{0, 16}},
 		{"no window", func(m map[string]any) { m["use_sliding_window"] = false }, [2]string{"", RopeNone}, [2]int64{0, 0}},
 		{"interval", func(m map[string]any) {
@@ -610,25 +650,8 @@ func TestSmolLM3Layers(t *testing.T) {
 		}, [2]string{"", ""}, [2]int64{0, 0}},
 		{"layer_types", func(m map[string]any) { m["layer_types"] = []string{"sliding_attention", "full_attention"} },
 			[2]string{"", RopeNone}, [2]int64{16, 0}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			dir := copyFixture(t, "smollm3-tiny")
-			editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
-			g, err := Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range 2 {
-				if a := layer(t, g, "model.layers."+itoa(i)+".self_attn"); a.Rope != c.rope[i] || a.Dims["sliding_window"] != c.window[i] {
-					t.Errorf("layer %d: rope %q window %d, want %q %d", i, a.Rope, a.Dims["sliding_window"], c.rope[i], c.window[i])
-				}
-			}
-		})
-	}
-	for _, c := range []struct {
-		edit func(m map[string]any)
-		want string
-	}{
+	})
+	checkConfigErrors(t, "smollm3-tiny", []configErrorCase{
 		{func(m map[string]any) { m["no_rope_layers"] = []int{1} }, "no_rope_layers has 1 entries, num_hidden_layers is 2"},
 		{func(m map[string]any) { m["no_rope_layers"] = []int{1, 2} }, "no_rope_layers[1] is 2 (want 1"},
 		{func(m map[string]any) {
@@ -637,25 +660,14 @@ func TestSmolLM3Layers(t *testing.T) {
 		}, "no_rope_layer_interval is 0, want a positive interval"},
 		{func(m map[string]any) { m["sliding_window"] = -3 }, "sliding_window is -3"},
 		{func(m map[string]any) { m["layer_types"] = []string{"full_attention", "chunked"} }, `layer_types[1] is "chunked"`},
-	} {
-		dir := copyFixture(t, "smollm3-tiny")
-		editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
-		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ConfigFile) {
-			t.Errorf("want an error naming %q and the config: %v", c.want, err)
-		}
-	}
+	})
 }
 
 // EXAONE 4's layers: with a window, the sliding ones (layer_types, else every
 // sliding_window_pattern-th layer full) keep RoPE and attend within it, the others rotate
 // nothing; with sliding_window null every layer rotates and attends in full.
 func TestExaone4Layers(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		edit   func(m map[string]any)
-		rope   [2]string
-		window [2]int64
-	}{
+	checkLayerRopes(t, "exaone4-tiny", []layerRopeCase{
 		{"fixture", func(m map[string]any) {}, [2]string{"", RopeNone}, [2]int64{16, 0}},
 		{"no window", func(m map[string]any) { m["sliding_window"] = nil }, [2]string{"", ""}, [2]int64{0, 0}},
 		{"pattern", func(m map[string]any) {
@@ -670,25 +682,8 @@ func TestExaone4Layers(t *testing.T) {
 			m["layer_types"] = []string{"full_attention", "sliding_attention"}
 			m["sliding_window_pattern"] = "LLLG"
 		}, [2]string{RopeNone, ""}, [2]int64{0, 16}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			dir := copyFixture(t, "exaone4-tiny")
-			editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
-			g, err := Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range 2 {
-				if a := layer(t, g, "model.layers."+itoa(i)+".self_attn"); a.Rope != c.rope[i] || a.Dims["sliding_window"] != c.window[i] {
-					t.Errorf("layer %d: rope %q window %d, want %q %d", i, a.Rope, a.Dims["sliding_window"], c.rope[i], c.window[i])
-				}
-			}
-		})
-	}
-	for _, c := range []struct {
-		edit func(m map[string]any)
-		want string
-	}{
+	})
+	checkConfigErrors(t, "exaone4-tiny", []configErrorCase{
 		{func(m map[string]any) {
 			delete(m, "layer_types")
 			m["sliding_window_pattern"] = "LLLG"
@@ -700,13 +695,7 @@ func TestExaone4Layers(t *testing.T) {
 		{func(m map[string]any) { m["sliding_window"] = -3 }, "sliding_window is -3"},
 		{func(m map[string]any) { m["hidden_act"] = "gelu" }, `hidden_act is "gelu"`},
 		{func(m map[string]any) { m["layer_types"] = []string{"full_attention"} }, "layer_types has 1 entries"},
-	} {
-		dir := copyFixture(t, "exaone4-tiny")
-		editJSON(t, filepath.Join(dir, ConfigFile), c.edit)
-		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), ConfigFile) {
-			t.Errorf("want an error naming %q and the config: %v", c.want, err)
-		}
-	}
+	})
 }
 
 // Granite's residual_multiplier: a scale of 1 marks nothing, and a scale that is not positive is

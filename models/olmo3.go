@@ -29,12 +29,9 @@ func olmo3Layers(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error) {
 	if err := decodeConfig(ck, &s); err != nil {
 		return nil, err
 	}
-	var window int64
-	if !s.SlidingWindow.Null {
-		if s.SlidingWindow.V <= 0 {
-			return nil, configError(ck, "sliding_window is %d, want a positive window or null", s.SlidingWindow.V)
-		}
-		window = s.SlidingWindow.V
+	window, err := slidingWindow(ck, s.SlidingWindow)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkLayerTypes(ck, s.LayerTypes, c.NumHiddenLayers); err != nil {
 		return nil, err

@@ -407,53 +407,37 @@ def test_olmo2_attention_on_our_kernels(device, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [96, 200, 12000])  # 12000: wider than one block (the two-pass loop)
-def test_rms_norm_fp32_add_rounds_as_the_block(device, dtype, n):
-    """rms_norm_fp32_add = residual + Olmo2RMSNorm(x), the norm rounded to x's dtype and the sum
-    rounded again (what the stock block's torch add of the two computes): against those two steps
-    on the kernel's own norm bit for bit, and against the stock module within one ulp."""
-    from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
+@pytest.mark.parametrize("op, norm_op, module", [
+    ("rms_norm_fp32_add", "rms_norm_gemma", "olmo2.modeling_olmo2.Olmo2RMSNorm"),  # the weight times the fp32 row
+    ("rms_norm_add", "rms_norm", "llama.modeling_llama.LlamaRMSNorm"),  # rounded before the weight
+])
+def test_norm_add_rounds_as_the_block(device, dtype, n, op, norm_op, module):
+    """rms_norm_fp32_add = residual + Olmo2RMSNorm(x), rms_norm_add = residual + LlamaRMSNorm(x): the
+    norm rounded to x's dtype and the sum rounded again (what the stock block's torch add of the two
+    computes): against those two steps on the kernel's own norm bit for bit, against the stock
+    module within one ulp; and the two orders differ on many elements at bf16."""
+    import importlib
 
+    path, cls = module.rsplit(".", 1)
+    Norm = getattr(importlib.import_module(f"transformers.models.{path}"), cls)
     torch.manual_seed(11)
     x = (torch.randn(3, 5, n) * 3).to(dtype)
     residual = (torch.randn(3, 5, n) * 4).to(dtype)
     w = (1 + gemma_w(n)).to(dtype)
-    got = rmsnorm.rms_norm_fp32_add(x.to(device), residual.to(device), w.to(device), EPS).cpu()
-    normed = rmsnorm.rms_norm_gemma(x.to(device), w.to(device), EPS).cpu()
+    args = (x.to(device), residual.to(device), w.to(device), EPS)
+    got = getattr(rmsnorm, op)(*args).cpu()
+    normed = getattr(rmsnorm, norm_op)(x.to(device), w.to(device), EPS).cpu()
     assert got.dtype == dtype and torch.equal(got, normed + residual)
-    m = Olmo2RMSNorm(n, eps=EPS).to(dtype)
-    with torch.no_grad():
-        m.weight.copy_(w)
-        want = residual + m(x)
-    assert (got.double() - want.double()).abs().max() <= ulp(dtype, want.double()).max()
-    with pytest.raises(ValueError, match="residual shape"):
-        rmsnorm.rms_norm_fp32_add(x.to(device), residual[:, :2].to(device), w.to(device), EPS)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [96, 12000])  # 12000: wider than one block (the two-pass loop)
-def test_rms_norm_add_rounds_as_llamas_norm_then_add(device, dtype, n):
-    """rms_norm_add = residual + LlamaRMSNorm(x): our rms_norm's output plus the residual, the sum
-    rounded again, bit for bit; against the stock module and a torch add within one ulp; and not
-    Gemma's order (the two differ on many elements at bf16)."""
-    from transformers.models.llama.modeling_llama import LlamaRMSNorm
-
-    torch.manual_seed(12)
-    x = (torch.randn(3, 5, n) * 3).to(dtype)
-    residual = (torch.randn(3, 5, n) * 4).to(dtype)
-    w = (1 + gemma_w(n)).to(dtype)
-    got = rmsnorm.rms_norm_add(x.to(device), residual.to(device), w.to(device), EPS).cpu()
-    normed = rmsnorm.rms_norm(x.to(device), w.to(device), EPS).cpu()
-    assert got.dtype == dtype and torch.equal(got, normed + residual)
-    m = LlamaRMSNorm(n, eps=EPS).to(dtype)
+    m = Norm(n, eps=EPS).to(dtype)
     with torch.no_grad():
         m.weight.copy_(w)
         want = residual + m(x)
     assert (got.double() - want.double()).abs().max() <= ulp(dtype, want.double()).max()
     if dtype == torch.bfloat16:
-        other = rmsnorm.rms_norm_fp32_add(x.to(device), residual.to(device), w.to(device), EPS).cpu()
+        other = (rmsnorm.rms_norm_add if op == "rms_norm_fp32_add" else rmsnorm.rms_norm_fp32_add)(*args).cpu()
         assert (other != got).float().mean() > 0.01
     with pytest.raises(ValueError, match="residual shape"):
-        rmsnorm.rms_norm_add(x.to(device), residual[:, :2].to(device), w.to(device), EPS)
+        getattr(rmsnorm, op)(x.to(device), residual[:, :2].to(device), w.to(device), EPS)
 
 
 def _random_block(block, device):
