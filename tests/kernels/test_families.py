@@ -526,19 +526,20 @@ def test_post_norm_decoder_layer_matches_exaone4s_block(device, layer_idx):
     assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
 
 
-def test_olmo2_model_compiles_as_one_graph(llama_odd_pkg, device):
-    """The olmo2 fixture kernelized (FP32RMSNorm, the full-width q/k norms inside Attention,
-    PostNormDecoderLayer's norm + add op) traces with fullgraph=True and computes what eager does,
-    bit for bit."""
+@pytest.mark.parametrize("fixture, norm", [("olmo2-tiny", "FP32RMSNorm"), ("exaone4-tiny", "RMSNorm")])
+def test_post_norm_model_compiles_as_one_graph(llama_odd_pkg, device, fixture, norm):
+    """The olmo2 and exaone4 fixtures kernelized (their norms, the q/k norms inside Attention,
+    PostNormDecoderLayer's norm + add ops; EXAONE 4's sliding and global NoPE layers) trace with
+    fullgraph=True and compute what eager does, bit for bit."""
     from pathlib import Path
 
     import transformers
 
     torch._dynamo.reset()
     fixtures = Path(__file__).resolve().parents[2] / "testdata" / "fixtures"
-    model = transformers.AutoModelForCausalLM.from_pretrained(fixtures / "olmo2-tiny", dtype=torch.bfloat16).eval().to(device)
+    model = transformers.AutoModelForCausalLM.from_pretrained(fixtures / fixture, dtype=torch.bfloat16).eval().to(device)
     summary = llama_odd_pkg.kernelize(model)
-    assert {"FP32RMSNorm", "PostNormDecoderLayer", "Attention"} <= set(summary["replaced"])
+    assert {norm, "PostNormDecoderLayer", "Attention"} <= set(summary["replaced"])
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     ids = torch.randint(3, 500, (2, 9), generator=torch.Generator().manual_seed(5)).to(device)
     with torch.no_grad():
