@@ -277,6 +277,24 @@ func TestPublishedConfigs(t *testing.T) {
 		}, `{"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", "vocab_size": 102400, "hidden_size": 4096,
 			"intermediate_size": 16384, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
 			"rms_norm_eps": 1e-5, "sliding_window": 4096, "sliding_window_pattern": 4, "tie_word_embeddings": false}`},
+		// A hybrid EXAONE 4.0 config as a checkpoint saved with layer_types carries it: the pattern
+		// as a string (which layer_types then overrides), Llama 3's RoPE scaling, GQA 5, 8 layers
+		"EXAONE 4.0 hybrid config": {8*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			for i := range 8 {
+				a := layerPlan(t, p, fmt.Sprintf("model.layers.%d.self_attn", i))
+				global := i%4 == 3
+				if a.Layer != "Attention" || strings.Contains(a.Reason, "NoPE") != global ||
+					strings.Contains(a.Reason, "sliding window 4096") == global {
+					t.Errorf("layer %d attention: layer %s, reason %q", i, a.Layer, a.Reason)
+				}
+			}
+		}, `{"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", "vocab_size": 102400, "hidden_size": 5120,
+			"intermediate_size": 27392, "num_hidden_layers": 8, "num_attention_heads": 40, "num_key_value_heads": 8,
+			"head_dim": 128, "rms_norm_eps": 1e-5, "sliding_window": 4096, "sliding_window_pattern": "LLLG",
+			"layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention",
+				"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+			"rope_scaling": {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+				"original_max_position_embeddings": 8192}, "rope_theta": 1000000.0, "tie_word_embeddings": false}`},
 		// OlmoeConfig's defaults (configuration_olmoe.py): 16 layers of 64
 		// experts, top-8 without renormalization, every layer sparse; q/k norms over the whole
 		// projection in Llama's order; the add before each sparse block fused (DecoderLayer)
