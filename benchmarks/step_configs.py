@@ -2,7 +2,8 @@
 """The whole decode step at each candidate launch config of one kernel, on a CUDA GPU.
 
     PYTHONPATH=kernels/python:harness/python python3 benchmarks/step_configs.py MODEL_DIR RUN_DIR \\
-        --kernel moe.decode|gemv [--key hidden=2048,tokens=1] [--only EW=1] [--rounds 3] [--steps 50] [--context 512]
+        --kernel moe.decode|gemv [--key hidden=2048,tokens=1] [--only EW=1] [--gpu-data h200] [--rounds 3]
+        [--steps 50] [--context 512]
 
 A kernel's best config timed alone (bench_moe.py --sweep, tune.py) need not be its best inside a
 step, where each launch starts behind another and programmatic dependent launch overlaps them.
@@ -11,8 +12,9 @@ packed/ inside), loaded as the eval loads them. For each candidate (bench_moe.SW
 moe.decode; tune.GEMV at 3 and 4 stages for gemv, and EW tiles) the package's problem classes of that kernel
 whose key matches --key (every field given must be equal; none: all of them) take the candidate:
 an entry put first in the GPU data's tuned list of this process, the launchers' config caches
-emptied. The graph runtime then captures the step again at batch 1 and the eval's timer
-(latency.time_decode) times it. Rounds interleave the candidates, the shipped configs first in
+emptied (on a GPU no data file names, --gpu-data names the file whose tuned entries stand in for
+the shipped ones; default none: the heuristics). The graph runtime then captures the step again at
+batch 1 and the eval's timer (latency.time_decode) times it. Rounds interleave the candidates, the shipped configs first in
 each, so drift falls on all alike. Prints ms per step (median over rounds) and the ratio to the
 shipped configs' step; a candidate none of whose launches took it says so instead.
 """
