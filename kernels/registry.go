@@ -284,8 +284,8 @@ func defaultRows() []*Kernel {
 			Constraints: []Constraint{hiddenPositive},
 		},
 		&Kernel{
-			// A block that normalizes a branch before adding it to the residual (OLMo 2's norms,
-			// GLM-4's post-MLP one): the norm and that add in one pass, each rounded as stock
+			// A block that normalizes a branch before adding it to the residual (OLMo 2's and EXAONE
+			// 4's norms, GLM-4's post-MLP one): the norm and that add in one pass, each rounded as stock
 			// rounds them.
 			Name: "rmsnorm-add", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm, models.KindRMSNormFP32},
 			Layer: "RMSNorm", Layers: map[models.LayerKind]string{models.KindRMSNormFP32: "FP32RMSNorm"},

@@ -64,11 +64,11 @@ func smollm3Attention(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error) {
 		}
 	}
 	var window int64
-	if s.UseSlidingWindow && s.SlidingWindow.Set && !s.SlidingWindow.Null {
-		if s.SlidingWindow.V <= 0 {
-			return nil, configError(ck, "sliding_window is %d, want a positive window or null", s.SlidingWindow.V)
+	if s.UseSlidingWindow && s.SlidingWindow.Set {
+		var err error
+		if window, err = slidingWindow(ck, s.SlidingWindow); err != nil {
+			return nil, err
 		}
-		window = s.SlidingWindow.V
 	}
 	if err := checkLayerTypes(ck, s.LayerTypes, c.NumHiddenLayers); err != nil {
 		return nil, err

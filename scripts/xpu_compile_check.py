@@ -139,7 +139,7 @@ def cases(cuda: bool = False):
            dict(HAS_RESIDUAL=False, BLOCK=4096, SINGLE=True, ROUND_NORMED=False, ADD_AFTER=True))
     yield ("rmsnorm-add wide", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
            dict(HAS_RESIDUAL=False, BLOCK=8192, SINGLE=False, ROUND_NORMED=False, ADD_AFTER=True))
-    # GLM-4's post-MLP norm and add: Llama's rounding before the weight
+    # EXAONE 4's and GLM-4's norm and add: Llama's rounding before the weight
     yield ("rmsnorm-add llama", rmsnorm._rms_norm_kernel, [({}, 8, 1)], bf16,
            dict(HAS_RESIDUAL=False, BLOCK=4096, SINGLE=True, ROUND_NORMED=True, ADD_AFTER=True))
     yield "rope", rope._rope_kernel, [({}, 4, 1)], bf16, dict(BLOCK_HQ=32, BLOCK_HK=8, BLOCK_HALF=32, BLOCK_PASS=0)

@@ -448,9 +448,10 @@ def _random_block(block, device):
     return block.to(torch.bfloat16).to(device)
 
 
-def _block_run(block, rotary, device, ops):
-    """A function running block on one fixed causal 2 x 7 x 96 input, returning its output and
-    how many times each of ops launched during the call."""
+def _patched_block_counts(block, rotary, device, ops, layer):
+    """Runs block on one fixed causal 2 x 7 x 96 input as it is, then with its forward bound to
+    our `layer`; asserts the two outputs equal bit for bit and returns how many times each of ops
+    launched in each run (stock block, patched block)."""
     from xpuinject_kernels import _backend
 
     x = (torch.randn(2, 7, 96) * 2).to(torch.bfloat16).to(device)
@@ -466,7 +467,11 @@ def _block_run(block, rotary, device, ops):
         out = out[0] if isinstance(out, tuple) else out
         return out, {k: counts[k] - before.get(k, 0) for k in ops}
 
-    return run
+    want, want_n = run()
+    _bind(block, layer)
+    got, got_n = run()
+    assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
+    return want_n, got_n
 
 
 def test_post_norm_decoder_layer_matches_olmo2s_block(device):
@@ -487,13 +492,10 @@ def test_post_norm_decoder_layer_matches_olmo2s_block(device):
     for norm in (block.self_attn.q_norm, block.self_attn.k_norm, block.post_attention_layernorm,
                  block.post_feedforward_layernorm):
         _bind(norm, "FP32RMSNorm")
-    run = _block_run(block, Olmo2RotaryEmbedding(cfg), device, ("rms_norm_gemma", "rms_norm_fp32_add"))
-    want, want_n = run()
-    _bind(block, "PostNormDecoderLayer")
-    got, got_n = run()
+    want_n, got_n = _patched_block_counts(block, Olmo2RotaryEmbedding(cfg), device, ("rms_norm_gemma", "rms_norm_fp32_add"),
+                                          "PostNormDecoderLayer")
     assert want_n == {"rms_norm_gemma": 4, "rms_norm_fp32_add": 0}, want_n
     assert got_n == {"rms_norm_gemma": 2, "rms_norm_fp32_add": 2}, got_n  # the q/k norms stay apart
-    assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
 
 
 @pytest.mark.parametrize("layer_idx", [0, 1])  # sliding with RoPE; global, no RoPE
@@ -517,13 +519,10 @@ def test_post_norm_decoder_layer_matches_exaone4s_block(device, layer_idx):
     for norm in (block.self_attn.q_norm, block.self_attn.k_norm, block.post_attention_layernorm,
                  block.post_feedforward_layernorm):
         _bind(norm, "RMSNorm")
-    run = _block_run(block, Exaone4RotaryEmbedding(cfg), device, ("rms_norm", "rms_norm_add", "rms_norm_fp32_add"))
-    want, want_n = run()
-    _bind(block, "PostNormDecoderLayer")
-    got, got_n = run()
+    want_n, got_n = _patched_block_counts(block, Exaone4RotaryEmbedding(cfg), device, ("rms_norm", "rms_norm_add", "rms_norm_fp32_add"),
+                                          "PostNormDecoderLayer")
     assert want_n == {"rms_norm": 2, "rms_norm_add": 0, "rms_norm_fp32_add": 0}, want_n
     assert got_n == {"rms_norm": 0, "rms_norm_add": 2, "rms_norm_fp32_add": 0}, got_n
-    assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
 
 
 @pytest.mark.parametrize("fixture, norm", [("olmo2-tiny", "FP32RMSNorm"), ("exaone4-tiny", "RMSNorm")])
@@ -690,10 +689,7 @@ def test_sandwich_decoder_layer_matches_glm4s_block(device):
     for norm in (block.input_layernorm, block.post_self_attn_layernorm, block.post_attention_layernorm,
                  block.post_mlp_layernorm):
         _bind(norm, "RMSNorm")
-    run = _block_run(block, Glm4RotaryEmbedding(cfg), device, ("rms_norm", "add_rms_norm", "rms_norm_add"))
-    want, want_n = run()
-    _bind(block, "SandwichDecoderLayer")
-    got, got_n = run()
+    want_n, got_n = _patched_block_counts(block, Glm4RotaryEmbedding(cfg), device, ("rms_norm", "add_rms_norm", "rms_norm_add"),
+                                          "SandwichDecoderLayer")
     assert want_n == {"rms_norm": 4, "add_rms_norm": 0, "rms_norm_add": 0}, want_n
     assert got_n == {"rms_norm": 2, "add_rms_norm": 1, "rms_norm_add": 1}, got_n
-    assert torch.equal(got, want), float((got.float() - want.float()).abs().max())

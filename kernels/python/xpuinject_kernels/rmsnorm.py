@@ -18,8 +18,8 @@ rounded once to x's dtype. The kernel takes the fp32 (1 + w) folded offline (or 
 module's weight on first use) and skips the rounding before the multiply. OLMo 2's norm
 (Olmo2RMSNorm) is that order on its own weight; `rms_norm_fp32_add` adds the block's residual to
 its rounded output in the same pass (the block normalizes each branch before adding it).
-`rms_norm_add` is the same pass on Llama's order (GLM-4's block normalizes its MLP's output with
-Llama's RMSNorm before the residual add).
+`rms_norm_add` is the same pass on Llama's order (EXAONE 4's block normalizes each branch, and
+GLM-4's its MLP's output, with Llama's RMSNorm before the residual add).
 """
 
 from __future__ import annotations
@@ -394,8 +394,8 @@ def rms_norm_add(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
                  config: Optional[dict] = None) -> torch.Tensor:
     """residual + rms_norm(x, weight, eps): Llama's norm (rounded before the weight and after it),
     then the sum rounded again, as a block that normalizes its branch with LlamaRMSNorm before
-    the residual add computes them (GLM-4's post_mlp_layernorm), in one pass. The op:
-    torch.ops.<ns>.rms_norm_add."""
+    the residual add computes them (EXAONE 4's post-branch norms, GLM-4's post_mlp_layernorm), in
+    one pass. The op: torch.ops.<ns>.rms_norm_add."""
     warps = _warps(config, "rms_norm_add")
     if _ops.traced(x):
         return _ops.op("rms_norm_add")(x, residual, weight, float(eps), warps)
