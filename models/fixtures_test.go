@@ -411,6 +411,16 @@ func TestFixtureFacts(t *testing.T) {
 					}
 				}
 			}, []string{"Exaone4RMSNorm", "Exaone4Attention", "Exaone4MLP"}},
+		"ministral-tiny": {11, llamaKinds, 1, func(t *testing.T, g *Graph) {
+			// Mistral's modules; layer_types slides layer 1 over 16 keys and not layer 0
+			wantDims(t, attn(g, 1), map[string]int64{"hidden": 96, "heads": 3, "kv_heads": 1, "head_dim": 64, "sliding_window": 16})
+			if a := attn(g, 0); a.Dims["sliding_window"] != 0 || a.Bias || a.Rope != "" {
+				t.Errorf("layer 0 attention %+v", a)
+			}
+			if h := layer(t, g, "lm_head"); !h.Tied {
+				t.Errorf("lm_head %+v", h)
+			}
+		}, []string{"MinistralRMSNorm", "MinistralAttention", "MinistralMLP"}},
 		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
 			func(t *testing.T, g *Graph) {
 				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")
@@ -695,6 +705,26 @@ func TestExaone4Layers(t *testing.T) {
 		{func(m map[string]any) { m["sliding_window"] = -3 }, "sliding_window is -3"},
 		{func(m map[string]any) { m["hidden_act"] = "gelu" }, `hidden_act is "gelu"`},
 		{func(m map[string]any) { m["layer_types"] = []string{"full_attention"} }, "layer_types has 1 entries"},
+	})
+}
+
+// Ministral's windows: layer_types' sliding layers, every layer when it is left out and a window
+// is set, none when sliding_window is null (MinistralConfig.__post_init__); every layer rotates.
+func TestMinistralLayers(t *testing.T) {
+	checkLayerRopes(t, "ministral-tiny", []layerRopeCase{
+		{"fixture", func(m map[string]any) {}, [2]string{"", ""}, [2]int64{0, 16}},
+		{"no layer_types", func(m map[string]any) { delete(m, "layer_types") }, [2]string{"", ""}, [2]int64{16, 16}},
+		{"no window", func(m map[string]any) { m["sliding_window"] = nil }, [2]string{"", ""}, [2]int64{0, 0}},
+		{"default window", func(m map[string]any) {
+			delete(m, "sliding_window")
+			m["layer_types"] = []string{"sliding_attention", "full_attention"}
+		}, [2]string{"", ""}, [2]int64{4096, 0}},
+	})
+	checkConfigErrors(t, "ministral-tiny", []configErrorCase{
+		{func(m map[string]any) { m["sliding_window"] = 0 }, "sliding_window is 0"},
+		{func(m map[string]any) { m["layer_types"] = []string{"full_attention"} }, "layer_types has 1 entries"},
+		{func(m map[string]any) { m["layer_types"] = []string{"full_attention", "chunked_attention"} },
+			`layer_types[1] is "chunked_attention"`},
 	})
 }
 

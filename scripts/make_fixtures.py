@@ -500,6 +500,24 @@ def build_seed_oss_tiny(seed: int):
     return _seeded(seed, lambda: SeedOssForCausalLM(cfg))
 
 
+def build_ministral_tiny(seed: int):
+    from transformers import MinistralConfig, MinistralForCausalLM
+
+    cfg = MinistralConfig(
+        hidden_size=96,
+        intermediate_size=104,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3
+        head_dim=64,  # of its own, hidden / heads is 32: q is 192 wide, twice hidden
+        layer_types=["full_attention", "sliding_attention"],
+        sliding_window=16,  # shorter than the eval's sequences
+        tie_word_embeddings=True,  # the budget
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: MinistralForCausalLM(cfg))
+
+
 def build_smollm3_tiny(seed: int):
     from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
@@ -617,6 +635,7 @@ FIXTURE_LIST = [
     Fixture("ernie4_5-tiny", 1021, build_ernie4_5_tiny, dtype="bfloat16"),
     Fixture("seed_oss-tiny", 1022, build_seed_oss_tiny, dtype="bfloat16"),
     Fixture("exaone4-tiny", 1023, build_exaone4_tiny, dtype="bfloat16"),
+    Fixture("ministral-tiny", 1024, build_ministral_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

@@ -35,7 +35,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	mt := cfg["model_type"].(string)
 	add("model.embed_tokens.weight", vocab, h)
 	glm := mt == "glm" || mt == "glm4"
-	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "seed_oss" || mt == "exaone4" || glm) {
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "seed_oss" || mt == "exaone4" || mt == "ministral" || glm) {
 		add("lm_head.weight", vocab, h)
 	}
 	add("model.norm.weight", h)
@@ -328,6 +328,30 @@ func TestPublishedConfigs(t *testing.T) {
 		}, `{"architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "vocab_size": 103424, "hidden_size": 1024,
 			"intermediate_size": 3072, "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2,
 			"head_dim": 128, "rms_norm_eps": 1e-5, "tie_word_embeddings": true}`},
+		// MinistralConfig's defaults (configuration_ministral.py): Mistral's block, every layer
+		// sliding over 4096 keys when layer_types is left out
+		"MinistralConfig defaults": {32*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			if a := layerPlan(t, p, "model.layers.31.self_attn"); a.Layer != "Attention" || !strings.Contains(a.Reason, "sliding window 4096") {
+				t.Errorf("attention: layer %s, reason %q", a.Layer, a.Reason)
+			}
+		}, `{"architectures": ["MinistralForCausalLM"], "model_type": "ministral", "vocab_size": 32000, "hidden_size": 4096,
+			"intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+			"rms_norm_eps": 1e-6, "sliding_window": 4096, "tie_word_embeddings": false}`},
+		// Ministral-8B's shape with its sliding layers interleaved by layer_types (three sliding
+		// over 32768 keys, then one full), head_dim 128 of its own
+		"Ministral 8B interleaved": {8*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			for i := range 8 {
+				a := layerPlan(t, p, fmt.Sprintf("model.layers.%d.self_attn", i))
+				if a.Layer != "Attention" || strings.Contains(a.Reason, "sliding window 32768") == (i%4 == 3) {
+					t.Errorf("layer %d attention: layer %s, reason %q", i, a.Layer, a.Reason)
+				}
+			}
+		}, `{"architectures": ["MinistralForCausalLM"], "model_type": "ministral", "vocab_size": 131072, "hidden_size": 4096,
+			"intermediate_size": 12288, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 8,
+			"head_dim": 128, "rms_norm_eps": 1e-5, "rope_theta": 100000000.0, "sliding_window": 32768,
+			"layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention",
+				"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+			"tie_word_embeddings": false}`},
 		// SeedOssConfig's defaults (configuration_seed_oss.py, Seed-OSS-36B's shape): Llama's
 		// modules, q/k/v biased, o_proj not, GQA 10, head_dim 128 of its own
 		"SeedOssConfig defaults": {64*4 + 2, 1, nil, func(t *testing.T, p *Plan) {

@@ -171,6 +171,9 @@ def test_pipeline_fp16_cpu(tmp_path):
         # EXAONE 4: OLMo 2's block on Llama's norms (each with its add, patched block), per-head q/k
         # norms, layer 0 sliding over 16 keys with RoPE, layer 1 global with none, GQA 3, tied head
         ("exaone4-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "PostNormDecoderLayer", "LMHead"}, "sdpa"),
+        # Ministral: Mistral's block, layer 1 sliding over 16 keys and layer 0 not, head_dim 64 of
+        # its own (q twice hidden), GQA 3, tied head
+        ("ministral-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):

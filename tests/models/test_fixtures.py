@@ -47,6 +47,7 @@ TEXT = {
     "ernie4_5-tiny": ("ernie4_5", "Ernie4_5ForCausalLM", "BF16"),
     "seed_oss-tiny": ("seed_oss", "SeedOssForCausalLM", "BF16"),
     "exaone4-tiny": ("exaone4", "Exaone4ForCausalLM", "BF16"),
+    "ministral-tiny": ("ministral", "MinistralForCausalLM", "BF16"),
 }
 VISION = {"levit-tiny": ("levit", "LevitForImageClassificationWithTeacher", "F32")}
 ALL = {**TEXT, **VISION}
@@ -82,7 +83,7 @@ def test_every_fixture_folder_is_known():
 
 def test_fixtures_total_size_budget():
     total = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert total < 11 * 1024 * 1024, f"testdata/fixtures is {total / 2**20:.2f} MiB, budget is 11 MiB"
+    assert total < 11.5 * 1024 * 1024, f"testdata/fixtures is {total / 2**20:.2f} MiB, budget is 11.5 MiB"
 
 
 def test_dtypes_cover_fp32_fp16_bf16():
@@ -329,4 +330,4 @@ def test_fixtures_match_generator():
         timeout=300,
     )
     assert r.returncode == 0, f"make_fixtures.py --check failed:\n{r.stderr[-4000:]}"
-    assert "check ok: 24 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
+    assert "check ok: 25 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
