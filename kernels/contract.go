@@ -46,6 +46,12 @@ type Contract struct {
 	GlobalNoPE struct {
 		Classes []string `json:"classes"`
 	} `json:"global_nope"`
+	// QKNormsAfterRope lists the attention classes whose per-head q/k norms (Modules: the
+	// query's, the key's) normalize the rotated heads, after RoPE.
+	QKNormsAfterRope struct {
+		Classes []string `json:"classes"`
+		Modules []string `json:"modules"`
+	} `json:"qk_norms_after_rope"`
 }
 
 // PackedCheck is one property of a packed checkpoint.
@@ -163,6 +169,13 @@ func LayerReplaces(layer, class string) bool {
 // so the package reorders its q and k rows when it packs them on the device.
 func RotatesInterleaved(class string) bool {
 	return slices.Contains(contract.InterleavedRotary.Classes, class)
+}
+
+// QKNormsAfterRope reports whether an attention class normalizes its rotated q and k heads
+// (contract.json qk_norms_after_rope: HunYuan's), so the package's RoPE launch runs its q/k norms
+// after the rotation.
+func QKNormsAfterRope(class string) bool {
+	return slices.Contains(contract.QKNormsAfterRope.Classes, class)
 }
 
 // GlobalNoPE reports whether an attention class tells its NoPE layers by sliding_window and

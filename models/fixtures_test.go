@@ -421,6 +421,15 @@ func TestFixtureFacts(t *testing.T) {
 				t.Errorf("lm_head %+v", h)
 			}
 		}, []string{"MinistralRMSNorm", "MinistralAttention", "MinistralMLP"}},
+		"hunyuan-tiny": {11, llamaKinds, 1, func(t *testing.T, g *Graph) {
+			// Llama's modules; the per-head q/k norms are query_layernorm/key_layernorm, after RoPE
+			a := attn(g, 1)
+			wantDims(t, a, map[string]int64{"hidden": 64, "heads": 6, "kv_heads": 2, "head_dim": 32})
+			if !a.Bias || !a.QKNormAfterRope || a.Tensors["q_norm.weight"] != "model.layers.1.self_attn.query_layernorm.weight" ||
+				a.Tensors["o_proj.bias"] == "" || a.Children["key_layernorm"] != "HunYuanDenseV1RMSNorm" {
+				t.Errorf("attention %+v", a)
+			}
+		}, []string{"HunYuanDenseV1RMSNorm", "HunYuanDenseV1Attention", "HunYuanDenseV1MLP"}},
 		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
 			func(t *testing.T, g *Graph) {
 				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")

@@ -7,7 +7,7 @@ import (
 
 // Llama (model_type "llama") and the base of its relatives (mistral.go, qwen2.go, qwen3.go,
 // smollm3.go, granite.go, gemma.go, olmo2.go, qwen3_moe.go, mixtral.go, ernie4_5.go, olmoe.go,
-// seed_oss.go). Read against
+// seed_oss.go, ministral.go, hunyuan_v1_dense.go). Read against
 // transformers 5.17 models/llama/{configuration,modeling}_llama.py.
 //
 // Layers, in execution order (prefix "model." for *ForCausalLM, none for the bare
@@ -62,6 +62,9 @@ type llamaFamily struct {
 	qkvBias, oBias, mlpBias func(c *llamaConfig) bool
 	// qkNorm: the attention has q_norm/k_norm RMSNorms over head_dim (Qwen3).
 	qkNorm bool
+	// qkNormAfter: the per-head q/k norms are query_layernorm/key_layernorm and normalize the
+	// rotated heads, after RoPE (HunYuan); with qkNorm.
+	qkNormAfter bool
 	// qkNormFull: the attention has q_norm/k_norm RMSNorms over all of its query / key heads at
 	// once, [heads·head_dim] and [kv_heads·head_dim], applied before the heads are split (OLMo 2).
 	qkNormFull bool
@@ -234,11 +237,16 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 			if f.qkNormFull {
 				qn, kn, qw, kw = []int64{heads * hd}, []int64{kv * hd}, qWhy, kvWhy
 			}
+			qa, ka := "q_norm", "k_norm"
+			if f.qkNormAfter {
+				qa, ka = "query_layernorm", "key_layernorm"
+				l.QKNormAfterRope = true
+			}
 			needs = append(needs,
-				need{"q_norm.weight", attn + ".q_norm.weight", qn, qw, false},
-				need{"k_norm.weight", attn + ".k_norm.weight", kn, kw, false})
+				need{"q_norm.weight", attn + "." + qa + ".weight", qn, qw, false},
+				need{"k_norm.weight", attn + "." + ka + ".weight", kn, kw, false})
 			l.Eps = c.RMSNormEps
-			l.Children = map[string]string{"q_norm": f.class + "RMSNorm", "k_norm": f.class + "RMSNorm"}
+			l.Children = map[string]string{qa: f.class + "RMSNorm", ka: f.class + "RMSNorm"}
 		}
 		b.add(l, needs...)
 

@@ -128,6 +128,10 @@ type Layer struct {
 	// (2i, 2i+1) of each head (GLM's rotate_half) where Llama's rotates (i, i + rotary/2).
 	// Planning reorders the q and k rows offline so the rotate-half kernels compute it.
 	InterleavedRotary bool `json:",omitempty" yaml:",omitempty"`
+	// QKNormAfterRope marks an attention whose per-head q/k norms (roles q_norm.weight and
+	// k_norm.weight) normalize the rotated heads, after RoPE (HunYuan's query_layernorm and
+	// key_layernorm), where Qwen3's normalize them before it.
+	QKNormAfterRope bool `json:",omitempty" yaml:",omitempty"`
 	// ResidualScale, on the norm after a decoder block's first residual add, is the factor
 	// the block multiplies each branch by before adding it to the residual (Granite's
 	// residual_multiplier); 0 when it adds them as they are.

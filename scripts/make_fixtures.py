@@ -518,6 +518,25 @@ def build_ministral_tiny(seed: int):
     return _seeded(seed, lambda: MinistralForCausalLM(cfg))
 
 
+def build_hunyuan_tiny(seed: int):
+    from transformers import HunYuanDenseV1Config, HunYuanDenseV1ForCausalLM
+
+    cfg = HunYuanDenseV1Config(
+        hidden_size=64,
+        intermediate_size=72,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=6,  # head_dim 32 of its own: q is 192 wide, three times hidden
+        num_key_value_heads=2,  # GQA ratio 3
+        head_dim=32,
+        attention_bias=True,  # all four projections biased (the published configs leave them off)
+        # the published configs' RoPE: the base scaled once by alpha
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
+        tie_word_embeddings=True,  # the budget
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: HunYuanDenseV1ForCausalLM(cfg))
+
+
 def build_smollm3_tiny(seed: int):
     from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
@@ -636,6 +655,7 @@ FIXTURE_LIST = [
     Fixture("seed_oss-tiny", 1022, build_seed_oss_tiny, dtype="bfloat16"),
     Fixture("exaone4-tiny", 1023, build_exaone4_tiny, dtype="bfloat16"),
     Fixture("ministral-tiny", 1024, build_ministral_tiny, dtype="bfloat16"),
+    Fixture("hunyuan-tiny", 1025, build_hunyuan_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

@@ -1,10 +1,10 @@
 """Random-weight models shaped like the presets (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B,
-Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Ministral-8B, SmolLM3-3B, a Granite-3-2B-sized model, GLM-4-9B,
+Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Ministral-8B, Hunyuan-7B, SmolLM3-3B, a Granite-3-2B-sized model, GLM-4-9B,
 Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,exaone4,ministral8b,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,qwen3moe30b,
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,exaone4,ministral8b,hunyuan7b,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,qwen3moe30b,
         levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
@@ -106,6 +106,18 @@ def ministral8b(out: Path, layers=None):
         rope_parameters={"rope_type": "default", "rope_theta": 1e8}, sliding_window=512, layer_types=["full_attention" if i % 4 == 3 else "sliding_attention" for i in range(n)],
         tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, pad_token_id=2,
     ), cls=transformers.MinistralForCausalLM)
+
+
+def hunyuan7b(out: Path, layers=None):
+    """A Hunyuan-7B-sized dense model: hidden 4096, 32 layers, 32 heads, 8 KV heads, head_dim 128,
+    intermediate 14336, vocab 128167, tied embeddings, the q/k norms after RoPE, and the RoPE base
+    scaled by alpha 1000 (dynamic RoPE within its 32768 positions)."""
+    _llama(out, transformers.HunYuanDenseV1Config(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers or 32, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=128167, max_position_embeddings=32768, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
+        tie_word_embeddings=True, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    ), cls=transformers.HunYuanDenseV1ForCausalLM)
 
 
 def glm4_9b(out: Path, layers=None):
@@ -269,7 +281,7 @@ def main():
     global CONFIG_ONLY
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "exaone4": exaone4, "ministral8b": ministral8b, "glm4_9b": glm4_9b, "olmoe": olmoe, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
+              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "exaone4": exaone4, "ministral8b": ministral8b, "hunyuan7b": hunyuan7b, "glm4_9b": glm4_9b, "olmoe": olmoe, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
               "qwen3moe30b": qwen3moe30b, "qwen2moe": qwen2moe,
               "levit128s": levit128s}
     for name in a.only.split(","):

@@ -73,6 +73,7 @@ PTR_NAMES = {
     "gemv": {"QO", "KC", "VC", "COS", "SIN", "COUNTER", "QW", "KW"},
     "greedy": {"LOGITS"},
     "rope_cache": {"Q", "K", "V", "QO", "KC", "VC", "COS", "SIN", "COUNTER", "QW", "KW"},
+    "rope": {"Q", "K", "QO", "KO", "COS", "SIN", "QW", "KW"},
 }
 
 
@@ -161,6 +162,16 @@ def cases(cuda: bool = False):
            dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=0, NORM=True, NORM_ROUND=True))
     yield ("rope + cache write + q/k norm partial rotary", rope_cache._rope_cache_kernel, [({}, nw, 1)], bf16,
            dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=32, NORM=True, NORM_ROUND=True))
+    # HunYuan's q/k norms on the rotated heads, after RoPE
+    yield ("rope + cache write + q/k norm after rope", rope_cache._rope_cache_kernel, [({}, nw, 1)], bf16,
+           dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=0, NORM=True, NORM_ROUND=True, NORM_AFTER=True))
+    yield ("rope + cache write + q/k norm after rope partial rotary", rope_cache._rope_cache_kernel, [({}, nw, 1)],
+           bf16, dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=32, NORM=True, NORM_ROUND=True,
+                      NORM_AFTER=True))
+    # the prefill's RoPE with the q/k norms (no cache), before and after the rotation
+    for after in (False, True):
+        yield (f"rope + q/k norm{' after rope' if after else ''}", rope._rope_norm_kernel, [({}, nw, 1)], bf16,
+               dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=0, NORM_ROUND=True, NORM_AFTER=after))
     gcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in _backend.gemm_configs("xpu")]
     # gemm() takes the descriptor path only where this Triton has tl.make_tensor_descriptor
     # (_backend.has_descriptors); elsewhere only block pointers are ever compiled.
@@ -244,6 +255,14 @@ def cases(cuda: bool = False):
                gemv._gemv_kernel, [({}, 4, 3)], bf16,
                dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=hd, BLOCK_K=bk, SPLIT_K=split, ROPE=True,
                     NORM_QK=norm, NORM_ROUND=rnd, QW=w, KW=w))
+    # HunYuan's q/k norms after the rotation, a head a tile and (EW) eight tiles a head
+    yield ("gemv none split8, RoPE + cache write d128 norm after rope", gemv._gemv_kernel, [({}, 4, 3)], bf16,
+           dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, ROPE=True,
+                NORM_QK=True, NORM_ROUND=True, NORM_AFTER=True))
+    yield ("gemv N-major EW none split1, RoPE + cache write d128 norm after rope, 8 tiles a head", gemv._gemv_kernel,
+           [({}, 4, 3)], bf16,
+           dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=16, BLOCK_K=256, SPLIT_K=1, ROPE=True, NORM_QK=True,
+                NORM_ROUND=True, NORM_AFTER=True, stride_wk=1, EW=True, EW_STAGES=3, HEAD_TILES=8, BLOCK_D=128))
     # with the layer's input RMSNorm in its prologue too (where launches do not overlap)
     yield ("gemv none split8, input RMSNorm, RoPE + cache write d128 norm=True", gemv._gemv_kernel, [({}, 4, 3)],
            bf16, dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, ROW_NORM=True, ROWS=1,

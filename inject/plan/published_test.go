@@ -35,7 +35,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	mt := cfg["model_type"].(string)
 	add("model.embed_tokens.weight", vocab, h)
 	glm := mt == "glm" || mt == "glm4"
-	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "seed_oss" || mt == "exaone4" || mt == "ministral" || glm) {
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "seed_oss" || mt == "exaone4" || mt == "ministral" || mt == "hunyuan_v1_dense" || glm) {
 		add("lm_head.weight", vocab, h)
 	}
 	add("model.norm.weight", h)
@@ -106,6 +106,10 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 		if mt == "olmo2" {
 			add(p+"self_attn.q_norm.weight", heads*hd)
 			add(p+"self_attn.k_norm.weight", kv*hd)
+		}
+		if mt == "hunyuan_v1_dense" {
+			add(p+"self_attn.query_layernorm.weight", hd)
+			add(p+"self_attn.key_layernorm.weight", hd)
 		}
 	}
 	f, err := os.Create(filepath.Join(dir, "model.safetensors"))
@@ -328,6 +332,29 @@ func TestPublishedConfigs(t *testing.T) {
 		}, `{"architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "vocab_size": 103424, "hidden_size": 1024,
 			"intermediate_size": 3072, "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2,
 			"head_dim": 128, "rms_norm_eps": 1e-5, "tie_word_embeddings": true}`},
+		// HunYuanDenseV1Config's defaults (configuration_hunyuan_v1_dense.py): Llama's block, the
+		// per-head q/k norms after RoPE inside the attention's launch (bound with it)
+		"HunYuanDenseV1Config defaults": {32*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			a := layerPlan(t, p, "model.layers.31.self_attn")
+			if a.Layer != "Attention" || !strings.Contains(a.Reason, "q/k norms on the rotated heads, after RoPE") ||
+				len(a.Bindings) != 3 || a.Bindings[1].Module != "model.layers.31.self_attn.query_layernorm" ||
+				a.Bindings[2].Layer != "RMSNorm" {
+				t.Errorf("attention: layer %s, reason %q, bindings %+v", a.Layer, a.Reason, a.Bindings)
+			}
+		}, `{"architectures": ["HunYuanDenseV1ForCausalLM"], "model_type": "hunyuan_v1_dense", "vocab_size": 290943,
+			"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+			"rms_norm_eps": 1e-5, "tie_word_embeddings": false}`},
+		// A Hunyuan-7B-shaped config as the Hub spells it: rope_scaling with alpha, GQA 4,
+		// head_dim 128, tied embeddings, 8 of its layers
+		"Hunyuan 7B shape": {8*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			if a := layerPlan(t, p, "model.layers.7.self_attn"); a.Layer != "Attention" || a.Dims["kv_heads"] != 8 {
+				t.Errorf("attention: layer %s, dims %v", a.Layer, a.Dims)
+			}
+		}, `{"architectures": ["HunYuanDenseV1ForCausalLM"], "model_type": "hunyuan_v1_dense", "vocab_size": 128167,
+			"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 8, "num_attention_heads": 32,
+			"num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+			"rope_scaling": {"alpha": 1000.0, "factor": 1.0, "type": "dynamic"}, "attention_bias": false,
+			"mlp_bias": false, "tie_word_embeddings": true}`},
 		// MinistralConfig's defaults (configuration_ministral.py): Mistral's block, every layer
 		// sliding over 4096 keys when layer_types is left out
 		"MinistralConfig defaults": {32*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
@@ -433,4 +460,26 @@ func layerPlan(t *testing.T, p *Plan, module string) LayerPlan {
 	}
 	t.Fatalf("no layer %s in the plan", module)
 	return LayerPlan{}
+}
+
+// An attention whose q/k norms follow RoPE, of a class contract.json's qk_norms_after_rope does
+// not list, stays on the stock path saying so: the package would run its norms before RoPE.
+func TestQKNormAfterRopeNeedsTheContract(t *testing.T) {
+	g, err := models.Load("../../testdata/fixtures/hunyuan-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range g.Layers {
+		if g.Layers[i].Kind == models.KindAttention {
+			g.Layers[i].Class = "LlamaAttention"
+		}
+	}
+	p, err := New(g, nil, Options{Tool: "xpuinject (test)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := layerPlan(t, p, "model.layers.0.self_attn")
+	if a.Kernel != KernelKeep || !strings.Contains(a.Reason, "qk_norms_after_rope does not list LlamaAttention") {
+		t.Errorf("attention: kernel %s, reason %q", a.Kernel, a.Reason)
+	}
 }

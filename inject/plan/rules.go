@@ -327,17 +327,19 @@ func (p *planner) attention(l models.Layer, lp *LayerPlan) error {
 	// the attention layer (it calls them), so their modules get a norm layer too. Gemma's
 	// (1 + w) form gets GemmaRMSNorm, which makes 1 + w in fp32 from the module's weight on first
 	// use (packed attributes attach to the attention module, not to its children): stock's own
-	// numbers. OLMo 2's gets FP32RMSNorm.
+	// numbers. OLMo 2's gets FP32RMSNorm. A norm's module is its tensor's (HunYuan's are
+	// query_layernorm and key_layernorm).
 	var children []string
 	var childBindings []Binding
-	for _, c := range []string{"q_norm", "k_norm"} {
-		n, ok := t[c+".weight"]
+	for _, role := range []string{"q_norm", "k_norm"} {
+		n, ok := t[role+".weight"]
 		if !ok {
 			continue
 		}
+		c := strings.TrimSuffix(strings.TrimPrefix(n, m+"."), ".weight")
 		cls := l.Children[c]
 		if cls == "" {
-			return fmt.Errorf("%w: layer %s has a %s tensor but the graph names no class for its %s module", ErrCannotPlan, m, c+".weight", c)
+			return fmt.Errorf("%w: layer %s has a %s tensor but the graph names no class for its %s module", ErrCannotPlan, m, role+".weight", c)
 		}
 		layer := layerRMSNorm
 		for _, nl := range []string{layerGemmaRMSNorm, layerFP32RMSNorm} {
@@ -374,6 +376,9 @@ func (p *planner) variantReason(l models.Layer) string {
 	if n, ok := l.Tensors["q_norm.weight"]; ok && len(p.shapeOf(n)) == 1 && p.shapeOf(n)[0] != l.Dims["head_dim"] {
 		r += "; q_norm and k_norm over the whole projection, every head at once, before the split (their own launches)"
 	}
+	if l.QKNormAfterRope {
+		r += "; q/k norms on the rotated heads, after RoPE, in its launch"
+	}
 	if rd := l.Dims["rotary_dim"]; rd > 0 {
 		r += fmt.Sprintf("; partial rotary: %d of %d channels of each head rotate", rd, l.Dims["head_dim"])
 	}
@@ -398,6 +403,10 @@ func (p *planner) stockAttention(l models.Layer) string {
 	var why []string
 	if l.Rope != "" && l.Rope != models.RopeNone {
 		why = append(why, fmt.Sprintf("%s RoPE picks its factors by a host-side length test a captured graph would hide", l.Rope))
+	}
+	if l.QKNormAfterRope && !kernels.QKNormsAfterRope(l.Class) {
+		why = append(why, fmt.Sprintf("q/k norms after RoPE, but contract.json's qk_norms_after_rope does not list %s, "+
+			"so the package would run them before it", l.Class))
 	}
 	if l.InterleavedRotary {
 		// The reorder is of separate q and k projections; q/k norms would need their

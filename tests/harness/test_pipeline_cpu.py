@@ -174,6 +174,9 @@ def test_pipeline_fp16_cpu(tmp_path):
         # Ministral: Mistral's block, layer 1 sliding over 16 keys and layer 0 not, head_dim 64 of
         # its own (q twice hidden), GQA 3, tied head
         ("ministral-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
+        # HunYuan: per-head q/k norms after RoPE (in its launch), all four attention projections
+        # biased, the RoPE base scaled by alpha, GQA 3, q three times hidden, tied head
+        ("hunyuan-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):

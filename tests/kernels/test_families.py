@@ -525,11 +525,16 @@ def test_post_norm_decoder_layer_matches_exaone4s_block(device, layer_idx):
     assert got_n == {"rms_norm": 0, "rms_norm_add": 2, "rms_norm_fp32_add": 0}, got_n
 
 
-@pytest.mark.parametrize("fixture, norm", [("olmo2-tiny", "FP32RMSNorm"), ("exaone4-tiny", "RMSNorm")])
-def test_post_norm_model_compiles_as_one_graph(llama_odd_pkg, device, fixture, norm):
-    """The olmo2 and exaone4 fixtures kernelized (their norms, the q/k norms inside Attention,
-    PostNormDecoderLayer's norm + add ops; EXAONE 4's sliding and global NoPE layers) trace with
-    fullgraph=True and compute what eager does, bit for bit."""
+@pytest.mark.parametrize("fixture, replaced", [
+    ("olmo2-tiny", {"FP32RMSNorm", "PostNormDecoderLayer", "Attention"}),
+    ("exaone4-tiny", {"RMSNorm", "PostNormDecoderLayer", "Attention"}),
+    ("hunyuan-tiny", {"RMSNorm", "DecoderLayer", "Attention"}),
+])
+def test_qk_norm_model_compiles_as_one_graph(llama_odd_pkg, device, fixture, replaced):
+    """The olmo2, exaone4 and hunyuan fixtures kernelized (their norms, the q/k norms inside
+    Attention, PostNormDecoderLayer's norm + add ops; EXAONE 4's sliding and global NoPE layers;
+    HunYuan's q/k norms after RoPE) trace with fullgraph=True and compute what eager does, bit for
+    bit."""
     from pathlib import Path
 
     import transformers
@@ -537,8 +542,12 @@ def test_post_norm_model_compiles_as_one_graph(llama_odd_pkg, device, fixture, n
     torch._dynamo.reset()
     fixtures = Path(__file__).resolve().parents[2] / "testdata" / "fixtures"
     model = transformers.AutoModelForCausalLM.from_pretrained(fixtures / fixture, dtype=torch.bfloat16).eval().to(device)
+    if fixture == "hunyuan-tiny":
+        # stock's dynamic RoPE tests the length on the host, which no full graph traces, ours or
+        # not; within the original length its frequencies are the default type's
+        model.model.rotary_emb.rope_type = "default"
     summary = llama_odd_pkg.kernelize(model)
-    assert {norm, "PostNormDecoderLayer", "Attention"} <= set(summary["replaced"])
+    assert replaced <= set(summary["replaced"])
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     ids = torch.randint(3, 500, (2, 9), generator=torch.Generator().manual_seed(5)).to(device)
     with torch.no_grad():
@@ -641,6 +650,63 @@ def test_exaone4_attention_rotates_only_its_sliding_layers(device, layer_idx):
     assert err.max() <= 2 * err_stock.max() + 1e-6, (err.max(), err_stock.max())
     if layer_idx == 1:
         ours.is_sliding = True  # read as a sliding layer: rotated
+        assert (run(ours, torch.bfloat16, device) - want).abs().mean() > 10 * err.mean()
+
+
+@pytest.mark.parametrize("norms", ["ours", "stock"])
+def test_hunyuan_attention_normalizes_after_rope(device, norms, monkeypatch):
+    """Attention on a HunYuanDenseV1Attention, whose query_layernorm and key_layernorm normalize the
+    rotated heads: with the norms bound to our RMSNorm they run inside the RoPE launch after the
+    rotation, as stock modules they run after our rotation; each within the stock bf16 module's
+    error against the float64 module. Normalized before the rotation, as Qwen3's are, it is far
+    off (the weights differ across each rotated pair)."""
+    from transformers import HunYuanDenseV1Config
+    from transformers.models.hunyuan_v1_dense.modeling_hunyuan_v1_dense import (
+        HunYuanDenseV1Attention, HunYuanDenseV1RotaryEmbedding)
+    from xpuinject_kernels import _backend, decoder
+
+    torch.manual_seed(16)
+    cfg = HunYuanDenseV1Config(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
+                               num_hidden_layers=1, attention_bias=True, attn_implementation="eager")
+    rot = HunYuanDenseV1RotaryEmbedding(cfg)
+    ref = HunYuanDenseV1Attention(cfg, layer_idx=0).double().eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            norm = p.dim() == 1 and p.numel() == 32  # the q/k norms' weights: far from 1, unlike across pairs
+            p.copy_(1.0 + 0.5 * torch.randn_like(p) if norm else torch.randn_like(p) * 0.15)
+    s = 11
+    x = torch.randn(2, s, 96, dtype=torch.float64)
+    pos = torch.arange(3, 3 + s)[None].expand(2, s)
+    mask = torch.full((s, s), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+
+    def run(m, dt, dev):
+        cos, sin = rot(x.to(dt), pos)
+        with torch.no_grad():
+            out, _ = m(x.to(dt).to(dev), position_embeddings=(cos.to(dev), sin.to(dev)),
+                       attention_mask=mask.to(dt).to(dev))
+        return out.cpu().double()
+
+    def make(dt, dev):
+        m = HunYuanDenseV1Attention(cfg, layer_idx=0).to(dt).to(dev).eval()
+        m.load_state_dict(ref.state_dict())
+        return m
+
+    want = run(ref, torch.float64, "cpu")
+    ours = make(torch.bfloat16, device)
+    _bind(ours, "Attention")
+    if norms == "ours":
+        _bind(ours.query_layernorm, "RMSNorm")
+        _bind(ours.key_layernorm, "RMSNorm")
+    assert decoder._qk_norm_modules(ours)[2]
+    before = _backend.launch_counts["apply_rope.norm"]
+    got, got_stock = run(ours, torch.bfloat16, device), run(make(torch.bfloat16, "cpu"), torch.bfloat16, "cpu")
+    assert _backend.launch_counts["apply_rope.norm"] == before + (norms == "ours")
+    err, err_stock = (got - want).abs(), (got_stock - want).abs()
+    assert err.mean() <= 1.2 * err_stock.mean() + 1e-6, (err.mean(), err_stock.mean())
+    assert err.max() <= 2 * err_stock.max() + 1e-6, (err.max(), err_stock.max())
+    if norms == "ours":  # the same norms read as Qwen3's q_norm / k_norm: before the rotation
+        ours.q_norm, ours.k_norm = ours.query_layernorm, ours.key_layernorm
+        monkeypatch.setattr(decoder, "QK_NORMS_AFTER_ROPE", ())
         assert (run(ours, torch.bfloat16, device) - want).abs().mean() > 10 * err.mean()
 
 

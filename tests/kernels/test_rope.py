@@ -305,6 +305,49 @@ def test_fused_qk_norms_match_fp64(device, b, s, hq, hk, d, factor):
     metrics.assert_close("normed k", got_k, want_k, atol=BF16_ULP, rtol=BF16_ULP, min_cosine=0.9999)
 
 
+def _hunyuan_stock(x, cos, sin, w, rd):
+    """HunYuan's attention in bf16 as its modules run it: the rotation (each product and the sum
+    rounded), then HunYuanDenseV1RMSNorm on the rounded result (Llama's order)."""
+    c, s_ = cos.unsqueeze(1), sin.unsqueeze(1)
+    r = x[..., :rd]
+    x = torch.cat(((r * c) + (rope.rotate_half_ref(r) * s_), x[..., rd:]), dim=-1)
+    xf = x.float()
+    n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)).to(x.dtype)
+    return w * n
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("b,s,hq,hk,d,factor", QK_NORM_CASES)
+def test_fused_qk_norms_after_rope_match_fp64(device, inplace, b, s, hq, hk, d, factor):
+    """norm_after (HunYuan's order: q/k RMSNorm on the rotated heads) against the fp64 rotation
+    then norm: within one bf16 rounding of the O(1) output, and no further from it than stock's
+    bf16 modules are; the before order gives other values, so the test sees the order."""
+    q, k = qkv_views(b, s, hq, hk, d, torch.bfloat16, device, seed=5)
+    cos, sin = rotary(d, s, b, q.dtype, device) if factor is None else phi3_rotary(d, factor, s, b, q.dtype, device)
+    # weights far from 1, different across a rotated pair: the order is then visible
+    qw, kw = (w.to(torch.bfloat16).to(device) for w in qk_norm_weights("llama", d, seed=d))
+    rd = cos.shape[-1]
+
+    def ref(x, w):
+        r, _ = rope.apply_rope_ref(x, x, cos, sin, dtype=torch.float64)
+        return r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + NORM_EPS) * w.double()
+
+    want_q, want_k = ref(q, qw), ref(k, kw)
+    q0, k0 = q.clone(), k.clone()
+    got_q, got_k = rope.apply_rope(q, k, cos, sin, inplace=inplace, q_norm_weight=qw, k_norm_weight=kw,
+                                   eps=NORM_EPS, norm_after=True)
+    if inplace:
+        assert got_q is q and got_k is k
+    metrics.assert_close("q normed after rope", got_q, want_q, atol=BF16_ULP, rtol=BF16_ULP, min_cosine=0.9999)
+    metrics.assert_close("k normed after rope", got_k, want_k, atol=BF16_ULP, rtol=BF16_ULP, min_cosine=0.9999)
+    for name, got, x, w, want in (("q", got_q, q0, qw, want_q), ("k", got_k, k0, kw, want_k)):
+        ours = (got.double() - want).abs()
+        stock = (_hunyuan_stock(x, cos.to(x.device), sin.to(x.device), w, rd).double() - want).abs()
+        assert ours.mean() <= stock.mean(), f"{name}: mean error {ours.mean():.3g} over stock's {stock.mean():.3g}"
+    before_q, _ = rope.apply_rope(q0, k0, cos, sin, q_norm_weight=qw, k_norm_weight=kw, eps=NORM_EPS)
+    assert not torch.equal(before_q, got_q)
+
+
 def test_fused_qk_norms_refuse_bad_weights(device):
     q, k = qkv_views(1, 2, 4, 2, 64, torch.bfloat16, device, seed=1)
     cos, sin = rotary(64, 2, 1, q.dtype, device)

@@ -226,6 +226,29 @@ def test_fused_norm_matches_reference(device, order, dtype, b, s, hq, hk, d, fac
     assert torch.equal(vc, want_v.to(dtype))
 
 
+@pytest.mark.parametrize("b,s,hq,hk,d,factor,start,length", NORM_CASES[:3])
+def test_fused_norm_after_rope_equals_apply_rope(device, b, s, hq, hk, d, factor, start, length):
+    """norm_after (HunYuan's order): q_rot and the cache's new keys bit for bit what apply_rope
+    with the same norms gives (the same expressions), v copied, and not the before order's values."""
+    from xpuinject_kernels import rope
+
+    dtype = torch.bfloat16
+    q, k, v, cos, sin, kc, vc = norm_case(b, s, hq, hk, d, factor, length, dtype, device, seed=4)
+    qw, kw = (w.to(device) for w in norm_weights("llama", d, seed=5))
+    nw = dict(q_norm_weight=qw, k_norm_weight=kw, eps=NORM_EPS)
+    want_q, want_k = rope.apply_rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin, norm_after=True, **nw)
+    counter = torch.tensor(start, device=device)
+    kc0 = kc.clone()
+    got = rope_cache.rope_cache_write(q, k, v, cos, sin, kc, vc, counter, norm_after=True, **nw)
+    assert torch.equal(got, want_q)
+    n = min(s, length - start)
+    assert torch.equal(kc[:, :, start:start + n], want_k[:, :, :n])
+    assert torch.equal(vc[:, :, start:start + n], v.transpose(1, 2)[:, :, :n])
+    assert torch.equal(kc[:, :, :start], kc0[:, :, :start])
+    before = rope_cache.rope_cache_write(q, k, v, cos, sin, kc.clone(), vc.clone(), counter, **nw)
+    assert not torch.equal(before, got)
+
+
 def test_fused_norm_refuses_bad_weights(device):
     q, k, v = projections(1, 1, 4, 2, 64, torch.bfloat16, device)
     cos, sin = rotary(64, 1, 1, torch.bfloat16, device)
@@ -277,7 +300,8 @@ def test_decode_variants_compile_for_hopper():
     takes what Triton's code generator refuses, e.g. a branch that reshapes a name from outside
     it): the one-token router (with the add + RMSNorm before it) and the attention's split reduce
     at four warps and at the one they launch with where launches overlap (PDL), the GEMV with the
-    input RMSNorm, and the QKV GEMV with RoPE + cache write (with and without that norm) compile
+    input RMSNorm, and the QKV GEMV with RoPE + cache write (with and without that norm, and with
+    the q/k norms after the rotation) compile
     offline for sm_90 through scripts/cuda_compile_check.py, at the configs its cases list."""
     import os
     import subprocess
@@ -288,7 +312,7 @@ def test_decode_variants_compile_for_hopper():
     env = dict(os.environ, TRITON_INTERPRET="0", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(root / "kernels" / "python"))
     for only, n in (("moe router t16 split8 with its top-8 of one token", 4),
                     ("gemv none split1, input RMSNorm", 1), ("gemv none split4, input RMSNorm", 1),
-                    ("gemv none split8, ", 2), ("gemv none split4, RoPE + cache write d256", 1),
+                    ("gemv none split8, ", 3), ("gemv none split4, RoPE + cache write d256", 1),
                     ("attention decode reduce", 6)):
         p = subprocess.run([sys.executable, str(root / "scripts" / "cuda_compile_check.py"), "--only", only],
                            capture_output=True, text=True, timeout=600, env=env)
@@ -302,6 +326,8 @@ QKV_ROPE_CASES = [  # b, hq, hk, d, rotary_factor, norm order, bias, input norm 
     (1, 3, 1, 64, None, None, False, False, 7, 7, 3),        # the slot past the cache: nothing written
     (2, 6, 2, 64, 0, None, False, False, 1, 5, 2),           # a NoPE layer: the cache write alone
     (1, 4, 2, 80, 0, "llama", True, False, 0, 4, 1),         # NoPE with q/k norms, a bias, the first slot
+    (2, 6, 2, 128, None, "llama-after", False, False, 3, 8, 2),  # HunYuan's q/k norms, after the rotation
+    (1, 9, 3, 96, 0.75, "llama-after", True, True, 0, 4, 4),     # the same with partial rotary and an input norm
 ]
 
 
@@ -311,7 +337,8 @@ def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch,
                                                                     bias, in_norm, start, length, splits, layout):
     """The QKV GEMV with RoPE, the q/k norms and the cache write in its epilogue: q_rot and both
     caches as the GEMV at the same config followed by rope_cache_write leave them (bit for bit
-    under the interpreter; on a GPU the norm's sum may run in another order, one rounding apart),
+    under the interpreter; on a GPU, or with the norms after the rotation, the norm's sum may run in
+    another order, one rounding apart),
     the counter untouched, and every other slot of the caches as it was; on a K-major weight (its
     config's EW switch off and on) and on the [K, N] view of an N-major one."""
     import importlib
@@ -330,9 +357,10 @@ def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch,
     bv = (torch.randn(n) * 0.1).to(dtype).to(device) if bias else None
     _, _, _, cos, sin, kc, vc = norm_case(b, 1, hq, hk, d, factor, length, dtype, device, seed=12)
     nw = {}
+    after = order is not None and order.endswith("-after")
     if order is not None:
-        qw, kw = (t.to(device) for t in norm_weights(order, d, seed=13))
-        nw = dict(q_norm_weight=qw, k_norm_weight=kw, eps=NORM_EPS, norm_round=order == "llama")
+        qw, kw = (t.to(device) for t in norm_weights(order.removesuffix("-after"), d, seed=13))
+        nw = dict(q_norm_weight=qw, k_norm_weight=kw, eps=NORM_EPS, norm_round=order != "gemma", norm_after=after)
     inw = (0.5 + torch.rand(hidden)).to(dtype).to(device) if in_norm else None
     # one row through EW: 16-column tiles, several a head, the epilogue in the program that finishes
     # a head's last one; else a head a tile
@@ -357,10 +385,10 @@ def test_qkv_rope_cache_write_equals_the_gemv_then_rope_cache_write(monkeypatch,
     assert _backend.launch_counts["gemv.rope_head_tiles"] == before + narrow
 
     assert int(c_f) == start and tuple(got.shape) == (b, hq, 1, d)
-    if str(device) == "cpu":
+    if str(device) == "cpu" and not after:
         assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
         assert torch.equal(kc_f, kc_u) and torch.equal(vc_f, vc_u)
-    else:
+    else:  # a norm after the rotation sums its squares by halves in rope_cache_write, by rows here
         metrics.assert_close("q_rot", got, want, atol=0, rtol=ULP[dtype])
         metrics.assert_close("k_cache", kc_f, kc_u, atol=0, rtol=ULP[dtype])
         assert torch.equal(vc_f, vc_u)

@@ -416,11 +416,24 @@ def test_rope_tables_equal_the_rotary_module(name, dtype):
 
 
 def test_length_dependent_rope_keeps_its_own_module():
-    """LongRoPE (and dynamic RoPE) pick their frequencies by the sequence length: no table."""
+    """LongRoPE picks its frequencies by the sequence length: no table. Dynamic RoPE keeps its
+    original ones up to its original length: a table there, equal to the module's own cos/sin
+    (HunYuan's alpha-scaled base included), and none past it."""
     cfg = transformers.AutoConfig.from_pretrained(FIXTURES / "phi3-tiny")
     cfg.rope_parameters = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 1.0,
                            "short_factor": [1.0] * 40, "long_factor": [2.0] * 40,
                            "original_max_position_embeddings": 256}
     model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    assert rt._table_rotaries(model) == []
-    assert [type(m).__name__ for m in rt._table_rotaries(load("phi3-tiny"))] == ["Phi3RotaryEmbedding"]
+    assert rt._table_rotaries(model, 64) == []
+    assert [type(m).__name__ for m in rt._table_rotaries(load("phi3-tiny"), 64)] == ["Phi3RotaryEmbedding"]
+    hy = load("hunyuan-tiny")
+    m = hy.model.rotary_emb
+    assert m.rope_type == "dynamic" and m.original_max_seq_len == 512
+    assert rt._table_rotaries(hy, 512) == [m] and rt._table_rotaries(hy, 513) == []
+    (_, cos_t, sin_t), = rt._rope_tables(hy, 64, torch.float32, torch.device("cpu"))
+    pos = torch.tensor([[0, 9, 63]])
+    with torch.no_grad():
+        cos, sin = m(torch.empty(1), pos)
+    assert torch.equal(cos_t[pos], cos) and torch.equal(sin_t[pos], sin)
+    base = 10000.0 * 1000.0 ** (32 / 30)  # rope_theta * alpha^(d / (d - 2)), head_dim 32
+    assert torch.allclose(m.inv_freq, 1.0 / base ** (torch.arange(0, 32, 2).float() / 32))

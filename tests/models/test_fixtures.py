@@ -48,6 +48,7 @@ TEXT = {
     "seed_oss-tiny": ("seed_oss", "SeedOssForCausalLM", "BF16"),
     "exaone4-tiny": ("exaone4", "Exaone4ForCausalLM", "BF16"),
     "ministral-tiny": ("ministral", "MinistralForCausalLM", "BF16"),
+    "hunyuan-tiny": ("hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM", "BF16"),
 }
 VISION = {"levit-tiny": ("levit", "LevitForImageClassificationWithTeacher", "F32")}
 ALL = {**TEXT, **VISION}
@@ -167,7 +168,7 @@ def test_norm_weights_and_biases_are_not_init_values(name):
     # OLMos and EXAONE 4
     cfg = model.config
     gemma = cfg.model_type.startswith("gemma")
-    qk = cfg.model_type in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4")
+    qk = cfg.model_type in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "hunyuan_v1_dense")
     per_layer = (4 if cfg.model_type in ("gemma2", "gemma3_text", "glm4") else 2) + (2 if qk else 0)
     assert len(norms) == per_layer * cfg.num_hidden_layers + 1
     for n, m in norms:
@@ -180,7 +181,7 @@ def test_norm_weights_and_biases_are_not_init_values(name):
     biases = [(n, p) for n, p in model.named_parameters() if n.endswith(".bias")]
     if cfg.model_type in ("qwen2", "qwen2_moe", "glm4"):
         assert {n.rsplit(".", 2)[-2] for n, _ in biases} == {"q_proj", "k_proj", "v_proj"}
-    elif cfg.model_type == "seed_oss":  # attention_bias and attention_out_bias both on
+    elif cfg.model_type in ("seed_oss", "hunyuan_v1_dense"):  # all four attention projections biased
         assert {n.rsplit(".", 2)[-2] for n, _ in biases} == {"q_proj", "k_proj", "v_proj", "o_proj"}
     else:
         assert biases == []
@@ -330,4 +331,4 @@ def test_fixtures_match_generator():
         timeout=300,
     )
     assert r.returncode == 0, f"make_fixtures.py --check failed:\n{r.stderr[-4000:]}"
-    assert "check ok: 25 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
+    assert "check ok: 26 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8

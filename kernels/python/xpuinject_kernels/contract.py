@@ -22,6 +22,8 @@ __all__ = [
     "PACKED_CHECKS",
     "INTERLEAVED_ROTARY",
     "GLOBAL_NOPE",
+    "QK_NORMS_AFTER_ROPE",
+    "QK_NORMS_AFTER_ROPE_MODULES",
     "packed_attr",
     "packed_attrs",
     "layer_for_class",
@@ -44,6 +46,10 @@ PACKED_CHECKS: Tuple[str, ...] = tuple(c["name"] for c in CONTRACT["packed_check
 INTERLEAVED_ROTARY: Tuple[str, ...] = tuple(CONTRACT["interleaved_rotary"]["classes"])
 # Attention classes whose global layers (a window configured, the layer not sliding) skip RoPE.
 GLOBAL_NOPE: Tuple[str, ...] = tuple(CONTRACT["global_nope"]["classes"])
+# Attention classes whose per-head q/k norms (these modules: the query's, the key's) normalize the
+# rotated heads, after RoPE.
+QK_NORMS_AFTER_ROPE: Tuple[str, ...] = tuple(CONTRACT["qk_norms_after_rope"]["classes"])
+QK_NORMS_AFTER_ROPE_MODULES: Tuple[str, str] = tuple(CONTRACT["qk_norms_after_rope"]["modules"])
 
 
 def packed_attr(layer: str, role: str) -> str:

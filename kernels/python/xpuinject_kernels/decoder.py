@@ -5,7 +5,8 @@ which share the signature): one GEMM over the packed, concatenated QKV weight, R
 kernel, qwen3's and Gemma 3's per-head q/k RMSNorm inside the RoPE launch when q_norm and k_norm
 run our RMSNorm or GemmaRMSNorm (the RoPE + static-cache write kernel, or the RoPE kernel alone:
 the same weight and rounding, two launches fewer per layer, bit for bit the norms' own kernels; a
-stock norm module runs as itself), OLMo 2's q/k norms over the whole projection as their modules,
+stock norm module runs as itself), HunYuan's (query_layernorm, key_layernorm) likewise but on the
+rotated heads (stock modules after our rotation), OLMo 2's q/k norms over the whole projection as their modules,
 before the heads are split, Gemma 2's logit soft-capping
 (`attn_logit_softcapping`) and a sliding layer's window (`sliding_window`) in the attention
 kernels, the KV cache update through the model's own Cache object, flash-attention prefill or
@@ -47,7 +48,7 @@ from torch import nn
 
 from . import _backend
 from .attention import attention_forward, decode_attention
-from .contract import GLOBAL_NOPE, LAYERS, VENDOR_ATTR, packed_attr
+from .contract import GLOBAL_NOPE, LAYERS, QK_NORMS_AFTER_ROPE, QK_NORMS_AFTER_ROPE_MODULES, VENDOR_ATTR, packed_attr
 from . import gemv
 from .gemm import add_rms_norm_gemm, gemm, rms_norm_gemm
 # layers.py defines these before it imports this module at its end, so the names exist here
@@ -285,14 +286,24 @@ def _bound_to(norm, layer) -> bool:
     return isinstance(f, types.MethodType) and f.__func__ is layer.forward
 
 
+def _qk_norm_modules(module: nn.Module):
+    """(q norm, k norm, after): the attention's per-head q/k norm modules (None where it has
+    none), and whether they normalize the rotated heads (contract.json qk_norms_after_rope:
+    HunYuan's query_layernorm and key_layernorm) rather than the heads RoPE then rotates."""
+    if type(module).__name__ in QK_NORMS_AFTER_ROPE:
+        qa, ka = QK_NORMS_AFTER_ROPE_MODULES
+        return getattr(module, qa, None), getattr(module, ka, None), True
+    return getattr(module, "q_norm", None), getattr(module, "k_norm", None), False
+
+
 def _qk_norms(module: nn.Module, q: torch.Tensor, k: torch.Tensor):
-    """(q weight, k weight, eps, round) for the RoPE launch to apply q_norm and k_norm as the
+    """(q weight, k weight, eps, round, after) for the RoPE launch to apply the q/k norms as the
     kernels their forwards are bound to would: both bound to our RMSNorm (Llama's order, the
     module's own weight; only when the weight keeps the output in q's dtype) or both to our
-    GemmaRMSNorm (the fp32 1 + w it runs on), with one eps. None: anything else (a stock module,
-    mixed kinds), and the norms keep their own launches."""
-    qn, kn = module.q_norm, getattr(module, "k_norm", None)
-    if kn is None:
+    GemmaRMSNorm (the fp32 1 + w it runs on), with one eps; after: on the rotated heads. None:
+    anything else (a stock module, mixed kinds), and the norms keep their own launches."""
+    qn, kn, after = _qk_norm_modules(module)
+    if qn is None or kn is None:
         return None
     if _bound_to(qn, _layers.RMSNorm) and _bound_to(kn, _layers.RMSNorm):
         qw, kw = qn.weight, kn.weight
@@ -309,7 +320,7 @@ def _qk_norms(module: nn.Module, q: torch.Tensor, k: torch.Tensor):
         return None
     if eps != k_eps:
         return None
-    return qw, kw, float(eps), rnd
+    return qw, kw, float(eps), rnd, after
 
 
 def _qkv_rope_layer(module: nn.Module, x: torch.Tensor, qkv_w: torch.Tensor, cache, h: int, kv: int, d: int, m: int):
@@ -325,7 +336,7 @@ def _qkv_rope_layer(module: nn.Module, x: torch.Tensor, qkv_w: torch.Tensor, cac
     if layer is None or not layer.is_initialized or not qkv_rope_ok(x, qkv_w, layer.keys, d):
         return None
     norms = None
-    if getattr(module, "q_norm", None) is not None:
+    if _qk_norm_modules(module)[0] is not None:
         if _full_width_norms(module, d):
             return None
         norms = _qk_norms(module, x, x)
@@ -337,7 +348,7 @@ def _qkv_rope_layer(module: nn.Module, x: torch.Tensor, qkv_w: torch.Tensor, cac
 def _full_width_norms(module: nn.Module, d: int) -> bool:
     """Whether q_norm (and k_norm) normalize a token's whole projection, every head at once,
     before the heads are split (Olmo2Attention), rather than each head over head_dim."""
-    w = getattr(module.q_norm, "weight", None)
+    w = getattr(_qk_norm_modules(module)[0], "weight", None)
     return isinstance(w, torch.Tensor) and w.numel() != d
 
 
@@ -401,11 +412,11 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     else:
         qkv = _proj(hidden_states, qkv_w, getattr(module, _QKV_B, None), _vendor(module, "qkv_proj", m))
     q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
-    q_norm = getattr(module, "q_norm", None)
+    q_norm, k_norm, after = _qk_norm_modules(module)
     if q_norm is not None and _full_width_norms(module, d):
         # OLMo 2: each norm spans all its heads, so it runs as its module (ours where bound) on
         # the projection's rows before the split
-        q, k = q_norm(q), module.k_norm(k)
+        q, k = q_norm(q), k_norm(k)
         q_norm = None
     q = q.view(*input_shape, h, d)
     k = k.view(*input_shape, kv, d)
@@ -415,13 +426,18 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
     if past_key_values is not None and q.dim() == 4:
         layer = _static_layer(past_key_values, getattr(module, "layer_idx", None), q.shape[0], kv, d, k.dtype)
     norms = None
-    if q_norm is not None:  # qwen3, Gemma 3: RMSNorm over head_dim before RoPE
+    if q_norm is not None:  # qwen3, Gemma 3: RMSNorm over head_dim before RoPE; HunYuan: after it
         # ours: inside the RoPE launch below (with the static cache's write, or alone); a stock
         # or mixed pair keeps its own launches
         norms = _qk_norms(module, q, k)
-        if norms is None:
+        if norms is None and after:
+            # the rotation first, here, then the modules; the launches below rotate nothing
+            q, k = apply_rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+            q, k = q_norm(q).transpose(1, 2), k_norm(k).transpose(1, 2)
+            cos, sin = cos[..., :0], sin[..., :0]
+        elif norms is None:
             q = q_norm(q)
-            k = module.k_norm(k)
+            k = k_norm(k)
     softcap = getattr(module, "attn_logit_softcapping", None)
     # SDPA has no soft-capping (integrations/sdpa_attention.py ignores it): capped layers stay ours.
     vendor_attn = softcap is None and _vendor(module, "attention-prefill" if q_len > 1 else "attention-decode")
@@ -442,7 +458,8 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         # In place only outside autograd: q and k are views of this call's own projection, but a
         # tracer with grad mode on (torch.compile) refuses in-place writes to views it records.
-        nw = {} if norms is None else dict(zip(("q_norm_weight", "k_norm_weight", "eps", "norm_round"), norms))
+        nw = {} if norms is None else dict(zip(("q_norm_weight", "k_norm_weight", "eps", "norm_round", "norm_after"),
+                                                norms))
         if cos.shape[-1] or norms is not None:
             q, k = apply_rope(q, k, cos, sin, inplace=not torch.is_grad_enabled(), **nw)
         if past_key_values is not None:

@@ -80,6 +80,7 @@ def _gemv_kernel(
     ROPE: tl.constexpr = False, TILE_N=0, QO=None, KC=None, VC=None, COS=None, SIN=None, COUNTER=None,
     QW=None, KW=None, HQ=0, HK=0, HALF=0, L=0, sqo=0, skcb=0, skch=0, skcn=0, svcb=0, svch=0, svcn=0,
     scb=0, ssb=0, eps_qk=0.0, NORM_QK: tl.constexpr = False, NORM_ROUND: tl.constexpr = True,
+    NORM_AFTER: tl.constexpr = False,
     # HEAD_TILES > 1: a head spans that many BLOCK_N tiles (the EW path's narrow ones); the program
     # that finishes the head's last (tile, split) sums all of them and runs the epilogue on the
     # head, BLOCK_D (head_dim's power of two) wide.
@@ -201,7 +202,8 @@ def _gemv_kernel(
             if ROPE:
                 _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, head, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW,
                                    KW, HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
-                                   BLOCK_M, BLOCK_D if HEAD_TILES > 1 else BLOCK_N, NORM_QK, NORM_ROUND)
+                                   BLOCK_M, BLOCK_D if HEAD_TILES > 1 else BLOCK_N, NORM_QK, NORM_ROUND,
+                                   NORM_AFTER)
             tl.atomic_xchg(sem_ptr + head, 0)
     else:
         if ROW_NORM:
@@ -212,7 +214,7 @@ def _gemv_kernel(
         if ROPE:
             _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, pid_n, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW, KW,
                                HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
-                               BLOCK_M, BLOCK_N, NORM_QK, NORM_ROUND)
+                               BLOCK_M, BLOCK_N, NORM_QK, NORM_ROUND, NORM_AFTER)
 
 
 def supports(m: int, kmajor: bool, be: str, n: int = 0) -> bool:

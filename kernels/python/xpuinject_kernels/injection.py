@@ -44,7 +44,8 @@ from . import _backend
 from . import layers as _layers
 from . import moe_layer
 from .attention import register_transformers
-from .contract import ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, PACKED_CHECKS, VENDOR_ATTR, layer_for_class
+from .contract import (ATTENTION_HEAD_DIMS, LAYERS, MIN_GEMM_DIM, NAME_ATTR, PACKED_CHECKS,
+                       QK_NORMS_AFTER_ROPE_MODULES, VENDOR_ATTR, layer_for_class)
 from .families import geglu_epilogue, mlp_activation
 from .packing import Released, decode_layout
 
@@ -880,7 +881,8 @@ def supported_bindings(model: nn.Module) -> List[Tuple[str, str]]:
     bound = {p for p, _ in out}
     shared = {p + ".shared_expert" for p, layer in out if layer == "SharedExpertMoE"}
     return [(p, layer) for p, layer in out
-            if (p.rsplit(".", 1)[-1] not in ("q_norm", "k_norm") or p.rsplit(".", 1)[0] in bound)
+            if (p.rsplit(".", 1)[-1] not in ("q_norm", "k_norm", *QK_NORMS_AFTER_ROPE_MODULES)
+                or p.rsplit(".", 1)[0] in bound)
             and p not in shared]
 
 

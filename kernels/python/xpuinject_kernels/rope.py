@@ -142,9 +142,12 @@ def _normed(x, rstd, w, act_ty, ROUND: tl.constexpr):
 def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, PASS,
             W, h0, NH, D, eps,
             BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_PASS: tl.constexpr,
-            NORM: tl.constexpr, NORM_ROUND: tl.constexpr):
+            NORM: tl.constexpr, NORM_ROUND: tl.constexpr, NORM_AFTER: tl.constexpr):
+    """Rotate BLOCK_H heads (NORM: each normalized over head_dim first; with NORM_AFTER the
+    rotated head instead, HunYuan's order, from its unrounded fp32 rotation) and store them."""
     act = x_row.dtype.element_ty
-    if NORM:
+    before: tl.constexpr = NORM and not NORM_AFTER
+    if before:
         rstd = _head_rstd(x_row, h0, NH, sxh, D, eps, BLOCK_H, BLOCK_D)[:, None]
     cols = tl.arange(0, BLOCK_HALF)
     cmask = cols < HALF
@@ -159,30 +162,41 @@ def _rotate(x_row, o_row, cos_row, sin_row, heads, hmask, sxh, soh, HALF, PASS,
     if NORM:
         w1 = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
         w2 = tl.load(W + HALF + cols, mask=cmask, other=0.0).to(tl.float32)
+    if before:
         x1 = _normed(x1, rstd, w1[None, :], act, NORM_ROUND)
         x2 = _normed(x2, rstd, w2[None, :], act, NORM_ROUND)
     o1 = x1 * c1[None, :] - x2 * s1[None, :]
     o2 = x2 * c2[None, :] + x1 * s2[None, :]
+    if BLOCK_PASS > 0:  # partial rotary: the channels past 2 * HALF, unrotated (read before any store)
+        pc = tl.arange(0, BLOCK_PASS)
+        pcols = 2 * HALF + pc
+        pmask = hmask[:, None] & (pc < PASS)[None, :]
+        xp = tl.load(x_row + hx + pcols[None, :], mask=pmask, other=0.0).to(tl.float32)
+        if NORM:
+            wp = tl.load(W + pcols, mask=pc < PASS, other=0.0).to(tl.float32)
+    if NORM_AFTER:
+        ss = tl.sum(o1 * o1, axis=1) + tl.sum(o2 * o2, axis=1)
+        if BLOCK_PASS > 0:
+            ss += tl.sum(xp * xp, axis=1)
+        rstd = (1.0 / tl.sqrt(ss / D + eps))[:, None]
+        o1 = _normed(o1, rstd, w1[None, :], act, NORM_ROUND)
+        o2 = _normed(o2, rstd, w2[None, :], act, NORM_ROUND)
     ho = heads.to(tl.int64)[:, None] * soh
     oty = o_row.dtype.element_ty
     tl.store(o_row + ho + cols[None, :], o1.to(oty), mask=mask)
     tl.store(o_row + ho + HALF + cols[None, :], o2.to(oty), mask=mask)
-    if BLOCK_PASS > 0:  # partial rotary: the channels past 2 * HALF, unrotated
-        pc = tl.arange(0, BLOCK_PASS)
-        pcols = 2 * HALF + pc
-        pmask = hmask[:, None] & (pc < PASS)[None, :]
-        xp = tl.load(x_row + hx + pcols[None, :], mask=pmask, other=0.0)
+    if BLOCK_PASS > 0:
         if NORM:
-            wp = tl.load(W + pcols, mask=pc < PASS, other=0.0).to(tl.float32)
-            xp = _normed(xp.to(tl.float32), rstd, wp[None, :], act, NORM_ROUND)
+            xp = _normed(xp, rstd, wp[None, :], act, NORM_ROUND)
         tl.store(o_row + ho + pcols[None, :], xp.to(oty), mask=pmask)
 
 
 @triton.jit
 def _rope_rows(X, rows, r_ok, sxr, COS, SIN, scr, ssr, W, HALF, D, eps, BLOCK_R: tl.constexpr,
-               BLOCK_D: tl.constexpr, NORM: tl.constexpr, NORM_ROUND: tl.constexpr):
+               BLOCK_D: tl.constexpr, NORM: tl.constexpr, NORM_ROUND: tl.constexpr, NORM_AFTER: tl.constexpr):
     """[BLOCK_R, BLOCK_D] fp32 (unrounded) rows of X (heads, or tokens of one head) normalized
-    (NORM) and rotated as rope.py's _rotate does it, the same expressions, in registers: the
+    (NORM; after the rotation with NORM_AFTER) and rotated as rope.py's _rotate does it, the same
+    expressions, in registers: the
     rotate-half partner of each column is loaded beside it; columns past 2 * HALF (partial
     rotary) pass through. Row r rotates by cos/sin row r (row strides scr/ssr; 0: one row for all)."""
     act = X.dtype.element_ty
@@ -195,7 +209,7 @@ def _rope_rows(X, rows, r_ok, sxr, COS, SIN, scr, ssr, W, HALF, D, eps, BLOCK_R:
     base = X + rows[:, None] * sxr
     x = tl.load(base + cols[None, :], mask=r_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
     xp = tl.load(base + partner[None, :], mask=r_ok[:, None] & rot[None, :], other=0.0).to(tl.float32)
-    if NORM:
+    if NORM and not NORM_AFTER:
         # every head's sum of squares from the tile already loaded (one reduction, not a row at a
         # time as rmsnorm's kernel runs it: the same terms, summed in the tile's order)
         rstd = (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps))[:, None]
@@ -207,13 +221,18 @@ def _rope_rows(X, rows, r_ok, sxr, COS, SIN, scr, ssr, W, HALF, D, eps, BLOCK_R:
     c = tl.load(COS + rows[:, None] * scr + cols[None, :], mask=c_ok, other=0.0).to(tl.float32)
     sn = tl.load(SIN + rows[:, None] * ssr + cols[None, :], mask=c_ok, other=0.0).to(tl.float32)
     o = tl.where(first[None, :], x * c - xp * sn, x * c + xp * sn)
-    return tl.where(rot[None, :], o, x)
+    o = tl.where(rot[None, :], o, x)
+    if NORM_AFTER:
+        rstd = (1.0 / tl.sqrt(tl.sum(o * o, axis=1) / D + eps))[:, None]
+        o = _normed(o, rstd, tl.load(W + cols, mask=d_ok, other=0.0).to(tl.float32)[None, :], act, NORM_ROUND)
+    return o
 
 
 @triton.jit
 def _qkv_rope_epilogue(O, offs_m, m_ok, som, head, D, QO, KC, VC, COS, SIN, COUNTER, QW, KW, HQ, HK, HALF, L,
                        sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps,
-                       BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, NORM: tl.constexpr, NORM_ROUND: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, NORM: tl.constexpr, NORM_ROUND: tl.constexpr,
+                       NORM_AFTER: tl.constexpr):
     """A decode GEMV's finished tile, one head of a fused q|k|v projection O [rows, (HQ + 2 HK) D]
     that this program has just stored (rounded): a q head is normalized (NORM) and rotated by
     _rope_rows into QO; a k head likewise into the static cache KC at slot COUNTER; a v head is
@@ -228,10 +247,12 @@ def _qkv_rope_epilogue(O, offs_m, m_ok, som, head, D, QO, KC, VC, COS, SIN, COUN
     head = head.to(tl.int64)
     base = O + head * D
     if head < HQ:
-        o = _rope_rows(base, rows, m_ok, som, COS, SIN, scb, ssb, QW, HALF, D, eps, BLOCK_M, BLOCK_D, NORM, NORM_ROUND)
+        o = _rope_rows(base, rows, m_ok, som, COS, SIN, scb, ssb, QW, HALF, D, eps, BLOCK_M, BLOCK_D, NORM, NORM_ROUND,
+                       NORM_AFTER)
         tl.store(QO + rows[:, None] * sqo + head * D + cols[None, :], o.to(QO.dtype.element_ty), mask=ok)
     elif head < HQ + HK:
-        o = _rope_rows(base, rows, m_ok, som, COS, SIN, scb, ssb, KW, HALF, D, eps, BLOCK_M, BLOCK_D, NORM, NORM_ROUND)
+        o = _rope_rows(base, rows, m_ok, som, COS, SIN, scb, ssb, KW, HALF, D, eps, BLOCK_M, BLOCK_D, NORM, NORM_ROUND,
+                       NORM_AFTER)
         slot = tl.load(COUNTER).to(tl.int64)
         at = KC + rows[:, None] * skcb + (head - HQ) * skch + slot * skcn + cols[None, :]
         tl.store(at, o.to(KC.dtype.element_ty), mask=ok & (slot < L))
@@ -250,10 +271,11 @@ def _rope_norm_kernel(
     sqob, sqoh, sqos, skob, skoh, skos,
     scb, scs, ssb, sss, eps,
     BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_PASS: tl.constexpr,
-    NORM_ROUND: tl.constexpr,
+    NORM_ROUND: tl.constexpr, NORM_AFTER: tl.constexpr = False,
 ):
     # grid: (batch * seq, q head blocks + k head blocks). Each program normalizes its heads over
-    # head_dim and rotates them; a head is read whole before any of it is written, so in place works.
+    # head_dim and rotates them (NORM_AFTER: rotates, then normalizes); a head is read whole
+    # before any of it is written, so in place works.
     tok = tl.program_id(0).to(tl.int64)
     blk = tl.program_id(1)
     b = tok // S
@@ -265,13 +287,13 @@ def _rope_norm_kernel(
         heads = h0 + tl.arange(0, BLOCK_H)
         _rotate(Q + b * sqb + s * sqs, QO + b * sqob + s * sqos, cos_row, sin_row, heads, heads < HQ,
                 sqh, sqoh, HALF, PASS, QW, h0, HQ, D, eps,
-                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, True, NORM_ROUND)
+                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, True, NORM_ROUND, NORM_AFTER)
     else:
         h0 = (blk - NQB) * BLOCK_H
         heads = h0 + tl.arange(0, BLOCK_H)
         _rotate(K + b * skb + s * sks, KO + b * skob + s * skos, cos_row, sin_row, heads, heads < HK,
                 skh, skoh, HALF, PASS, KW, h0, HK, D, eps,
-                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, True, NORM_ROUND)
+                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, True, NORM_ROUND, NORM_AFTER)
 
 
 # Heads per program of the kernels that fuse the q/k norms: Llama-3.1-8B's 32 q heads take 4
@@ -352,6 +374,7 @@ def apply_rope(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inplace: bool = False,
     config: Optional[dict] = None, *, q_norm_weight: Optional[torch.Tensor] = None,
     k_norm_weight: Optional[torch.Tensor] = None, eps: float = 1e-6, norm_round: bool = True,
+    norm_after: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Rotate q [B, Hq, S, D] and k [B, Hk, S, D] by cos/sin [B or 1, S, D] (rotate-half).
 
@@ -363,7 +386,8 @@ def apply_rope(
     q_norm_weight, k_norm_weight ([D], given together): RMSNorm each q and k head over head_dim
     with eps first, in the same launch, bit for bit rmsnorm.py's kernel (norm_round=True:
     rms_norm, Llama/Qwen3's order; False: rms_norm_gemma on the folded fp32 1 + w) followed by
-    the rotation; config does not apply to that launch.
+    the rotation; config does not apply to that launch. norm_after: the norms run on the rotated
+    heads instead (HunYuan's order), from the rotation's unrounded fp32 values.
     The ops: torch.ops.<ns>.apply_rope, and apply_rope_ (in place: it declares that it writes q
     and k) for inplace=True.
     """
@@ -371,7 +395,7 @@ def apply_rope(
     if config is not None:
         cfg = _backend.launch_config(config, ("tile_elems", "num_warps"), "apply_rope")
         tile, warps = cfg.get("tile_elems", 0), cfg.get("num_warps", 0)
-    norm = (q_norm_weight, k_norm_weight, float(eps), bool(norm_round))
+    norm = (q_norm_weight, k_norm_weight, float(eps), bool(norm_round), bool(norm_after))
     if inplace:
         if _ops.traced(q):
             _ops.call("apply_rope_", q, k, cos, sin, tile, warps, *norm)
@@ -414,7 +438,7 @@ def _check_rope(q, k, cos, sin, q_norm_weight=None, k_norm_weight=None, eps=1e-6
 
 
 def _apply_rope(q, k, cos, sin, tile_elems: int, num_warps: int, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
-                norm_round=True) -> Tuple[torch.Tensor, torch.Tensor]:
+                norm_round=True, norm_after=False) -> Tuple[torch.Tensor, torch.Tensor]:
     cos, sin = _check_rope(q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
     _backend.require_runnable(q, "apply_rope")
     qi = q if q.stride(-1) == 1 else q.contiguous()
@@ -428,7 +452,7 @@ def _apply_rope(q, k, cos, sin, tile_elems: int, num_warps: int, q_norm_weight=N
     if q.numel() == 0 and k.numel() == 0:
         return qo, ko
     if q_norm_weight is not None:
-        _launch_norm(qi, ki, qo, ko, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
+        _launch_norm(qi, ki, qo, ko, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round, norm_after)
         _backend.count("apply_rope.norm")
         return qo, ko
     _launch(qi, ki, qo, ko, cos, sin, tile_elems or 2048, num_warps or ROPE_NUM_WARPS, copy_pass=True)
@@ -437,7 +461,7 @@ def _apply_rope(q, k, cos, sin, tile_elems: int, num_warps: int, q_norm_weight=N
 
 
 def _apply_rope_fake(q, k, cos, sin, tile_elems, num_warps, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
-                     norm_round=True):
+                     norm_round=True, norm_after=False):
     _check_rope(q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
     qi = q if q.stride(-1) == 1 else q.contiguous()
     ki = k if k.stride(-1) == 1 else k.contiguous()
@@ -445,7 +469,7 @@ def _apply_rope_fake(q, k, cos, sin, tile_elems, num_warps, q_norm_weight=None, 
 
 
 def _apply_rope_(q, k, cos, sin, tile_elems: int, num_warps: int, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
-                 norm_round=True) -> None:
+                 norm_round=True, norm_after=False) -> None:
     cos, sin = _check_rope(q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
     if q.stride(-1) != 1 or k.stride(-1) != 1:
         raise ValueError("xpuinject_kernels: apply_rope: inplace=True needs q and k with unit last stride")
@@ -453,7 +477,7 @@ def _apply_rope_(q, k, cos, sin, tile_elems: int, num_warps: int, q_norm_weight=
     if q.numel() == 0 and k.numel() == 0:
         return
     if q_norm_weight is not None:
-        _launch_norm(q, k, q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
+        _launch_norm(q, k, q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round, norm_after)
         _backend.count("apply_rope.norm")
         return
     if cos.shape[2] == 0:  # nothing rotates and nothing is normalized: q and k are the result
@@ -463,13 +487,14 @@ def _apply_rope_(q, k, cos, sin, tile_elems: int, num_warps: int, q_norm_weight=
 
 
 def _apply_rope_inplace_fake(q, k, cos, sin, tile_elems, num_warps, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
-                             norm_round=True):
+                             norm_round=True, norm_after=False):
     _check_rope(q, k, cos, sin, q_norm_weight, k_norm_weight, eps, norm_round)
     if q.stride(-1) != 1 or k.stride(-1) != 1:
         raise ValueError("xpuinject_kernels: apply_rope: inplace=True needs q and k with unit last stride")
 
 
-_NORM_ARGS = "Tensor? q_norm_weight=None, Tensor? k_norm_weight=None, float eps=1e-06, bool norm_round=True"
+_NORM_ARGS = ("Tensor? q_norm_weight=None, Tensor? k_norm_weight=None, float eps=1e-06, bool norm_round=True, "
+              "bool norm_after=False")
 _ops.define("apply_rope", "(Tensor q, Tensor k, Tensor cos, Tensor sin, int tile_elems, int num_warps, "
             f"{_NORM_ARGS}) -> (Tensor, Tensor)", _apply_rope, _apply_rope_fake)
 _ops.define("apply_rope_", "(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin, int tile_elems, int num_warps, "
@@ -482,7 +507,7 @@ def half_block(half: int) -> int:
     return max(1, _backend.next_pow2(half))
 
 
-def _launch_norm(qi, ki, qo, ko, cos, sin, qw, kw, eps, norm_round) -> None:
+def _launch_norm(qi, ki, qo, ko, cos, sin, qw, kw, eps, norm_round, norm_after=False) -> None:
     """The launch of apply_rope with the q/k norms fused in, on validated operands."""
     bq, hq, sq, d = qi.shape
     hk = ki.shape[1]
@@ -500,7 +525,7 @@ def _launch_norm(qi, ki, qo, ko, cos, sin, qw, kw, eps, norm_round) -> None:
         scb, cos.stride(1), ssb, sin.stride(1), float(eps),
         BLOCK_H=bh, BLOCK_HALF=half_block(half), BLOCK_D=_backend.next_pow2(d),
         BLOCK_PASS=_backend.next_pow2(npass) if npass else 0, NORM_ROUND=bool(norm_round),
-        num_warps=norm_warps(d),
+        NORM_AFTER=bool(norm_after), num_warps=norm_warps(d),
     )
 
 

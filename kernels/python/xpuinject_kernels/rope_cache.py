@@ -63,6 +63,7 @@ def _rope_cache_kernel(
     scb, scs, ssb, sss, eps,
     BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_PASS: tl.constexpr,
     NORM: tl.constexpr = False, NORM_ROUND: tl.constexpr = True, PDL: tl.constexpr = False,
+    NORM_AFTER: tl.constexpr = False,
 ):
     _backend.pdl_wait(PDL)
     tok = tl.program_id(0).to(tl.int64)
@@ -76,7 +77,7 @@ def _rope_cache_kernel(
         heads = h0 + tl.arange(0, BLOCK_H)
         _rotate(Q + b * sqb + s * sqs, QO + b * sqob + s * sqos, cos_row, sin_row, heads, heads < HQ,
                 sqh, sqoh, HALF, PASS, QW, h0, HQ, D, eps,
-                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, NORM, NORM_ROUND)
+                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, NORM, NORM_ROUND, NORM_AFTER)
     else:
         slot = tl.load(COUNTER).to(tl.int64) + s
         h0 = (blk - NQB) * BLOCK_H
@@ -84,7 +85,7 @@ def _rope_cache_kernel(
         hmask = (heads < HK) & (slot < L)
         _rotate(K + b * skb + s * sks, KC + b * skcb + slot * skcn, cos_row, sin_row, heads, hmask,
                 skh, skch, HALF, PASS, KW, h0, HK, D, eps,
-                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, NORM, NORM_ROUND)
+                BLOCK_H, BLOCK_HALF, BLOCK_D, BLOCK_PASS, NORM, NORM_ROUND, NORM_AFTER)
         cols = tl.arange(0, BLOCK_D)
         mask = hmask[:, None] & (cols < D)[None, :]
         h64 = heads.to(tl.int64)[:, None]
@@ -95,7 +96,7 @@ def _rope_cache_kernel(
 def rope_cache_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                      k_cache: torch.Tensor, v_cache: torch.Tensor, counter: torch.Tensor,
                      q_norm_weight: Optional[torch.Tensor] = None, k_norm_weight: Optional[torch.Tensor] = None,
-                     eps: float = 1e-6, norm_round: bool = True) -> torch.Tensor:
+                     eps: float = 1e-6, norm_round: bool = True, norm_after: bool = False) -> torch.Tensor:
     """Rotate q and k, write rotated k and v into the caches at slots counter + [0, S); returns
     q_rot [B, Hq, S, D]. The caller advances `counter` by S afterwards.
 
@@ -103,11 +104,14 @@ def rope_cache_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: tor
     with eps first, as rmsnorm.py does (norm_round=True: rms_norm, Llama/Qwen3's order, the
     weight's dtype must not widen the output past q's; False: rms_norm_gemma, the weight the
     folded fp32 1 + w), so the result equals that kernel's norm followed by this one, bit for bit.
+    norm_after: the norms run on the rotated heads instead (HunYuan's order), from the rotation's
+    unrounded fp32 values.
     The op: torch.ops.<ns>.rope_cache_write (declares that it writes both caches)."""
     if _ops.traced(q):
         return _ops.call("rope_cache_write", q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight,
-                         float(eps), bool(norm_round))
-    return _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps, norm_round)
+                         float(eps), bool(norm_round), bool(norm_after))
+    return _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps, norm_round,
+                             norm_after)
 
 
 def _err(msg: str) -> ValueError:
@@ -152,14 +156,14 @@ def _check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight=None, k_n
 
 
 def _rope_cache_write_fake(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight=None, k_norm_weight=None,
-                           eps=1e-6, norm_round=True):
+                           eps=1e-6, norm_round=True, norm_after=False):
     _check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps, norm_round)
     b, s, hq, d = q.shape
     return q.new_empty((b, s, hq, d)).transpose(1, 2)
 
 
 def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight=None, k_norm_weight=None, eps=1e-6,
-                      norm_round=True) -> torch.Tensor:
+                      norm_round=True, norm_after=False) -> torch.Tensor:
     cos, sin = _check(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weight, k_norm_weight, eps, norm_round)
     _backend.require_runnable(q, "rope_cache_write")
     b, s, hq, d = q.shape
@@ -188,7 +192,7 @@ def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weigh
         scb, cos.stride(1), ssb, sin.stride(1), float(eps),
         BLOCK_H=bh, BLOCK_HALF=half_block(half), BLOCK_D=block_d,
         BLOCK_PASS=_backend.next_pow2(npass) if npass else 0, NORM=norm, NORM_ROUND=bool(norm_round), PDL=pdl,
-        num_warps=warps, **_backend.pdl_kw(pdl),
+        NORM_AFTER=norm and bool(norm_after), num_warps=warps, **_backend.pdl_kw(pdl),
     )
     _backend.count("rope_cache_write")
     return qo.transpose(1, 2)
@@ -197,7 +201,8 @@ def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weigh
 _ops.define(
     "rope_cache_write",
     "(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor counter, "
-    "Tensor? q_norm_weight=None, Tensor? k_norm_weight=None, float eps=1e-06, bool norm_round=True) -> Tensor",
+    "Tensor? q_norm_weight=None, Tensor? k_norm_weight=None, float eps=1e-06, bool norm_round=True, "
+    "bool norm_after=False) -> Tensor",
     _rope_cache_write, _rope_cache_write_fake, mutates=("k_cache", "v_cache"),
 )
 
@@ -245,7 +250,8 @@ def qkv_rope_cache_write(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.
                          sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, counter: torch.Tensor,
                          num_heads: int, q_norm_weight: Optional[torch.Tensor] = None,
                          k_norm_weight: Optional[torch.Tensor] = None, eps: float = 1e-6, norm_round: bool = True,
-                         in_norm_weight: Optional[torch.Tensor] = None, in_eps: float = 0.0) -> torch.Tensor:
+                         norm_after: bool = False, in_norm_weight: Optional[torch.Tensor] = None,
+                         in_eps: float = 0.0) -> torch.Tensor:
     """A decode token's QKV projection, RoPE (with the q/k norms) and the static-cache write in
     one GEMV launch: qkv = x @ w (+ bias), split into num_heads q heads and the caches' kv heads,
     then rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, ...) -- the same values
@@ -262,9 +268,10 @@ def qkv_rope_cache_write(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.
     The op: torch.ops.<ns>.qkv_rope_cache_write (declares that it writes both caches)."""
     if _ops.traced(x):
         return _ops.call("qkv_rope_cache_write", x, w, bias, cos, sin, k_cache, v_cache, counter, int(num_heads),
-                         q_norm_weight, k_norm_weight, float(eps), bool(norm_round), in_norm_weight, float(in_eps))
+                         q_norm_weight, k_norm_weight, float(eps), bool(norm_round), bool(norm_after), in_norm_weight,
+                         float(in_eps))
     return _qkv_rope_cache_write(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight,
-                                 k_norm_weight, eps, norm_round, in_norm_weight, in_eps)
+                                 k_norm_weight, eps, norm_round, norm_after, in_norm_weight, in_eps)
 
 
 def _qkv_check(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight, k_norm_weight, eps,
@@ -306,14 +313,15 @@ def _qkv_check(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_nor
 
 
 def _qkv_rope_cache_write_fake(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight=None,
-                               k_norm_weight=None, eps=1e-6, norm_round=True, in_norm_weight=None, in_eps=0.0):
+                               k_norm_weight=None, eps=1e-6, norm_round=True, norm_after=False, in_norm_weight=None,
+                               in_eps=0.0):
     _qkv_check(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight, k_norm_weight, eps,
                norm_round, in_norm_weight, in_eps)
     return x.new_empty((x.shape[0], 1, num_heads, k_cache.shape[3])).transpose(1, 2)
 
 
 def _qkv_rope_cache_write(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight=None,
-                          k_norm_weight=None, eps=1e-6, norm_round=True, in_norm_weight=None,
+                          k_norm_weight=None, eps=1e-6, norm_round=True, norm_after=False, in_norm_weight=None,
                           in_eps=0.0) -> torch.Tensor:
     from . import gemv
     from .gemm import FUSE_INPUT_NORM, _row_norm_ok
@@ -343,7 +351,7 @@ def _qkv_rope_cache_write(x, w, bias, cos, sin, k_cache, v_cache, counter, num_h
         skcb=k_cache.stride(0), skch=k_cache.stride(1), skcn=k_cache.stride(2),
         svcb=v_cache.stride(0), svch=v_cache.stride(1), svcn=v_cache.stride(2),
         scb=cos.stride(0) if cos.shape[0] == b and b > 1 else 0, ssb=sin.stride(0) if sin.shape[0] == b and b > 1 else 0,
-        eps_qk=float(eps), NORM_QK=norm, NORM_ROUND=bool(norm_round))
+        eps_qk=float(eps), NORM_QK=norm, NORM_ROUND=bool(norm_round), NORM_AFTER=norm and bool(norm_after))
     gemv.gemv(x2, w, bias.contiguous() if bias is not None else None, None, qkv, "bias" if bias is not None else "none",
               row_norm=row_norm, rope=rope)
     _backend.count("qkv_rope_cache_write")
@@ -354,6 +362,6 @@ _ops.define(
     "qkv_rope_cache_write",
     "(Tensor x, Tensor w, Tensor? bias, Tensor cos, Tensor sin, Tensor(a!) k_cache, Tensor(b!) v_cache, "
     "Tensor counter, int num_heads, Tensor? q_norm_weight=None, Tensor? k_norm_weight=None, float eps=1e-06, "
-    "bool norm_round=True, Tensor? in_norm_weight=None, float in_eps=0.0) -> Tensor",
+    "bool norm_round=True, bool norm_after=False, Tensor? in_norm_weight=None, float in_eps=0.0) -> Tensor",
     _qkv_rope_cache_write, _qkv_rope_cache_write_fake, mutates=("k_cache", "v_cache"),
 )

@@ -197,16 +197,19 @@ class _Slot:
     rope: Optional[list] = None  # [(rotary module, cos [S, D], sin [S, D])]: _rope_tables
 
 
-# RoPE types whose cos/sin depend on the position alone. transformers' dynamic_rope_update
-# (modeling_rope_utils.py) recomputes inv_freq from the sequence length for "dynamic" and picks
-# LongRoPE's short or long factors by it: those modules keep computing their own.
-_LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
+# Two RoPE types depend on the sequence length: transformers' dynamic_rope_update
+# (modeling_rope_utils.py) recomputes inv_freq from it for "dynamic" and picks LongRoPE's short or
+# long factors by it. A LongRoPE module keeps computing its own, and so does a dynamic one past its
+# original length; below it, dynamic_frequency_update keeps or restores the original inv_freq,
+# which a table made by the module's own forward then holds (and the captured step makes no host
+# sync on the length test).
 
 
-def _table_rotaries(model) -> list:
-    """The model's rotary-embedding modules whose cos/sin a per-position table can stand in for:
-    a transformers rotary module (inv_freq, attention_scaling) of a position-only RoPE type whose
-    forward takes (x, position_ids) alone."""
+def _table_rotaries(model, S: Optional[int] = None) -> list:
+    """The model's rotary-embedding modules whose cos/sin a per-position table of S positions can
+    stand in for: a transformers rotary module (inv_freq, attention_scaling) whose forward takes
+    (x, position_ids) alone, of a position-only RoPE type, or dynamic RoPE (HunYuan's alpha
+    base, Llama's dynamic NTK) when S is at most its original length."""
     import inspect
 
     found = []
@@ -214,7 +217,9 @@ def _table_rotaries(model) -> list:
         if not (hasattr(m, "inv_freq") and hasattr(m, "attention_scaling")) or "forward" in m.__dict__:
             continue
         kind = str(getattr(m, "rope_type", "default"))
-        if any(k in kind for k in _LENGTH_DEPENDENT_ROPE):
+        original = getattr(m, "original_max_seq_len", None)
+        within = S is not None and isinstance(original, int) and S <= original
+        if "longrope" in kind or ("dynamic" in kind and not within):
             continue
         if list(inspect.signature(m.forward).parameters) != ["x", "position_ids"]:
             continue
@@ -235,7 +240,7 @@ def _rope_tables(model, S: int, dtype: torch.dtype, device: torch.device) -> lis
     try:
         torch.backends.cuda.matmul.allow_tf32 = False
         with torch.no_grad():
-            for m in _table_rotaries(model):
+            for m in _table_rotaries(model, S):
                 cos, sin = m(x, pos)
                 tables.append((m, cos[0].contiguous(), sin[0].contiguous()))
     finally:
