@@ -190,6 +190,32 @@ func slidingWindow(ck *Checkpoint, w optInt) (int64, error) {
 	return w.V, nil
 }
 
+// layerWindows reads sliding_window (default 4096; null: none) and layer_types, and returns
+// each block's window, 0 where it attends in full: layer_types' sliding layers, or, where
+// layer_types is left out, those sliding(i) names (OLMo 3's and Ministral's configs).
+func layerWindows(ck *Checkpoint, layers int64, sliding func(i int) bool) (func(i int) int64, error) {
+	s := struct {
+		SlidingWindow optInt   `json:"sliding_window"`
+		LayerTypes    []string `json:"layer_types"`
+	}{SlidingWindow: optInt{Set: true, V: 4096}}
+	if err := decodeConfig(ck, &s); err != nil {
+		return nil, err
+	}
+	window, err := slidingWindow(ck, s.SlidingWindow)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLayerTypes(ck, s.LayerTypes, layers); err != nil {
+		return nil, err
+	}
+	return func(i int) int64 {
+		if s.LayerTypes != nil && s.LayerTypes[i] == "sliding_attention" || s.LayerTypes == nil && sliding(i) {
+			return window
+		}
+		return 0
+	}, nil
+}
+
 func checkLayerTypes(ck *Checkpoint, types []string, layers int64) error {
 	if types != nil && int64(len(types)) != layers {
 		return configError(ck, "layer_types has %d entries, num_hidden_layers is %d", len(types), layers)

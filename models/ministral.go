@@ -19,27 +19,15 @@ func init() { registerLlamaFamily(ministral) }
 
 // ministralLayers marks each sliding layer's window.
 func ministralLayers(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error) {
-	s := struct {
-		SlidingWindow optInt   `json:"sliding_window"`
-		LayerTypes    []string `json:"layer_types"`
-	}{SlidingWindow: optInt{Set: true, V: 4096}}
-	if err := decodeConfig(ck, &s); err != nil {
-		return nil, err
-	}
-	window, err := slidingWindow(ck, s.SlidingWindow)
+	windowOf, err := layerWindows(ck, c.NumHiddenLayers, func(int) bool { return true })
 	if err != nil {
 		return nil, err
 	}
-	if err := checkLayerTypes(ck, s.LayerTypes, c.NumHiddenLayers); err != nil {
-		return nil, err
-	}
 	return func(l *Layer) {
-		i := l.Block
-		if l.Kind != KindAttention || i < 0 || window == 0 {
-			return
-		}
-		if s.LayerTypes == nil || s.LayerTypes[i] == "sliding_attention" {
-			l.Dims["sliding_window"] = window
+		if l.Kind == KindAttention && l.Block >= 0 {
+			if w := windowOf(l.Block); w > 0 {
+				l.Dims["sliding_window"] = w
+			}
 		}
 	}, nil
 }

@@ -22,32 +22,16 @@ func olmo3Layers(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error) {
 	if err != nil {
 		return nil, err
 	}
-	s := struct {
-		SlidingWindow optInt   `json:"sliding_window"`
-		LayerTypes    []string `json:"layer_types"`
-	}{SlidingWindow: optInt{Set: true, V: 4096}}
-	if err := decodeConfig(ck, &s); err != nil {
-		return nil, err
-	}
-	window, err := slidingWindow(ck, s.SlidingWindow)
+	windowOf, err := layerWindows(ck, c.NumHiddenLayers, func(i int) bool { return (i+1)%4 != 0 })
 	if err != nil {
-		return nil, err
-	}
-	if err := checkLayerTypes(ck, s.LayerTypes, c.NumHiddenLayers); err != nil {
 		return nil, err
 	}
 	return func(l *Layer) {
 		norms(l)
-		i := l.Block
-		if l.Kind != KindAttention || i < 0 || window == 0 {
-			return
-		}
-		sliding := (i+1)%4 != 0
-		if s.LayerTypes != nil {
-			sliding = s.LayerTypes[i] == "sliding_attention"
-		}
-		if sliding {
-			l.Dims["sliding_window"] = window
+		if l.Kind == KindAttention && l.Block >= 0 {
+			if w := windowOf(l.Block); w > 0 {
+				l.Dims["sliding_window"] = w
+			}
 		}
 	}, nil
 }

@@ -604,6 +604,15 @@ def test_glm_interleaved_rotary_attention_on_our_kernels(device, dtype, monkeypa
     assert (unordered - want).abs().mean() > 10 * err.mean()
 
 
+def _run_attention(m, rot, x, pos, mask, dt, dev):
+    """An attention module's float64 output on x (cast to dt, on dev) at positions pos, cos/sin
+    from the rotary module rot, under the additive mask."""
+    cos, sin = rot(x.to(dt), pos)
+    with torch.no_grad():
+        out, _ = m(x.to(dt).to(dev), position_embeddings=(cos.to(dev), sin.to(dev)), attention_mask=mask.to(dt).to(dev))
+    return out.cpu().double()
+
+
 @pytest.mark.parametrize("layer_idx", [0, 1])  # sliding with RoPE; global, no RoPE
 def test_exaone4_attention_rotates_only_its_sliding_layers(device, layer_idx):
     """Attention on an Exaone4Attention, which keeps config.sliding_window on every layer: the
@@ -630,11 +639,7 @@ def test_exaone4_attention_rotates_only_its_sliding_layers(device, layer_idx):
     mask = torch.full((s, s), float("-inf"), dtype=torch.float64).triu(1)[None, None]
 
     def run(m, dt, dev):
-        cos, sin = rot(x.to(dt), pos)
-        with torch.no_grad():
-            out, _ = m(x.to(dt).to(dev), position_embeddings=(cos.to(dev), sin.to(dev)),
-                       attention_mask=mask.to(dt).to(dev))
-        return out.cpu().double()
+        return _run_attention(m, rot, x, pos, mask, dt, dev)
 
     def make(dt, dev):
         m = Exaone4Attention(cfg, layer_idx=layer_idx).to(dt).to(dev).eval()
@@ -680,11 +685,7 @@ def test_hunyuan_attention_normalizes_after_rope(device, norms, monkeypatch):
     mask = torch.full((s, s), float("-inf"), dtype=torch.float64).triu(1)[None, None]
 
     def run(m, dt, dev):
-        cos, sin = rot(x.to(dt), pos)
-        with torch.no_grad():
-            out, _ = m(x.to(dt).to(dev), position_embeddings=(cos.to(dev), sin.to(dev)),
-                       attention_mask=mask.to(dt).to(dev))
-        return out.cpu().double()
+        return _run_attention(m, rot, x, pos, mask, dt, dev)
 
     def make(dt, dev):
         m = HunYuanDenseV1Attention(cfg, layer_idx=0).to(dt).to(dev).eval()
