@@ -278,8 +278,11 @@ func defaultRows() []*Kernel {
 			Constraints: []Constraint{hiddenPositive},
 		},
 		&Kernel{
-			Name: "add-rmsnorm", Module: "rmsnorm", Replaces: []models.LayerKind{models.KindRMSNorm, models.KindRMSNormGemma},
-			Layer: "RMSNorm", Layers: map[models.LayerKind]string{models.KindRMSNormGemma: "GemmaRMSNorm"},
+			// Helium's norm in Llama's block (one rounding after the weight) is Gemma's kernel on
+			// the module's own weight, as rmsnorm runs it.
+			Name: "add-rmsnorm", Module: "rmsnorm",
+			Replaces: []models.LayerKind{models.KindRMSNorm, models.KindRMSNormGemma, models.KindRMSNormFP32},
+			Layer:    "RMSNorm", Layers: map[models.LayerKind]string{models.KindRMSNormGemma: "GemmaRMSNorm", models.KindRMSNormFP32: "FP32RMSNorm"},
 			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{hiddenPositive},
 		},

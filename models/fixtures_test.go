@@ -430,6 +430,15 @@ func TestFixtureFacts(t *testing.T) {
 				t.Errorf("attention %+v", a)
 			}
 		}, []string{"HunYuanDenseV1RMSNorm", "HunYuanDenseV1Attention", "HunYuanDenseV1MLP"}},
+		"helium-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNormFP32: 5, KindAttention: 2, KindMLPSwiGLU: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				// every norm rounds once after its weight; adjacent rotary pairs; q/k/v biased, o_proj not
+				a := attn(g, 0)
+				wantDims(t, a, map[string]int64{"hidden": 96, "heads": 3, "kv_heads": 1, "head_dim": 32})
+				if !a.InterleavedRotary || !a.Bias || a.Tensors["q_proj.bias"] == "" || a.Tensors["o_proj.bias"] != "" {
+					t.Errorf("attention %+v", a)
+				}
+			}, []string{"HeliumRMSNorm", "HeliumAttention", "HeliumMLP"}},
 		"levit-tiny": {33, map[LayerKind]int{KindConvBN: 4, KindAttention: 5, KindLinearBN: 22, KindBNLinear: 2}, 1,
 			func(t *testing.T, g *Graph) {
 				c := layer(t, g, "levit.patch_embeddings.embedding_layer_2")
@@ -734,6 +743,13 @@ func TestMinistralLayers(t *testing.T) {
 		{func(m map[string]any) { m["layer_types"] = []string{"full_attention"} }, "layer_types has 1 entries"},
 		{func(m map[string]any) { m["layer_types"] = []string{"full_attention", "chunked_attention"} },
 			`layer_types[1] is "chunked_attention"`},
+	})
+}
+
+// Helium's o_proj is hidden × hidden: a query width other than hidden_size is refused by name.
+func TestHeliumQueryWidth(t *testing.T) {
+	checkConfigErrors(t, "helium-tiny", []configErrorCase{
+		{func(m map[string]any) { m["head_dim"] = 48 }, "num_attention_heads 3 × head_dim 48 is 144, not hidden_size 96"},
 	})
 }
 

@@ -537,6 +537,23 @@ def build_hunyuan_tiny(seed: int):
     return _seeded(seed, lambda: HunYuanDenseV1ForCausalLM(cfg))
 
 
+def build_helium_tiny(seed: int):
+    from transformers import HeliumConfig, HeliumForCausalLM
+
+    cfg = HeliumConfig(
+        hidden_size=96,
+        intermediate_size=88,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=3,  # head_dim 32: o_proj takes hidden x hidden
+        num_key_value_heads=1,  # GQA ratio 3 (the published model has none)
+        head_dim=32,
+        attention_bias=True,  # q/k/v biases, which the published config leaves off
+        tie_word_embeddings=True,  # the budget
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: HeliumForCausalLM(cfg))
+
+
 def build_smollm3_tiny(seed: int):
     from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
@@ -656,6 +673,7 @@ FIXTURE_LIST = [
     Fixture("exaone4-tiny", 1023, build_exaone4_tiny, dtype="bfloat16"),
     Fixture("ministral-tiny", 1024, build_ministral_tiny, dtype="bfloat16"),
     Fixture("hunyuan-tiny", 1025, build_hunyuan_tiny, dtype="bfloat16"),
+    Fixture("helium-tiny", 1026, build_helium_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

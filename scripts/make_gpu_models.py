@@ -1,10 +1,10 @@
 """Random-weight models shaped like the presets (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B,
-Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Ministral-8B, Hunyuan-7B, SmolLM3-3B, a Granite-3-2B-sized model, GLM-4-9B,
+Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Ministral-8B, Hunyuan-7B, helium-1-2b, SmolLM3-3B, a Granite-3-2B-sized model, GLM-4-9B,
 Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,exaone4,ministral8b,hunyuan7b,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,qwen3moe30b,
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,exaone4,ministral8b,hunyuan7b,helium2b,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,qwen3moe30b,
         levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
@@ -118,6 +118,15 @@ def hunyuan7b(out: Path, layers=None):
         rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
         tie_word_embeddings=True, bos_token_id=0, eos_token_id=1, pad_token_id=2,
     ), cls=transformers.HunYuanDenseV1ForCausalLM)
+
+
+def helium2b(out: Path, layers=None):
+    """helium-1-2b's shape (HeliumConfig's defaults): hidden 2560, 24 layers, 20 heads (no GQA),
+    head_dim 128, intermediate 7040, vocab 48000, untied embeddings, every norm rounding once after
+    its weight, RoPE over adjacent channel pairs."""
+    _llama(out, transformers.HeliumConfig(
+        num_hidden_layers=layers or 24, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    ), cls=transformers.HeliumForCausalLM)
 
 
 def glm4_9b(out: Path, layers=None):
@@ -281,7 +290,7 @@ def main():
     global CONFIG_ONLY
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "exaone4": exaone4, "ministral8b": ministral8b, "hunyuan7b": hunyuan7b, "glm4_9b": glm4_9b, "olmoe": olmoe, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
+              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "exaone4": exaone4, "ministral8b": ministral8b, "hunyuan7b": hunyuan7b, "helium2b": helium2b, "glm4_9b": glm4_9b, "olmoe": olmoe, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
               "qwen3moe30b": qwen3moe30b, "qwen2moe": qwen2moe,
               "levit128s": levit128s}
     for name in a.only.split(","):

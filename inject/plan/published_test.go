@@ -35,7 +35,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	mt := cfg["model_type"].(string)
 	add("model.embed_tokens.weight", vocab, h)
 	glm := mt == "glm" || mt == "glm4"
-	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "seed_oss" || mt == "exaone4" || mt == "ministral" || mt == "hunyuan_v1_dense" || glm) {
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "seed_oss" || mt == "exaone4" || mt == "ministral" || mt == "hunyuan_v1_dense" || mt == "helium" || glm) {
 		add("lm_head.weight", vocab, h)
 	}
 	add("model.norm.weight", h)
@@ -332,6 +332,24 @@ func TestPublishedConfigs(t *testing.T) {
 		}, `{"architectures": ["Ernie4_5ForCausalLM"], "model_type": "ernie4_5", "vocab_size": 103424, "hidden_size": 1024,
 			"intermediate_size": 3072, "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2,
 			"head_dim": 128, "rms_norm_eps": 1e-5, "tie_word_embeddings": true}`},
+		// HeliumConfig's defaults (configuration_helium.py, helium-1-2b's shape): every norm
+		// rounding once after its weight, the add before the post-attention one fused (patched
+		// block); each head's rows reordered for its adjacent rotary pairs
+		"HeliumConfig defaults": {24*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			a := layerPlan(t, p, "model.layers.23.self_attn")
+			if a.Layer != "Attention" || !slices.Contains(a.Outputs[0].Transforms, "rope-deinterleave") {
+				t.Errorf("attention: layer %s, outputs %+v", a.Layer, a.Outputs)
+			}
+			n := layerPlan(t, p, "model.layers.23.post_attention_layernorm")
+			if n.Kernel != "add-rmsnorm" || n.Layer != "FP32RMSNorm" || len(n.Bindings) != 2 || n.Bindings[1].Layer != "DecoderLayer" {
+				t.Errorf("post_attention_layernorm: kernel %s, layer %s, bindings %+v", n.Kernel, n.Layer, n.Bindings)
+			}
+			if m := layerPlan(t, p, "model.layers.23.mlp"); !strings.Contains(m.Reason, "residual add in its epilogue") {
+				t.Errorf("mlp: reason %q", m.Reason)
+			}
+		}, `{"architectures": ["HeliumForCausalLM"], "model_type": "helium", "vocab_size": 48000, "hidden_size": 2560,
+			"intermediate_size": 7040, "num_hidden_layers": 24, "num_attention_heads": 20, "num_key_value_heads": 20,
+			"head_dim": 128, "rms_norm_eps": 1e-8, "tie_word_embeddings": false}`},
 		// HunYuanDenseV1Config's defaults (configuration_hunyuan_v1_dense.py): Llama's block, the
 		// per-head q/k norms after RoPE inside the attention's launch (bound with it)
 		"HunYuanDenseV1Config defaults": {32*4 + 2, 1, nil, func(t *testing.T, p *Plan) {

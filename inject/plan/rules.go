@@ -207,7 +207,7 @@ func (p *planner) decoderPatched(block int) bool {
 	for _, l := range p.g.Layers {
 		// Gemma 2's, 3's and GLM-4's patched blocks run their MLP as a module (a norm sits
 		// between the MLP and the residual add), so only the Llama-style block inlines it.
-		if l.Block == block && (l.Kind == models.KindRMSNorm || l.Kind == models.KindRMSNormGemma) &&
+		if l.Block == block && (l.Kind == models.KindRMSNorm || l.Kind == models.KindRMSNormGemma || l.Kind == models.KindRMSNormFP32) &&
 			blockNorm(l) && !sandwich(l) {
 			kernel := "add-rmsnorm"
 			if scaledResidual(l) { // the adds ride in the projections' epilogues

@@ -177,6 +177,10 @@ def test_pipeline_fp16_cpu(tmp_path):
         # HunYuan: per-head q/k norms after RoPE (in its launch), all four attention projections
         # biased, the RoPE base scaled by alpha, GQA 3, q three times hidden, tied head
         ("hunyuan-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
+        # Helium: Llama's block on norms that round once after their weight (the add before the
+        # post-attention one fused, patched block), every channel of each head rotating in
+        # adjacent pairs (reordered offline), q/k/v biases, GQA 3, tied head
+        ("helium-tiny", {"Attention", "SwiGLUMLP", "FP32RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
     ],
 )
 def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):

@@ -99,6 +99,8 @@ _GEGLU_BY_CLASS = {"GELUTanh": "geglu", "GELUActivation": "geglu_erf"}
 _GEGLU_BY_NAME = {"gelu_pytorch_tanh": "geglu", "gelu": "geglu_erf"}
 # transformers' classes of Gemma's (1 + w) RMSNorm (contract.json)
 _GEMMA_NORMS = frozenset(LAYERS["GemmaRMSNorm"]["classes"])
+# ... and of the norms that multiply their own weight into the fp32 row and round once (Helium's)
+_FP32_NORMS = frozenset(LAYERS["FP32RMSNorm"]["classes"])
 
 
 def _vendor(module: nn.Module, op: str, m: int = -1) -> bool:
@@ -537,7 +539,8 @@ class Attention(nn.Module):
 class DecoderLayer(nn.Module):
     """Replaces LlamaDecoderLayer.forward (and its relatives', Gemma 1's among them): the residual
     add after attention and the post-attention RMSNorm run as one fused add_rms_norm kernel
-    (add_rms_norm_gemma on Gemma's norm)."""
+    (add_rms_norm_gemma on Gemma's norm, and on a norm that rounds once after its weight, as
+    Helium's does: the kernel's fp32 multiply and one rounding, on the module's own weight)."""
 
     has_backward = False
     can_torch_compile = True
@@ -579,6 +582,9 @@ class DecoderLayer(nn.Module):
                 return geglu_block(mlp, h, residual=residual)
             return residual + mlp(h)
         swiglu = _inline_mlp(mlp)
+        if type(norm).__name__ in _FP32_NORMS:
+            residual, h = add_rms_norm_gemma(hidden_states, residual, norm.weight, norm.variance_epsilon)
+            return mlp_block(mlp, h, residual=residual) if swiglu else residual + mlp(h)
         m = _rows(hidden_states)
         if FUSE_DECODE_NORM and swiglu and m <= gemv.MAX_M and not _vendor(mlp, "gate_up_proj", m):
             # decode: the add + RMSNorm in the gate/up GEMV's prologue, one launch fewer

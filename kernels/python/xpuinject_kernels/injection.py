@@ -848,7 +848,7 @@ def _why_not(m: nn.Module, layer: str) -> str:
         if not all(isinstance(c.get(n), nn.Module) for n in ("input_layernorm", "self_attn", "mlp")) or norm is None:
             return "not a pre-norm decoder block"
         kind = layer_for_class(type(norm).__name__)
-        ok = kind in ("RMSNorm", "GemmaRMSNorm") and not _why_not(norm, kind)
+        ok = kind in ("RMSNorm", "GemmaRMSNorm", "FP32RMSNorm") and not _why_not(norm, kind)
         return "" if ok else "its post-attention norm is not an RMSNorm"
     if layer in ("LinearBN", "BNLinear"):
         lin, bn = c.get("linear"), c.get("batch_norm")
