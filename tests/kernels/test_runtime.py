@@ -437,3 +437,49 @@ def test_length_dependent_rope_keeps_its_own_module():
     assert torch.equal(cos_t[pos], cos) and torch.equal(sin_t[pos], sin)
     base = 10000.0 * 1000.0 ** (32 / 30)  # rope_theta * alpha^(d / (d - 2)), head_dim 32
     assert torch.allclose(m.inv_freq, 1.0 / base ** (torch.arange(0, 32, 2).float() / 32))
+
+
+class _NoCapture:
+    """Stands in for a device's graph API where none exists (the CPU): any capture fails the test."""
+
+    def pool(self):
+        return None
+
+    def capture(self, *a, **k):
+        raise AssertionError("a step was captured")
+
+    def synchronize(self):
+        pass
+
+
+def test_length_dependent_rope_steps_run_eagerly(monkeypatch):
+    """A rotary module that picks its frequencies by the sequence length with no table (LongRoPE;
+    dynamic RoPE past its original length) is never captured: with graphs='auto' the runtime's
+    steps and GraphedForward run eagerly, saying why; with graphs=True each refuses, naming the
+    module. Within its original length HunYuan's dynamic RoPE has its table and nothing blocks."""
+    monkeypatch.setattr(rt, "graph_support", lambda device: (_NoCapture(), None))
+    cfg = transformers.AutoConfig.from_pretrained(FIXTURES / "phi3-tiny")
+    cfg.rope_parameters = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 1.0,
+                           "short_factor": [1.0] * 40, "long_factor": [2.0] * 40,
+                           "original_max_position_embeddings": 256}
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    ids = torch.randint(3, 500, (1, 6), generator=torch.Generator().manual_seed(1))
+    with pytest.warns(RuntimeWarning, match="model.rotary_emb is longrope RoPE"):
+        r = rt.Runtime(model)
+        out = r.generate(ids, max_new_tokens=4, eos_token_id=[], pad_token_id=0)
+    assert r.stats["captures"] == 0 and r.stats["eager_steps"] == 3 and "longrope" in r.stats["eager_reason"]
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(out, want)
+    with pytest.raises(ValueError, match="runtime: graphs=True: model.rotary_emb is longrope RoPE"):
+        rt.Runtime(model, graphs=True).generate(ids, max_new_tokens=4, eos_token_id=[], pad_token_id=0)
+    with pytest.raises(ValueError, match="GraphedForward: graphs=True: model.rotary_emb is longrope RoPE"):
+        rt.GraphedForward(model, graphs=True)
+    with pytest.warns(RuntimeWarning, match="GraphedForward: model.rotary_emb is longrope"):
+        fwd = rt.GraphedForward(model)
+    assert not fwd.graphs and "longrope" in fwd.stats["reason"]
+    hy = load("hunyuan-tiny")
+    tables = rt._rope_tables(hy, 512, torch.float32, torch.device("cpu"))
+    assert rt._graph_blocker(hy, 512, tables) is None
+    assert "dynamic RoPE" in rt._graph_blocker(hy, 1024, rt._rope_tables(hy, 1024, torch.float32, torch.device("cpu")))

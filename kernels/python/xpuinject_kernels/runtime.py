@@ -195,6 +195,7 @@ class _Slot:
     trace_vals: Optional[torch.Tensor] = None  # [B, S + 1, 2] top-2 scores per step (Runtime(trace=True))
     trace_idx: Optional[torch.Tensor] = None  # [B, S + 1, 2] their token ids
     rope: Optional[list] = None  # [(rotary module, cos [S, D], sin [S, D])]: _rope_tables
+    no_graph: Optional[str] = None  # why steps of this cache length run eagerly: _graph_blocker
 
 
 # Two RoPE types depend on the sequence length: transformers' dynamic_rope_update
@@ -246,6 +247,22 @@ def _rope_tables(model, S: int, dtype: torch.dtype, device: torch.device) -> lis
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     return tables
+
+
+def _graph_blocker(model, S: int, tables: list) -> Optional[str]:
+    """Why a captured step at cache length S (0: a forward of any length) would be wrong, None
+    when it would not: a rotary module that picks its frequencies by the sequence length
+    (LongRoPE's factors, dynamic RoPE past its original length) with no table among `tables`,
+    whose length test on the host a graph would freeze at capture (and which synchronizes the
+    stream while capturing)."""
+    tabled = {id(m) for m, _, _ in tables}
+    for name, m in model.named_modules():
+        kind = str(getattr(m, "rope_type", ""))
+        if hasattr(m, "inv_freq") and id(m) not in tabled and ("dynamic" in kind or "longrope" in kind):
+            return (f"{name or type(m).__name__} is {kind} RoPE, which picks its frequencies by the sequence length "
+                    f"(original length {getattr(m, 'original_max_seq_len', '?')}"
+                    f"{f', cache length {S}' if S else ''}): a captured step would freeze them")
+    return None
 
 
 @contextlib.contextmanager
@@ -311,6 +328,7 @@ class Runtime:
         self.model = model
         self.device = _model_device(model)
         self._g, reason = _resolve_graphs(self.device, graphs)
+        self._forced = graphs is True
         self._pool = self._g.pool() if self._g is not None else None
         self.max_batch = max_batch
         self.check_every = check_every
@@ -396,6 +414,7 @@ class Runtime:
         if S not in self._rope:  # one set per cache length, shared by its batch buckets
             self._rope[S] = _rope_tables(self.model, S, self._model_dtype(), dev)
         slot.rope = self._rope[S]
+        slot.no_graph = _graph_blocker(self.model, S, slot.rope) if self.graphs else None
         if self.trace:
             slot.trace_vals = torch.zeros(batch, S + 1, 2, dtype=torch.float32, device=dev)
             slot.trace_idx = torch.zeros(batch, S + 1, 2, dtype=torch.long, device=dev)
@@ -556,7 +575,12 @@ class Runtime:
         if not self.graphs:
             Bb = B  # eager steps take any batch size: no rows to fill
         slot = self._slot(Bb, L + n_new - 1, max_cache_len)
-        graph = self._graph(slot, mode, mask_kind, kw) if self.graphs and n_new > 1 else None
+        if slot.no_graph is not None:
+            if self._forced:
+                raise ValueError(f"runtime: graphs=True: {slot.no_graph}; run with graphs='auto' or False")
+            _warn_once(f"nograph:{slot.no_graph}", f"xpuinject runtime: {slot.no_graph}; these steps run eagerly")
+            self.stats["eager_reason"] = slot.no_graph
+        graph = self._graph(slot, mode, mask_kind, kw) if self.graphs and n_new > 1 and slot.no_graph is None else None
 
         dev = self.device
         ids = input_ids.to(dev)
@@ -894,6 +918,12 @@ class GraphedForward:
         self.model = model
         self.device = _model_device(model)
         self._g, reason = _resolve_graphs(self.device, graphs)
+        blocker = _graph_blocker(model, 0, []) if self._g is not None else None
+        if blocker is not None:  # no tables here: every forward runs the rotary module itself
+            if graphs is True:
+                raise ValueError(f"GraphedForward: graphs=True: {blocker}; run with graphs='auto' or False")
+            _warn_once(f"nograph:{blocker}", f"xpuinject GraphedForward: {blocker}; running eagerly")
+            self._g, reason = None, blocker
         self.warmup = warmup
         self._entries: Dict[tuple, tuple] = {}
         self.stats: Dict[str, Any] = {"device": str(self.device), "graphs": self._g is not None, "reason": reason,
