@@ -284,6 +284,18 @@ func TestFixtureFacts(t *testing.T) {
 					t.Errorf("lm_head %+v", h)
 				}
 			}, []string{"GemmaTextScaledWordEmbedding", "GemmaRMSNorm", "GemmaAttention", "GemmaMLP"}},
+		"glm-tiny": {11, llamaKinds, 1, func(t *testing.T, g *Graph) {
+			// Llama's block; head_dim 64 of its own, 32 channels rotating in adjacent pairs; the
+			// checkpoint's fused gate_up_proj; q/k/v biased, o_proj not
+			a := attn(g, 1)
+			wantDims(t, a, map[string]int64{"hidden": 96, "heads": 3, "kv_heads": 1, "head_dim": 64, "rotary_dim": 32})
+			if !a.InterleavedRotary || !a.Bias || a.Tensors["q_proj.bias"] == "" || a.Tensors["o_proj.bias"] != "" {
+				t.Errorf("attention %+v", a)
+			}
+			if m := layer(t, g, "model.layers.1.mlp"); m.Tensors["gate_up_proj.weight"] != "model.layers.1.mlp.gate_up_proj.weight" {
+				t.Errorf("mlp %+v", m)
+			}
+		}, []string{"GlmRMSNorm", "GlmAttention", "GlmMLP"}},
 		"glm4-tiny": {15, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 9, KindAttention: 2, KindMLPSwiGLU: 2, KindLMHead: 1}, 1,
 			func(t *testing.T, g *Graph) {
 				// a norm after each branch, in the block's execution order

@@ -465,6 +465,22 @@ def build_glm4_tiny(seed: int):
     return _seeded(seed, lambda: Glm4ForCausalLM(cfg))
 
 
+def build_glm_tiny(seed: int):
+    from transformers import GlmConfig, GlmForCausalLM
+
+    cfg = GlmConfig(
+        hidden_size=96,
+        intermediate_size=88,  # not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3
+        head_dim=64,  # its own field; partial_rotary_factor 0.5: 32 channels rotate in adjacent pairs
+        tie_word_embeddings=True,  # the budget (glm-4-9b-chat-hf's are untied)
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: GlmForCausalLM(cfg))
+
+
 def build_ernie4_5_tiny(seed: int):
     from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
 
@@ -674,6 +690,7 @@ FIXTURE_LIST = [
     Fixture("ministral-tiny", 1024, build_ministral_tiny, dtype="bfloat16"),
     Fixture("hunyuan-tiny", 1025, build_hunyuan_tiny, dtype="bfloat16"),
     Fixture("helium-tiny", 1026, build_helium_tiny, dtype="bfloat16"),
+    Fixture("glm-tiny", 1027, build_glm_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

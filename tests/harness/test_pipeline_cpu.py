@@ -163,6 +163,9 @@ def test_pipeline_fp16_cpu(tmp_path):
         # biases; the checkpoint's fused gate_up_proj; a norm before and after each branch, the add
         # before post_attention_layernorm fused with it (patched block)
         ("glm4-tiny", {"Attention", "FusedSwiGLUMLP", "RMSNorm", "SandwichDecoderLayer", "LMHead"}, "sdpa"),
+        # GLM: Llama's block on GLM's attention (32 of 64 channels rotating in adjacent pairs, q/k/v
+        # biases) and the checkpoint's fused gate_up_proj, GQA 3, tied head
+        ("glm-tiny", {"Attention", "FusedSwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),
         # ERNIE 4.5: Llama's block, every channel of each head rotating in adjacent pairs (reordered
         # offline), head_dim 32 of its own, GQA 3, tied head
         ("ernie4_5-tiny", {"Attention", "SwiGLUMLP", "RMSNorm", "DecoderLayer", "LMHead"}, "sdpa"),

@@ -43,6 +43,7 @@ TEXT = {
     "olmo3-tiny": ("olmo3", "Olmo3ForCausalLM", "BF16"),
     "qwen2-moe-tiny": ("qwen2_moe", "Qwen2MoeForCausalLM", "BF16"),
     "glm4-tiny": ("glm4", "Glm4ForCausalLM", "BF16"),
+    "glm-tiny": ("glm", "GlmForCausalLM", "BF16"),
     "olmoe-tiny": ("olmoe", "OlmoeForCausalLM", "BF16"),
     "ernie4_5-tiny": ("ernie4_5", "Ernie4_5ForCausalLM", "BF16"),
     "seed_oss-tiny": ("seed_oss", "SeedOssForCausalLM", "BF16"),
@@ -135,7 +136,7 @@ def test_text_fixture_loads_and_runs(name):
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     sd = model.state_dict()
     hid, nh, nkv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
-    if model_type == "glm4":  # gate/up fused in the checkpoint; q/k/v apart, with biases
+    if model_type in ("glm", "glm4"):  # gate/up fused in the checkpoint; q/k/v apart, with biases
         assert sd["model.layers.0.self_attn.q_proj.weight"].shape == (nh * head_dim, hid)
         assert sd["model.layers.0.self_attn.k_proj.bias"].shape == (nkv * head_dim,)
         assert sd["model.layers.0.mlp.gate_up_proj.weight"].shape == (2 * cfg.intermediate_size, hid)
@@ -180,7 +181,7 @@ def test_norm_weights_and_biases_are_not_init_values(name):
         assert not torch.all(w == 1), f"{name}: {n}.weight is all ones"
         assert 0.75 <= w.min() and w.max() <= 1.25 and w.std() > 0.01, f"{name}: {n}.weight not around 1"
     biases = [(n, p) for n, p in model.named_parameters() if n.endswith(".bias")]
-    if cfg.model_type in ("qwen2", "qwen2_moe", "glm4", "helium"):
+    if cfg.model_type in ("qwen2", "qwen2_moe", "glm", "glm4", "helium"):
         assert {n.rsplit(".", 2)[-2] for n, _ in biases} == {"q_proj", "k_proj", "v_proj"}
     elif cfg.model_type in ("seed_oss", "hunyuan_v1_dense"):  # all four attention projections biased
         assert {n.rsplit(".", 2)[-2] for n, _ in biases} == {"q_proj", "k_proj", "v_proj", "o_proj"}
@@ -332,4 +333,4 @@ def test_fixtures_match_generator():
         timeout=300,
     )
     assert r.returncode == 0, f"make_fixtures.py --check failed:\n{r.stderr[-4000:]}"
-    assert "check ok: 27 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
+    assert "check ok: 28 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
