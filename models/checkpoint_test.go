@@ -40,10 +40,10 @@ func TestBadCheckpoints(t *testing.T) {
 		}, ErrBadConfig, []string{"not a JSON object"}},
 		{"no model_type", "llama-tiny", func(t *testing.T, dir string) {
 			editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { delete(m, "model_type") })
-		}, ErrBadConfig, []string{"config.json", "model_type", "supported: ernie4_5, exaone4, gemma, gemma2, gemma3_text, glm, glm4, granite, helium, hunyuan_v1_dense, levit, llama"}},
+		}, ErrBadConfig, []string{"config.json", "model_type", "supported: ernie4_5, exaone4, flex_olmo, gemma, gemma2, gemma3_text, glm, glm4, granite, helium, hunyuan_v1_dense, levit, llama"}},
 		{"unknown model_type", "llama-tiny", func(t *testing.T, dir string) {
 			editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { m["model_type"] = "gpt9" })
-		}, nil, []string{`unsupported model_type "gpt9"`, "supported: ernie4_5, exaone4, gemma, gemma2, gemma3_text, glm, glm4, granite, helium, hunyuan_v1_dense, levit, llama, ministral, mistral, mixtral, olmo2, olmo3, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3",
+		}, nil, []string{`unsupported model_type "gpt9"`, "supported: ernie4_5, exaone4, flex_olmo, gemma, gemma2, gemma3_text, glm, glm4, granite, helium, hunyuan_v1_dense, levit, llama, ministral, mistral, mixtral, olmo2, olmo3, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3",
 			"config.json"}},
 		{"truncated safetensors", "llama-tiny", func(t *testing.T, dir string) {
 			p := filepath.Join(dir, st)
@@ -416,7 +416,7 @@ func TestSyntheticCheckpoint(t *testing.T) {
 }
 
 func TestSupported(t *testing.T) {
-	want := []string{"ernie4_5", "exaone4", "gemma", "gemma2", "gemma3_text", "glm", "glm4", "granite", "helium", "hunyuan_v1_dense", "levit", "llama", "ministral", "mistral", "mixtral", "olmo2", "olmo3", "olmoe", "phi3", "qwen2", "qwen2_moe", "qwen3",
+	want := []string{"ernie4_5", "exaone4", "flex_olmo", "gemma", "gemma2", "gemma3_text", "glm", "glm4", "granite", "helium", "hunyuan_v1_dense", "levit", "llama", "ministral", "mistral", "mixtral", "olmo2", "olmo3", "olmoe", "phi3", "qwen2", "qwen2_moe", "qwen3",
 		"qwen3_moe", "seed_oss", "smollm3"}
 	if got := Supported(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Supported() = %v, want %v", got, want)

@@ -344,6 +344,25 @@ func TestFixtureFacts(t *testing.T) {
 				t.Errorf("attention %+v", a)
 			}
 		}, []string{"SeedOssRMSNorm", "SeedOssAttention", "SeedOssMLP"}},
+		"flex_olmo-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNormFP32: 5, KindAttention: 2, KindMoE: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				// OLMo 2's block around OLMoE's experts: no input norm, a norm after each branch
+				order := []string{"model.layers.0.self_attn", "model.layers.0.post_attention_layernorm", "model.layers.0.mlp",
+					"model.layers.0.post_feedforward_layernorm"}
+				for i, m := range order {
+					if g.Layers[1+i].Module != m {
+						t.Errorf("layer %d is %s, want %s", 1+i, g.Layers[1+i].Module, m)
+					}
+				}
+				m := layer(t, g, "model.layers.1.mlp")
+				wantDims(t, m, map[string]int64{"hidden": 96, "intermediate": 40, "experts": 5, "top_k": 3})
+				if m.Router != RouterSoftmaxTopK || m.Class != "FlexOlmoSparseMoeBlock" || m.BlockClass != "FlexOlmoDecoderLayer" {
+					t.Errorf("moe block %+v", m)
+				}
+				if a := attn(g, 0); a.Children["q_norm"] != "FlexOlmoRMSNorm" || a.Tensors["k_norm.weight"] == "" {
+					t.Errorf("attention %+v", a)
+				}
+			}, []string{"FlexOlmoRMSNorm", "FlexOlmoAttention", "FlexOlmoSparseMoeBlock"}},
 		"olmoe-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMoE: 2, KindLMHead: 1}, 1,
 			func(t *testing.T, g *Graph) {
 				// every layer sparse: experts of intermediate_size, the router without renormalization

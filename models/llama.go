@@ -7,7 +7,7 @@ import (
 
 // Llama (model_type "llama") and the base of its relatives (mistral.go, qwen2.go, qwen3.go,
 // smollm3.go, granite.go, gemma.go, olmo2.go, qwen3_moe.go, mixtral.go, ernie4_5.go, olmoe.go,
-// seed_oss.go, ministral.go, hunyuan_v1_dense.go, helium.go). Read against
+// seed_oss.go, ministral.go, hunyuan_v1_dense.go, helium.go, flex_olmo.go). Read against
 // transformers 5.17 models/llama/{configuration,modeling}_llama.py.
 //
 // Layers, in execution order (prefix "model." for *ForCausalLM, none for the bare
@@ -253,6 +253,9 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 		norm(blk+".post_attention_layernorm", i)
 
 		if sparse != nil && sparse(b, blk, i) {
+			if f.postNorms {
+				norm(blk+".post_feedforward_layernorm", i)
+			}
 			continue
 		}
 		mlp := blk + ".mlp"

@@ -39,7 +39,13 @@ type olmoeConfig struct {
 }
 
 func olmoeSparse(ck *Checkpoint, lc *llamaConfig) (func(b *builder, blk string, i int) bool, error) {
-	c := olmoeConfig{NumExperts: 64, NumExpertsPerTok: 8, HiddenAct: "silu"}
+	return sparseOlmoe(ck, lc, "Olmoe", 64, 8)
+}
+
+// sparseOlmoe builds OLMoE's sparse block under a family's class prefix, with its config
+// class's expert count and top-k for fields config.json leaves out.
+func sparseOlmoe(ck *Checkpoint, lc *llamaConfig, class string, experts, topK int64) (func(b *builder, blk string, i int) bool, error) {
+	c := olmoeConfig{NumExperts: experts, NumExpertsPerTok: topK, HiddenAct: "silu"}
 	if err := decodeConfig(ck, &c); err != nil {
 		return nil, err
 	}
@@ -61,11 +67,11 @@ func olmoeSparse(ck *Checkpoint, lc *llamaConfig) (func(b *builder, blk string, 
 	if c.NormTopKProb {
 		router = RouterSoftmaxTopKNorm
 	}
-	m := moeBlock{class: "OlmoeSparseMoeBlock", experts: c.NumExperts, topK: c.NumExpertsPerTok, inter: lc.IntermediateSize,
+	m := moeBlock{class: class + "SparseMoeBlock", experts: c.NumExperts, topK: c.NumExpertsPerTok, inter: lc.IntermediateSize,
 		hidden: lc.HiddenSize, router: router, prefix: "mlp", gate: "gate_proj", up: "up_proj", down: "down_proj",
 		expertsField: "num_experts", interField: "intermediate_size"}
 	return func(b *builder, blk string, i int) bool {
-		m.add(b, blk, i, "OlmoeDecoderLayer")
+		m.add(b, blk, i, class+"DecoderLayer")
 		return true
 	}, nil
 }

@@ -481,6 +481,23 @@ def build_glm_tiny(seed: int):
     return _seeded(seed, lambda: GlmForCausalLM(cfg))
 
 
+def build_flex_olmo_tiny(seed: int):
+    from transformers import FlexOlmoConfig, FlexOlmoForCausalLM
+
+    cfg = FlexOlmoConfig(
+        hidden_size=96,  # head_dim 32 = 96 / 3 (FlexOlmoConfig has no head_dim)
+        intermediate_size=40,  # each expert's width, not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3: k_norm spans one head, q_norm three
+        num_experts=5,
+        num_experts_per_tok=3,  # without renormalization (norm_topk_prob false, the default)
+        tie_word_embeddings=True,  # the budget
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: FlexOlmoForCausalLM(cfg))
+
+
 def build_ernie4_5_tiny(seed: int):
     from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
 
@@ -691,6 +708,8 @@ FIXTURE_LIST = [
     Fixture("hunyuan-tiny", 1025, build_hunyuan_tiny, dtype="bfloat16"),
     Fixture("helium-tiny", 1026, build_helium_tiny, dtype="bfloat16"),
     Fixture("glm-tiny", 1027, build_glm_tiny, dtype="bfloat16"),
+    # save_pretrained writes each expert as 2D tensors (OLMoE's conversion in reverse)
+    Fixture("flex_olmo-tiny", 1028, build_flex_olmo_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

@@ -1,10 +1,10 @@
 """Random-weight models shaped like the presets (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B,
-Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Ministral-8B, Hunyuan-7B, helium-1-2b, SmolLM3-3B, a Granite-3-2B-sized model, GLM-4-9B,
+Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Ministral-8B, Hunyuan-7B, helium-1-2b, FlexOlmo-7x7B, SmolLM3-3B, a Granite-3-2B-sized model, GLM-4-9B,
 Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,exaone4,ministral8b,hunyuan7b,helium2b,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,qwen3moe30b,
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,exaone4,ministral8b,hunyuan7b,helium2b,flexolmo,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,qwen3moe30b,
         levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
@@ -232,6 +232,14 @@ def olmoe(out: Path, layers=None):
     _llama(out, cfg, cls=transformers.OlmoeForCausalLM, dtype=torch.bfloat16)
 
 
+def flexolmo(out: Path, layers=None):
+    """FlexOlmoConfig's defaults (FlexOlmo-7x7B-1T's shape): hidden 4096, 32 layers, 32 heads (no
+    GQA), 7 experts of width 11008 (intermediate_size), top 5 without renormalization, OLMo 2's
+    post-norm block and q/k norms, vocab 100352, untied embeddings. Built in bf16 on the device."""
+    cfg = transformers.FlexOlmoConfig(num_hidden_layers=layers or 32, bos_token_id=0, eos_token_id=1, pad_token_id=2)
+    _llama(out, cfg, cls=transformers.FlexOlmoForCausalLM, dtype=torch.bfloat16)
+
+
 CONFIG_ONLY = False
 
 
@@ -290,7 +298,7 @@ def main():
     global CONFIG_ONLY
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
-              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "exaone4": exaone4, "ministral8b": ministral8b, "hunyuan7b": hunyuan7b, "helium2b": helium2b, "glm4_9b": glm4_9b, "olmoe": olmoe, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
+              "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "exaone4": exaone4, "ministral8b": ministral8b, "hunyuan7b": hunyuan7b, "helium2b": helium2b, "flexolmo": flexolmo, "glm4_9b": glm4_9b, "olmoe": olmoe, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
               "qwen3moe30b": qwen3moe30b, "qwen2moe": qwen2moe,
               "levit128s": levit128s}
     for name in a.only.split(","):

@@ -35,18 +35,21 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	mt := cfg["model_type"].(string)
 	add("model.embed_tokens.weight", vocab, h)
 	glm := mt == "glm" || mt == "glm4"
-	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "seed_oss" || mt == "exaone4" || mt == "ministral" || mt == "hunyuan_v1_dense" || mt == "helium" || glm) {
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "flex_olmo" || mt == "seed_oss" || mt == "exaone4" || mt == "ministral" || mt == "hunyuan_v1_dense" || mt == "helium" || glm) {
 		add("lm_head.weight", vocab, h)
 	}
 	add("model.norm.weight", h)
 	for l := int64(0); l < layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
-		if mt != "olmo2" && mt != "exaone4" {
+		if mt != "olmo2" && mt != "exaone4" && mt != "flex_olmo" {
 			add(p+"input_layernorm.weight", h)
 		}
 		add(p+"post_attention_layernorm.weight", h)
 		add(p+"self_attn.o_proj.weight", h, heads*hd)
-		if mt != "olmoe" {
+		if mt == "flex_olmo" {
+			add(p+"post_feedforward_layernorm.weight", h)
+		}
+		if mt != "olmoe" && mt != "flex_olmo" {
 			add(p+"mlp.down_proj.weight", h, inter)
 		}
 		if mt == "phi3" {
@@ -68,7 +71,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 			}
 			continue
 		}
-		if mt == "olmoe" {
+		if mt == "olmoe" || mt == "flex_olmo" {
 			experts := n("num_experts")
 			add(p+"mlp.gate.weight", experts, h)
 			for e := int64(0); e < experts; e++ {
@@ -318,6 +321,25 @@ func TestPublishedConfigs(t *testing.T) {
 		}, `{"architectures": ["OlmoeForCausalLM"], "model_type": "olmoe", "vocab_size": 50304, "hidden_size": 2048,
 			"intermediate_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16, "num_experts": 64,
 			"num_experts_per_tok": 8, "rms_norm_eps": 1e-5}`},
+		// FlexOlmoConfig's defaults (configuration_flex_olmo.py, FlexOlmo-7x7B-1T's shape): OLMo 2's
+		// block (each branch's norm with its add, PostNormMoEDecoderLayer) around 7 experts, top-5
+		"FlexOlmoConfig defaults": {32*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			m := layerPlan(t, p, "model.layers.31.mlp")
+			if m.Kernel != "moe" || m.Layer != "SparseMoE" || m.Router != "softmax-topk" || m.Dims["experts"] != 7 ||
+				m.Dims["top_k"] != 5 || m.Dims["intermediate"] != 11008 {
+				t.Errorf("moe: kernel %s, layer %s, router %s, dims %v", m.Kernel, m.Layer, m.Router, m.Dims)
+			}
+			n := layerPlan(t, p, "model.layers.31.post_feedforward_layernorm")
+			if n.Kernel != "rmsnorm-add" || n.Layer != "FP32RMSNorm" {
+				t.Errorf("post_feedforward_layernorm: kernel %s, layer %s", n.Kernel, n.Layer)
+			}
+			n = layerPlan(t, p, "model.layers.31.post_attention_layernorm")
+			if len(n.Bindings) != 2 || n.Bindings[1].Layer != "PostNormMoEDecoderLayer" {
+				t.Errorf("post_attention_layernorm: bindings %+v", n.Bindings)
+			}
+		}, `{"architectures": ["FlexOlmoForCausalLM"], "model_type": "flex_olmo", "vocab_size": 100352, "hidden_size": 4096,
+			"intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_experts": 7,
+			"num_experts_per_tok": 5, "rms_norm_eps": 1e-6}`},
 		// Ernie4_5Config's defaults (configuration_ernie4_5.py, ERNIE-4.5-0.3B's shape): Llama's
 		// block, every channel of each head rotating in adjacent pairs, reordered offline; tied
 		"Ernie4_5Config defaults": {18*4 + 2, 1, nil, func(t *testing.T, p *Plan) {

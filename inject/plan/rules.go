@@ -99,7 +99,7 @@ func fusable(l models.Layer) bool {
 // replaces.
 func blockNorm(l models.Layer) bool {
 	switch blockDecoder(l) {
-	case "", layerPostNormDecoder:
+	case "", layerPostNormDecoder, layerPostNormMoEDecoder:
 		return false
 	case layerGemmaDecoder:
 		return l.Block >= 0 && lastPart(l.Module) == preFeedforwardNorm
@@ -117,7 +117,7 @@ func postBranchNorm(l models.Layer) bool {
 	}
 	last := lastPart(l.Module)
 	switch blockDecoder(l) {
-	case layerPostNormDecoder:
+	case layerPostNormDecoder, layerPostNormMoEDecoder:
 		return last == postAttentionNorm || last == postFeedforwardNorm
 	case layerSandwichDecoder:
 		return last == postMLPNorm
@@ -138,7 +138,8 @@ func sandwich(l models.Layer) bool {
 // norm before and after each branch) or DecoderLayer; "" for a block
 // class none of them replaces.
 func blockDecoder(l models.Layer) string {
-	for _, d := range []string{layerMoEDecoder, layerGemmaDecoder, layerPostNormDecoder, layerSandwichDecoder, layerDecoder} {
+	for _, d := range []string{layerMoEDecoder, layerGemmaDecoder, layerPostNormDecoder, layerPostNormMoEDecoder,
+		layerSandwichDecoder, layerDecoder} {
 		if kernels.LayerReplaces(d, l.BlockClass) {
 			return d
 		}
@@ -157,16 +158,18 @@ const (
 	layerDecoder         = "DecoderLayer"
 	layerGemmaDecoder    = "GemmaDecoderLayer"
 	layerPostNormDecoder = "PostNormDecoderLayer"
-	layerSandwichDecoder = "SandwichDecoderLayer"
-	layerRMSNorm         = "RMSNorm"
-	layerGemmaRMSNorm    = "GemmaRMSNorm"
-	layerFP32RMSNorm     = "FP32RMSNorm"
-	layerConvBN          = "ConvBN"
-	layerFusedAttn       = "FusedAttention"
-	layerFusedSwiGLU     = "FusedSwiGLUMLP"
-	layerSwiGLU          = "SwiGLUMLP"
-	fusedQKVRole         = "qkv_proj.weight"
-	fusedGateUpRole      = "gate_up_proj.weight"
+	// layerPostNormMoEDecoder is PostNormDecoderLayer's block under OLMoE's parameters (FlexOlmo).
+	layerPostNormMoEDecoder = "PostNormMoEDecoderLayer"
+	layerSandwichDecoder    = "SandwichDecoderLayer"
+	layerRMSNorm            = "RMSNorm"
+	layerGemmaRMSNorm       = "GemmaRMSNorm"
+	layerFP32RMSNorm        = "FP32RMSNorm"
+	layerConvBN             = "ConvBN"
+	layerFusedAttn          = "FusedAttention"
+	layerFusedSwiGLU        = "FusedSwiGLUMLP"
+	layerSwiGLU             = "SwiGLUMLP"
+	fusedQKVRole            = "qkv_proj.weight"
+	fusedGateUpRole         = "gate_up_proj.weight"
 )
 
 // bind is a Binding whose reads are the layer's own (contract.json) followed by the

@@ -222,6 +222,13 @@ def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):
         # stock's (mean abs 0.92x, KL 0.93x): one logit of the 96-token input, as level as that
         # measure gets, where every per-layer error is below stock's.
         ("qwen2-moe-tiny", {"Attention", "DecoderLayer", "RMSNorm", "SharedExpertMoE", "LMHead"}, 203520, 1.01),
+        # FlexOlmo: OLMo 2's block (each branch normalized before its add, fp32-weight norms, q/k
+        # norms over the whole projection) around 5 experts, top-3 without renormalization. Active
+        # bytes: attention 2 x 24576 x 2 = 98304, norms (2 x (96 + 96 + 96 + 32) + 96) x 2 = 1472,
+        # routers 2 x 480 x 2 = 1920, experts 2 x 11520 x 2 x 3 = 138240, embedding row 192, the
+        # tied lm_head 98304
+        ("flex_olmo-tiny", {"Attention", "PostNormMoEDecoderLayer", "FP32RMSNorm", "SparseMoE", "LMHead"}, 338432,
+         1.0),
     ],
 )
 def test_pipeline_moe_cpu(tmp_path, fixture, replaced, active_bytes, max_abs_ratio):

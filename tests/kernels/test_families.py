@@ -530,13 +530,14 @@ def test_post_norm_decoder_layer_matches_exaone4s_block(device, layer_idx):
     ("exaone4-tiny", {"RMSNorm", "PostNormDecoderLayer", "Attention"}),
     ("hunyuan-tiny", {"RMSNorm", "DecoderLayer", "Attention"}),
     ("helium-tiny", {"FP32RMSNorm", "DecoderLayer", "Attention"}),
+    ("flex_olmo-tiny", {"FP32RMSNorm", "PostNormMoEDecoderLayer", "Attention", "SparseMoE"}),
 ])
 def test_qk_norm_model_compiles_as_one_graph(llama_odd_pkg, device, fixture, replaced):
     """The olmo2, exaone4, hunyuan and helium fixtures kernelized (their norms, the q/k norms
     inside Attention, PostNormDecoderLayer's norm + add ops; EXAONE 4's sliding and global NoPE
     layers; HunYuan's q/k norms after RoPE; Helium's add + fp32-weight norm in DecoderLayer and
-    its q/k rows reordered on the device) trace with fullgraph=True and compute what eager does,
-    bit for bit."""
+    its q/k rows reordered on the device; FlexOlmo's post-norm block around the sparse MoE block)
+    trace with fullgraph=True and compute what eager does, bit for bit."""
     from pathlib import Path
 
     import transformers

@@ -16,6 +16,8 @@ DecoderLayer, decoder.py).
                      block normalizes each branch's output before adding it to the residual; each norm
                      and its add as one kernel (rms_norm_fp32_add or, on Llama's norms, rms_norm_add:
                      the norm rounded, then the sum, as stock rounds them)
+  PostNormMoEDecoderLayer  replaces FlexOlmoDecoderLayer.forward, whose parameters have no use_cache:
+                     PostNormDecoderLayer's block (the MLP a sparse MoE block)
   SandwichDecoderLayer  replaces Glm4DecoderLayer.forward: Llama's norms before and after each branch; the
                      add after post_self_attn_layernorm and post_attention_layernorm as one kernel,
                      post_mlp_layernorm and the add after it as another (rms_norm_add)
@@ -37,7 +39,8 @@ from .decoder import Attention, geglu_block, geglu_epilogue, mlp_activation  # n
 from .layers import SwiGLUMLP, _packed
 from .rmsnorm import add_rms_norm, add_rms_norm_gemma, rms_norm_add, rms_norm_fp32_add, rms_norm_gemma
 
-__all__ = ["GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "SandwichDecoderLayer",
+__all__ = ["GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "PostNormMoEDecoderLayer",
+           "SandwichDecoderLayer",
            "FusedAttention",
            "FusedSwiGLUMLP", "mlp_activation", "geglu_epilogue", "geglu_block"]
 
@@ -124,20 +127,31 @@ class PostNormDecoderLayer(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
                 position_embeddings=None, **kwargs):
-        residual = hidden_states
-        hidden_states, _ = self.self_attn(
-            hidden_states=hidden_states,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            position_embeddings=position_embeddings,
-            **kwargs,
-        )
-        norm = self.post_attention_layernorm
-        residual = _norm_add(norm)(hidden_states, residual, norm.weight, norm.variance_epsilon)
-        norm = self.post_feedforward_layernorm
-        return _norm_add(norm)(self.mlp(residual), residual, norm.weight, norm.variance_epsilon)
+        return _post_norm_block(self, hidden_states, attention_mask=attention_mask, position_ids=position_ids,
+                                past_key_values=past_key_values, use_cache=use_cache,
+                                position_embeddings=position_embeddings, **kwargs)
+
+
+def _post_norm_block(layer: nn.Module, hidden_states, **kwargs):
+    residual = hidden_states
+    hidden_states, _ = layer.self_attn(hidden_states=hidden_states, **kwargs)
+    norm = layer.post_attention_layernorm
+    residual = _norm_add(norm)(hidden_states, residual, norm.weight, norm.variance_epsilon)
+    norm = layer.post_feedforward_layernorm
+    return _norm_add(norm)(layer.mlp(residual), residual, norm.weight, norm.variance_epsilon)
+
+
+class PostNormMoEDecoderLayer(nn.Module):
+    """Replaces FlexOlmoDecoderLayer.forward (OLMoE's parameters, no use_cache): PostNormDecoderLayer's
+    block, its MLP a sparse MoE block run as its module."""
+
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None,
+                position_embeddings=None, **kwargs):
+        return _post_norm_block(self, hidden_states, attention_mask=attention_mask, position_ids=position_ids,
+                                past_key_values=past_key_values, position_embeddings=position_embeddings, **kwargs)
 
 
 class SandwichDecoderLayer(nn.Module):

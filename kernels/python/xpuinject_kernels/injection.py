@@ -806,7 +806,7 @@ def _why_not(m: nn.Module, layer: str) -> str:
         norm = c["post_attention_layernorm"]
         ok = layer_for_class(type(norm).__name__) == "RMSNorm" and not _why_not(norm, "RMSNorm")
         return "" if ok else "its post-attention norm is not Llama's RMSNorm"
-    if layer == "PostNormDecoderLayer":
+    if layer in ("PostNormDecoderLayer", "PostNormMoEDecoderLayer"):
         names = ("self_attn", "post_attention_layernorm", "mlp", "post_feedforward_layernorm")
         if not all(isinstance(c.get(n), nn.Module) for n in names) or "input_layernorm" in c:
             return "not a block that normalizes each branch before its add"

@@ -39,7 +39,8 @@ from .rmsnorm import rms_norm
 
 __all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LMHead", "LinearBN", "BNLinear", "ConvBN", "Attention", "DecoderLayer",
            "GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "FusedAttention",
-           "FusedSwiGLUMLP", "SandwichDecoderLayer", "SparseMoE", "SharedExpertMoE", "MoEDecoderLayer"]
+           "FusedSwiGLUMLP", "SandwichDecoderLayer", "SparseMoE", "SharedExpertMoE", "MoEDecoderLayer",
+           "PostNormMoEDecoderLayer"]
 
 
 def _name(module: nn.Module) -> str:
@@ -181,7 +182,7 @@ from .decoder import Attention, DecoderLayer  # noqa: E402,F401
 # Gemma's and Phi-3's layouts (families.py) build on the layers above.
 from .families import (  # noqa: E402,F401
     FP32RMSNorm, FusedAttention, FusedSwiGLUMLP, GeGLUMLP, GemmaDecoderLayer, GemmaRMSNorm, PostNormDecoderLayer,
-    SandwichDecoderLayer,
+    PostNormMoEDecoderLayer, SandwichDecoderLayer,
 )
 # The sparse mixture-of-experts block (moe_layer.py).
 from .moe_layer import MoEDecoderLayer, SharedExpertMoE, SparseMoE  # noqa: E402,F401
