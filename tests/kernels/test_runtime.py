@@ -483,3 +483,44 @@ def test_length_dependent_rope_steps_run_eagerly(monkeypatch):
     tables = rt._rope_tables(hy, 512, torch.float32, torch.device("cpu"))
     assert rt._graph_blocker(hy, 512, tables) is None
     assert "dynamic RoPE" in rt._graph_blocker(hy, 1024, rt._rope_tables(hy, 1024, torch.float32, torch.device("cpu")))
+
+
+class _RunGraphs(_NoCapture):
+    """A graph API whose capture runs the function once more and whose replay runs it again: what
+    a captured forward computes, on the CPU, with the module's forward as bound at capture."""
+
+    def capture(self, fn, pool, warmup=0):
+        for _ in range(warmup):
+            fn()
+
+        class Graph:
+            def replay(self_):
+                self.replays += 1
+
+        self.replays = 0
+        return Graph(), fn()
+
+
+def test_graphed_forward_reads_dynamic_rope_from_tables(monkeypatch):
+    """GraphedForward on HunYuan's dynamic RoPE: captured with cos/sin from tables of the rotary
+    module's original length (its frequencies hold there), so capture never runs the module's
+    host-side length test; the logits are the model's own; a forward past that length runs
+    eagerly."""
+    g = _RunGraphs()
+    monkeypatch.setattr(rt, "graph_support", lambda device: (g, None))
+    hy = load("hunyuan-tiny")
+    m = hy.model.rotary_emb
+    calls = []
+    orig = type(m).forward
+    monkeypatch.setattr(type(m), "forward", lambda self, x, position_ids: calls.append(1) or orig(self, x, position_ids))
+    fwd = rt.GraphedForward(hy, warmup=1)
+    assert fwd.graphs and fwd.rope_len == 512 and [t[0] for t in fwd.rope] == [m]
+    ids = torch.randint(3, 500, (2, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = hy(input_ids=ids).logits
+    calls.clear()
+    got = fwd(input_ids=ids).logits
+    assert calls == [] and fwd.stats["captures"] == 1 and torch.equal(got, want)
+    long_ids = torch.randint(3, 500, (1, 513), generator=torch.Generator().manual_seed(3))
+    fwd(input_ids=long_ids)
+    assert fwd.stats["eager_calls"] == 1 and calls

@@ -265,6 +265,24 @@ def _graph_blocker(model, S: int, tables: list) -> Optional[str]:
     return None
 
 
+def _dynamic_rope_len(model) -> Optional[int]:
+    """The shortest original length of the model's dynamic-RoPE rotary modules (positions below it
+    keep their frequencies, so a table of that many stands in), None when it has none."""
+    lens = [m.original_max_seq_len for m in model.modules()
+            if hasattr(m, "inv_freq") and "dynamic" in str(getattr(m, "rope_type", ""))
+            and isinstance(getattr(m, "original_max_seq_len", None), int)]
+    return min(lens) if lens else None
+
+
+def _seq_len(inputs: dict) -> int:
+    """The sequence length of a forward's inputs (input_ids or inputs_embeds), 0 when neither."""
+    for k in ("input_ids", "inputs_embeds"):
+        v = inputs.get(k)
+        if isinstance(v, torch.Tensor) and v.dim() >= 2:
+            return v.shape[1]
+    return 0
+
+
 @contextlib.contextmanager
 def _rope_lookup(slot: "_Slot"):
     """Inside: the slot's rotary modules answer from its tables (positions < slot.cache_len, which
@@ -918,12 +936,19 @@ class GraphedForward:
         self.model = model
         self.device = _model_device(model)
         self._g, reason = _resolve_graphs(self.device, graphs)
-        blocker = _graph_blocker(model, 0, []) if self._g is not None else None
-        if blocker is not None:  # no tables here: every forward runs the rotary module itself
+        # Dynamic RoPE: tables up to its original length, where its frequencies hold; a forward
+        # past it runs eagerly. LongRoPE: no table, every forward eagerly.
+        self.rope: list = []
+        self.rope_len = _dynamic_rope_len(model) if self._g is not None else None
+        if self.rope_len:
+            dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+            self.rope = _rope_tables(model, self.rope_len, dtype, self.device)
+        blocker = _graph_blocker(model, self.rope_len or 0, self.rope) if self._g is not None else None
+        if blocker is not None:
             if graphs is True:
                 raise ValueError(f"GraphedForward: graphs=True: {blocker}; run with graphs='auto' or False")
             _warn_once(f"nograph:{blocker}", f"xpuinject GraphedForward: {blocker}; running eagerly")
-            self._g, reason = None, blocker
+            self._g, reason, self.rope = None, blocker, []
         self.warmup = warmup
         self._entries: Dict[tuple, tuple] = {}
         self.stats: Dict[str, Any] = {"device": str(self.device), "graphs": self._g is not None, "reason": reason,
@@ -936,7 +961,7 @@ class GraphedForward:
     def __call__(self, **inputs):
         key = tuple(sorted((k, _signature(v)) for k, v in inputs.items()))
         with torch.no_grad():
-            if self._g is None:
+            if self._g is None or (self.rope_len and _seq_len(inputs) > self.rope_len):
                 self.stats["eager_calls"] += 1
                 return self.model(**inputs)
             entry = self._entries.get(key)
@@ -950,7 +975,8 @@ class GraphedForward:
                         if masks is not None:
                             masks.forward(capture=calls[0] == self.warmup)
                         calls[0] += 1
-                        return self.model(**static)
+                        with _rope_lookup(self):
+                            return self.model(**static)
 
                     # each signature gets its own pool: a replay must not overwrite another's outputs
                     g, out = self._g.capture(fwd, self._g.pool(), self.warmup)
