@@ -6,23 +6,17 @@ package models
 // their weight, q/k norms over the whole projection) with OLMoE's sparse MoE block (olmoe.go)
 // in the MLP's place: num_experts experts (default 7) of intermediate_size, num_experts_per_tok
 // (default 5) of them per token, renormalized only when norm_topk_prob.
-var flexOlmo = llamaFamily{
-	modelType: "flex_olmo",
-	class:     "FlexOlmo",
-	defaults: llamaConfig{
+var flexOlmo = func() llamaFamily {
+	f := olmo2
+	f.modelType, f.class = "flex_olmo", "FlexOlmo"
+	f.defaults = llamaConfig{
 		VocabSize: 100352, HiddenSize: 4096, IntermediateSize: 11008, NumHiddenLayers: 32,
 		NumAttentionHeads: 32, RMSNormEps: 1e-6,
-	},
-	qkvBias:    attentionBias,
-	oBias:      attentionBias,
-	mlpBias:    never,
-	qkNormFull: true,
-	postNorms:  true,
-	ignore:     []string{".rotary_emb.inv_freq"},
-	mark:       olmo2Layers,
-	sparse: func(ck *Checkpoint, c *llamaConfig) (func(b *builder, blk string, i int) bool, error) {
+	}
+	f.sparse = func(ck *Checkpoint, c *llamaConfig) (func(b *builder, blk string, i int) bool, error) {
 		return sparseOlmoe(ck, c, "FlexOlmo", 7, 5)
-	},
-}
+	}
+	return f
+}()
 
 func init() { registerLlamaFamily(flexOlmo) }
