@@ -196,9 +196,9 @@ def _rope_rows(X, rows, r_ok, sxr, COS, SIN, scr, ssr, W, HALF, D, eps, BLOCK_R:
                BLOCK_D: tl.constexpr, NORM: tl.constexpr, NORM_ROUND: tl.constexpr, NORM_AFTER: tl.constexpr):
     """[BLOCK_R, BLOCK_D] fp32 (unrounded) rows of X (heads, or tokens of one head) normalized
     (NORM; after the rotation with NORM_AFTER) and rotated as rope.py's _rotate does it, the same
-    expressions, in registers: the
-    rotate-half partner of each column is loaded beside it; columns past 2 * HALF (partial
-    rotary) pass through. Row r rotates by cos/sin row r (row strides scr/ssr; 0: one row for all)."""
+    expressions, in registers: the rotate-half partner of each column is loaded beside it; columns
+    past 2 * HALF (partial rotary) pass through. Row r rotates by cos/sin row r (row strides
+    scr/ssr; 0: one row for all)."""
     act = X.dtype.element_ty
     cols = tl.arange(0, BLOCK_D)
     d_ok = cols < D
