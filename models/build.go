@@ -190,10 +190,11 @@ func slidingWindow(ck *Checkpoint, w optInt) (int64, error) {
 	return w.V, nil
 }
 
-// layerWindows reads sliding_window (default 4096; null: none) and layer_types, and returns
-// each block's window, 0 where it attends in full: layer_types' sliding layers, or, where
-// layer_types is left out, those sliding(i) names (OLMo 3's and Ministral's configs).
-func layerWindows(ck *Checkpoint, layers int64, sliding func(i int) bool) (func(i int) int64, error) {
+// layerWindows reads sliding_window (default 4096; null: none) and layer_types, and returns what
+// gives each sliding block's attention its window (Dims "sliding_window"): layer_types' sliding
+// layers, or, where layer_types is left out, those sliding(i) names (OLMo 3's and Ministral's
+// configs).
+func layerWindows(ck *Checkpoint, layers int64, sliding func(i int) bool) (func(l *Layer), error) {
 	s := struct {
 		SlidingWindow optInt   `json:"sliding_window"`
 		LayerTypes    []string `json:"layer_types"`
@@ -208,11 +209,14 @@ func layerWindows(ck *Checkpoint, layers int64, sliding func(i int) bool) (func(
 	if err := checkLayerTypes(ck, s.LayerTypes, layers); err != nil {
 		return nil, err
 	}
-	return func(i int) int64 {
-		if s.LayerTypes != nil && s.LayerTypes[i] == "sliding_attention" || s.LayerTypes == nil && sliding(i) {
-			return window
+	return func(l *Layer) {
+		i := l.Block
+		if l.Kind != KindAttention || i < 0 || window == 0 {
+			return
 		}
-		return 0
+		if s.LayerTypes != nil && s.LayerTypes[i] == "sliding_attention" || s.LayerTypes == nil && sliding(i) {
+			l.Dims["sliding_window"] = window
+		}
 	}, nil
 }
 

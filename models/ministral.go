@@ -19,15 +19,5 @@ func init() { registerLlamaFamily(ministral) }
 
 // ministralLayers marks each sliding layer's window.
 func ministralLayers(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error) {
-	windowOf, err := layerWindows(ck, c.NumHiddenLayers, func(int) bool { return true })
-	if err != nil {
-		return nil, err
-	}
-	return func(l *Layer) {
-		if l.Kind == KindAttention && l.Block >= 0 {
-			if w := windowOf(l.Block); w > 0 {
-				l.Dims["sliding_window"] = w
-			}
-		}
-	}, nil
+	return layerWindows(ck, c.NumHiddenLayers, func(int) bool { return true })
 }

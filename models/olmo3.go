@@ -22,16 +22,12 @@ func olmo3Layers(ck *Checkpoint, c *llamaConfig) (func(l *Layer), error) {
 	if err != nil {
 		return nil, err
 	}
-	windowOf, err := layerWindows(ck, c.NumHiddenLayers, func(i int) bool { return (i+1)%4 != 0 })
+	windows, err := layerWindows(ck, c.NumHiddenLayers, func(i int) bool { return (i+1)%4 != 0 })
 	if err != nil {
 		return nil, err
 	}
 	return func(l *Layer) {
 		norms(l)
-		if l.Kind == KindAttention && l.Block >= 0 {
-			if w := windowOf(l.Block); w > 0 {
-				l.Dims["sliding_window"] = w
-			}
-		}
+		windows(l)
 	}, nil
 }

@@ -133,6 +133,7 @@ class PostNormDecoderLayer(nn.Module):
 
 
 def _post_norm_block(layer: nn.Module, hidden_states, **kwargs):
+    """The block both post-norm layers run; kwargs go to the attention as the block's forward got them."""
     residual = hidden_states
     hidden_states, _ = layer.self_attn(hidden_states=hidden_states, **kwargs)
     norm = layer.post_attention_layernorm

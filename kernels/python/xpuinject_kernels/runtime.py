@@ -206,7 +206,14 @@ class _Slot:
 # sync on the length test).
 
 
-def _table_rotaries(model, S: Optional[int] = None) -> list:
+def _length_rope(m) -> str:
+    """The RoPE type of a rotary module whose frequencies depend on the sequence length ("dynamic"
+    or "longrope" in its rope_type), "" for any other module."""
+    kind = str(getattr(m, "rope_type", "")) if hasattr(m, "inv_freq") else ""
+    return kind if "dynamic" in kind or "longrope" in kind else ""
+
+
+def _table_rotaries(model, S: int) -> list:
     """The model's rotary-embedding modules whose cos/sin a per-position table of S positions can
     stand in for: a transformers rotary module (inv_freq, attention_scaling) whose forward takes
     (x, position_ids) alone, of a position-only RoPE type, or dynamic RoPE (HunYuan's alpha
@@ -217,10 +224,9 @@ def _table_rotaries(model, S: Optional[int] = None) -> list:
     for m in model.modules():
         if not (hasattr(m, "inv_freq") and hasattr(m, "attention_scaling")) or "forward" in m.__dict__:
             continue
-        kind = str(getattr(m, "rope_type", "default"))
+        kind = _length_rope(m)
         original = getattr(m, "original_max_seq_len", None)
-        within = S is not None and isinstance(original, int) and S <= original
-        if "longrope" in kind or ("dynamic" in kind and not within):
+        if "longrope" in kind or ("dynamic" in kind and not (isinstance(original, int) and S <= original)):
             continue
         if list(inspect.signature(m.forward).parameters) != ["x", "position_ids"]:
             continue
@@ -257,8 +263,8 @@ def _graph_blocker(model, S: int, tables: list) -> Optional[str]:
     stream while capturing)."""
     tabled = {id(m) for m, _, _ in tables}
     for name, m in model.named_modules():
-        kind = str(getattr(m, "rope_type", ""))
-        if hasattr(m, "inv_freq") and id(m) not in tabled and ("dynamic" in kind or "longrope" in kind):
+        kind = _length_rope(m)
+        if kind and id(m) not in tabled:
             return (f"{name or type(m).__name__} is {kind} RoPE, which picks its frequencies by the sequence length "
                     f"(original length {getattr(m, 'original_max_seq_len', '?')}"
                     f"{f', cache length {S}' if S else ''}): a captured step would freeze them")
@@ -269,8 +275,7 @@ def _dynamic_rope_len(model) -> Optional[int]:
     """The shortest original length of the model's dynamic-RoPE rotary modules (positions below it
     keep their frequencies, so a table of that many stands in), None when it has none."""
     lens = [m.original_max_seq_len for m in model.modules()
-            if hasattr(m, "inv_freq") and "dynamic" in str(getattr(m, "rope_type", ""))
-            and isinstance(getattr(m, "original_max_seq_len", None), int)]
+            if "dynamic" in _length_rope(m) and isinstance(getattr(m, "original_max_seq_len", None), int)]
     return min(lens) if lens else None
 
 
