@@ -524,3 +524,12 @@ def test_graphed_forward_reads_dynamic_rope_from_tables(monkeypatch):
     long_ids = torch.randint(3, 500, (1, 513), generator=torch.Generator().manual_seed(3))
     fwd(input_ids=long_ids)
     assert fwd.stats["eager_calls"] == 1 and calls
+    # positions of its own past the table (only the device knows their values): eagerly, and the
+    # module's own frequencies for them
+    far = torch.arange(600, 609)[None].expand(2, -1)
+    calls.clear()
+    got_far = fwd(input_ids=ids, position_ids=far).logits
+    with torch.no_grad():
+        want_far = hy(input_ids=ids, position_ids=far).logits
+    assert fwd.stats["eager_calls"] == 2 and fwd.stats["captures"] == 1 and calls
+    assert torch.equal(got_far, want_far) and not torch.equal(got_far, got)

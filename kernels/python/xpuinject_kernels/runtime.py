@@ -279,6 +279,15 @@ def _dynamic_rope_len(model) -> Optional[int]:
     return min(lens) if lens else None
 
 
+def _within_tables(inputs: dict, n: int) -> bool:
+    """Whether a forward reaches only positions [0, n), which rope tables of n positions cover:
+    its positions are 0 .. S-1 (no position_ids, cache_position or cache of its own, whose values
+    only the device knows) and S <= n."""
+    if any(inputs.get(k) is not None for k in ("position_ids", "cache_position", "past_key_values")):
+        return False
+    return _seq_len(inputs) <= n
+
+
 def _seq_len(inputs: dict) -> int:
     """The sequence length of a forward's inputs (input_ids or inputs_embeds), 0 when neither."""
     for k in ("input_ids", "inputs_embeds"):
@@ -942,7 +951,8 @@ class GraphedForward:
         self.device = _model_device(model)
         self._g, reason = _resolve_graphs(self.device, graphs)
         # Dynamic RoPE: tables up to its original length, where its frequencies hold; a forward
-        # past it runs eagerly. LongRoPE: no table, every forward eagerly.
+        # past it, or with positions of its own, runs eagerly. LongRoPE: no table, every forward
+        # eagerly.
         self.rope: list = []
         self.rope_len = _dynamic_rope_len(model) if self._g is not None else None
         if self.rope_len:
@@ -966,7 +976,7 @@ class GraphedForward:
     def __call__(self, **inputs):
         key = tuple(sorted((k, _signature(v)) for k, v in inputs.items()))
         with torch.no_grad():
-            if self._g is None or (self.rope_len and _seq_len(inputs) > self.rope_len):
+            if self._g is None or (self.rope_len and not _within_tables(inputs, self.rope_len)):
                 self.stats["eager_calls"] += 1
                 return self.model(**inputs)
             entry = self._entries.get(key)
