@@ -90,6 +90,31 @@ func (b *builder) add(l Layer, needs ...need) {
 	b.layers = append(b.layers, l)
 }
 
+// attentionNeeds is a self_attn module's q/k/v/o projections at attn: heads × head_dim
+// query rows, kv_heads × head_dim key and value rows, with the q/k/v biases and o_proj's
+// where the switches say. hidden names hidden_size for the errors; qWhy and kvWhy say
+// what gives the query and the key/value widths, for a caller's own needs beside these.
+func attentionNeeds(attn string, h, heads, kv, hd int64, hidden string, qkvBias, oBias bool) (needs []need, qWhy, kvWhy string) {
+	qWhy = fmt.Sprintf("num_attention_heads=%d × head_dim=%d, %s", heads, hd, hidden)
+	kvWhy = fmt.Sprintf("num_key_value_heads=%d × head_dim=%d, %s", kv, hd, hidden)
+	needs = []need{
+		{"q_proj.weight", attn + ".q_proj.weight", []int64{heads * hd, h}, qWhy, false},
+		{"k_proj.weight", attn + ".k_proj.weight", []int64{kv * hd, h}, kvWhy, false},
+		{"v_proj.weight", attn + ".v_proj.weight", []int64{kv * hd, h}, kvWhy, false},
+		{"o_proj.weight", attn + ".o_proj.weight", []int64{h, heads * hd}, qWhy, false},
+	}
+	if qkvBias {
+		needs = append(needs,
+			need{"q_proj.bias", attn + ".q_proj.bias", []int64{heads * hd}, qWhy, false},
+			need{"k_proj.bias", attn + ".k_proj.bias", []int64{kv * hd}, kvWhy, false},
+			need{"v_proj.bias", attn + ".v_proj.bias", []int64{kv * hd}, kvWhy, false})
+	}
+	if oBias {
+		needs = append(needs, need{"o_proj.bias", attn + ".o_proj.bias", []int64{h}, hidden, false})
+	}
+	return needs, qWhy, kvWhy
+}
+
 // graph checks that every checkpoint tensor belongs to a layer (except those ignore
 // accepts) and returns the graph.
 func (b *builder) graph(ignore func(name string) bool) (*Graph, error) {

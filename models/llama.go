@@ -211,23 +211,7 @@ func (f llamaFamily) build(ck *Checkpoint) (*Graph, error) {
 		}
 
 		attn := blk + ".self_attn"
-		qWhy := fmt.Sprintf("num_attention_heads=%d × head_dim=%d, %s", heads, hd, hidden)
-		kvWhy := fmt.Sprintf("num_key_value_heads=%d × head_dim=%d, %s", kv, hd, hidden)
-		needs := []need{
-			{"q_proj.weight", attn + ".q_proj.weight", []int64{heads * hd, h}, qWhy, false},
-			{"k_proj.weight", attn + ".k_proj.weight", []int64{kv * hd, h}, kvWhy, false},
-			{"v_proj.weight", attn + ".v_proj.weight", []int64{kv * hd, h}, kvWhy, false},
-			{"o_proj.weight", attn + ".o_proj.weight", []int64{h, heads * hd}, qWhy, false},
-		}
-		if qkvBias {
-			needs = append(needs,
-				need{"q_proj.bias", attn + ".q_proj.bias", []int64{heads * hd}, qWhy, false},
-				need{"k_proj.bias", attn + ".k_proj.bias", []int64{kv * hd}, kvWhy, false},
-				need{"v_proj.bias", attn + ".v_proj.bias", []int64{kv * hd}, kvWhy, false})
-		}
-		if oBias {
-			needs = append(needs, need{"o_proj.bias", attn + ".o_proj.bias", []int64{h}, hidden, false})
-		}
+		needs, qWhy, kvWhy := attentionNeeds(attn, h, heads, kv, hd, hidden, qkvBias, oBias)
 		l := Layer{Module: attn, Kind: KindAttention, Class: f.class + "Attention", Block: i, Bias: qkvBias || oBias,
 			BlockClass: f.class + "DecoderLayer", InterleavedRotary: f.interleaved,
 			Dims: map[string]int64{"hidden": h, "heads": heads, "kv_heads": kv, "head_dim": hd}}
