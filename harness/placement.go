@@ -37,7 +37,7 @@ func MeasureFootprint(ck *models.Checkpoint) Footprint {
 	var outside, embed int64
 	head := false
 	for _, t := range ck.Tensors {
-		if !isFloat(t.DType) {
+		if !isFloat(t.DType) || t.Of != "" { // a view's bytes are its parent's
 			continue
 		}
 		n := 2 * t.Elems()

@@ -125,6 +125,9 @@ func (b *builder) graph(ignore func(name string) bool) (*Graph, error) {
 	for _, l := range b.layers {
 		for _, name := range l.Tensors {
 			owned[name] = true
+			if t := b.ck.Tensors[name]; t != nil && t.Of != "" {
+				owned[t.Of] = true
+			}
 		}
 	}
 	var stray []string

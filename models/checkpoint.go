@@ -232,6 +232,33 @@ func (ck *Checkpoint) Need(name string, shape []int64, because string) (*Tensor,
 	return t, nil
 }
 
+// AddView registers name as a contiguous part of the checkpoint tensor of: shape
+// elements from element offset elem on, in its bytes. Checkpoints that store experts
+// stacked in one tensor ([experts, rows, cols]) give each expert's projection a name of
+// its own this way, so layers and the packer read it as any 2D tensor. The parent counts
+// as owned wherever a view of it is.
+func (ck *Checkpoint) AddView(name, of string, elem int64, shape []int64) error {
+	p, ok := ck.Tensors[of]
+	if !ok {
+		return fmt.Errorf("%w: tensor %q is in no shard of %s", ErrMissingTensor, of, ck.Dir)
+	}
+	v := &Tensor{Name: name, DType: p.DType, Shape: append([]int64{}, shape...), File: p.File, Of: of}
+	n := v.Elems()
+	es := int64(p.DType.Size())
+	if elem < 0 || n <= 0 || elem > p.Elems()-n || es == 0 {
+		return fmt.Errorf("models: view %q of %q: elements [%d, %d) outside its %d", name, of, elem, elem+n, p.Elems())
+	}
+	v.Offset, v.Size = p.Offset+elem*es, n*es
+	if prev, dup := ck.Tensors[name]; dup {
+		if prev.Of == of && prev.Offset == v.Offset && equalShape(prev.Shape, shape) {
+			return nil // the same view, from an earlier build of this checkpoint
+		}
+		return fmt.Errorf("models: view %q of %q: the checkpoint already has a tensor of that name", name, of)
+	}
+	ck.Tensors[name] = v
+	return nil
+}
+
 // Has reports whether the checkpoint holds a tensor of that name.
 func (ck *Checkpoint) Has(name string) bool {
 	_, ok := ck.Tensors[name]

@@ -40,10 +40,10 @@ func TestBadCheckpoints(t *testing.T) {
 		}, ErrBadConfig, []string{"not a JSON object"}},
 		{"no model_type", "llama-tiny", func(t *testing.T, dir string) {
 			editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { delete(m, "model_type") })
-		}, ErrBadConfig, []string{"config.json", "model_type", "supported: ernie4_5, exaone4, flex_olmo, gemma, gemma2, gemma3_text, glm, glm4, granite, helium, hunyuan_v1_dense, levit, llama"}},
+		}, ErrBadConfig, []string{"config.json", "model_type", "supported: ernie4_5, exaone4, flex_olmo, gemma, gemma2, gemma3_text, glm, glm4, granite, granitemoe, helium, hunyuan_v1_dense, levit, llama"}},
 		{"unknown model_type", "llama-tiny", func(t *testing.T, dir string) {
 			editJSON(t, filepath.Join(dir, ConfigFile), func(m map[string]any) { m["model_type"] = "gpt9" })
-		}, nil, []string{`unsupported model_type "gpt9"`, "supported: ernie4_5, exaone4, flex_olmo, gemma, gemma2, gemma3_text, glm, glm4, granite, helium, hunyuan_v1_dense, levit, llama, ministral, mistral, mixtral, olmo2, olmo3, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3",
+		}, nil, []string{`unsupported model_type "gpt9"`, "supported: ernie4_5, exaone4, flex_olmo, gemma, gemma2, gemma3_text, glm, glm4, granite, granitemoe, helium, hunyuan_v1_dense, levit, llama, ministral, mistral, mixtral, olmo2, olmo3, olmoe, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, seed_oss, smollm3",
 			"config.json"}},
 		{"truncated safetensors", "llama-tiny", func(t *testing.T, dir string) {
 			p := filepath.Join(dir, st)
@@ -360,6 +360,50 @@ func TestNeedAndOpenTensor(t *testing.T) {
 	}
 }
 
+// TestAddView: a view reads exactly its part of the stacked tensor's bytes; a part outside
+// it, a missing parent or a name taken by another tensor is refused; the same view again is
+// accepted (a second build of one checkpoint).
+func TestAddView(t *testing.T) {
+	ck, err := Open(filepath.Join(fixtures, "granitemoe-tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const in = "model.layers.0.block_sparse_moe.input_linear.weight" // [5, 80, 96] bf16
+	p := ck.Tensors[in]
+	if err := ck.AddView("up3", in, (3*80+40)*96, []int64{40, 96}); err != nil {
+		t.Fatal(err)
+	}
+	v := ck.Tensors["up3"]
+	r, c, err := OpenTensor(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, _ := io.ReadAll(r)
+	raw, _ := os.ReadFile(p.File)
+	at := p.Offset + (3*80+40)*96*2
+	if v.Of != in || v.Size != 40*96*2 || !bytes.Equal(got, raw[at:at+v.Size]) {
+		t.Errorf("view %+v reads other bytes than expert 3's up rows", v)
+	}
+	if err := ck.AddView("up3", in, (3*80+40)*96, []int64{40, 96}); err != nil {
+		t.Errorf("the same view again: %v", err)
+	}
+	for _, c := range []struct {
+		name, of string
+		elem     int64
+		want     string
+	}{
+		{"up3", in, 0, "already has a tensor of that name"},
+		{"past", in, 4*80*96 + 41*96, "outside its 38400"},
+		{"neg", in, -1, "outside"},
+		{"x", "model.layers.0.nope.weight", 0, "in no shard"},
+	} {
+		if err := ck.AddView(c.name, c.of, c.elem, []int64{40, 96}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("AddView(%s at %d): %v, want %q", c.name, c.elem, err, c.want)
+		}
+	}
+}
+
 // TestSyntheticCheckpoint builds a checkpoint from nothing with WriteHeader: a qwen3
 // with attention_bias, a bare Qwen3Model (no "model." prefix, no lm_head) and an old
 // rotary buffer that no module owns.
@@ -416,7 +460,7 @@ func TestSyntheticCheckpoint(t *testing.T) {
 }
 
 func TestSupported(t *testing.T) {
-	want := []string{"ernie4_5", "exaone4", "flex_olmo", "gemma", "gemma2", "gemma3_text", "glm", "glm4", "granite", "helium", "hunyuan_v1_dense", "levit", "llama", "ministral", "mistral", "mixtral", "olmo2", "olmo3", "olmoe", "phi3", "qwen2", "qwen2_moe", "qwen3",
+	want := []string{"ernie4_5", "exaone4", "flex_olmo", "gemma", "gemma2", "gemma3_text", "glm", "glm4", "granite", "granitemoe", "helium", "hunyuan_v1_dense", "levit", "llama", "ministral", "mistral", "mixtral", "olmo2", "olmo3", "olmoe", "phi3", "qwen2", "qwen2_moe", "qwen3",
 		"qwen3_moe", "seed_oss", "smollm3"}
 	if got := Supported(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Supported() = %v, want %v", got, want)

@@ -24,7 +24,12 @@ type golden struct {
 }
 
 func goldenOf(g *Graph) golden {
-	out := golden{Arch: g.Arch, Tensors: len(g.Checkpoint.Tensors), Layers: g.Layers}
+	out := golden{Arch: g.Arch, Layers: g.Layers}
+	for _, t := range g.Checkpoint.Tensors {
+		if t.Of == "" { // the files' tensors, not views of them
+			out.Tensors++
+		}
+	}
 	for _, f := range g.Checkpoint.Files {
 		out.Files = append(out.Files, filepath.Base(f))
 	}
@@ -363,6 +368,37 @@ func TestFixtureFacts(t *testing.T) {
 					t.Errorf("attention %+v", a)
 				}
 			}, []string{"FlexOlmoRMSNorm", "FlexOlmoAttention", "FlexOlmoSparseMoeBlock"}},
+		"granitemoe-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMoE: 2, KindLMHead: 1}, 1,
+			func(t *testing.T, g *Graph) {
+				// the experts stacked in the checkpoint: each projection a view of its bytes
+				m := layer(t, g, "model.layers.1.block_sparse_moe")
+				wantDims(t, m, map[string]int64{"hidden": 96, "intermediate": 40, "experts": 5, "top_k": 3})
+				if m.Router != RouterSoftmaxTopKNorm || m.Class != "GraniteMoeMoE" || m.BlockClass != "GraniteMoeDecoderLayer" ||
+					m.Tensors["gate.weight"] != "model.layers.1.block_sparse_moe.router.layer.weight" {
+					t.Errorf("moe block %+v", m)
+				}
+				in := g.Checkpoint.Tensors["model.layers.1.block_sparse_moe.input_linear.weight"]
+				out := g.Checkpoint.Tensors["model.layers.1.block_sparse_moe.output_linear.weight"]
+				const row = 96 * 2 // one hidden-wide bf16 row
+				for _, c := range []struct {
+					role string
+					of   *Tensor
+					at   int64
+				}{
+					{"experts.0.gate_proj.weight", in, 0}, {"experts.0.up_proj.weight", in, 40 * row},
+					{"experts.3.gate_proj.weight", in, 3 * 80 * row}, {"experts.3.up_proj.weight", in, (3*80 + 40) * row},
+					{"experts.4.down_proj.weight", out, 4 * 96 * 40 * 2},
+				} {
+					v := g.Checkpoint.Tensors[m.Tensors[c.role]]
+					if v == nil || v.Of != c.of.Name || v.File != c.of.File || v.Offset != c.of.Offset+c.at || v.Size != 40*row {
+						t.Errorf("%s: view %+v, want %d bytes at %d of %s", c.role, v, 40*row, c.of.Offset+c.at, c.of.Name)
+					}
+				}
+				// Granite's residual_multiplier on the post-attention norms
+				if n := layer(t, g, "model.layers.0.post_attention_layernorm"); n.ResidualScale != 0.22 {
+					t.Errorf("post-attention norm %+v", n)
+				}
+			}, []string{"GraniteMoeRMSNorm", "GraniteMoeAttention", "GraniteMoeMoE"}},
 		"olmoe-tiny": {11, map[LayerKind]int{KindEmbedding: 1, KindRMSNorm: 5, KindAttention: 2, KindMoE: 2, KindLMHead: 1}, 1,
 			func(t *testing.T, g *Graph) {
 				// every layer sparse: experts of intermediate_size, the router without renormalization
@@ -518,6 +554,8 @@ func TestFixtureFacts(t *testing.T) {
 				for _, n := range l.Tensors {
 					if g.Checkpoint.Tensors[n] == nil {
 						t.Errorf("layer %s names tensor %q the checkpoint lacks", l.Module, n)
+					} else if of := g.Checkpoint.Tensors[n].Of; of != "" {
+						owned[of] = true // a view owns its stacked parent
 					}
 					owned[n] = true
 				}

@@ -1,6 +1,9 @@
 package models
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+)
 
 // The mixture-of-experts block the MoE families share (qwen3_moe.go, mixtral.go). Read
 // against transformers 5.17 models/qwen3_moe/modeling_qwen3_moe.py and
@@ -39,8 +42,14 @@ type moeBlock struct {
 	hidden               int64
 	router               string
 	// prefix is the checkpoint's name of the block under a decoder layer ("mlp",
-	// "block_sparse_moe"); the module is always "mlp", the name transformers loads it as.
-	prefix string
+	// "block_sparse_moe"); module the name transformers loads it as ("" for "mlp").
+	prefix, module string
+	// stacked: the checkpoint stores the experts as transformers' modules hold them, one
+	// tensor a projection (GraniteMoE): input_linear.weight [experts, 2·intermediate,
+	// hidden], each expert's gate rows then up, and output_linear.weight [experts, hidden,
+	// intermediate]; router.layer.weight is the router. Each expert's gate, up and down are
+	// views of them (Checkpoint.AddView) under the roles below.
+	stacked bool
 	// gate, up, down are the expert projections' checkpoint names (gate_proj or w1, ...).
 	gate, up, down string
 	// why says which config fields give experts and the expert width.
@@ -59,8 +68,13 @@ func (m moeBlock) add(b *builder, blk string, i int, blockClass string) {
 	src := blk + "." + m.prefix
 	hidden := fmt.Sprintf("hidden_size=%d", h)
 	why := fmt.Sprintf("%s=%d, %s", m.interField, inter, hidden)
-	needs := []need{{"gate.weight", src + ".gate.weight", []int64{e, h},
-		fmt.Sprintf("%s=%d, %s", m.expertsField, e, hidden), false}}
+	ewhy := fmt.Sprintf("%s=%d, %s", m.expertsField, e, hidden)
+	module := blk + "." + cmp.Or(m.module, "mlp")
+	if m.stacked {
+		m.addStacked(b, src, module, i, blockClass, ewhy, why)
+		return
+	}
+	needs := []need{{"gate.weight", src + ".gate.weight", []int64{e, h}, ewhy, false}}
 	for x := int64(0); x < e; x++ {
 		pre := fmt.Sprintf("%s.experts.%d.", src, x)
 		role := fmt.Sprintf("experts.%d.", x)
@@ -79,7 +93,53 @@ func (m moeBlock) add(b *builder, blk string, i int, blockClass string) {
 			need{"shared_expert_gate.weight", src + ".shared_expert_gate.weight", []int64{1, h}, hidden, false})
 		dims["shared_intermediate"] = s
 	}
-	b.add(Layer{Module: blk + ".mlp", Kind: KindMoE, Class: m.class, Block: i, BlockClass: blockClass,
+	b.add(Layer{Module: module, Kind: KindMoE, Class: m.class, Block: i, BlockClass: blockClass,
+		Router: m.router, Dims: dims}, needs...)
+}
+
+// addStacked adds a block whose experts are stacked (moeBlock.stacked): the router and one
+// view a projection and expert, under the per-expert roles, named after the stacked tensor
+// and the part they are ("…input_linear.weight[3][0:40]": expert 3's gate rows).
+func (m moeBlock) addStacked(b *builder, src, module string, i int, blockClass, ewhy, why string) {
+	if b.err != nil {
+		return
+	}
+	h, e, inter := m.hidden, m.experts, m.inter
+	router := src + ".router.layer.weight"
+	if !b.ck.Has(router) && b.ck.Has(src+".router.weight") {
+		router = src + ".router.weight" // as transformers names it once loaded
+	}
+	in, out := src+".input_linear.weight", src+".output_linear.weight"
+	for _, t := range []struct {
+		name  string
+		shape []int64
+	}{{in, []int64{e, 2 * inter, h}}, {out, []int64{e, h, inter}}} {
+		if _, err := b.ck.Need(t.name, t.shape, fmt.Sprintf("%s, %s", ewhy, why)); err != nil {
+			b.err = fmt.Errorf("%w (%s layer %s)", err, b.ck.ModelType, module)
+			return
+		}
+	}
+	needs := []need{{"gate.weight", router, []int64{e, h}, ewhy, false}}
+	for x := int64(0); x < e; x++ {
+		role := fmt.Sprintf("experts.%d.", x)
+		for _, v := range []struct {
+			role, name, of string
+			elem           int64
+			shape          []int64
+		}{
+			{"gate_proj", fmt.Sprintf("%s[%d][0:%d]", in, x, inter), in, x * 2 * inter * h, []int64{inter, h}},
+			{"up_proj", fmt.Sprintf("%s[%d][%d:%d]", in, x, inter, 2*inter), in, (x*2 + 1) * inter * h, []int64{inter, h}},
+			{"down_proj", fmt.Sprintf("%s[%d]", out, x), out, x * h * inter, []int64{h, inter}},
+		} {
+			if err := b.ck.AddView(v.name, v.of, v.elem, v.shape); err != nil {
+				b.err = fmt.Errorf("%w (%s layer %s)", err, b.ck.ModelType, module)
+				return
+			}
+			needs = append(needs, need{role + v.role + ".weight", v.name, v.shape, why, false})
+		}
+	}
+	dims := map[string]int64{"hidden": h, "intermediate": inter, "experts": e, "top_k": m.topK}
+	b.add(Layer{Module: module, Kind: KindMoE, Class: m.class, Block: i, BlockClass: blockClass,
 		Router: m.router, Dims: dims}, needs...)
 }
 

@@ -56,6 +56,9 @@ type Tensor struct {
 	// Size its length in bytes (= product(Shape) * DType.Size()).
 	Offset int64
 	Size   int64
+	// Of names the tensor this one is a contiguous part of (Checkpoint.AddView: one expert
+	// of experts stored stacked in one tensor), "" for a tensor the file itself names.
+	Of string `json:",omitempty" yaml:",omitempty"`
 }
 
 // Elems is the number of elements (product of Shape; 1 for a scalar).

@@ -498,6 +498,27 @@ def build_flex_olmo_tiny(seed: int):
     return _seeded(seed, lambda: FlexOlmoForCausalLM(cfg))
 
 
+def build_granitemoe_tiny(seed: int):
+    from transformers import GraniteMoeConfig, GraniteMoeForCausalLM
+
+    cfg = GraniteMoeConfig(
+        hidden_size=96,  # head_dim 32 = 96 / 3 (GraniteMoeConfig has no head_dim)
+        intermediate_size=40,  # each expert's width, not a power of two
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,  # GQA ratio 3
+        num_local_experts=5,
+        num_experts_per_tok=3,
+        embedding_multiplier=12.0,  # Granite 3's four scalars, as granite-tiny's
+        residual_multiplier=0.22,
+        attention_multiplier=0.0625,
+        logits_scaling=2.0,
+        tie_word_embeddings=True,  # the budget
+        **_text_common(),
+    )
+    return _seeded(seed, lambda: GraniteMoeForCausalLM(cfg))
+
+
 def build_ernie4_5_tiny(seed: int):
     from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
 
@@ -710,6 +731,8 @@ FIXTURE_LIST = [
     Fixture("glm-tiny", 1027, build_glm_tiny, dtype="bfloat16"),
     # save_pretrained writes each expert as 2D tensors (OLMoE's conversion in reverse)
     Fixture("flex_olmo-tiny", 1028, build_flex_olmo_tiny, dtype="bfloat16"),
+    # the experts stacked in one tensor a projection, as GraniteMoE checkpoints store them
+    Fixture("granitemoe-tiny", 1029, build_granitemoe_tiny, dtype="bfloat16"),
     Fixture("llama-tiny-fp8", 1001, build_llama_tiny, dtype="bfloat16", text=False, quantize="fp8"),
 ]
 

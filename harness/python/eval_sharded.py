@@ -348,9 +348,16 @@ def moe_checkpoint_parts(index: dict, key: str):
     at load (conversion_mapping.py), as ([[names of expert 0], ...], stacked) or None: experts'
     gate_up_proj [E, 2I, H] is each expert's gate then up weight concatenated, stacked; down_proj
     [E, H, I] the experts' down weights stacked; Mixtral's checkpoints name the block
-    block_sparse_moe and the projections w1 (gate), w3 (up), w2 (down)."""
+    block_sparse_moe and the projections w1 (gate), w3 (up), w2 (down). GraniteMoE's store them
+    stacked already, under other names (renamed at load; None where the checkpoint has them as
+    the model names them)."""
     import re
 
+    m = re.fullmatch(r"(.*\.block_sparse_moe)\.(experts\.gate_up_proj|experts\.down_proj|router\.weight)", key)
+    if m is not None:
+        name = m[1] + {"experts.gate_up_proj": ".input_linear.weight", "experts.down_proj": ".output_linear.weight",
+                       "router.weight": ".router.layer.weight"}[m[2]]
+        return ([[name]], False) if name in index else None
     m = re.fullmatch(r"(.*)\.mlp\.(experts\.gate_up_proj|experts\.down_proj|gate\.weight)", key)
     if m is None:
         return None
@@ -516,7 +523,7 @@ class LayeredOracle:
                     groups, stacked = parts
                     v = torch.stack([torch.cat([read(n) for n in g], 0) for g in groups]) if stacked else read(groups[0][0])
                 if list(v.shape) != list(t.shape):
-                    raise ValueError(f"{f}: tensor {key!r} has shape {list(v.shape)}, the model wants {list(t.shape)}")
+                    raise ValueError(f"{self.path}: tensor {key!r} has shape {list(v.shape)}, the model wants {list(t.shape)}")
                 # cast on the device: half the bytes cross the bus, and the cast is exact either way
                 v = v.to(self.device)
                 v = v.to(torch.float32) if v.is_floating_point() else v

@@ -142,6 +142,9 @@ func checkPlanInvariants(t *testing.T, g *models.Graph, p *Plan) {
 			outs[o.Name] = true
 			for _, s := range o.Sources {
 				read[s] = true
+				if t := g.Checkpoint.Tensors[s]; t != nil && t.Of != "" {
+					read[t.Of] = true // a view reads its stacked parent
+				}
 			}
 		}
 	}

@@ -87,6 +87,53 @@ func TestPlanMoE(t *testing.T) {
 	}
 }
 
+// TestPlanStackedExperts: GraniteMoE's experts, stacked in the checkpoint, are packed from
+// views of the stacked tensors in expert order (each expert's gate rows, then up); the block
+// binds RouterMoE, its decoder layer ScaledMoEDecoderLayer with residual_multiplier; kept, the
+// block writes each stacked tensor once, whole, under its own name.
+func TestPlanStackedExperts(t *testing.T) {
+	p := planFixture(t, "granitemoe-tiny", Options{})
+	l := moeLayer(t, p, "model.layers.1.block_sparse_moe")
+	if l.Kernel != "moe" || l.Layer != layerRouterMoE || l.Router != models.RouterSoftmaxTopKNorm || len(l.Outputs) != 3 {
+		t.Fatalf("layer %+v", l)
+	}
+	in := "model.layers.1.block_sparse_moe.input_linear.weight"
+	router, gu, down := l.Outputs[0], l.Outputs[1], l.Outputs[2]
+	if router.Sources[0] != "model.layers.1.block_sparse_moe.router.layer.weight" || !slices.Equal(router.Shape, []int64{96, 5}) {
+		t.Errorf("router %+v", router)
+	}
+	if !slices.Equal(gu.Shape, []int64{5, 96, 80}) || len(gu.Sources) != 10 || gu.Sources[2] != in+"[1][0:40]" ||
+		gu.Sources[3] != in+"[1][40:80]" {
+		t.Errorf("gate_up %+v", gu)
+	}
+	if len(down.Sources) != 5 || down.Sources[4] != "model.layers.1.block_sparse_moe.output_linear.weight[4]" {
+		t.Errorf("down %+v", down)
+	}
+	if b := l.Bindings[0]; b.Class != "GraniteMoeMoE" || !slices.Contains(b.Reads, "router.top_k") ||
+		slices.Contains(b.Reads, "gate.norm_topk_prob") {
+		t.Errorf("binding %+v", b)
+	}
+	n := moeLayer(t, p, "model.layers.1.post_attention_layernorm")
+	if len(n.Bindings) != 2 || n.Bindings[1].Layer != layerScaledMoEDecoder || !slices.Contains(n.Bindings[1].Reads, "residual_multiplier") ||
+		!strings.Contains(n.Reason, "the MoE block's output is scaled and added as the stock block does") {
+		t.Errorf("post-attention norm %+v", n)
+	}
+
+	k := moeLayer(t, planFixture(t, "granitemoe-tiny", Options{Disable: []string{"moe"}}), "model.layers.1.block_sparse_moe")
+	var names []string
+	for _, o := range k.Outputs {
+		names = append(names, o.Name)
+		if o.Name == in && (!slices.Equal(o.Shape, []int64{5, 80, 96}) || !slices.Equal(o.Sources, []string{in})) {
+			t.Errorf("kept input_linear %+v", o)
+		}
+	}
+	want := []string{in, "model.layers.1.block_sparse_moe.output_linear.weight", "model.layers.1.block_sparse_moe.router.layer.weight"}
+	slices.Sort(names)
+	if k.Kernel != KernelKeep || !slices.Equal(names, want) {
+		t.Errorf("kept %s writes %v, want %v", k.Kernel, names, want)
+	}
+}
+
 // TestPlanMoEKeeps: a router rule the kernel does not compute keeps the block, saying why.
 func TestPlanMoEKeeps(t *testing.T) {
 	g, err := models.Load(filepath.Join(fixturesDir, "qwen3-moe-tiny"))

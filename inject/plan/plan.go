@@ -57,6 +57,10 @@ const (
 	ReasonScaledResidual = "the decoder layer is patched: the block scales each branch by residual_multiplier %g " +
 		"before adding it, and both adds run in the o_proj and down_proj GEMMs' residual epilogues (one fp32 " +
 		"multiply-add, rounded once); this norm runs on its own"
+	// ReasonScaledResidualMoE is the same norm in a GraniteMoE block (%g: residual_multiplier).
+	ReasonScaledResidualMoE = "the decoder layer is patched: the block scales each branch by residual_multiplier %g " +
+		"before adding it; the attention's add runs in the o_proj GEMM's residual epilogue (one fp32 multiply-add, " +
+		"rounded once), the MoE block's output is scaled and added as the stock block does; this norm runs on its own"
 	ReasonGemmaNorm = "Gemma's (1 + w) folded offline and kept fp32; normalized and scaled in fp32, rounded once"
 	// ReasonFP32Norm is OLMo 2's order: the weight multiplies the unrounded normalized row.
 	ReasonFP32Norm = "normalized and scaled in fp32, rounded once (the weight multiplies the unrounded row)"
@@ -135,6 +139,7 @@ func New(g *models.Graph, reg *kernels.Registry, opts Options) (*Plan, error) {
 // (training state; never written to the packed checkpoint).
 func checkOwnership(g *models.Graph) error {
 	owner := map[string]string{}
+	viewed := map[string]bool{} // stacked tensors whose views a layer owns
 	modules := map[string]bool{}
 	for _, l := range g.Layers {
 		if l.Module == "" {
@@ -156,6 +161,9 @@ func checkOwnership(g *models.Graph) error {
 				return fmt.Errorf("%w: tensor %q belongs to both %s and %s", ErrCannotPlan, name, m, l.Module)
 			}
 			owner[name] = l.Module
+			if of := g.Checkpoint.Tensors[name].Of; of != "" {
+				viewed[of] = true
+			}
 		}
 	}
 	var orphans []string
@@ -167,7 +175,7 @@ func checkOwnership(g *models.Graph) error {
 		if slices.ContainsFunc(t.Shape, func(d int64) bool { return d < 0 }) {
 			return fmt.Errorf("%w: tensor %q has shape %v", ErrCannotPlan, name, t.Shape)
 		}
-		if _, ok := owner[name]; !ok && !kernels.TrainingOnly(name) {
+		if _, ok := owner[name]; !ok && !viewed[name] && !kernels.TrainingOnly(name) {
 			orphans = append(orphans, name)
 		}
 	}
@@ -205,6 +213,9 @@ func chooseDType(want string, ck *models.Checkpoint) (string, error) {
 	}
 	var f16, other int64
 	for _, t := range ck.Tensors {
+		if t.Of != "" { // a view's elements are its parent's
+			continue
+		}
 		n := int64(1)
 		for _, d := range t.Shape {
 			n *= max(d, 1)
@@ -379,12 +390,21 @@ func (p *planner) lmHead(l models.Layer, lp *LayerPlan) error {
 func (p *planner) keep(l models.Layer, lp *LayerPlan, reason string) error {
 	lp.Kernel, lp.Layer, lp.Reason = KernelKeep, "", reason
 	lp.Outputs, lp.Bindings = lp.Outputs[:0], nil
+	written := map[string]bool{}
 	for _, role := range slices.Sorted(maps.Keys(l.Tensors)) {
 		name := l.Tensors[role]
 		if kernels.TrainingOnly(name) {
 			continue
 		}
 		t := p.tensors[name]
+		if t.Of != "" {
+			// a view of a stacked tensor: the stock module loads the whole tensor, once
+			name, t = t.Of, p.tensors[t.Of]
+		}
+		if written[name] {
+			continue
+		}
+		written[name] = true
 		o := TensorPlan{Name: name, Sources: []string{name}, Shape: slices.Clone(t.Shape),
 			DType: string(t.DType), Layout: LayoutRowMajor}
 		if dt, cast := p.target(); foldable(t.DType) && t.DType != dt {

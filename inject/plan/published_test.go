@@ -35,7 +35,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 	mt := cfg["model_type"].(string)
 	add("model.embed_tokens.weight", vocab, h)
 	glm := mt == "glm" || mt == "glm4"
-	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "flex_olmo" || mt == "seed_oss" || mt == "exaone4" || mt == "ministral" || mt == "hunyuan_v1_dense" || mt == "helium" || glm) {
+	if tied, _ := cfg["tie_word_embeddings"].(bool); !tied && (mt == "phi3" || mt == "olmo2" || mt == "olmoe" || mt == "flex_olmo" || mt == "seed_oss" || mt == "exaone4" || mt == "ministral" || mt == "hunyuan_v1_dense" || mt == "helium" || mt == "granitemoe" || glm) {
 		add("lm_head.weight", vocab, h)
 	}
 	add("model.norm.weight", h)
@@ -49,7 +49,7 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 		if mt == "flex_olmo" {
 			add(p+"post_feedforward_layernorm.weight", h)
 		}
-		if mt != "olmoe" && mt != "flex_olmo" {
+		if mt != "olmoe" && mt != "flex_olmo" && mt != "granitemoe" {
 			add(p+"mlp.down_proj.weight", h, inter)
 		}
 		if mt == "phi3" {
@@ -69,6 +69,16 @@ func headerOnly(t *testing.T, dir string, cfg map[string]any) {
 				add(p+"post_self_attn_layernorm.weight", h)
 				add(p+"post_mlp_layernorm.weight", h)
 			}
+			continue
+		}
+		if mt == "granitemoe" { // the experts stacked, one tensor a projection
+			experts := n("num_local_experts")
+			add(p+"block_sparse_moe.router.layer.weight", experts, h)
+			add(p+"block_sparse_moe.input_linear.weight", experts, 2*inter, h)
+			add(p+"block_sparse_moe.output_linear.weight", experts, h, inter)
+			add(p+"self_attn.q_proj.weight", heads*hd, h)
+			add(p+"self_attn.k_proj.weight", kv*hd, h)
+			add(p+"self_attn.v_proj.weight", kv*hd, h)
 			continue
 		}
 		if mt == "olmoe" || mt == "flex_olmo" {
@@ -340,6 +350,23 @@ func TestPublishedConfigs(t *testing.T) {
 		}, `{"architectures": ["FlexOlmoForCausalLM"], "model_type": "flex_olmo", "vocab_size": 100352, "hidden_size": 4096,
 			"intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_experts": 7,
 			"num_experts_per_tok": 5, "rms_norm_eps": 1e-6}`},
+		// GraniteMoeConfig's defaults (configuration_granitemoe.py) with Granite 3's residual
+		// multiplier: 32 layers of 8 experts, top-2, stacked in the checkpoint (packed from views);
+		// RouterMoE on the block, ScaledMoEDecoderLayer around it
+		"GraniteMoeConfig defaults": {32*4 + 2, 1, nil, func(t *testing.T, p *Plan) {
+			m := layerPlan(t, p, "model.layers.31.block_sparse_moe")
+			if m.Kernel != "moe" || m.Layer != "RouterMoE" || m.Router != "softmax-topk-norm" || m.Dims["experts"] != 8 ||
+				m.Dims["top_k"] != 2 || m.Dims["intermediate"] != 11008 ||
+				m.Outputs[1].Sources[1] != "model.layers.31.block_sparse_moe.input_linear.weight[0][11008:22016]" {
+				t.Errorf("moe: kernel %s, layer %s, router %s, dims %v, outputs %+v", m.Kernel, m.Layer, m.Router, m.Dims, m.Outputs)
+			}
+			n := layerPlan(t, p, "model.layers.31.post_attention_layernorm")
+			if len(n.Bindings) != 2 || n.Bindings[1].Layer != "ScaledMoEDecoderLayer" {
+				t.Errorf("post_attention_layernorm: bindings %+v", n.Bindings)
+			}
+		}, `{"architectures": ["GraniteMoeForCausalLM"], "model_type": "granitemoe", "vocab_size": 32000, "hidden_size": 4096,
+			"intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_local_experts": 8,
+			"num_experts_per_tok": 2, "rms_norm_eps": 1e-6, "residual_multiplier": 0.22}`},
 		// Ernie4_5Config's defaults (configuration_ernie4_5.py, ERNIE-4.5-0.3B's shape): Llama's
 		// block, every channel of each head rotating in adjacent pairs, reordered offline; tied
 		"Ernie4_5Config defaults": {18*4 + 2, 1, nil, func(t *testing.T, p *Plan) {

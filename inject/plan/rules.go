@@ -61,7 +61,11 @@ func (p *planner) rmsnorm(l models.Layer, lp *LayerPlan) error {
 	if scaledResidual(l) && blockNorm(l) {
 		// The scaled add rides in o_proj's epilogue instead, so this norm runs alone and the
 		// decoder layer is what changes; it reads the scale from the block.
-		lp.Reason = joinReasons(fmt.Sprintf(ReasonScaledResidual, l.ResidualScale), note)
+		why := ReasonScaledResidual
+		if decoder == layerScaledMoEDecoder {
+			why = ReasonScaledResidualMoE
+		}
+		lp.Reason = joinReasons(fmt.Sprintf(why, l.ResidualScale), note)
 		db := bind(parentModule(l.Module), l.BlockClass, decoder, nil, "residual_multiplier")
 		lp.Bindings = append(lp.Bindings, db)
 		return nil
@@ -138,8 +142,8 @@ func sandwich(l models.Layer) bool {
 // norm before and after each branch) or DecoderLayer; "" for a block
 // class none of them replaces.
 func blockDecoder(l models.Layer) string {
-	for _, d := range []string{layerMoEDecoder, layerGemmaDecoder, layerPostNormDecoder, layerPostNormMoEDecoder,
-		layerSandwichDecoder, layerDecoder} {
+	for _, d := range []string{layerMoEDecoder, layerScaledMoEDecoder, layerGemmaDecoder, layerPostNormDecoder,
+		layerPostNormMoEDecoder, layerSandwichDecoder, layerDecoder} {
 		if kernels.LayerReplaces(d, l.BlockClass) {
 			return d
 		}

@@ -21,6 +21,10 @@ const (
 	layerSparseMoE       = "SparseMoE"
 	layerSharedExpertMoE = "SharedExpertMoE"
 	layerMoEDecoder      = "MoEDecoderLayer"
+	// layerRouterMoE is SparseMoE on a block whose router child is `router` (GraniteMoE's),
+	// layerScaledMoEDecoder the decoder layer around it, each branch scaled before its add.
+	layerRouterMoE        = "RouterMoE"
+	layerScaledMoEDecoder = "ScaledMoEDecoderLayer"
 )
 
 // sharedRoles are a block's shared-expert tensors (Qwen2-MoE), read beside the routed ones.
@@ -109,8 +113,11 @@ func (p *planner) moe(l models.Layer, lp *LayerPlan) error {
 		down = append(down, t[pre+"down_proj.weight"])
 	}
 	layer := k.LayerClass(l.Kind)
-	if shared > 0 {
+	switch {
+	case shared > 0:
 		layer = layerSharedExpertMoE
+	case kernels.LayerReplaces(layerRouterMoE, l.Class):
+		layer = layerRouterMoE
 	}
 	router := p.out(m+".router.weight", "", kernels.PackedAttr(layer, "router_weight"), LayoutKMajor,
 		[]int64{hidden, experts}, nil, t["gate.weight"])
@@ -138,8 +145,8 @@ func (p *planner) moe(l models.Layer, lp *LayerPlan) error {
 			"scaled by sigmoid(shared_expert_gate(x)) and added to the routed experts' output in fp32, rounded once", shared)
 	}
 	lp.Kernel, lp.Layer = k.Name, layer
-	if l.Router != models.RouterSoftmaxTopKNormFP32 {
-		// Qwen3's router says whether it renormalizes (Mixtral's always does).
+	if l.Router != models.RouterSoftmaxTopKNormFP32 && layer != layerRouterMoE {
+		// Qwen3's router says whether it renormalizes (Mixtral's always does, GraniteMoE's too).
 		extra = append(extra, "gate.norm_topk_prob")
 	}
 	lp.Bindings = []Binding{bind(m, l.Class, layer, lp.Outputs, extra...)}

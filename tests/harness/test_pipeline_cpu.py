@@ -229,6 +229,11 @@ def test_pipeline_families_cpu(tmp_path, fixture, replaced, attn):
         # tied lm_head 98304
         ("flex_olmo-tiny", {"Attention", "PostNormMoEDecoderLayer", "FP32RMSNorm", "SparseMoE", "LMHead"}, 338432,
          1.0),
+        # GraniteMoE: the experts stacked in the checkpoint (views packed offline), 5 experts, top-3
+        # renormalized, each branch scaled by residual_multiplier 0.22. Active bytes: attention
+        # 2 x 24576 x 2 = 98304, norms (2 x 2 x 96 + 96) x 2 = 960, routers 2 x 480 x 2 = 1920,
+        # experts 2 x 11520 x 2 x 3 = 138240, embedding row 192, the tied lm_head 98304
+        ("granitemoe-tiny", {"Attention", "ScaledMoEDecoderLayer", "RMSNorm", "RouterMoE", "LMHead"}, 337920, 1.0),
     ],
 )
 def test_pipeline_moe_cpu(tmp_path, fixture, replaced, active_bytes, max_abs_ratio):

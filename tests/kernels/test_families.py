@@ -531,6 +531,7 @@ def test_post_norm_decoder_layer_matches_exaone4s_block(device, layer_idx):
     ("hunyuan-tiny", {"RMSNorm", "DecoderLayer", "Attention"}),
     ("helium-tiny", {"FP32RMSNorm", "DecoderLayer", "Attention"}),
     ("flex_olmo-tiny", {"FP32RMSNorm", "PostNormMoEDecoderLayer", "Attention", "SparseMoE"}),
+    ("granitemoe-tiny", {"RMSNorm", "ScaledMoEDecoderLayer", "Attention", "RouterMoE"}),
 ])
 def test_qk_norm_model_compiles_as_one_graph(llama_odd_pkg, device, fixture, replaced):
     """The olmo2, exaone4, hunyuan and helium fixtures kernelized (their norms, the q/k norms

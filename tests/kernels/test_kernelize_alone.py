@@ -93,13 +93,16 @@ class _Picks:
     def __init__(self, models):
         self.inputs = {}
         layers = lambda m: getattr(getattr(m, "model", None), "layers", None) or []  # noqa: E731
+        # the sparse block: `mlp`, or GraniteMoE's `block_sparse_moe` (its router is `router`)
+        sparse = lambda layer: next((b for b in (getattr(layer, n, None) for n in ("mlp", "block_sparse_moe"))  # noqa: E731
+                                     if hasattr(b, "experts")), None)
         for n, m in models.items():
             for i, layer in enumerate(layers(m)):
-                if hasattr(getattr(layer, "mlp", None), "experts"):
-                    layer.mlp.register_forward_hook(
+                if sparse(layer) is not None:
+                    sparse(layer).register_forward_hook(
                         lambda mod, a, out, n=n, i=i: self.inputs.__setitem__((n, i), a[0].detach().float()))
-        self.routers = {i: layer.mlp.gate for i, layer in enumerate(layers(models["oracle"]))
-                        if hasattr(getattr(layer, "mlp", None), "experts")}
+        self.routers = {i: getattr(sparse(layer), "gate", None) or sparse(layer).router
+                        for i, layer in enumerate(layers(models["oracle"])) if sparse(layer) is not None}
 
     def __bool__(self):
         return bool(self.routers)

@@ -1,5 +1,5 @@
-"""The SparseMoE, SharedExpertMoE and MoEDecoderLayer layers on the qwen3_moe, mixtral, qwen2_moe and
-olmoe fixtures, both routes:
+"""The SparseMoE, SharedExpertMoE, RouterMoE, MoEDecoderLayer and ScaledMoEDecoderLayer layers on the
+qwen3_moe, mixtral, qwen2_moe, olmoe and granitemoe fixtures, both routes:
 `inject` with the Go binary's package and packed checkpoint (the experts stacked offline), and
 `kernelize` with no plan (stacked on the device from transformers' own 3D experts). Each is
 measured against the fp32 model, as the eval measures."""
@@ -29,6 +29,9 @@ CASES = {
     "qwen2-moe-tiny": {"Attention": 2, "DecoderLayer": 2, "LMHead": 1, "RMSNorm": 5, "SharedExpertMoE": 2},
     # every layer sparse, top-2 of 5 without renormalization; q/k norms over the whole projection
     "olmoe-tiny": {"Attention": 2, "DecoderLayer": 2, "LMHead": 1, "RMSNorm": 9, "SparseMoE": 2},
+    # the experts stacked in the checkpoint (packed from views of them), the router child `router`,
+    # each branch scaled by residual_multiplier
+    "granitemoe-tiny": {"Attention": 2, "LMHead": 1, "RMSNorm": 5, "RouterMoE": 2, "ScaledMoEDecoderLayer": 2},
 }
 # 40 tokens: the prefill path (grouped GEMMs); the last token alone below runs the decode path
 IDS = torch.randint(0, 500, (1, 40), generator=torch.Generator().manual_seed(5))
@@ -61,11 +64,13 @@ def test_inject_and_kernelize_match_and_beat_stock(built, device):
     injected = load(name, device=device)
     summary = pkg.inject(injected, packed=run / "packed")
     assert summary["replaced"] == CASES[name]
-    mlp = injected.model.layers[0].mlp
+    layer0 = injected.model.layers[0]
+    mlp = getattr(layer0, "mlp", None) or layer0.block_sparse_moe
     cfg = injected.config
     experts = getattr(cfg, "num_experts", None) or cfg.num_local_experts
     inter = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
-    assert isinstance(mlp.experts, pkg.Released) and mlp.xpuinject_gate_up_weight.shape == (experts, 64, 2 * inter)
+    h = cfg.hidden_size
+    assert isinstance(mlp.experts, pkg.Released) and mlp.xpuinject_gate_up_weight.shape == (experts, h, 2 * inter)
     if "shared_expert" in mlp._modules:  # released too; its gate read in place
         s = cfg.shared_expert_intermediate_size
         assert isinstance(mlp.shared_expert, pkg.Released) and mlp.xpuinject_shared_gate_up_weight.shape == (64, 2 * s)
@@ -89,7 +94,10 @@ def test_inject_and_kernelize_match_and_beat_stock(built, device):
     # router's split), not by an expert (an fp32 reference would swap experts at near-ties)
     one = IDS[:, -1:]
     single, nine = logits(injected, one), logits(injected, one.repeat(9, 1))
-    assert torch.equal(nine, nine[:1].expand_as(nine))
+    # the rows equal up to the fp32 logits' last bit: the interpreter's matmul (numpy's BLAS) may
+    # sum a tile's rows in another order by their place in it (seen at hidden 96); another expert
+    # would move them by orders more
+    assert (nine - nine[:1]).abs().max().item() <= 4 * torch.finfo(torch.float32).eps * nine.abs().max().item()
     assert (single[0] - nine[0]).abs().max().item() <= 0.02 * single.abs().max().item(), (single, nine[0])
 
 

@@ -45,6 +45,7 @@ TEXT = {
     "glm4-tiny": ("glm4", "Glm4ForCausalLM", "BF16"),
     "glm-tiny": ("glm", "GlmForCausalLM", "BF16"),
     "flex_olmo-tiny": ("flex_olmo", "FlexOlmoForCausalLM", "BF16"),
+    "granitemoe-tiny": ("granitemoe", "GraniteMoeForCausalLM", "BF16"),
     "olmoe-tiny": ("olmoe", "OlmoeForCausalLM", "BF16"),
     "ernie4_5-tiny": ("ernie4_5", "Ernie4_5ForCausalLM", "BF16"),
     "seed_oss-tiny": ("seed_oss", "SeedOssForCausalLM", "BF16"),
@@ -151,7 +152,12 @@ def test_text_fixture_loads_and_runs(name):
     assert sd["model.layers.0.self_attn.k_proj.weight"].shape == (nkv * head_dim, hid)
     assert sd["model.layers.0.self_attn.v_proj.weight"].shape == (nkv * head_dim, hid)
     assert sd["model.layers.0.self_attn.o_proj.weight"].shape == (hid, nh * head_dim)
-    if model_type in ("qwen3_moe", "mixtral", "qwen2_moe", "olmoe", "flex_olmo"):  # layer 0 is sparse (experts checked below)
+    if model_type == "granitemoe":  # the experts stacked, under the names its checkpoints use
+        experts, w = cfg.num_local_experts, cfg.intermediate_size
+        assert sd["model.layers.0.block_sparse_moe.experts.gate_up_proj"].shape == (experts, 2 * w, hid)
+        assert sd["model.layers.0.block_sparse_moe.experts.down_proj"].shape == (experts, hid, w)
+        assert sd["model.layers.0.block_sparse_moe.router.weight"].shape == (experts, hid)
+    elif model_type in ("qwen3_moe", "mixtral", "qwen2_moe", "olmoe", "flex_olmo"):  # layer 0 is sparse (experts checked below)
         experts = getattr(cfg, "num_experts", None) or cfg.num_local_experts
         assert sd["model.layers.0.mlp.gate.weight"].shape == (experts, hid)
         if model_type == "qwen2_moe":  # and carries a shared expert beside the routed ones
@@ -272,6 +278,37 @@ def test_moe_fixtures_store_experts_as_the_hub_does(name, block, names):
     assert (hit > 0).all(), hit.tolist()
 
 
+def test_granitemoe_fixture_stores_experts_stacked():
+    """GraniteMoE's checkpoint holds each projection's experts in one tensor (input_linear: each
+    expert's gate rows then its up rows; output_linear; router.layer), as its published checkpoints
+    do, and the router spreads the prose's tokens over every expert."""
+    cfg = AutoConfig.from_pretrained(FIXTURES / "granitemoe-tiny")
+    e, w, h = cfg.num_local_experts, cfg.intermediate_size, cfg.hidden_size
+    assert e == 5 and cfg.num_experts_per_tok == 3 and w & (w - 1) != 0
+    with safe_open(FIXTURES / "granitemoe-tiny" / "model.safetensors", "pt") as f:
+        keys = set(f.keys())
+        stacked = f.get_tensor("model.layers.1.block_sparse_moe.input_linear.weight")
+        assert list(stacked.shape) == [e, 2 * w, h]
+        assert f.get_slice("model.layers.1.block_sparse_moe.output_linear.weight").get_shape() == [e, h, w]
+        assert f.get_slice("model.layers.1.block_sparse_moe.router.layer.weight").get_shape() == [e, h]
+    assert not any(".experts." in k for k in keys)
+    model = load("granitemoe-tiny")
+    moe = model.model.layers[1].block_sparse_moe
+    assert torch.equal(moe.experts.gate_up_proj, stacked)  # renamed at load, not restacked
+    tok = AutoTokenizer.from_pretrained(FIXTURES / "granitemoe-tiny")
+    ids = torch.tensor([tok(PROSE.read_text()[:2000])["input_ids"][:256]])
+    hit = torch.zeros(e, dtype=torch.long)
+
+    def count(_, args, out):  # out: (top-k ids, weights, logits)
+        hit.add_(torch.bincount(out[0].flatten(), minlength=e))
+
+    h = moe.router.register_forward_hook(count)
+    with torch.no_grad():
+        model(input_ids=ids)
+    h.remove()
+    assert (hit > 0).all(), hit.tolist()
+
+
 def test_levit_fixture_loads_and_runs():
     folder = FIXTURES / "levit-tiny"
     cfg = AutoConfig.from_pretrained(folder)
@@ -334,4 +371,4 @@ def test_fixtures_match_generator():
         timeout=300,
     )
     assert r.returncode == 0, f"make_fixtures.py --check failed:\n{r.stderr[-4000:]}"
-    assert "check ok: 29 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8
+    assert "check ok: 30 fixture(s)" in r.stderr  # testdata/fixtures/* and testdata/quantized/llama-tiny-fp8

@@ -242,8 +242,8 @@ def _check_model(plan: dict, model: nn.Module, named: Dict[str, nn.Module], wher
         if not lp.get("bindings"):
             continue
         for out in lp.get("outputs") or ():
-            if lp["bindings"][0]["layer"] in ("SparseMoE", "SharedExpertMoE"):  # per-expert sources, stacked at load
-                checks = moe_layer.loaded_sources(lp["module"], out)
+            if lp["bindings"][0]["layer"] in ("SparseMoE", "SharedExpertMoE", "RouterMoE"):  # stacked at load
+                checks = moe_layer.loaded_sources(lp["module"], out, lp["bindings"][0]["layer"])
             else:
                 checks = [(out["sources"][i], want) for i, want in _expected_source_shapes(out)]
             for src, want in checks:
@@ -861,7 +861,7 @@ def _why_not(m: nn.Module, layer: str) -> str:
     if layer == "LMHead":
         ok = isinstance(m, nn.Linear) and min(m.in_features, m.out_features) >= MIN_GEMM_DIM
         return "" if ok else f"not a Linear with both dimensions >= {MIN_GEMM_DIM}"
-    if layer in ("SparseMoE", "SharedExpertMoE", "MoEDecoderLayer"):
+    if layer in ("SparseMoE", "SharedExpertMoE", "RouterMoE", "MoEDecoderLayer", "ScaledMoEDecoderLayer"):
         return moe_layer.why_not(m, layer, _why_not)
     return f"{layer} is bound only where a plan says so"
 

@@ -40,7 +40,7 @@ from .rmsnorm import rms_norm
 __all__ = ["RMSNorm", "SwiGLUMLP", "Linear", "LMHead", "LinearBN", "BNLinear", "ConvBN", "Attention", "DecoderLayer",
            "GemmaRMSNorm", "FP32RMSNorm", "GeGLUMLP", "GemmaDecoderLayer", "PostNormDecoderLayer", "FusedAttention",
            "FusedSwiGLUMLP", "SandwichDecoderLayer", "SparseMoE", "SharedExpertMoE", "MoEDecoderLayer",
-           "PostNormMoEDecoderLayer"]
+           "PostNormMoEDecoderLayer", "RouterMoE", "ScaledMoEDecoderLayer"]
 
 
 def _name(module: nn.Module) -> str:
@@ -185,4 +185,4 @@ from .families import (  # noqa: E402,F401
     PostNormMoEDecoderLayer, SandwichDecoderLayer,
 )
 # The sparse mixture-of-experts block (moe_layer.py).
-from .moe_layer import MoEDecoderLayer, SharedExpertMoE, SparseMoE  # noqa: E402,F401
+from .moe_layer import MoEDecoderLayer, RouterMoE, ScaledMoEDecoderLayer, SharedExpertMoE, SparseMoE  # noqa: E402,F401

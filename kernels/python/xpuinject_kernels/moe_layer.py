@@ -1,5 +1,6 @@
 """The kernel-hub layers of a sparse mixture-of-experts block (Qwen3MoeSparseMoeBlock,
-MixtralSparseMoeBlock; Qwen2MoeSparseMoeBlock, which adds a shared expert; transformers 5.17):
+MixtralSparseMoeBlock; Qwen2MoeSparseMoeBlock, which adds a shared expert; GraniteMoeMoE, whose
+router child is `router`; transformers 5.17):
 router and experts as one fused moe call on the packed weights (contract.json `SparseMoE`,
 `SharedExpertMoE`):
   xpuinject_router_weight   [hidden, experts]                K-major router
@@ -7,7 +8,8 @@ router and experts as one fused moe call on the packed weights (contract.json `S
   xpuinject_down_weight     [experts, intermediate, hidden]   each expert's K-major down
 The routing rule follows the block's router: Qwen3's renormalizes when gate.norm_topk_prob and
 rounds the weights to the activation dtype; Mixtral's (no such attribute) always renormalizes and
-keeps them fp32 (moe.py). SharedExpertMoE also reads
+keeps them fp32 (moe.py); GraniteMoE's (RouterMoE) softmaxes the top-k logits and rounds the
+weights, which is renormalizing then rounding. SharedExpertMoE also reads
   xpuinject_shared_gate_up_weight [hidden, 2*shared]  the shared expert's K-major [gate | up]
   xpuinject_shared_down_weight    [shared, hidden]    its K-major down
 and the block's shared_expert_gate (Linear hidden -> 1) in place: the block's output is the routed
@@ -28,7 +30,8 @@ from .gemm import gemm
 from .moe import add_rms_norm_moe, moe
 from .rmsnorm import add_rms_norm
 
-__all__ = ["SparseMoE", "SharedExpertMoE", "MoEDecoderLayer", "runs_sparse_moe", "sparse_moe"]
+__all__ = ["SparseMoE", "SharedExpertMoE", "RouterMoE", "MoEDecoderLayer", "ScaledMoEDecoderLayer", "runs_sparse_moe",
+           "sparse_moe"]
 
 _ROUTER_W = packed_attr("SparseMoE", "router_weight")
 _GATE_UP_W = packed_attr("SparseMoE", "gate_up_weight")
@@ -37,8 +40,15 @@ _SHARED_GU_W = packed_attr("SharedExpertMoE", "shared_gate_up_weight")
 _SHARED_DOWN_W = packed_attr("SharedExpertMoE", "shared_down_weight")
 
 
-def router_rule(block: nn.Module) -> str:
-    """The moe routing rule of a stock MoE block."""
+def _router(block: nn.Module) -> nn.Module:
+    """A stock MoE block's router: its `gate` child, or GraniteMoE's `router`."""
+    return block._modules.get("gate") or block._modules["router"]
+
+
+def router_rule(block: nn.Module, layer: str = "SparseMoE") -> str:
+    """The moe routing rule of a stock MoE block bound to `layer`."""
+    if layer == "RouterMoE":  # GraniteMoeTopKRouter: softmax over the top-k logits, rounded
+        return "softmax-topk-norm"
     norm = getattr(block.gate, "norm_topk_prob", None)
     if norm is None:
         return "softmax-topk-norm-fp32"
@@ -64,10 +74,10 @@ def sparse_moe(block: nn.Module, hidden_states: torch.Tensor, residual=None, nor
         w, eps = norm
         if (hidden_states.dtype == gu.dtype and residual.dtype == gu.dtype and w.dtype == gu.dtype
                 and residual.shape == hidden_states.shape):
-            return add_rms_norm_moe(hidden_states, residual, w, eps, rw, gu, dn, int(block.gate.top_k),
-                                    router_rule(block))
+            return add_rms_norm_moe(hidden_states, residual, w, eps, rw, gu, dn, int(_router(block).top_k),
+                                    router_rule(block, layer))
         residual, hidden_states = add_rms_norm(hidden_states, residual, w, eps)
-    args = (hidden_states.to(gu.dtype), rw, gu, dn, int(block.gate.top_k), router_rule(block))
+    args = (hidden_states.to(gu.dtype), rw, gu, dn, int(_router(block).top_k), router_rule(block, layer))
     if residual is None:
         return moe(*args)
     if residual.dtype == gu.dtype and residual.shape == hidden_states.shape and residual.stride(-1) == 1:
@@ -79,7 +89,7 @@ def runs_sparse_moe(mlp: nn.Module) -> bool:
     """Whether a decoder layer may run mlp as sparse_moe with its residual: mlp's forward is
     bound to this package's SparseMoE (by inject or kernelize), and no hook waits for its call."""
     f = mlp.__dict__.get("forward")
-    return (isinstance(f, types.MethodType) and f.__func__ is SparseMoE.forward
+    return (isinstance(f, types.MethodType) and f.__func__ in (SparseMoE.forward, RouterMoE.forward)
             and not (mlp._forward_hooks or mlp._forward_pre_hooks))
 
 
@@ -91,6 +101,17 @@ class SparseMoE(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return sparse_moe(self, hidden_states)
+
+
+class RouterMoE(nn.Module):
+    """Replaces GraniteMoeMoE.forward(layer_input): SparseMoE's computation, the router the
+    block's `router` child."""
+
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, layer_input: torch.Tensor) -> torch.Tensor:
+        return sparse_moe(self, layer_input, layer="RouterMoE")
 
 
 class SharedExpertMoE(nn.Module):
@@ -140,14 +161,37 @@ class MoEDecoderLayer(nn.Module):
         return residual + self.mlp(hidden_states)
 
 
+class ScaledMoEDecoderLayer(nn.Module):
+    """Replaces GraniteMoeDecoderLayer.forward (no position_ids or use_cache parameters;
+    transformers 5.17 modeling_granitemoe.py): each branch scaled by residual_multiplier before its
+    add, the attention's in o_proj's residual epilogue (one fp32 multiply-add, rounded once); the
+    MoE block's output scaled and added as the stock block rounds them."""
+
+    has_backward = False
+    can_torch_compile = True
+
+    def forward(self, hidden_states, attention_mask=None, past_key_values=None, position_embeddings=None, **kwargs):
+        rm = float(self.residual_multiplier)
+        residual = _decoder.self_attention(self, hidden_states, residual=hidden_states, res_scale=rm,
+                                           attention_mask=attention_mask, past_key_values=past_key_values,
+                                           position_embeddings=position_embeddings, **kwargs)
+        moe = self.block_sparse_moe
+        h = self.post_attention_layernorm(residual)
+        out = sparse_moe(moe, h, layer="RouterMoE") if runs_sparse_moe(moe) else moe(h)
+        return residual + out * rm
+
+
 def why_not(m: nn.Module, layer: str, why_not_other) -> str:
     """Why kernelize may not bind `layer` to m ("" when it may): the planner's checks for the
     same layer (inject/plan/rules_moe.go, kernels/registry.go), on the live module."""
     c = m._modules
-    if layer == "MoEDecoderLayer":
+    if layer in ("MoEDecoderLayer", "ScaledMoEDecoderLayer"):
         norm = c.get("post_attention_layernorm")
-        if not all(isinstance(c.get(n), nn.Module) for n in ("input_layernorm", "self_attn", "mlp")) or norm is None:
+        ff = "mlp" if layer == "MoEDecoderLayer" else "block_sparse_moe"
+        if not all(isinstance(c.get(n), nn.Module) for n in ("input_layernorm", "self_attn", ff)) or norm is None:
             return "not a pre-norm decoder block"
+        if layer == "ScaledMoEDecoderLayer" and not isinstance(getattr(m, "residual_multiplier", None), (int, float)):
+            return "no residual_multiplier"
         return "" if not why_not_other(norm, "RMSNorm") else "its post-attention norm is not an RMSNorm"
     if layer == "SharedExpertMoE":
         se, sg = c.get("shared_expert"), c.get("shared_expert_gate")
@@ -160,11 +204,12 @@ def why_not(m: nn.Module, layer: str, why_not_other) -> str:
             return f"a shared-expert GEMM dimension below {MIN_GEMM_DIM}"
     elif "shared_expert" in c:
         return "a shared expert the SparseMoE layer does not run"
-    gate, experts = c.get("gate"), c.get("experts")
+    rname = "router" if layer == "RouterMoE" else "gate"
+    gate, experts = c.get(rname), c.get("experts")
     gu, dn = getattr(experts, "gate_up_proj", None), getattr(experts, "down_proj", None)
     w = getattr(gate, "weight", None)
     if not all(isinstance(t, torch.Tensor) for t in (w, gu, dn)) or gu.dim() != 3 or dn.dim() != 3:
-        return "no router weight and stacked experts (gate.weight, experts.gate_up_proj, experts.down_proj)"
+        return f"no router weight and stacked experts ({rname}.weight, experts.gate_up_proj, experts.down_proj)"
     if type(getattr(experts, "act_fn", None)).__name__ != "SiLUActivation":
         return "the experts' activation is not silu"
     e, two_i, h = gu.shape
@@ -175,11 +220,12 @@ def why_not(m: nn.Module, layer: str, why_not_other) -> str:
     return ""
 
 
-def loaded_sources(module: str, out: dict):
+def loaded_sources(module: str, out: dict, layer: str = "SparseMoE"):
     """(tensor name, shape) in the loaded model for a SparseMoE output of a plan. The plan's
-    sources are the checkpoint's per-expert 2D tensors (Mixtral's under block_sparse_moe, w1/w2/w3);
-    transformers 5.17 loads them stacked under the block's own module (conversion_mapping.py):
-    gate.weight [E, H], experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]."""
+    sources are the checkpoint's per-expert 2D tensors (Mixtral's under block_sparse_moe, w1/w2/w3;
+    GraniteMoE's views of its stacked ones); transformers 5.17 loads them stacked under the block's
+    own module (conversion_mapping.py): gate.weight [E, H] (RouterMoE: router.weight),
+    experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]."""
     shape = [int(d) for d in out["shape"]]
     name = out["name"]
     if name.endswith(".shared_expert.gate_up_proj.weight"):  # [H, 2S] from two [S, H]
@@ -190,7 +236,7 @@ def loaded_sources(module: str, out: dict):
     if name.endswith(".shared_expert_gate.weight"):  # [1, H], the module's own
         return [(module + ".shared_expert_gate.weight", shape)]
     if name.endswith(".router.weight"):  # [H, E]
-        return [(module + ".gate.weight", shape[::-1])]
+        return [(module + (".router.weight" if layer == "RouterMoE" else ".gate.weight"), shape[::-1])]
     if name.endswith(".gate_up_proj.weight"):  # [E, H, 2I]
         return [(module + ".experts.gate_up_proj", [shape[0], shape[2], shape[1]])]
     if name.endswith(".down_proj.weight"):  # [E, I, H]

@@ -189,10 +189,11 @@ def _gemma_norm(m: nn.Module) -> Dict[str, torch.Tensor]:
     return {"weight": 1.0 + m.weight.float()}
 
 
-def _sparse_moe(m: nn.Module) -> Dict[str, torch.Tensor]:
-    """The router [E, H] and transformers' stacked experts (gate_up_proj [E, 2I, H], gate rows
-    then up; down_proj [E, H, I]), each transposed to K-major as the offline packer stacks them."""
-    gate, experts = _child(m, "gate", "SparseMoE"), _child(m, "experts", "SparseMoE")
+def _sparse_moe(m: nn.Module, router: str = "gate") -> Dict[str, torch.Tensor]:
+    """The router [E, H] (the block's `router` child) and transformers' stacked experts
+    (gate_up_proj [E, 2I, H], gate rows then up; down_proj [E, H, I]), each transposed to K-major
+    as the offline packer stacks them."""
+    gate, experts = _child(m, router, "SparseMoE"), _child(m, "experts", "SparseMoE")
     dt = _half(gate.weight)
     return {"router_weight": _kmajor(gate.weight, dt),
             "gate_up_weight": experts.gate_up_proj.to(dt).transpose(1, 2).contiguous(),
@@ -222,6 +223,7 @@ _PACKERS: Dict[str, Callable[[nn.Module], Dict[str, torch.Tensor]]] = {
     "ConvBN": _conv_bn,
     "Linear": _linear,
     "SparseMoE": _sparse_moe,
+    "RouterMoE": lambda m: _sparse_moe(m, "router"),
     "SharedExpertMoE": _shared_expert_moe,
 }
 
