@@ -12,9 +12,9 @@
 #        "decode" benchmarks/bench_decode_step.py (DECODE_PARTS, T_DECODE);
 #        "moe" benchmarks/bench_moe.py: the MoE block against transformers' grouped_mm and
 #        batched_mm experts (MOE_ARGS, T_MOE);
-#        "gemma2b", "gemma7b", "olmo2_7b", "exaone4", "ministral8b", "hunyuan7b", "helium2b", "flexolmo", "glm4_9b", "qwen2moe", "olmoe", "phi3mini", "smollm3", "granite2b"
+#        "gemma2b", "gemma7b", "olmo2_7b", "exaone4", "ministral8b", "hunyuan7b", "helium2b", "flexolmo", "glm4_9b", "qwen2moe", "olmoe", "phi3mini", "smollm3", "granite2b", "granitemoe3b"
 #        the Gemma-2-2B-, gemma-7b-, OLMo-2-1124-7B-, Exaone4Config-default-, Ministral-8B-, Hunyuan-7B-, helium-1-2b-, FlexOlmo-7x7B-, GLM-4-9B-, Qwen1.5-MoE-A2.7B-, OlmoeConfig-default-,
-#        Phi-3-mini-, SmolLM3-3B- and Granite-3-2B-shaped
+#        Phi-3-mini-, SmolLM3-3B-, Granite-3-2B- and Granite-3B-A800M-shaped
 #        pipelines (T_FAMILY; FAMILY_LAYERS decoder layers, default the model's own count);
 #        "qwen3moe" the Qwen3-30B-A3B-shaped pipeline, MOE_LAYERS (default 8) decoder layers
 #        (T_MOE_PIPELINE), on the model a moedecode step kept (MOEDECODE_KEEP=1) where there is one;
@@ -67,14 +67,14 @@ for s in $STEPS; do
       $(python3 -c 'import kernels.layer.layer' 2>/dev/null || echo --ignore=tests/kernels/test_layers.py) \
       >"$OUT/kernel-tests.log" 2>&1
     log "kernel tests rc=$? : $(tail -1 "$OUT/kernel-tests.log")" ;;
-  real|llama|llama8b|levit|gemma2b|gemma7b|olmo2_7b|exaone4|ministral8b|hunyuan7b|helium2b|flexolmo|glm4_9b|qwen2moe|olmoe|phi3mini|smollm3|granite2b|qwen3moe)
+  real|llama|llama8b|levit|gemma2b|gemma7b|olmo2_7b|exaone4|ministral8b|hunyuan7b|helium2b|flexolmo|glm4_9b|qwen2moe|olmoe|phi3mini|smollm3|granite2b|granitemoe3b|qwen3moe)
     layers=""
     case $s in
     real) name=smollm2-135m-instruct limit=${T_REAL:-300} ;;
     llama) name=llama1b limit=${T_LLAMA:-240} ;;
     llama8b) name=llama8b limit=${T_LLAMA8B:-480} ;;
     levit) name=levit128s limit=${T_LEVIT:-90} ;;
-    gemma2b|gemma7b|olmo2_7b|exaone4|ministral8b|hunyuan7b|helium2b|flexolmo|glm4_9b|qwen2moe|olmoe|phi3mini|smollm3|granite2b)
+    gemma2b|gemma7b|olmo2_7b|exaone4|ministral8b|hunyuan7b|helium2b|flexolmo|glm4_9b|qwen2moe|olmoe|phi3mini|smollm3|granite2b|granitemoe3b)
       name=$s limit=${T_FAMILY:-300} layers=${FAMILY_LAYERS:-} ;;
     qwen3moe) name=qwen3moe30b limit=${T_MOE_PIPELINE:-420} layers=${MOE_LAYERS:-8} ;;
     esac
@@ -230,7 +230,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
     sed -n '/^## Accuracy/,/^$/p; /^## Latency/,$p' "$OUT/scale/compare.md" >>"$OUT/summary.txt"
     rm -rf "$WORK/models/llama8b" "$WORK/run-scale" "$WORK/eval-scale-2gpu" ;;  # 16 GB + 16 GB
   *)
-    log "unknown step $s (want tests, real, llama, llama8b, levit, gemma2b, gemma7b, olmo2_7b, exaone4, ministral8b, hunyuan7b, helium2b, flexolmo, glm4_9b, qwen2moe, olmoe, phi3mini, smollm3, granite2b, qwen3moe, moedecode, coldstart," \
+    log "unknown step $s (want tests, real, llama, llama8b, levit, gemma2b, gemma7b, olmo2_7b, exaone4, ministral8b, hunyuan7b, helium2b, flexolmo, glm4_9b, qwen2moe, olmoe, phi3mini, smollm3, granite2b, granitemoe3b, qwen3moe, moedecode, coldstart," \
       "bench, tune, decode, moe, host, runtime, scale)" ;;
   esac
 done

@@ -1,10 +1,11 @@
 """Random-weight models shaped like the presets (Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-0.5B,
-Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Ministral-8B, Hunyuan-7B, helium-1-2b, FlexOlmo-7x7B, SmolLM3-3B, a Granite-3-2B-sized model, GLM-4-9B,
+Qwen3-0.6B, Mistral-7B), Gemma-2-2B, Phi-3-mini, Ministral-8B, Hunyuan-7B, helium-1-2b, FlexOlmo-7x7B, SmolLM3-3B, a Granite-3-2B-sized model,
+a Granite-3B-A800M-sized MoE, GLM-4-9B,
 Qwen3-30B-A3B and LeViT-128S, made by
 transformers from configs on the GPU machine (no downloads there), for `xpuinject` pipeline runs.
 
     python scripts/make_gpu_models.py OUT_DIR
-        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,exaone4,ministral8b,hunyuan7b,helium2b,flexolmo,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,qwen3moe30b,
+        [--only llama1b,llama8b,qwen2,qwen3,mistral7b,gemma2b,gemma7b,olmo2_7b,exaone4,ministral8b,hunyuan7b,helium2b,flexolmo,glm4_9b,qwen2moe,olmoe,phi3mini,smollm3,granite2b,granitemoe3b,qwen3moe30b,
         levit128s] [--layers N]
 
 --layers keeps the decoder shapes but only N decoder layers (quick checks; the folder name gets
@@ -240,6 +241,20 @@ def flexolmo(out: Path, layers=None):
     _llama(out, cfg, cls=transformers.FlexOlmoForCausalLM, dtype=torch.bfloat16)
 
 
+def granitemoe3b(out: Path, layers=None):
+    """A Granite-3B-A800M-sized MoE: hidden 1536, 32 layers, 24 heads, 8 KV heads, head_dim 64,
+    40 experts of width 512 (intermediate_size), top 8, vocab 49155, tied embeddings, Granite 3's
+    four scalars (embedding 12, attention 1/64, residual 0.22, logits 6); save_pretrained writes
+    the experts stacked, as GraniteMoE checkpoints hold them. Built in bf16 on the device."""
+    cfg = transformers.GraniteMoeConfig(
+        hidden_size=1536, intermediate_size=512, num_hidden_layers=layers or 32, num_attention_heads=24,
+        num_key_value_heads=8, num_local_experts=40, num_experts_per_tok=8, vocab_size=49155,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, embedding_multiplier=12.0, attention_multiplier=0.015625,
+        residual_multiplier=0.22, logits_scaling=6.0, tie_word_embeddings=True, bos_token_id=0, eos_token_id=1,
+        pad_token_id=2)
+    _llama(out, cfg, cls=transformers.GraniteMoeForCausalLM, dtype=torch.bfloat16)
+
+
 CONFIG_ONLY = False
 
 
@@ -299,7 +314,7 @@ def main():
     CONFIG_ONLY = a.config_only
     makers = {"llama1b": llama1b, "llama8b": llama8b, "qwen2": qwen2, "qwen3": qwen3, "mistral7b": mistral7b,
               "gemma2b": gemma2b, "gemma7b": gemma7b, "olmo2_7b": olmo2_7b, "exaone4": exaone4, "ministral8b": ministral8b, "hunyuan7b": hunyuan7b, "helium2b": helium2b, "flexolmo": flexolmo, "glm4_9b": glm4_9b, "olmoe": olmoe, "phi3mini": phi3mini, "smollm3": smollm3, "granite2b": granite2b,
-              "qwen3moe30b": qwen3moe30b, "qwen2moe": qwen2moe,
+              "granitemoe3b": granitemoe3b, "qwen3moe30b": qwen3moe30b, "qwen2moe": qwen2moe,
               "levit128s": levit128s}
     for name in a.only.split(","):
         t = time.time()
