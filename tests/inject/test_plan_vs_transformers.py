@@ -56,12 +56,19 @@ def checkpoint_names(folder: Path) -> set[str]:
 
 _EXPERT = re.compile(r"(.*)\.(?:mlp|block_sparse_moe)\.experts\.\d+\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight")
 _ROUTER = re.compile(r"(.*)\.block_sparse_moe\.gate\.weight")
+# GraniteMoE's stacked experts (and the plan's views of one expert's part: "...weight[3][0:40]")
+_STACKED = re.compile(r"(.*\.block_sparse_moe)\.(input_linear|output_linear|router\.layer)\.weight(\[.*)?")
 
 
 def loaded(name: str) -> str:
     """The state_dict name a checkpoint tensor loads into: MoE experts' per-expert 2D tensors are
-    stacked at load into experts.gate_up_proj / experts.down_proj, and Mixtral's block_sparse_moe
-    is renamed mlp (transformers 5.17 conversion_mapping.py)."""
+    stacked at load into experts.gate_up_proj / experts.down_proj, Mixtral's block_sparse_moe is
+    renamed mlp, and GraniteMoE's stacked tensors are renamed in place (transformers 5.17
+    conversion_mapping.py)."""
+    m = _STACKED.fullmatch(name)
+    if m:
+        return m.group(1) + {"input_linear": ".experts.gate_up_proj", "output_linear": ".experts.down_proj",
+                             "router.layer": ".router.weight"}[m.group(2)]
     m = _EXPERT.fullmatch(name)
     if m:
         stacked = "down_proj" if m.group(2) in ("down_proj", "w2") else "gate_up_proj"
