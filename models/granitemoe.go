@@ -35,15 +35,8 @@ var graniteMoE = llamaFamily{
 func init() { registerLlamaFamily(graniteMoE) }
 
 func graniteMoESparse(ck *Checkpoint, lc *llamaConfig) (func(b *builder, blk string, i int) bool, error) {
-	c := mixtralConfig{NumLocalExperts: 8, NumExpertsPerTok: 2, HiddenAct: "silu"}
-	if err := decodeConfig(ck, &c); err != nil {
-		return nil, err
-	}
-	if c.HiddenAct != "silu" {
-		return nil, configError(ck, "hidden_act is %q; the GraniteMoE experts here compute silu (SwiGLU)", c.HiddenAct)
-	}
-	if err := checkMoE(ck, c.NumLocalExperts, c.NumExpertsPerTok, lc.IntermediateSize,
-		"num_local_experts", "intermediate_size"); err != nil {
+	c, err := localExperts(ck, lc, "GraniteMoE")
+	if err != nil {
 		return nil, err
 	}
 	m := moeBlock{class: "GraniteMoeMoE", experts: c.NumLocalExperts, topK: c.NumExpertsPerTok,

@@ -33,16 +33,22 @@ type mixtralConfig struct {
 	HiddenAct        string `json:"hidden_act"`
 }
 
-func mixtralSparse(ck *Checkpoint, lc *llamaConfig) (func(b *builder, blk string, i int) bool, error) {
+// localExperts reads and checks the expert fields Mixtral's config and GraniteMoE's share
+// (their classes' defaults: 8 experts, top 2, silu); family names the experts in errors.
+func localExperts(ck *Checkpoint, lc *llamaConfig, family string) (mixtralConfig, error) {
 	c := mixtralConfig{NumLocalExperts: 8, NumExpertsPerTok: 2, HiddenAct: "silu"}
 	if err := decodeConfig(ck, &c); err != nil {
-		return nil, err
+		return c, err
 	}
 	if c.HiddenAct != "silu" {
-		return nil, configError(ck, "hidden_act is %q; the Mixtral experts here compute silu (SwiGLU)", c.HiddenAct)
+		return c, configError(ck, "hidden_act is %q; the %s experts here compute silu (SwiGLU)", c.HiddenAct, family)
 	}
-	if err := checkMoE(ck, c.NumLocalExperts, c.NumExpertsPerTok, lc.IntermediateSize,
-		"num_local_experts", "intermediate_size"); err != nil {
+	return c, checkMoE(ck, c.NumLocalExperts, c.NumExpertsPerTok, lc.IntermediateSize, "num_local_experts", "intermediate_size")
+}
+
+func mixtralSparse(ck *Checkpoint, lc *llamaConfig) (func(b *builder, blk string, i int) bool, error) {
+	c, err := localExperts(ck, lc, "Mixtral")
+	if err != nil {
 		return nil, err
 	}
 	m := moeBlock{class: "MixtralSparseMoeBlock", experts: c.NumLocalExperts, topK: c.NumExpertsPerTok,

@@ -66,6 +66,15 @@ func TestMoEConfigs(t *testing.T) {
 			nil, "intermediate_size=32"},
 		{"activation", "mixtral-tiny", func(m map[string]any) { m["hidden_act"] = "gelu" },
 			ErrBadConfig, `hidden_act is "gelu"`},
+		// GraniteMoE: its stacked tensors checked against the config before any view is made
+		{"stacked experts", "granitemoe-tiny", func(m map[string]any) { m["num_local_experts"] = 6 },
+			nil, "input_linear.weight"},
+		{"stacked expert width", "granitemoe-tiny", func(m map[string]any) { m["intermediate_size"] = 48 },
+			nil, "intermediate_size=48"},
+		{"granitemoe activation", "granitemoe-tiny", func(m map[string]any) { m["hidden_act"] = "gelu" },
+			ErrBadConfig, `the GraniteMoE experts here compute silu`},
+		{"granitemoe top-k", "granitemoe-tiny", func(m map[string]any) { m["num_experts_per_tok"] = 6 },
+			ErrBadConfig, "num_experts_per_tok is 6, want 1 to num_local_experts (5)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := load(t, c.fixture, c.edit)
