@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -59,11 +60,25 @@ def run_pack(xpuinject: Path, model: Path, out: Path, *extra: str) -> subprocess
 
 # ---- reading checkpoints ----
 
+class Sources(dict):
+    """A checkpoint's tensors by name, and the plan's views of stacked ones (GraniteMoE's experts:
+    "...input_linear.weight[3][0:40]" is expert 3's rows 0 to 40) indexed by torch."""
+
+    def __missing__(self, name: str) -> torch.Tensor:
+        m = re.fullmatch(r"(.+?)((?:\[\d+(?::\d+)?\])+)", name)
+        if m is None or m[1] not in self:
+            raise KeyError(name)
+        t = self[m[1]]
+        for a, b in re.findall(r"\[(\d+)(?::(\d+))?\]", m[2]):
+            t = t[int(a):int(b)] if b else t[int(a)]
+        return t
+
+
 def source_tensors(model: Path) -> dict[str, torch.Tensor]:
     idx = model / "model.safetensors.index.json"
     files = sorted(set(json.loads(idx.read_text())["weight_map"].values())) if idx.exists() \
         else sorted(p.name for p in model.glob("*.safetensors"))
-    out = {}
+    out = Sources()
     for f in files:
         out.update(load_file(str(model / f)))
     return out
