@@ -106,9 +106,6 @@ func (m moeBlock) addStacked(b *builder, src, module string, i int, blockClass, 
 	}
 	h, e, inter := m.hidden, m.experts, m.inter
 	router := src + ".router.layer.weight"
-	if !b.ck.Has(router) && b.ck.Has(src+".router.weight") {
-		router = src + ".router.weight" // as transformers names it once loaded
-	}
 	in, out := src+".input_linear.weight", src+".output_linear.weight"
 	for _, t := range []struct {
 		name  string

@@ -89,7 +89,7 @@ def runs_sparse_moe(mlp: nn.Module) -> bool:
     """Whether a decoder layer may run mlp as sparse_moe with its residual: mlp's forward is
     bound to this package's SparseMoE (by inject or kernelize), and no hook waits for its call."""
     f = mlp.__dict__.get("forward")
-    return (isinstance(f, types.MethodType) and f.__func__ in (SparseMoE.forward, RouterMoE.forward)
+    return (isinstance(f, types.MethodType) and f.__func__ is SparseMoE.forward
             and not (mlp._forward_hooks or mlp._forward_pre_hooks))
 
 
@@ -175,10 +175,7 @@ class ScaledMoEDecoderLayer(nn.Module):
         residual = _decoder.self_attention(self, hidden_states, residual=hidden_states, res_scale=rm,
                                            attention_mask=attention_mask, past_key_values=past_key_values,
                                            position_embeddings=position_embeddings, **kwargs)
-        moe = self.block_sparse_moe
-        h = self.post_attention_layernorm(residual)
-        out = sparse_moe(moe, h, layer="RouterMoE") if runs_sparse_moe(moe) else moe(h)
-        return residual + out * rm
+        return residual + self.block_sparse_moe(self.post_attention_layernorm(residual)) * rm
 
 
 def why_not(m: nn.Module, layer: str, why_not_other) -> str:
