@@ -94,6 +94,9 @@ def test_inject_and_kernelize_match_and_beat_stock(built, device):
     # router's split), not by an expert (an fp32 reference would swap experts at near-ties)
     one = IDS[:, -1:]
     single, nine = logits(injected, one), logits(injected, one.repeat(9, 1))
+    with torch.no_grad():  # through every MoE block and the final norm the nine rows are bit-equal
+        last = injected(input_ids=one.repeat(9, 1).to(injected.device), output_hidden_states=True).hidden_states[-1]
+    assert torch.equal(last, last[:1].expand_as(last))
     # the rows equal up to the fp32 logits' last bit: the interpreter's matmul (numpy's BLAS) may
     # sum a tile's rows in another order by their place in it (seen at hidden 96); another expert
     # would move them by orders more
