@@ -7,6 +7,9 @@ The cases and mocked arguments are scripts/xpu_compile_check.py's (grf_mode, an 
 dropped); a kernel with a PDL parameter is compiled with it on, as CUDA launches it. A stand-in
 driver reports the target, so JITFunction.warmup compiles without a device. For each case it
 prints the registers and spill stores `ptxas -v` reports: a spill is a slow config, not a failure.
+A half-precision FMA in the PTX fails the case: the compiler made it by contracting a product the
+source rounds to bf16/fp16 with the add after it, which skips that rounding (a kernel that rounds
+where torch rounds launches with Triton's enable_fp_fusion off: its module's LAUNCH_OPTIONS).
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
 import xpu_compile_check as X  # noqa: E402
+
+
+HALF_FMA = re.compile(r"\bfma\.rn(?:\.ftz)?\.(?:bf16|f16)(?:x2)?\b")
 
 
 def ptxas_report(ptx: str, arch: int) -> str:
@@ -60,7 +66,13 @@ def main() -> int:
             kw = {k: v for k, v in kw.items() if k != "grf_mode"}
             label = f"{name} {kw} warps={warps} stages={stages}"
             try:
-                k = fn.warmup(*X.mock_args(fn, act, {**consts, **kw}), grid=(1,), num_warps=warps, num_stages=stages)
+                k = fn.warmup(*X.mock_args(fn, act, {**consts, **kw}), grid=(1,), num_warps=warps, num_stages=stages,
+                              **X.launch_options(fn))
+                fused = sorted(set(HALF_FMA.findall(k.asm["ptx"])))
+                if fused:
+                    failed += 1
+                    print(f"FAIL  {label}: {', '.join(fused)} in the PTX: a rounded product contracted into an add")
+                    continue
                 print(f"ok    {label}: {k.metadata.shared} bytes shared, {ptxas_report(k.asm['ptx'], a.arch)}")
                 ok += 1
             except Exception as e:  # report every failure, keep going

@@ -89,6 +89,12 @@ PTR_DTYPES = {
 }
 
 
+def launch_options(fn) -> dict:
+    """The options every launch of fn takes (its module's LAUNCH_OPTIONS), so a case compiles as
+    the kernel runs."""
+    return dict(getattr(sys.modules[fn.fn.__module__], "LAUNCH_OPTIONS", {}))
+
+
 def mock_args(fn, act, constexprs):
     module = fn.fn.__module__.rsplit(".", 1)[-1]
     ptr_names = PTR_NAMES.get(module, set())
@@ -387,7 +393,7 @@ def main():
         for kw, warps, stages in cfgs:
             kw = dict(kw)
             grf = kw.pop("grf_mode", None)
-            opts = dict(num_warps=warps, num_stages=stages)
+            opts = dict(launch_options(fn), num_warps=warps, num_stages=stages)
             if grf is not None:
                 opts["grf_mode"] = grf_option(grf)
             label = f"{name} {kw} warps={warps} stages={stages}" + (f" grf={grf}" if grf else "")

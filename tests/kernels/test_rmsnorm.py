@@ -184,3 +184,28 @@ def test_interpreter_rounds_bf16_to_nearest_even(device):
     ref = x.to(torch.bfloat16)
     assert torch.equal(o.isnan(), ref.isnan())
     assert torch.equal(o[~ref.isnan()], ref[~ref.isnan()])
+
+
+def test_norm_kernels_keep_their_roundings_on_hopper():
+    """The interpreter rounds where the source says; a GPU compiler may not: for Llama's order
+    before an add (rms_norm_add) it narrowed the rounded bf16 product to a bf16 multiply and
+    contracted it with the residual add into one FMA, one rounding where torch makes two. Every
+    RMSNorm case compiled offline for sm_90 with its launch options (scripts/cuda_compile_check.py)
+    has no half-precision FMA, and without those options the Llama-order case has one."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="0", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(root / "kernels" / "python"))
+    check = [sys.executable, str(root / "scripts" / "cuda_compile_check.py"), "--only", "rmsnorm"]
+    p = subprocess.run(check, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0 and "5 passed, 0 failed" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
+    assert rmsnorm.LAUNCH_OPTIONS == {"enable_fp_fusion": False}
+    # the same check with the options taken away: the contraction comes back and is caught
+    unfused = ("import runpy, sys; from xpuinject_kernels import rmsnorm; rmsnorm.LAUNCH_OPTIONS = {}; "
+               f"sys.argv = {check[1:]!r}; runpy.run_path(sys.argv[0], run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", unfused], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 1 and "4 passed, 1 failed" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "FAIL  rmsnorm-add llama" in p.stdout and "fma.rn.bf16x2" in p.stdout

@@ -240,6 +240,13 @@ def pdl_kw(on: bool) -> Dict[str, bool]:
     return {"launch_pdl": True} if on else {}
 
 
+def exact_rounding_kw() -> Dict[str, bool]:
+    """Launch option for a kernel that rounds where torch rounds: without it the compiler narrows
+    a bf16 x bf16 product rounded to bf16 into a bf16 multiply and contracts it with the add after
+    it into one FMA, which skips that rounding (Triton's enable_fp_fusion; the interpreter drops it)."""
+    return {"enable_fp_fusion": False}
+
+
 @triton.jit
 def pdl_wait(PDL: tl.constexpr):
     """First thing in a PDL kernel: wait until the launches before it have finished and their

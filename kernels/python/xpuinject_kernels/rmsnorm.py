@@ -167,6 +167,10 @@ def _check(x: torch.Tensor, weight: torch.Tensor, eps: float, what: str) -> None
         raise ValueError(f"xpuinject_kernels: {what}: eps must be >= 0, got {eps}")
 
 
+# Every launch of _rms_norm_kernel takes these (the offline compile checks read them too).
+LAUNCH_OPTIONS = _backend.exact_rounding_kw()
+
+
 def _launch(x2, r2, w, out2, rout2, eps, warps=None, round_normed=True, add_after=None):
     """The kernel launch on validated [rows, N] operands; warps overrides num_warps(block);
     round_normed=False is Gemma's order (no rounding before the weight); add_after: a [rows, N]
@@ -182,6 +186,7 @@ def _launch(x2, r2, w, out2, rout2, eps, warps=None, round_normed=True, add_afte
         float(eps),
         HAS_RESIDUAL=has_res, BLOCK=block, SINGLE=n <= block, ROUND_NORMED=round_normed,
         PDL=pdl, ADD_AFTER=add_after is not None, num_warps=warps or num_warps(block), **_backend.pdl_kw(pdl),
+        **LAUNCH_OPTIONS,
     )
 
 
