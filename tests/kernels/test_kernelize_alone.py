@@ -207,6 +207,21 @@ def test_kernelize_without_the_kernels_package_binds_the_same(pkg, device):
     assert torch.equal(run(a, x), run(b, x))
 
 
+def test_kernelize_with_a_kernels_folder_that_is_not_the_package(pkg, device, monkeypatch, tmp_path):
+    """A folder named kernels on sys.path (a checkout's) imports as an empty namespace: "auto"
+    binds directly, as without the package; use_kernels=True says which `kernels` it found."""
+    import sys
+    import types
+
+    fake = types.ModuleType("kernels")
+    fake.__path__ = [str(tmp_path / "kernels")]
+    monkeypatch.setitem(sys.modules, "kernels", fake)
+    model = build("qwen3-tiny", device=device)
+    assert pkg.kernelize(model)["path"] == "direct"
+    with pytest.raises(pkg.InjectError, match=r"the `kernels` importable here \(\[.*kernels'\]\) is not Hugging Face"):
+        pkg.kernelize(build("qwen3-tiny", device=device), use_kernels=True)
+
+
 def test_kernelize_keeps_what_the_kernels_cannot_take(pkg, device):
     """llama-tiny's head_dim 16 is not an attention kernel's: its attention stays stock (as the
     plan keeps it), with the reason the planner gives."""

@@ -957,6 +957,13 @@ def kernelize(model: nn.Module, *, use_kernels: Union[bool, str] = "auto", mode=
         except ImportError:
             if use_kernels is True:
                 raise InjectError("use_kernels=True, but the kernels package is not importable (pip install kernels)")
+        if api is not None and not hasattr(api, "kernelize"):
+            # a folder named kernels on sys.path (a checkout's, say) imports as an empty namespace
+            where = list(getattr(api, "__path__", [])) or getattr(api, "__file__", "?")
+            api = None
+            if use_kernels is True:
+                raise InjectError(f"use_kernels=True, but the `kernels` importable here ({where}) is not Hugging "
+                                  "Face's kernels package (pip install kernels)")
     if api is None:
         if mode is not None:
             raise InjectError("mode= is a kernels.Mode, which needs the kernels package (pip install kernels)")
