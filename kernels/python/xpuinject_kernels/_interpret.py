@@ -1,8 +1,9 @@
 """Fixes for Triton 3.6's CPU interpreter (TRITON_INTERPRET=1), applied by `apply()`.
 
 The interpreter is how the kernels run on a machine without a GPU (CI, and `xpuinject eval
---device cpu`). Three of its emulations disagree with compiled kernels; each patch below
-changes only the emulation, never a kernel, and is a no-op unless the interpreter is on.
+--device cpu`). Three of its emulations disagree with compiled kernels and one repeats work at
+every helper call; each patch below changes only the emulation, never a kernel, and is a no-op
+unless the interpreter is on.
 The package's inject and kernelize apply them for a model on the CPU; the kernel tests apply
 them in conftest.py.
 
@@ -110,6 +111,60 @@ def _patch_interpreter_bf16_dot() -> None:
     builder._xpuinject_bf16_dot = True
 
 
+def _patch_interpreter_device_calls() -> None:
+    """Skip the interpreter's re-patching of triton.language at every device-function call made
+    inside a launch that already patched it.
+
+    triton 3.6's interpreter patches triton.language's builtins (inspect.getmembers over tl,
+    tl.tensor, tl.math, ...) once per launch (GridExecutor.__call__) and again at every call of a
+    @triton.jit helper (InterpretedFunction.__call__ -> _patch_lang), for every program of the
+    grid: about a millisecond a call, most of an interpreted launch whose programs call helpers.
+    Inside a launch, once a module is patched a second patch sets what is already set: a helper
+    is patched as before only when it sees a language module (tl.core, for triton.language's own
+    helpers such as tl.sum) that nothing in this launch has patched yet.
+    """
+    import inspect
+
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    if getattr(interp.InterpretedFunction, "_xpuinject_calls", False):
+        return
+    langs = (tl, tl.core)
+    patched = []  # per nested launch: ids of the language modules patched so far in it
+
+    def lang_ids(fn):
+        return frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in langs)
+
+    grid_call = interp.GridExecutor.__call__
+
+    def launch(self, *args, **kwargs):
+        patched.append(set(lang_ids(self.fn)))
+        try:
+            return grid_call(self, *args, **kwargs)
+        finally:
+            patched.pop()
+
+    device_call = interp.InterpretedFunction.__call__
+
+    def call(self, *args, **kwargs):
+        if not patched:
+            return device_call(self, *args, **kwargs)
+        ids = lang_ids(self.fn)
+        if not ids <= patched[-1]:
+            patched[-1] |= ids
+            return device_call(self, *args, **kwargs)
+        fn = self.rewrite()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:  # as the interpreter's own device call reports it
+            raise interp.InterpreterError(repr(e)) from e
+
+    interp.GridExecutor.__call__ = launch
+    interp.InterpretedFunction.__call__ = call
+    interp.InterpretedFunction._xpuinject_calls = True
+
+
 def apply() -> None:
     """Apply every interpreter fix (idempotent; nothing happens unless TRITON_INTERPRET=1)."""
     from . import _backend
@@ -119,3 +174,4 @@ def apply() -> None:
     _patch_interpreter_bf16_rounding()
     _patch_interpreter_index_numpy2()
     _patch_interpreter_bf16_dot()
+    _patch_interpreter_device_calls()

@@ -301,6 +301,12 @@ def _rope_norm_kernel(
 NORM_HEADS_PER_PROGRAM = 8
 
 
+def heads_per_program(hq: int, hk: int) -> int:
+    """BLOCK_H of those kernels: NORM_HEADS_PER_PROGRAM, or fewer when no head count needs that
+    many (each head is normalized and rotated alone, so the grouping changes no number)."""
+    return min(NORM_HEADS_PER_PROGRAM, _backend.next_pow2(max(hq, hk)))
+
+
 def norm_warps(d: int) -> int:
     """The warps of a launch that fuses the q/k norms: those of rms_norm's own launch over a
     head_dim row. A block's layout (and so its sum's order) follows the warps, and the rstd must
@@ -513,7 +519,7 @@ def _launch_norm(qi, ki, qo, ko, cos, sin, qw, kw, eps, norm_round, norm_after=F
     hk = ki.shape[1]
     half = cos.shape[2] // 2
     npass = d - 2 * half
-    bh = NORM_HEADS_PER_PROGRAM
+    bh = heads_per_program(hq, hk)
     nqb, nkb = _backend.cdiv(hq, bh), _backend.cdiv(hk, bh)
     scb = cos.stride(0) if cos.shape[0] == bq and bq > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] == bq and bq > 1 else 0

@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from . import _backend, _ops
-from .rope import NORM_HEADS_PER_PROGRAM, ROPE_NUM_WARPS, _cs, _rotate, check_norm_weights, half_block, norm_warps
+from .rope import ROPE_NUM_WARPS, _cs, _rotate, check_norm_weights, half_block, heads_per_program, norm_warps
 
 __all__ = ["rope_cache_write", "rope_cache_write_ref", "qkv_rope_cache_write", "qkv_rope_ok"]
 
@@ -173,7 +173,7 @@ def _rope_cache_write(q, k, v, cos, sin, k_cache, v_cache, counter, q_norm_weigh
         return qo.transpose(1, 2)
     half = cos.shape[2] // 2
     npass = d - 2 * half
-    bh = NORM_HEADS_PER_PROGRAM
+    bh = heads_per_program(hq, hk)
     nqb, nkb = _backend.cdiv(hq, bh), _backend.cdiv(hk, bh)
     scb = cos.stride(0) if cos.shape[0] == b and b > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] == b and b > 1 else 0
