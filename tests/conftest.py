@@ -31,3 +31,14 @@ def llama_odd_run(tmp_path_factory) -> Path:
 def levit_tiny_run(tmp_path_factory) -> Path:
     """levit-tiny's run folder, as llama_odd_run."""
     return skip_eval_run(tmp_path_factory, "levit-tiny")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest tests first (slow(minutes=N) before slow, slow before the rest; otherwise in
+    collection order): scripts/test spreads the suite over the cores (pytest-xdist), and a long
+    test started last would run alone at the end."""
+    def minutes(item):
+        m = item.get_closest_marker("slow")
+        return 0 if m is None else m.kwargs.get("minutes", 1)
+
+    items.sort(key=lambda item: -minutes(item))

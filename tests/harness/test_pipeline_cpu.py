@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+# Each test runs the whole CLI, its eval's kernels under the interpreter: a minute or more.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 BIN = ROOT / "bin" / "xpuinject"
 FIXTURES = ROOT / "testdata" / "fixtures"

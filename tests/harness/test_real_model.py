@@ -74,7 +74,7 @@ def test_real_model_plan_pack_package(full, tmp_path):
     assert (Path(arts["package"]) / "build" / "torch-cuda" / "metadata.json").is_file()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=9)
 def test_real_model_accuracy_cpu(shallow, tmp_path):
     r = xpuinject(shallow, "--device", "cpu", "--out", tmp_path / "run", "--tokens", "64", "--gen-tokens", "6")
     assert r.returncode == 0, r.stderr[-4000:]

@@ -203,6 +203,7 @@ def received_masks(monkeypatch):
     return got
 
 
+@pytest.mark.slow(minutes=3)
 @pytest.mark.parametrize("name,attn,masks", [
     ("qwen3-tiny", "sdpa", [None, None]),
     # layer 0 slides over 16 of the 20 tokens: transformers builds its mask in the warm-up too

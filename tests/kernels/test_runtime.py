@@ -322,6 +322,7 @@ def test_buckets():
         rt.batch_bucket(65)
 
 
+@pytest.mark.slow
 def test_injected_gemma2_greedy_equals_generate(device):
     """gemma2-tiny (soft-capped attention, loaded eager) with every layer on our kernels runs the
     package's attention implementation, so the runtime's decode masks are bool; 14 + 8 tokens go
@@ -358,6 +359,7 @@ def test_package_carries_the_runtime(llama_odd_run):
     assert os.path.exists(llama_odd_run / "package" / "build" / "torch-xpu" / "runtime.py")
 
 
+@pytest.mark.slow
 def test_fused_static_cache_path_equals_the_unfused_dynamic_one(device):
     """The static-cache path (RoPE + cache write in one kernel at the layer's counter, decode
     attention reading only the filled slots) decodes the same greedy tokens as the unfused path
