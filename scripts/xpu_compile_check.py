@@ -127,7 +127,7 @@ DESC_PATHS = (True, False)
 
 def cases(cuda: bool = False):
     """(name, kernel, configs, activation dtype, constexprs) of every case; cuda: with the cases
-    only CUDA launches (scripts/cuda_compile_check.py)."""
+    only CUDA launches, and the GEMM at CUDA's configs (scripts/cuda_compile_check.py)."""
     import importlib
 
     from xpuinject_kernels import _backend, attention, gemv, greedy, moe, rmsnorm, rope, rope_cache
@@ -178,7 +178,7 @@ def cases(cuda: bool = False):
     for after in (False, True):
         yield (f"rope + q/k norm{' after rope' if after else ''}", rope._rope_norm_kernel, [({}, nw, 1)], bf16,
                dict(BLOCK_H=8, BLOCK_HALF=64, BLOCK_D=128, BLOCK_PASS=0, NORM_ROUND=True, NORM_AFTER=after))
-    gcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in _backend.gemm_configs("xpu")]
+    gcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in _backend.gemm_configs("cuda" if cuda else "xpu")]
     # gemm() takes the descriptor path only where this Triton has tl.make_tensor_descriptor
     # (_backend.has_descriptors); elsewhere only block pointers are ever compiled.
     for epi in ("none", "bias", "swiglu", "geglu", "geglu_erf", "hardswish", "residual"):
