@@ -128,41 +128,35 @@ def _patch_interpreter_device_calls() -> None:
     import triton.language as tl
     from triton.runtime import interpreter as interp
 
-    if getattr(interp.InterpretedFunction, "_xpuinject_calls", False):
+    if getattr(interp, "_xpuinject_calls", False):
         return
     langs = (tl, tl.core)
     patched = []  # per nested launch: ids of the language modules patched so far in it
+    patch_lang = interp._patch_lang  # GridExecutor and InterpretedFunction look it up as a global
 
     def lang_ids(fn):
-        return frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in langs)
+        return {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in langs}
+
+    def patch_once(fn):
+        ids = lang_ids(fn)
+        if patched and ids and ids <= patched[-1]:
+            return interp._LangPatchScope()  # all set already: nothing to set, nothing to restore
+        if patched:
+            patched[-1] |= ids
+        return patch_lang(fn)
 
     grid_call = interp.GridExecutor.__call__
 
     def launch(self, *args, **kwargs):
-        patched.append(set(lang_ids(self.fn)))
+        patched.append(set())
         try:
             return grid_call(self, *args, **kwargs)
         finally:
             patched.pop()
 
-    device_call = interp.InterpretedFunction.__call__
-
-    def call(self, *args, **kwargs):
-        if not patched:
-            return device_call(self, *args, **kwargs)
-        ids = lang_ids(self.fn)
-        if not ids <= patched[-1]:
-            patched[-1] |= ids
-            return device_call(self, *args, **kwargs)
-        fn = self.rewrite()
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:  # as the interpreter's own device call reports it
-            raise interp.InterpreterError(repr(e)) from e
-
+    interp._patch_lang = patch_once
     interp.GridExecutor.__call__ = launch
-    interp.InterpretedFunction.__call__ = call
-    interp.InterpretedFunction._xpuinject_calls = True
+    interp._xpuinject_calls = True
 
 
 def apply() -> None:
