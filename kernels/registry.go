@@ -69,6 +69,9 @@ type Kernel struct {
 	Layer string `json:"layer,omitempty"`
 	// Layers overrides Layer per replaced kind (gemm: SwiGLUMLP, LinearBN, ...).
 	Layers map[models.LayerKind]string `json:"layers,omitempty"`
+	// Variants are further layer classes the planner binds for the replaced kinds, by the
+	// block's form: a checkpoint's fused projections (Phi-3), a shared expert, a router child.
+	Variants []string `json:"variants,omitempty"`
 	// Function is the function the kernel stands in for or its layer calls, e.g. the
 	// transformers attention function "attention_forward".
 	Function string `json:"function,omitempty"`
@@ -310,6 +313,7 @@ func defaultRows() []*Kernel {
 				models.KindMLPSwiGLU: "SwiGLUMLP", models.KindMLPGeGLU: "GeGLUMLP", models.KindLinearBN: "LinearBN",
 				models.KindBNLinear: "BNLinear", models.KindLinear: "Linear", models.KindLMHead: "LMHead",
 			},
+			Variants:  []string{"FusedSwiGLUMLP"},
 			Epilogues: slices.Clone(contract.GEMMEpilogues),
 			Backends:  allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{gemmMinDims},
@@ -317,13 +321,14 @@ func defaultRows() []*Kernel {
 		},
 		&Kernel{
 			Name: "attention-prefill", Module: "attention", Replaces: []models.LayerKind{models.KindAttention},
-			Layer: "Attention", Function: "attention_forward", Uses: []string{"attention-decode", "rope", "gemm"},
+			Layer: "Attention", Variants: []string{"FusedAttention"}, Function: "attention_forward",
+			Uses:     []string{"attention-decode", "rope", "gemm"},
 			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{attentionProjections, attentionHeadDim, attentionGQA},
 		},
 		&Kernel{
 			Name: "attention-decode", Module: "attention", Replaces: []models.LayerKind{models.KindAttention},
-			Layer: "Attention", Function: "attention_forward",
+			Layer: "Attention", Variants: []string{"FusedAttention"}, Function: "attention_forward",
 			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{attentionProjections, attentionHeadDim, attentionGQA},
 		},
@@ -331,6 +336,7 @@ func defaultRows() []*Kernel {
 			// The whole sparse MoE block: routing, the experts' gate/up with the swiglu epilogue
 			// and down with the routing weight, over only the experts hit (moe.py).
 			Name: "moe", Module: "moe", Replaces: []models.LayerKind{models.KindMoE}, Layer: "SparseMoE",
+			Variants: []string{"SharedExpertMoE", "RouterMoE"},
 			Backends: allBackends, ActDTypes: actDTypes, WeightDTypes: weightDTypes,
 			Constraints: []Constraint{gemmMinDims},
 		},
@@ -354,6 +360,30 @@ func defaultNames() []string {
 	}
 	return out
 }
+
+// LayerClasses are every kernel-hub layer class the kernel's replacements bind: each replaced
+// kind's, then the variants.
+func (k *Kernel) LayerClasses() []string {
+	var out []string
+	for _, kind := range k.Replaces {
+		if c := k.LayerClass(kind); c != "" && !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	for _, c := range k.Variants {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// DecoderLayers are the kernel-hub decoder-layer classes: one forward over a decoder layer's
+// replaced children, with each norm's add and the residual adds in the launches around them.
+// None runs a kernel of its own. ConvBN, the one other layer class, keeps the stock conv on
+// weights folded offline.
+var DecoderLayers = []string{"DecoderLayer", "GemmaDecoderLayer", "PostNormDecoderLayer", "SandwichDecoderLayer",
+	"MoEDecoderLayer", "PostNormMoEDecoderLayer", "ScaledMoEDecoderLayer"}
 
 // LayerClass is the kernel-hub layer class the kernel uses for a layer kind.
 func (k *Kernel) LayerClass(kind models.LayerKind) string {

@@ -393,10 +393,29 @@ func TestRegistryAgreesWithPython(t *testing.T) {
 		if _, err := fs.Stat(Sources, SourceDir+"/"+k.Module+".py"); err != nil {
 			t.Errorf("%s: module %s.py not embedded: %v", k.Name, k.Module, err)
 		}
-		for _, kind := range k.Replaces {
-			if c := k.LayerClass(kind); c != "" && raw.Layers[c] == nil {
-				t.Errorf("%s: layer class %s (for %s) is not in %s", k.Name, c, kind, ContractFile)
+		for _, c := range k.LayerClasses() {
+			if raw.Layers[c] == nil {
+				t.Errorf("%s: layer class %s is not in %s", k.Name, c, ContractFile)
 			}
+		}
+	}
+	// Every layer class the package defines is listed by `xpuinject kernels`: a kernel's, a
+	// decoder layer's, or ConvBN (folded weights, the stock conv).
+	listed := map[string]bool{"ConvBN": true}
+	for _, k := range r.Kernels() {
+		for _, c := range k.LayerClasses() {
+			listed[c] = true
+		}
+	}
+	for _, c := range DecoderLayers {
+		if raw.Layers[c] == nil {
+			t.Errorf("decoder layer class %s is not in %s", c, ContractFile)
+		}
+		listed[c] = true
+	}
+	for c := range raw.Layers {
+		if !listed[c] {
+			t.Errorf("layer class %s of %s is in no registry row and not in DecoderLayers", c, ContractFile)
 		}
 	}
 	if !slices.Equal(AttentionHeadDims, raw.AttentionHeadDims) {

@@ -73,13 +73,11 @@ func kernelsRun(w io.Writer, reg *kernels.Registry, o *kernelsOptions) error {
 	needsT := &textTable{header: []string{"KERNEL", "A LAYER NEEDS"}}
 	var common []string
 	for _, k := range reg.Kernels() {
-		var replaces, layers []string
+		var replaces []string
 		for _, kind := range k.Replaces {
 			replaces = append(replaces, string(kind))
-			if c := k.LayerClass(kind); c != "" && !slices.Contains(layers, c) {
-				layers = append(layers, c)
-			}
 		}
+		layers := k.LayerClasses()
 		if k.Function != "" {
 			layers = append(layers, k.Function+"()")
 		}
@@ -112,6 +110,9 @@ func kernelsRun(w io.Writer, reg *kernels.Registry, o *kernelsOptions) error {
 	if err := needsT.write(w); err != nil {
 		return err
 	}
+	fmt.Fprintln(w)
+	writeParagraph(w, "", "Decoder layers ("+strings.Join(kernels.DecoderLayers, ", ")+") run a decoder layer's "+
+		"replaced children in one forward, so that adds and norms share the launches around them.", 0)
 	fmt.Fprintln(w)
 	if len(slices.Compact(slices.Clone(common))) == 1 {
 		writeParagraph(w, "", "Every kernel: "+common[0]+".", 0)
