@@ -5,7 +5,8 @@
 # launchers' host time. Each step has its own time
 # limit, so one overrun never costs the others, and its log lands beside its results.
 #
-#   on the GPU machine, with bin/xpuinject built for it:
+#   on the GPU machine, with bin/xpuinject built for it (and, for a machine without network,
+#   .gpu-extras/wheels from scripts/fetch_kernels.sh beside it):
 #     scripts/gpu-run.sh
 #   env: OUT (default out/gpu-run under the repo root), STEPS (default "tests llama levit bench tune host";
 #        "runtime" is the graph runtime check on Llama-3.2-1B, Llama-3.1-8B and LeViT-128S shapes;
@@ -54,6 +55,18 @@ log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
   python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)'
 } 2>&1 | tee -a "$OUT/summary.txt"
 WORK=${WORK:-$(mktemp -d)}
+# Hugging Face's kernels at requirements.txt's pin, from the wheel scripts/fetch_kernels.sh puts in
+# .gpu-extras/wheels, when the machine has none (no network there). Run from WORK: the repository's
+# own kernels/ folder would import as an empty namespace package from here.
+pin=$(grep -E '^kernels==' requirements.txt || true)
+if ! (cd "$WORK" && python3 -c 'import kernels; kernels.kernelize') 2>/dev/null && [ -n "$pin" ] \
+    && ls .gpu-extras/wheels/kernels-"${pin#kernels==}"-*.whl >/dev/null 2>&1; then
+  if python3 -m pip install -q --no-deps --no-index --find-links .gpu-extras/wheels --target "$WORK/pyx" "$pin" \
+      >>"$OUT/summary.txt" 2>&1; then
+    export PYTHONPATH="$WORK/pyx:$PYTHONPATH"
+    log "installed $pin from .gpu-extras/wheels into $WORK/pyx"
+  fi
+fi
 for s in $STEPS; do
   case $s in
   tests)
