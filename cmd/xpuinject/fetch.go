@@ -45,10 +45,11 @@ func newFetchCmdWith(f *Factory, runF func(context.Context, *fetchOptions) error
 cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub), laid out as
 huggingface_hub lays it out, and print the snapshot folder on stdout.
 
-MODEL is a preset name (` + presetNames() + `), org/name or
-org/name@revision; a local folder is printed as is. $HF_ENDPOINT, $HF_TOKEN (else the token file)
-and $HF_HUB_OFFLINE are honoured; offline, or when the Hub cannot be reached, a cached
-snapshot of the revision is used.`,
+MODEL is a preset name, org/name or org/name@revision; a local folder is printed as is.
+$HF_ENDPOINT, $HF_TOKEN (else the token file) and $HF_HUB_OFFLINE are honoured; offline, or
+when the Hub cannot be reached, a cached snapshot of the revision is used.
+
+` + presetNames() + `.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Model = args[0]
@@ -87,7 +88,7 @@ func parseModelRef(model, revision string) (hub.Ref, error) {
 	} else {
 		r, err := hub.ParseRef(model)
 		if err != nil || (hasRev && rev == "") {
-			return hub.Ref{}, &usageError{fmt.Errorf("%q is neither a preset (%s) nor org/name[@revision]", model, presetNames())}
+			return hub.Ref{}, &usageError{fmt.Errorf("%q is neither a preset nor org/name[@revision]\n(%s)", model, presetNames())}
 		}
 		ref = r
 	}

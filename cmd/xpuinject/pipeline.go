@@ -52,10 +52,11 @@ against the original.
   xpuinject MODEL --push ... then publish the package (kernel repo --repo-id) and the packed
                          weights (model repo --packed-repo-id), only after a successful eval
 
-MODEL is a local folder (config.json + safetensors), a preset
-(` + presetNames() + `) or org/name[@revision]. Artifacts go under
---out (default out/<kernel name>): packed/ (weights + plan.yaml), package/ (the kernel-hub
-repo), eval/ (eval.json, report.md, plots).`,
+MODEL is a local folder (config.json + safetensors), a preset or org/name[@revision].
+Artifacts go under --out (default out/<kernel name>): packed/ (weights + plan.yaml), package/
+(the kernel-hub repo), eval/ (eval.json, report.md, plots).
+
+` + presetNames() + `.`,
 		Example: `  xpuinject testdata/fixtures/llama-tiny --device cpu        # offline, on a shipped fixture
   xpuinject llama --out out/llama                            # Llama-3.2-1B on the GPU
   xpuinject llama --push --repo-id my-org/llama-xpu-kernels  # and publish`,

@@ -73,10 +73,11 @@ pack writes, with the tensors the packed checkpoint will hold; --json the same a
 The plan uses the vendor routes measured on --gpu (kernels/python/xpuinject_kernels/gpus/);
 a GPU without measured data plans every layer on our kernels.
 
-MODEL is a local folder with config.json and safetensors, a preset name
-(` + presetNames() + `), or org/name[@revision]: read from the Hugging
-Face cache, downloaded first when it is not there. Only config.json and the safetensors
-headers are read, never tensor data.`,
+MODEL is a local folder with config.json and safetensors, a preset name, or
+org/name[@revision]: read from the Hugging Face cache, downloaded first when it is not there.
+Only config.json and the safetensors headers are read, never tensor data.
+
+` + presetNames() + `.`,
 		Example: `  xpuinject plan testdata/fixtures/llama-tiny
   xpuinject plan llama --yaml > plan.yaml
   xpuinject plan Qwen/Qwen2.5-0.5B --disable add-rmsnorm,attention-prefill --dtype fp16`,

@@ -140,7 +140,7 @@ func TestPlanUsageErrors(t *testing.T) {
 		{[]string{"plan", dir, "--disable", "flash"}, "--disable \"flash\": no such kernel\n(kernels: rmsnorm, add-rmsnorm, rmsnorm-add, rope, gemm, attention-prefill, attention-decode, moe)"},
 		{[]string{"plan", dir, "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"plan", "not a model"}, `not a model: "not a model": no local folder, no preset and not org/name[@revision]` +
-			"\n(presets: levit, llama, llama8b, mistral, qwen2, qwen3)"},
+			"\n(presets: gemma2, gemma3, levit, llama, llama8b, mistral, mixtral, olmoe, phi3, phi4mini, qwen2,\nqwen3, qwen3moe, smollm3)"},
 		{[]string{"plan", "llama@"}, `"llama@": empty revision after @`},
 	} {
 		code, out, errOut := runCLI(t, nil, c.args...)
@@ -168,7 +168,7 @@ func TestPlanModelErrors(t *testing.T) {
 		{empty, exitUsage, "folder has no config.json\ngive a Hugging Face model folder (config.json + safetensors)"},
 		{file, exitUsage, "a file, not a folder; give the folder that holds config.json"},
 		{"./no/such/folder", exitUsage, "model ./no/such/folder: no such folder\ngive a folder with config.json " +
-			"and safetensors, a preset\n(levit, llama, llama8b, mistral, qwen2, qwen3) or org/name[@revision]"},
+			"and safetensors, a preset or org/name[@revision]\n(presets: gemma2,"},
 		{"/nonexistent", exitUsage, "model /nonexistent: no such folder"},
 		{bad, exitError1, "models: no safetensors weights"},
 		{"../../testdata/quantized/llama-tiny-fp8", exitError1, "testdata/quantized/llama-tiny-fp8 is quantized (FP8: config.json quantization_config.quant_method \"fp8\""},

@@ -85,11 +85,24 @@ func lookupPreset(name string) (Preset, bool) {
 	return Preset{}, false
 }
 
+// presetNames is "presets: a, b, ..." broken into lines of at most 96 columns, for help texts
+// and errors.
 func presetNames() string {
 	ps, _ := Presets()
-	names := make([]string, len(ps))
+	var b strings.Builder
+	line := "presets:"
 	for i, p := range ps {
-		names[i] = p.Name
+		word := " " + p.Name
+		if i < len(ps)-1 {
+			word += ","
+		}
+		if len(line)+len(word) > 96 {
+			b.WriteString(line + "\n")
+			line = strings.TrimPrefix(word, " ")
+			continue
+		}
+		line += word
 	}
-	return strings.Join(names, ", ")
+	b.WriteString(line)
+	return b.String()
 }

@@ -60,7 +60,7 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 			if looksLikePath(arg) {
 				// Bad usage like any other MODEL that is none of the accepted forms.
 				return "", src, &usageError{fmt.Errorf("model %s: no such folder\n"+
-					"give a folder with config.json and safetensors, a preset\n(%s) or org/name[@revision]",
+					"give a folder with config.json and safetensors, a preset or org/name[@revision]\n(%s)",
 					arg, presetNames())}
 			}
 			hint := ""
@@ -72,7 +72,7 @@ func resolveModel(ctx context.Context, f *Factory, arg string) (dir string, src 
 				hint = fmt.Sprintf("; did you mean %s?", fx)
 			}
 			return "", src, &usageError{fmt.Errorf("%w: %q: no local folder, no preset and not org/name[@revision]%s\n"+
-				"(presets: %s)", errModelArg, arg, hint, presetNames())}
+				"(%s)", errModelArg, arg, hint, presetNames())}
 		}
 		ref = r
 	}

@@ -99,6 +99,9 @@ func TestPresets(t *testing.T) {
 	want := map[string]string{
 		"llama": "meta-llama/Llama-3.2-1B", "llama8b": "meta-llama/Llama-3.1-8B", "qwen2": "Qwen/Qwen2.5-0.5B",
 		"qwen3": "Qwen/Qwen3-0.6B", "mistral": "mistralai/Mistral-7B-v0.1", "levit": "facebook/levit-128S",
+		"gemma2": "google/gemma-2-2b", "gemma3": "google/gemma-3-1b-it", "phi3": "microsoft/Phi-3-mini-4k-instruct",
+		"phi4mini": "microsoft/Phi-4-mini-instruct", "smollm3": "HuggingFaceTB/SmolLM3-3B",
+		"qwen3moe": "Qwen/Qwen3-30B-A3B", "mixtral": "mistralai/Mixtral-8x7B-v0.1", "olmoe": "allenai/OLMoE-1B-7B-0924",
 	}
 	if len(ps) != len(want) {
 		t.Fatalf("%d presets, want %d", len(ps), len(want))
