@@ -1089,7 +1089,8 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
     prompts = prompt_windows(ids, args.prompts, min(32, ids.shape[1] // args.prompts))
     runs = {}
     send_helpers(args, device, stock, injected, {"prompts": len(prompts), "length": int(prompts[0].shape[1]),
-                                                 "new_tokens": n_gen} if args.runtime_generation else None)
+                                                 "new_tokens": n_gen} if args.runtime_generation else None,
+                 reserve=oracle.bytes_to_keep() if hasattr(oracle, "bytes_to_keep") else 0)
     with STAGES("oracle: fp32 forward and greedy generation"):
         if oracle is not None:
             lo, ho = sharded.forward_text(oracle, ids)

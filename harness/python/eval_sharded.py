@@ -473,6 +473,12 @@ class LayeredOracle:
         self.kept.add(embed[0])
         self.kept_bytes += model_bytes(embed[1])
 
+    def bytes_to_keep(self) -> int:
+        """Device bytes the oracle has yet to load and keep (its budget, up to the whole model):
+        memory a plan made after it was built must leave free, or the helpers it admits and its
+        first forward both count on the same free bytes."""
+        return max(0, min(self.budget, self.model_bytes) - self.kept_bytes)
+
     def budget_line(self) -> str:
         """How much of the model may stay on the device, sized to the model."""
         size = _human(self.model_bytes)

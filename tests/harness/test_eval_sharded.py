@@ -88,6 +88,22 @@ def test_layered_oracle_budget_line_is_sized_to_the_model(sharded):
                                    "the rest is read again each pass")
 
 
+def test_layered_oracle_says_what_it_will_still_keep(sharded):
+    """What the helpers' memory plan must leave free: the bytes the oracle will load and keep on
+    its first pass (its budget, at most the model), less what it already holds."""
+    path = FIXTURES / "llama-odd"
+    whole = sharded.LayeredOracle(transformers.LlamaForCausalLM, path, torch.device("cpu"), tokens=48)
+    embed = whole.kept_bytes
+    assert 0 < embed < whole.model_bytes
+    assert whole.bytes_to_keep() == whole.model_bytes - embed
+    sharded.forward_text(whole.model, torch.arange(8).unsqueeze(0))
+    assert whole.bytes_to_keep() == 0  # every unit is held now
+    part = sharded.LayeredOracle(transformers.LlamaForCausalLM, path, torch.device("cpu"), budget=embed + 5000,
+                                 tokens=48)
+    assert part.bytes_to_keep() == 5000
+    assert sharded.LayeredOracle(transformers.LlamaForCausalLM, path, torch.device("cpu"), budget=0).bytes_to_keep() == 0
+
+
 def test_layered_oracle_names_a_missing_tensor(sharded, tmp_path):
     from safetensors.torch import load_file, save_file
 
