@@ -795,8 +795,10 @@ def main(argv=None):
         if vision:
             evaluate_vision(args, cfg, device, oracle, stock, injected, result, ahead)
         else:
+            # the helpers must leave free what the oracle's first pass will load and keep
+            keep = oracle.bytes_to_keep() if isinstance(oracle, sharded.LayeredOracle) else 0
             evaluate_text(args, cfg, device, oracle.model if oracle is not None else None, stock, injected, result, on_gpu,
-                          run, ahead)
+                          run, ahead, oracle_keep=keep)
     except InjectError as e:
         fail(4, str(e))
     except Exception as e:  # name the failing layer when we can
@@ -1077,10 +1079,11 @@ def text_accuracy(args, ids, text_path, oracle, stock, injected):
     return accuracy, layers
 
 
-def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, run, ahead=None):
+def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, run, ahead=None, oracle_keep=0):
     """Accuracy, per-layer error and greedy generation of a causal LM. Under a pipeline every rank
     runs this: the bf16 models' forwards and generations are collective; the oracle (None on the
-    other ranks) and the metrics are rank 0's."""
+    other ranks) and the metrics are rank 0's. oracle_keep: device bytes the oracle's first pass
+    will load and keep (LayeredOracle.bytes_to_keep), which the compile helpers must leave free."""
     n_tokens = text_tokens(args, on_gpu)
     with STAGES("the text: tokenizer and tokens"):
         ids, text_path = text_inputs(args, args.model, device, n_tokens)
@@ -1090,7 +1093,7 @@ def evaluate_text(args, cfg, device, oracle, stock, injected, result, on_gpu, ru
     runs = {}
     send_helpers(args, device, stock, injected, {"prompts": len(prompts), "length": int(prompts[0].shape[1]),
                                                  "new_tokens": n_gen} if args.runtime_generation else None,
-                 reserve=oracle.bytes_to_keep() if hasattr(oracle, "bytes_to_keep") else 0)
+                 reserve=oracle_keep)
     with STAGES("oracle: fp32 forward and greedy generation"):
         if oracle is not None:
             lo, ho = sharded.forward_text(oracle, ids)

@@ -252,3 +252,28 @@ def test_closing_stops_a_helper_that_does_not_exit_in_time():
     hs.close(timeout=0.5)
     assert time.time() - t0 < 5
     assert [p.returncode for p, _ in hs.procs.values()] == [-9, -9]
+
+
+def test_the_helpers_leave_free_what_the_oracle_will_keep(monkeypatch):
+    """A text eval hands the helpers their jobs before the layer-by-layer oracle's first pass: the
+    bytes that pass will load and keep are reserved in the helpers' memory plan, so the helpers
+    and the oracle never both count on them (an 80 GB card, the 8B shape: a helper admitted beside
+    a 26 GB oracle budget ran out of memory)."""
+    import eval_driver as ed
+
+    sent = {}
+
+    class Sent(Exception):
+        pass
+
+    def send(args, device, stock, injected, generation=None, reserve=0):
+        sent.update(reserve=reserve, generation=generation)
+        raise Sent
+
+    monkeypatch.setattr(ed, "send_helpers", send)
+    a = SimpleNamespace(model=str(FIXTURES / "llama-odd"), tokens=0, text=None, gen_tokens=0, prompts=4,
+                        runtime_generation=True)
+    with pytest.raises(Sent):
+        ed.evaluate_text(a, None, "cpu", None, None, None, {}, False, None, oracle_keep=123456)
+    assert sent["reserve"] == 123456
+    assert sent["generation"]["prompts"] == 4
