@@ -381,9 +381,10 @@ func (k *Kernel) LayerClasses() []string {
 // DecoderLayers are the kernel-hub decoder-layer classes: one forward over a decoder layer's
 // replaced children, with each norm's add and the residual adds in the launches around them.
 // None runs a kernel of its own. ConvBN, the one other layer class, keeps the stock conv on
-// weights folded offline.
-var DecoderLayers = []string{"DecoderLayer", "GemmaDecoderLayer", "PostNormDecoderLayer", "SandwichDecoderLayer",
-	"MoEDecoderLayer", "PostNormMoEDecoderLayer", "ScaledMoEDecoderLayer"}
+// weights folded offline. The planner binds a block the first of them that replaces its class
+// (contract.json), so the more specific come first.
+var DecoderLayers = []string{"MoEDecoderLayer", "ScaledMoEDecoderLayer", "GemmaDecoderLayer", "PostNormDecoderLayer",
+	"PostNormMoEDecoderLayer", "SandwichDecoderLayer", "DecoderLayer"}
 
 // LayerClass is the kernel-hub layer class the kernel uses for a layer kind.
 func (k *Kernel) LayerClass(kind models.LayerKind) string {

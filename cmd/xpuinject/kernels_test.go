@@ -21,7 +21,7 @@ func TestKernelsTable(t *testing.T) {
 		"gemm               mlp-swiglu, mlp-geglu, linear-bn,        SwiGLUMLP, GeGLUMLP, LinearBN, BNLinear,\n",
 		"attention-prefill  attention                                Attention, FusedAttention,\n",
 		"moe                moe-swiglu                               SparseMoE, SharedExpertMoE, RouterMoE\n",
-		"Decoder layers (DecoderLayer, GemmaDecoderLayer,",
+		"Decoder layers (MoEDecoderLayer, ScaledMoEDecoderLayer, GemmaDecoderLayer,",
 		"attention-prefill  q/k/v/o projections, or a fused qkv_proj and o_proj (Phi-3); head_dim in {32, 64,\n",
 		"Every kernel: backends cuda, xpu; computes in bf16, fp16; weights from F32, F16, BF16.\n",
 		"Vendor routes measured on h200 (kernels/python/xpuinject_kernels/gpus/h200.json)",

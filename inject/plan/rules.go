@@ -136,14 +136,13 @@ func sandwich(l models.Layer) bool {
 	return d == layerGemmaDecoder || d == layerSandwichDecoder
 }
 
-// blockDecoder is the layer that patches the layer's block, by its class (contract.json):
-// MoEDecoderLayer (Mixtral's parameter order), GemmaDecoderLayer (sandwich norms),
-// PostNormDecoderLayer (a norm after each branch, none before), SandwichDecoderLayer (GLM-4's
-// norm before and after each branch) or DecoderLayer; "" for a block
-// class none of them replaces.
+// blockDecoder is the layer that patches the layer's block, by its class (contract.json), the
+// first of kernels.DecoderLayers that replaces it: MoEDecoderLayer (Mixtral's parameter order),
+// GemmaDecoderLayer (sandwich norms), PostNormDecoderLayer (a norm after each branch, none
+// before), SandwichDecoderLayer (GLM-4's norm before and after each branch) or DecoderLayer; ""
+// for a block class none of them replaces.
 func blockDecoder(l models.Layer) string {
-	for _, d := range []string{layerMoEDecoder, layerScaledMoEDecoder, layerGemmaDecoder, layerPostNormDecoder,
-		layerPostNormMoEDecoder, layerSandwichDecoder, layerDecoder} {
+	for _, d := range kernels.DecoderLayers {
 		if kernels.LayerReplaces(d, l.BlockClass) {
 			return d
 		}
@@ -159,7 +158,6 @@ func scaledResidual(l models.Layer) bool {
 
 // Layer classes the rules bind besides the registry's (contract.json names them all).
 const (
-	layerDecoder         = "DecoderLayer"
 	layerGemmaDecoder    = "GemmaDecoderLayer"
 	layerPostNormDecoder = "PostNormDecoderLayer"
 	// layerPostNormMoEDecoder is PostNormDecoderLayer's block under OLMoE's parameters (FlexOlmo).
