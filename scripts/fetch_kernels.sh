@@ -15,21 +15,15 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 DEST=".gpu-extras/wheels"
-
-if ! git check-ignore -q "$DEST"; then
-  echo "fetch_kernels: $DEST is not git-ignored (want /.gpu-extras/ in .gitignore); refusing to fetch" >&2
-  exit 1
-fi
+source "$ROOT/scripts/gpu-extras.sh"
+require_ignored fetch_kernels "$DEST"
 PIN="$(grep -E '^kernels==' requirements.txt || true)"
 if [[ -z "$PIN" ]]; then
   echo "fetch_kernels: requirements.txt pins no kernels==VERSION" >&2
   exit 1
 fi
 
-PY="${PYTHON:-}"
-if [[ -z "$PY" ]]; then
-  if [[ -x "$ROOT/.venv/bin/python" ]]; then PY="$ROOT/.venv/bin/python"; else PY=python3; fi
-fi
+PY="$(fetch_python "$ROOT")"
 mkdir -p "$DEST"
 "$PY" -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
   --python-version 3.12 -d "$DEST" "$PIN"

@@ -16,16 +16,9 @@ VERSION="${1:-0.8.5}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 DEST=".gpu-extras/liger"
-
-if ! git check-ignore -q "$DEST"; then
-  echo "fetch_liger: $DEST is not git-ignored (want /.gpu-extras/ in .gitignore); refusing to fetch" >&2
-  exit 1
-fi
-
-PY="${PYTHON:-}"
-if [[ -z "$PY" ]]; then
-  if [[ -x "$ROOT/.venv/bin/python" ]]; then PY="$ROOT/.venv/bin/python"; else PY=python3; fi
-fi
+source "$ROOT/scripts/gpu-extras.sh"
+require_ignored fetch_liger "$DEST"
+PY="$(fetch_python "$ROOT")"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
