@@ -228,11 +228,12 @@ def classes_from_eval(path: str, skip=frozenset()):
         if c["kernel"] not in ("gemm", "gemv"):
             continue
         k = c["key"]
-        shape = (int(k["m_bucket"]), int(k["k"]), int(k["n"]), str(k["epilogue"]), c["kernel"])
+        shape = (int(k["m_bucket"]), int(k["k"]), int(k["n"]), str(k["epilogue"]), c["kernel"],
+                 int(k.get("head_dim", 0)))
         if shape not in seen:
             seen.add(shape)
-            m, kk, n, epi, kernel = shape
-            out.append((f"{epi} M={m} K={kk} N={n}", m, kk, n, epi, kernel))
+            m, kk, n, epi, kernel, d = shape
+            out.append((f"{epi} M={m} K={kk} N={n}" + (f" D={d}" if d else ""), m, kk, n, epi, kernel, d))
     return out
 
 
@@ -389,9 +390,13 @@ def sweep_gemm(sw: Sweep):
     F = torch.nn.functional
     g = env.gen()
     shapes = sw.args.gemm_classes if sw.args.gemm_classes is not None else gemm_shapes(sw.args.smoke)
-    for label, m, k, n_w, epi, *kernel in shapes:
+    for label, m, k, n_w, epi, *rest in shapes:
+        kernel, head_dim = rest[:1], (rest[1] if len(rest) > 1 else 0)
         # a decode-sized class runs the GEMV unless the eval saw it on the GEMM kernel
         on_gemm = m > sw.gemv.MAX_M or kernel == ["gemm"]
+        if not on_gemm and epi != epi.split("+")[0]:
+            sweep_gemv_variant(sw, label, m, k, n_w, epi, head_dim)
+            continue
         in_place = m <= sw.gemv.MAX_M and on_gemm  # the weight read through weight.t(), as the LM head
         if sw.over_budget():
             benchlib.log(f"[tune] budget spent before {label}")
@@ -462,6 +467,79 @@ def sweep_gemm(sw: Sweep):
         del s0, ref
         if not sw.args.smoke:
             torch.cuda.empty_cache()
+
+
+def sweep_gemv_variant(sw: Sweep, label: str, m: int, k: int, n_w: int, epi: str, head_dim: int):
+    """A GEMV class whose launches carry more than the epilogue (gemv.launch_config's class name):
+    "+nmajor", the weight stored N-major (read through its [K, N] view); "+rope", the decode
+    token's QKV projection with the RoPE + static-cache write in its epilogue
+    (rope_cache.qkv_rope_cache_write), a head of head_dim columns a tile, checked on the rotated
+    queries. The kv-head count does not change the work (each head is written once, to the query
+    or a cache), so one kv head stands for the model's."""
+    env, torch, triton = sw.env, sw.env.torch, sw.triton
+    base, *flags = epi.split("+")
+    if base not in ("none", "bias") or any(f not in ("rope", "nmajor") for f in flags):
+        benchlib.log(f"[tune] gemv {label}: no sweep for the class {epi!r}; left out")
+        return
+    rope, nmajor = "rope" in flags, "nmajor" in flags
+    if rope and not (head_dim and n_w % head_dim == 0 and n_w // head_dim > 2):
+        benchlib.log(f"[tune] gemv {label}: a rope class needs its head_dim in the key (an eval.json whose "
+                     "key names it); left out")
+        return
+    if sw.over_budget():
+        benchlib.log(f"[tune] budget spent before {label}")
+        return
+    from xpuinject_kernels import rope_cache
+
+    g = env.gen()
+    bias = base == "bias"
+    shape, key = dict(M=m, K=k, N=n_w, epilogue=epi), dict(epilogue=epi, m_bucket=1 << (m - 1).bit_length(), k=k, n=n_w)
+    hq = n_w // head_dim - 2 if rope else 0
+    if rope:
+        key["head_dim"] = head_dim
+        shape["head_dim"] = head_dim
+    cache_len = 64 if sw.args.smoke else 512
+
+    def make(m=m, k=k, n_w=n_w):
+        s = benchlib.gemm_inputs(env, g, m, k, n_w, bias=bias)
+        s["w"] = s["w_nk"].t() if nmajor else s["w"]
+        if rope:
+            ang = env.randn((1, 1, head_dim // 2), g)
+            s["cos"], s["sin"] = (torch.cat([f(ang), f(ang)], -1).to(s["x"].dtype) for f in (torch.cos, torch.sin))
+            s["kc"], s["vc"] = (env.randn((m, 1, cache_len, head_dim), g) for _ in range(2))
+            s["ctr"] = torch.tensor(cache_len // 2, device=s["x"].device)
+        return s
+
+    def run(s, cfg):
+        c = triton.Config({kk: cfg[kk] for kk in sw.gemv.CONFIG_KEYS[:3]}, num_warps=cfg["num_warps"],
+                          num_stages=cfg["num_stages"])
+        if rope:
+            return rope_cache._qkv_rope_cache_write(s["x"].view(m, 1, k), s["w"], s.get("b"), s["cos"], s["sin"],
+                                                    s["kc"], s["vc"], s["ctr"], hq, config=c)
+        out = torch.empty(m, n_w, dtype=s["x"].dtype, device=s["x"].device)
+        return sw.gemv.gemv(s["x"], s["w"], s.get("b"), None, out, base, c)
+
+    s0 = make()
+    ref = s0["x"].float() @ s0["w"].float() + (s0["b"].float() if bias else 0)
+    if rope:
+        q = ref[:, :hq * head_dim].view(m, 1, hq, head_dim)
+        kv = ref[:, hq * head_dim:].view(m, 1, 2, head_dim)
+        ref = rope_cache.rope_cache_write_ref(q, kv[:, :, :1], kv[:, :, 1:], s0["cos"], s0["sin"], s0["kc"], s0["vc"],
+                                              s0["ctr"], dtype=torch.float32)[0]
+    units = env.backend.compute_units(s0["x"].device)
+    # the launcher's own choice: a dot tile is a whole head (BLOCK_N its power of two), as here
+    block_n = triton.next_power_of_2(head_dim) if rope and (not nmajor or m > 1) else None
+    keys = sw.gemv.CONFIG_KEYS
+    heuristic = config_dict(sw.gemv.heuristic_config(sw.be, m, n_w, k, 1, units, block_n, not nmajor), keys)
+    cands = []
+    for c in (GEMV_SMOKE if sw.args.smoke else GEMV):
+        c = dict(zip(keys, c), **({"BLOCK_N": block_n} if block_n else {}))
+        if c not in cands:
+            cands.append(c)
+    set_bytes = (m * k + k * n_w + m * n_w) * 2
+    sweep_class(sw, "gemv", label, shape, key, cands, heuristic, None, run,
+                lambda fn: benchlib.rel_err(env, fn(s0), [ref]), make, set_bytes,
+                lambda us: dict(TFLOPs=round(2 * m * k * n_w / us / 1e6, 1)))
 
 
 def config_dict(cfg, keys):

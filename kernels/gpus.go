@@ -209,7 +209,7 @@ var TunedConfigFlags = map[string][]string{
 // would never match.
 var TunedKeyFields = map[string][]string{
 	"gemm":              {"epilogue", "m_bucket", "k", "n"},
-	"gemv":              {"epilogue", "m_bucket", "k", "n"},
+	"gemv":              {"epilogue", "m_bucket", "k", "n", "head_dim"},
 	"attention.prefill": {"seq_q_bucket", "seq_k_bucket", "head_dim", "is_causal", "mask_kind"},
 	"attention.decode":  {"split_bucket", "head_dim", "block_g", "mask_kind", "single"},
 	"moe.decode":        {"hidden", "inter", "experts", "top_k", "tokens"},

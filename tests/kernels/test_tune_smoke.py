@@ -158,6 +158,49 @@ class _Recorder:
         return launch
 
 
+def test_tune_sweeps_the_rope_and_nmajor_gemv_classes(tmp_path, monkeypatch):
+    """A decode QKV projection with the RoPE + cache-write epilogue ("none+rope", keyed with its
+    head_dim) and a GEMV on an N-major weight ("+nmajor") are swept as they launch, checked on
+    the rotated queries and the output; the rope class's best lands under the key the launcher
+    looks up, and a launch of that class then takes it. A rope class recorded without its head_dim
+    is named and left out, not swept under a guessed layout."""
+    rope = {"epilogue": "none+rope", "m_bucket": 1, "k": 48, "n": 64, "head_dim": 16}
+    nmajor = {"epilogue": "bias+nmajor", "m_bucket": 2, "k": 48, "n": 32}
+    old = {"epilogue": "none+rope", "m_bucket": 1, "k": 48, "n": 96}
+    ev = tmp_path / "eval.json"
+    ev.write_text(json.dumps({"autotune": {"heuristic_classes": [
+        {"kernel": "gemv", "key": k, "config": {}} for k in (rope, nmajor, old)]}}))
+    data_file = tmp_path / "h200.json"
+    shutil.copy(os.path.join(os.path.dirname(xk.__file__), "gpus", "h200.json"), data_file)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
+    r = subprocess.run([sys.executable, SCRIPT, "--smoke", "--only", "gemm", "--classes", str(ev), "--out",
+                        str(tmp_path), "--write-tuned", str(data_file)],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "gemv none+rope M=1 K=48 N=96: a rope class needs its head_dim in the key" in r.stdout + r.stderr
+    res = json.loads((tmp_path / "tune.json").read_text())
+    assert {e["label"] for e in res["entries"]} == {"none+rope M=1 K=48 N=64 D=16", "bias+nmajor M=2 K=48 N=32"}
+    for e in res["entries"]:
+        assert e["kernel"] == "gemv" and e["measured"]["rel_err"] < 1e-2, e
+    # a dot tile of the rope class is one head: every candidate's BLOCK_N is head_dim's power of two
+    assert {e["config"]["BLOCK_N"] for e in res["entries"] if e["label"].startswith("none+rope")} == {16}
+    assert [c["key"] for c in res["classes"]] == [rope, nmajor]
+
+    tuned = {json.dumps(e["key"], sort_keys=True): e for e in json.loads(data_file.read_text())["tuned"]}
+    got = tuned[json.dumps(rope, sort_keys=True)]
+    assert got["config"] == res["classes"][0]["tuned"]["config"]
+    from xpuinject_kernels import gemv
+    monkeypatch.setattr(gpus, "device_data", lambda device: {"file": "gpus/h200.json", "tuned": [got]})
+    monkeypatch.setattr(gemv, "_BEST", {})
+    before = dict(_backend.launch_counts)
+    try:
+        cfg = gemv.launch_config("cuda", "cpu", "none+rope", 1, 64, 48, 64, (torch.bfloat16,) * 3 + (None,), 16)
+    finally:  # the lookup's count is this test's, not the next test's
+        _backend.launch_counts.clear()
+        _backend.launch_counts.update(before)
+    assert dict(cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages) == got["config"]
+
+
 def _launched(rec, keys):
     (kw,) = rec.launches
     return {k: kw[k] for k in keys}

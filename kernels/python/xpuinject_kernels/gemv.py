@@ -270,8 +270,11 @@ def heuristic_config(be: str, m: int, n: int, k: int, n_b_tiles: int, units: int
 _NMAJOR_PROGRAMS_PER_SM = 0.9
 
 
-def _config_key(epilogue: str, m_bucket: int, k: int, n_w: int) -> dict:
-    return {"epilogue": epilogue, "m_bucket": m_bucket, "k": k, "n": n_w}
+def _config_key(epilogue: str, m_bucket: int, k: int, n_w: int, head_dim: int = 0) -> dict:
+    # a rope epilogue's class also names its head_dim: its tiles are heads, so the sweep that
+    # tunes the class (benchmarks/tune.py) needs it to lay the heads out
+    key = {"epilogue": epilogue, "m_bucket": m_bucket, "k": k, "n": n_w}
+    return dict(key, head_dim=head_dim) if head_dim else key
 
 
 _BEST: dict = {}
@@ -288,7 +291,7 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0, k
     if cfg is not None:
         _backend.count("gemv.launch_cached")
         return cfg
-    key = _config_key(epilogue, m_bucket, k, n_w)
+    key = _config_key(epilogue, m_bucket, k, n_w, tile_n)
     n_b = 2 if epilogue.split("+")[0] in _GATED else 1
     cfg = gpus.tuned_config("gemv", key, device)
     if cfg is None:

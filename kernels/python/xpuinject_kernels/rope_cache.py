@@ -322,7 +322,9 @@ def _qkv_rope_cache_write_fake(x, w, bias, cos, sin, k_cache, v_cache, counter, 
 
 def _qkv_rope_cache_write(x, w, bias, cos, sin, k_cache, v_cache, counter, num_heads, q_norm_weight=None,
                           k_norm_weight=None, eps=1e-6, norm_round=True, norm_after=False, in_norm_weight=None,
-                          in_eps=0.0) -> torch.Tensor:
+                          in_eps=0.0, config=None) -> torch.Tensor:
+    """The op's body; config (a triton.Config of the GEMV) launches it with those constants instead
+    of its class's, as a sweep of the class does (benchmarks/tune.py)."""
     from . import gemv
     from .gemm import FUSE_INPUT_NORM, _row_norm_ok
     from .rmsnorm import rms_norm
@@ -353,7 +355,7 @@ def _qkv_rope_cache_write(x, w, bias, cos, sin, k_cache, v_cache, counter, num_h
         scb=cos.stride(0) if cos.shape[0] == b and b > 1 else 0, ssb=sin.stride(0) if sin.shape[0] == b and b > 1 else 0,
         eps_qk=float(eps), NORM_QK=norm, NORM_ROUND=bool(norm_round), NORM_AFTER=norm and bool(norm_after))
     gemv.gemv(x2, w, bias.contiguous() if bias is not None else None, None, qkv, "bias" if bias is not None else "none",
-              row_norm=row_norm, rope=rope)
+              config=config, row_norm=row_norm, rope=rope)
     _backend.count("qkv_rope_cache_write")
     return qo.transpose(1, 2)
 
