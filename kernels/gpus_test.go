@@ -33,8 +33,8 @@ func TestShippedGPUData(t *testing.T) {
 	if err != nil || g.Name != DefaultGPU() || len(g.Routes) == 0 {
 		t.Fatalf("default GPU %q: %+v %v", DefaultGPU(), g, err)
 	}
-	g, err = LoadGPU("h100")
-	if err != nil || g.Name != "h100" || g.File != "" || len(g.Routes)+len(g.Kept)+len(g.Tuned) != 0 {
+	g, err = LoadGPU("b200")
+	if err != nil || g.Name != "b200" || g.File != "" || len(g.Routes)+len(g.Kept)+len(g.Tuned) != 0 {
 		t.Errorf("GPU without data: %+v %v", g, err)
 	}
 	if _, err := LoadGPU("H200"); err == nil || !strings.Contains(err.Error(), `GPU name "H200"`) {

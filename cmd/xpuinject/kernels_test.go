@@ -36,10 +36,10 @@ func TestKernelsTable(t *testing.T) {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
 	}
-	code, out, _ = runCLI(t, nil, "kernels", "--gpu", "h100")
-	if code != 0 || !strings.Contains(out, `No measured data for GPU "h100" (have: h200): no vendor routes, and each kernel`) ||
+	code, out, _ = runCLI(t, nil, "kernels", "--gpu", "b200")
+	if code != 0 || !strings.Contains(out, `No measured data for GPU "b200" (have: h100, h200): no vendor routes, and each kernel`) ||
 		strings.Contains(out, "cuBLAS") {
-		t.Errorf("--gpu h100: exit %d\n%s", code, out)
+		t.Errorf("--gpu b200: exit %d\n%s", code, out)
 	}
 	if code, _, errOut := runCLI(t, nil, "kernels", "--gpu", "H100"); code != exitUsage || !strings.Contains(errOut, `GPU name "H100"`) {
 		t.Errorf("--gpu H100: exit %d %s", code, errOut)
@@ -209,9 +209,9 @@ func TestKernelsTuned(t *testing.T) {
 		first.Config["BLOCK_N"] != 64 {
 		t.Errorf("first entry %+v", first)
 	}
-	if code, out, _ := runCLI(t, nil, "kernels", "--tuned", "--json", "--gpu", "h100"); code != 0 ||
+	if code, out, _ := runCLI(t, nil, "kernels", "--tuned", "--json", "--gpu", "b200"); code != 0 ||
 		!strings.Contains(out, `"gpu_file": "",`) || !strings.Contains(out, `"tuned": []`) {
-		t.Errorf("--gpu h100: exit %d\n%s", code, out)
+		t.Errorf("--gpu b200: exit %d\n%s", code, out)
 	}
 }
 

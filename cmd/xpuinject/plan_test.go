@@ -136,7 +136,7 @@ func TestPlanUsageErrors(t *testing.T) {
 		{[]string{"plan", dir, dir}, "plan takes 1 argument(s), MODEL; got 2"},
 		{[]string{"plan", dir, "--json", "--yaml"}, "--json and --yaml exclude each other"},
 		{[]string{"plan", dir, "--dtype", "fp8"}, `--dtype "fp8": want auto, bf16 or fp16`},
-		{[]string{"plan", dir, "--gpu", "H200"}, `--gpu: kernels: GPU name "H200": want lowercase letters, digits and dashes (known: h200)`},
+		{[]string{"plan", dir, "--gpu", "H200"}, `--gpu: kernels: GPU name "H200": want lowercase letters, digits and dashes (known: h100, h200)`},
 		{[]string{"plan", dir, "--disable", "flash"}, "--disable \"flash\": no such kernel\n(kernels: rmsnorm, add-rmsnorm, rmsnorm-add, rope, gemm, attention-prefill, attention-decode, moe)"},
 		{[]string{"plan", dir, "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"plan", "not a model"}, `not a model: "not a model": no local folder, no preset and not org/name[@revision]` +

@@ -174,7 +174,7 @@ func TestEmitTreeComplete(t *testing.T) {
 		}
 		return nil
 	})
-	if slices.Sort(data); !slices.Equal(data, []string{"contract.json", "h200.json", "plan.yaml"}) {
+	if slices.Sort(data); !slices.Equal(data, []string{"contract.json", "h100.json", "h200.json", "plan.yaml"}) {
 		t.Errorf("torch-ext data files %v", data)
 	}
 }
