@@ -20,7 +20,9 @@ the plumbing, not for a GPU.
   rope                  num_warps and tile_elems (heads per tile), out of place and in place
   gemm                  every candidate block config below (the SwiGLU / GeGLU epilogues too),
                         beside cuBLAS on the nn.Linear weight and on the packed K-major weight
-                        (what a vendor route runs)
+                        (what a vendor route runs); a decode-sized class on the split-K GEMV,
+                        also with the RoPE + cache-write epilogue ("+rope", keyed with its
+                        head_dim) and on an N-major weight ("+nmajor")
   attention             prefill (BLOCK_M, BLOCK_N, warps, stages) and decode (BLOCK_N, warps,
                         stages), per problem class of the launcher (its tuned-config key)
 
