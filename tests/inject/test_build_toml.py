@@ -58,8 +58,8 @@ def test_variant_rebuilt_from_pyext_loads_and_checks_its_plan(llama_odd_run, tmp
 
 
 def test_without_pyext_the_data_files_are_lost(llama_odd_run, tmp_path):
-    """The default ("py", "pyi") drops contract.json, gpus/h200.json and plan.yaml."""
+    """The default ("py", "pyi") drops contract.json, the gpus/*.json data and plan.yaml."""
     package = llama_odd_run / "package"
     (module,) = [p for p in (package / "torch-ext").iterdir() if p.is_dir()]
     lost = sorted(f.name for f in module.rglob("*") if f.is_file() and f.suffix not in (".py", ".pyi"))
-    assert lost == ["contract.json", "h200.json", "plan.yaml"]
+    assert lost == ["contract.json", "h100.json", "h200.json", "plan.yaml"]

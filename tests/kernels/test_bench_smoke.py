@@ -818,7 +818,7 @@ def test_step_configs_adopts_gpu_data_on_a_gpu_without_a_file(monkeypatch):
     assert sc.adopt_data("xpuinject_kernels", dev, "") == "no tuned configs (heuristics)"
     assert gpus._by_device[("cpu", 0)]["tuned"] == []
     monkeypatch.setattr(gpus, "_by_device", {})
-    with pytest.raises(ValueError, match=r"--gpu-data a100: no a100.json in .*\(have: h200\)"):
+    with pytest.raises(ValueError, match=r"--gpu-data a100: no a100.json in .*\(have: h100, h200\)"):
         sc.adopt_data("xpuinject_kernels", dev, "a100")
     own = {"file": "gpus/h200.json", "tuned": []}
     monkeypatch.setattr(gpus, "device_data", lambda device: own)
