@@ -495,11 +495,10 @@ def sweep_gemv_variant(sw: Sweep, label: str, m: int, k: int, n_w: int, epi: str
 
     g = env.gen()
     bias = base == "bias"
-    shape, key = dict(M=m, K=k, N=n_w, epilogue=epi), dict(epilogue=epi, m_bucket=1 << (m - 1).bit_length(), k=k, n=n_w)
+    # the key the launcher looks the class up by (a rope class's names its head_dim)
+    key = sw.gemv._config_key(epi, 1 << (m - 1).bit_length(), k, n_w, head_dim if rope else 0)
+    shape = dict(M=m, K=k, N=n_w, epilogue=epi, **({"head_dim": head_dim} if rope else {}))
     hq = n_w // head_dim - 2 if rope else 0
-    if rope:
-        key["head_dim"] = head_dim
-        shape["head_dim"] = head_dim
     cache_len = 64 if sw.args.smoke else 512
 
     def make(m=m, k=k, n_w=n_w):

@@ -263,6 +263,23 @@ def test_gemm_heuristic_short_prefill_fills_the_gpu(monkeypatch, m, k, n, gated,
     assert (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages) == want
 
 
+def test_gemm_heuristic_against_the_committed_sweeps(monkeypatch, capsys):
+    """benchmarks/heuristic_check.py over the committed H100 and H200 sweeps: the short-prefill
+    pick stays within a few percent of each class's best where the sweep timed it."""
+    import importlib.util
+
+    root = PKG.parent.parent.parent
+    spec = importlib.util.spec_from_file_location("heuristic_check", root / "benchmarks" / "heuristic_check.py")
+    hc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hc)
+    monkeypatch.setattr(_backend, "is_interpret", lambda: False)
+    files = [root / "docs/results/2026-12-06-h100/tune/tune.json", *sorted(root.glob("docs/results/2026-12-02-h200/tune*.json"))]
+    assert hc.main([str(f) for f in files]) == 0
+    out = capsys.readouterr().out
+    assert "recorded heuristic: 59 classes, 1.218x" in out, out
+    assert "current heuristic: 53 classes, 1.002x the best on average, worst 1.02x" in out, out
+
+
 @pytest.mark.parametrize("be", ["cuda", "xpu"])
 def test_attention_heuristics_are_configs_the_pruner_keeps(monkeypatch, be):
     monkeypatch.setattr(_backend, "is_interpret", lambda: False)
