@@ -278,10 +278,16 @@ func writePlacement(b *bytes.Buffer, r *Result) {
 			if o.StreamedLoads == 0 {
 				fmt.Fprintf(b, "all %d units stayed on the device after their first load (%.1f MB, within a %.1f MB budget).\n\n",
 					o.Units, float64(o.KeptBytes)/1e6, float64(o.BudgetBytes)/1e6)
-			} else {
+			} else if o.HostLoads == 0 {
 				fmt.Fprintf(b, "%d of %d units stayed on the device (%.1f MB of a %.1f MB budget), the others were read "+
 					"from the checkpoint again on every pass: %d loads in all.\n\n",
 					o.KeptUnits, o.Units, float64(o.KeptBytes)/1e6, float64(o.BudgetBytes)/1e6, o.Loads)
+			} else {
+				fmt.Fprintf(b, "%d of %d units stayed on the device (%.1f MB of a %.1f MB budget), the others were loaded "+
+					"again on every pass: %d loads in all, %d of them copied from the %.1f MB of checkpoint tensors held "+
+					"in host memory rather than read from the checkpoint.\n\n",
+					o.KeptUnits, o.Units, float64(o.KeptBytes)/1e6, float64(o.BudgetBytes)/1e6, o.Loads, o.HostLoads,
+					float64(o.HostBytes)/1e6)
 			}
 		default:
 			fmt.Fprintf(b, "fp32 oracle (%s): the whole model, %.1f MB.\n\n", where, float64(o.Bytes)/1e6)

@@ -201,6 +201,20 @@ func TestReportPlacement(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
+	// the streamed units copied from host memory after their first read
+	oracle := doc["device"].(map[string]any)["placement"].(map[string]any)["oracle"].(map[string]any)
+	oracle["host_budget_bytes"], oracle["host_bytes"], oracle["host_loads"] = 60_000_000_000, 6_100_000_000, 1127
+	b, _ = json.Marshal(doc)
+	os.WriteFile(p, b, 0o644)
+	if r, err = ReadResult(p); err != nil {
+		t.Fatal(err)
+	}
+	want := "12 of 35 units stayed on the device (10000.0 MB of a 10500.0 MB budget), the others were loaded again " +
+		"on every pass: 1200 loads in all, 1127 of them copied from the 6100.0 MB of checkpoint tensors held in host " +
+		"memory rather than read from the checkpoint."
+	if md := string(Markdown(r, nil)); !strings.Contains(md, want) {
+		t.Errorf("report lacks %q:\n%s", want, md)
+	}
 }
 
 // A stage's decoder layers [start, end) show with their count: [0, 1) is layer 0, one layer.

@@ -227,6 +227,10 @@ type OraclePlacement struct {
 	BudgetBytes   int64  `json:"budget_bytes,omitempty"`
 	Loads         int    `json:"loads,omitempty"`
 	StreamedLoads int    `json:"streamed_loads,omitempty"`
+	// the streamed units' checkpoint tensors held in host memory between passes
+	HostBudgetBytes int64 `json:"host_budget_bytes,omitempty"`
+	HostBytes       int64 `json:"host_bytes,omitempty"`
+	HostLoads       int   `json:"host_loads,omitempty"`
 }
 
 // Placement says which devices ran which model.

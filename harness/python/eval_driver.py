@@ -223,6 +223,10 @@ def parse_args(argv):
     p.add_argument("--oracle-memory", type=int, default=-1,
                    help="bytes of the fp32 oracle's layers kept on the device between forwards (-1: what is free "
                         "after the bf16 models, less a forward's activations); the rest is read from the checkpoint per pass")
+    p.add_argument("--oracle-host-memory", type=int, default=-1,
+                   help="bytes of host memory that hold the checkpoint tensors of the oracle's layers not kept on the "
+                        "device, so each pass copies them instead of reading the checkpoint (-1: half the available "
+                        "RAM less 2 GiB on a GPU, none on the CPU)")
     p.add_argument("--compile-ahead", choices=["on", "off"], default="on",
                    help="compile the latency stage's torch.compile paths in helper processes while the "
                         "accuracy stages run (the driver's own compiles then hit the inductor cache)")
@@ -770,7 +774,7 @@ def main(argv=None):
         with STAGES("build the fp32 oracle"):
             try:
                 oracle = sharded.LayeredOracle(cls, args.model, device, budget=args.oracle_memory,
-                                               tokens=text_tokens(args, on_gpu))
+                                               tokens=text_tokens(args, on_gpu), host_budget=args.oracle_host_memory)
             except Exception as e:
                 traceback.print_exc()
                 fail(5, f"building the fp32 oracle from {args.model}: {type(e).__name__}: {e}")

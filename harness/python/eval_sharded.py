@@ -415,9 +415,13 @@ class LayeredOracle:
     stays; later ones are dropped after their forward and read again on the next one. For a pass
     over the layers in order that keeps the most units possible: an LRU would drop each unit just
     before it is needed again.
+
+    A dropped unit's tensors, as the checkpoint stores them, stay in host memory while they fit
+    in `host_budget` bytes (pinned on a GPU; default: half the available RAM less 2 GiB off the
+    CPU, none on it), so each later pass copies them rather than reading the checkpoint again.
     """
 
-    def __init__(self, cls, path, device, budget=None, tokens=0):
+    def __init__(self, cls, path, device, budget=None, tokens=0, host_budget=None):
         import torch
         import transformers
 
@@ -465,6 +469,9 @@ class LayeredOracle:
         # what the whole fp32 model's weights take (meta tensors know their sizes; tied once)
         self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self.kept, self.kept_bytes, self.loads, self.streamed_loads = set(), 0, 0, 0
+        if host_budget is None or host_budget < 0:
+            host_budget = 0 if device.type == "cpu" else max(0, free_memory(torch.device("cpu")) // 2 - (2 << 30))
+        self.host_budget, self.host, self.host_bytes, self.host_loads = host_budget, {}, 0, 0
         for name, m in units:
             m.register_forward_pre_hook(functools.partial(self._before, name))
             m.register_forward_hook(functools.partial(self._after, name))
@@ -484,7 +491,10 @@ class LayeredOracle:
         size = _human(self.model_bytes)
         if self.model_bytes <= self.budget:
             return f"all {size} of its weights fit the device budget and stay after their first load"
-        return f"up to {_human(self.budget)} of its {size} of weights stay on the device, the rest is read again each pass"
+        line = f"up to {_human(self.budget)} of its {size} of weights stay on the device, the rest is read again each pass"
+        if self.host_budget:
+            line += f" (from host memory, up to {_human(self.host_budget)} of the checkpoint's tensors held there)"
+        return line
 
     def auto_budget(self, cfg, tokens: int) -> int:
         """What may stay on the device: its free memory less a forward's activations and 1 GiB."""
@@ -503,16 +513,25 @@ class LayeredOracle:
                     out.append((sub, k, False, f"{prefix}.{k}", b))
         return out
 
-    def _load(self, name, module):
+    def _load(self, name, module, hold=False):
+        """Load a unit's tensors onto the device; hold: keep what the checkpoint gave in host
+        memory, as far as host_budget allows, for the next pass."""
         import torch
         from safetensors import safe_open
 
         handles = {}
+        copied = from_disk = 0
         try:
             for sub, k, is_param, full, t in self._tensors((name, module)):
                 if t.device.type != "meta":
                     continue
                 key = self._key.get(full, full)
+                v = self.host.get(key)
+                if v is not None:
+                    self._place(sub, k, is_param, v)
+                    copied += 1
+                    continue
+                from_disk += 1
 
                 def read(key):
                     f = self.index.get(key)
@@ -530,16 +549,27 @@ class LayeredOracle:
                     v = torch.stack([torch.cat([read(n) for n in g], 0) for g in groups]) if stacked else read(groups[0][0])
                 if list(v.shape) != list(t.shape):
                     raise ValueError(f"{self.path}: tensor {key!r} has shape {list(v.shape)}, the model wants {list(t.shape)}")
-                # cast on the device: half the bytes cross the bus, and the cast is exact either way
-                v = v.to(self.device)
-                v = v.to(torch.float32) if v.is_floating_point() else v
-                if is_param:
-                    sub._parameters[k] = torch.nn.Parameter(v, requires_grad=False)
-                else:
-                    sub._buffers[k] = v
+                size = v.numel() * v.element_size()
+                if hold and self.host_bytes + size <= self.host_budget:
+                    v = v.pin_memory() if self.device.type == "cuda" else v
+                    self.host[key] = v
+                    self.host_bytes += size
+                self._place(sub, k, is_param, v)
         finally:
             handles.clear()
         self.loads += 1
+        self.host_loads += bool(copied and not from_disk)
+
+    def _place(self, sub, k, is_param, v):
+        import torch
+
+        # cast on the device: half the bytes cross the bus, and the cast is exact either way
+        v = v.to(self.device)
+        v = v.to(torch.float32) if v.is_floating_point() else v
+        if is_param:
+            sub._parameters[k] = torch.nn.Parameter(v, requires_grad=False)
+        else:
+            sub._buffers[k] = v
 
     def _drop(self, name, module):
         import torch
@@ -554,9 +584,12 @@ class LayeredOracle:
     def _before(self, name, module, args):
         if name in self.kept:
             return
-        self._load(name, module)
-        size = model_bytes(module)
-        if self.kept_bytes + size <= self.budget:
+        # the bytes it will hold once loaded: its meta tensors' sizes count too
+        tensors = {id(t): t for t in list(module.parameters()) + list(module.buffers())}
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        keep = self.kept_bytes + size <= self.budget
+        self._load(name, module, hold=not keep)
+        if keep:
             self.kept.add(name)
             self.kept_bytes += size
         else:
@@ -578,6 +611,9 @@ class LayeredOracle:
             "budget_bytes": self.budget,
             "loads": self.loads,
             "streamed_loads": self.streamed_loads,
+            "host_budget_bytes": self.host_budget,
+            "host_bytes": self.host_bytes,
+            "host_loads": self.host_loads,
         }
 
 

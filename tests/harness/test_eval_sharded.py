@@ -74,6 +74,31 @@ def test_layered_oracle_equals_the_whole_fp32_model(sharded, fixture):
         assert all(any(n.startswith(u + ".") for u in oracle.kept) for n in held)
 
 
+def test_layered_oracle_copies_dropped_units_from_host_memory(sharded):
+    """Units not kept on the device: the first pass reads them from the checkpoint and holds what
+    it read in host memory while host_budget allows; later passes copy those instead of reading
+    the checkpoint, with the same logits. A host budget too small for one unit holds nothing."""
+    path = FIXTURES / "llama-odd"
+    cls, ref = whole_fp32(path)
+    ids = (torch.arange(24) * 37 % ref.config.vocab_size).unsqueeze(0)
+    want, _ = sharded.forward_text(ref, ids)
+    for host, copies in ((1 << 30, True), (1, False)):
+        oracle = sharded.LayeredOracle(cls, path, torch.device("cpu"), budget=0, tokens=24, host_budget=host)
+        got, _ = sharded.forward_text(oracle.model, ids)
+        assert torch.equal(got, want)
+        first = oracle.placement()
+        assert first["host_loads"] == 0 and first["streamed_loads"] > 0
+        got, _ = sharded.forward_text(oracle.model, ids)
+        assert torch.equal(got, want)
+        p = oracle.placement()
+        streamed = p["streamed_loads"] - first["streamed_loads"]
+        assert p["host_loads"] == (streamed if copies else 0), (host, p)
+        assert (0 < p["host_bytes"] <= host) if copies else p["host_bytes"] == 0
+        assert p["host_budget_bytes"] == host
+    # on the CPU the device is the host: nothing held twice by default
+    assert sharded.LayeredOracle(cls, path, torch.device("cpu"), budget=0).host_budget == 0
+
+
 def test_layered_oracle_budget_line_is_sized_to_the_model(sharded):
     """The progress line says how much of this model stays, not the free memory of the device."""
     path = FIXTURES / "llama-odd"
