@@ -123,18 +123,6 @@ SWEEP_DECODE = [
     ((128, 32, 11), (128, 64, 1), 4, 3),
     ((128, 32, 11, 1), (128, 32, 1, 1), 4, 3),
     ((64, 64, 11), (128, 64, 1), 4, 3),
-    # FUSED (a fifth field of 1): gate/up and down in one launch, each activation tile times its
-    # down rows at once (the down's entry: output columns a step, then unused fields); at
-    # Qwen3-30B-A3B's one token 32 columns are 192 such programs, 64 are 96
-    ((32, 128, 1), (128, 64, 1), 4, 4, 1),
-    ((32, 128, 2), (128, 64, 1), 4, 4, 1),
-    ((64, 128, 1), (128, 64, 1), 4, 4, 1),
-    ((64, 128, 2), (128, 64, 1), 4, 4, 1),
-    ((32, 128, 1), (256, 64, 1), 4, 3, 1),
-    ((32, 256, 1), (128, 64, 1), 4, 3, 1),
-    ((32, 128, 1), (128, 64, 1), 8, 4, 1),
-    ((128, 64, 2), (128, 64, 1), 4, 4, 1),
-    ((64, 64, 2, 1), (128, 64, 1), 4, 3, 1),
 ]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the prefill kernels
 SWEEP_PREFILL = [
@@ -148,8 +136,7 @@ SWEEP_PREFILL = [
     (64, 256, 64, 8, 3),
     (64, 128, 128, 8, 3),
 ]
-SMOKE_SWEEP_DECODE = [((16, 32, 1), (16, 16, 1), 4, 1), ((32, 16, 2, 1), (32, 16, 3, 1), 4, 1),
-                      ((16, 32, 2), (16, 16, 1), 4, 1, 1)]
+SMOKE_SWEEP_DECODE = [((16, 32, 1), (16, 16, 1), 4, 1), ((32, 16, 2, 1), (32, 16, 3, 1), 4, 1)]
 SMOKE_SWEEP_PREFILL = [(16, 16, 32, 4, 1), (32, 32, 16, 4, 1)]
 
 
@@ -255,19 +242,13 @@ def active_bytes(sh, tokens, hit):
     return 2 * (h * e + hit * 3 * h * i + 2 * tokens * h)
 
 
-def decode_config(gate_up, down, warps, stages, fused=0) -> dict:
-    """A SWEEP_DECODE entry as the launcher's config dict (moe.DECODE_KEYS; EW, DOWN_EW and FUSED
-    only where on, as a tuned entry holds them)."""
+def decode_config(gate_up, down, warps, stages) -> dict:
+    """A SWEEP_DECODE entry as the launcher's config dict (moe.DECODE_KEYS; EW and DOWN_EW only
+    where on, as a tuned entry holds them)."""
     names = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "EW")
     c = dict(zip(names, gate_up), **{f"DOWN_{n}": v for n, v in zip(names, down)}, num_warps=warps,
-             num_stages=stages, FUSED=fused)
-    return {k: v for k, v in c.items() if not (k in moe_flags() and not v)}
-
-
-def moe_flags():
-    from xpuinject_kernels import moe as M
-
-    return M.DECODE_FLAGS
+             num_stages=stages)
+    return {k: v for k, v in c.items() if not (k.endswith("EW") and not v)}
 
 
 def sweep_configs(env, tokens):

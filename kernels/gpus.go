@@ -201,7 +201,7 @@ var TunedConfigKeys = map[string][]string{
 // its TunedConfigKeys (gemv.py's CONFIG_FLAGS, moe.py's DECODE_FLAGS).
 var TunedConfigFlags = map[string][]string{
 	"gemv":       {"EW"},
-	"moe.decode": {"EW", "DOWN_EW", "FUSED"},
+	"moe.decode": {"EW", "DOWN_EW"},
 }
 
 // TunedKeyFields are the problem fields each tuned launcher looks its config up by, in the

@@ -181,9 +181,6 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                          --tokens 1,8 --sweep --experts-layout nmajor) ;;
       step-moe) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
                      --rounds 1 --steps 30 --gpu-data h200) ;;
-      # the experts' gate/up and down in one launch, each candidate in the step
-      step-fused) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
-                       --only FUSED=1 --rounds 2 --steps 30 --gpu-data h200) ;;
       # the attention projections at one row: QKV (its RoPE epilogue's class) and o_proj, EW candidates
       step-qkv) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel gemv --key k=2048,n=5120,m_bucket=1
                      --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
@@ -191,7 +188,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                    --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
       nmajor) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped --variant nmajor:XPUINJECT_NMAJOR=1
                    --rounds 2 --json "$OUT/moedecode/nmajor.json") ;;
-      *) log "moedecode: unknown part $part (want floor, sweep, sweep-nmajor, step-moe, step-fused, step-qkv, step-o, nmajor)"
+      *) log "moedecode: unknown part $part (want floor, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor)"
          continue ;;
       esac
       log "moedecode $part"

@@ -213,13 +213,19 @@ def _ew_step(acc, rows, w_ok, xv):
 
 
 @triton.jit
-def _gate_up_act(x_ptr, e, tok, pair, pid_n, pid_k, w_ptr, ws_ptr, sem_ptr, H, I, K_PER_SPLIT, stride_x, stride_we,
-                 stride_wk, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                 EW: tl.constexpr, EW_STAGES: tl.constexpr):
-    """gate/up of one (token, slot) pair's expert e for BLOCK_N columns over one K split, as a
-    16-row tl.dot (row 0 the token's, the rest zeros), or EW (_ew_step). Returns (silu(gate) * up
-    [BLOCK_N] fp32, whether this program holds it): the split that finishes last sums the splits'
-    fp32 partials (ws [pairs, SPLIT_K, 2I]) in split order."""
+def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I, TOP_K, K_PER_SPLIT,
+                           stride_x, stride_we, stride_wk, stride_wn, stride_act,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                           PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None):
+    """gate/up of one (token, slot) pair's expert for BLOCK_N columns over one K split, as a
+    16-row tl.dot (row 0 the token's, the rest zeros), or EW (_ew_step); the split that finishes
+    last sums the splits in split order and writes silu(gate) * up."""
+    _backend.pdl_wait(PDL)
+    pair = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    tok = (pair // TOP_K).to(tl.int64)
+    e = tl.load(ids_ptr + pair).to(tl.int64)
     wty = w_ptr.dtype.element_ty
     offs_m = tl.arange(0, 16)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -251,7 +257,6 @@ def _gate_up_act(x_ptr, e, tok, pair, pid_n, pid_k, w_ptr, ws_ptr, sem_ptr, H, I
     else:
         gv = tl.sum(g, axis=0)  # row 0; the zero rows add nothing
         uv = tl.sum(u, axis=0)
-    last = True
     if SPLIT_K > 1:
         # partials [pairs, SPLIT_K, 2I] fp32: gate at column n, up at I + n
         part = ws_ptr + (pair.to(tl.int64) * SPLIT_K + pid_k) * (2 * I) + offs_n
@@ -260,36 +265,19 @@ def _gate_up_act(x_ptr, e, tok, pair, pid_n, pid_k, w_ptr, ws_ptr, sem_ptr, H, I
         tl.debug_barrier()
         sem = sem_ptr + pair * tl.num_programs(1) + pid_n
         arrived = tl.atomic_add(sem, 1)
-        last = arrived == SPLIT_K - 1
-        if last:
+        if arrived == SPLIT_K - 1:
             gv = tl.zeros((BLOCK_N,), dtype=tl.float32)
             uv = tl.zeros((BLOCK_N,), dtype=tl.float32)
             for s in range(0, SPLIT_K):
                 p = ws_ptr + (pair.to(tl.int64) * SPLIT_K + s) * (2 * I) + offs_n
                 gv += tl.load(p, mask=n_ok, other=0.0, cache_modifier=".cg")
                 uv += tl.load(p + I, mask=n_ok, other=0.0, cache_modifier=".cg")
+            h = gv * tl.sigmoid(gv) * uv
+            tl.store(act_ptr + pair.to(tl.int64) * stride_act + offs_n, h.to(act_ptr.dtype.element_ty), mask=n_ok)
             tl.atomic_xchg(sem, 0)
-    return gv * tl.sigmoid(gv) * uv, last
-
-
-@triton.jit
-def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I, TOP_K, K_PER_SPLIT,
-                           stride_x, stride_we, stride_wk, stride_wn, stride_act,
-                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                           PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None):
-    """gate/up of one (token, slot) pair's expert for BLOCK_N columns over one K split
-    (_gate_up_act); the program that holds the sum writes silu(gate) * up."""
-    _backend.pdl_wait(PDL)
-    pair = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
-    tok = (pair // TOP_K).to(tl.int64)
-    e = tl.load(ids_ptr + pair).to(tl.int64)
-    h, last = _gate_up_act(x_ptr, e, tok, pair, pid_n, pid_k, w_ptr, ws_ptr, sem_ptr, H, I, K_PER_SPLIT, stride_x,
-                           stride_we, stride_wk, stride_wn, BLOCK_N, BLOCK_K, SPLIT_K, EW, EW_STAGES)
-    if last:
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        tl.store(act_ptr + pair.to(tl.int64) * stride_act + offs_n, h.to(act_ptr.dtype.element_ty), mask=offs_n < I)
+    else:
+        h = gv * tl.sigmoid(gv) * uv
+        tl.store(act_ptr + pair.to(tl.int64) * stride_act + offs_n, h.to(act_ptr.dtype.element_ty), mask=n_ok)
 
 
 @triton.jit
@@ -346,96 +334,28 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
     sem = sem_ptr + tok * tl.num_programs(1) + pid_n
     arrived = tl.atomic_add(sem, 1)
     if arrived == TOP_K * SPLIT_K - 1:
-        out = _weighted_slots(ws_ptr, vals_ptr, tok, offs_n, n_ok, H, SPLIT_K, TOP_K, RULE, out_ptr.dtype.element_ty)
+        # The routing weights from the top-k probabilities, in slot order: RULE 0 keeps them
+        # (rounded to the activation dtype), 1 renormalizes and rounds, 2 renormalizes in fp32.
+        vbase = vals_ptr + tok * TOP_K
+        total = tl.load(vbase)
+        for j in tl.static_range(1, TOP_K):
+            total += tl.load(vbase + j)
+        out = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for j in tl.static_range(TOP_K):
+            wt = tl.load(vbase + j)
+            if RULE != 0:  # IEEE division, as torch divides (Triton's `/` is div.full.f32)
+                wt = tl.math.div_rn(wt, total)
+            if RULE != 2:
+                wt = wt.to(out_ptr.dtype.element_ty).to(tl.float32)
+            y = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for s in range(0, SPLIT_K):
+                y += tl.load(ws_ptr + ((tok * TOP_K + j).to(tl.int64) * SPLIT_K + s) * H + offs_n, mask=n_ok,
+                             other=0.0, cache_modifier=".cg")
+            out += wt * y
         out = _add_residual(out, res_ptr + tok.to(tl.int64) * stride_res + offs_n, n_ok, out_ptr.dtype.element_ty,
                             HAS_RES)
         tl.store(out_ptr + tok.to(tl.int64) * stride_out + offs_n, out, mask=n_ok)
         tl.atomic_xchg(sem, 0)
-
-
-@triton.jit
-def _weighted_slots(ws_ptr, vals_ptr, tok, offs, ok, H, NPART, TOP_K: tl.constexpr, RULE: tl.constexpr,
-                    oty: tl.constexpr):
-    """A token's block output at columns offs, fp32: its slots' fp32 partials (ws [pairs, NPART,
-    H]) summed in (slot, part) order, each slot's sum scaled by its routing weight. The weights
-    come from the top-k probabilities in slot order: RULE 0 keeps them (rounded to oty), 1
-    renormalizes and rounds, 2 renormalizes in fp32."""
-    vbase = vals_ptr + tok * TOP_K
-    total = tl.load(vbase)
-    for j in tl.static_range(1, TOP_K):
-        total += tl.load(vbase + j)
-    out = tl.zeros(offs.shape, dtype=tl.float32)
-    for j in tl.static_range(TOP_K):
-        wt = tl.load(vbase + j)
-        if RULE != 0:  # IEEE division, as torch divides (Triton's `/` is div.full.f32)
-            wt = tl.math.div_rn(wt, total)
-        if RULE != 2:
-            wt = wt.to(oty).to(tl.float32)
-        y = tl.zeros(offs.shape, dtype=tl.float32)
-        for s in range(0, NPART):
-            y += tl.load(ws_ptr + ((tok * TOP_K + j).to(tl.int64) * NPART + s) * H + offs, mask=ok, other=0.0,
-                         cache_modifier=".cg")
-        out += wt * y
-    return out
-
-
-@triton.jit
-def _decode_experts_kernel(x_ptr, ids_ptr, vals_ptr, gu_ptr, dn_ptr, out_ptr, res_ptr, ws_ptr, wsd_ptr, sem_ptr,
-                           tsem_ptr, T, H, I, K_PER_SPLIT, stride_x, stride_ge, stride_gk, stride_gn, stride_de,
-                           stride_dk, stride_dn, stride_out, stride_res, TOP_K: tl.constexpr, RULE: tl.constexpr,
-                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                           DOWN_BLOCK_N: tl.constexpr, REDUCERS: tl.constexpr, HAS_RES: tl.constexpr = False,
-                           PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None):
-    """The experts' gate/up and down in one launch, no program waiting on another's work: the
-    program that holds a (pair, column tile)'s activation (_gate_up_act) multiplies it at once by
-    the same BLOCK_N rows of the expert's down weight, DOWN_BLOCK_N output columns a step, and
-    stores that fp32 partial row (wsd [pairs, tiles, H]). Each such program then takes a ticket of
-    its token; the last REDUCERS ticket holders wait for the rest (every other program has its
-    work done by then, so the wait cannot hold one up), and each sums a share of the columns'
-    partials as the down kernel does (_weighted_slots), rounds, and adds the residual (HAS_RES)."""
-    _backend.pdl_wait(PDL)
-    pair = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
-    tok = (pair // TOP_K).to(tl.int64)
-    e = tl.load(ids_ptr + pair).to(tl.int64)
-    h, last = _gate_up_act(x_ptr, e, tok, pair, pid_n, pid_k, gu_ptr, ws_ptr, sem_ptr, H, I, K_PER_SPLIT, stride_x,
-                           stride_ge, stride_gk, stride_gn, BLOCK_N, BLOCK_K, SPLIT_K, EW, EW_STAGES)
-    if last:
-        wty = dn_ptr.dtype.element_ty
-        oty = out_ptr.dtype.element_ty
-        offs_m = tl.arange(0, 16)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < I
-        # the activation rounded as the two-launch path stores it, in row 0 of a 16-row dot tile
-        a = tl.where((offs_m[:, None] == 0) & n_ok[None, :], h.to(oty).to(wty)[None, :], 0.0).to(wty)
-        tiles = tl.num_programs(1)
-        dbase = dn_ptr + e * stride_de + offs_n.to(tl.int64)[:, None] * stride_dk
-        part = wsd_ptr + (pair.to(tl.int64) * tiles + pid_n) * H
-        for h0 in tl.range(0, H, DOWN_BLOCK_N):
-            offs_h = h0 + tl.arange(0, DOWN_BLOCK_N)
-            h_ok = offs_h < H
-            w = tl.load(dbase + offs_h[None, :] * stride_dn, mask=n_ok[:, None] & h_ok[None, :], other=0.0)
-            tl.store(part + offs_h, tl.sum(tl.dot(a, w), axis=0), mask=h_ok)
-        tl.debug_barrier()
-        total = TOP_K * tiles
-        ticket = tl.atomic_add(tsem_ptr + tok, 1)
-        rank = ticket - (total - REDUCERS)
-        if rank >= 0:
-            seen = ticket + 1
-            while seen < total:
-                seen = tl.atomic_add(tsem_ptr + tok, 0)
-            for c in range(rank, tl.cdiv(H, DOWN_BLOCK_N), REDUCERS):
-                offs = c * DOWN_BLOCK_N + tl.arange(0, DOWN_BLOCK_N)
-                ok = offs < H
-                out = _weighted_slots(wsd_ptr, vals_ptr, tok, offs, ok, H, tiles, TOP_K, RULE, oty)
-                out = _add_residual(out, res_ptr + tok * stride_res + offs, ok, oty, HAS_RES)
-                tl.store(out_ptr + tok * stride_out + offs, out, mask=ok)
-            # the counters go back to zero once every reducer has seen the last ticket
-            done = tl.atomic_add(tsem_ptr + T + tok, 1)
-            if done == REDUCERS - 1:
-                tl.atomic_xchg(tsem_ptr + tok, 0)
-                tl.atomic_xchg(tsem_ptr + T + tok, 0)
 
 
 @triton.jit
@@ -621,11 +541,9 @@ DECODE_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", 
                "num_stages")
 PREFILL_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 CONFIG_KEYS = {"decode": DECODE_KEYS, "prefill": PREFILL_KEYS}
-# Switches a decode config may add (0 or 1, 0 where absent): EW and DOWN_EW, the gate/up and the
-# down kernel multiply-add on the CUDA cores (_ew_step) instead of a 16-row tl.dot; FUSED, gate/up
-# and down in one launch (_decode_experts_kernel: the down's DOWN_BLOCK_N output columns a step,
-# its DOWN_BLOCK_K, DOWN_SPLIT_K and DOWN_EW unused).
-DECODE_FLAGS = ("EW", "DOWN_EW", "FUSED")
+# Switches a decode config may add (0 or 1, 0 where absent): the gate/up and the down kernel
+# multiply-add on the CUDA cores (_ew_step) instead of a 16-row tl.dot.
+DECODE_FLAGS = ("EW", "DOWN_EW")
 CONFIG_FLAGS = {"decode": DECODE_FLAGS, "prefill": ()}
 
 # Weight tiles in flight per SM that the decode heuristic aims for: gemv.py's figure for the
@@ -821,9 +739,9 @@ def decode_route(x2: torch.Tensor, router_w: torch.Tensor, top_k: int,
 
 
 def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, norm=None):
-    """The decode path: the router with its top-k, gate/up and down GEMV launches (with FUSED,
-    one launch for both: _decode_experts_kernel); the routing weights' renormalization and
-    rounding, and the residual add (r2), run in the down's reduction. norm = (weight, eps): x2 is the attention's output and r2 the residual stream,
+    """The decode path: the router with its top-k, gate/up and down GEMV launches; the routing
+    weights' renormalization and rounding, and the residual add (r2), run in the down kernel's
+    reduction. norm = (weight, eps): x2 is the attention's output and r2 the residual stream,
     and the router's launch runs the post-attention add + RMSNorm (add_rms_norm's two outputs
     feed the experts and the residual add)."""
     t, h = x2.shape
@@ -839,36 +757,17 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     pairs = t * top_k
     pdl = _backend.pdl(dev)
     launch = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_backend.pdl_kw(pdl))
+    act = torch.empty((pairs, i), dtype=x2.dtype, device=dev)
     bn, bk = cfg["BLOCK_N"], cfg["BLOCK_K"]
     k_per, split = _split(h, bk, cfg["SPLIT_K"])
     tiles = _backend.cdiv(i, bn)
     ws = torch.empty((pairs * split * 2 * i,) if split > 1 else (1,), dtype=torch.float32, device=dev)
     sem = _backend.semaphores(dev, max(pairs * tiles, t * _backend.cdiv(h, cfg["DOWN_BLOCK_N"])))
     ew = bool(cfg.get("EW", 0))
-    ew_stages = cfg["num_stages"] if ew else None
-    if cfg.get("FUSED", 0):
-        dbn = cfg["DOWN_BLOCK_N"]
-        wsd = torch.empty((pairs * tiles * h,), dtype=torch.float32, device=dev)
-        # the tickets' reducers: one per output column tile, one under the interpreter, whose
-        # programs run one after another (a program waiting there would wait for ever)
-        reducers = 1 if _backend.is_interpret() else min(_backend.cdiv(h, dbn), top_k * tiles)
-        tsem = _backend.semaphores(dev, pairs * tiles + 2 * t)[pairs * tiles:]
-        _decode_experts_kernel[(pairs, tiles, split)](
-            x2, ids, vals, gate_up_w, down_w, o2, o2 if r2 is None else r2, ws, wsd, sem, tsem, t, h, i, k_per,
-            x2.stride(0), gate_up_w.stride(0), gate_up_w.stride(1), gate_up_w.stride(2), down_w.stride(0),
-            down_w.stride(1), down_w.stride(2), o2.stride(0), 0 if r2 is None else r2.stride(0), TOP_K=top_k,
-            RULE=_RULE[router], BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, DOWN_BLOCK_N=dbn, REDUCERS=reducers,
-            HAS_RES=r2 is not None, PDL=pdl, EW=ew, EW_STAGES=ew_stages, **launch)
-        _backend.count("moe.decode")
-        _backend.count("moe.decode_fused")
-        if ew:
-            _backend.count("moe.decode_ew")
-        return
-    act = torch.empty((pairs, i), dtype=x2.dtype, device=dev)
     _decode_gate_up_kernel[(pairs, tiles, split)](
         x2, ids, gate_up_w, act, ws, sem, h, i, top_k, k_per, x2.stride(0), gate_up_w.stride(0),
         gate_up_w.stride(1), gate_up_w.stride(2), act.stride(0), BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, PDL=pdl, EW=ew,
-        EW_STAGES=ew_stages, **launch)
+        EW_STAGES=cfg["num_stages"] if ew else None, **launch)
     bn, bk = cfg["DOWN_BLOCK_N"], cfg["DOWN_BLOCK_K"]
     down_ew = bool(cfg.get("DOWN_EW", 0))
     k_per, split = _split(i, bk, cfg["DOWN_SPLIT_K"])
