@@ -551,9 +551,13 @@ class LayeredOracle:
                     raise ValueError(f"{self.path}: tensor {key!r} has shape {list(v.shape)}, the model wants {list(t.shape)}")
                 size = v.numel() * v.element_size()
                 if hold and self.host_bytes + size <= self.host_budget:
-                    v = v.pin_memory() if self.device.type == "cuda" else v
-                    self.host[key] = v
-                    self.host_bytes += size
+                    try:
+                        held = v.pin_memory() if self.device.type == "cuda" else v
+                    except RuntimeError:  # no more page-locked memory: read the rest from the checkpoint
+                        self.host_budget = self.host_bytes
+                    else:
+                        v = self.host[key] = held
+                        self.host_bytes += size
                 self._place(sub, k, is_param, v)
         finally:
             handles.clear()
