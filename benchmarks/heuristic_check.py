@@ -42,19 +42,13 @@ def classes(paths):
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("tune", nargs="+")
-    ap.add_argument("--m-min", type=int, default=65)
-    ap.add_argument("--m-max", type=int, default=512)
-    a = ap.parse_args(argv)
-    from xpuinject_kernels import _backend
-
-    _backend.is_interpret = lambda: False  # the GPU's configs, not the interpreter's one
+def pick_ratios(_backend, found, m_min, m_max):
+    """(current pick's time over the best, recorded heuristic's over the best, classes whose
+    current pick the sweep did not time), for the GEMM classes with M in [m_min, m_max]."""
     now, recorded, untimed = [], [], []
-    for (path, label), (shape, times, heur) in sorted(classes(a.tune).items()):
+    for (path, label), (shape, times, heur) in sorted(found.items()):
         m, epi = shape["M"], shape.get("epilogue")
-        if not a.m_min <= m <= a.m_max:
+        if not m_min <= m <= m_max:
             continue
         gated = epi in GATED
         c = _backend.gemm_heuristic("cuda", m, shape["N"] // (2 if gated else 1), shape["K"], 2 if gated else 1)
@@ -65,6 +59,23 @@ def main(argv=None) -> int:
             now.append((times[pick] / best, path, label))
         else:
             untimed.append((path, label, pick))
+    return now, recorded, untimed
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("tune", nargs="+")
+    ap.add_argument("--m-min", type=int, default=65)
+    ap.add_argument("--m-max", type=int, default=512)
+    a = ap.parse_args(argv)
+    from xpuinject_kernels import _backend
+
+    interpret = _backend.is_interpret
+    _backend.is_interpret = lambda: False  # the GPU's configs, not the interpreter's one
+    try:
+        now, recorded, untimed = pick_ratios(_backend, classes(a.tune), a.m_min, a.m_max)
+    finally:
+        _backend.is_interpret = interpret
     for name, rows in (("recorded heuristic", recorded), ("current heuristic", now)):
         if rows:
             gm = math.exp(sum(math.log(r) for r, *_ in rows) / len(rows))
