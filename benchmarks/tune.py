@@ -167,6 +167,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "built-in shapes")
     p.add_argument("--skip-tuned", action="store_true", help="with --classes and --write-tuned: leave out the classes "
                    "the data file already has a tuned config for (a sweep resumed where a spent budget stopped it)")
+    p.add_argument("--m-buckets", default="", help="with --classes: only the classes of these token buckets, "
+                   "comma-separated (a GEMM's m_bucket, a prefill attention's seq_q_bucket; a decode attention class "
+                   "counts as 1), e.g. 1,512 for the decode and 512-token prefill points a latency run times")
     a = p.parse_args(argv)
     a.parts = [s.strip() for s in a.only.split(",") if s.strip()]
     bad = [s for s in a.parts if s not in PARTS]
@@ -182,14 +185,22 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--write-tuned {a.write_tuned}: not JSON: {e}")
     if a.skip_tuned and not (a.classes and a.write_tuned):
         p.error("--skip-tuned: needs --classes and --write-tuned")
+    buckets = None
+    if a.m_buckets:
+        if not a.classes:
+            p.error("--m-buckets: needs --classes")
+        try:
+            buckets = {int(v) for v in a.m_buckets.split(",") if v.strip()}
+        except ValueError:
+            p.error(f"--m-buckets {a.m_buckets}: want comma-separated token counts, e.g. 1,512")
     a.timer = "graph"
     a.gemm_classes = a.attention_classes = None
     skip = tuned_keys(a.write_tuned) if a.skip_tuned else set()
     if a.classes:
         try:
-            a.gemm_classes = classes_from_eval(a.classes, skip)
+            a.gemm_classes = classes_from_eval(a.classes, skip, buckets)
             if "attention" in a.parts:
-                a.attention_classes = attention_classes_from_eval(a.classes, a.smoke, skip)
+                a.attention_classes = attention_classes_from_eval(a.classes, a.smoke, skip, buckets)
         except (OSError, ValueError, KeyError, TypeError) as e:
             p.error(f"--classes {a.classes}: {e}")
     return a
@@ -206,9 +217,17 @@ def tuned_keys(path: str) -> set:
         return {class_id(e["kernel"], e["key"]) for e in json.load(f).get("tuned", [])}
 
 
-def _heuristic_classes(paths: str, skip=frozenset()):
+def class_bucket(kernel: str, key) -> int:
+    """The token bucket of a problem class: a GEMM's m_bucket, a prefill attention's
+    seq_q_bucket, 1 for a decode attention (one query row a sequence)."""
+    if kernel == "attention.decode":
+        return 1
+    return int(key["seq_q_bucket"] if kernel == "attention.prefill" else key["m_bucket"])
+
+
+def _heuristic_classes(paths: str, skip=frozenset(), buckets=None):
     """The heuristic classes of each comma-separated eval.json, in order, less those in skip
-    (class_id values)."""
+    (class_id values) and, given buckets, those of other token buckets (class_bucket)."""
     out = []
     for path in (p for p in paths.split(",") if p):
         with open(path, encoding="utf-8") as f:
@@ -216,17 +235,18 @@ def _heuristic_classes(paths: str, skip=frozenset()):
         classes = (run.get("autotune") or {}).get("heuristic_classes")
         if classes is None:
             raise ValueError(f"{path}: no autotune.heuristic_classes (an eval.json of a GPU run by this version)")
-        out += [c for c in classes if class_id(c["kernel"], c["key"]) not in skip]
+        out += [c for c in classes if class_id(c["kernel"], c["key"]) not in skip
+                and (buckets is None or class_bucket(c["kernel"], c["key"]) in buckets)]
     return out
 
 
-def classes_from_eval(path: str, skip=frozenset()):
+def classes_from_eval(path: str, skip=frozenset(), buckets=None):
     """The GEMM shapes (label, M, K, N of the weight, epilogue, kernel) of the classes an eval
     launched with heuristic configs: M is the class's token bucket, so the winner serves the whole
     class. A decode-sized "gemm" class is a weight the GEMV cannot read (the LM head's, read in
     place through weight.t()): it is swept on the GEMM kernel, on such a weight."""
     out, seen = [], set()
-    for c in _heuristic_classes(path, skip):
+    for c in _heuristic_classes(path, skip, buckets):
         if c["kernel"] not in ("gemm", "gemv"):
             continue
         k = c["key"]
@@ -239,7 +259,7 @@ def classes_from_eval(path: str, skip=frozenset()):
     return out
 
 
-def attention_classes_from_eval(path: str, smoke: bool = False, skip=frozenset()):
+def attention_classes_from_eval(path: str, smoke: bool = False, skip=frozenset(), buckets=None):
     """The attention problems (kernel, label, problem, key) of the classes an eval launched with
     heuristic configs, each one problem of its class: the sequence lengths at their buckets, the
     heads of a Llama-shaped model (smoke: the tiny one's), a query-head group that fills the
@@ -247,7 +267,7 @@ def attention_classes_from_eval(path: str, smoke: bool = False, skip=frozenset()
     or 1 where the class is single). The sweep checks that a launch of it computes the recorded key."""
     heads, kv = (SMOKE_MODELS["tiny"]["heads"], SMOKE_MODELS["tiny"]["kv"]) if smoke else (32, 8)
     out, seen = [], set()
-    for c in _heuristic_classes(path, skip):
+    for c in _heuristic_classes(path, skip, buckets):
         kernel, k = c["kernel"], c["key"]
         if kernel not in ATTN_KEYS:
             continue

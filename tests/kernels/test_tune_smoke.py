@@ -371,6 +371,38 @@ def test_forced_config_is_checked_and_restored(device):
     torch.testing.assert_close(a, xk.decode_attention(q, k, k), atol=1e-3, rtol=1.6e-2)
 
 
+def test_m_buckets_keeps_only_the_classes_of_those_token_counts(tmp_path):
+    """--m-buckets: a GEMM class by its m_bucket, a prefill attention by its seq_q_bucket, a
+    decode attention as 1; the others are left out."""
+    spec = importlib.util.spec_from_file_location("tune_mod", SCRIPT)
+    tune = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        spec.loader.exec_module(tune)
+    finally:
+        sys.path.remove(os.path.dirname(SCRIPT))
+    prefill = {"seq_q_bucket": 512, "seq_k_bucket": 512, "head_dim": 64, "is_causal": True, "mask_kind": 0}
+    ev = tmp_path / "eval.json"
+    ev.write_text(json.dumps({"autotune": {"heuristic_classes": [
+        {"kernel": "gemm", "key": {"epilogue": "none", "m_bucket": 1024, "k": 64, "n": 96}},
+        {"kernel": "gemm", "key": {"epilogue": "swiglu", "m_bucket": 512, "k": 64, "n": 192}},
+        {"kernel": "gemv", "key": {"epilogue": "residual", "m_bucket": 1, "k": 96, "n": 64}},
+        {"kernel": "attention.prefill", "key": prefill},
+        {"kernel": "attention.prefill", "key": dict(prefill, seq_q_bucket=1024, seq_k_bucket=1024)},
+        {"kernel": "attention.decode", "key": DECODE_KEY}]}}))
+    assert [c[0] for c in tune.classes_from_eval(str(ev), buckets={512})] == ["swiglu M=512 K=64 N=192"]
+    assert [c[0] for c in tune.classes_from_eval(str(ev), buckets={1, 512})] == [
+        "swiglu M=512 K=64 N=192", "residual M=1 K=96 N=64"]
+    assert [c[3] for c in tune.attention_classes_from_eval(str(ev), True, buckets={512})] == [prefill]
+    assert [c[0] for c in tune.attention_classes_from_eval(str(ev), True, buckets={1})] == ["attention.decode"]
+    a = tune.parse_args(["--out", str(tmp_path), "--only", "gemm,attention", "--classes", str(ev),
+                         "--m-buckets", "512"])
+    assert len(a.gemm_classes) == 1 and len(a.attention_classes) == 1
+    for bad in (["--m-buckets", "512"], ["--classes", str(ev), "--m-buckets", "x"]):
+        with pytest.raises(SystemExit):
+            tune.parse_args(["--out", str(tmp_path)] + bad)
+
+
 def test_skip_tuned_leaves_out_the_classes_the_data_file_has(tmp_path):
     """--skip-tuned: a class whose kernel and key already have a tuned entry is not swept again
     (a sweep resumed after its budget ran out); the others are."""
