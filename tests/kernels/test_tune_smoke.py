@@ -371,9 +371,8 @@ def test_forced_config_is_checked_and_restored(device):
     torch.testing.assert_close(a, xk.decode_attention(q, k, k), atol=1e-3, rtol=1.6e-2)
 
 
-def test_m_buckets_keeps_only_the_classes_of_those_token_counts(tmp_path):
-    """--m-buckets: a GEMM class by its m_bucket, a prefill attention by its seq_q_bucket, a
-    decode attention as 1; the others are left out."""
+def _tune_module():
+    """benchmarks/tune.py as a module (its folder on sys.path while it imports benchlib)."""
     spec = importlib.util.spec_from_file_location("tune_mod", SCRIPT)
     tune = importlib.util.module_from_spec(spec)
     sys.path.insert(0, os.path.dirname(SCRIPT))
@@ -381,6 +380,13 @@ def test_m_buckets_keeps_only_the_classes_of_those_token_counts(tmp_path):
         spec.loader.exec_module(tune)
     finally:
         sys.path.remove(os.path.dirname(SCRIPT))
+    return tune
+
+
+def test_m_buckets_keeps_only_the_classes_of_those_token_counts(tmp_path):
+    """--m-buckets: a GEMM class by its m_bucket, a prefill attention by its seq_q_bucket, a
+    decode attention as 1; the others are left out."""
+    tune = _tune_module()
     prefill = {"seq_q_bucket": 512, "seq_k_bucket": 512, "head_dim": 64, "is_causal": True, "mask_kind": 0}
     ev = tmp_path / "eval.json"
     ev.write_text(json.dumps({"autotune": {"heuristic_classes": [
@@ -406,13 +412,7 @@ def test_m_buckets_keeps_only_the_classes_of_those_token_counts(tmp_path):
 def test_skip_tuned_leaves_out_the_classes_the_data_file_has(tmp_path):
     """--skip-tuned: a class whose kernel and key already have a tuned entry is not swept again
     (a sweep resumed after its budget ran out); the others are."""
-    spec = importlib.util.spec_from_file_location("tune_mod", SCRIPT)
-    tune = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, os.path.dirname(SCRIPT))
-    try:
-        spec.loader.exec_module(tune)
-    finally:
-        sys.path.remove(os.path.dirname(SCRIPT))
+    tune = _tune_module()
     have = {"epilogue": "none", "m_bucket": 1024, "k": 64, "n": 96}
     new = {"epilogue": "swiglu", "m_bucket": 1024, "k": 64, "n": 192}
     ev = tmp_path / "eval.json"
