@@ -43,10 +43,11 @@ def attn_kwargs(path) -> dict:
     cfg = transformers.AutoConfig.from_pretrained(path)
     return {"attn_implementation": "eager"} if getattr(cfg, "attn_logit_softcapping", None) else {}
 
-def nbytes(tensors) -> int:
+def nbytes(tensors, meta=False) -> int:
+    """Bytes of the distinct tensors; meta tensors (not loaded yet) count only with meta=True."""
     seen, total = set(), 0
     for t in tensors:
-        if t is None or id(t) in seen or t.device.type == "meta":
+        if t is None or id(t) in seen or (t.device.type == "meta" and not meta):
             continue
         seen.add(id(t))
         total += t.numel() * t.element_size()
@@ -467,7 +468,7 @@ class LayeredOracle:
             self._key[target] = self._key.get(source, source)
         self.budget = budget if budget is not None and budget >= 0 else self.auto_budget(cfg, tokens)
         # what the whole fp32 model's weights take (meta tensors know their sizes; tied once)
-        self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self.model_bytes = nbytes(model.parameters(), meta=True)
         self.kept, self.kept_bytes, self.loads, self.streamed_loads = set(), 0, 0, 0
         if host_budget is None or host_budget < 0:
             host_budget = 0 if device.type == "cpu" else max(0, free_memory(torch.device("cpu")) // 2 - (2 << 30))
@@ -589,8 +590,7 @@ class LayeredOracle:
         if name in self.kept:
             return
         # the bytes it will hold once loaded: its meta tensors' sizes count too
-        tensors = {id(t): t for t in list(module.parameters()) + list(module.buffers())}
-        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        size = nbytes(list(module.parameters()) + list(module.buffers()), meta=True)
         keep = self.kept_bytes + size <= self.budget
         self._load(name, module, hold=not keep)
         if keep:
