@@ -41,6 +41,29 @@ MODELS: Dict[str, Dict] = {
     "llama-3.1-8b": dict(hidden=4096, heads=32, kv_heads=8, head_dim=128, inter=14336, vocab=128256,
                          eps=1e-5, theta=500000.0),
 }
+
+
+def model_from_config(path: str) -> Tuple[str, Dict]:
+    """(name, shape) of a decoder from its transformers config.json (or the folder holding it): the
+    fields the GEMM and attention cases read, named as MODELS names them; the name is the folder's."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    with open(path, encoding="utf-8") as f:
+        c = json.load(f)
+    c = c.get("text_config") or c
+    need = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+    missing = [k for k in need if not isinstance(c.get(k), int)]
+    if missing:
+        raise ValueError(f"not a decoder config: no integer {', '.join(missing)}")
+    heads = c["num_attention_heads"]
+    rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    shape = dict(hidden=c["hidden_size"], heads=heads, kv_heads=c.get("num_key_value_heads") or heads,
+                 head_dim=c.get("head_dim") or c["hidden_size"] // heads, inter=c["intermediate_size"],
+                 vocab=c["vocab_size"], eps=float(c.get("rms_norm_eps") or 1e-6),
+                 theta=float(rope.get("rope_theta") or c.get("rope_theta") or 10000.0))
+    return os.path.basename(os.path.dirname(os.path.abspath(path))), shape
+
+
 # --smoke: a model small enough for the Triton interpreter (head_dim 32 is a supported attention
 # head size; 48 keeps the swiglu halves off a power of two).
 SMOKE_MODELS = {"tiny": dict(hidden=64, heads=4, kv_heads=2, head_dim=32, inter=48, vocab=512, eps=1e-5,
@@ -321,6 +344,9 @@ def parse_args(argv: Optional[Sequence[str]] = None, kinds: Sequence[str] = KIND
     p.add_argument("--quick", action="store_true", help=f"M in {M_QUICK}, prefill {PREFILL_QUICK}, decode {DECODE_QUICK}")
     p.add_argument("--only", default="", help=f"comma list of kinds: {','.join(kinds)}")
     p.add_argument("--models", default="", help=f"comma list of models: {','.join(MODELS)}")
+    p.add_argument("--configs", default="",
+                   help="comma list of model folders (or their config.json): their shapes join --models, each named "
+                        "by its folder")
     p.add_argument("--m", default="", help="comma list of token counts M (overrides the defaults)")
     p.add_argument("--timer", default="graph", choices=("graph", "events", "do_bench"))
     p.add_argument("--rep-ms", type=float, default=60.0, help="timed milliseconds per candidate (default 60)")
@@ -345,11 +371,22 @@ def parse_args(argv: Optional[Sequence[str]] = None, kinds: Sequence[str] = KIND
     bad = [k for k in a.kinds if k not in kinds]
     if bad:
         p.error(f"--only: unknown kind(s) {', '.join(bad)} (want {', '.join(kinds)})")
-    pool = SMOKE_MODELS if a.smoke else MODELS
-    a.model_names = [m for m in (s.strip() for s in a.models.split(",")) if m] or list(pool)
+    pool = dict(SMOKE_MODELS if a.smoke else MODELS)
+    a.model_names = [m for m in (s.strip() for s in a.models.split(",")) if m]
     bad = [m for m in a.model_names if m not in pool]
     if bad:
         p.error(f"--models: unknown model(s) {', '.join(bad)} (want {', '.join(pool)})")
+    for path in (s.strip() for s in a.configs.split(",")):
+        if not path:
+            continue
+        try:
+            name, shape = model_from_config(path)
+        except (OSError, ValueError) as e:
+            p.error(f"--configs: {path}: {e}")
+        pool[name] = shape
+        a.model_names.append(name)
+    a.model_names = a.model_names or list(SMOKE_MODELS if a.smoke else MODELS)
+    a.model_shapes = pool
     if a.m:
         try:
             a.m_list = tuple(int(s) for s in a.m.split(",") if s.strip())
@@ -954,7 +991,7 @@ def main(modules: Sequence, argv: Optional[Sequence[str]] = None, description: s
                 log(f"[bench] ceilings: FAILED {c['error']}")
             result["ceilings"] = c
             flush_json()
-        models = SMOKE_MODELS if env.smoke else MODELS
+        models = args.model_shapes
         cases: List[Case] = []
         for kind in args.kinds:
             for name in args.model_names:

@@ -337,6 +337,20 @@ func GPUs() []string {
 	return out
 }
 
+// GPUOfDevice names the GPU whose data file lists device (the name torch gives it, e.g. "NVIDIA
+// H100 80GB HBM3"), "" when no file does.
+func GPUOfDevice(device string) string {
+	if device == "" {
+		return ""
+	}
+	for _, name := range GPUs() {
+		if g, err := LoadGPU(name); err == nil && slices.Contains(g.Devices, device) {
+			return name
+		}
+	}
+	return ""
+}
+
 // DefaultGPU is the GPU a plan targets when none is named (contract.json's default_gpu).
 func DefaultGPU() string { return contract.DefaultGPU }
 

@@ -42,6 +42,18 @@ func TestShippedGPUData(t *testing.T) {
 	}
 }
 
+// A device finds the file that lists torch's name for it, and only that one.
+func TestGPUOfDevice(t *testing.T) {
+	for dev, want := range map[string]string{
+		"NVIDIA H100 80GB HBM3": "h100", "NVIDIA H200": "h200",
+		"NVIDIA A100-SXM4-80GB": "", "NVIDIA H100": "", "": "",
+	} {
+		if got := GPUOfDevice(dev); got != want {
+			t.Errorf("GPUOfDevice(%q) = %q, want %q", dev, got, want)
+		}
+	}
+}
+
 func stamps(rs []Route) []Stamp {
 	var out []Stamp
 	for _, r := range rs {

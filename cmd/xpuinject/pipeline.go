@@ -16,6 +16,7 @@ import (
 	"github.com/xpuinject/xpuinject/inject/emit"
 	"github.com/xpuinject/xpuinject/inject/outdir"
 	"github.com/xpuinject/xpuinject/inject/pack"
+	"github.com/xpuinject/xpuinject/kernels"
 	"github.com/xpuinject/xpuinject/models"
 )
 
@@ -34,6 +35,7 @@ type pipelineOptions struct {
 	Plan         planFlags
 	JSON         bool
 	Eval         evalOptions
+	gpuAuto      bool // --gpu not given: the plan takes the data of the GPU the eval runs on
 }
 
 func newPipelineCmd(f *Factory) *cobra.Command { return newPipelineCmdWith(f, nil) }
@@ -54,7 +56,8 @@ against the original.
 
 MODEL is a local folder (config.json + safetensors), a preset or org/name[@revision].
 Artifacts go under --out (default out/<kernel name>): packed/ (weights + plan.yaml), package/
-(the kernel-hub repo), eval/ (eval.json, report.md, plots).
+(the kernel-hub repo), eval/ (eval.json, report.md, plots). Without --gpu, the plan takes the
+vendor routes measured on the GPU the eval runs on, where a data file lists it.
 
 ` + presetNames() + `.`,
 		Example: `  xpuinject testdata/fixtures/llama-tiny --device cpu        # offline, on a shipped fixture
@@ -76,6 +79,7 @@ Artifacts go under --out (default out/<kernel name>): packed/ (weights + plan.ya
 				return cmd.Help()
 			}
 			o.Model = args[0]
+			o.gpuAuto = !cmd.Flags().Changed("gpu")
 			if o.Push && o.RepoID == "" {
 				return &usageError{fmt.Errorf("--push needs --repo-id ORG/NAME")}
 			}
@@ -128,6 +132,21 @@ Artifacts go under --out (default out/<kernel name>): packed/ (weights + plan.ya
 	return cmd
 }
 
+// evalGPU is the GPU data a pipeline plans with when --gpu is not given: the file that lists
+// the device the eval runs on (device: --device), "" to keep the default, with a line saying
+// which. On the CPU, or when Python was not found, nothing is said: the eval reports that.
+func evalGPU(device string, p probed) (gpu, note string) {
+	if p.err != nil || device == "cpu" || p.env.Device == "" || !(p.env.CUDA || p.env.XPU) {
+		return "", ""
+	}
+	if gpu = kernels.GPUOfDevice(p.env.Device); gpu != "" {
+		return gpu, fmt.Sprintf("gpu: %s, the eval's device: vendor routes of %s/%s.json (--gpu picks others)",
+			p.env.Device, kernels.GPUDir, gpu)
+	}
+	return "", fmt.Sprintf("gpu: no measured data for %s (have: %s): the plan takes %s's vendor routes (--gpu picks others)",
+		p.env.Device, strings.Join(kernels.GPUs(), ", "), kernels.DefaultGPU())
+}
+
 func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error) {
 	start := time.Now()
 	step := func(format string, a ...any) {
@@ -166,6 +185,20 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 	if !o.SkipEval {
 		probe = make(chan probed, 1)
 		go func() { probe <- findAndProbe(ctx, o.Eval.Python, f.Getenv) }()
+	}
+	if probe != nil && o.gpuAuto {
+		// The plan's vendor routes are measured per GPU: those of the GPU the eval runs on,
+		// so the latency it reports is that of the routes that device wants.
+		p := <-probe
+		probe = make(chan probed, 1)
+		probe <- p
+		gpu, note := evalGPU(o.Eval.Device, p)
+		if gpu != "" {
+			o.Plan.GPU = gpu
+		}
+		if note != "" {
+			step("%s", note)
+		}
 	}
 	step("resolve %s", o.Model)
 	dir, g, pl, err := loadPlan(ctx, f, o.Model, o.Plan)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,5 +141,46 @@ func TestPackageRerunWithoutForceRefusedFirst(t *testing.T) {
 	code, _, errOut := runCLI(t, nil, "package", m, "--out", out, "--gpu", "nosuchgpu")
 	if code != exitUsage || !strings.Contains(errOut, "--force") || strings.Contains(errOut, "nosuchgpu") {
 		t.Errorf("exit %d: %s; want the --out refusal before any planning", code, errOut)
+	}
+}
+
+// Without --gpu, the pipeline plans with the data of the GPU its eval runs on, and says so;
+// a device without data keeps the default and says that; the CPU and a missing Python say
+// nothing (the eval reports those).
+func TestPipelineEvalGPU(t *testing.T) {
+	onGPU := func(name string) probed {
+		return probed{py: "python3", env: &harness.Env{CUDA: true, Device: name}}
+	}
+	for _, c := range []struct {
+		device string
+		p      probed
+		gpu    string
+		note   string
+	}{
+		{"auto", onGPU("NVIDIA H100 80GB HBM3"), "h100", "gpu: NVIDIA H100 80GB HBM3, the eval's device: vendor routes of gpus/h100.json"},
+		{"cuda", onGPU("NVIDIA H200"), "h200", "vendor routes of gpus/h200.json"},
+		{"cuda", onGPU("NVIDIA A100-SXM4-80GB"), "", "gpu: no measured data for NVIDIA A100-SXM4-80GB (have: h100, h200): the plan takes h200's vendor routes"},
+		{"cpu", onGPU("NVIDIA H100 80GB HBM3"), "", ""},
+		{"auto", probed{py: "python3", env: &harness.Env{}}, "", ""},
+		{"auto", probed{err: harness.ErrMissing}, "", ""},
+	} {
+		gpu, note := evalGPU(c.device, c.p)
+		if gpu != c.gpu || !strings.Contains(note, c.note) || (c.note == "") != (note == "") {
+			t.Errorf("evalGPU(%s, %+v) = %q, %q; want %q, a note with %q", c.device, c.p.env, gpu, note, c.gpu, c.note)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		auto bool
+	}{{nil, true}, {[]string{"--gpu", "h200"}, false}, {[]string{"--gpu", "b200"}, false}} {
+		var got *pipelineOptions
+		cmd := newPipelineCmdWith(&Factory{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}, func(_ context.Context, o *pipelineOptions) error {
+			got = o
+			return nil
+		})
+		cmd.SetArgs(append([]string{"llama-tiny"}, c.args...))
+		if err := cmd.Execute(); err != nil || got == nil || got.gpuAuto != c.auto {
+			t.Errorf("%v: err %v, gpuAuto %v; want %v", c.args, err, got != nil && got.gpuAuto, c.auto)
+		}
 	}
 }

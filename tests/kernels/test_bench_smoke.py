@@ -219,6 +219,35 @@ def test_parse_args():
         bl.parse_args(["--out", "x", "--only", "gemm"], kinds=b_rms.KINDS)
 
 
+def test_parse_args_configs(tmp_path):
+    """--configs adds a model per config folder (or file), its shape read as MODELS spells it;
+    without --models only those run."""
+    fx = os.path.join(os.path.dirname(BENCH), "testdata", "fixtures")
+    a = bl.parse_args(["--out", "x", "--configs", f"{fx}/llama-odd,{fx}/phi3-tiny/config.json"])
+    assert a.model_names == ["llama-odd", "phi3-tiny"]
+    assert a.model_shapes["llama-odd"] == dict(hidden=160, heads=5, kv_heads=5, head_dim=32, inter=416, vocab=512,
+                                               eps=1e-06, theta=10000.0)
+    # no head_dim in the config: hidden / heads, as transformers derives it
+    assert a.model_shapes["phi3-tiny"]["head_dim"] == 80 and a.model_shapes["phi3-tiny"]["kv_heads"] == 1
+    assert "llama-odd" not in bl.MODELS  # the registry itself is left alone
+    a = bl.parse_args(["--out", "x", "--models", "llama-3.1-8b", "--configs", f"{fx}/llama-odd"])
+    assert a.model_names == ["llama-3.1-8b", "llama-odd"]
+    (tmp_path / "bad.json").write_text("{not json")
+    for bad in (f"{fx}/levit-tiny", str(tmp_path), str(tmp_path / "bad.json")):
+        with pytest.raises(SystemExit) as ei:
+            bl.parse_args(["--out", "x", "--configs", bad])
+        assert ei.value.code == 2, bad
+
+
+@in_process_smoke
+def test_gemm_smoke_on_a_config(tmp_path, capsys):
+    """A model from --configs runs every GEMM case at its own shape (llama-odd: K 160, N 416)."""
+    fx = os.path.join(os.path.dirname(BENCH), "testdata", "fixtures", "llama-odd")
+    p, out = _main(b_gemm, ["--m", "3", "--configs", fx], tmp_path, capsys)
+    cases = _check_smoke_run(p, out, 1 + 7, b_gemm.KINDS)
+    assert {c["model"] for c in cases} == {"llama-odd"}
+
+
 def test_render_table_marks_states():
     rows = [
         dict(kind="gemm", model="m", shape="s", check_ok=True, rel_err=2e-3, ours_us=100.0, achieved="600 TFLOP/s",
