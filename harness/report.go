@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -123,6 +124,9 @@ func Markdown(r *Result, plots []string) []byte {
 		}
 		fmt.Fprintf(&b, "- launch configs: %d problem classes from tuned configs (%s), %d from heuristic configs "+
 			"derived from their shapes, %d autotuned (%d benchmarked)\n", a.Tuned, data, a.Heuristic, a.Autotuned, a.Benchmarked)
+		if line := routesLine(r.Injection.PlanGPU, a.GPUData); line != "" {
+			b.WriteString(line)
+		}
 	}
 	b.WriteString("\n")
 	writePlacement(&b, r)
@@ -783,4 +787,20 @@ func writeTimings(b *bytes.Buffer, r *Result) {
 	if t.WallS > 0 {
 		row("other (no stage names it)", t.Other(), 0)
 	}
+}
+
+// routesLine says when the plan's vendor routes were measured on another GPU than the one the
+// eval ran on (dev: the data files of the eval's device): its latency is not what that
+// device's routes give. "" when they agree, or when either side is unknown.
+func routesLine(planGPU string, dev []string) string {
+	if planGPU == "" || len(dev) != 1 {
+		return ""
+	}
+	own := strings.TrimSuffix(path.Base(dev[0]), ".json")
+	if own == planGPU {
+		return ""
+	}
+	return fmt.Sprintf("- **vendor routes of another GPU:** the plan took %s's (gpus/%s.json) and this device has "+
+		"its own, %s: `xpuinject MODEL` plans with the eval device's data when --gpu is not given (or --gpu %s)\n",
+		planGPU, planGPU, dev[0], own)
 }

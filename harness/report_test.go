@@ -420,3 +420,35 @@ func TestReportSaysWhatHelpersCompiledAheadAndWhetherTheEvalHitTheCache(t *testi
 		t.Errorf("a run whose helpers all failed has a compile-ahead line")
 	}
 }
+
+// The report says when the plan's vendor routes were measured on another GPU than the eval's,
+// and only then.
+func TestRoutesLine(t *testing.T) {
+	for _, c := range []struct {
+		plan string
+		dev  []string
+		want string
+	}{
+		{"h200", []string{"gpus/h100.json"}, "the plan took h200's (gpus/h200.json) and this device has its own, gpus/h100.json"},
+		{"h200", []string{"gpus/h200.json"}, ""},
+		{"h200", nil, ""}, // a device without data: nothing measured to compare with
+		{"", []string{"gpus/h100.json"}, ""},
+	} {
+		got := routesLine(c.plan, c.dev)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("routesLine(%q, %v) = %q, want %q", c.plan, c.dev, got, c.want)
+		}
+	}
+	r, err := ReadResult("testdata/eval-gpu.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Injection.PlanGPU = "h100"
+	if md := string(Markdown(r, nil)); !strings.Contains(md, "**vendor routes of another GPU:** the plan took h100's") {
+		t.Errorf("report without the routes line:\n%s", md[:min(len(md), 3000)])
+	}
+	r.Injection.PlanGPU = "h200"
+	if md := string(Markdown(r, nil)); strings.Contains(md, "vendor routes of another GPU") {
+		t.Error("the routes line on a plan of the eval device's GPU")
+	}
+}

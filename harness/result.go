@@ -276,6 +276,9 @@ type Result struct {
 		// PackedKeptTensors are kept modules' tensors in the packed checkpoint, which
 		// injection does not load (absent from older files: 0).
 		PackedKeptTensors int `json:"packed_kept_tensors"`
+		// PlanGPU is the GPU whose measured vendor routes the plan took (plan.yaml `gpu`;
+		// absent from older files).
+		PlanGPU string `json:"plan_gpu,omitempty"`
 	} `json:"injection"`
 	Accuracy struct {
 		Input            map[string]any `json:"input"`

@@ -426,17 +426,27 @@ def model_class(config):
 PLAN_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
-def plan_dtype(package_dir):
-    """The dtype the package's plan packs in (plan.yaml `dtype`, bf16 when absent): the stock
-    and injected models load in it; the oracle stays fp32."""
-    import torch
+def read_plan(package_dir) -> dict:
+    """The package's plan.yaml as a dict (exit 4 naming the file when it does not read)."""
     import yaml
 
     plan_file = Path(package_dir) / "plan.yaml"
     try:
-        name = (yaml.safe_load(plan_file.read_text(encoding="utf-8")) or {}).get("dtype", "bf16")
+        plan = yaml.safe_load(plan_file.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as e:
         fail(4, f"{plan_file}: {e}")
+    if not isinstance(plan, dict):
+        fail(4, f"{plan_file}: not a mapping")
+    return plan
+
+
+def plan_dtype(package_dir):
+    """The dtype the package's plan packs in (plan.yaml `dtype`, bf16 when absent): the stock
+    and injected models load in it; the oracle stays fp32."""
+    import torch
+
+    plan_file = Path(package_dir) / "plan.yaml"
+    name = read_plan(package_dir).get("dtype", "bf16")
     if name not in PLAN_DTYPES:
         fail(4, f"{plan_file}: dtype {name!r}: the eval loads bf16 or fp16 models (want one of {', '.join(PLAN_DTYPES)})")
     return name, getattr(torch, PLAN_DTYPES[name])
@@ -746,6 +756,8 @@ def main(argv=None):
         except InjectError as e:
             fail(4, str(e))
     summary["path"] = loaded_by
+    # whose measured vendor routes the plan took: the report says when they are another GPU's
+    summary["plan_gpu"] = str(read_plan(args.package).get("gpu") or "")
     summary = run.merge_injection(summary)
     result["injection"] = summary
     if run.main:

@@ -96,6 +96,8 @@ def test_pipeline_llama_cpu(tmp_path, fixture, replaced):
     assert ev["injection"]["path"] == "kernels"  # the real kernels package loaded the emitted package
     assert ev["injection"]["packed"] == str(out / "packed")
     assert set(ev["injection"]["replaced"]) == replaced
+    # the plan's GPU data (the default: the CPU names none), read back from the package's plan.yaml
+    assert ev["injection"]["plan_gpu"] == "h200"
     assert ev["latency"]["measured"] is False and "interpreter" in ev["latency"]["reason"]
     check_accuracy(ev)
     check_timings(ev, out, r.stderr)
