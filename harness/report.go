@@ -800,7 +800,7 @@ func routesLine(planGPU string, dev []string) string {
 	if own == planGPU {
 		return ""
 	}
-	return fmt.Sprintf("- **vendor routes of another GPU:** the plan took %s's (gpus/%s.json) and this device has "+
-		"its own, %s: `xpuinject MODEL` plans with the eval device's data when --gpu is not given (or --gpu %s)\n",
-		planGPU, planGPU, dev[0], own)
+	return fmt.Sprintf("- **vendor routes planned for another GPU:** the plan was made for `--gpu %s`, and this "+
+		"device's measured data is %s: `xpuinject MODEL` without --gpu (or with --gpu %s) plans with its routes\n",
+		planGPU, dev[0], own)
 }

@@ -429,7 +429,7 @@ func TestRoutesLine(t *testing.T) {
 		dev  []string
 		want string
 	}{
-		{"h200", []string{"gpus/h100.json"}, "the plan took h200's (gpus/h200.json) and this device has its own, gpus/h100.json"},
+		{"h200", []string{"gpus/h100.json"}, "the plan was made for `--gpu h200`, and this device's measured data is gpus/h100.json"},
 		{"h200", []string{"gpus/h200.json"}, ""},
 		{"h200", nil, ""}, // a device without data: nothing measured to compare with
 		{"", []string{"gpus/h100.json"}, ""},
@@ -444,11 +444,11 @@ func TestRoutesLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Injection.PlanGPU = "h100"
-	if md := string(Markdown(r, nil)); !strings.Contains(md, "**vendor routes of another GPU:** the plan took h100's") {
+	if md := string(Markdown(r, nil)); !strings.Contains(md, "**vendor routes planned for another GPU:** the plan was made for `--gpu h100`") {
 		t.Errorf("report without the routes line:\n%s", md[:min(len(md), 3000)])
 	}
 	r.Injection.PlanGPU = "h200"
-	if md := string(Markdown(r, nil)); strings.Contains(md, "vendor routes of another GPU") {
+	if md := string(Markdown(r, nil)); strings.Contains(md, "vendor routes planned for another GPU") {
 		t.Error("the routes line on a plan of the eval device's GPU")
 	}
 }
