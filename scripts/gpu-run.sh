@@ -13,7 +13,7 @@
 #        "decode" benchmarks/bench_decode_step.py (DECODE_PARTS, T_DECODE);
 #        "moe" benchmarks/bench_moe.py: the MoE block against transformers' grouped_mm and
 #        batched_mm experts (MOE_ARGS, T_MOE);
-#        "gemma2b", "gemma7b", "olmo2_7b", "exaone4", "ministral8b", "hunyuan7b", "helium2b", "flexolmo", "glm4_9b", "qwen2moe", "olmoe", "phi3mini", "smollm3", "granite2b", "granitemoe3b"
+#        "qwen3" (the Qwen3-0.6B shape), "gemma2b", "gemma7b", "olmo2_7b", "exaone4", "ministral8b", "hunyuan7b", "helium2b", "flexolmo", "glm4_9b", "qwen2moe", "olmoe", "phi3mini", "smollm3", "granite2b", "granitemoe3b"
 #        the Gemma-2-2B-, gemma-7b-, OLMo-2-1124-7B-, Exaone4Config-default-, Ministral-8B-, Hunyuan-7B-, helium-1-2b-, FlexOlmo-7x7B-, GLM-4-9B-, Qwen1.5-MoE-A2.7B-, OlmoeConfig-default-,
 #        Phi-3-mini-, SmolLM3-3B-, Granite-3-2B- and Granite-3B-A800M-shaped
 #        pipelines (T_FAMILY; FAMILY_LAYERS decoder layers, default the model's own count);
@@ -29,7 +29,8 @@
 #        in WORK for a next call on the same warm machine, which then skips making them;
 #        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
 #        (default "qwen3:4 levit128s llama8b"; T_COLD each): wall and eval.json "autotune"),
-#        T_TESTS/T_LLAMA/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LATENCY (eval paths, default
+#        T_TESTS/T_LLAMA/T_LLAMA8B/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LLAMA8B_LAYERS (decoder layers
+#        of the llama8b step, default 32), LATENCY (eval paths, default
 #        both), POINTS (eval --latency-points, default full), BENCH_ARGS (default --quick; empty for the full matrix), LIGER (a folder holding the
 #        liger_kernel package; default .gpu-extras/liger when present, see scripts/fetch_liger.sh),
 #        RUNTIME_MODELS (default "llama1b llama8b"), RUNTIME_ARGS (extra gpu_runtime_check.py flags),
@@ -87,14 +88,14 @@ for s in $STEPS; do
       $([ -d .venv-kernels016/kernels ] || echo --deselect tests/kernels/test_use_kernels.py::test_use_kernels_with_kernels_016) \
       >"$OUT/kernel-tests.log" 2>&1
     log "kernel tests rc=$? : $(tail -1 "$OUT/kernel-tests.log")" ;;
-  real|llama|llama8b|levit|gemma2b|gemma7b|olmo2_7b|exaone4|ministral8b|hunyuan7b|helium2b|flexolmo|glm4_9b|qwen2moe|olmoe|phi3mini|smollm3|granite2b|granitemoe3b|qwen3moe)
+  real|llama|llama8b|levit|qwen3|gemma2b|gemma7b|olmo2_7b|exaone4|ministral8b|hunyuan7b|helium2b|flexolmo|glm4_9b|qwen2moe|olmoe|phi3mini|smollm3|granite2b|granitemoe3b|qwen3moe)
     layers=""
     case $s in
     real) name=smollm2-135m-instruct limit=${T_REAL:-300} ;;
     llama) name=llama1b limit=${T_LLAMA:-240} ;;
-    llama8b) name=llama8b limit=${T_LLAMA8B:-480} ;;
+    llama8b) name=llama8b limit=${T_LLAMA8B:-480} layers=${LLAMA8B_LAYERS:-} ;;
     levit) name=levit128s limit=${T_LEVIT:-90} ;;
-    gemma2b|gemma7b|olmo2_7b|exaone4|ministral8b|hunyuan7b|helium2b|flexolmo|glm4_9b|qwen2moe|olmoe|phi3mini|smollm3|granite2b|granitemoe3b)
+    qwen3|gemma2b|gemma7b|olmo2_7b|exaone4|ministral8b|hunyuan7b|helium2b|flexolmo|glm4_9b|qwen2moe|olmoe|phi3mini|smollm3|granite2b|granitemoe3b)
       name=$s limit=${T_FAMILY:-300} layers=${FAMILY_LAYERS:-} ;;
     qwen3moe) name=qwen3moe30b limit=${T_MOE_PIPELINE:-420} layers=${MOE_LAYERS:-8} ;;
     esac
