@@ -91,7 +91,7 @@ func TestPlanVendorRoutes(t *testing.T) {
 		}
 	}
 	// a GPU without data: no routes, every layer on our kernels
-	none, err := kernels.ForGPU("h100")
+	none, err := kernels.ForGPU("b200")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,9 +99,30 @@ func TestPlanVendorRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p0.GPU != "h100" || p0.Layers[0].Bindings[0].Vendor != nil || p0.Layers[1].Bindings[0].Vendor != nil ||
+	if p0.GPU != "b200" || p0.Layers[0].Bindings[0].Vendor != nil || p0.Layers[1].Bindings[0].Vendor != nil ||
 		strings.Contains(p0.Layers[1].Reason, "stays on our kernel") {
 		t.Errorf("plan for a GPU without data: %s %+v", p0.GPU, p0.Layers[:2])
+	}
+	// another GPU's data, other routes: the H100's route the 1B shape's projections from 65
+	// tokens on (prefill only) and keep its gate/up fused
+	h100, err := kernels.ForGPU("h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := New(blockGraph(2048, 32, 8, 64, 8192), h100, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range p1.Layers[:2] {
+		for _, v := range l.Bindings[0].Vendor {
+			got = append(got, fmt.Sprintf("%s>=%d<=%d", v.Op, v.MinTokens, v.MaxTokens))
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"down_proj>=65<=0", "o_proj>=65<=0", "qkv_proj>=65<=0"}; p1.GPU != "h100" || !slices.Equal(got, want) ||
+		!strings.Contains(p1.Layers[1].Reason, "gate_up_proj K=2048 N=16384 stays on our kernel") {
+		t.Errorf("plan for the H100: %s routes %v, want %v; mlp reason %q", p1.GPU, got, want, p1.Layers[1].Reason)
 	}
 	// a route bounded by token count says so in the plan, with the bound: at decode (M <= 16, the
 	// split-K GEMV) and from 65 tokens our kernel is faster, in between the vendor path
