@@ -186,9 +186,10 @@ func pipelineRun(ctx context.Context, f *Factory, o *pipelineOptions) (err error
 		probe = make(chan probed, 1)
 		go func() { probe <- findAndProbe(ctx, o.Eval.Python, f.Getenv) }()
 	}
-	if probe != nil && o.gpuAuto {
+	if probe != nil && o.gpuAuto && o.Eval.Device != "cpu" {
 		// The plan's vendor routes are measured per GPU: those of the GPU the eval runs on,
-		// so the latency it reports is that of the routes that device wants.
+		// so the latency it reports is that of the routes that device wants. (An eval on the
+		// CPU plans with the default and does not wait for the probe here.)
 		p := <-probe
 		probe = make(chan probed, 1)
 		probe <- p

@@ -426,8 +426,10 @@ def model_class(config):
 PLAN_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
+@functools.lru_cache(maxsize=None)
 def read_plan(package_dir) -> dict:
-    """The package's plan.yaml as a dict (exit 4 naming the file when it does not read)."""
+    """The package's plan.yaml as a dict (exit 4 naming the file when it does not read), parsed
+    once per process: a large model's plan takes a while to load, and the eval asks it thrice."""
     import yaml
 
     plan_file = Path(package_dir) / "plan.yaml"
