@@ -32,10 +32,22 @@ checks — a misaligned descriptor gave silently wrong results on the H200. One 
 GROUP_SIZE_M swizzling (Triton's matrix-multiplication tutorial, "L2 cache optimizations":
 https://triton-lang.org/main/getting-started/tutorials/03-matrix-multiplication.html) so
 consecutive programs reuse the same W column panel.
+
+Stream-K (`config={..., "STREAM_K": P}`, _gemm_streamk_kernel): a prefill GEMM with few output
+tiles, or a tile count that leaves its last wave part-empty, leaves SMs idle in the tiled grid
+(M=512 K=4096 N=4608 at 128x256 tiles is 72 tiles for an H100's 132 SMs). The stream-K launch
+runs P programs (streamk_programs: one per SM) over the tiles' K steps as work units, tiles in
+the swizzled order, each program a contiguous run of ceil(units / P). A tile whose K steps span
+several programs is reduced in the same launch, as gemv.py's split-K is: each program stores its
+fp32 partial to a per-call workspace slot (tile, segment) and counts itself in the tile's
+semaphore (_backend.semaphores); the program that arrives last sums the slots in segment order,
+runs the epilogue and store, and puts the semaphore back to 0. The result does not depend on
+arrival order, and no program waits on another. It runs only when a config asks for it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -45,7 +57,7 @@ import triton.language as tl
 from . import _backend, _ops, gpus
 from .contract import GEMM_EPILOGUES
 
-__all__ = ["gemm", "add_rms_norm_gemm", "rms_norm_gemm", "gemm_ref", "EPILOGUES"]
+__all__ = ["gemm", "add_rms_norm_gemm", "rms_norm_gemm", "gemm_ref", "streamk_programs", "EPILOGUES"]
 
 # The fused epilogues (contract.json, which the planner's registry reads too).
 EPILOGUES = GEMM_EPILOGUES
@@ -99,6 +111,116 @@ def _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS: tl.constexpr, EPI
 
 
 @triton.jit
+def _mainloop(acc, acc_up, x_ptr, w_ptr, x_desc, w_desc, wu_desc, M, N, K, off_m, off_n, kk_lo, kk_hi,
+              stride_xm, stride_wk, stride_wn, UP_OFF,
+              EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr, W_KMAJOR: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """acc (and, gated, acc_up) plus the tile's products over K steps [kk_lo, kk_hi). USE_DESC:
+    through the caller's descriptors (made once a program: each costs a write and a fence);
+    else block pointers of x_ptr and w_ptr, made here."""
+    wty = w_ptr.dtype.element_ty
+    GATED: tl.constexpr = EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5)
+    if USE_DESC:
+        for kk in range(kk_lo, kk_hi):
+            k0 = kk * BLOCK_K
+            a = x_desc.load([off_m, k0]).to(wty)
+            if W_KMAJOR:
+                acc = tl.dot(a, w_desc.load([k0, off_n]), acc)
+                if GATED:
+                    acc_up = tl.dot(a, wu_desc.load([k0, off_n]), acc_up)
+            else:
+                acc = tl.dot(a, tl.trans(w_desc.load([off_n, k0])), acc)
+                if GATED:
+                    acc_up = tl.dot(a, tl.trans(wu_desc.load([off_n, k0])), acc_up)
+    else:
+        x_bp = tl.make_block_ptr(x_ptr, shape=(M, K), strides=(stride_xm, 1), offsets=(off_m, kk_lo * BLOCK_K),
+                                 block_shape=(BLOCK_M, BLOCK_K), order=(1, 0))
+        # order names the contiguous dimension: N for a packed K-major W, K for weight.t()
+        if W_KMAJOR:
+            w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn),
+                                     offsets=(kk_lo * BLOCK_K, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+        else:
+            w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn),
+                                     offsets=(kk_lo * BLOCK_K, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
+        if GATED:
+            if W_KMAJOR:
+                wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
+                                          offsets=(kk_lo * BLOCK_K, off_n), block_shape=(BLOCK_K, BLOCK_N),
+                                          order=(1, 0))
+            else:
+                wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
+                                          offsets=(kk_lo * BLOCK_K, off_n), block_shape=(BLOCK_K, BLOCK_N),
+                                          order=(0, 1))
+        for kk in range(kk_lo, kk_hi):
+            a = tl.load(x_bp, boundary_check=(0, 1), padding_option="zero").to(wty)
+            acc = tl.dot(a, tl.load(w_bp, boundary_check=(0, 1), padding_option="zero"), acc)
+            if GATED:
+                acc_up = tl.dot(a, tl.load(wu_bp, boundary_check=(0, 1), padding_option="zero"), acc_up)
+                wu_bp = tl.advance(wu_bp, (BLOCK_K, 0))
+            x_bp = tl.advance(x_bp, (0, BLOCK_K))
+            w_bp = tl.advance(w_bp, (BLOCK_K, 0))
+    return acc, acc_up
+
+
+@triton.jit
+def _in_descs(x_ptr, w_ptr, M, N, K, stride_xm, stride_wk, stride_wn, UP_OFF,
+              EPILOGUE: tl.constexpr, W_KMAJOR: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The operands' tensor descriptors: x, W, and (gated) W's up half, else W again."""
+    GATED: tl.constexpr = EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5)
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K])
+    # an N-major W is described as the [N, K] tensor it is and its tiles transposed in registers
+    if W_KMAJOR:
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[stride_wk, 1], block_shape=[BLOCK_K, BLOCK_N])
+    else:
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_wn, 1], block_shape=[BLOCK_N, BLOCK_K])
+    wu_desc = w_desc
+    if GATED:
+        # the up half as its own [K, I] tensor: OOB columns of a gate tile read zeros, never up
+        if W_KMAJOR:
+            wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF, shape=[K, N], strides=[stride_wk, 1],
+                                                block_shape=[BLOCK_K, BLOCK_N])
+        else:
+            wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF * stride_wn, shape=[N, K], strides=[stride_wn, 1],
+                                                block_shape=[BLOCK_N, BLOCK_K])
+    return x_desc, w_desc, wu_desc
+
+
+@triton.jit
+def _out_descs(r_ptr, o_ptr, M, N, stride_rm, stride_om, EPILOGUE: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The output's tensor descriptor and (residual) the residual's, else the output's again."""
+    o_desc = tl.make_tensor_descriptor(o_ptr, shape=[M, N], strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
+    r_desc = o_desc
+    if EPILOGUE == 3:
+        r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_rm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    return r_desc, o_desc
+
+
+@triton.jit
+def _store_tile(acc, acc_up, b_ptr, r_ptr, o_ptr, r_desc, o_desc, M, N, off_m, off_n, stride_rm, stride_om,
+                UP_OFF, res_scale, HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A finished tile: bias and activation (_epilogue), the residual (res_scale times the branch
+    plus r), one rounding to the output dtype, the store."""
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
+    oty = o_ptr.dtype.element_ty
+    if USE_DESC:
+        if EPILOGUE == 3:
+            acc = acc * res_scale + r_desc.load([off_m, off_n]).to(tl.float32)
+        o_desc.store([off_m, off_n], acc.to(oty))
+    else:
+        if EPILOGUE == 3:
+            r_bp = tl.make_block_ptr(r_ptr, shape=(M, N), strides=(stride_rm, 1), offsets=(off_m, off_n),
+                                     block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
+            acc = acc * res_scale + tl.load(r_bp, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
+        o_bp = tl.make_block_ptr(o_ptr, shape=(M, N), strides=(stride_om, 1), offsets=(off_m, off_n),
+                                 block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
+        tl.store(o_bp, acc.to(oty), boundary_check=(0, 1))
+
+
+@triton.jit
 def _gemm_kernel(
     x_ptr, w_ptr, b_ptr, r_ptr, o_ptr,
     M, N, K, M_BUCKET,
@@ -112,81 +234,95 @@ def _gemm_kernel(
     pid_m, pid_n = _swizzle(pid, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
-    wty = w_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # used by the gated epilogues only (DCE'd otherwise)
-    GATED: tl.constexpr = EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5)
     if USE_DESC:
-        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K])
-        # an N-major W is described as the [N, K] tensor it is and its tiles transposed in registers
-        if W_KMAJOR:
-            w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[stride_wk, 1],
-                                               block_shape=[BLOCK_K, BLOCK_N])
-        else:
-            w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_wn, 1],
-                                               block_shape=[BLOCK_N, BLOCK_K])
-        if GATED:
-            # the up half as its own [K, I] tensor: OOB columns of a gate tile read zeros, never up
-            if W_KMAJOR:
-                wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF, shape=[K, N], strides=[stride_wk, 1],
-                                                    block_shape=[BLOCK_K, BLOCK_N])
-            else:
-                wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF * stride_wn, shape=[N, K], strides=[stride_wn, 1],
-                                                    block_shape=[BLOCK_N, BLOCK_K])
-        for kk in range(0, tl.cdiv(K, BLOCK_K)):
-            k0 = kk * BLOCK_K
-            a = x_desc.load([off_m, k0]).to(wty)
-            if W_KMAJOR:
-                acc = tl.dot(a, w_desc.load([k0, off_n]), acc)
-                if GATED:
-                    acc_up = tl.dot(a, wu_desc.load([k0, off_n]), acc_up)
-            else:
-                acc = tl.dot(a, tl.trans(w_desc.load([off_n, k0])), acc)
-                if GATED:
-                    acc_up = tl.dot(a, tl.trans(wu_desc.load([off_n, k0])), acc_up)
+        x_desc, w_desc, wu_desc = _in_descs(x_ptr, w_ptr, M, N, K, stride_xm, stride_wk, stride_wn, UP_OFF,
+                                            EPILOGUE, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
     else:
-        x_bp = tl.make_block_ptr(x_ptr, shape=(M, K), strides=(stride_xm, 1), offsets=(off_m, 0),
-                                 block_shape=(BLOCK_M, BLOCK_K), order=(1, 0))
-        # order names the contiguous dimension: N for a packed K-major W, K for weight.t()
-        if W_KMAJOR:
-            w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn), offsets=(0, off_n),
-                                     block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
-        else:
-            w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn), offsets=(0, off_n),
-                                     block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
-        if GATED:
-            if W_KMAJOR:
-                wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
-                                          offsets=(0, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
-            else:
-                wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
-                                          offsets=(0, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
-        for kk in range(0, tl.cdiv(K, BLOCK_K)):
-            a = tl.load(x_bp, boundary_check=(0, 1), padding_option="zero").to(wty)
-            acc = tl.dot(a, tl.load(w_bp, boundary_check=(0, 1), padding_option="zero"), acc)
-            if GATED:
-                acc_up = tl.dot(a, tl.load(wu_bp, boundary_check=(0, 1), padding_option="zero"), acc_up)
-                wu_bp = tl.advance(wu_bp, (BLOCK_K, 0))
-            x_bp = tl.advance(x_bp, (0, BLOCK_K))
-            w_bp = tl.advance(w_bp, (BLOCK_K, 0))
+        x_desc, w_desc, wu_desc = x_ptr, w_ptr, w_ptr  # unused: block pointers
+    acc, acc_up = _mainloop(acc, acc_up, x_ptr, w_ptr, x_desc, w_desc, wu_desc, M, N, K, off_m, off_n,
+                            0, tl.cdiv(K, BLOCK_K), stride_xm, stride_wk, stride_wn, UP_OFF,
+                            EPILOGUE, USE_DESC, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+    if USE_DESC:
+        r_desc, o_desc = _out_descs(r_ptr, o_ptr, M, N, stride_rm, stride_om, EPILOGUE, BLOCK_M, BLOCK_N)
+    else:
+        r_desc, o_desc = r_ptr, o_ptr  # unused: block pointers
+    _store_tile(acc, acc_up, b_ptr, r_ptr, o_ptr, r_desc, o_desc, M, N, off_m, off_n, stride_rm, stride_om,
+                UP_OFF, res_scale, HAS_BIAS, EPILOGUE, USE_DESC, BLOCK_M, BLOCK_N)
 
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
-    oty = o_ptr.dtype.element_ty
+
+@triton.jit
+def _gemm_streamk_kernel(
+    x_ptr, w_ptr, b_ptr, r_ptr, o_ptr, ws_ptr, sem_ptr,
+    M, N, K, PER, MAX_SEGS,
+    stride_xm, stride_wk, stride_wn, stride_rm, stride_om,
+    UP_OFF, res_scale,
+    HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr, W_KMAJOR: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+):
+    # Work units are (tile, K step) pairs, tiles in _swizzle order; this program owns units
+    # [pid * PER, (pid + 1) * PER) and walks them a tile segment at a time.
+    pid = tl.program_id(0)
+    GATED: tl.constexpr = EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5)
+    PARTS: tl.constexpr = 2 if GATED else 1  # fp32 partials a segment stores: gate and up, or one
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    total = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_tiles
+    u = pid * PER
+    u_end = tl.minimum(u + PER, total)
+    # descriptors once a program, not once a tile
     if USE_DESC:
-        if EPILOGUE == 3:
-            r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_rm, 1], block_shape=[BLOCK_M, BLOCK_N])
-            acc = acc * res_scale + r_desc.load([off_m, off_n]).to(tl.float32)
-        o_desc = tl.make_tensor_descriptor(o_ptr, shape=[M, N], strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
-        o_desc.store([off_m, off_n], acc.to(oty))
+        x_desc, w_desc, wu_desc = _in_descs(x_ptr, w_ptr, M, N, K, stride_xm, stride_wk, stride_wn, UP_OFF,
+                                            EPILOGUE, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        r_desc, o_desc = _out_descs(r_ptr, o_ptr, M, N, stride_rm, stride_om, EPILOGUE, BLOCK_M, BLOCK_N)
     else:
-        if EPILOGUE == 3:
-            r_bp = tl.make_block_ptr(r_ptr, shape=(M, N), strides=(stride_rm, 1), offsets=(off_m, off_n),
-                                     block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
-            acc = acc * res_scale + tl.load(r_bp, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
-        o_bp = tl.make_block_ptr(o_ptr, shape=(M, N), strides=(stride_om, 1), offsets=(off_m, off_n),
-                                 block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
-        tl.store(o_bp, acc.to(oty), boundary_check=(0, 1))
+        x_desc, w_desc, wu_desc = x_ptr, w_ptr, w_ptr  # unused: block pointers
+        r_desc, o_desc = r_ptr, o_ptr
+    offs_t = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    while u < u_end:
+        tile = u // k_tiles
+        kk_lo = u - tile * k_tiles
+        kk_hi = tl.minimum(k_tiles, kk_lo + (u_end - u))
+        pid_m, pid_n = _swizzle(tile, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
+        acc, acc_up = _mainloop(acc, acc_up, x_ptr, w_ptr, x_desc, w_desc, wu_desc, M, N, K, off_m, off_n,
+                                kk_lo, kk_hi, stride_xm, stride_wk, stride_wn, UP_OFF,
+                                EPILOGUE, USE_DESC, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        finish = (kk_lo == 0) & (kk_hi == k_tiles)
+        if (kk_lo > 0) | (kk_hi < k_tiles):
+            # A split tile: its segments belong to programs first .. first + segs - 1, and this
+            # one stores its fp32 partial at slot (tile, pid - first) of the workspace
+            # [tiles, MAX_SEGS, PARTS, BLOCK_M, BLOCK_N]. The program that arrives last sums
+            # every slot in segment order, so the result does not depend on arrival order, and
+            # nobody waits: no program can stall on one that is not resident.
+            first = (tile * k_tiles) // PER
+            segs = ((tile + 1) * k_tiles - 1) // PER - first + 1
+            slots = ws_ptr + (tile * MAX_SEGS).to(tl.int64) * (PARTS * TILE)
+            part = slots + (pid - first) * (PARTS * TILE) + offs_t
+            tl.store(part, acc)
+            if GATED:
+                tl.store(part + TILE, acc_up)
+            # Every thread's partial is stored before the (acq_rel, device-scope) count is taken.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(sem_ptr + tile, 1)
+            finish = arrived == segs - 1
+            if finish:
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for s in range(0, segs):
+                    # .cg: read at L2, where the other programs' stores are, never a stale L1 line
+                    acc += tl.load(slots + s * (PARTS * TILE) + offs_t, cache_modifier=".cg")
+                    if GATED:
+                        acc_up += tl.load(slots + s * (PARTS * TILE) + TILE + offs_t, cache_modifier=".cg")
+                tl.atomic_xchg(sem_ptr + tile, 0)  # every segment arrived: zero for the next launch
+        if finish:
+            _store_tile(acc, acc_up, b_ptr, r_ptr, o_ptr, r_desc, o_desc, M, N, off_m, off_n, stride_rm, stride_om,
+                        UP_OFF, res_scale, HAS_BIAS, EPILOGUE, USE_DESC, BLOCK_M, BLOCK_N)
+        u += kk_hi - kk_lo
 
 
 _BEST: dict = {}  # launch cache: problem class -> triton.Config (tuned for this GPU, or autotuned)
@@ -237,15 +373,46 @@ def _err(msg: str) -> ValueError:
 
 
 _CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+# The optional seventh key: the programs of a stream-K launch (0 or absent: the tiled kernel).
+_STREAM_K = "STREAM_K"
 
 
-def _fixed_config(config: dict) -> triton.Config:
-    """gemm's `config=` as a triton.Config (every key required)."""
-    c = _backend.launch_config(config, _CONFIG_KEYS, "gemm")
+def _fixed_config(config: dict) -> Tuple[int, ...]:
+    """gemm's `config=` as the op's values: the six _CONFIG_KEYS (every one required) in order,
+    then STREAM_K where it is above 0."""
+    sk = 0
+    if isinstance(config, dict) and _STREAM_K in config:
+        sk = config[_STREAM_K]
+        if isinstance(sk, bool) or not isinstance(sk, int) or sk < 0:
+            raise _err(f"config {_STREAM_K}={sk!r}: want an integer >= 0 (the stream-K programs; 0: the tiled kernel)")
+        config = {k: v for k, v in config.items() if k != _STREAM_K}
+    c = _backend.launch_config(config, _CONFIG_KEYS + (_STREAM_K,), "gemm")
     missing = [k for k in _CONFIG_KEYS if k not in c]
     if missing:
-        raise _err(f"config lacks {', '.join(missing)} (want all of {', '.join(_CONFIG_KEYS)})")
-    return triton.Config({k: c[k] for k in _CONFIG_KEYS[:4]}, num_warps=c["num_warps"], num_stages=c["num_stages"])
+        raise _err(f"config lacks {', '.join(missing)} (want all of {', '.join(_CONFIG_KEYS)}; {_STREAM_K} optional)")
+    return tuple(c[k] for k in _CONFIG_KEYS) + ((sk,) if sk > 0 else ())
+
+
+def streamk_programs(device) -> int:
+    """The programs a stream-K launch on `device` should take (config STREAM_K): one per SM on
+    CUDA, one per Xe core on XPU, 8 under the interpreter (enough to split tiles)."""
+    return _backend.compute_units(torch.device(device))
+
+
+def _streamk_split(tiles: int, k_tiles: int, programs: int) -> Tuple[int, int, int]:
+    """(units per program, programs that own units, most segments a tile is cut into) for
+    `programs` stream-K programs over tiles * k_tiles work units."""
+    total = tiles * k_tiles
+    per = _backend.cdiv(total, programs)
+    # A tile starting r units into a program's range is cut into 1 + (r + k_tiles - 1) // per
+    # segments; r = tile * k_tiles mod per repeats every per / g tiles (g = gcd(k_tiles, per)),
+    # and once every r is reached the largest is per - g.
+    g = math.gcd(k_tiles, per)
+    if tiles >= per // g:
+        segs = 1 + (per - g + k_tiles - 1) // per
+    else:
+        segs = max(1 + ((t * k_tiles) % per + k_tiles - 1) // per for t in range(tiles))
+    return per, _backend.cdiv(total, per), segs
 
 
 def gemm(
@@ -269,14 +436,16 @@ def gemm(
     or w is a weight.t() view, which block pointers read).
     config: launch constants {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps",
     "num_stages"}, all six, used instead of the autotuner's pick (for tuning); None autotunes.
+    An optional seventh key "STREAM_K" > 0 runs the stream-K kernel instead, on that many
+    programs (streamk_programs(device): one per SM); 0 or absent, the tiled kernel.
     res_scale: epilogue "residual" adds res_scale * (x @ w (+ bias)) to the residual, one fp32
     multiply-add rounded once (Granite's residual_multiplier); 1 elsewhere.
-    The op: torch.ops.<ns>.gemm (config passed as the six values in that order).
+    The op: torch.ops.<ns>.gemm (config passed as the six values in that order, then STREAM_K
+    when it is above 0).
     """
     fixed: Tuple[int, ...] = ()
     if config is not None:
-        c = _fixed_config(config)
-        fixed = tuple(c.kwargs[k] for k in _CONFIG_KEYS[:4]) + (c.num_warps, c.num_stages)
+        fixed = _fixed_config(config)
     if _ops.traced(x):
         return _ops.call("gemm", x, w, bias, residual, epilogue, use_descriptors, out_dtype, list(fixed), float(res_scale))
     return _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, fixed, float(res_scale))
@@ -349,9 +518,11 @@ def _gemm_fake(x, w, bias, residual, epilogue, use_descriptors, out_dtype, confi
 def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, res_scale=1.0) -> torch.Tensor:
     kmajor, n, out_shape, out_dtype = _check(x, w, bias, residual, epilogue, out_dtype, res_scale)
     fixed = None
+    stream_k = 0
     if config:
-        c = dict(zip(_CONFIG_KEYS, config))
+        c = dict(zip(_CONFIG_KEYS + (_STREAM_K,), config))
         fixed = triton.Config({k: c[k] for k in _CONFIG_KEYS[:4]}, num_warps=c["num_warps"], num_stages=c["num_stages"])
+        stream_k = c.get(_STREAM_K, 0)
     if bias is not None:
         bias = bias.contiguous()
     k, n_w = w.shape
@@ -404,6 +575,11 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, re
         up_off, float(res_scale),
     )
     flags = dict(HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue], USE_DESC=use_desc, W_KMAJOR=kmajor)
+    if stream_k > 0:
+        _streamk(args, flags, fixed, swiglu, stream_k, x.device)
+        _backend.count("gemm.desc" if use_desc else "gemm.blockptr")
+        _backend.count(f"gemm.{epilogue}")
+        return out
     # Launch cache: once the autotuner picked a config for this problem class, launch the jit
     # function with it directly. The autotuner's per-call bookkeeping cost ~40% of a ~120 us
     # launch on the H200 host (cProfile, M=16 decode GEMM); any config is correct, so a stale
@@ -441,6 +617,28 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, re
     _backend.count("gemm.desc" if use_desc else "gemm.blockptr")
     _backend.count(f"gemm.{epilogue}")
     return out
+
+
+def _streamk(args, flags, cfg: triton.Config, gated: bool, programs: int, device: torch.device) -> None:
+    """Launch _gemm_streamk_kernel on `programs` programs with _gemm_kernel's arguments; a
+    workspace for the split tiles' partials and their semaphores only where a tile is split."""
+    x2, w, b, r, o, m, n, k, _m_bucket, *rest = args
+    bm, bn, bk = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"]
+    tiles = _backend.cdiv(m, bm) * _backend.cdiv(n, bn)
+    per, grid, segs = _streamk_split(tiles, _backend.cdiv(k, bk), programs)
+    if segs > 1:
+        if tiles > _backend.SEMAPHORES:
+            raise _err(f"stream-K over {tiles} tiles needs a semaphore a tile, the buffer has {_backend.SEMAPHORES} "
+                       "(larger tiles, or no STREAM_K)")
+        # [tiles, segs, gate/up, BLOCK_M, BLOCK_N] fp32 partials; each slot read is written first
+        ws = _backend.empty((tiles * segs * (2 if gated else 1) * bm * bn,), torch.float32, device)
+        sem = _backend.semaphores(device, tiles)
+    else:
+        # never touched (every tile is whole), only typed as the split path takes them
+        sem = _backend.semaphores(device, 1)
+        ws = sem.view(torch.float32)
+    _gemm_streamk_kernel[(grid,)](x2, w, b, r, o, ws, sem, m, n, k, per, segs, *rest, **flags, **cfg.all_kwargs())
+    _backend.count("gemm.streamk")
 
 
 _ops.define(
