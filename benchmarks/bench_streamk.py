@@ -110,8 +110,9 @@ def schedule(G, m, k, n, epi, cfg, programs):
     n_out = n // 2 if epi == "swiglu" else n
     tiles = -(-m // cfg["BLOCK_M"]) * -(-n_out // cfg["BLOCK_N"])
     k_tiles = -(-k // cfg["BLOCK_K"])
-    per, grid, segs = G._streamk_split(tiles, k_tiles, programs)
-    return dict(tiles=tiles, waves=round(tiles / programs, 2), k_tiles=k_tiles, per=per, grid=grid, max_segments=segs)
+    dp, per, grid, segs = G._streamk_split(tiles, k_tiles, programs)
+    return dict(tiles=tiles, waves=round(tiles / programs, 2), whole=dp, k_tiles=k_tiles, per=per, grid=grid,
+                max_segments=segs)
 
 
 def run_shape(env, G, m, k, n, epi, configs, programs, tiled):

@@ -54,7 +54,7 @@ def operands(m, k, n, epilogue, device, seed=0, nmajor=False):
 
 
 def schedule(m, k, n, programs):
-    """(tiles, k_tiles, per, grid, max segments) of a stream-K launch at TILES."""
+    """(tiles, k_tiles, tiles run whole, per, grid, max segments) of a stream-K launch at TILES."""
     tiles = -(-m // TILES["BLOCK_M"]) * -(-n // TILES["BLOCK_N"])
     k_tiles = -(-k // TILES["BLOCK_K"])
     return (tiles, k_tiles) + G._streamk_split(tiles, k_tiles, programs)
@@ -65,43 +65,53 @@ def sems_zero(device, tiles):
 
 
 def brute_split(tiles, k_tiles, programs):
-    """The schedule by enumeration: program p owns units [p * per, (p + 1) * per)."""
-    total = tiles * k_tiles
+    """The schedule by enumeration: whole waves but the last run whole (all of them when they fill
+    their waves), then program p owns units [p * per, (p + 1) * per) of the rest."""
+    dp = tiles if tiles % programs == 0 else max(0, tiles // programs - 1) * programs
+    total = (tiles - dp) * k_tiles
+    if total == 0:
+        return dp, 0, programs, 1
     per = -(-total // programs)
     owners = [u // per for u in range(total)]
-    segs = max(len(set(owners[t * k_tiles:(t + 1) * k_tiles])) for t in range(tiles))
-    return per, max(owners) + 1, segs
+    segs = max(len(set(owners[t * k_tiles:(t + 1) * k_tiles])) for t in range(tiles - dp))
+    return dp, per, programs if dp else max(owners) + 1, segs
 
 
 def test_schedule_matches_enumeration():
     """_streamk_split's closed form (the most segments a tile is cut into, from the residues of
-    tile * k_tiles) agrees with walking every unit, where per divides k_tiles and where it does not."""
-    seen = set()
-    for tiles in (1, 2, 3, 7, 9, 16, 40):
+    tile * k_tiles) agrees with walking every unit, where per divides k_tiles and where it does not,
+    with and without whole waves run whole."""
+    seen, dps = set(), set()
+    for tiles in (1, 2, 3, 7, 9, 16, 40, 300):
         for k_tiles in (1, 2, 5, 8, 13, 64):
             for programs in (1, 2, 3, 8, 13, 24, 132, 500):
                 got = G._streamk_split(tiles, k_tiles, programs)
                 assert got == brute_split(tiles, k_tiles, programs), (tiles, k_tiles, programs)
-                seen.add(got[2])
+                seen.add(got[3])
+                dps.add(got[0] > 0 and got[0] < tiles)
     assert {1, 2, 3} <= seen and max(seen) >= 8  # whole tiles, and tiles cut in many segments
+    assert dps == {True, False}
     # H100 at M=512 K=4096 N=4608 (128x256 tiles, BLOCK_K 64): 72 tiles, 64 K steps, 132 SMs
-    assert G._streamk_split(72, 64, 132) == (35, 132, 3)
+    assert G._streamk_split(72, 64, 132) == (0, 35, 132, 3)
+    # 300 tiles on 132: the first wave whole, the second and the 36 left split (168 tiles)
+    assert G._streamk_split(300, 64, 132)[:2] == (132, 82)
+    assert G._streamk_split(264, 64, 132) == (264, 0, 132, 1)  # two full waves: all whole
 
 
 # (M, K, N, programs): the schedules the correctness tests run, each checked by its own assertions
 MANY_SEGMENTS = (20, 152, 24, 15)   # 4 tiles, 10 K steps (K % 16 = 8), per 3: 4 segments a tile
-FEWER_PROGRAMS = (37, 72, 40, 4)    # 9 tiles, 5 K steps, per 12: whole tiles and parts in each program
+FEWER_PROGRAMS = (37, 72, 40, 4)    # 9 tiles, 5 K steps: a wave whole, then per 7: parts in each program
 SMALL_M = (5, 160, 20, 40)          # one row tile, M below the GEMV bound, per 1: one K step a program
 
 
 def test_schedules_exercise_the_cases():
-    tiles, k_tiles, per, grid, segs = schedule(*MANY_SEGMENTS)
-    assert grid > tiles and k_tiles % per != 0 and segs >= 4 and MANY_SEGMENTS[1] % TILES["BLOCK_K"] != 0
-    tiles, k_tiles, per, grid, segs = schedule(*FEWER_PROGRAMS)
-    assert grid < tiles and per > 2 * k_tiles and per % k_tiles != 0 and segs == 2
+    tiles, k_tiles, dp, per, grid, segs = schedule(*MANY_SEGMENTS)
+    assert dp == 0 and grid > tiles and k_tiles % per != 0 and segs >= 4 and MANY_SEGMENTS[1] % TILES["BLOCK_K"] != 0
+    tiles, k_tiles, dp, per, grid, segs = schedule(*FEWER_PROGRAMS)
+    assert dp == 4 and grid < tiles and per > k_tiles and per % k_tiles != 0 and segs == 2
     assert FEWER_PROGRAMS[0] % 16 and FEWER_PROGRAMS[2] % 16  # partial tiles in M and N
-    tiles, k_tiles, per, grid, segs = schedule(*SMALL_M)
-    assert per == 1 and segs == k_tiles and SMALL_M[0] <= 16
+    tiles, k_tiles, dp, per, grid, segs = schedule(*SMALL_M)
+    assert dp == 0 and per == 1 and segs == k_tiles and SMALL_M[0] <= 16
 
 
 def run_both(x, w, b, r, epilogue, programs, res_scale=1.0, **kw):
@@ -155,11 +165,11 @@ def test_streamk_nmajor_weight(device, epilogue, path):
 
 @pytest.mark.parametrize("programs", [1, 3], ids=["one-program", "whole-tiles"])
 def test_streamk_whole_tiles_only(device, programs):
-    """Programs that own whole tiles only (per a multiple of the K steps) store each one
-    directly: no partial, no semaphore."""
-    m, k, n = 37, 72, 40  # 9 tiles of 5 K steps; 1 program: 45 units, 3 programs: 15 (3 tiles) each
-    _, k_tiles, per, grid, segs = schedule(m, k, n, programs)
-    assert segs == 1 and per % k_tiles == 0 and grid == programs
+    """Tiles that fill their waves (9 tiles on 1 or 3 programs) all run whole, each program a
+    tile at a time through the data-parallel loop: no partial, no semaphore."""
+    m, k, n = 37, 72, 40  # 9 tiles of 5 K steps
+    tiles, k_tiles, dp, per, grid, segs = schedule(m, k, n, programs)
+    assert segs == 1 and grid == programs and (dp == tiles or per % k_tiles == 0)
     x, w, b, r = operands(m, k, n, "bias", device, seed=2)
     y, y_tiled = run_both(x, w, b, r, "bias", programs)
     check(f"stream-K whole tiles P={programs}", y, y_tiled, ref64(x, w, b, r, "bias"))
@@ -227,9 +237,9 @@ def test_streamk_config_and_op(device, monkeypatch):
     assert torch.equal(y, G.gemm(x, w, config=dict(TILES, STREAM_K=programs)))
     want = ref64(x, w, None, None, "none")
     metrics.assert_close("stream-K through the op", y, want, atol=1e-4 * want.abs().max().item() + 1e-6, rtol=BF16_ULP)
-    tiles = schedule(m, k, n, programs)[0]
-    monkeypatch.setattr(_backend, "SEMAPHORES", tiles - 1)
-    with pytest.raises(ValueError, match=f"stream-K over {tiles} tiles needs a semaphore a tile"):
+    tiles, _, dp = schedule(m, k, n, programs)[:3]
+    monkeypatch.setattr(_backend, "SEMAPHORES", tiles - dp - 1)
+    with pytest.raises(ValueError, match=f"stream-K over {tiles - dp} split tiles needs a semaphore a tile"):
         G.gemm(x, w, config=dict(TILES, STREAM_K=programs))
 
 

@@ -36,13 +36,16 @@ consecutive programs reuse the same W column panel.
 Stream-K (`config={..., "STREAM_K": P}`, _gemm_streamk_kernel): a prefill GEMM with few output
 tiles, or a tile count that leaves its last wave part-empty, leaves SMs idle in the tiled grid
 (M=512 K=4096 N=4608 at 128x256 tiles is 72 tiles for an H100's 132 SMs). The stream-K launch
-runs P programs (streamk_programs: one per SM) over the tiles' K steps as work units, tiles in
-the swizzled order, each program a contiguous run of ceil(units / P). A tile whose K steps span
-several programs is reduced in the same launch, as gemv.py's split-K is: each program stores its
-fp32 partial to a per-call workspace slot (tile, segment) and counts itself in the tile's
-semaphore (_backend.semaphores); the program that arrives last sums the slots in segment order,
-runs the epilogue and store, and puts the semaphore back to 0. The result does not depend on
-arrival order, and no program waits on another. It runs only when a config asks for it.
+runs P programs (streamk_programs: one per SM). Whole waves but the last run as the tiled grid
+runs them; the last whole wave and the remainder are cut into work units of (tile, K step), tiles
+in the swizzled order, each program a contiguous run of ceil(units / P) (the "data-parallel +
+stream-K" hybrid of Osama et al., Stream-K: Work-centric Parallel Decomposition for Dense
+Matrix Multiplication, 2023). A tile whose K steps span several programs is reduced in the same
+launch, as gemv.py's split-K is: each program stores its fp32 partial to one of its two
+workspace slots and counts itself in the tile's semaphore (_backend.semaphores); the program
+that arrives last sums the slots in segment order, runs the epilogue and store, and puts the
+semaphore back to 0. The result does not depend on arrival order, and no program waits on
+another. It runs only when a config asks for it.
 """
 
 from __future__ import annotations
@@ -255,22 +258,21 @@ def _gemm_kernel(
 @triton.jit
 def _gemm_streamk_kernel(
     x_ptr, w_ptr, b_ptr, r_ptr, o_ptr, ws_ptr, sem_ptr,
-    M, N, K, PER, MAX_SEGS,
+    M, N, K, PER, DP_TILES,
     stride_xm, stride_wk, stride_wn, stride_rm, stride_om,
     UP_OFF, res_scale,
     HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr, W_KMAJOR: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
 ):
-    # Work units are (tile, K step) pairs, tiles in _swizzle order; this program owns units
-    # [pid * PER, (pid + 1) * PER) and walks them a tile segment at a time.
+    # Tiles in _swizzle order. The first DP_TILES run whole, program p taking tiles p, p + P, ...
+    # (full waves: nothing to balance there); the rest are work units of (tile, K step) pairs,
+    # program p owning units [p * PER, (p + 1) * PER), walked a tile segment at a time.
     pid = tl.program_id(0)
+    progs = tl.num_programs(0)
     GATED: tl.constexpr = EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5)
     PARTS: tl.constexpr = 2 if GATED else 1  # fp32 partials a segment stores: gate and up, or one
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     k_tiles = tl.cdiv(K, BLOCK_K)
-    total = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * k_tiles
-    u = pid * PER
-    u_end = tl.minimum(u + PER, total)
     # descriptors once a program, not once a tile
     if USE_DESC:
         x_desc, w_desc, wu_desc = _in_descs(x_ptr, w_ptr, M, N, K, stride_xm, stride_wk, stride_wn, UP_OFF,
@@ -279,46 +281,63 @@ def _gemm_streamk_kernel(
     else:
         x_desc, w_desc, wu_desc = x_ptr, w_ptr, w_ptr  # unused: block pointers
         r_desc, o_desc = r_ptr, o_ptr
+    for tile in range(pid, DP_TILES, progs):
+        pid_m, pid_n = _swizzle(tile, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
+        acc, acc_up = _mainloop(acc, acc_up, x_ptr, w_ptr, x_desc, w_desc, wu_desc, M, N, K, pid_m * BLOCK_M,
+                                pid_n * BLOCK_N, 0, k_tiles, stride_xm, stride_wk, stride_wn, UP_OFF,
+                                EPILOGUE, USE_DESC, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+        _store_tile(acc, acc_up, b_ptr, r_ptr, o_ptr, r_desc, o_desc, M, N, pid_m * BLOCK_M, pid_n * BLOCK_N,
+                    stride_rm, stride_om, UP_OFF, res_scale, HAS_BIAS, EPILOGUE, USE_DESC, BLOCK_M, BLOCK_N)
+    total = (tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) - DP_TILES) * k_tiles
+    u_start = pid * PER
+    u = u_start
+    u_end = tl.minimum(u + PER, total)
     offs_t = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     while u < u_end:
-        tile = u // k_tiles
-        kk_lo = u - tile * k_tiles
+        ts = u // k_tiles  # the tile's index among the stream-K ones
+        kk_lo = u - ts * k_tiles
         kk_hi = tl.minimum(k_tiles, kk_lo + (u_end - u))
-        pid_m, pid_n = _swizzle(tile, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
+        pid_m, pid_n = _swizzle(DP_TILES + ts, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc, acc_up = _mainloop(acc, acc_up, x_ptr, w_ptr, x_desc, w_desc, wu_desc, M, N, K, off_m, off_n,
                                 kk_lo, kk_hi, stride_xm, stride_wk, stride_wn, UP_OFF,
                                 EPILOGUE, USE_DESC, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
         finish = (kk_lo == 0) & (kk_hi == k_tiles)
         if (kk_lo > 0) | (kk_hi < k_tiles):
-            # A split tile: its segments belong to programs first .. first + segs - 1, and this
-            # one stores its fp32 partial at slot (tile, pid - first) of the workspace
-            # [tiles, MAX_SEGS, PARTS, BLOCK_M, BLOCK_N]. The program that arrives last sums
-            # every slot in segment order, so the result does not depend on arrival order, and
-            # nobody waits: no program can stall on one that is not resident.
-            first = (tile * k_tiles) // PER
-            segs = ((tile + 1) * k_tiles - 1) // PER - first + 1
-            slots = ws_ptr + (tile * MAX_SEGS).to(tl.int64) * (PARTS * TILE)
-            part = slots + (pid - first) * (PARTS * TILE) + offs_t
+            # A split tile: its segments belong to programs first .. last. Only a program's first
+            # and last segments can be parts of a tile, so each program has two workspace slots
+            # [2 * P, PARTS, BLOCK_M, BLOCK_N]: 2p for the segment holding its first unit, 2p + 1
+            # for the one holding its last. The program that arrives last sums every slot in
+            # segment order, so the result does not depend on arrival order, and nobody waits: no
+            # program can stall on one that is not resident.
+            first = (ts * k_tiles) // PER
+            last = ((ts + 1) * k_tiles - 1) // PER
+            slot = 2 * pid + (u != u_start).to(tl.int32)
+            part = ws_ptr + slot.to(tl.int64) * (PARTS * TILE) + offs_t
             tl.store(part, acc)
             if GATED:
                 tl.store(part + TILE, acc_up)
             # Every thread's partial is stored before the (acq_rel, device-scope) count is taken.
             tl.debug_barrier()
-            arrived = tl.atomic_add(sem_ptr + tile, 1)
-            finish = arrived == segs - 1
+            arrived = tl.atomic_add(sem_ptr + ts, 1)
+            finish = arrived == last - first
             if finish:
                 acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
                 acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for s in range(0, segs):
+                for q in range(first, last + 1):
+                    # program q's segment of this tile holds its first unit unless the tile began
+                    # before q's range (only the first program's can)
+                    s_at = ws_ptr + (2 * q + (q * PER < ts * k_tiles).to(tl.int32)).to(tl.int64) * (PARTS * TILE)
                     # .cg: read at L2, where the other programs' stores are, never a stale L1 line
-                    acc += tl.load(slots + s * (PARTS * TILE) + offs_t, cache_modifier=".cg")
+                    acc += tl.load(s_at + offs_t, cache_modifier=".cg")
                     if GATED:
-                        acc_up += tl.load(slots + s * (PARTS * TILE) + TILE + offs_t, cache_modifier=".cg")
-                tl.atomic_xchg(sem_ptr + tile, 0)  # every segment arrived: zero for the next launch
+                        acc_up += tl.load(s_at + TILE + offs_t, cache_modifier=".cg")
+                tl.atomic_xchg(sem_ptr + ts, 0)  # every segment arrived: zero for the next launch
         if finish:
             _store_tile(acc, acc_up, b_ptr, r_ptr, o_ptr, r_desc, o_desc, M, N, off_m, off_n, stride_rm, stride_om,
                         UP_OFF, res_scale, HAS_BIAS, EPILOGUE, USE_DESC, BLOCK_M, BLOCK_N)
@@ -399,20 +418,31 @@ def streamk_programs(device) -> int:
     return _backend.compute_units(torch.device(device))
 
 
-def _streamk_split(tiles: int, k_tiles: int, programs: int) -> Tuple[int, int, int]:
-    """(units per program, programs that own units, most segments a tile is cut into) for
-    `programs` stream-K programs over tiles * k_tiles work units."""
-    total = tiles * k_tiles
+def _streamk_split(tiles: int, k_tiles: int, programs: int) -> Tuple[int, int, int, int]:
+    """(tiles run whole, K steps per program over the rest, programs launched, most segments a
+    tile is cut into) for `programs` stream-K programs over `tiles` tiles of k_tiles K steps.
+    Whole waves but the last run whole (stream-K balances only what does not fill a wave; over
+    all of them every tile would be cut, its partials written and read back); the last whole
+    wave and the remainder are split into equal runs of K steps. Tiles that fill their waves run
+    whole, all of them."""
+    if tiles % programs == 0:
+        dp = tiles
+    else:
+        dp = max(0, tiles // programs - 1) * programs
+    total = (tiles - dp) * k_tiles
+    if total == 0:
+        return dp, 0, programs, 1
     per = _backend.cdiv(total, programs)
+    sk = tiles - dp
     # A tile starting r units into a program's range is cut into 1 + (r + k_tiles - 1) // per
     # segments; r = tile * k_tiles mod per repeats every per / g tiles (g = gcd(k_tiles, per)),
     # and once every r is reached the largest is per - g.
     g = math.gcd(k_tiles, per)
-    if tiles >= per // g:
+    if sk >= per // g:
         segs = 1 + (per - g + k_tiles - 1) // per
     else:
-        segs = max(1 + ((t * k_tiles) % per + k_tiles - 1) // per for t in range(tiles))
-    return per, _backend.cdiv(total, per), segs
+        segs = max(1 + ((t * k_tiles) % per + k_tiles - 1) // per for t in range(sk))
+    return dp, per, programs if dp else _backend.cdiv(total, per), segs
 
 
 def gemm(
@@ -621,23 +651,25 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, re
 
 def _streamk(args, flags, cfg: triton.Config, gated: bool, programs: int, device: torch.device) -> None:
     """Launch _gemm_streamk_kernel on `programs` programs with _gemm_kernel's arguments; a
-    workspace for the split tiles' partials and their semaphores only where a tile is split."""
+    workspace for the split tiles' partials (two slots a program) and their semaphores only
+    where a tile is split."""
     x2, w, b, r, o, m, n, k, _m_bucket, *rest = args
     bm, bn, bk = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"]
     tiles = _backend.cdiv(m, bm) * _backend.cdiv(n, bn)
-    per, grid, segs = _streamk_split(tiles, _backend.cdiv(k, bk), programs)
+    dp, per, grid, segs = _streamk_split(tiles, _backend.cdiv(k, bk), programs)
     if segs > 1:
-        if tiles > _backend.SEMAPHORES:
-            raise _err(f"stream-K over {tiles} tiles needs a semaphore a tile, the buffer has {_backend.SEMAPHORES} "
-                       "(larger tiles, or no STREAM_K)")
-        # [tiles, segs, gate/up, BLOCK_M, BLOCK_N] fp32 partials; each slot read is written first
-        ws = _backend.empty((tiles * segs * (2 if gated else 1) * bm * bn,), torch.float32, device)
-        sem = _backend.semaphores(device, tiles)
+        if tiles - dp > _backend.SEMAPHORES:
+            raise _err(f"stream-K over {tiles - dp} split tiles needs a semaphore a tile, the buffer has "
+                       f"{_backend.SEMAPHORES} (larger tiles, or no STREAM_K)")
+        # [2 * grid, gate/up, BLOCK_M, BLOCK_N] fp32 partials; each slot read is written first
+        ws = _backend.empty((2 * grid * (2 if gated else 1) * bm * bn,), torch.float32, device)
+        sem = _backend.semaphores(device, tiles - dp)
     else:
         # never touched (every tile is whole), only typed as the split path takes them
         sem = _backend.semaphores(device, 1)
         ws = sem.view(torch.float32)
-    _gemm_streamk_kernel[(grid,)](x2, w, b, r, o, ws, sem, m, n, k, per, segs, *rest, **flags, **cfg.all_kwargs())
+    _gemm_streamk_kernel[(grid,)](x2, w, b, r, o, ws, sem, m, n, k, max(per, 1), dp, *rest, **flags,
+                                  **cfg.all_kwargs())
     _backend.count("gemm.streamk")
 
 
