@@ -8,6 +8,7 @@ import importlib
 
 import pytest
 import torch
+import triton
 
 import metrics
 from xpuinject_kernels import _backend, _ops
@@ -250,3 +251,22 @@ def test_streamk_programs(device):
         assert p == 8
     elif device == "cuda":
         assert p == torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+
+
+def test_auto_streamk_choice(monkeypatch):
+    """The automatic choice: only when switched on, on CUDA, above decode sizes, and where the
+    tiled grid's waves are less than STREAMK_MAX_FILL full."""
+    assert G.wave_fill(72, 132) == pytest.approx(72 / 132)
+    assert G.wave_fill(192, 132) == pytest.approx(192 / 264)
+    assert G.wave_fill(264, 132) == 1.0
+    cfg = triton.Config(dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_SIZE_M=8), num_warps=8, num_stages=3)
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(_backend, "_CU_CACHE", {("cuda", None): 132})
+    monkeypatch.setattr(_backend, "is_interpret", lambda: False)
+    monkeypatch.setattr(G, "STREAMK_AUTO", None)
+    assert G._auto_streamk("cuda", cuda, 512, 4608, cfg) == 0  # off unless asked
+    monkeypatch.setattr(G, "STREAMK_AUTO", True)
+    assert G._auto_streamk("cuda", cuda, 512, 4608, cfg) == 132  # 72 tiles: 0.55 of a wave
+    assert G._auto_streamk("cuda", cuda, 2048, 4096, cfg) == 0  # 256 tiles: 0.97 of two waves
+    assert G._auto_streamk("cuda", cuda, 32, 4608, cfg) == 0  # decode sizes keep their path
+    assert G._auto_streamk("xpu", torch.device("xpu"), 512, 4608, cfg) == 0

@@ -412,6 +412,30 @@ def _fixed_config(config: dict) -> Tuple[int, ...]:
     return tuple(c[k] for k in _CONFIG_KEYS) + ((sk,) if sk > 0 else ())
 
 
+# Whether a GEMM launched at its own config (tuned or heuristic, not one a caller forces) runs
+# stream-K on that config's tiles where the tiled grid would leave its last wave under
+# STREAMK_MAX_FILL full (XPUINJECT_STREAMK=1); unset or 0, never. Off until the GPU data says
+# where it pays (benchmarks/bench_streamk.py).
+STREAMK_AUTO = _backend.env_switch("XPUINJECT_STREAMK")
+# The fill of the tiled grid's waves (tiles / (waves * SMs)) under which the automatic choice
+# takes stream-K: 72 tiles on 132 SMs fill 0.55 of one wave, 192 fill 0.73 of two.
+STREAMK_MAX_FILL = 0.8
+
+
+def _auto_streamk(be: str, device: torch.device, m: int, n: int, cfg: triton.Config) -> int:
+    """The stream-K programs for a launch at cfg, or 0 for the tiled grid (see STREAMK_AUTO)."""
+    if not STREAMK_AUTO or be != "cuda" or _backend.is_interpret() or m < CUDA_DESC_MIN_M:
+        return 0
+    programs = _backend.compute_units(device)
+    tiles = _backend.cdiv(m, cfg.kwargs["BLOCK_M"]) * _backend.cdiv(n, cfg.kwargs["BLOCK_N"])
+    return programs if wave_fill(tiles, programs) < STREAMK_MAX_FILL else 0
+
+
+def wave_fill(tiles: int, programs: int) -> float:
+    """How full the tiled grid's waves are: tiles over the slots of the waves they take."""
+    return tiles / (_backend.cdiv(tiles, programs) * programs)
+
+
 def streamk_programs(device) -> int:
     """The programs a stream-K launch on `device` should take (config STREAM_K): one per SM on
     CUDA, one per Xe core on XPU, 8 under the interpreter (enough to split tiles)."""
@@ -632,7 +656,10 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, re
                                         lambda: _backend.gemm_heuristic(be, m, n, k, 2 if swiglu else 1))
         if cfg is not None:
             _BEST[lkey] = cfg
-    if cfg is not None:
+    auto_sk = _auto_streamk(be, x.device, m, n, cfg) if cfg is not None and fixed is None else 0
+    if auto_sk:
+        _streamk(args, flags, cfg, swiglu, auto_sk, x.device)
+    elif cfg is not None:
         grid = (_backend.cdiv(m, cfg.kwargs["BLOCK_M"]) * _backend.cdiv(n, cfg.kwargs["BLOCK_N"]),)
         _gemm_kernel[grid](*args, **flags, **cfg.all_kwargs())
     else:
