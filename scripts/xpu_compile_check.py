@@ -79,7 +79,6 @@ PTR_NAMES = {
 
 # pointer parameters of another dtype than the activations, per kernel module
 PTR_DTYPES = {
-    "gemm": {"ws_ptr": torch.float32, "sem_ptr": torch.int32},
     "gemv": {"ws_ptr": torch.float32, "sem_ptr": torch.int32},
     "greedy": {"WS_V": torch.float32, "WS_I": torch.int32, "SEM": torch.int32, "UNFINISHED": torch.bool,
                "N_GEN": torch.int64, "OUT": torch.int64, "CUR": torch.int64, "PAD": torch.int64, "EOS": torch.int64,
@@ -124,12 +123,6 @@ def mock_args(fn, act, constexprs):
 
 
 DESC_PATHS = (True, False)
-
-# The stream-K GEMM's CUDA cases compile at the tile configs benchmarks/bench_streamk.py times
-# (kwargs, warps, stages); on XPU at the GEMM's own configs.
-STREAMK_CUDA_CONFIGS = [({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_SIZE_M": 8}, w, s)
-                        for bm, bn, w, s in ((128, 256, 8, 3), (128, 128, 8, 4), (128, 128, 4, 4), (64, 256, 4, 4),
-                                             (128, 64, 4, 4))]
 
 
 def cases(cuda: bool = False):
@@ -198,17 +191,6 @@ def cases(cuda: bool = False):
     # (the XPU backend does not lower a transposed descriptor tile)
     for epi in ("none", "swiglu") if cuda else ():
         yield (f"gemm {epi} weight.t() desc", gemm._gemm_kernel, gcfgs, bf16,
-               dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], USE_DESC=True, W_KMAJOR=False))
-    # stream-K (config STREAM_K): the same operands, epilogues and memory paths
-    skcfgs = STREAMK_CUDA_CONFIGS if cuda else gcfgs
-    for epi in ("none", "bias", "swiglu", "geglu", "geglu_erf", "hardswish", "residual"):
-        for desc in DESC_PATHS:
-            yield (f"gemm streamk {epi} {'desc' if desc else 'blockptr'}", gemm._gemm_streamk_kernel, skcfgs, bf16,
-                   dict(HAS_BIAS=epi == "bias", EPILOGUE=gemm._EPI_CODE[epi], USE_DESC=desc, W_KMAJOR=True))
-    yield ("gemm streamk none weight.t() blockptr", gemm._gemm_streamk_kernel, skcfgs, bf16,
-           dict(HAS_BIAS=False, EPILOGUE=0, USE_DESC=False, W_KMAJOR=False))
-    for epi in ("none", "swiglu") if cuda else ():
-        yield (f"gemm streamk {epi} weight.t() desc", gemm._gemm_streamk_kernel, skcfgs, bf16,
                dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], USE_DESC=True, W_KMAJOR=False))
     pcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in attention._prefill_configs("xpu")]
     dcfgs = [(c.kwargs, c.num_warps, c.num_stages) for c in attention._decode_configs("xpu")]

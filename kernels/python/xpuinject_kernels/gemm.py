@@ -32,25 +32,10 @@ checks — a misaligned descriptor gave silently wrong results on the H200. One 
 GROUP_SIZE_M swizzling (Triton's matrix-multiplication tutorial, "L2 cache optimizations":
 https://triton-lang.org/main/getting-started/tutorials/03-matrix-multiplication.html) so
 consecutive programs reuse the same W column panel.
-
-Stream-K (`config={..., "STREAM_K": P}`, _gemm_streamk_kernel): a prefill GEMM with few output
-tiles, or a tile count that leaves its last wave part-empty, leaves SMs idle in the tiled grid
-(M=512 K=4096 N=4608 at 128x256 tiles is 72 tiles for an H100's 132 SMs). The stream-K launch
-runs P programs (streamk_programs: one per SM). Whole waves but the last run as the tiled grid
-runs them; the last whole wave and the remainder are cut into work units of (tile, K step), tiles
-in the swizzled order, each program a contiguous run of ceil(units / P) (the "data-parallel +
-stream-K" hybrid of Osama et al., Stream-K: Work-centric Parallel Decomposition for Dense
-Matrix Multiplication, 2023). A tile whose K steps span several programs is reduced in the same
-launch, as gemv.py's split-K is: each program stores its fp32 partial to one of its two
-workspace slots and counts itself in the tile's semaphore (_backend.semaphores); the program
-that arrives last sums the slots in segment order, runs the epilogue and store, and puts the
-semaphore back to 0. The result does not depend on arrival order, and no program waits on
-another. It runs only when a config asks for it.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -60,7 +45,7 @@ import triton.language as tl
 from . import _backend, _ops, gpus
 from .contract import GEMM_EPILOGUES
 
-__all__ = ["gemm", "add_rms_norm_gemm", "rms_norm_gemm", "gemm_ref", "streamk_programs", "EPILOGUES"]
+__all__ = ["gemm", "add_rms_norm_gemm", "rms_norm_gemm", "gemm_ref", "EPILOGUES"]
 
 # The fused epilogues (contract.json, which the planner's registry reads too).
 EPILOGUES = GEMM_EPILOGUES
@@ -114,116 +99,6 @@ def _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS: tl.constexpr, EPI
 
 
 @triton.jit
-def _mainloop(acc, acc_up, x_ptr, w_ptr, x_desc, w_desc, wu_desc, M, N, K, off_m, off_n, kk_lo, kk_hi,
-              stride_xm, stride_wk, stride_wn, UP_OFF,
-              EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr, W_KMAJOR: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """acc (and, gated, acc_up) plus the tile's products over K steps [kk_lo, kk_hi). USE_DESC:
-    through the caller's descriptors (made once a program: each costs a write and a fence);
-    else block pointers of x_ptr and w_ptr, made here."""
-    wty = w_ptr.dtype.element_ty
-    GATED: tl.constexpr = EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5)
-    if USE_DESC:
-        for kk in range(kk_lo, kk_hi):
-            k0 = kk * BLOCK_K
-            a = x_desc.load([off_m, k0]).to(wty)
-            if W_KMAJOR:
-                acc = tl.dot(a, w_desc.load([k0, off_n]), acc)
-                if GATED:
-                    acc_up = tl.dot(a, wu_desc.load([k0, off_n]), acc_up)
-            else:
-                acc = tl.dot(a, tl.trans(w_desc.load([off_n, k0])), acc)
-                if GATED:
-                    acc_up = tl.dot(a, tl.trans(wu_desc.load([off_n, k0])), acc_up)
-    else:
-        x_bp = tl.make_block_ptr(x_ptr, shape=(M, K), strides=(stride_xm, 1), offsets=(off_m, kk_lo * BLOCK_K),
-                                 block_shape=(BLOCK_M, BLOCK_K), order=(1, 0))
-        # order names the contiguous dimension: N for a packed K-major W, K for weight.t()
-        if W_KMAJOR:
-            w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn),
-                                     offsets=(kk_lo * BLOCK_K, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
-        else:
-            w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn),
-                                     offsets=(kk_lo * BLOCK_K, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
-        if GATED:
-            if W_KMAJOR:
-                wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
-                                          offsets=(kk_lo * BLOCK_K, off_n), block_shape=(BLOCK_K, BLOCK_N),
-                                          order=(1, 0))
-            else:
-                wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
-                                          offsets=(kk_lo * BLOCK_K, off_n), block_shape=(BLOCK_K, BLOCK_N),
-                                          order=(0, 1))
-        for kk in range(kk_lo, kk_hi):
-            a = tl.load(x_bp, boundary_check=(0, 1), padding_option="zero").to(wty)
-            acc = tl.dot(a, tl.load(w_bp, boundary_check=(0, 1), padding_option="zero"), acc)
-            if GATED:
-                acc_up = tl.dot(a, tl.load(wu_bp, boundary_check=(0, 1), padding_option="zero"), acc_up)
-                wu_bp = tl.advance(wu_bp, (BLOCK_K, 0))
-            x_bp = tl.advance(x_bp, (0, BLOCK_K))
-            w_bp = tl.advance(w_bp, (BLOCK_K, 0))
-    return acc, acc_up
-
-
-@triton.jit
-def _in_descs(x_ptr, w_ptr, M, N, K, stride_xm, stride_wk, stride_wn, UP_OFF,
-              EPILOGUE: tl.constexpr, W_KMAJOR: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The operands' tensor descriptors: x, W, and (gated) W's up half, else W again."""
-    GATED: tl.constexpr = EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5)
-    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K])
-    # an N-major W is described as the [N, K] tensor it is and its tiles transposed in registers
-    if W_KMAJOR:
-        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[stride_wk, 1], block_shape=[BLOCK_K, BLOCK_N])
-    else:
-        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_wn, 1], block_shape=[BLOCK_N, BLOCK_K])
-    wu_desc = w_desc
-    if GATED:
-        # the up half as its own [K, I] tensor: OOB columns of a gate tile read zeros, never up
-        if W_KMAJOR:
-            wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF, shape=[K, N], strides=[stride_wk, 1],
-                                                block_shape=[BLOCK_K, BLOCK_N])
-        else:
-            wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF * stride_wn, shape=[N, K], strides=[stride_wn, 1],
-                                                block_shape=[BLOCK_N, BLOCK_K])
-    return x_desc, w_desc, wu_desc
-
-
-@triton.jit
-def _out_descs(r_ptr, o_ptr, M, N, stride_rm, stride_om, EPILOGUE: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The output's tensor descriptor and (residual) the residual's, else the output's again."""
-    o_desc = tl.make_tensor_descriptor(o_ptr, shape=[M, N], strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
-    r_desc = o_desc
-    if EPILOGUE == 3:
-        r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_rm, 1], block_shape=[BLOCK_M, BLOCK_N])
-    return r_desc, o_desc
-
-
-@triton.jit
-def _store_tile(acc, acc_up, b_ptr, r_ptr, o_ptr, r_desc, o_desc, M, N, off_m, off_n, stride_rm, stride_om,
-                UP_OFF, res_scale, HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """A finished tile: bias and activation (_epilogue), the residual (res_scale times the branch
-    plus r), one rounding to the output dtype, the store."""
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
-    oty = o_ptr.dtype.element_ty
-    if USE_DESC:
-        if EPILOGUE == 3:
-            acc = acc * res_scale + r_desc.load([off_m, off_n]).to(tl.float32)
-        o_desc.store([off_m, off_n], acc.to(oty))
-    else:
-        if EPILOGUE == 3:
-            r_bp = tl.make_block_ptr(r_ptr, shape=(M, N), strides=(stride_rm, 1), offsets=(off_m, off_n),
-                                     block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
-            acc = acc * res_scale + tl.load(r_bp, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
-        o_bp = tl.make_block_ptr(o_ptr, shape=(M, N), strides=(stride_om, 1), offsets=(off_m, off_n),
-                                 block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
-        tl.store(o_bp, acc.to(oty), boundary_check=(0, 1))
-
-
-@triton.jit
 def _gemm_kernel(
     x_ptr, w_ptr, b_ptr, r_ptr, o_ptr,
     M, N, K, M_BUCKET,
@@ -237,111 +112,81 @@ def _gemm_kernel(
     pid_m, pid_n = _swizzle(pid, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
+    wty = w_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # used by the gated epilogues only (DCE'd otherwise)
-    if USE_DESC:
-        x_desc, w_desc, wu_desc = _in_descs(x_ptr, w_ptr, M, N, K, stride_xm, stride_wk, stride_wn, UP_OFF,
-                                            EPILOGUE, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-    else:
-        x_desc, w_desc, wu_desc = x_ptr, w_ptr, w_ptr  # unused: block pointers
-    acc, acc_up = _mainloop(acc, acc_up, x_ptr, w_ptr, x_desc, w_desc, wu_desc, M, N, K, off_m, off_n,
-                            0, tl.cdiv(K, BLOCK_K), stride_xm, stride_wk, stride_wn, UP_OFF,
-                            EPILOGUE, USE_DESC, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-    if USE_DESC:
-        r_desc, o_desc = _out_descs(r_ptr, o_ptr, M, N, stride_rm, stride_om, EPILOGUE, BLOCK_M, BLOCK_N)
-    else:
-        r_desc, o_desc = r_ptr, o_ptr  # unused: block pointers
-    _store_tile(acc, acc_up, b_ptr, r_ptr, o_ptr, r_desc, o_desc, M, N, off_m, off_n, stride_rm, stride_om,
-                UP_OFF, res_scale, HAS_BIAS, EPILOGUE, USE_DESC, BLOCK_M, BLOCK_N)
-
-
-@triton.jit
-def _gemm_streamk_kernel(
-    x_ptr, w_ptr, b_ptr, r_ptr, o_ptr, ws_ptr, sem_ptr,
-    M, N, K, PER, DP_TILES,
-    stride_xm, stride_wk, stride_wn, stride_rm, stride_om,
-    UP_OFF, res_scale,
-    HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, USE_DESC: tl.constexpr, W_KMAJOR: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
-):
-    # Tiles in _swizzle order. The first DP_TILES run whole, program p taking tiles p, p + P, ...
-    # (full waves: nothing to balance there); the rest are work units of (tile, K step) pairs,
-    # program p owning units [p * PER, (p + 1) * PER), walked a tile segment at a time.
-    pid = tl.program_id(0)
-    progs = tl.num_programs(0)
     GATED: tl.constexpr = EPILOGUE == 1 or (EPILOGUE == 4 or EPILOGUE == 5)
-    PARTS: tl.constexpr = 2 if GATED else 1  # fp32 partials a segment stores: gate and up, or one
-    TILE: tl.constexpr = BLOCK_M * BLOCK_N
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    # descriptors once a program, not once a tile
     if USE_DESC:
-        x_desc, w_desc, wu_desc = _in_descs(x_ptr, w_ptr, M, N, K, stride_xm, stride_wk, stride_wn, UP_OFF,
-                                            EPILOGUE, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-        r_desc, o_desc = _out_descs(r_ptr, o_ptr, M, N, stride_rm, stride_om, EPILOGUE, BLOCK_M, BLOCK_N)
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1], block_shape=[BLOCK_M, BLOCK_K])
+        # an N-major W is described as the [N, K] tensor it is and its tiles transposed in registers
+        if W_KMAJOR:
+            w_desc = tl.make_tensor_descriptor(w_ptr, shape=[K, N], strides=[stride_wk, 1],
+                                               block_shape=[BLOCK_K, BLOCK_N])
+        else:
+            w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_wn, 1],
+                                               block_shape=[BLOCK_N, BLOCK_K])
+        if GATED:
+            # the up half as its own [K, I] tensor: OOB columns of a gate tile read zeros, never up
+            if W_KMAJOR:
+                wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF, shape=[K, N], strides=[stride_wk, 1],
+                                                    block_shape=[BLOCK_K, BLOCK_N])
+            else:
+                wu_desc = tl.make_tensor_descriptor(w_ptr + UP_OFF * stride_wn, shape=[N, K], strides=[stride_wn, 1],
+                                                    block_shape=[BLOCK_N, BLOCK_K])
+        for kk in range(0, tl.cdiv(K, BLOCK_K)):
+            k0 = kk * BLOCK_K
+            a = x_desc.load([off_m, k0]).to(wty)
+            if W_KMAJOR:
+                acc = tl.dot(a, w_desc.load([k0, off_n]), acc)
+                if GATED:
+                    acc_up = tl.dot(a, wu_desc.load([k0, off_n]), acc_up)
+            else:
+                acc = tl.dot(a, tl.trans(w_desc.load([off_n, k0])), acc)
+                if GATED:
+                    acc_up = tl.dot(a, tl.trans(wu_desc.load([off_n, k0])), acc_up)
     else:
-        x_desc, w_desc, wu_desc = x_ptr, w_ptr, w_ptr  # unused: block pointers
-        r_desc, o_desc = r_ptr, o_ptr
-    for tile in range(pid, DP_TILES, progs):
-        pid_m, pid_n = _swizzle(tile, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # gated epilogues only (DCE'd otherwise)
-        acc, acc_up = _mainloop(acc, acc_up, x_ptr, w_ptr, x_desc, w_desc, wu_desc, M, N, K, pid_m * BLOCK_M,
-                                pid_n * BLOCK_N, 0, k_tiles, stride_xm, stride_wk, stride_wn, UP_OFF,
-                                EPILOGUE, USE_DESC, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-        _store_tile(acc, acc_up, b_ptr, r_ptr, o_ptr, r_desc, o_desc, M, N, pid_m * BLOCK_M, pid_n * BLOCK_N,
-                    stride_rm, stride_om, UP_OFF, res_scale, HAS_BIAS, EPILOGUE, USE_DESC, BLOCK_M, BLOCK_N)
-    total = (tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) - DP_TILES) * k_tiles
-    u_start = pid * PER
-    u = u_start
-    u_end = tl.minimum(u + PER, total)
-    offs_t = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    while u < u_end:
-        ts = u // k_tiles  # the tile's index among the stream-K ones
-        kk_lo = u - ts * k_tiles
-        kk_hi = tl.minimum(k_tiles, kk_lo + (u_end - u))
-        pid_m, pid_n = _swizzle(DP_TILES + ts, M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc, acc_up = _mainloop(acc, acc_up, x_ptr, w_ptr, x_desc, w_desc, wu_desc, M, N, K, off_m, off_n,
-                                kk_lo, kk_hi, stride_xm, stride_wk, stride_wn, UP_OFF,
-                                EPILOGUE, USE_DESC, W_KMAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-        finish = (kk_lo == 0) & (kk_hi == k_tiles)
-        if (kk_lo > 0) | (kk_hi < k_tiles):
-            # A split tile: its segments belong to programs first .. last. Only a program's first
-            # and last segments can be parts of a tile, so each program has two workspace slots
-            # [2 * P, PARTS, BLOCK_M, BLOCK_N]: 2p for the segment holding its first unit, 2p + 1
-            # for the one holding its last. The program that arrives last sums every slot in
-            # segment order, so the result does not depend on arrival order, and nobody waits: no
-            # program can stall on one that is not resident.
-            first = (ts * k_tiles) // PER
-            last = ((ts + 1) * k_tiles - 1) // PER
-            slot = 2 * pid + (u != u_start).to(tl.int32)
-            part = ws_ptr + slot.to(tl.int64) * (PARTS * TILE) + offs_t
-            tl.store(part, acc)
+        x_bp = tl.make_block_ptr(x_ptr, shape=(M, K), strides=(stride_xm, 1), offsets=(off_m, 0),
+                                 block_shape=(BLOCK_M, BLOCK_K), order=(1, 0))
+        # order names the contiguous dimension: N for a packed K-major W, K for weight.t()
+        if W_KMAJOR:
+            w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn), offsets=(0, off_n),
+                                     block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+        else:
+            w_bp = tl.make_block_ptr(w_ptr, shape=(K, N), strides=(stride_wk, stride_wn), offsets=(0, off_n),
+                                     block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
+        if GATED:
+            if W_KMAJOR:
+                wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
+                                          offsets=(0, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+            else:
+                wu_bp = tl.make_block_ptr(w_ptr + UP_OFF * stride_wn, shape=(K, N), strides=(stride_wk, stride_wn),
+                                          offsets=(0, off_n), block_shape=(BLOCK_K, BLOCK_N), order=(0, 1))
+        for kk in range(0, tl.cdiv(K, BLOCK_K)):
+            a = tl.load(x_bp, boundary_check=(0, 1), padding_option="zero").to(wty)
+            acc = tl.dot(a, tl.load(w_bp, boundary_check=(0, 1), padding_option="zero"), acc)
             if GATED:
-                tl.store(part + TILE, acc_up)
-            # Every thread's partial is stored before the (acq_rel, device-scope) count is taken.
-            tl.debug_barrier()
-            arrived = tl.atomic_add(sem_ptr + ts, 1)
-            finish = arrived == last - first
-            if finish:
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for q in range(first, last + 1):
-                    # program q's segment of this tile holds its first unit unless the tile began
-                    # before q's range (only the first program's can)
-                    s_at = ws_ptr + (2 * q + (q * PER < ts * k_tiles).to(tl.int32)).to(tl.int64) * (PARTS * TILE)
-                    # .cg: read at L2, where the other programs' stores are, never a stale L1 line
-                    acc += tl.load(s_at + offs_t, cache_modifier=".cg")
-                    if GATED:
-                        acc_up += tl.load(s_at + TILE + offs_t, cache_modifier=".cg")
-                tl.atomic_xchg(sem_ptr + ts, 0)  # every segment arrived: zero for the next launch
-        if finish:
-            _store_tile(acc, acc_up, b_ptr, r_ptr, o_ptr, r_desc, o_desc, M, N, off_m, off_n, stride_rm, stride_om,
-                        UP_OFF, res_scale, HAS_BIAS, EPILOGUE, USE_DESC, BLOCK_M, BLOCK_N)
-        u += kk_hi - kk_lo
+                acc_up = tl.dot(a, tl.load(wu_bp, boundary_check=(0, 1), padding_option="zero"), acc_up)
+                wu_bp = tl.advance(wu_bp, (BLOCK_K, 0))
+            x_bp = tl.advance(x_bp, (0, BLOCK_K))
+            w_bp = tl.advance(w_bp, (BLOCK_K, 0))
+
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    acc = _epilogue(acc, acc_up, b_ptr, offs_n, N, UP_OFF, HAS_BIAS, EPILOGUE)
+    oty = o_ptr.dtype.element_ty
+    if USE_DESC:
+        if EPILOGUE == 3:
+            r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_rm, 1], block_shape=[BLOCK_M, BLOCK_N])
+            acc = acc * res_scale + r_desc.load([off_m, off_n]).to(tl.float32)
+        o_desc = tl.make_tensor_descriptor(o_ptr, shape=[M, N], strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
+        o_desc.store([off_m, off_n], acc.to(oty))
+    else:
+        if EPILOGUE == 3:
+            r_bp = tl.make_block_ptr(r_ptr, shape=(M, N), strides=(stride_rm, 1), offsets=(off_m, off_n),
+                                     block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
+            acc = acc * res_scale + tl.load(r_bp, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
+        o_bp = tl.make_block_ptr(o_ptr, shape=(M, N), strides=(stride_om, 1), offsets=(off_m, off_n),
+                                 block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
+        tl.store(o_bp, acc.to(oty), boundary_check=(0, 1))
 
 
 _BEST: dict = {}  # launch cache: problem class -> triton.Config (tuned for this GPU, or autotuned)
@@ -392,81 +237,15 @@ def _err(msg: str) -> ValueError:
 
 
 _CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps", "num_stages")
-# The optional seventh key: the programs of a stream-K launch (0 or absent: the tiled kernel).
-_STREAM_K = "STREAM_K"
 
 
-def _fixed_config(config: dict) -> Tuple[int, ...]:
-    """gemm's `config=` as the op's values: the six _CONFIG_KEYS (every one required) in order,
-    then STREAM_K where it is above 0."""
-    sk = 0
-    if isinstance(config, dict) and _STREAM_K in config:
-        sk = config[_STREAM_K]
-        if isinstance(sk, bool) or not isinstance(sk, int) or sk < 0:
-            raise _err(f"config {_STREAM_K}={sk!r}: want an integer >= 0 (the stream-K programs; 0: the tiled kernel)")
-        config = {k: v for k, v in config.items() if k != _STREAM_K}
-    c = _backend.launch_config(config, _CONFIG_KEYS + (_STREAM_K,), "gemm")
+def _fixed_config(config: dict) -> triton.Config:
+    """gemm's `config=` as a triton.Config (every key required)."""
+    c = _backend.launch_config(config, _CONFIG_KEYS, "gemm")
     missing = [k for k in _CONFIG_KEYS if k not in c]
     if missing:
-        raise _err(f"config lacks {', '.join(missing)} (want all of {', '.join(_CONFIG_KEYS)}; {_STREAM_K} optional)")
-    return tuple(c[k] for k in _CONFIG_KEYS) + ((sk,) if sk > 0 else ())
-
-
-# Whether a GEMM launched at its own config (tuned or heuristic, not one a caller forces) runs
-# stream-K on that config's tiles where the tiled grid would leave its last wave under
-# STREAMK_MAX_FILL full (XPUINJECT_STREAMK=1); unset or 0, never. Off until the GPU data says
-# where it pays (benchmarks/bench_streamk.py).
-STREAMK_AUTO = _backend.env_switch("XPUINJECT_STREAMK")
-# The fill of the tiled grid's waves (tiles / (waves * SMs)) under which the automatic choice
-# takes stream-K: 72 tiles on 132 SMs fill 0.55 of one wave, 192 fill 0.73 of two.
-STREAMK_MAX_FILL = 0.8
-
-
-def _auto_streamk(be: str, device: torch.device, m: int, n: int, cfg: triton.Config) -> int:
-    """The stream-K programs for a launch at cfg, or 0 for the tiled grid (see STREAMK_AUTO)."""
-    if not STREAMK_AUTO or be != "cuda" or _backend.is_interpret() or m < CUDA_DESC_MIN_M:
-        return 0
-    programs = _backend.compute_units(device)
-    tiles = _backend.cdiv(m, cfg.kwargs["BLOCK_M"]) * _backend.cdiv(n, cfg.kwargs["BLOCK_N"])
-    return programs if wave_fill(tiles, programs) < STREAMK_MAX_FILL else 0
-
-
-def wave_fill(tiles: int, programs: int) -> float:
-    """How full the tiled grid's waves are: tiles over the slots of the waves they take."""
-    return tiles / (_backend.cdiv(tiles, programs) * programs)
-
-
-def streamk_programs(device) -> int:
-    """The programs a stream-K launch on `device` should take (config STREAM_K): one per SM on
-    CUDA, one per Xe core on XPU, 8 under the interpreter (enough to split tiles)."""
-    return _backend.compute_units(torch.device(device))
-
-
-def _streamk_split(tiles: int, k_tiles: int, programs: int) -> Tuple[int, int, int, int]:
-    """(tiles run whole, K steps per program over the rest, programs launched, most segments a
-    tile is cut into) for `programs` stream-K programs over `tiles` tiles of k_tiles K steps.
-    Whole waves but the last run whole (stream-K balances only what does not fill a wave; over
-    all of them every tile would be cut, its partials written and read back); the last whole
-    wave and the remainder are split into equal runs of K steps. Tiles that fill their waves run
-    whole, all of them."""
-    if tiles % programs == 0:
-        dp = tiles
-    else:
-        dp = max(0, tiles // programs - 1) * programs
-    total = (tiles - dp) * k_tiles
-    if total == 0:
-        return dp, 0, programs, 1
-    per = _backend.cdiv(total, programs)
-    sk = tiles - dp
-    # A tile starting r units into a program's range is cut into 1 + (r + k_tiles - 1) // per
-    # segments; r = tile * k_tiles mod per repeats every per / g tiles (g = gcd(k_tiles, per)),
-    # and once every r is reached the largest is per - g.
-    g = math.gcd(k_tiles, per)
-    if sk >= per // g:
-        segs = 1 + (per - g + k_tiles - 1) // per
-    else:
-        segs = max(1 + ((t * k_tiles) % per + k_tiles - 1) // per for t in range(sk))
-    return dp, per, programs if dp else _backend.cdiv(total, per), segs
+        raise _err(f"config lacks {', '.join(missing)} (want all of {', '.join(_CONFIG_KEYS)})")
+    return triton.Config({k: c[k] for k in _CONFIG_KEYS[:4]}, num_warps=c["num_warps"], num_stages=c["num_stages"])
 
 
 def gemm(
@@ -490,16 +269,14 @@ def gemm(
     or w is a weight.t() view, which block pointers read).
     config: launch constants {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "num_warps",
     "num_stages"}, all six, used instead of the autotuner's pick (for tuning); None autotunes.
-    An optional seventh key "STREAM_K" > 0 runs the stream-K kernel instead, on that many
-    programs (streamk_programs(device): one per SM); 0 or absent, the tiled kernel.
     res_scale: epilogue "residual" adds res_scale * (x @ w (+ bias)) to the residual, one fp32
     multiply-add rounded once (Granite's residual_multiplier); 1 elsewhere.
-    The op: torch.ops.<ns>.gemm (config passed as the six values in that order, then STREAM_K
-    when it is above 0).
+    The op: torch.ops.<ns>.gemm (config passed as the six values in that order).
     """
     fixed: Tuple[int, ...] = ()
     if config is not None:
-        fixed = _fixed_config(config)
+        c = _fixed_config(config)
+        fixed = tuple(c.kwargs[k] for k in _CONFIG_KEYS[:4]) + (c.num_warps, c.num_stages)
     if _ops.traced(x):
         return _ops.call("gemm", x, w, bias, residual, epilogue, use_descriptors, out_dtype, list(fixed), float(res_scale))
     return _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, fixed, float(res_scale))
@@ -572,11 +349,9 @@ def _gemm_fake(x, w, bias, residual, epilogue, use_descriptors, out_dtype, confi
 def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, res_scale=1.0) -> torch.Tensor:
     kmajor, n, out_shape, out_dtype = _check(x, w, bias, residual, epilogue, out_dtype, res_scale)
     fixed = None
-    stream_k = 0
     if config:
-        c = dict(zip(_CONFIG_KEYS + (_STREAM_K,), config))
+        c = dict(zip(_CONFIG_KEYS, config))
         fixed = triton.Config({k: c[k] for k in _CONFIG_KEYS[:4]}, num_warps=c["num_warps"], num_stages=c["num_stages"])
-        stream_k = c.get(_STREAM_K, 0)
     if bias is not None:
         bias = bias.contiguous()
     k, n_w = w.shape
@@ -629,11 +404,6 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, re
         up_off, float(res_scale),
     )
     flags = dict(HAS_BIAS=bias is not None, EPILOGUE=_EPI_CODE[epilogue], USE_DESC=use_desc, W_KMAJOR=kmajor)
-    if stream_k > 0:
-        _streamk(args, flags, fixed, swiglu, stream_k, x.device)
-        _backend.count("gemm.desc" if use_desc else "gemm.blockptr")
-        _backend.count(f"gemm.{epilogue}")
-        return out
     # Launch cache: once the autotuner picked a config for this problem class, launch the jit
     # function with it directly. The autotuner's per-call bookkeeping cost ~40% of a ~120 us
     # launch on the H200 host (cProfile, M=16 decode GEMM); any config is correct, so a stale
@@ -656,10 +426,7 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, re
                                         lambda: _backend.gemm_heuristic(be, m, n, k, 2 if swiglu else 1))
         if cfg is not None:
             _BEST[lkey] = cfg
-    auto_sk = _auto_streamk(be, x.device, m, n, cfg) if cfg is not None and fixed is None else 0
-    if auto_sk:
-        _streamk(args, flags, cfg, swiglu, auto_sk, x.device)
-    elif cfg is not None:
+    if cfg is not None:
         grid = (_backend.cdiv(m, cfg.kwargs["BLOCK_M"]) * _backend.cdiv(n, cfg.kwargs["BLOCK_N"]),)
         _gemm_kernel[grid](*args, **flags, **cfg.all_kwargs())
     else:
@@ -674,30 +441,6 @@ def _gemm(x, w, bias, residual, epilogue, use_descriptors, out_dtype, config, re
     _backend.count("gemm.desc" if use_desc else "gemm.blockptr")
     _backend.count(f"gemm.{epilogue}")
     return out
-
-
-def _streamk(args, flags, cfg: triton.Config, gated: bool, programs: int, device: torch.device) -> None:
-    """Launch _gemm_streamk_kernel on `programs` programs with _gemm_kernel's arguments; a
-    workspace for the split tiles' partials (two slots a program) and their semaphores only
-    where a tile is split."""
-    x2, w, b, r, o, m, n, k, _m_bucket, *rest = args
-    bm, bn, bk = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"]
-    tiles = _backend.cdiv(m, bm) * _backend.cdiv(n, bn)
-    dp, per, grid, segs = _streamk_split(tiles, _backend.cdiv(k, bk), programs)
-    if segs > 1:
-        if tiles - dp > _backend.SEMAPHORES:
-            raise _err(f"stream-K over {tiles - dp} split tiles needs a semaphore a tile, the buffer has "
-                       f"{_backend.SEMAPHORES} (larger tiles, or no STREAM_K)")
-        # [2 * grid, gate/up, BLOCK_M, BLOCK_N] fp32 partials; each slot read is written first
-        ws = _backend.empty((2 * grid * (2 if gated else 1) * bm * bn,), torch.float32, device)
-        sem = _backend.semaphores(device, tiles - dp)
-    else:
-        # never touched (every tile is whole), only typed as the split path takes them
-        sem = _backend.semaphores(device, 1)
-        ws = sem.view(torch.float32)
-    _gemm_streamk_kernel[(grid,)](x2, w, b, r, o, ws, sem, m, n, k, max(per, 1), dp, *rest, **flags,
-                                  **cfg.all_kwargs())
-    _backend.count("gemm.streamk")
 
 
 _ops.define(
