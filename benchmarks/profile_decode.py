@@ -18,6 +18,8 @@ step's time beside the kernels' sum, whose difference is what the replay spends 
 times a prefill) on each model loaded, kernel by kernel, where the time of a prefill goes; with
 `--paths graph` also the injected model's forward under the graph runtime (captured once, each
 forward a replay: the eval's injected_graph prefill).
+KNOCK_OUT=name[,name...] in the environment knocks those launches out of the injected model first
+(knockout.py: the step's numbers are then wrong; its time bounds what fusing them away can save).
 Prints text tables (and --json, per kernel); run it on a GPU.
 """
 
@@ -25,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+
+import knockout
 
 
 def main() -> int:
@@ -49,6 +54,10 @@ def main() -> int:
     bad = sorted(set(paths) - {"eager", "graph"})
     if bad:
         ap.error(f"--paths: unknown {', '.join(bad)} (want eager and/or graph)")
+    try:
+        knocked = knockout.parse(os.environ.get("KNOCK_OUT", ""))
+    except ValueError as e:
+        ap.error(str(e))
     import torch
     import transformers
     from torch.profiler import ProfilerActivity, profile
@@ -59,6 +68,9 @@ def main() -> int:
     dev = torch.device(args.device)
     run = Path(args.run)
     pkg, loaded_by = load_package(run / "package", dev)
+    if knocked:
+        print(f"knocked out (the step's numbers are wrong by design): {knockout.describe(knockout.apply(pkg, knocked))}",
+              flush=True)
     cfg = transformers.AutoConfig.from_pretrained(args.model)
     models = {}
     for name in ("stock", "injected") if "eager" in paths else ("injected",):

@@ -24,8 +24,9 @@
 #        (bench_launch_floor.py --experts), the MoE block's launch configs alone (bench_moe.py --sweep)
 #        and forced in the step (step_configs.py: moe.decode; the attention GEMVs' EW configs), the
 #        block on N-major experts (bench_moe.py --experts-layout nmajor), and the N-major attention
-#        layout against the shipped one (ab_step.py); MOEDECODE_PARTS picks parts (default "floor sweep
-#        sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
+#        layout against the shipped one (ab_step.py), and "knockout": the step with each fusible launch
+#        left out (benchmarks/knockout.py), the floor a fusion of it can reach; MOEDECODE_PARTS picks
+#        parts (default "floor sweep sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
 #        in WORK for a next call on the same warm machine, which then skips making them;
 #        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
 #        (default "qwen3:4 levit128s llama8b"; T_COLD each): wall and eval.json "autotune"),
@@ -189,7 +190,13 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                    --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
       nmajor) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped --variant nmajor:XPUINJECT_NMAJOR=1
                    --rounds 2 --json "$OUT/moedecode/nmajor.json") ;;
-      *) log "moedecode: unknown part $part (want floor, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor)"
+      # each fusible launch knocked out of the step (benchmarks/knockout.py), then all four: what fusion can save
+      knockout) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
+                     --variant no-input-norm:KNOCK_OUT=input-norm --variant no-post-norm:KNOCK_OUT=post-norm
+                     --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
+                     --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
+                     --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
+      *) log "moedecode: unknown part $part (want floor, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout)"
          continue ;;
       esac
       log "moedecode $part"
