@@ -522,8 +522,18 @@ def topk_lowest_index(probs, k):
     return vals[:, :k], ids[:, :k]
 
 
+@pytest.fixture(params=["chain", "early-sorted"])
+def router_mode(request, monkeypatch):
+    """The decode router as shipped, and with its weight tile read before the PDL wait and the
+    top-k by a partial sort (XPUINJECT_ROUTER_W_EARLY, XPUINJECT_ROUTER_SORT_TOPK)."""
+    on = request.param == "early-sorted"
+    monkeypatch.setattr(M, "ROUTER_W_EARLY", on)
+    monkeypatch.setattr(M, "ROUTER_SORT_TOPK", on)
+    return request.param
+
+
 @pytest.mark.parametrize("tokens,e,top_k", [(1, 6, 2), (3, 6, 3), (8, 128, 8)])
-def test_router_selects_its_own_top_k(device, tokens, e, top_k):
+def test_router_selects_its_own_top_k(device, tokens, e, top_k, router_mode):
     """The router launch's own top-k (the decode path's on CUDA) against the sorted probabilities
     of the same launch without it: the same experts and probabilities, largest first, equal
     scores by lowest index. Experts 0, 2 and 3 score exactly alike, so the tie falls inside or
@@ -547,7 +557,7 @@ def test_router_selects_its_own_top_k(device, tokens, e, top_k):
 
 @pytest.mark.parametrize("tokens,e,top_k", [(5, 128, 8), (9, 6, 2), (40, 6, 3), (37, 128, 8)])
 @pytest.mark.parametrize("rule", M.ROUTERS)
-def test_router_makes_the_routing_weights_in_its_launch(device, tokens, e, top_k, rule):
+def test_router_makes_the_routing_weights_in_its_launch(device, tokens, e, top_k, rule, router_mode):
     """Routing from the router launch alone (route(fused=True), the default on CUDA; 5 tokens
     split the hidden size over programs, as at decode): its experts are the ones the launch's probabilities rank first (equal scores by
     lowest index), and its weights are `route`'s torch ops on them (the sum in slot order), bit
@@ -614,7 +624,7 @@ def test_residual_in_the_last_launch(device, tokens, dtype):
 
 @pytest.mark.parametrize("tokens", [1, 3, 8, 9])  # the router's norm at decode sizes, add_rms_norm then moe above
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_add_rms_norm_moe_is_the_two_steps(device, tokens, dtype, monkeypatch):
+def test_add_rms_norm_moe_is_the_two_steps(device, tokens, dtype, monkeypatch, router_mode):
     """add_rms_norm_moe(x, r) runs the post-attention add + RMSNorm in the router's launch: the sum
     it hands the residual add is add_rms_norm's bit for bit, its normalized rows at most one
     rounding apart (the sum of squares in another order), and the output that of add_rms_norm

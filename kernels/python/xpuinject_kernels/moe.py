@@ -74,6 +74,13 @@ ROUTER_PROGRAMS = 64
 # spill at 255 registers for the add + RMSNorm form. Elsewhere 4, as before.
 ROUTER_DECODE_WARPS_PDL = 1
 
+# The decode router's two latency cuts, measured in the decode step before they become defaults:
+# each program's weight tile loaded before the PDL wait (its split one K step), and the top-k by a
+# sort of the keys instead of TOP_K reductions in a chain. XPUINJECT_ROUTER_W_EARLY and
+# XPUINJECT_ROUTER_SORT_TOPK = 1 turn them on.
+ROUTER_W_EARLY = _backend.env_switch("XPUINJECT_ROUTER_W_EARLY") is True
+ROUTER_SORT_TOPK = _backend.env_switch("XPUINJECT_ROUTER_SORT_TOPK") is True
+
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -83,7 +90,8 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, r_pt
                    BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
                    BLOCK_ALL: tl.constexpr, SPLIT_K: tl.constexpr, TOP_K: tl.constexpr = 0,
                    RULE: tl.constexpr = -1, TOPK_P2: tl.constexpr = 1, PDL: tl.constexpr = False,
-                   ROWS_T: tl.constexpr = 16, NORM: tl.constexpr = False, BLOCK_H: tl.constexpr = 16):
+                   ROWS_T: tl.constexpr = 16, NORM: tl.constexpr = False, BLOCK_H: tl.constexpr = 16,
+                   W_EARLY: tl.constexpr = False, SORT_TOPK: tl.constexpr = False):
     """Logits of BLOCK_T tokens for BLOCK_E experts over one K_PER_SPLIT slice of the hidden size
     (a tl.dot tile); the token tile's last program to finish sums the SPLIT_K slices in order,
     rounds the logits and runs the fp32 softmax over all the experts of its tokens in place, or
@@ -98,27 +106,38 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, r_pt
     post-attention add + RMSNorm of add_rms_norm (Llama's order: s = x + r rounded, normalized in
     fp32, rounded, times the weight nw, rounded), each program taking its rows' sums of squares
     over all H in BLOCK_H chunks; the programs of the first expert tile write s (s_ptr) and the
-    normalized rows (n_ptr), [T, H] each, for the experts' kernels."""
-    _backend.pdl_wait(PDL)
+    normalized rows (n_ptr), [T, H] each, for the experts' kernels.
+    W_EARLY: the split is one BLOCK_K step, and the program loads its weight tile before the PDL
+    wait (the weights are no launch's output), so only the activations' read follows the launch
+    ahead. SORT_TOPK: the top-k by one sort of the keys instead of TOP_K reductions in a chain;
+    the same set, in the same order."""
     pid_t = tl.program_id(0)
     pid_e = tl.program_id(1)
     pid_s = tl.program_id(2)
+    offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
+    e_ok = offs_e < E
+    k_lo = pid_s * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, H)
+    if W_EARLY:
+        offs_k = k_lo + tl.arange(0, BLOCK_K)
+        w_early = tl.load(w_ptr + offs_k.to(tl.int64)[:, None] * stride_w + offs_e[None, :],
+                          mask=(offs_k < k_hi)[:, None] & e_ok[None, :], other=0.0)
+    _backend.pdl_wait(PDL)
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     t_ok = offs_t < T
     rows = offs_t.to(tl.int64)
-    offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
-    e_ok = offs_e < E
     wty = w_ptr.dtype.element_ty
     aty = x_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)
-    k_lo = pid_s * K_PER_SPLIT
-    k_hi = tl.minimum(k_lo + K_PER_SPLIT, H)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
-        # the weight tile first: with NORM its loads stream while the rows' norm is summed
-        w = tl.load(w_ptr + offs_k.to(tl.int64)[:, None] * stride_w + offs_e[None, :],
-                    mask=k_ok[:, None] & e_ok[None, :], other=0.0)
+        if W_EARLY:
+            w = w_early
+        else:
+            # the weight tile first: with NORM its loads stream while the rows' norm is summed
+            w = tl.load(w_ptr + offs_k.to(tl.int64)[:, None] * stride_w + offs_e[None, :],
+                        mask=k_ok[:, None] & e_ok[None, :], other=0.0)
         xm = t_ok[:, None] & k_ok[None, :]
         x = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=xm, other=0.0)
         if NORM:
@@ -180,17 +199,34 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, r_pt
             slots = tl.arange(0, TOPK_P2)
             picked = tl.zeros((ROWS_T, TOPK_P2), dtype=tl.float32)
             total = tl.zeros((ROWS_T,), dtype=tl.float32)
-            for j in tl.static_range(TOP_K):
-                best = tl.max(key, axis=1)
-                idx = (BLOCK_ALL - 1 - (best & 0xFFFFFFFF)).to(tl.int32)
-                val = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-                tl.store(ids_ptr + out + j, idx, mask=tr_ok)
+            if SORT_TOPK:
+                # every key sorted, largest first (keys are distinct: the index is in them); the
+                # first TOP_K columns are the picks, in slot order. tl.sort, not tl.topk: the XPU
+                # backend's Triton has no topk.
+                top = tl.sort(key, dim=1, descending=True)
+                tk_ok = tr_ok[:, None] & (offs < TOP_K)[None, :]
+                at = out[:, None] + offs[None, :]
+                tl.store(ids_ptr + at, (BLOCK_ALL - 1 - (top & 0xFFFFFFFF)).to(tl.int32), mask=tk_ok)
+                ranked = (top >> 32).to(tl.int32).to(tl.float32, bitcast=True)
                 if RULE < 0:
-                    tl.store(vals_ptr + out + j, val, mask=tr_ok)
+                    tl.store(vals_ptr + at, ranked, mask=tk_ok)
                 else:
-                    picked = tl.where(slots[None, :] == j, val[:, None], picked)
-                    total += val
-                key = tl.where(key == best[:, None], -1, key)
+                    for j in tl.static_range(TOP_K):  # slot order, as the chain sums them
+                        v = tl.sum(tl.where(offs[None, :] == j, ranked, 0.0), axis=1)
+                        picked = tl.where(slots[None, :] == j, v[:, None], picked)
+                        total += v
+            else:
+                for j in tl.static_range(TOP_K):
+                    best = tl.max(key, axis=1)
+                    idx = (BLOCK_ALL - 1 - (best & 0xFFFFFFFF)).to(tl.int32)
+                    val = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+                    tl.store(ids_ptr + out + j, idx, mask=tr_ok)
+                    if RULE < 0:
+                        tl.store(vals_ptr + out + j, val, mask=tr_ok)
+                    else:
+                        picked = tl.where(slots[None, :] == j, val[:, None], picked)
+                        total += val
+                    key = tl.where(key == best[:, None], -1, key)
             if RULE >= 0:
                 wts = picked
                 if RULE != 0:  # IEEE division, as torch divides (Triton's `/` is div.full.f32)
@@ -667,7 +703,9 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, rout
     # each streaming the whole hidden size: split it so about ROUTER_PROGRAMS programs read.
     split = max(1, min(_backend.cdiv(h, block_k), ROUTER_PROGRAMS // grid_te)) if t <= DECODE_MAX_TOKENS else 1
     k_per, split = _split(h, block_k, split)
-    if norm is not None:  # one step per split: the norm in the loop runs once
+    decode = t <= DECODE_MAX_TOKENS
+    w_early = decode and ROUTER_W_EARLY
+    if norm is not None or w_early:  # one step per split: the norm in the loop runs once
         block_k = _backend.next_pow2(k_per)
     grid = (_backend.cdiv(t, block_t), _backend.cdiv(e, block_e), split)
     ws = torch.empty((split, t, e) if split > 1 else (1,), dtype=torch.float32, device=x2.device)
@@ -689,7 +727,8 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, rout
                          BLOCK_K=block_k, BLOCK_E=block_e,
                          BLOCK_ALL=max(16, _backend.next_pow2(e)), SPLIT_K=split, TOP_K=top_k,
                          RULE=-1 if router is None else _RULE[router], TOPK_P2=_backend.next_pow2(max(top_k, 1)),
-                         PDL=pdl, ROWS_T=rows_t, NORM=norm is not None, BLOCK_H=block_h, num_warps=warps,
+                         PDL=pdl, ROWS_T=rows_t, NORM=norm is not None, BLOCK_H=block_h, W_EARLY=w_early,
+                         SORT_TOPK=bool(top_k) and decode and ROUTER_SORT_TOPK, num_warps=warps,
                          num_stages=3 if x2.device.type == "cuda" else 2, **_backend.pdl_kw(pdl))
     return (vals, ids) if top_k else probs
 
