@@ -326,6 +326,10 @@ def cases(cuda: bool = False):
            moe._router_kernel, [({}, 1, 3)], bf16,
            dict(BLOCK_T=16, BLOCK_K=256, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, TOPK_P2=8, ROWS_T=1,
                 W_EARLY=True, SORT_TOPK=True))
+    yield ("moe router t16 split8 with its top-8 of one token, the add + RMSNorm in it, weights before the wait, "
+           "sorted top-k", moe._router_kernel, [({}, 1, 3)], bf16,
+           dict(BLOCK_T=16, BLOCK_K=256, BLOCK_E=16, BLOCK_ALL=128, SPLIT_K=8, TOP_K=8, ROWS_T=1, NORM=True,
+                BLOCK_H=2048, W_EARLY=True, SORT_TOPK=True))
     yield ("moe router t16 split8 with its top-3 of 8 tokens, sorted top-k, renormalized weights",
            moe._router_kernel, [({}, 4, 2)], bf16,
            dict(BLOCK_T=16, BLOCK_K=256, BLOCK_E=16, BLOCK_ALL=16, SPLIT_K=8, TOP_K=3, TOPK_P2=4, ROWS_T=8,
