@@ -524,8 +524,9 @@ def topk_lowest_index(probs, k):
 
 @pytest.fixture(params=["chain", "early-sorted"])
 def router_mode(request, monkeypatch):
-    """The decode router as shipped, and with its weight tile read before the PDL wait and the
-    top-k by a partial sort (XPUINJECT_ROUTER_W_EARLY, XPUINJECT_ROUTER_SORT_TOPK)."""
+    """The decode router as shipped (its weight tile read before the PDL wait, the top-k by one
+    sort) and with both off (XPUINJECT_ROUTER_W_EARLY=0, XPUINJECT_ROUTER_SORT_TOPK=0: the split
+    over K steps, the top-k chain)."""
     on = request.param == "early-sorted"
     monkeypatch.setattr(M, "ROUTER_W_EARLY", on)
     monkeypatch.setattr(M, "ROUTER_SORT_TOPK", on)

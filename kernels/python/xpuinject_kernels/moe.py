@@ -74,12 +74,13 @@ ROUTER_PROGRAMS = 64
 # spill at 255 registers for the add + RMSNorm form. Elsewhere 4, as before.
 ROUTER_DECODE_WARPS_PDL = 1
 
-# The decode router's two latency cuts, measured in the decode step before they become defaults:
-# each program's weight tile loaded before the PDL wait (its split one K step), and the top-k by a
-# sort of the keys instead of TOP_K reductions in a chain. XPUINJECT_ROUTER_W_EARLY and
-# XPUINJECT_ROUTER_SORT_TOPK = 1 turn them on.
-ROUTER_W_EARLY = _backend.env_switch("XPUINJECT_ROUTER_W_EARLY") is True
-ROUTER_SORT_TOPK = _backend.env_switch("XPUINJECT_ROUTER_SORT_TOPK") is True
+# The decode router's two latency cuts: each program's weight tile loaded before the PDL wait (its
+# split one K step), and the top-k by one sort of the keys instead of TOP_K reductions in a chain.
+# Together they took the Qwen3-30B-A3B-shaped decode step from 0.8030 to 0.7989 ms on an H100
+# (benchmarks/ab_step.py, two rounds each, BENCHMARKS.md). XPUINJECT_ROUTER_W_EARLY and
+# XPUINJECT_ROUTER_SORT_TOPK = 0 turn them off.
+ROUTER_W_EARLY = _backend.env_switch("XPUINJECT_ROUTER_W_EARLY") is not False
+ROUTER_SORT_TOPK = _backend.env_switch("XPUINJECT_ROUTER_SORT_TOPK") is not False
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
