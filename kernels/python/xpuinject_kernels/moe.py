@@ -81,6 +81,8 @@ ROUTER_DECODE_WARPS_PDL = 1
 # XPUINJECT_ROUTER_SORT_TOPK = 0 turn them off.
 ROUTER_W_EARLY = _backend.env_switch("XPUINJECT_ROUTER_W_EARLY") is not False
 ROUTER_SORT_TOPK = _backend.env_switch("XPUINJECT_ROUTER_SORT_TOPK") is not False
+# Largest weight tile (elements) a router program loads before its wait; a deeper split loops as before.
+ROUTER_EARLY_ELEMS = 8192
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -705,7 +707,8 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, rout
     split = max(1, min(_backend.cdiv(h, block_k), ROUTER_PROGRAMS // grid_te)) if t <= DECODE_MAX_TOKENS else 1
     k_per, split = _split(h, block_k, split)
     decode = t <= DECODE_MAX_TOKENS
-    w_early = decode and ROUTER_W_EARLY
+    # the weight tile held in registers across the wait: up to 16 KB (a 512-deep split of 16 experts)
+    w_early = decode and ROUTER_W_EARLY and _backend.next_pow2(k_per) * block_e <= ROUTER_EARLY_ELEMS
     if norm is not None or w_early:  # one step per split: the norm in the loop runs once
         block_k = _backend.next_pow2(k_per)
     grid = (_backend.cdiv(t, block_t), _backend.cdiv(e, block_e), split)
