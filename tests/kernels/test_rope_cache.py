@@ -298,7 +298,8 @@ def test_fused_norm_traces_as_one_op(device):
 def test_decode_variants_compile_for_hopper():
     """The interpreter runs none of the decode step's fused variants as a GPU compiles them (it
     takes what Triton's code generator refuses, e.g. a branch that reshapes a name from outside
-    it): the one-token router (with the add + RMSNorm before it) and the attention's split reduce
+    it): the one-token router (with the add + RMSNorm before it, each as shipped, its weights read
+    before the PDL wait and its top-k sorted, and in the chain form) and the attention's split reduce
     at four warps and at the one they launch with where launches overlap (PDL), the GEMV with the
     input RMSNorm, and the QKV GEMV with RoPE + cache write (with and without that norm, and with
     the q/k norms after the rotation) compile
@@ -310,7 +311,7 @@ def test_decode_variants_compile_for_hopper():
 
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, TRITON_INTERPRET="0", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(root / "kernels" / "python"))
-    for only, n in (("moe router t16 split8 with its top-8 of one token", 4),
+    for only, n in (("moe router t16 split8 with its top-8 of one token", 6),
                     ("gemv none split1, input RMSNorm", 1), ("gemv none split4, input RMSNorm", 1),
                     ("gemv none split8, ", 3), ("gemv none split4, RoPE + cache write d256", 1),
                     ("attention decode reduce", 6)):
