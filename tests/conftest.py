@@ -28,6 +28,12 @@ def llama_odd_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen3_moe_tiny_run(tmp_path_factory) -> Path:
+    """qwen3-moe-tiny's run folder, as llama_odd_run."""
+    return skip_eval_run(tmp_path_factory, "qwen3-moe-tiny")
+
+
+@pytest.fixture(scope="session")
 def levit_tiny_run(tmp_path_factory) -> Path:
     """levit-tiny's run folder, as llama_odd_run."""
     return skip_eval_run(tmp_path_factory, "levit-tiny")

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,31 +10,17 @@ import pytest
 import torch
 import transformers
 
+from test_bench_smoke import load
 from test_inject import load_package
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "bin" / "xpuinject"
-FIXTURE = ROOT / "testdata" / "fixtures" / "qwen3-moe-tiny"
-
-
-def _knockout():
-    spec = importlib.util.spec_from_file_location("knockout", ROOT / "benchmarks" / "knockout.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+FIXTURE = Path(__file__).resolve().parents[2] / "testdata" / "fixtures" / "qwen3-moe-tiny"
 
 
 @pytest.fixture(scope="module")
-def moe_pkg(tmp_path_factory):
-    if not BIN.is_file():
-        pytest.fail(f"{BIN} is missing: scripts/test builds it (go build -o bin/xpuinject ./cmd/xpuinject)")
-    run = tmp_path_factory.mktemp("knockout") / "run"
-    r = subprocess.run([str(BIN), str(FIXTURE), "--out", str(run), "--skip-eval"], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    pkg = load_package(run / "package", "kernels")
+def moe_pkg(qwen3_moe_tiny_run):
+    pkg = load_package(qwen3_moe_tiny_run / "package", "kernels")
     model = transformers.AutoModelForCausalLM.from_pretrained(FIXTURE, dtype=torch.bfloat16).eval()
-    pkg.inject(model, packed=run / "packed")
+    pkg.inject(model, packed=qwen3_moe_tiny_run / "packed")
     return pkg, model
 
 
@@ -66,7 +50,7 @@ class _Spy:
 
 
 def test_each_knockout_removes_its_launch_only(moe_pkg):
-    ko = _knockout()
+    ko = load("knockout")
     pkg, model = moe_pkg
     moe = sys.modules[f"{pkg.__name__}.moe"]
     base, logits = _decode_step(pkg, model)
@@ -98,7 +82,7 @@ def test_each_knockout_removes_its_launch_only(moe_pkg):
 
 def test_attention_reduce_knockout(moe_pkg):
     """The split reduce: a decode over 2 splits launches it; knocked out, it does not."""
-    ko = _knockout()
+    ko = load("knockout")
     pkg, _ = moe_pkg
     att = sys.modules[f"{pkg.__name__}.attention"]
     g = torch.Generator().manual_seed(4)
@@ -121,7 +105,7 @@ def test_attention_reduce_knockout(moe_pkg):
 
 
 def test_unknown_names_are_refused():
-    ko = _knockout()
+    ko = load("knockout")
     assert ko.parse(" router, attn-reduce ") == ["router", "attn-reduce"] and ko.parse("") == []
     with pytest.raises(ValueError, match="unknown routr .*want a comma-separated subset of input-norm"):
         ko.parse("router,routr")
