@@ -13,6 +13,8 @@ not find in L2 is served from it), all layers captured in one CUDA graph, timed 
   read a + read b                       two launches, against one `read a+b` of the same bytes:
                                         what a launch boundary costs
   read a + tiny + read b                a one-program launch between them (a norm, a reduce)
+  --early                               the second read loading its first blocks before its PDL
+                                        wait, at grids of 1-4 programs an SM
   gemv / cuBLAS                         the projections themselves (gemv.py at its own config;
                                         torch.mm on the same K-major weight)
 The gap between a projection and the read floor of its bytes is what a better GEMV could win;
@@ -39,15 +41,21 @@ SHAPES = {"qkv": (2048, 5120), "o": (4096, 2048)}
 
 
 @triton.jit
-def _read_kernel(ptr, out, n, BLOCK: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
-    """Sum this program's contiguous share of n bf16 elements (one fp32 per program out)."""
-    _backend.pdl_wait(PDL)
+def _read_kernel(ptr, out, n, BLOCK: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr,
+                 EARLY: tl.constexpr = 0):
+    """Sum this program's contiguous share of n bf16 elements (one fp32 per program out).
+    EARLY: the share's first EARLY blocks are loaded before the PDL wait (the bytes are no
+    launch's output), so they stream while the launch ahead finishes."""
     pid = tl.program_id(0)
     per = tl.cdiv(tl.cdiv(n, tl.num_programs(0)), BLOCK) * BLOCK
     lo = pid * per
     hi = tl.minimum(lo + per, n)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for i in tl.range(lo, hi, BLOCK, num_stages=STAGES):
+    for j in tl.static_range(EARLY):
+        offs = lo + j * BLOCK + tl.arange(0, BLOCK)
+        acc += tl.load(ptr + offs, mask=offs < hi, other=0.0).to(tl.float32)
+    _backend.pdl_wait(PDL)
+    for i in tl.range(lo + EARLY * BLOCK, hi, BLOCK, num_stages=STAGES):
         offs = i + tl.arange(0, BLOCK)
         acc += tl.load(ptr + offs, mask=offs < hi, other=0.0).to(tl.float32)
     tl.store(out + pid, tl.sum(acc))
@@ -117,6 +125,9 @@ def main() -> int:
                     help="also the same probe over 8 of 128 experts' gate/up and down slabs, K-major and N-major")
     ap.add_argument("--pads", default="", help="also the GEMVs and K-major reads on weights whose rows are "
                     "padded by these many elements (comma-separated; 0 is the packed layout)")
+    ap.add_argument("--early", action="store_true",
+                    help="also two reads in two launches where the second loads its first blocks before its "
+                         "PDL wait, at several grids: whether loads issued ahead of the wait hide a launch boundary")
     ap.add_argument("--nmajor", action="store_true",
                     help="also our GEMV on the N-major weights at its heuristic's config and a sweep")
     a = ap.parse_args()
@@ -181,6 +192,8 @@ def main() -> int:
     rows.append(("gemv qkv + gemv o", timed(lambda i: (gemv(x["qkv"], w["qkv"][i], None, None, o["qkv"], "none"),
                                                        gemv(x["o"], w["o"][i], None, None, o["o"], "none"))),
                  mb_q + mb_o))
+    if a.early and pdl_dev:
+        rows += early_rows(sms, w, both, sink, tx, ty, timed)
     if a.layouts:
         rows += layout_rows(a, dev, sms, w, x, timed)
     if a.nmajor:
@@ -195,6 +208,37 @@ def main() -> int:
     for name, us, mb in rows:
         print(f"{name:72} {us:8.2f}" + (f" {mb * 1e3 / us:7.0f}" if mb else ""))
     return 0
+
+
+def early_rows(sms, w, both, sink, tx, ty, timed):
+    """With PDL: read qkv then read o in two launches, the second loading 0, 1 or 2 blocks of its
+    share before its wait, at grids of 1, 2 and 4 programs an SM (smaller grids leave room on each
+    SM for the next launch's programs while the one ahead runs), against both in one launch; and
+    with a one-program launch between them (a norm or a reduce), which the early loads cross too."""
+    rows = []
+    mb_q, mb_o = w["qkv"][0].numel() * 2 / 1e6, w["o"][0].numel() * 2 / 1e6
+
+    def read(t, p, block, early, warps=4):
+        _read_kernel[(p,)](t, sink, t.numel(), BLOCK=block, STAGES=3, PDL=True, EARLY=early, num_warps=warps,
+                           launch_pdl=True)
+
+    def tiny():
+        _tiny_kernel[(1,)](tx, ty, tx.numel(), BLOCK=2048, PDL=True, num_warps=1, launch_pdl=True)
+
+    for mult in (1, 2, 4):
+        p = mult * sms
+        for block in (2048, 8192):
+            tag = f"[P {mult}x SMs, BLOCK {block}]"
+            rows.append((f"early: read qkv+o, one launch {tag}", timed(lambda i: read(both[i], p, block, 0)), mb_q + mb_o))
+            for early in (0, 1, 2):
+                rows.append((f"early: read qkv + read o, o loads {early} blocks before its wait {tag}",
+                             timed(lambda i: (read(w["qkv"][i], p, block, 0), read(w["o"][i], p, block, early))),
+                             mb_q + mb_o))
+            for early in (0, 2):
+                rows.append((f"early: read qkv + tiny + read o, o loads {early} blocks early {tag}",
+                             timed(lambda i: (read(w["qkv"][i], p, block, 0), tiny(),
+                                              read(w["o"][i], p, block, early))), mb_q + mb_o))
+    return rows
 
 
 def nmajor_rows(a, dev, w, x, o, timed):

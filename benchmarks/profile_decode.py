@@ -14,7 +14,11 @@ kernels by total time and the top host-side ops by CPU time. `--paths graph` pro
 model under the graph runtime instead (captured once, each step a replay, as the eval's
 injected_graph path runs it): every kernel of the step with its device time per step, and the
 step's time beside the kernels' sum, whose difference is what the replay spends between kernels.
-`--prefill N` adds one forward of N tokens (batch 1, the logits of the last token, as the eval
+On the graph path each kernel is also charged its share of the step's critical path: kernels in
+the order they end, each charged its end less the later of the previous kernel's end and its own
+start. With programmatic dependent launch a kernel starts before the one ahead ends and waits, so
+its device time includes that wait and only this share adds up to the step; `--sequence` prints
+it launch by launch (the median over the steps). `--prefill N` adds one forward of N tokens (batch 1, the logits of the last token, as the eval
 times a prefill) on each model loaded, kernel by kernel, where the time of a prefill goes; with
 `--paths graph` also the injected model's forward under the graph runtime (captured once, each
 forward a replay: the eval's injected_graph prefill).
@@ -47,6 +51,8 @@ def main() -> int:
                     "(injected under the graph runtime)")
     ap.add_argument("--json", default=None, help="write the graph path's (and --prefill's) kernels here")
     ap.add_argument("--prefill", type=int, default=0, help="also profile one forward of this many tokens")
+    ap.add_argument("--sequence", action="store_true",
+                    help="the graph path's critical-path share of every launch of the step, in order")
     ap.add_argument("--no-profile", action="store_true",
                     help="the graph path's step time only, no torch.profiler pass (benchmarks/ab_step.py)")
     args = ap.parse_args()
@@ -215,11 +221,56 @@ def profile_graph(model, ids, args, dev, acts) -> dict:
     finally:
         r.release()
     rows, busy = kernel_rows(prof, n)
+    crit, seq = critical_path(prof, n)
     print(f"\n=== batch {b} injected graph: decode step {ms:.4f} ms ({n} replays in a loop); kernels "
           f"{busy / 1000:.4f} ms per step, {sum(k['calls_per_step'] for k in rows):.0f} launches; between "
           f"and around them {ms - busy / 1000:.4f} ms", flush=True)
     print_rows(rows)
-    return {"batch": b, "step_ms": ms, "kernels_ms": busy / 1000, "kernels": rows}
+    print(f"--- critical path: each kernel's share, {sum(k['us_per_step'] for k in crit) / 1000:.4f} ms per step "
+          f"under the profiler (its end less the later of the previous end and its own start)")
+    print_rows(crit)
+    if args.sequence and seq:
+        print("--- critical path launch by launch (median over the steps)")
+        print(f"{'pos':>4} {'us':>7}  kernel")
+        for i, (name, us) in enumerate(seq):
+            print(f"{i:4d} {us:7.2f}  {name[:100]}")
+    return {"batch": b, "step_ms": ms, "kernels_ms": busy / 1000, "kernels": rows, "critical_path": crit,
+            "sequence": [{"kernel": k, "us": us} for k, us in seq]}
+
+
+def critical_path(prof, n: int):
+    """Each device kernel's share of the critical path, charged in the order kernels end: its
+    end less the later of the previous kernel's end and its own start (a kernel that starts after
+    the previous one ended is charged its own time; one that starts early under PDL, only what it
+    adds past that end). Returns (rows as kernel_rows gives them, by share; the step's launches in
+    order, each (name, median share over the n steps), or [] when the launches do not split into n
+    equal steps)."""
+    import statistics
+
+    import torch
+
+    evs = sorted(((ev.time_range.end, ev.time_range.start, ev.name) for ev in prof.events()
+                  if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0))
+    shares, prev = [], None
+    for end, start, name in evs:
+        shares.append((name, end - (start if prev is None else max(prev, start))))
+        prev = end
+    kernels = {}
+    for name, us in shares:
+        k = kernels.setdefault(name, {"name": name, "calls": 0, "us": 0.0})
+        k["calls"] += 1
+        k["us"] += us
+    rows = sorted(kernels.values(), key=lambda k: -k["us"])
+    for k in rows:
+        k["calls_per_step"] = k["calls"] / n
+        k["us_per_step"] = k["us"] / n
+    seq = []
+    if n and len(shares) % n == 0:
+        per = len(shares) // n
+        steps = [shares[i * per:(i + 1) * per] for i in range(n)]
+        if all([s[0] for s in st] == [s[0] for s in steps[0]] for st in steps):
+            seq = [(steps[0][i][0], statistics.median(st[i][1] for st in steps)) for i in range(per)]
+    return rows, seq
 
 
 if __name__ == "__main__":

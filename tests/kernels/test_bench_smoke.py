@@ -905,3 +905,31 @@ def test_ab_step_rejects_bad_variants(tmp_path, capsys):
     with pytest.raises(SystemExit):
         ab.main([str(tmp_path / "none"), str(tmp_path), "--variant", "a"])
     assert "MODEL_DIR " + str(tmp_path / "none") + ": not a folder" in capsys.readouterr().err
+
+
+def test_profile_decode_charges_each_kernel_its_critical_path_share(monkeypatch):
+    """profile_decode.critical_path: kernels in end order, each charged end - max(previous end,
+    own start); a kernel that starts early (PDL) adds only past the previous end, one that starts
+    after a gap its own time; the per-launch medians over equal steps."""
+    monkeypatch.syspath_prepend(BENCH)
+    pd = load("profile_decode")
+    cuda = torch.autograd.DeviceType.CUDA
+
+    def ev(name, start, end):
+        return types.SimpleNamespace(name=name, device_type=cuda, device_time=end - start,
+                                     time_range=types.SimpleNamespace(start=start, end=end))
+
+    host = types.SimpleNamespace(name="aten::mm", device_type=torch.autograd.DeviceType.CPU, device_time=0,
+                                 time_range=types.SimpleNamespace(start=0, end=99))
+    # step 1: a 0-10, b launched early at 2 ends 14 (+4), c 14-20 (+6); a host gap; step 2: a
+    # 100-112, b early at 101 ends 115 (+3), c 116-120 (starts after b: its own 4)
+    events = [ev("a", 0, 10), ev("b", 2, 14), ev("c", 14, 20), host,
+              ev("a", 100, 112), ev("b", 101, 115), ev("c", 116, 120)]
+    rows, seq = pd.critical_path(types.SimpleNamespace(events=lambda: events), 2)
+    got = {r["name"]: (r["us_per_step"], r["calls_per_step"]) for r in rows}
+    assert got == {"a": (11.0, 1.0), "b": (3.5, 1.0), "c": (5.0, 1.0)}
+    assert [r["name"] for r in rows] == ["a", "c", "b"]
+    assert seq == [("a", 11.0), ("b", 3.5), ("c", 5.0)]
+    # launches that do not split into equal steps: no sequence, the totals still
+    rows, seq = pd.critical_path(types.SimpleNamespace(events=lambda: events[:-1]), 2)
+    assert seq == [] and sum(r["us"] for r in rows) == 10 + 4 + 6 + 12 + 3
