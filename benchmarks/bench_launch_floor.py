@@ -64,12 +64,14 @@ def _read_kernel(ptr, out, n, BLOCK: tl.constexpr, STAGES: tl.constexpr, PDL: tl
 @triton.jit
 def _tile_kernel(x, w, o, K, N, stride_k, stride_n, K_PER, GEMV: tl.constexpr, NMAJOR: tl.constexpr,
                  BK: tl.constexpr, BN: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr,
-                 ids=None, stride_e=0):
+                 ids=None, stride_e=0, BLOCKED: tl.constexpr = False):
     """A GEMV's access pattern over W: program (n tile, k split) reads its [K_PER, BN] slab in BK
     steps; the weight K-major ([K, N], N contiguous: the package's packing) or N-major ([N, K], K
     contiguous: nn.Linear's). GEMV: multiply by x[K] and add the fp32 partial into o[N]
     (atomically: a timing probe, not a kernel); else only sum what it read. ids: grid axis 2 picks
-    an expert, W the expert's slab stride_e elements on (a decode token's experts)."""
+    an expert, W the expert's slab stride_e elements on (a decode token's experts). BLOCKED: W is
+    [N / BN, K, BN], each column tile's K rows contiguous (a layout packed for this tile width), so
+    a program's slab is one contiguous run of memory."""
     _backend.pdl_wait(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -91,6 +93,11 @@ def _tile_kernel(x, w, o, K, N, stride_k, stride_n, K_PER, GEMV: tl.constexpr, N
                         mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
             if GEMV:
                 t = t * tl.load(x + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+        elif BLOCKED:
+            t = tl.load(w + pid_n.to(tl.int64) * K * BN + offs_k[:, None] * BN + tl.arange(0, BN)[None, :],
+                        mask=k_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
+            if GEMV:
+                t = t * tl.load(x + offs_k, mask=k_ok, other=0.0).to(tl.float32)[:, None]
         else:
             t = tl.load(w + offs_k[:, None] * stride_k + offs_n[None, :] * stride_n,
                         mask=k_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
@@ -120,9 +127,10 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=48)
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--layouts", action="store_true",
-                    help="also a GEMV's access pattern at many tiles, on K-major and N-major weights")
+                    help="also a GEMV's access pattern at many tiles, on K-major, N-major and blocked weights")
     ap.add_argument("--experts", action="store_true",
-                    help="also the same probe over 8 of 128 experts' gate/up and down slabs, K-major and N-major")
+                    help="also the same probe over 8 of 128 experts' gate/up and down slabs, K-major, N-major and "
+                         "blocked")
     ap.add_argument("--pads", default="", help="also the GEMVs and K-major reads on weights whose rows are "
                     "padded by these many elements (comma-separated; 0 is the packed layout)")
     ap.add_argument("--early", action="store_true",
@@ -286,7 +294,9 @@ def expert_rows(dev, layers=8, experts=128, top_k=8):
         mb = top_k * kk * n * 2 / 1e6
         ws = [torch.randn(experts, kk, n, device=dev, dtype=torch.bfloat16) for _ in range(layers)]
         xe = torch.randn(kk, device=dev, dtype=torch.bfloat16)
-        for nmajor, tiles in ((False, [(64, 64), (32, 128), (64, 128)]), (True, [(256, 16), (512, 8), (128, 32)])):
+        for layout, tiles in (("K-major", [(64, 64), (32, 128), (64, 128)]), ("N-major", [(256, 16), (512, 8), (128, 32)]),
+                              ("blocked", [(64, 64), (32, 128), (64, 128), (128, 64), (64, 256)])):
+            nmajor, blocked = layout == "N-major", layout == "blocked"
             sk, sn = (1, kk) if nmajor else (n, 1)
             res = []
             for bk, bn in tiles:
@@ -298,12 +308,11 @@ def expert_rows(dev, layers=8, experts=128, top_k=8):
                     def seq(i, bk=bk, bn=bn, k_per=k_per):
                         _tile_kernel[(triton.cdiv(n, bn), triton.cdiv(kk, k_per), top_k)](
                             xe, ws[i], o32, kk, n, sk, sn, k_per, GEMV=True, NMAJOR=nmajor, BK=bk, BN=bn, STAGES=3,
-                            PDL=pdl, ids=ids[i], stride_e=kk * n, num_warps=4, **_backend.pdl_kw(pdl))
+                            PDL=pdl, ids=ids[i], stride_e=kk * n, BLOCKED=blocked, num_warps=4, **_backend.pdl_kw(pdl))
                     res.append((benchlib.graph_us_per_layer(seq, layers, 20), bk, bn, split))
             res.sort()
-            us, bk, bn, split = res[0]
-            rows.append((f"gemv {name} {'N-major' if nmajor else 'K-major'} probe [BK {bk}, BN {bn}, split {split}]",
-                         us, mb))
+            for us, bk, bn, split in res[:2]:
+                rows.append((f"gemv {name} {layout} probe [BK {bk}, BN {bn}, split {split}]", us, mb))
     return rows
 
 
@@ -342,7 +351,8 @@ def layout_rows(a, dev, sms, w, x, timed):
     for k, (kk, n) in SHAPES.items():
         mb = kk * n * 2 / 1e6
         wn = [t.t().contiguous() for t in w[k]]  # [N, K]
-        for nmajor, tiles in ((False, kmajor_tiles), (True, nmajor_tiles)):
+        for layout, tiles in (("K-major", kmajor_tiles), ("N-major", nmajor_tiles), ("blocked", kmajor_tiles)):
+            nmajor, blocked = layout == "N-major", layout == "blocked"
             bufs = wn if nmajor else w[k]
             sk, sn = (1, kk) if nmajor else (n, 1)
             for gemv_ in (False, True):
@@ -358,10 +368,10 @@ def layout_rows(a, dev, sms, w, x, timed):
                         def seq(i, bk=bk, bn=bn, k_per=k_per, warps=warps):
                             _tile_kernel[(triton.cdiv(n, bn), triton.cdiv(kk, k_per))](
                                 x[k], bufs[i], o32, kk, n, sk, sn, k_per, GEMV=gemv_, NMAJOR=nmajor, BK=bk, BN=bn,
-                                STAGES=3, PDL=pdl, num_warps=warps, **_backend.pdl_kw(pdl))
+                                STAGES=3, PDL=pdl, BLOCKED=blocked, num_warps=warps, **_backend.pdl_kw(pdl))
                         res.append((timed(seq), bk, bn, split, progs))
                 res.sort()
-                what = f"{'gemv' if gemv_ else 'read'} {k} {'N-major' if nmajor else 'K-major'}"
+                what = f"{'gemv' if gemv_ else 'read'} {k} {layout}"
                 for us, bk, bn, split, progs in res[:4]:
                     rows.append((f"{what} [BK {bk}, BN {bn}, split {split}: {progs} programs]", us, mb))
                 rows.append((f"{what}: slowest of {len(res)}", res[-1][0], mb))

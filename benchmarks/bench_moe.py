@@ -42,8 +42,10 @@ With --from-json it writes from a moe.json an earlier --sweep run wrote, and run
 
 --experts-layout nmajor: ours reads each expert's gate_up and down N-major (the [K, N] views of
 [N, K] copies of the packed tensors, nn.Linear's layout and the checkpoint's; the same values),
-through the same kernels by their strides: what packing the experts that way would change. Not
-with --write-tuned (the package packs them K-major).
+through the same kernels by their strides: what packing the experts that way would change.
+--experts-layout blocked: ours reads them blocked (moe.blocked: each tile of --slab columns one
+contiguous run; XPUINJECT_MOE_SLAB makes the package load them so), where their columns split into
+such tiles. Neither with --write-tuned (the package packs them K-major).
 
 ours' routing ms: its routing alone (router kernel and top-k, as its path runs them), by the same
 timer; the rest of ours is the experts'.
@@ -148,8 +150,9 @@ def parse_args(argv):
     p.add_argument("--smoke", action="store_true", help="CPU, TRITON_INTERPRET=1: tiny shapes, checks only")
     p.add_argument("--rep-ms", type=float, default=200.0, help="device time to spend timing each path")
     p.add_argument("--sweep", action="store_true", help="also time ours at each candidate launch config")
-    p.add_argument("--experts-layout", choices=("kmajor", "nmajor"), default="kmajor",
+    p.add_argument("--experts-layout", choices=("kmajor", "nmajor", "blocked"), default="kmajor",
                    help="the layout ours reads the experts in (kmajor: as packed)")
+    p.add_argument("--slab", type=int, default=128, help="--experts-layout blocked: columns per tile")
     p.add_argument("--profile", action="store_true",
                    help="also profile ours and grouped_mm_compiled: device time per kernel")
     p.add_argument("--write-tuned", default="", metavar="FILE",
@@ -160,7 +163,8 @@ def parse_args(argv):
     if args.from_json and not args.write_tuned:
         p.error("--from-json: only with --write-tuned")
     if args.write_tuned and args.experts_layout != "kmajor":
-        p.error("--write-tuned: not with --experts-layout nmajor (the package packs the experts K-major)")
+        p.error(f"--write-tuned: not with --experts-layout {args.experts_layout} (the package packs the experts "
+                "K-major)")
     if args.write_tuned:
         if not (args.sweep or args.from_json):
             p.error("--write-tuned: needs --sweep (or --from-json): the best configs come from a sweep")
@@ -557,6 +561,15 @@ def main(argv=None) -> int:
                       for r in ("router_weight", "gate_up_weight", "down_weight"))
         if args.experts_layout == "nmajor":
             gu, dn = (w.transpose(1, 2).contiguous().transpose(1, 2) for w in (gu, dn))
+        elif args.experts_layout == "blocked":
+            from xpuinject_kernels import moe as M
+
+            if gu.shape[2] // 2 % args.slab == 0:
+                gu = M.blocked(gu, args.slab)
+            if dn.shape[2] % args.slab == 0:
+                dn = M.blocked(dn, args.slab)
+            benchlib.log(f"[moe] {name}: gate/up {tuple(gu.shape)}, down {tuple(dn.shape)}"
+                         f"{'' if gu.dim() == dn.dim() == 4 else ' (a 3-D one as packed: its columns do not split)'}")
         for tokens in args.token_list:
             row = run_case(env, name, sh, tokens, (m, cfg, rw, gu, dn), sweep=args.sweep, profile=args.profile)
             res["rows"].append(row)
@@ -576,6 +589,8 @@ def main(argv=None) -> int:
           f"({'interpreter smoke, no timing' if env.smoke else res['env'].get('device', '?')})\n\n"
           f"command: `{res['command']}`  \ndate: {res['env']['date_utc']}  \n"
           + ("ours reads the experts N-major (--experts-layout nmajor)  \n" if args.experts_layout == "nmajor" else "")
+          + (f"ours reads the experts blocked, {args.slab} columns a tile (--experts-layout blocked)  \n"
+             if args.experts_layout == "blocked" else "")
           + "ms per call of the whole block (routing included), median; x = transformers' time / ours (> 1: ours "
           "faster); * = CUDA-graph capture failed, timed eagerly\n\n" + table(res["rows"]) + "\n"
           + ("\n## Launch config sweep (ours)\n\n" + sweep_table(res["rows"]) + "\n" if args.sweep else ""))

@@ -360,6 +360,21 @@ def cases(cuda: bool = False):
         yield (f"moe decode down N-major{tag} split2 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
                dict(TOP_K=8, RULE=1, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=2, HAS_RES=True, EW=ew,
                     EW_STAGES=2 if ew else None, **nm))
+    # the experts blocked (moe.blocked: tiles of 128 columns, each a contiguous run), at the H200's
+    # one-token decode config and at tiles narrower than the slabs (EW)
+    bl = dict(stride_wt=128 * 2048, SLAB=128)
+    yield ("moe decode gate/up blocked split2", moe._decode_gate_up_kernel, [({}, 4, 4)], bf16,
+           dict(BLOCK_N=128, BLOCK_K=64, SPLIT_K=2, **bl))
+    yield ("moe decode down blocked split2 + residual", moe._decode_down_kernel, [({}, 4, 4)], bf16,
+           dict(TOP_K=8, RULE=1, BLOCK_N=128, BLOCK_K=64, SPLIT_K=2, HAS_RES=True, **bl))
+    yield ("moe decode gate/up blocked EW split2", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,
+           dict(BLOCK_N=64, BLOCK_K=64, SPLIT_K=2, EW=True, EW_STAGES=2, **bl))
+    yield ("moe decode down blocked EW split1 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
+           dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=64, SPLIT_K=1, HAS_RES=True, EW=True, EW_STAGES=2, **bl))
+    yield ("moe grouped gate/up blocked m64", moe._grouped_gate_up_kernel, [({}, 8, 2)], bf16,
+           dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **bl))
+    yield ("moe grouped down blocked m64", moe._grouped_down_kernel, [({}, 8, 2)], bf16,
+           dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **bl))
     for bm, warps in ((16, 4), (64, 8), (128, 8)):
         yield (f"moe grouped gate/up m{bm}", moe._grouped_gate_up_kernel, [({}, warps, 2)], bf16,
                dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS))

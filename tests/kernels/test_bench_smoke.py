@@ -597,24 +597,31 @@ def test_moe_bench_smoke(tmp_path):
     assert bad.returncode == 2 and "unknown shape 'qwen3-30b-a3b'" in bad.stderr  # full shapes are not smoke shapes
 
 
-def test_moe_bench_reads_n_major_experts(tmp_path):
-    """--experts-layout nmajor: ours on N-major copies of the packed experts passes the same
-    checks at both paths and every decode candidate, and says so; never written as tuned."""
+@pytest.mark.parametrize("layout,args,says", [
+    ("nmajor", [], "ours reads the experts N-major"),
+    ("blocked", ["--slab", "8"], "ours reads the experts blocked, 8 columns a tile"),
+])
+def test_moe_bench_reads_other_expert_layouts(tmp_path, layout, args, says):
+    """--experts-layout nmajor / blocked: ours on N-major or blocked copies of the packed experts
+    passes the same checks at both paths and every decode candidate, and says so; never written
+    as tuned."""
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONUNBUFFERED="1", TRITON_INTERPRET="1")
     p = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--smoke", "--sweep", "--out", str(out),
-                        "--shapes", "qwen3-moe-tiny", "--tokens", "3,19", "--experts-layout", "nmajor"],
+                        "--shapes", "qwen3-moe-tiny", "--tokens", "3,19", "--experts-layout", layout, *args],
                        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
+    if layout == "blocked":
+        assert "gate/up (6, 6, 64, 8), down (6, 8, 24, 8)" in p.stderr + p.stdout
     res = json.loads((out / "moe.json").read_text())
-    assert res["experts_layout"] == "nmajor" and [r["tokens"] for r in res["rows"]] == [3, 19]
+    assert res["experts_layout"] == layout and [r["tokens"] for r in res["rows"]] == [3, 19]
     for r in res["rows"]:
         assert r["paths"]["ours"]["check_ok"] and all(c["check_ok"] for c in r["sweep"]["configs"])
-    assert "ours reads the experts N-major" in (out / "moe.md").read_text()
+    assert says in (out / "moe.md").read_text()
     bad = subprocess.run([sys.executable, os.path.join(BENCH, "bench_moe.py"), "--out", str(out), "--sweep",
-                          "--experts-layout", "nmajor", "--write-tuned", str(tmp_path / "x.json")],
+                          "--experts-layout", layout, "--write-tuned", str(tmp_path / "x.json")],
                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
-    assert bad.returncode == 2 and "not with --experts-layout nmajor" in bad.stderr
+    assert bad.returncode == 2 and f"not with --experts-layout {layout}" in bad.stderr
 
 
 def test_moe_bench_write_tuned(tmp_path):

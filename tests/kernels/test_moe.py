@@ -687,3 +687,62 @@ def test_add_rms_norm_moe_fuses_only_where_launches_do_not_overlap(device, monke
         M.add_rms_norm_moe(x, r, nw, 1e-6, *w, 2, "softmax-topk-norm")
         assert M._backend.launch_counts["add_rms_norm_moe"] - before == fuse, setting
     assert seen == [None, None, False, True]
+
+
+@pytest.mark.parametrize("tokens,cfg", [
+    (1, None), (5, None), (40, None),  # the heuristic's decode configs (tiles as wide as the slabs), and prefill
+    # tiles wider and narrower than the slabs, EW on both kernels
+    (3, dict(BLOCK_N=32, BLOCK_K=16, SPLIT_K=2, DOWN_BLOCK_N=16, DOWN_BLOCK_K=16, DOWN_SPLIT_K=3, EW=1, DOWN_EW=1)),
+    (2, dict(BLOCK_N=32, BLOCK_K=32, SPLIT_K=1, DOWN_BLOCK_N=64, DOWN_BLOCK_K=16, DOWN_SPLIT_K=2)),
+])
+def test_blocked_experts_give_the_packed_output(device, tokens, cfg):
+    """Experts in the blocked layout (each tile of slab columns one contiguous run) read through
+    the same kernels: the packed layout's output bit for bit, since only the addresses differ;
+    gate/up and down in slabs of their own widths."""
+    router, gate_up, down = weights(torch.bfloat16, seed=80 + tokens, h=96, i=48)
+    x = torch.randn(tokens, 96, generator=torch.Generator().manual_seed(tokens)).to(torch.bfloat16)
+    xs = [t.to(device) for t in (x, router, gate_up, down)]
+    gu_b, dn_b = M.blocked(xs[2], 16), M.blocked(xs[3], 32)
+    assert gu_b.shape == (E, 6, 96, 16) and dn_b.shape == (E, 3, 48, 32)
+    assert torch.equal(M.unblocked(gu_b), xs[2]) and torch.equal(M.unblocked(dn_b), xs[3])
+    got = M.moe(xs[0], xs[1], gu_b, dn_b, 3, "softmax-topk-norm", config=cfg)
+    want = M.moe(*xs, 3, "softmax-topk-norm", config=cfg)
+    assert torch.equal(got, want)
+    ids, _ = M.route(xs[0], xs[1], 3, "softmax-topk-norm")
+    ref = M.moe_ref(x, router, gu_b.cpu(), dn_b.cpu(), 3, "softmax-topk-norm", ids=ids.cpu())
+    assert (got.cpu().double() - ref).abs().max().item() <= 2**-7 * 4 * ref.abs().max().item() + 1e-3
+
+
+def test_blocked_layout_errors(device):
+    router, gate_up, down = weights(torch.bfloat16, h=96, i=40)
+    x = torch.randn(2, 96).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="80 columns do not split into tiles of 32"):
+        M.blocked(gate_up, 32)
+    # 16-column tiles split 2 * 40 columns, but one straddles the gate and up halves
+    with pytest.raises(ValueError, match=r"blocked tiles of 16 straddle the gate and up halves \(intermediate 40\)"):
+        M.moe(x, router, M.blocked(gate_up, 16), down, 2, "softmax-topk")
+    with pytest.raises(ValueError, match=r"down weight \(6, 2, 48, 48\): want \[experts=6, intermediate=40, "
+                                         r"hidden=96\] \(blocked\)"):
+        M.moe(x, router, gate_up, torch.zeros(6, 2, 48, 48, dtype=down.dtype), 2, "softmax-topk")
+    with pytest.raises(ValueError, match="a blocked layout must be contiguous"):
+        M.moe(x, router, gate_up, M.blocked(down, 48).transpose(2, 3).contiguous().transpose(2, 3), 2, "softmax-topk")
+
+
+def test_experts_blocked_at_load_where_the_switch_says(monkeypatch):
+    """packing.decode_layout: XPUINJECT_MOE_SLAB blocks a MoE layer's experts (both routes attach
+    their packed tensors through it) where their columns split into its tiles, gate/up's halves
+    each; the packed layout otherwise; a bad value is an error naming the variable."""
+    from xpuinject_kernels import packing
+
+    _, gate_up, down = weights(torch.bfloat16, h=96, i=40)
+    monkeypatch.delenv("XPUINJECT_MOE_SLAB", raising=False)
+    assert packing.decode_layout("SparseMoE", "down_weight", down) is down
+    monkeypatch.setenv("XPUINJECT_MOE_SLAB", "32")
+    got = packing.decode_layout("SparseMoE", "down_weight", down)
+    assert got.shape == (E, 3, 40, 32) and torch.equal(M.unblocked(got), down)
+    assert packing.decode_layout("SharedExpertMoE", "gate_up_weight", gate_up) is gate_up  # 40 % 32: as packed
+    monkeypatch.setenv("XPUINJECT_MOE_SLAB", "8")
+    with pytest.raises(ValueError, match="XPUINJECT_MOE_SLAB='8': want 0 or a power of two from 16 to 1024"):
+        packing.decode_layout("SparseMoE", "down_weight", down)
+    monkeypatch.setenv("XPUINJECT_MOE_SLAB", "0")
+    assert packing.decode_layout("RouterMoE", "down_weight", down) is down

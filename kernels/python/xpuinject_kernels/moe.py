@@ -59,6 +59,7 @@ from . import _backend, _ops, gpus
 from .rmsnorm import rows_rstd
 
 __all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "CONFIG_FLAGS", "moe", "add_rms_norm_moe", "moe_ref", "route",
+           "blocked", "unblocked",
            "decode_route", "fused_topk", "route_ref", "launch_config", "heuristic_config"]
 
 # The routing rules (models/moe.go's Router* names, which plans record).
@@ -241,6 +242,18 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, r_pt
 
 
 @triton.jit
+def _cols(offs_n, stride_wn, stride_wt, SLAB: tl.constexpr):
+    """Element offsets of weight columns offs_n within an expert's slab: strided (SLAB 0: K-major
+    or N-major, column n at n * stride_wn) or blocked (column n in tile n // SLAB, stride_wt
+    apart, at n % SLAB within it)."""
+    if SLAB > 0:
+        cols = (offs_n // SLAB).to(tl.int64) * stride_wt + (offs_n % SLAB) * stride_wn
+    else:
+        cols = offs_n * stride_wn
+    return cols
+
+
+@triton.jit
 def _ew_step(acc, rows, w_ok, xv):
     """EW: one [BLOCK_K, BLOCK_N] weight tile times the token's K slice xv (fp32), multiply-added
     into an fp32 accumulator of the tile's shape on the CUDA cores and reduced over K once, after
@@ -255,7 +268,8 @@ def _ew_step(acc, rows, w_ok, xv):
 def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I, TOP_K, K_PER_SPLIT,
                            stride_x, stride_we, stride_wk, stride_wn, stride_act,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                           PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None):
+                           PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None,
+                           stride_wt=0, SLAB: tl.constexpr = 0):
     """gate/up of one (token, slot) pair's expert for BLOCK_N columns over one K split, as a
     16-row tl.dot (row 0 the token's, the rest zeros), or EW (_ew_step); the split that finishes
     last sums the splits in split order and writes silu(gate) * up."""
@@ -272,6 +286,8 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, H)
     wbase = w_ptr + e * stride_we
+    cols_g = _cols(offs_n, stride_wn, stride_wt, SLAB)[None, :]
+    cols_u = _cols(I + offs_n, stride_wn, stride_wt, SLAB)[None, :]
     g = tl.zeros((16, BLOCK_N), dtype=tl.float32)
     u = tl.zeros((16, BLOCK_N), dtype=tl.float32)
     g2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
@@ -279,17 +295,17 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
-        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :] * stride_wn
+        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk
         w_ok = k_ok[:, None] & n_ok[None, :]
         if EW:
             xv = tl.load(x_ptr + tok * stride_x + offs_k, mask=k_ok, other=0.0).to(wty).to(tl.float32)
-            g2 = _ew_step(g2, rows, w_ok, xv)
-            u2 = _ew_step(u2, rows + I * stride_wn, w_ok, xv)
+            g2 = _ew_step(g2, rows + cols_g, w_ok, xv)
+            u2 = _ew_step(u2, rows + cols_u, w_ok, xv)
         else:
             a = tl.load(x_ptr + tok * stride_x + offs_m[:, None] * 0 + offs_k[None, :],
                         mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
-            g = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), g)
-            u = tl.dot(a, tl.load(rows + I * stride_wn, mask=w_ok, other=0.0), u)
+            g = tl.dot(a, tl.load(rows + cols_g, mask=w_ok, other=0.0), g)
+            u = tl.dot(a, tl.load(rows + cols_u, mask=w_ok, other=0.0), u)
     if EW:
         gv = tl.sum(g2, axis=0)
         uv = tl.sum(u2, axis=0)
@@ -334,7 +350,8 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
                         stride_act, stride_we, stride_wk, stride_wn, stride_out, stride_res,
                         TOP_K: tl.constexpr, RULE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, HAS_RES: tl.constexpr = False, PDL: tl.constexpr = False,
-                        EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None):
+                        EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None, stride_wt=0,
+                        SLAB: tl.constexpr = 0):
     """The down GEMV of one (token, slot) pair for BLOCK_N output columns over one K split (a
     16-row tl.dot, or EW: _ew_step), stored as an fp32 partial; the token's program that finishes
     last for the tile sums the partials in (slot, split) order, each slot's scaled by its routing
@@ -352,12 +369,13 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, I)
     wbase = w_ptr + e * stride_we
+    cols = _cols(offs_n, stride_wn, stride_wt, SLAB)[None, :]
     acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
-        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + offs_n[None, :] * stride_wn
+        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + cols
         w_ok = k_ok[:, None] & n_ok[None, :]
         if EW:
             av = tl.load(act_ptr + pair.to(tl.int64) * stride_act + offs_k, mask=k_ok, other=0.0)
@@ -414,7 +432,7 @@ def _block_tile(NBLOCKS, N_TILES, GROUP_B: tl.constexpr):
 def _grouped_gate_up_kernel(x_ptr, rows_ptr, bexp_ptr, w_ptr, act_ptr, H, I, E, TOP_K, NBLOCKS, N_TILES,
                             stride_x, stride_we, stride_wk, stride_wn, stride_act,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            GROUP_B: tl.constexpr):
+                            GROUP_B: tl.constexpr, stride_wt=0, SLAB: tl.constexpr = 0):
     b, pid_n = _block_tile(NBLOCKS, N_TILES, GROUP_B)
     e = tl.load(bexp_ptr + b).to(tl.int64)
     if e < E:
@@ -425,6 +443,8 @@ def _grouped_gate_up_kernel(x_ptr, rows_ptr, bexp_ptr, w_ptr, act_ptr, H, I, E, 
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = offs_n < I
         wbase = w_ptr + e * stride_we
+        cols_g = _cols(offs_n, stride_wn, stride_wt, SLAB)[None, :]
+        cols_u = _cols(I + offs_n, stride_wn, stride_wt, SLAB)[None, :]
         g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, H, BLOCK_K):
@@ -433,8 +453,8 @@ def _grouped_gate_up_kernel(x_ptr, rows_ptr, bexp_ptr, w_ptr, act_ptr, H, I, E, 
             x = tl.load(x_ptr + tok[:, None] * stride_x + offs_k[None, :], mask=mmask[:, None] & kmask[None, :],
                         other=0.0)
             m2 = kmask[:, None] & nmask[None, :]
-            wg = tl.load(wbase + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn, mask=m2, other=0.0)
-            wu = tl.load(wbase + offs_k[:, None] * stride_wk + (I + offs_n)[None, :] * stride_wn, mask=m2, other=0.0)
+            wg = tl.load(wbase + offs_k[:, None] * stride_wk + cols_g, mask=m2, other=0.0)
+            wu = tl.load(wbase + offs_k[:, None] * stride_wk + cols_u, mask=m2, other=0.0)
             x = x.to(wg.dtype)
             g = tl.dot(x, wg, g)
             u = tl.dot(x, wu, u)
@@ -447,7 +467,7 @@ def _grouped_gate_up_kernel(x_ptr, rows_ptr, bexp_ptr, w_ptr, act_ptr, H, I, E, 
 def _grouped_down_kernel(act_ptr, rows_ptr, bexp_ptr, wts_ptr, w_ptr, y_ptr, H, I, E, NBLOCKS, N_TILES,
                          stride_act, stride_we, stride_wk, stride_wn, stride_y,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_B: tl.constexpr):
+                         GROUP_B: tl.constexpr, stride_wt=0, SLAB: tl.constexpr = 0):
     b, pid_n = _block_tile(NBLOCKS, N_TILES, GROUP_B)
     e = tl.load(bexp_ptr + b).to(tl.int64)
     if e < E:
@@ -458,14 +478,14 @@ def _grouped_down_kernel(act_ptr, rows_ptr, bexp_ptr, wts_ptr, w_ptr, y_ptr, H, 
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = offs_n < H
         wbase = w_ptr + e * stride_we
+        cols = _cols(offs_n, stride_wn, stride_wt, SLAB)[None, :]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, I, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             kmask = offs_k < I
             a = tl.load(act_ptr + offs_m.to(tl.int64)[:, None] * stride_act + offs_k[None, :],
                         mask=mmask[:, None] & kmask[None, :], other=0.0)
-            w = tl.load(wbase + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn,
-                        mask=kmask[:, None] & nmask[None, :], other=0.0)
+            w = tl.load(wbase + offs_k[:, None] * stride_wk + cols, mask=kmask[:, None] & nmask[None, :], other=0.0)
             acc = tl.dot(a.to(w.dtype), w, acc)
         wt = tl.load(wts_ptr + safe, mask=mmask, other=0.0).to(tl.float32)
         acc = acc * wt[:, None]
@@ -544,6 +564,35 @@ def _err(msg: str) -> ValueError:
     return ValueError(f"xpuinject_kernels: moe: {msg}")
 
 
+def blocked(w: torch.Tensor, slab: int) -> torch.Tensor:
+    """Experts' [E, K, N] weights (any strides) in the blocked layout [E, N / slab, K, slab]: each
+    slab-wide column tile's K rows one contiguous run, so a decode program's weight slab is one
+    stretch of memory rather than K short rows a full row apart (what the packed K-major layout
+    gives it). Every kernel here reads either layout; the expert math is the same."""
+    e, k, n = w.shape
+    if slab <= 0 or n % slab:
+        raise _err(f"blocked layout: {n} columns do not split into tiles of {slab}")
+    return w.reshape(e, k, n // slab, slab).permute(0, 2, 1, 3).contiguous()
+
+
+def unblocked(w: torch.Tensor) -> torch.Tensor:
+    """The [E, K, N] view of experts' weights, from either layout (blocked: a copy)."""
+    if w.dim() != 4:
+        return w
+    e, t, k, slab = w.shape
+    return w.permute(0, 2, 1, 3).reshape(e, k, t * slab)
+
+
+def _geometry(w: torch.Tensor):
+    """(experts, K, N, stride_we, stride_wk, stride_wn, stride_wt, slab) of experts' weights:
+    [E, K, N] strided (slab 0), or blocked [E, N / slab, K, slab]."""
+    if w.dim() == 4:
+        e, t, k, slab = w.shape
+        return e, k, t * slab, w.stride(0), w.stride(2), w.stride(3), w.stride(1), slab
+    e, k, n = w.shape
+    return e, k, n, w.stride(0), w.stride(1), w.stride(2), 0, 0
+
+
 def _check(x, router_w, gate_up_w, down_w, top_k, router, residual=None):
     if router not in ROUTERS:
         raise _err(f"router {router!r}: want one of {', '.join(ROUTERS)}")
@@ -552,17 +601,30 @@ def _check(x, router_w, gate_up_w, down_w, top_k, router, residual=None):
     if x.shape[-1] != router_w.shape[0] or router_w.dim() != 2:
         raise _err(f"router weight {tuple(router_w.shape)} does not match hidden size {x.shape[-1]} (want [H, E])")
     h, e = router_w.shape
-    if gate_up_w.dim() != 3 or gate_up_w.shape[0] != e or gate_up_w.shape[1] != h or gate_up_w.shape[2] % 2:
-        raise _err(f"gate_up weight {tuple(gate_up_w.shape)}: want [experts={e}, hidden={h}, 2*intermediate]")
-    i = gate_up_w.shape[2] // 2
-    if tuple(down_w.shape) != (e, i, h):
-        raise _err(f"down weight {tuple(down_w.shape)}: want [experts={e}, intermediate={i}, hidden={h}]")
+    if gate_up_w.dim() not in (3, 4) or down_w.dim() not in (3, 4):
+        raise _err(f"gate_up weight {tuple(gate_up_w.shape)}, down weight {tuple(down_w.shape)}: want [experts, K, N] "
+                   "each, or blocked [experts, N / slab, K, slab]")
+    ge, gk, gn, *_, gslab = _geometry(gate_up_w)
+    if ge != e or gk != h or gn % 2:
+        raise _err(f"gate_up weight {tuple(gate_up_w.shape)}: want [experts={e}, hidden={h}, 2*intermediate]"
+                   + (" (blocked)" if gslab else ""))
+    i = gn // 2
+    if gslab and i % gslab:
+        raise _err(f"gate_up weight {tuple(gate_up_w.shape)}: blocked tiles of {gslab} straddle the gate and up halves "
+                   f"(intermediate {i})")
+    de, dk, dn, *_, dslab = _geometry(down_w)
+    if (de, dk, dn) != (e, i, h):
+        raise _err(f"down weight {tuple(down_w.shape)}: want [experts={e}, intermediate={i}, hidden={h}]"
+                   + (" (blocked)" if dslab else ""))
     if not 1 <= top_k <= e:
         raise _err(f"top_k {top_k}: want 1 to {e}")
     if router_w.stride(-1) != 1:
         raise _err("router weight must have unit stride along its last dim (K-major, as packed)")
     for name, w in (("gate_up", gate_up_w), ("down", down_w)):
-        if w.stride(-1) != 1 and w.stride(1) != 1:
+        if w.dim() == 4:
+            if not w.is_contiguous():
+                raise _err(f"{name} weight: a blocked layout must be contiguous")
+        elif w.stride(-1) != 1 and w.stride(1) != 1:
             raise _err(f"{name} weight strides {tuple(w.stride())}: want each expert K-major (unit stride along the "
                        "last dim, as packed) or N-major (along dim 1: the [K, N] view of nn.Linear's [N, K])")
     if residual is not None:
@@ -788,7 +850,8 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     and the router's launch runs the post-attention add + RMSNorm (add_rms_norm's two outputs
     feed the experts and the residual add)."""
     t, h = x2.shape
-    i = down_w.shape[1]
+    _, i, _, d_we, d_wk, d_wn, d_wt, d_slab = _geometry(down_w)
+    _, _, _, g_we, g_wk, g_wn, g_wt, g_slab = _geometry(gate_up_w)
     dev = x2.device
     if norm is not None:
         s2 = torch.empty((t, h), dtype=x2.dtype, device=dev)
@@ -808,18 +871,18 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     sem = _backend.semaphores(dev, max(pairs * tiles, t * _backend.cdiv(h, cfg["DOWN_BLOCK_N"])))
     ew = bool(cfg.get("EW", 0))
     _decode_gate_up_kernel[(pairs, tiles, split)](
-        x2, ids, gate_up_w, act, ws, sem, h, i, top_k, k_per, x2.stride(0), gate_up_w.stride(0),
-        gate_up_w.stride(1), gate_up_w.stride(2), act.stride(0), BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, PDL=pdl, EW=ew,
-        EW_STAGES=cfg["num_stages"] if ew else None, **launch)
+        x2, ids, gate_up_w, act, ws, sem, h, i, top_k, k_per, x2.stride(0), g_we, g_wk, g_wn, act.stride(0), BLOCK_N=bn,
+        BLOCK_K=bk, SPLIT_K=split, PDL=pdl, EW=ew, EW_STAGES=cfg["num_stages"] if ew else None, stride_wt=g_wt,
+        SLAB=g_slab, **launch)
     bn, bk = cfg["DOWN_BLOCK_N"], cfg["DOWN_BLOCK_K"]
     down_ew = bool(cfg.get("DOWN_EW", 0))
     k_per, split = _split(i, bk, cfg["DOWN_SPLIT_K"])
     ws = torch.empty((pairs * split * h,), dtype=torch.float32, device=dev)
     _decode_down_kernel[(pairs, _backend.cdiv(h, bn), split)](
-        act, ids, vals, down_w, o2, o2 if r2 is None else r2, ws, sem, h, i, k_per, act.stride(0), down_w.stride(0),
-        down_w.stride(1), down_w.stride(2), o2.stride(0), 0 if r2 is None else r2.stride(0), TOP_K=top_k,
-        RULE=_RULE[router], BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, HAS_RES=r2 is not None, PDL=pdl, EW=down_ew,
-        EW_STAGES=cfg["num_stages"] if down_ew else None, **launch)
+        act, ids, vals, down_w, o2, o2 if r2 is None else r2, ws, sem, h, i, k_per, act.stride(0), d_we, d_wk, d_wn,
+        o2.stride(0), 0 if r2 is None else r2.stride(0), TOP_K=top_k, RULE=_RULE[router], BLOCK_N=bn, BLOCK_K=bk,
+        SPLIT_K=split, HAS_RES=r2 is not None, PDL=pdl, EW=down_ew, EW_STAGES=cfg["num_stages"] if down_ew else None,
+        stride_wt=d_wt, SLAB=d_slab, **launch)
     _backend.count("moe.decode")
     if ew or down_ew:
         _backend.count("moe.decode_ew")
@@ -888,16 +951,17 @@ def _moe(x, router_w, gate_up_w, down_w, top_k, router, residual=None, config=No
     rows, bexp, nblocks = _blocks(ids, e, block_m)
     act = torch.empty((nblocks * block_m, i), dtype=x.dtype, device=x.device)
     tiles = _backend.cdiv(i, bn)
+    *_, g_we, g_wk, g_wn, g_wt, g_slab = _geometry(gate_up_w)
+    *_, d_we, d_wk, d_wn, d_wt, d_slab = _geometry(down_w)
     _grouped_gate_up_kernel[(nblocks * tiles,)](
-        x2, rows, bexp, gate_up_w, act, h, i, e, top_k, nblocks, tiles, x2.stride(0), gate_up_w.stride(0),
-        gate_up_w.stride(1), gate_up_w.stride(2), act.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk,
-        GROUP_B=GROUP_BLOCKS, **launch)
+        x2, rows, bexp, gate_up_w, act, h, i, e, top_k, nblocks, tiles, x2.stride(0), g_we, g_wk, g_wn, act.stride(0),
+        BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, GROUP_B=GROUP_BLOCKS, stride_wt=g_wt, SLAB=g_slab, **launch)
     y = torch.empty((t * top_k, h), dtype=torch.float32, device=x.device)
     tiles = _backend.cdiv(h, bn)
     _grouped_down_kernel[(nblocks * tiles,)](
-        act, rows, bexp, wts.reshape(-1).contiguous(), down_w, y, h, i, e, nblocks, tiles, act.stride(0),
-        down_w.stride(0), down_w.stride(1), down_w.stride(2), y.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk,
-        GROUP_B=GROUP_BLOCKS, **launch)
+        act, rows, bexp, wts.reshape(-1).contiguous(), down_w, y, h, i, e, nblocks, tiles, act.stride(0), d_we, d_wk,
+        d_wn, y.stride(0), BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, GROUP_B=GROUP_BLOCKS, stride_wt=d_wt, SLAB=d_slab,
+        **launch)
     _topk_sum(y, top_k, o2, r2)
     _backend.count("moe.prefill")
     return out
@@ -1015,6 +1079,7 @@ def moe_ref(x, router_w, gate_up_w, down_w, top_k, router, ids=None):
         if router != "softmax-topk":
             vals = vals / vals.sum(dim=-1, keepdim=True)
         rids = ids.reshape(rids.shape)
+    gate_up_w, down_w = unblocked(gate_up_w), unblocked(down_w)
     i = gate_up_w.shape[2] // 2
     out = torch.zeros_like(x2)
     for t in range(x2.shape[0]):

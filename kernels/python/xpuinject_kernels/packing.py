@@ -13,6 +13,7 @@ is cached on the module as non-persistent buffers: it moves with `model.to(...)`
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Dict, Optional
 
 import torch
@@ -231,11 +232,16 @@ _PACKERS: Dict[str, Callable[[nn.Module], Dict[str, torch.Tensor]]] = {
 # The packed tensors a decode GEMV may read N-major ([N, K] rows of contiguous K, nn.Linear's own
 # layout, seen as [K, N]). On the H200 the Qwen3-30B-A3B attention projections' one-row GEMVs took
 # 6.99 and 6.39 us that way (the EW path) against 8.56 and 7.97 K-major
-# (benchmarks/bench_launch_floor.py --nmajor); the whole decode step with them is not measured yet
-# in the form here (QKV + RoPE tiles 16 rows wide), so K-major stays the default everywhere.
+# (benchmarks/bench_launch_floor.py --nmajor), but the whole decode step moved by 0.998x on the
+# H200 and 0.99x on an H100 (BENCHMARKS.md), so K-major stays the default everywhere.
 # Every kernel that takes these tensors reads either layout. XPUINJECT_NMAJOR=1 or 0 decides.
 NMAJOR_ROLES = {("Attention", "qkv_weight"), ("Attention", "o_weight")}
 NMAJOR_ON_CUDA = False
+
+# The MoE layers' stacked experts, which every MoE kernel reads as packed ([E, K, N], K-major) or
+# blocked (moe.blocked: each tile of XPUINJECT_MOE_SLAB columns one contiguous run of memory).
+MOE_EXPERT_ROLES = {(layer, role) for layer in ("SparseMoE", "RouterMoE", "SharedExpertMoE")
+                    for role in ("gate_up_weight", "down_weight")}
 
 
 def nmajor_on(device: torch.device) -> bool:
@@ -243,10 +249,31 @@ def nmajor_on(device: torch.device) -> bool:
     return (device.type == "cuda" and NMAJOR_ON_CUDA) if on is None else on
 
 
+def moe_slab() -> int:
+    """XPUINJECT_MOE_SLAB: the experts' blocked-layout tile width (a power of two from 16 to 1024),
+    0 or unset for the packed layout; any other value is an error naming the variable."""
+    v = os.environ.get("XPUINJECT_MOE_SLAB", "").strip()
+    if v in ("", "0"):
+        return 0
+    if not v.isdigit() or int(v) not in (16, 32, 64, 128, 256, 512, 1024):
+        raise ValueError(f"xpuinject_kernels: environment variable XPUINJECT_MOE_SLAB={v!r}: want 0 or a power of two "
+                         "from 16 to 1024 (columns per tile)")
+    return int(v)
+
+
 def decode_layout(layer: str, role: str, t: torch.Tensor) -> torch.Tensor:
-    """t, or the [K, N] view of its N-major copy where NMAJOR_ROLES and nmajor_on say so."""
+    """t, or the [K, N] view of its N-major copy where NMAJOR_ROLES and nmajor_on say so, or the
+    blocked copy of a MoE layer's experts where moe_slab says so (and their columns split into
+    its tiles, gate/up's halves each)."""
     if (layer, role) in NMAJOR_ROLES and t.dim() == 2 and t.stride(1) == 1 and nmajor_on(t.device):
         return t.t().contiguous().t()
+    if (layer, role) in MOE_EXPERT_ROLES and t.dim() == 3:
+        slab = moe_slab()
+        n = t.shape[2] // 2 if role == "gate_up_weight" else t.shape[2]
+        if slab and n % slab == 0:
+            from .moe import blocked
+
+            return blocked(t, slab)
     return t
 
 
