@@ -125,6 +125,14 @@ SWEEP_DECODE = [
     ((128, 32, 11), (128, 64, 1), 4, 3),
     ((128, 32, 11, 1), (128, 32, 1, 1), 4, 3),
     ((64, 64, 11), (128, 64, 1), 4, 3),
+    # the down launch with all of a token's slots in each program (DOWN_ALL: no partials, no
+    # finishing program), narrow column tiles so a token's tiles still fill the SMs, beside the
+    # H200 entry's gate/up
+    ((128, 64, 2), (16, 128, 1, 0, 1), 4, 4),
+    ((128, 64, 2), (32, 128, 1, 0, 1), 4, 4),
+    ((128, 64, 2), (16, 256, 1, 1, 1), 4, 3),
+    ((128, 64, 2), (32, 128, 1, 1, 1), 4, 3),
+    ((128, 64, 2), (16, 512, 1, 1, 1), 4, 3),
 ]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the prefill kernels
 SWEEP_PREFILL = [
@@ -247,12 +255,12 @@ def active_bytes(sh, tokens, hit):
 
 
 def decode_config(gate_up, down, warps, stages) -> dict:
-    """A SWEEP_DECODE entry as the launcher's config dict (moe.DECODE_KEYS; EW and DOWN_EW only
-    where on, as a tuned entry holds them)."""
-    names = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "EW")
-    c = dict(zip(names, gate_up), **{f"DOWN_{n}": v for n, v in zip(names, down)}, num_warps=warps,
+    """A SWEEP_DECODE entry as the launcher's config dict (moe.DECODE_KEYS; EW, DOWN_EW and DOWN_ALL
+    only where on, as a tuned entry holds them)."""
+    names = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "EW", "ALL")
+    c = dict(zip(names[:4], gate_up), **{f"DOWN_{n}": v for n, v in zip(names, down)}, num_warps=warps,
              num_stages=stages)
-    return {k: v for k, v in c.items() if not (k.endswith("EW") and not v)}
+    return {k: v for k, v in c.items() if not (k.endswith(("EW", "ALL")) and not v)}
 
 
 def sweep_configs(env, tokens):

@@ -371,6 +371,12 @@ def cases(cuda: bool = False):
            dict(BLOCK_N=64, BLOCK_K=64, SPLIT_K=2, EW=True, EW_STAGES=2, **bl))
     yield ("moe decode down blocked EW split1 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
            dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=64, SPLIT_K=1, HAS_RES=True, EW=True, EW_STAGES=2, **bl))
+    # the down launch with all of a token's slots in each program (DOWN_ALL), dot and EW, K-major and N-major
+    yield ("moe decode down all slots + residual", moe._decode_down_kernel, [({}, 4, 4)], bf16,
+           dict(TOP_K=8, RULE=1, BLOCK_N=64, BLOCK_K=128, SPLIT_K=1, HAS_RES=True, ALL_SLOTS=True))
+    yield ("moe decode down all slots EW N-major + residual", moe._decode_down_kernel, [({}, 4, 3)], bf16,
+           dict(TOP_K=8, RULE=0, BLOCK_N=16, BLOCK_K=256, SPLIT_K=1, HAS_RES=True, ALL_SLOTS=True, EW=True,
+                EW_STAGES=3, **nm))
     yield ("moe grouped gate/up blocked m64", moe._grouped_gate_up_kernel, [({}, 8, 2)], bf16,
            dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **bl))
     yield ("moe grouped down blocked m64", moe._grouped_down_kernel, [({}, 8, 2)], bf16,

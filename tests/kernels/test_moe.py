@@ -746,3 +746,30 @@ def test_experts_blocked_at_load_where_the_switch_says(monkeypatch):
         packing.decode_layout("SparseMoE", "down_weight", down)
     monkeypatch.setenv("XPUINJECT_MOE_SLAB", "0")
     assert packing.decode_layout("RouterMoE", "down_weight", down) is down
+
+
+@pytest.mark.parametrize("layout", ["packed", "nmajor"])
+@pytest.mark.parametrize("down", [dict(DOWN_BLOCK_N=32, DOWN_BLOCK_K=16), dict(DOWN_BLOCK_N=16, DOWN_BLOCK_K=32, DOWN_EW=1)])
+@pytest.mark.parametrize("tokens,rule,top_k", [(1, "softmax-topk-norm", 3), (5, "softmax-topk", 2),
+                                               (3, "softmax-topk-norm-fp32", 3)])
+def test_down_all_slots_is_split_one_bit_for_bit(device, layout, down, tokens, rule, top_k):
+    """DOWN_ALL: each down program runs all of its token's slots and sums them as the one-split
+    finishing program does, with no partials or semaphore: the same bits as DOWN_SPLIT_K 1 (with a
+    residual too), both down paths, both layouts."""
+    router, gate_up, dn = weights(torch.bfloat16, seed=90 + tokens, h=80, i=40)
+    x = torch.randn(tokens, 80, generator=torch.Generator().manual_seed(tokens)).to(torch.bfloat16)
+    r = torch.randn(tokens, 80, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    xs = [t.to(device) for t in (x, router, gate_up, dn, r)]
+    if layout == "nmajor":
+        xs[2], xs[3] = nmajor(xs[2]), nmajor(xs[3])
+    base = dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=2, DOWN_SPLIT_K=1, **down)
+    from xpuinject_kernels import _backend
+
+    for res in (None, xs[4]):
+        want = M.moe(*xs[:4], top_k, rule, config=base, residual=res)
+        got = _ran("moe.decode", lambda: M.moe(*xs[:4], top_k, rule, config=dict(base, DOWN_ALL=1), residual=res))
+        assert torch.equal(got, want)
+        # DOWN_ALL ignores a K split it cannot take
+        assert torch.equal(M.moe(*xs[:4], top_k, rule, config=dict(base, DOWN_ALL=1, DOWN_SPLIT_K=3), residual=res),
+                           want)
+    assert not _backend.semaphores(xs[0].device, 1).any()

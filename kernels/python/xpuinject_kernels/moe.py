@@ -5,6 +5,8 @@ experts the tokens picked.
 
 Weights, packed offline (inject/plan/rules_moe.go): router [H, E] K-major; gate_up [E, H, 2I],
 each expert's K-major [gate | up]; down [E, I, H], each expert's K-major down projection.
+The kernels read the experts by their strides (the packed K-major layout, or N-major [K, N] views)
+or blocked ([E, N / S, K, S]: each tile of S columns one contiguous run, `blocked`).
 
 Routing (transformers 5.17 Qwen3MoeTopKRouter, MixtralTopKRouter): logits = x @ router in fp32
 from programs over (token tile, 16-expert tile), each tile's last one to finish running the fp32
@@ -30,7 +32,10 @@ Two expert paths, both reading only the experts hit:
       of its column tile, and the token's program that finishes last sums them in (slot, split)
       order, each slot scaled by its routing weight (renormalized and rounded there, as `route`
       does it), and rounds the row once: deterministic, no atomics on data, no sort. A residual
-      given to `moe` is added there too (the decoder layer's add after the block).
+      given to `moe` is added there too (the decoder layer's add after the block). A config's
+      DOWN_ALL instead gives each (token, column tile) one down program that runs the token's
+      slots one after another and sums them as that finishing program does: no partials, no
+      semaphore, the same bits.
   prefill: the (token, slot) pairs are grouped by expert on the device (a histogram and prefix
       sum, then per-expert atomic cursors: two launches) and laid out in BLOCK_M-row blocks, each
       block one expert's (padded with -1); a grouped GEMM over the blocks (tl.dot; GROUP_BLOCKS
@@ -351,11 +356,19 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
                         TOP_K: tl.constexpr, RULE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, HAS_RES: tl.constexpr = False, PDL: tl.constexpr = False,
                         EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None, stride_wt=0,
-                        SLAB: tl.constexpr = 0):
+                        SLAB: tl.constexpr = 0, ALL_SLOTS: tl.constexpr = False):
     """The down GEMV of one (token, slot) pair for BLOCK_N output columns over one K split (a
     16-row tl.dot, or EW: _ew_step), stored as an fp32 partial; the token's program that finishes
     last for the tile sums the partials in (slot, split) order, each slot's scaled by its routing
-    weight, and rounds the row once (then adds the residual row, HAS_RES, as _add_residual does)."""
+    weight, and rounds the row once (then adds the residual row, HAS_RES, as _add_residual does).
+    ALL_SLOTS (SPLIT_K 1): one program per (token, column tile) runs the token's slots one after
+    another and sums them as that last program would, with no partials, semaphore or finishing
+    program: the same bits as SPLIT_K 1."""
+    if ALL_SLOTS:
+        _decode_down_all_slots(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, H, I, stride_act, stride_we,
+                               stride_wk, stride_wn, stride_out, stride_res, stride_wt, TOP_K, RULE, BLOCK_N, BLOCK_K,
+                               HAS_RES, PDL, EW, EW_STAGES, SLAB)
+        return
     _backend.pdl_wait(PDL)
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -399,11 +412,7 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
             total += tl.load(vbase + j)
         out = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for j in tl.static_range(TOP_K):
-            wt = tl.load(vbase + j)
-            if RULE != 0:  # IEEE division, as torch divides (Triton's `/` is div.full.f32)
-                wt = tl.math.div_rn(wt, total)
-            if RULE != 2:
-                wt = wt.to(out_ptr.dtype.element_ty).to(tl.float32)
+            wt = _routing_weight(vbase, j, total, RULE, out_ptr.dtype.element_ty)
             y = tl.zeros((BLOCK_N,), dtype=tl.float32)
             for s in range(0, SPLIT_K):
                 y += tl.load(ws_ptr + ((tok * TOP_K + j).to(tl.int64) * SPLIT_K + s) * H + offs_n, mask=n_ok,
@@ -413,6 +422,64 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
                             HAS_RES)
         tl.store(out_ptr + tok.to(tl.int64) * stride_out + offs_n, out, mask=n_ok)
         tl.atomic_xchg(sem, 0)
+
+
+@triton.jit
+def _routing_weight(vbase, j, total, RULE: tl.constexpr, oty: tl.constexpr):
+    """Slot j's routing weight from the top-k probabilities (RULE 0: kept, rounded to oty; 1:
+    renormalized by total, then rounded; 2: renormalized, fp32)."""
+    wt = tl.load(vbase + j)
+    if RULE != 0:  # IEEE division, as torch divides (Triton's `/` is div.full.f32)
+        wt = tl.math.div_rn(wt, total)
+    if RULE != 2:
+        wt = wt.to(oty).to(tl.float32)
+    return wt
+
+
+@triton.jit
+def _decode_down_all_slots(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, H, I, stride_act, stride_we,
+                           stride_wk, stride_wn, stride_out, stride_res, stride_wt, TOP_K: tl.constexpr,
+                           RULE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                           HAS_RES: tl.constexpr, PDL: tl.constexpr, EW: tl.constexpr, EW_STAGES: tl.constexpr,
+                           SLAB: tl.constexpr):
+    """_decode_down_kernel's ALL_SLOTS form: program (token, column tile)."""
+    _backend.pdl_wait(PDL)
+    tok = tl.program_id(0).to(tl.int64)
+    pid_n = tl.program_id(1)
+    wty = w_ptr.dtype.element_ty
+    oty: tl.constexpr = out_ptr.dtype.element_ty
+    offs_m = tl.arange(0, 16)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < H
+    cols = _cols(offs_n, stride_wn, stride_wt, SLAB)[None, :]
+    vbase = vals_ptr + tok * TOP_K
+    total = tl.load(vbase)
+    for j in tl.static_range(1, TOP_K):
+        total += tl.load(vbase + j)
+    out = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for j in range(0, TOP_K):
+        pair = tok * TOP_K + j
+        wbase = w_ptr + tl.load(ids_ptr + pair).to(tl.int64) * stride_we
+        arow = act_ptr + pair * stride_act
+        acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
+        for k0 in tl.range(0, I, BLOCK_K, num_stages=EW_STAGES):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            k_ok = offs_k < I
+            rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + cols
+            w_ok = k_ok[:, None] & n_ok[None, :]
+            if EW:
+                av = tl.load(arow + offs_k, mask=k_ok, other=0.0)
+                acc2 = _ew_step(acc2, rows, w_ok, av.to(wty).to(tl.float32))
+            else:
+                a = tl.load(arow + offs_m[:, None] * 0 + offs_k[None, :], mask=(offs_m[:, None] == 0) & k_ok[None, :],
+                            other=0.0).to(wty)
+                acc = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), acc)
+        y = tl.sum(acc2, axis=0) if EW else tl.sum(acc, axis=0)
+        # the split finisher's sum of one split (0 + y), then the slot's weight, in slot order
+        out += _routing_weight(vbase, j, total, RULE, oty) * (tl.zeros((BLOCK_N,), dtype=tl.float32) + y)
+    out = _add_residual(out, res_ptr + tok * stride_res + offs_n, n_ok, oty, HAS_RES)
+    tl.store(out_ptr + tok * stride_out + offs_n, out, mask=n_ok)
 
 
 @triton.jit
@@ -643,8 +710,10 @@ DECODE_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "DOWN_BLOCK_N", "DOWN_BLOCK_K", 
 PREFILL_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 CONFIG_KEYS = {"decode": DECODE_KEYS, "prefill": PREFILL_KEYS}
 # Switches a decode config may add (0 or 1, 0 where absent): the gate/up and the down kernel
-# multiply-add on the CUDA cores (_ew_step) instead of a 16-row tl.dot.
-DECODE_FLAGS = ("EW", "DOWN_EW")
+# multiply-add on the CUDA cores (_ew_step) instead of a 16-row tl.dot; DOWN_ALL: one down program
+# per (token, column tile) runs all the token's slots (no K split, no partials or finishing program;
+# DOWN_SPLIT_K is then 1).
+DECODE_FLAGS = ("EW", "DOWN_EW", "DOWN_ALL")
 CONFIG_FLAGS = {"decode": DECODE_FLAGS, "prefill": ()}
 
 # Weight tiles in flight per SM that the decode heuristic aims for: gemv.py's figure for the
@@ -876,13 +945,14 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
         SLAB=g_slab, **launch)
     bn, bk = cfg["DOWN_BLOCK_N"], cfg["DOWN_BLOCK_K"]
     down_ew = bool(cfg.get("DOWN_EW", 0))
-    k_per, split = _split(i, bk, cfg["DOWN_SPLIT_K"])
-    ws = torch.empty((pairs * split * h,), dtype=torch.float32, device=dev)
-    _decode_down_kernel[(pairs, _backend.cdiv(h, bn), split)](
+    all_slots = bool(cfg.get("DOWN_ALL", 0))
+    k_per, split = _split(i, bk, 1 if all_slots else cfg["DOWN_SPLIT_K"])
+    ws = torch.empty((1,) if all_slots else (pairs * split * h,), dtype=torch.float32, device=dev)
+    _decode_down_kernel[(t if all_slots else pairs, _backend.cdiv(h, bn), split)](
         act, ids, vals, down_w, o2, o2 if r2 is None else r2, ws, sem, h, i, k_per, act.stride(0), d_we, d_wk, d_wn,
         o2.stride(0), 0 if r2 is None else r2.stride(0), TOP_K=top_k, RULE=_RULE[router], BLOCK_N=bn, BLOCK_K=bk,
         SPLIT_K=split, HAS_RES=r2 is not None, PDL=pdl, EW=down_ew, EW_STAGES=cfg["num_stages"] if down_ew else None,
-        stride_wt=d_wt, SLAB=d_slab, **launch)
+        stride_wt=d_wt, SLAB=d_slab, ALL_SLOTS=all_slots, **launch)
     _backend.count("moe.decode")
     if ew or down_ew:
         _backend.count("moe.decode_ew")
