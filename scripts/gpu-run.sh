@@ -25,7 +25,9 @@
 #        and forced in the step (step_configs.py: moe.decode; the attention GEMVs' EW configs), the
 #        block on N-major experts (bench_moe.py --experts-layout nmajor), and the N-major attention
 #        layout against the shipped one (ab_step.py), and "knockout": the step with each fusible launch
-#        left out (benchmarks/knockout.py), the floor a fusion of it can reach; MOEDECODE_PARTS picks
+#        left out (benchmarks/knockout.py), the floor a fusion of it can reach, "down-all": the down
+#        launch with all of a token's slots in each program forced in the step, "critical": each launch's
+#        share of the step's critical path (profile_decode.py --sequence); MOEDECODE_PARTS picks
 #        parts (default "floor sweep sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
 #        in WORK for a next call on the same warm machine, which then skips making them;
 #        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
@@ -190,13 +192,19 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                    --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
       nmajor) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped --variant nmajor:XPUINJECT_NMAJOR=1
                    --rounds 2 --json "$OUT/moedecode/nmajor.json") ;;
+      # the down launch with all of a token's slots in each program (moe.decode's DOWN_ALL), forced in the step
+      down-all) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
+                     --only DOWN_ALL=1 --rounds 2 --steps 30 --gpu-data h200) ;;
+      # each launch's share of the step's critical path, launch by launch (PDL on)
+      critical) cmd=(python3 benchmarks/profile_decode.py "$model" "$run" --paths graph --batches 1 --steps 30
+                     --sequence --top 40 --json "$OUT/moedecode/critical-path.json") ;;
       # each fusible launch knocked out of the step (benchmarks/knockout.py), then all four: what fusion can save
       knockout) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
                      --variant no-input-norm:KNOCK_OUT=input-norm --variant no-post-norm:KNOCK_OUT=post-norm
                      --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
                      --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
                      --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
-      *) log "moedecode: unknown part $part (want floor, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout)"
+      *) log "moedecode: unknown part $part (want floor, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, critical)"
          continue ;;
       esac
       log "moedecode $part"
