@@ -351,6 +351,30 @@ def _add_residual(acc, res_row, mask, oty: tl.constexpr, HAS_RES: tl.constexpr):
 
 
 @triton.jit
+def _down_row(arow, wbase, cols, k_lo, k_hi, n_ok, stride_wk, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              EW: tl.constexpr, EW_STAGES: tl.constexpr):
+    """One (token, slot) pair's down GEMV over K rows [k_lo, k_hi) for a column tile, fp32: a
+    16-row tl.dot (row 0 the pair's activation row arow), or EW (_ew_step)."""
+    wty = wbase.dtype.element_ty
+    offs_m = tl.arange(0, 16)
+    acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = offs_k < k_hi
+        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + cols
+        w_ok = k_ok[:, None] & n_ok[None, :]
+        if EW:
+            av = tl.load(arow + offs_k, mask=k_ok, other=0.0)
+            acc2 = _ew_step(acc2, rows, w_ok, av.to(wty).to(tl.float32))
+        else:
+            a = tl.load(arow + offs_m[:, None] * 0 + offs_k[None, :], mask=(offs_m[:, None] == 0) & k_ok[None, :],
+                        other=0.0).to(wty)
+            acc = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), acc)
+    return tl.sum(acc2, axis=0) if EW else tl.sum(acc, axis=0)
+
+
+@triton.jit
 def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_ptr, sem_ptr, H, I, K_PER_SPLIT,
                         stride_act, stride_we, stride_wk, stride_wn, stride_out, stride_res,
                         TOP_K: tl.constexpr, RULE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -375,30 +399,14 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
     pid_k = tl.program_id(2)
     tok = pair // TOP_K
     e = tl.load(ids_ptr + pair).to(tl.int64)
-    wty = w_ptr.dtype.element_ty
-    offs_m = tl.arange(0, 16)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < H
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, I)
-    wbase = w_ptr + e * stride_we
     cols = _cols(offs_n, stride_wn, stride_wt, SLAB)[None, :]
-    acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
-    acc2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
-    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = offs_k < k_hi
-        rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + cols
-        w_ok = k_ok[:, None] & n_ok[None, :]
-        if EW:
-            av = tl.load(act_ptr + pair.to(tl.int64) * stride_act + offs_k, mask=k_ok, other=0.0)
-            acc2 = _ew_step(acc2, rows, w_ok, av.to(wty).to(tl.float32))
-        else:
-            a = tl.load(act_ptr + pair.to(tl.int64) * stride_act + offs_m[:, None] * 0 + offs_k[None, :],
-                        mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
-            acc = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), acc)
+    part = _down_row(act_ptr + pair.to(tl.int64) * stride_act, w_ptr + e * stride_we, cols, k_lo, k_hi, n_ok,
+                     stride_wk, BLOCK_N, BLOCK_K, EW, EW_STAGES)
     # partials [pairs, SPLIT_K, H] fp32
-    part = tl.sum(acc2, axis=0) if EW else tl.sum(acc, axis=0)
     tl.store(ws_ptr + (pair.to(tl.int64) * SPLIT_K + pid_k) * H + offs_n, part, mask=n_ok)
     tl.debug_barrier()
     sem = sem_ptr + tok * tl.num_programs(1) + pid_n
@@ -446,9 +454,7 @@ def _decode_down_all_slots(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, 
     _backend.pdl_wait(PDL)
     tok = tl.program_id(0).to(tl.int64)
     pid_n = tl.program_id(1)
-    wty = w_ptr.dtype.element_ty
     oty: tl.constexpr = out_ptr.dtype.element_ty
-    offs_m = tl.arange(0, 16)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < H
     cols = _cols(offs_n, stride_wn, stride_wt, SLAB)[None, :]
@@ -459,23 +465,8 @@ def _decode_down_all_slots(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, 
     out = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for j in range(0, TOP_K):
         pair = tok * TOP_K + j
-        wbase = w_ptr + tl.load(ids_ptr + pair).to(tl.int64) * stride_we
-        arow = act_ptr + pair * stride_act
-        acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
-        acc2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
-        for k0 in tl.range(0, I, BLOCK_K, num_stages=EW_STAGES):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            k_ok = offs_k < I
-            rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk + cols
-            w_ok = k_ok[:, None] & n_ok[None, :]
-            if EW:
-                av = tl.load(arow + offs_k, mask=k_ok, other=0.0)
-                acc2 = _ew_step(acc2, rows, w_ok, av.to(wty).to(tl.float32))
-            else:
-                a = tl.load(arow + offs_m[:, None] * 0 + offs_k[None, :], mask=(offs_m[:, None] == 0) & k_ok[None, :],
-                            other=0.0).to(wty)
-                acc = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), acc)
-        y = tl.sum(acc2, axis=0) if EW else tl.sum(acc, axis=0)
+        y = _down_row(act_ptr + pair * stride_act, w_ptr + tl.load(ids_ptr + pair).to(tl.int64) * stride_we, cols, 0,
+                      I, n_ok, stride_wk, BLOCK_N, BLOCK_K, EW, EW_STAGES)
         # the split finisher's sum of one split (0 + y), then the slot's weight, in slot order
         out += _routing_weight(vbase, j, total, RULE, oty) * (tl.zeros((BLOCK_N,), dtype=tl.float32) + y)
     out = _add_residual(out, res_ptr + tok * stride_res + offs_n, n_ok, oty, HAS_RES)
