@@ -15,6 +15,10 @@ not find in L2 is served from it), all layers captured in one CUDA graph, timed 
   read a + tiny + read b                a one-program launch between them (a norm, a reduce)
   --early                               the second read loading its first blocks before its PDL
                                         wait, at grids of 1-4 programs an SM
+  --barrier                             both reads in one persistent launch with a grid-wide
+                                        barrier between them (and a one-program step between two
+                                        barriers): whether a launch that spans a layer's
+                                        dependent steps could beat a launch per step
   gemv / cuBLAS                         the projections themselves (gemv.py at its own config;
                                         torch.mm on the same K-major weight)
 The gap between a projection and the read floor of its bytes is what a better GEMV could win;
@@ -115,6 +119,62 @@ def _tile_kernel(x, w, o, K, N, stride_k, stride_n, K_PER, GEMV: tl.constexpr, N
 
 
 @triton.jit
+def _grid_barrier(cnt, nprog, spins, SPIN_MAX: tl.constexpr):
+    """Every program of the grid arrives on cnt, then polls it until all have. The counter only
+    grows (by nprog a pass), so a replayed graph needs no reset. A program that polls SPIN_MAX
+    times gives up and counts itself in spins: a grid that cannot be resident at once then times
+    wrong instead of hanging."""
+    tl.debug_barrier()
+    old = tl.atomic_add(cnt, 1, sem="acq_rel")
+    target = (old // nprog + 1) * nprog
+    cur = old + 1
+    n = 0
+    while (cur < target) & (n < SPIN_MAX):
+        cur = tl.atomic_add(cnt, 0, sem="acquire")  # an atomic: a plain load's poll is hoisted out
+        n += 1
+    if cur < target:
+        tl.atomic_add(spins, 1)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _barrier_kernel(a, b, out, na, nb, cnt, spins, tx, ty, BLOCK: tl.constexpr, STAGES: tl.constexpr,
+                    PDL: tl.constexpr, EARLY: tl.constexpr = 0, TINY: tl.constexpr = False,
+                    TINY_N: tl.constexpr = 2048, SPIN_MAX: tl.constexpr = 1 << 16):
+    """_read_kernel's share of a, a grid barrier, then its share of b, in one launch; TINY: program
+    0 runs _tiny_kernel's work between two barriers (a norm or a reduce between two GEMVs). EARLY:
+    the first EARLY blocks of b are loaded before the barrier (b is no step's output), as a fused
+    layer could load the next GEMV's weights while the grid gathers. Every program must be
+    resident at once: the grid is at most 2 programs an SM."""
+    pid = tl.program_id(0)
+    P = tl.num_programs(0)
+    per_a = tl.cdiv(tl.cdiv(na, P), BLOCK) * BLOCK
+    lo_a = pid * per_a
+    hi_a = tl.minimum(lo_a + per_a, na)
+    per_b = tl.cdiv(tl.cdiv(nb, P), BLOCK) * BLOCK
+    lo_b = pid * per_b
+    hi_b = tl.minimum(lo_b + per_b, nb)
+    _backend.pdl_wait(PDL)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for i in tl.range(lo_a, hi_a, BLOCK, num_stages=STAGES):
+        offs = i + tl.arange(0, BLOCK)
+        acc += tl.load(a + offs, mask=offs < hi_a, other=0.0).to(tl.float32)
+    for j in tl.static_range(EARLY):
+        offs = lo_b + j * BLOCK + tl.arange(0, BLOCK)
+        acc += tl.load(b + offs, mask=offs < hi_b, other=0.0).to(tl.float32)
+    _grid_barrier(cnt, P, spins, SPIN_MAX)
+    if TINY:
+        if pid == 0:
+            t = tl.arange(0, TINY_N)
+            tl.store(ty + t, (tl.load(tx + t).to(tl.float32) * 2).to(ty.dtype.element_ty))
+        _grid_barrier(cnt + 1, P, spins, SPIN_MAX)
+    for i in tl.range(lo_b + EARLY * BLOCK, hi_b, BLOCK, num_stages=STAGES):
+        offs = i + tl.arange(0, BLOCK)
+        acc += tl.load(b + offs, mask=offs < hi_b, other=0.0).to(tl.float32)
+    tl.store(out + pid, tl.sum(acc))
+
+
+@triton.jit
 def _tiny_kernel(x, y, n, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """One program: y = x * 2 over n elements (a norm's size of work)."""
     _backend.pdl_wait(PDL)
@@ -138,6 +198,9 @@ def main() -> int:
                          "PDL wait, at several grids: whether loads issued ahead of the wait hide a launch boundary")
     ap.add_argument("--nmajor", action="store_true",
                     help="also our GEMV on the N-major weights at its heuristic's config and a sweep")
+    ap.add_argument("--barrier", action="store_true",
+                    help="also both reads in one launch with a grid barrier between them, against one launch "
+                         "without it and two launches, at 1 and 2 programs an SM")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_launch_floor: needs a CUDA GPU", file=sys.stderr)
@@ -202,6 +265,8 @@ def main() -> int:
                  mb_q + mb_o))
     if a.early and pdl_dev:
         rows += early_rows(sms, w, both, sink, tx, ty, timed)
+    if a.barrier:
+        rows += barrier_rows(sms, w, both, sink, tx, ty, timed, pdl_dev)
     if a.layouts:
         rows += layout_rows(a, dev, sms, w, x, timed)
     if a.nmajor:
@@ -246,6 +311,58 @@ def early_rows(sms, w, both, sink, tx, ty, timed):
                 rows.append((f"early: read qkv + tiny + read o, o loads {early} blocks early {tag}",
                              timed(lambda i: (read(w["qkv"][i], p, block, 0), tiny(),
                                               read(w["o"][i], p, block, early))), mb_q + mb_o))
+    return rows
+
+
+def barrier_read(a, b, sink, cnt, spins, tx, ty, p, block, pdl, early=0, tiny=False):
+    """One _barrier_kernel launch of p programs over a then b (cnt: two int32 counters)."""
+    _barrier_kernel[(p,)](a, b, sink, a.numel(), b.numel(), cnt, spins, tx, ty, BLOCK=block, STAGES=3, PDL=pdl,
+                          EARLY=early, TINY=tiny, TINY_N=tx.numel(), num_warps=4, **_backend.pdl_kw(pdl))
+
+
+def barrier_rows(sms, w, both, sink, tx, ty, timed, pdl):
+    """read qkv then read o: in one launch with nothing between them (the floor), one launch with
+    a grid barrier between them (loading 0 or 2 blocks of o before it), two launches; and with a
+    one-program step between them, as two barriers in one launch against three launches. Grids of
+    1 and 2 programs an SM, so every program is resident at once. A row whose barrier ever gave up
+    says so (the grid was not resident at once: its time is not a barrier's)."""
+    rows = []
+    layers = len(both)
+    mb_q, mb_o = w["qkv"][0].numel() * 2 / 1e6, w["o"][0].numel() * 2 / 1e6
+    cnt = torch.zeros(layers, 2, device=both[0].device, dtype=torch.int32)  # each layer its own counters
+    spins = torch.zeros(1, device=both[0].device, dtype=torch.int32)
+
+    def read(t, p, block):
+        _read_kernel[(p,)](t, sink, t.numel(), BLOCK=block, STAGES=3, PDL=pdl, num_warps=4, **_backend.pdl_kw(pdl))
+
+    def tiny():
+        _tiny_kernel[(1,)](tx, ty, tx.numel(), BLOCK=2048, PDL=pdl, num_warps=1, **_backend.pdl_kw(pdl))
+
+    def fused(p, block, early=0, tiny_=False):
+        def seq(i):
+            barrier_read(w["qkv"][i], w["o"][i], sink, cnt[i], spins, tx, ty, p, block, pdl, early, tiny_)
+        spins.zero_()
+        us = timed(seq)
+        return us, int(spins.item())
+
+    for mult in (1, 2):
+        p = mult * sms
+        for block in (2048, 8192):
+            tag = f"[P {mult}x SMs, BLOCK {block}, PDL {'on' if pdl else 'off'}]"
+            rows.append((f"barrier: read qkv+o, one launch {tag}", timed(lambda i: read(both[i], p, block)), mb_q + mb_o))
+            for early in (0, 2):
+                us, gave_up = fused(p, block, early)
+                note = f" (barrier gave up {gave_up}x: not resident at once)" if gave_up else ""
+                rows.append((f"barrier: read qkv | barrier | read o, one launch, o loads {early} blocks early {tag}"
+                             f"{note}", us, mb_q + mb_o))
+            rows.append((f"barrier: read qkv + read o, two launches {tag}",
+                         timed(lambda i: (read(w["qkv"][i], p, block), read(w["o"][i], p, block))), mb_q + mb_o))
+            us, gave_up = fused(p, block, 0, True)
+            note = f" (barrier gave up {gave_up}x: not resident at once)" if gave_up else ""
+            rows.append((f"barrier: read qkv | barrier | tiny | barrier | read o, one launch {tag}{note}", us,
+                         mb_q + mb_o))
+            rows.append((f"barrier: read qkv + tiny + read o, three launches {tag}",
+                         timed(lambda i: (read(w["qkv"][i], p, block), tiny(), read(w["o"][i], p, block))), mb_q + mb_o))
     return rows
 
 

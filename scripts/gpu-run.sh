@@ -25,7 +25,8 @@
 #        and forced in the step (step_configs.py: moe.decode; the attention GEMVs' EW configs), the
 #        block on N-major experts (bench_moe.py --experts-layout nmajor), and the N-major attention
 #        layout against the shipped one (ab_step.py), and "knockout": the step with each fusible launch
-#        left out (benchmarks/knockout.py), the floor a fusion of it can reach, "down-all": the down
+#        left out (benchmarks/knockout.py), the floor a fusion of it can reach, "barrier": two reads in one launch across a grid-wide
+#        barrier against one launch and two (bench_launch_floor.py --barrier), "down-all": the down
 #        launch with all of a token's slots in each program forced in the step, "critical": each launch's
 #        share of the step's critical path (profile_decode.py --sequence); MOEDECODE_PARTS picks
 #        parts (default "floor sweep sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
@@ -180,6 +181,8 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
     for part in ${MOEDECODE_PARTS:-floor sweep sweep-nmajor step-moe step-qkv step-o nmajor}; do
       case $part in
       floor) cmd=(python3 benchmarks/bench_launch_floor.py --experts) ;;
+      # two reads in one launch across a grid barrier, against one launch and two (a layer in one launch)
+      barrier) cmd=(python3 benchmarks/bench_launch_floor.py --barrier) ;;
       sweep) cmd=(python3 benchmarks/bench_moe.py --out "$OUT/moedecode/moe" --shapes qwen3-30b-a3b --tokens 1,8 --sweep) ;;
       sweep-nmajor) cmd=(python3 benchmarks/bench_moe.py --out "$OUT/moedecode/moe-nmajor" --shapes qwen3-30b-a3b
                          --tokens 1,8 --sweep --experts-layout nmajor) ;;
@@ -204,7 +207,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                      --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
                      --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
                      --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
-      *) log "moedecode: unknown part $part (want floor, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, critical)"
+      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, critical)"
          continue ;;
       esac
       log "moedecode $part"

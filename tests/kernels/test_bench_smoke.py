@@ -759,6 +759,51 @@ print(pre.find("prefetch.global.L2::evict_last"), pre.find("griddepcontrol.wait"
     assert evict_first == "True" and timer == "True", p.stdout
 
 
+@in_process_smoke
+def test_launch_floor_barrier_probe_reads_both_buffers_and_advances_its_counters():
+    """bench_launch_floor.py --barrier's kernel, one program (the interpreter runs programs one by
+    one, so a grid of more would wait on itself): it sums a then b across its barriers, program 0's
+    step between them doubles tx, each barrier's counter grows by the grid, none gives up."""
+    mod = load("bench_launch_floor")
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(3000, generator=g).to(torch.bfloat16)
+    b = torch.randn(5000, generator=g).to(torch.bfloat16)
+    tx = torch.randn(64, generator=g).to(torch.bfloat16)
+    ty = torch.zeros_like(tx)
+    sink = torch.zeros(4)
+    cnt = torch.zeros(2, dtype=torch.int32)
+    spins = torch.zeros(1, dtype=torch.int32)
+    want = a.float().sum() + b.float().sum()
+    for early, tiny, counts in ((0, False, [1, 0]), (2, False, [2, 0]), (1, True, [3, 1])):
+        mod.barrier_read(a, b, sink, cnt, spins, tx, ty, 1, 512, False, early, tiny)
+        assert torch.allclose(sink[0], want, rtol=1e-5, atol=1e-3), (early, tiny, sink[0], want)
+        assert cnt.tolist() == counts and spins.item() == 0, (early, tiny, cnt, spins)
+    assert torch.equal(ty, tx * 2)
+
+
+def test_launch_floor_barrier_compiles_for_hopper_with_a_poll_that_reloads():
+    """The barrier's poll is an acquire load inside the loop (a plain load's poll is hoisted out of
+    it and spins on a stale value) and its arrival an acq_rel atomic, compiled for sm_90 offline."""
+    code = """
+import sys, triton
+from triton.backends.compiler import GPUTarget
+sys.path.insert(0, sys.argv[1])
+import bench_launch_floor as mod
+sig = {"a": "*bf16", "b": "*bf16", "out": "*fp32", "na": "i32", "nb": "i32", "cnt": "*i32", "spins": "*i32",
+       "tx": "*bf16", "ty": "*bf16"}
+consts = {"BLOCK": 2048, "STAGES": 3, "PDL": True, "EARLY": 2, "TINY": True, "TINY_N": 2048, "SPIN_MAX": 1 << 16}
+src = triton.compiler.ASTSource(fn=mod._barrier_kernel, signature={**sig, **{k: "constexpr" for k in consts}},
+                                constexprs=consts)
+ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+print(ptx.count("atom.global.gpu.acq_rel.add"), ptx.count("ld.global.gpu.acquire"))
+"""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="0", PYTHONPATH=os.path.join(ROOT, "kernels", "python"))
+    p = subprocess.run([sys.executable, "-c", code, BENCH], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    arrive, poll = (int(v) for v in p.stdout.split())
+    assert arrive >= 2 and poll == 2, p.stdout  # two barriers, each with its poll
+
+
 def test_smoke_refuses_a_process_that_imported_triton_without_the_interpreter():
     """--smoke switches the interpreter on only before triton is imported: after, this process's
     kernels would be compiled ones and interpreted ones mixed, so setup refuses and says why."""
