@@ -773,3 +773,37 @@ def test_down_all_slots_is_split_one_bit_for_bit(device, layout, down, tokens, r
         assert torch.equal(M.moe(*xs[:4], top_k, rule, config=dict(base, DOWN_ALL=1, DOWN_SPLIT_K=3), residual=res),
                            want)
     assert not _backend.semaphores(xs[0].device, 1).any()
+
+
+@pytest.mark.parametrize("cfg", [dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=2, DOWN_BLOCK_N=32, DOWN_BLOCK_K=16),
+                                 dict(BLOCK_N=16, BLOCK_K=16, SPLIT_K=1, DOWN_BLOCK_N=16, DOWN_BLOCK_K=32, EW=1,
+                                      DOWN_EW=1)])
+@pytest.mark.parametrize("tokens,e,rule,top_k", [(1, 6, "softmax-topk-norm", 3), (3, 6, "softmax-topk", 2),
+                                                 (8, 37, "softmax-topk-norm-fp32", 3)])
+def test_persistent_decode_is_the_three_launches_bit_for_bit(device, monkeypatch, router_mode, cfg, tokens, e, rule,
+                                                              top_k):
+    """PERSIST: the router's logits, its softmax and top-k, gate/up and the down rows in one launch,
+    a grid barrier between the phases (one program here: the interpreter runs programs one by
+    one), against the router, gate/up and DOWN_ALL down launches with the router's own top-k:
+    the same bits with a residual and without, the semaphores and the barrier's count back at 0
+    and its generation moved on by the three barriers of each launch."""
+    from xpuinject_kernels import _backend
+
+    monkeypatch.setattr(M, "fused_topk", lambda dev: True)
+    router, gate_up, dn = weights(torch.bfloat16, seed=40 + tokens, e=e, h=80, i=40)
+    g = torch.Generator().manual_seed(tokens)
+    x = torch.randn(tokens, 80, generator=g).to(torch.bfloat16).to(device)
+    r = torch.randn(tokens, 80, generator=g).to(torch.bfloat16).to(device)
+    router, gate_up, dn = router.to(device), gate_up.to(device), dn.to(device)
+    bar = _backend.barrier_words(torch.device(device))
+    for res in (None, r):
+        want = M.moe(x, router, gate_up, dn, top_k, rule, config=dict(cfg, DOWN_ALL=1), residual=res)
+        gen = int(bar[1])
+        got = _ran("moe.decode_persistent",
+                   lambda: M.moe(x, router, gate_up, dn, top_k, rule, config=dict(cfg, PERSIST=1), residual=res))
+        assert torch.equal(got, want)
+        assert int(bar[0]) == 0 and int(bar[1]) == gen + 3
+    assert not _backend.semaphores(x.device, 1).any()
+    # the path the tokens pick is a real one: its output is the fp64 reference's
+    ref = M.moe_ref(x, router, gate_up, dn, top_k, rule)
+    assert (got.double() - r.double() - ref).abs().max() < 0.05
