@@ -385,6 +385,9 @@ def cases(cuda: bool = False):
     yield ("moe decode persistent", moe._decode_persistent_kernel, [({}, 4, 4)], bf16,
            dict(pk, BLOCK_N=128, BLOCK_K=64, SPLIT_K=2, DOWN_BLOCK_N=64, DOWN_BLOCK_K=128, EW=False, DOWN_EW=False,
                 EW_STAGES=None))
+    yield ("moe decode persistent, each program selecting", moe._decode_persistent_kernel, [({}, 4, 4)], bf16,
+           dict(pk, BLOCK_N=128, BLOCK_K=64, SPLIT_K=2, DOWN_BLOCK_N=16, DOWN_BLOCK_K=128, EW=False, DOWN_EW=False,
+                EW_STAGES=None, SELECT_EACH=True))
     yield ("moe decode persistent EW", moe._decode_persistent_kernel, [({}, 4, 3)], bf16,
            dict(pk, BLOCK_N=32, BLOCK_K=128, SPLIT_K=1, DOWN_BLOCK_N=16, DOWN_BLOCK_K=256, EW=True, DOWN_EW=True,
                 EW_STAGES=3))

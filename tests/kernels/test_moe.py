@@ -780,13 +780,15 @@ def test_down_all_slots_is_split_one_bit_for_bit(device, layout, down, tokens, r
                                       DOWN_EW=1)])
 @pytest.mark.parametrize("tokens,e,rule,top_k", [(1, 6, "softmax-topk-norm", 3), (3, 6, "softmax-topk", 2),
                                                  (8, 37, "softmax-topk-norm-fp32", 3)])
+@pytest.mark.parametrize("each", [0, 1])
 def test_persistent_decode_is_the_three_launches_bit_for_bit(device, monkeypatch, router_mode, cfg, tokens, e, rule,
-                                                              top_k):
+                                                              top_k, each):
     """PERSIST: the router's logits, its softmax and top-k, gate/up and the down rows in one launch,
     a grid barrier between the phases (one program here: the interpreter runs programs one by
-    one), against the router, gate/up and DOWN_ALL down launches with the router's own top-k:
-    the same bits with a residual and without, the semaphores and the barrier's count back at 0
-    and its generation moved on by the three barriers of each launch."""
+    one; SELECT_EACH: each program selects the top-k itself, one barrier fewer), against the
+    router, gate/up and DOWN_ALL down launches with the router's own top-k: the same bits with a
+    residual and without, the semaphores and the barrier's count back at 0 and its generation
+    moved on by the launch's barriers."""
     from xpuinject_kernels import _backend
 
     monkeypatch.setattr(M, "fused_topk", lambda dev: True)
@@ -800,9 +802,10 @@ def test_persistent_decode_is_the_three_launches_bit_for_bit(device, monkeypatch
         want = M.moe(x, router, gate_up, dn, top_k, rule, config=dict(cfg, DOWN_ALL=1), residual=res)
         gen = int(bar[1])
         got = _ran("moe.decode_persistent",
-                   lambda: M.moe(x, router, gate_up, dn, top_k, rule, config=dict(cfg, PERSIST=1), residual=res))
+                   lambda: M.moe(x, router, gate_up, dn, top_k, rule, config=dict(cfg, PERSIST=1, SELECT_EACH=each),
+                                 residual=res))
         assert torch.equal(got, want)
-        assert int(bar[0]) == 0 and int(bar[1]) == gen + 3
+        assert int(bar[0]) == 0 and int(bar[1]) == gen + 3 - each
     assert not _backend.semaphores(x.device, 1).any()
     # the path the tokens pick is a real one: its output is the fp64 reference's
     ref = M.moe_ref(x, router, gate_up, dn, top_k, rule)

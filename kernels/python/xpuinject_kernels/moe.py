@@ -35,7 +35,10 @@ Two expert paths, both reading only the experts hit:
       given to `moe` is added there too (the decoder layer's add after the block). A config's
       DOWN_ALL instead gives each (token, column tile) one down program that runs the token's
       slots one after another and sums them as that finishing program does: no partials, no
-      semaphore, the same bits.
+      semaphore, the same bits. A config's PERSIST (CUDA, where the router selects its own top-k)
+      runs the router, its top-k, gate/up and that all-slots down in one launch of at most one
+      program an SM, a grid barrier (_backend.grid_barrier) where a launch would end: the same
+      bits again, one launch instead of three.
   prefill: the (token, slot) pairs are grouped by expert on the device (a histogram and prefix
       sum, then per-expert atomic cursors: two launches) and laid out in BLOCK_M-row blocks, each
       block one expert's (padded with -1); a grouped GEMM over the blocks (tl.dot; GROUP_BLOCKS
@@ -540,13 +543,15 @@ def _decode_persistent_kernel(x_ptr, rw_ptr, gw_ptr, dw_ptr, out_ptr, res_ptr, a
                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                               DOWN_BLOCK_N: tl.constexpr, DOWN_BLOCK_K: tl.constexpr, HAS_RES: tl.constexpr,
                               PDL: tl.constexpr, EW: tl.constexpr, DOWN_EW: tl.constexpr, EW_STAGES: tl.constexpr,
-                              G_SLAB: tl.constexpr, D_SLAB: tl.constexpr):
+                              G_SLAB: tl.constexpr, D_SLAB: tl.constexpr, SELECT_EACH: tl.constexpr = False):
     """The whole decode block in one launch of programs that all fit on the device at once, each
     taking the items of every phase in turn (item pid, pid + P, ...), a grid barrier between
     phases where the launches would end: the router's logits (_router_item), program 0's softmax
     and top-k (_select_topk), gate/up (_gate_up_item, its splits' finisher as in its launch), the
     down rows with all of a token's slots (_down_all_item). The same work and order of sums as
-    the three launches with DOWN_ALL, so the same bits."""
+    the three launches with DOWN_ALL, so the same bits. SELECT_EACH: every program selects the
+    top-k itself into its own row of ids and vals ([P, T, TOP_K]) and takes its gate/up items'
+    experts from it, one grid barrier fewer; the down phase reads program 0's row."""
     pid = tl.program_id(0)
     P = tl.num_programs(0)
     _backend.pdl_wait(PDL)
@@ -555,15 +560,22 @@ def _decode_persistent_kernel(x_ptr, rw_ptr, gw_ptr, dw_ptr, out_ptr, res_ptr, a
         _router_item(x_ptr, rw_ptr, p_ptr, rws_ptr, it % e_tiles, it // e_tiles, T, H, E, R_K_PER, stride_x, stride_rw,
                      stride_p, 16, R_BLOCK_K, R_BLOCK_E, R_SPLIT)
     _backend.grid_barrier(bar_ptr, P)
-    if pid == 0:
-        _select_topk(p_ptr, rws_ptr, ids_ptr, vals_ptr, 0, T, E, stride_p, x_ptr.dtype.element_ty, 16, ROWS_T,
-                     BLOCK_ALL, R_SPLIT, TOP_K, -1, TOPK_P2, SORT_TOPK)
-    _backend.grid_barrier(bar_ptr, P)
+    if SELECT_EACH:
+        own = pid * T * TOP_K
+        _select_topk(p_ptr, rws_ptr, ids_ptr + own, vals_ptr + own, 0, T, E, stride_p, x_ptr.dtype.element_ty, 16,
+                     ROWS_T, BLOCK_ALL, R_SPLIT, TOP_K, -1, TOPK_P2, SORT_TOPK)
+        tl.debug_barrier()  # the program's own stores, read back by its other threads
+    else:
+        own = 0
+        if pid == 0:
+            _select_topk(p_ptr, rws_ptr, ids_ptr, vals_ptr, 0, T, E, stride_p, x_ptr.dtype.element_ty, 16, ROWS_T,
+                         BLOCK_ALL, R_SPLIT, TOP_K, -1, TOPK_P2, SORT_TOPK)
+        _backend.grid_barrier(bar_ptr, P)
     n_tiles = tl.cdiv(I, BLOCK_N)
     per_pair = n_tiles * SPLIT_K
     for it in range(pid, T * TOP_K * per_pair, P):
         rem = it % per_pair
-        _gate_up_item(x_ptr, ids_ptr, gw_ptr, act_ptr, gws_ptr, sem_ptr, it // per_pair, rem // SPLIT_K, rem % SPLIT_K,
+        _gate_up_item(x_ptr, ids_ptr + own, gw_ptr, act_ptr, gws_ptr, sem_ptr, it // per_pair, rem // SPLIT_K, rem % SPLIT_K,
                       n_tiles, H, I, TOP_K, G_K_PER, stride_x, g_we, g_wk, g_wn, stride_act, g_wt, BLOCK_N, BLOCK_K,
                       SPLIT_K, EW, EW_STAGES, G_SLAB)
     _backend.grid_barrier(bar_ptr, P)
@@ -804,7 +816,7 @@ CONFIG_KEYS = {"decode": DECODE_KEYS, "prefill": PREFILL_KEYS}
 # multiply-add on the CUDA cores (_ew_step) instead of a 16-row tl.dot; DOWN_ALL: one down program
 # per (token, column tile) runs all the token's slots (no K split, no partials or finishing program;
 # DOWN_SPLIT_K is then 1).
-DECODE_FLAGS = ("EW", "DOWN_EW", "DOWN_ALL", "PERSIST")
+DECODE_FLAGS = ("EW", "DOWN_EW", "DOWN_ALL", "PERSIST", "SELECT_EACH")
 CONFIG_FLAGS = {"decode": DECODE_FLAGS, "prefill": ()}
 
 # Weight tiles in flight per SM that the decode heuristic aims for: gemv.py's figure for the
@@ -1063,9 +1075,10 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
 
 
 def _decode_persistent(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None):
-    """The decode path in one launch (a config's PERSIST; _decode_persistent_kernel): at most one
-    program an SM, so all of them are resident at once and its grid barriers cannot wait on a
-    program that never runs; as many as the widest phase has items."""
+    """The decode path in one launch (a config's PERSIST; _decode_persistent_kernel; with
+    SELECT_EACH every program selects the top-k itself): at most one program an SM, so all of them are
+    resident at once and its grid barriers cannot wait on a program that never runs; as many as
+    the widest phase has items."""
     t, h = x2.shape
     e = router_w.shape[1]
     _, i, _, d_we, d_wk, d_wn, d_wt, d_slab = _geometry(down_w)
@@ -1081,8 +1094,10 @@ def _decode_persistent(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, 
     programs = 1 if _backend.is_interpret() else min(items, _backend.compute_units(dev))
     probs = torch.empty((t, e), dtype=torch.float32, device=dev)
     rws = torch.empty((r_split, t, e) if r_split > 1 else (1,), dtype=torch.float32, device=dev)
-    vals = torch.empty((t, top_k), dtype=torch.float32, device=dev)
-    ids = torch.empty((t, top_k), dtype=torch.int32, device=dev)
+    select_each = bool(cfg.get("SELECT_EACH", 0))
+    copies = programs if select_each else 1
+    vals = torch.empty((copies, t, top_k), dtype=torch.float32, device=dev)
+    ids = torch.empty((copies, t, top_k), dtype=torch.int32, device=dev)
     act = torch.empty((pairs, i), dtype=x2.dtype, device=dev)
     gws = torch.empty((pairs * g_split * 2 * i,) if g_split > 1 else (1,), dtype=torch.float32, device=dev)
     sem = _backend.semaphores(dev, pairs * tiles)
@@ -1096,7 +1111,7 @@ def _decode_persistent(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, 
         BLOCK_ALL=max(16, _backend.next_pow2(e)), TOPK_P2=_backend.next_pow2(top_k),
         ROWS_T=min(16, _backend.next_pow2(t)), SORT_TOPK=ROUTER_SORT_TOPK, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=g_split,
         DOWN_BLOCK_N=d_bn, DOWN_BLOCK_K=cfg["DOWN_BLOCK_K"], HAS_RES=r2 is not None, PDL=pdl, EW=ew, DOWN_EW=down_ew,
-        EW_STAGES=cfg["num_stages"] if ew or down_ew else None, G_SLAB=g_slab, D_SLAB=d_slab,
+        EW_STAGES=cfg["num_stages"] if ew or down_ew else None, G_SLAB=g_slab, D_SLAB=d_slab, SELECT_EACH=select_each,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_backend.pdl_kw(pdl))
     _backend.count("moe.decode")
     _backend.count("moe.decode_persistent")
