@@ -133,16 +133,6 @@ SWEEP_DECODE = [
     ((128, 64, 2), (16, 256, 1, 1, 1), 4, 3),
     ((128, 64, 2), (32, 128, 1, 1, 1), 4, 3),
     ((128, 64, 2), (16, 512, 1, 1, 1), 4, 3),
-    # the whole block in one launch (PERSIST: grid barriers between the router, top-k, gate/up and
-    # down phases; its down is always the all-slots form), at most one program an SM
-    ((128, 64, 2, 0, 1), (16, 128, 1, 0, 1), 4, 4),
-    ((64, 128, 2, 0, 1), (16, 128, 1, 0, 1), 4, 4),
-    ((32, 128, 1, 0, 1), (16, 128, 1, 0, 1), 4, 4),
-    ((128, 64, 2, 0, 1), (16, 256, 1, 1, 1), 4, 3),
-    ((128, 32, 2, 1, 1), (16, 256, 1, 1, 1), 4, 3),
-    # ... every program selecting the top-k itself (SELECT_EACH: one grid barrier fewer)
-    ((128, 64, 2, 0, 1, 1), (16, 128, 1, 0, 1), 4, 4),
-    ((64, 128, 2, 0, 1, 1), (16, 128, 1, 0, 1), 4, 4),
 ]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) of the prefill kernels
 SWEEP_PREFILL = [
@@ -265,12 +255,12 @@ def active_bytes(sh, tokens, hit):
 
 
 def decode_config(gate_up, down, warps, stages) -> dict:
-    """A SWEEP_DECODE entry as the launcher's config dict (moe.DECODE_KEYS; the switches EW,
-    PERSIST, SELECT_EACH, DOWN_EW and DOWN_ALL only where on, as a tuned entry holds them)."""
-    names = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "EW")
-    c = dict(zip(names + ("PERSIST", "SELECT_EACH"), gate_up),
-             **{f"DOWN_{n}": v for n, v in zip(names + ("ALL",), down)}, num_warps=warps, num_stages=stages)
-    return {k: v for k, v in c.items() if not (k.endswith(("EW", "ALL", "PERSIST", "SELECT_EACH")) and not v)}
+    """A SWEEP_DECODE entry as the launcher's config dict (moe.DECODE_KEYS; EW, DOWN_EW and DOWN_ALL
+    only where on, as a tuned entry holds them)."""
+    names = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "EW", "ALL")
+    c = dict(zip(names[:4], gate_up), **{f"DOWN_{n}": v for n, v in zip(names, down)}, num_warps=warps,
+             num_stages=stages)
+    return {k: v for k, v in c.items() if not (k.endswith(("EW", "ALL")) and not v)}
 
 
 def sweep_configs(env, tokens):

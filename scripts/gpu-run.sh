@@ -27,8 +27,7 @@
 #        layout against the shipped one (ab_step.py), and "knockout": the step with each fusible launch
 #        left out (benchmarks/knockout.py), the floor a fusion of it can reach, "barrier": two reads in one launch across a grid-wide
 #        barrier against one launch and two (bench_launch_floor.py --barrier), "down-all": the down
-#        launch with all of a token's slots in each program forced in the step, "persist": the block in
-#        one launch across grid barriers (PERSIST) forced in the step, "critical": each launch's
+#        launch with all of a token's slots in each program forced in the step, "critical": each launch's
 #        share of the step's critical path (profile_decode.py --sequence); MOEDECODE_PARTS picks
 #        parts (default "floor sweep sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
 #        in WORK for a next call on the same warm machine, which then skips making them;
@@ -199,9 +198,6 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       # the down launch with all of a token's slots in each program (moe.decode's DOWN_ALL), forced in the step
       down-all) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
                      --only DOWN_ALL=1 --rounds 2 --steps 30 --gpu-data h200) ;;
-      # the whole block in one launch across grid barriers (moe.decode's PERSIST), forced in the step
-      persist) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
-                    --only PERSIST=1 --rounds 2 --steps 30 --gpu-data h200) ;;
       # each launch's share of the step's critical path, launch by launch (PDL on)
       critical) cmd=(python3 benchmarks/profile_decode.py "$model" "$run" --paths graph --batches 1 --steps 30
                      --sequence --top 40 --json "$OUT/moedecode/critical-path.json") ;;
@@ -211,7 +207,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                      --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
                      --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
                      --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
-      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, persist, critical)"
+      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, critical)"
          continue ;;
       esac
       log "moedecode $part"

@@ -85,8 +85,7 @@ PTR_DTYPES = {
                "TOK": torch.int64},
     "moe": {"ids_ptr": torch.int64, "rows_ptr": torch.int32, "bexp_ptr": torch.int32, "wts_ptr": torch.float32,
             "vals_ptr": torch.float32, "p_ptr": torch.float32, "y_ptr": torch.float32, "ws_ptr": torch.float32,
-            "sem_ptr": torch.int32, "cur_ptr": torch.int32, "rws_ptr": torch.float32, "gws_ptr": torch.float32,
-            "bar_ptr": torch.int32},
+            "sem_ptr": torch.int32, "cur_ptr": torch.int32},
 }
 
 
@@ -378,19 +377,6 @@ def cases(cuda: bool = False):
     yield ("moe decode down all slots EW N-major + residual", moe._decode_down_kernel, [({}, 4, 3)], bf16,
            dict(TOP_K=8, RULE=0, BLOCK_N=16, BLOCK_K=256, SPLIT_K=1, HAS_RES=True, ALL_SLOTS=True, EW=True,
                 EW_STAGES=3, **nm))
-    # the decode block in one launch (PERSIST): router, top-k, gate/up and down across grid barriers,
-    # at the H200's one-token tiles, dot and EW
-    pk = dict(TOP_K=8, RULE=1, R_BLOCK_K=256, R_BLOCK_E=16, R_SPLIT=8, BLOCK_ALL=128, TOPK_P2=8, ROWS_T=1,
-              SORT_TOPK=True, HAS_RES=True, G_SLAB=0, D_SLAB=0, g_wn=1, d_wn=1, PDL=False)
-    yield ("moe decode persistent", moe._decode_persistent_kernel, [({}, 4, 4)], bf16,
-           dict(pk, BLOCK_N=128, BLOCK_K=64, SPLIT_K=2, DOWN_BLOCK_N=64, DOWN_BLOCK_K=128, EW=False, DOWN_EW=False,
-                EW_STAGES=None))
-    yield ("moe decode persistent, each program selecting", moe._decode_persistent_kernel, [({}, 4, 4)], bf16,
-           dict(pk, BLOCK_N=128, BLOCK_K=64, SPLIT_K=2, DOWN_BLOCK_N=16, DOWN_BLOCK_K=128, EW=False, DOWN_EW=False,
-                EW_STAGES=None, SELECT_EACH=True))
-    yield ("moe decode persistent EW", moe._decode_persistent_kernel, [({}, 4, 3)], bf16,
-           dict(pk, BLOCK_N=32, BLOCK_K=128, SPLIT_K=1, DOWN_BLOCK_N=16, DOWN_BLOCK_K=256, EW=True, DOWN_EW=True,
-                EW_STAGES=3))
     yield ("moe grouped gate/up blocked m64", moe._grouped_gate_up_kernel, [({}, 8, 2)], bf16,
            dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_B=moe.GROUP_BLOCKS, **bl))
     yield ("moe grouped down blocked m64", moe._grouped_down_kernel, [({}, 8, 2)], bf16,

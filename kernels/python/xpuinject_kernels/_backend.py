@@ -201,40 +201,6 @@ def semaphores(device: torch.device, n: int) -> torch.Tensor:
     return t
 
 
-_BARRIERS: Dict[tuple, torch.Tensor] = {}
-
-
-def barrier_words(device: torch.device) -> torch.Tensor:
-    """The device's grid-barrier words [count, generation] (int32, grid_barrier's): one pair for
-    every launch on a stream, since a launch's programs pass their barriers before the next
-    launch's programs reach theirs."""
-    key = (device.type, device.index)
-    t = _BARRIERS.get(key)
-    if t is None:
-        t = _BARRIERS[key] = torch.zeros(2, dtype=torch.int32, device=device)
-    return t
-
-
-@triton.jit
-def grid_barrier(bar_ptr, nprog):
-    """Every program of a grid of nprog waits here until all have arrived, and each sees the
-    others' writes from before it. bar_ptr: barrier_words. The generation is read before arriving;
-    the last to arrive puts the count back to 0 and then advances the generation, which the others
-    poll (acquire loads: a plain load's poll would be hoisted out of the loop). A grid must fit on
-    the device at once: a program that is not resident never arrives. The CUDA programming guide's
-    grid synchronization, spelled in Triton's atomics."""
-    tl.debug_barrier()
-    gen = tl.atomic_add(bar_ptr + 1, 0, sem="acquire")
-    if tl.atomic_add(bar_ptr, 1, sem="acq_rel") == nprog - 1:
-        tl.atomic_xchg(bar_ptr, 0, sem="relaxed")
-        tl.atomic_add(bar_ptr + 1, 1, sem="release")
-    else:
-        cur = gen
-        while cur == gen:
-            cur = tl.atomic_add(bar_ptr + 1, 0, sem="acquire")
-    tl.debug_barrier()
-
-
 # Programmatic dependent launch (CUDA, compute capability 9.0 and later): a decode step is a chain
 # of short launches, and with it each kernel's programs are resident before the one ahead of it
 # has drained, waiting in `griddepcontrol.wait`, rather than launched after it. Every kernel that

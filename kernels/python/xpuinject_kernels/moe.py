@@ -35,10 +35,7 @@ Two expert paths, both reading only the experts hit:
       given to `moe` is added there too (the decoder layer's add after the block). A config's
       DOWN_ALL instead gives each (token, column tile) one down program that runs the token's
       slots one after another and sums them as that finishing program does: no partials, no
-      semaphore, the same bits. A config's PERSIST (CUDA, where the router selects its own top-k)
-      runs the router, its top-k, gate/up and that all-slots down in one launch of at most one
-      program an SM, a grid barrier (_backend.grid_barrier) where a launch would end: the same
-      bits again, one launch instead of three.
+      semaphore, the same bits.
   prefill: the (token, slot) pairs are grouped by expert on the device (a histogram and prefix
       sum, then per-expert atomic cursors: two launches) and laid out in BLOCK_M-row blocks, each
       block one expert's (padded with -1); a grouped GEMM over the blocks (tl.dot; GROUP_BLOCKS
@@ -293,17 +290,9 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
     16-row tl.dot (row 0 the token's, the rest zeros), or EW (_ew_step); the split that finishes
     last sums the splits in split order and writes silu(gate) * up."""
     _backend.pdl_wait(PDL)
-    _gate_up_item(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, tl.program_id(0), tl.program_id(1),
-                  tl.program_id(2), tl.num_programs(1), H, I, TOP_K, K_PER_SPLIT, stride_x, stride_we, stride_wk,
-                  stride_wn, stride_act, stride_wt, BLOCK_N, BLOCK_K, SPLIT_K, EW, EW_STAGES, SLAB)
-
-
-@triton.jit
-def _gate_up_item(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, pair, pid_n, pid_k, N_TILES, H, I, TOP_K,
-                  K_PER_SPLIT, stride_x, stride_we, stride_wk, stride_wn, stride_act, stride_wt,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EW: tl.constexpr,
-                  EW_STAGES: tl.constexpr, SLAB: tl.constexpr):
-    """_decode_gate_up_kernel's work for (pair, column tile pid_n of N_TILES, K split pid_k)."""
+    pair = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
     tok = (pair // TOP_K).to(tl.int64)
     e = tl.load(ids_ptr + pair).to(tl.int64)
     wty = w_ptr.dtype.element_ty
@@ -345,7 +334,7 @@ def _gate_up_item(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, pair, pid_n, 
         tl.store(part, gv, mask=n_ok)
         tl.store(part + I, uv, mask=n_ok)
         tl.debug_barrier()
-        sem = sem_ptr + pair * N_TILES + pid_n
+        sem = sem_ptr + pair * tl.num_programs(1) + pid_n
         arrived = tl.atomic_add(sem, 1)
         if arrived == SPLIT_K - 1:
             gv = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -474,18 +463,8 @@ def _decode_down_all_slots(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, 
                            SLAB: tl.constexpr):
     """_decode_down_kernel's ALL_SLOTS form: program (token, column tile)."""
     _backend.pdl_wait(PDL)
-    _down_all_item(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, tl.program_id(0), tl.program_id(1), H, I,
-                   stride_act, stride_we, stride_wk, stride_wn, stride_out, stride_res, stride_wt, TOP_K, RULE, BLOCK_N,
-                   BLOCK_K, HAS_RES, EW, EW_STAGES, SLAB)
-
-
-@triton.jit
-def _down_all_item(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, tok, pid_n, H, I, stride_act, stride_we,
-                   stride_wk, stride_wn, stride_out, stride_res, stride_wt, TOP_K: tl.constexpr,
-                   RULE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, HAS_RES: tl.constexpr,
-                   EW: tl.constexpr, EW_STAGES: tl.constexpr, SLAB: tl.constexpr):
-    """The down rows of token tok for column tile pid_n, all of its slots (_decode_down_all_slots)."""
-    tok = tok.to(tl.int64)
+    tok = tl.program_id(0).to(tl.int64)
+    pid_n = tl.program_id(1)
     oty: tl.constexpr = out_ptr.dtype.element_ty
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < H
@@ -504,86 +483,6 @@ def _down_all_item(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, tok, pid
     out = _add_residual(out, res_ptr + tok * stride_res + offs_n, n_ok, oty, HAS_RES)
     tl.store(out_ptr + tok * stride_out + offs_n, out, mask=n_ok)
 
-
-
-@triton.jit
-def _router_item(x_ptr, w_ptr, p_ptr, ws_ptr, pid_e, pid_s, T, H, E, K_PER_SPLIT, stride_x, stride_w, stride_p,
-                 BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, SPLIT_K: tl.constexpr):
-    """_router_kernel's logits for the first token tile, expert tile pid_e and split pid_s, without
-    its norm: the rounded logits (SPLIT_K 1) or the split's fp32 partials, stored for _select_topk."""
-    offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
-    e_ok = offs_e < E
-    k_lo = pid_s * K_PER_SPLIT
-    k_hi = tl.minimum(k_lo + K_PER_SPLIT, H)
-    offs_t = tl.arange(0, BLOCK_T)
-    t_ok = offs_t < T
-    rows = offs_t.to(tl.int64)
-    acc = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = offs_k < k_hi
-        w = tl.load(w_ptr + offs_k.to(tl.int64)[:, None] * stride_w + offs_e[None, :],
-                    mask=k_ok[:, None] & e_ok[None, :], other=0.0)
-        x = tl.load(x_ptr + rows[:, None] * stride_x + offs_k[None, :], mask=t_ok[:, None] & k_ok[None, :], other=0.0)
-        acc = tl.dot(x.to(w_ptr.dtype.element_ty), w, acc)
-    if SPLIT_K == 1:
-        acc = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
-        tl.store(p_ptr + rows[:, None] * stride_p + offs_e[None, :], acc, mask=t_ok[:, None] & e_ok[None, :])
-    else:
-        tl.store(ws_ptr + (pid_s * T + rows[:, None]) * E + offs_e[None, :], acc, mask=t_ok[:, None] & e_ok[None, :])
-
-
-@triton.jit
-def _decode_persistent_kernel(x_ptr, rw_ptr, gw_ptr, dw_ptr, out_ptr, res_ptr, act_ptr, ids_ptr, vals_ptr, p_ptr,
-                              rws_ptr, gws_ptr, sem_ptr, bar_ptr, T, H, I, E, R_K_PER, G_K_PER, stride_x, stride_rw,
-                              stride_p, g_we, g_wk, g_wn, g_wt, d_we, d_wk, d_wn, d_wt, stride_act, stride_out,
-                              stride_res, TOP_K: tl.constexpr, RULE: tl.constexpr, R_BLOCK_K: tl.constexpr,
-                              R_BLOCK_E: tl.constexpr, R_SPLIT: tl.constexpr, BLOCK_ALL: tl.constexpr,
-                              TOPK_P2: tl.constexpr, ROWS_T: tl.constexpr, SORT_TOPK: tl.constexpr,
-                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                              DOWN_BLOCK_N: tl.constexpr, DOWN_BLOCK_K: tl.constexpr, HAS_RES: tl.constexpr,
-                              PDL: tl.constexpr, EW: tl.constexpr, DOWN_EW: tl.constexpr, EW_STAGES: tl.constexpr,
-                              G_SLAB: tl.constexpr, D_SLAB: tl.constexpr, SELECT_EACH: tl.constexpr = False):
-    """The whole decode block in one launch of programs that all fit on the device at once, each
-    taking the items of every phase in turn (item pid, pid + P, ...), a grid barrier between
-    phases where the launches would end: the router's logits (_router_item), program 0's softmax
-    and top-k (_select_topk), gate/up (_gate_up_item, its splits' finisher as in its launch), the
-    down rows with all of a token's slots (_down_all_item). The same work and order of sums as
-    the three launches with DOWN_ALL, so the same bits. SELECT_EACH: every program selects the
-    top-k itself into its own row of ids and vals ([P, T, TOP_K]) and takes its gate/up items'
-    experts from it, one grid barrier fewer; the down phase reads program 0's row."""
-    pid = tl.program_id(0)
-    P = tl.num_programs(0)
-    _backend.pdl_wait(PDL)
-    e_tiles = tl.cdiv(E, R_BLOCK_E)
-    for it in range(pid, e_tiles * R_SPLIT, P):
-        _router_item(x_ptr, rw_ptr, p_ptr, rws_ptr, it % e_tiles, it // e_tiles, T, H, E, R_K_PER, stride_x, stride_rw,
-                     stride_p, 16, R_BLOCK_K, R_BLOCK_E, R_SPLIT)
-    _backend.grid_barrier(bar_ptr, P)
-    if SELECT_EACH:
-        own = pid * T * TOP_K
-        _select_topk(p_ptr, rws_ptr, ids_ptr + own, vals_ptr + own, 0, T, E, stride_p, x_ptr.dtype.element_ty, 16,
-                     ROWS_T, BLOCK_ALL, R_SPLIT, TOP_K, -1, TOPK_P2, SORT_TOPK)
-        tl.debug_barrier()  # the program's own stores, read back by its other threads
-    else:
-        own = 0
-        if pid == 0:
-            _select_topk(p_ptr, rws_ptr, ids_ptr, vals_ptr, 0, T, E, stride_p, x_ptr.dtype.element_ty, 16, ROWS_T,
-                         BLOCK_ALL, R_SPLIT, TOP_K, -1, TOPK_P2, SORT_TOPK)
-        _backend.grid_barrier(bar_ptr, P)
-    n_tiles = tl.cdiv(I, BLOCK_N)
-    per_pair = n_tiles * SPLIT_K
-    for it in range(pid, T * TOP_K * per_pair, P):
-        rem = it % per_pair
-        _gate_up_item(x_ptr, ids_ptr + own, gw_ptr, act_ptr, gws_ptr, sem_ptr, it // per_pair, rem // SPLIT_K, rem % SPLIT_K,
-                      n_tiles, H, I, TOP_K, G_K_PER, stride_x, g_we, g_wk, g_wn, stride_act, g_wt, BLOCK_N, BLOCK_K,
-                      SPLIT_K, EW, EW_STAGES, G_SLAB)
-    _backend.grid_barrier(bar_ptr, P)
-    d_tiles = tl.cdiv(H, DOWN_BLOCK_N)
-    for it in range(pid, T * d_tiles, P):
-        _down_all_item(act_ptr, ids_ptr, vals_ptr, dw_ptr, out_ptr, res_ptr, it // d_tiles, it % d_tiles, H, I,
-                       stride_act, d_we, d_wk, d_wn, stride_out, stride_res, d_wt, TOP_K, RULE, DOWN_BLOCK_N,
-                       DOWN_BLOCK_K, HAS_RES, DOWN_EW, EW_STAGES, D_SLAB)
 
 @triton.jit
 def _block_tile(NBLOCKS, N_TILES, GROUP_B: tl.constexpr):
@@ -816,7 +715,7 @@ CONFIG_KEYS = {"decode": DECODE_KEYS, "prefill": PREFILL_KEYS}
 # multiply-add on the CUDA cores (_ew_step) instead of a 16-row tl.dot; DOWN_ALL: one down program
 # per (token, column tile) runs all the token's slots (no K split, no partials or finishing program;
 # DOWN_SPLIT_K is then 1).
-DECODE_FLAGS = ("EW", "DOWN_EW", "DOWN_ALL", "PERSIST", "SELECT_EACH")
+DECODE_FLAGS = ("EW", "DOWN_EW", "DOWN_ALL")
 CONFIG_FLAGS = {"decode": DECODE_FLAGS, "prefill": ()}
 
 # Weight tiles in flight per SM that the decode heuristic aims for: gemv.py's figure for the
@@ -912,28 +811,6 @@ def launch_config(path: str, device: torch.device, h: int, i: int, e: int, top_k
     return cfg
 
 
-def _router_geometry(t: int, h: int, e: int, top_k: int, norm: bool) -> Tuple[int, int, int, int, int, bool]:
-    """The router launch's (token tile, expert tile, K step, K per split, splits, weights loaded
-    before the PDL wait), which the persistent decode path's router phase takes too: the same
-    tiles and splits sum the same logits to the same bits."""
-    interp = _backend.is_interpret()
-    # 16 x 16 logit tiles; a prefill's 64-token tiles read the router once per 64 tokens (16 with
-    # the top-k: its int64 keys, one per expert, stay in registers).
-    block_t = 16 if t <= DECODE_MAX_TOKENS or interp or top_k else 64
-    block_e = 16
-    block_k = min(64 if interp else 128, max(16, _backend.next_pow2(h)))
-    grid_te = _backend.cdiv(t, block_t) * _backend.cdiv(e, block_e)
-    # At decode the tiles alone are few (8 for Qwen3-30B-A3B's 128 experts, 1 for Mixtral's 8),
-    # each streaming the whole hidden size: split it so about ROUTER_PROGRAMS programs read.
-    split = max(1, min(_backend.cdiv(h, block_k), ROUTER_PROGRAMS // grid_te)) if t <= DECODE_MAX_TOKENS else 1
-    k_per, split = _split(h, block_k, split)
-    # the weight tile held in registers across the wait: up to 16 KB (a 512-deep split of 16 experts)
-    w_early = t <= DECODE_MAX_TOKENS and ROUTER_W_EARLY and _backend.next_pow2(k_per) * block_e <= ROUTER_EARLY_ELEMS
-    if norm or w_early:  # one step per split: the norm in the loop runs once
-        block_k = _backend.next_pow2(k_per)
-    return block_t, block_e, block_k, k_per, split, w_early
-
-
 def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, router: Optional[str] = None,
                   norm: Optional[tuple] = None):
     """softmax(round(x2 @ router_w)) [T, E] fp32, from programs over (token, expert tile); with
@@ -952,8 +829,21 @@ def _router_probs(x2: torch.Tensor, router_w: torch.Tensor, top_k: int = 0, rout
         return (vals, ids) if top_k else probs
     _backend.require_runnable(x2, "moe")
     interp = _backend.is_interpret()
-    block_t, block_e, block_k, k_per, split, w_early = _router_geometry(t, h, e, top_k, norm is not None)
+    # 16 x 16 logit tiles; a prefill's 64-token tiles read the router once per 64 tokens (16 with
+    # the top-k: its int64 keys, one per expert, stay in registers).
+    block_t = 16 if t <= DECODE_MAX_TOKENS or interp or top_k else 64
+    block_e = 16
+    block_k = min(64 if interp else 128, max(16, _backend.next_pow2(h)))
+    grid_te = _backend.cdiv(t, block_t) * _backend.cdiv(e, block_e)
+    # At decode the tiles alone are few (8 for Qwen3-30B-A3B's 128 experts, 1 for Mixtral's 8),
+    # each streaming the whole hidden size: split it so about ROUTER_PROGRAMS programs read.
+    split = max(1, min(_backend.cdiv(h, block_k), ROUTER_PROGRAMS // grid_te)) if t <= DECODE_MAX_TOKENS else 1
+    k_per, split = _split(h, block_k, split)
     decode = t <= DECODE_MAX_TOKENS
+    # the weight tile held in registers across the wait: up to 16 KB (a 512-deep split of 16 experts)
+    w_early = decode and ROUTER_W_EARLY and _backend.next_pow2(k_per) * block_e <= ROUTER_EARLY_ELEMS
+    if norm is not None or w_early:  # one step per split: the norm in the loop runs once
+        block_k = _backend.next_pow2(k_per)
     grid = (_backend.cdiv(t, block_t), _backend.cdiv(e, block_e), split)
     ws = torch.empty((split, t, e) if split > 1 else (1,), dtype=torch.float32, device=x2.device)
     sem = _backend.semaphores(x2.device, grid[0])
@@ -1034,9 +924,6 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     _, i, _, d_we, d_wk, d_wn, d_wt, d_slab = _geometry(down_w)
     _, _, _, g_we, g_wk, g_wn, g_wt, g_slab = _geometry(gate_up_w)
     dev = x2.device
-    if cfg.get("PERSIST") and norm is None and fused_topk(dev):
-        _decode_persistent(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2)
-        return
     if norm is not None:
         s2 = torch.empty((t, h), dtype=x2.dtype, device=dev)
         n2 = torch.empty((t, h), dtype=x2.dtype, device=dev)
@@ -1072,49 +959,6 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     if ew or down_ew:
         _backend.count("moe.decode_ew")
 
-
-
-def _decode_persistent(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None):
-    """The decode path in one launch (a config's PERSIST; _decode_persistent_kernel; with
-    SELECT_EACH every program selects the top-k itself): at most one program an SM, so all of them are
-    resident at once and its grid barriers cannot wait on a program that never runs; as many as
-    the widest phase has items."""
-    t, h = x2.shape
-    e = router_w.shape[1]
-    _, i, _, d_we, d_wk, d_wn, d_wt, d_slab = _geometry(down_w)
-    _, _, _, g_we, g_wk, g_wn, g_wt, g_slab = _geometry(gate_up_w)
-    dev = x2.device
-    _, r_be, r_bk, r_kper, r_split, _ = _router_geometry(t, h, e, top_k, False)
-    pairs = t * top_k
-    bn, bk = cfg["BLOCK_N"], cfg["BLOCK_K"]
-    g_kper, g_split = _split(h, bk, cfg["SPLIT_K"])
-    tiles = _backend.cdiv(i, bn)
-    d_bn = cfg["DOWN_BLOCK_N"]
-    items = max(_backend.cdiv(e, r_be) * r_split, pairs * tiles * g_split, t * _backend.cdiv(h, d_bn))
-    programs = 1 if _backend.is_interpret() else min(items, _backend.compute_units(dev))
-    probs = torch.empty((t, e), dtype=torch.float32, device=dev)
-    rws = torch.empty((r_split, t, e) if r_split > 1 else (1,), dtype=torch.float32, device=dev)
-    select_each = bool(cfg.get("SELECT_EACH", 0))
-    copies = programs if select_each else 1
-    vals = torch.empty((copies, t, top_k), dtype=torch.float32, device=dev)
-    ids = torch.empty((copies, t, top_k), dtype=torch.int32, device=dev)
-    act = torch.empty((pairs, i), dtype=x2.dtype, device=dev)
-    gws = torch.empty((pairs * g_split * 2 * i,) if g_split > 1 else (1,), dtype=torch.float32, device=dev)
-    sem = _backend.semaphores(dev, pairs * tiles)
-    pdl = _backend.pdl(dev)
-    ew, down_ew = bool(cfg.get("EW", 0)), bool(cfg.get("DOWN_EW", 0))
-    _decode_persistent_kernel[(programs,)](
-        x2, router_w, gate_up_w, down_w, o2, o2 if r2 is None else r2, act, ids, vals, probs, rws, gws, sem,
-        _backend.barrier_words(dev), t, h, i, e, r_kper, g_kper, x2.stride(0), router_w.stride(0), probs.stride(0),
-        g_we, g_wk, g_wn, g_wt, d_we, d_wk, d_wn, d_wt, act.stride(0), o2.stride(0), 0 if r2 is None else r2.stride(0),
-        TOP_K=top_k, RULE=_RULE[router], R_BLOCK_K=r_bk, R_BLOCK_E=r_be, R_SPLIT=r_split,
-        BLOCK_ALL=max(16, _backend.next_pow2(e)), TOPK_P2=_backend.next_pow2(top_k),
-        ROWS_T=min(16, _backend.next_pow2(t)), SORT_TOPK=ROUTER_SORT_TOPK, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=g_split,
-        DOWN_BLOCK_N=d_bn, DOWN_BLOCK_K=cfg["DOWN_BLOCK_K"], HAS_RES=r2 is not None, PDL=pdl, EW=ew, DOWN_EW=down_ew,
-        EW_STAGES=cfg["num_stages"] if ew or down_ew else None, G_SLAB=g_slab, D_SLAB=d_slab, SELECT_EACH=select_each,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_backend.pdl_kw(pdl))
-    _backend.count("moe.decode")
-    _backend.count("moe.decode_persistent")
 
 # Row blocks the grouped GEMMs run through all their column tiles at a time (_block_tile): a
 # 2048-token Qwen3-30B-A3B prefill's 8 blocks hold 4 MB of activation rows, well within L2.
