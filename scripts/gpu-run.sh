@@ -27,7 +27,9 @@
 #        layout against the shipped one (ab_step.py), and "knockout": the step with each fusible launch
 #        left out (benchmarks/knockout.py), the floor a fusion of it can reach, "barrier": two reads in one launch across a grid-wide
 #        barrier against one launch and two (bench_launch_floor.py --barrier), "down-all": the down
-#        launch with all of a token's slots in each program forced in the step, "critical": each launch's
+#        launch with all of a token's slots in each program forced in the step, "nmajor-experts": the
+#        step with N-major experts (XPUINJECT_MOE_NMAJOR=1) against packed ones, "step-moe-nmajor":
+#        every moe.decode candidate forced in the step on N-major experts, "critical": each launch's
 #        share of the step's critical path (profile_decode.py --sequence); MOEDECODE_PARTS picks
 #        parts (default "floor sweep sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
 #        in WORK for a next call on the same warm machine, which then skips making them;
@@ -195,6 +197,14 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                    --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
       nmajor) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped --variant nmajor:XPUINJECT_NMAJOR=1
                    --rounds 2 --json "$OUT/moedecode/nmajor.json") ;;
+      # the experts N-major (XPUINJECT_MOE_NMAJOR=1) at the shipped configs, alone and with the attention's too
+      nmajor-experts) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
+                           --variant experts-nmajor:XPUINJECT_MOE_NMAJOR=1
+                           --variant all-nmajor:XPUINJECT_MOE_NMAJOR=1,XPUINJECT_NMAJOR=1
+                           --rounds 2 --json "$OUT/moedecode/nmajor-experts.json") ;;
+      # every moe.decode candidate in the step on N-major experts ("shipped" there: the K-major config on them)
+      step-moe-nmajor) cmd=(env XPUINJECT_MOE_NMAJOR=1 python3 benchmarks/step_configs.py "$model" "$run"
+                            --kernel moe.decode --key hidden=2048,tokens=1 --rounds 1 --steps 30 --gpu-data h200) ;;
       # the down launch with all of a token's slots in each program (moe.decode's DOWN_ALL), forced in the step
       down-all) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
                      --only DOWN_ALL=1 --rounds 2 --steps 30 --gpu-data h200) ;;
@@ -207,7 +217,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                      --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
                      --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
                      --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
-      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, critical)"
+      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, critical)"
          continue ;;
       esac
       log "moedecode $part"

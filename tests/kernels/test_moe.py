@@ -748,6 +748,35 @@ def test_experts_blocked_at_load_where_the_switch_says(monkeypatch):
     assert packing.decode_layout("RouterMoE", "down_weight", down) is down
 
 
+def test_experts_nmajor_at_load_where_the_switch_says(device, monkeypatch):
+    """packing.decode_layout: XPUINJECT_MOE_NMAJOR=1 loads a MoE layer's experts as the [E, K, N]
+    view of their N-major copy (each expert's rows of contiguous K), the same values, which the
+    block reads to the packed layout's output on both paths; with XPUINJECT_MOE_SLAB too it is an
+    error naming both."""
+    from xpuinject_kernels import packing
+
+    router, gate_up, down = weights(torch.bfloat16, h=96, i=40)
+    monkeypatch.delenv("XPUINJECT_MOE_SLAB", raising=False)
+    monkeypatch.setenv("XPUINJECT_MOE_NMAJOR", "1")
+    got = {r: packing.decode_layout("SparseMoE", r, w) for r, w in (("gate_up_weight", gate_up), ("down_weight", down))}
+    for r, w in (("gate_up_weight", gate_up), ("down_weight", down)):
+        assert got[r].shape == w.shape and torch.equal(got[r], w) and got[r].stride(1) == 1, r
+    o_w = down[0]
+    assert packing.decode_layout("Attention", "o_weight", o_w) is o_w  # the experts' switch only
+    x = torch.randn(3, 96, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    xs = [t.to(device) for t in (x, router, gate_up, down)]
+    nm = [xs[0], xs[1], got["gate_up_weight"].to(device), got["down_weight"].to(device)]
+    assert nm[2].stride(1) == 1 and nm[3].stride(1) == 1
+    for cfg in (dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=2, DOWN_BLOCK_N=32, DOWN_BLOCK_K=16, DOWN_SPLIT_K=2), None):
+        assert torch.equal(M.moe(*nm, 2, "softmax-topk", config=cfg), M.moe(*xs, 2, "softmax-topk", config=cfg))
+    monkeypatch.setenv("XPUINJECT_MOE_NMAJOR", "0")
+    assert packing.decode_layout("SparseMoE", "down_weight", down) is down
+    monkeypatch.setenv("XPUINJECT_MOE_NMAJOR", "1")
+    monkeypatch.setenv("XPUINJECT_MOE_SLAB", "32")
+    with pytest.raises(ValueError, match="XPUINJECT_MOE_NMAJOR and XPUINJECT_MOE_SLAB both set"):
+        packing.decode_layout("SparseMoE", "down_weight", down)
+
+
 @pytest.mark.parametrize("layout", ["packed", "nmajor"])
 @pytest.mark.parametrize("down", [dict(DOWN_BLOCK_N=32, DOWN_BLOCK_K=16), dict(DOWN_BLOCK_N=16, DOWN_BLOCK_K=32, DOWN_EW=1)])
 @pytest.mark.parametrize("tokens,rule,top_k", [(1, "softmax-topk-norm", 3), (5, "softmax-topk", 2),

@@ -6,8 +6,9 @@ router and experts as one fused moe call on the packed weights (contract.json `S
   xpuinject_router_weight   [hidden, experts]                K-major router
   xpuinject_gate_up_weight  [experts, hidden, 2*intermediate] each expert's K-major [gate | up]
   xpuinject_down_weight     [experts, intermediate, hidden]   each expert's K-major down
-(the two experts' tensors blocked instead, [experts, N / S, K, S], where XPUINJECT_MOE_SLAB=S says
-so: packing.decode_layout). The routing rule follows the block's router: Qwen3's renormalizes when
+(the two experts' tensors N-major instead, the same shapes over each expert's [N, K], where
+XPUINJECT_MOE_NMAJOR=1 says so, or blocked, [experts, N / S, K, S], where XPUINJECT_MOE_SLAB=S does:
+packing.decode_layout). The routing rule follows the block's router: Qwen3's renormalizes when
 gate.norm_topk_prob and rounds the weights to the activation dtype; Mixtral's (no such attribute) always renormalizes and
 keeps them fp32 (moe.py); GraniteMoE's (RouterMoE) softmaxes the top-k logits and rounds the
 weights, which is renormalizing then rounding. SharedExpertMoE also reads
