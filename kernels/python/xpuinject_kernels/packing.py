@@ -241,9 +241,8 @@ NMAJOR_ON_CUDA = False
 # The MoE layers' stacked experts, which every MoE kernel reads as packed ([E, K, N], K-major),
 # N-major (XPUINJECT_MOE_NMAJOR=1: each expert's [N, K], nn.Linear's own layout, seen as [E, K, N])
 # or blocked (moe.blocked: each tile of XPUINJECT_MOE_SLAB columns one contiguous run of memory).
-# On an H100 the experts' access pattern alone read N-major about 10 % faster, though the MoE block
-# alone took the same time at its best config either way (BENCHMARKS.md); off until the whole step
-# says otherwise.
+# On an H100 the whole decode step took 0.994x with the experts N-major and 0.984x with the
+# attention projections N-major too (BENCHMARKS.md); off until the H200 and the prefill path agree.
 MOE_EXPERT_ROLES = {(layer, role) for layer in ("SparseMoE", "RouterMoE", "SharedExpertMoE")
                     for role in ("gate_up_weight", "down_weight")}
 
