@@ -130,7 +130,7 @@ def _grid_barrier(cnt, nprog, spins, SPIN_MAX: tl.constexpr):
     cur = old + 1
     n = 0
     while (cur < target) & (n < SPIN_MAX):
-        cur = tl.atomic_add(cnt, 0, sem="acquire")  # an atomic: a plain load's poll is hoisted out
+        cur = tl.atomic_add(cnt, 0, sem="acquire")  # an atomic: a volatile load's poll was hoisted out
         n += 1
     if cur < target:
         tl.atomic_add(spins, 1)

@@ -782,7 +782,7 @@ def test_launch_floor_barrier_probe_reads_both_buffers_and_advances_its_counters
 
 
 def test_launch_floor_barrier_compiles_for_hopper_with_a_poll_that_reloads():
-    """The barrier's poll is an acquire load inside the loop (a plain load's poll is hoisted out of
+    """The barrier's poll is an acquire load inside the loop (a volatile load's poll was hoisted out of
     it and spins on a stale value) and its arrival an acq_rel atomic, compiled for sm_90 offline."""
     code = """
 import sys, triton
