@@ -567,15 +567,10 @@ def main(argv=None) -> int:
         packing.pack(m, "SparseMoE")  # the layout the offline packer writes, from the block's weights
         rw, gu, dn = (getattr(m, packed_attr("SparseMoE", r))
                       for r in ("router_weight", "gate_up_weight", "down_weight"))
-        if args.experts_layout == "nmajor":
-            gu, dn = (w.transpose(1, 2).contiguous().transpose(1, 2) for w in (gu, dn))
-        elif args.experts_layout == "blocked":
-            from xpuinject_kernels import moe as M
-
-            if gu.shape[2] // 2 % args.slab == 0:
-                gu = M.blocked(gu, args.slab)
-            if dn.shape[2] % args.slab == 0:
-                dn = M.blocked(dn, args.slab)
+        nmajor, slab = args.experts_layout == "nmajor", args.slab if args.experts_layout == "blocked" else 0
+        gu = packing.experts_layout("gate_up_weight", gu, nmajor, slab)
+        dn = packing.experts_layout("down_weight", dn, nmajor, slab)
+        if slab:
             benchlib.log(f"[moe] {name}: gate/up {tuple(gu.shape)}, down {tuple(dn.shape)}"
                          f"{'' if gu.dim() == dn.dim() == 4 else ' (a 3-D one as packed: its columns do not split)'}")
         for tokens in args.token_list:

@@ -272,17 +272,26 @@ def decode_layout(layer: str, role: str, t: torch.Tensor) -> torch.Tensor:
     if (layer, role) in NMAJOR_ROLES and t.dim() == 2 and t.stride(1) == 1 and nmajor_on(t.device):
         return t.t().contiguous().t()
     if (layer, role) in MOE_EXPERT_ROLES and t.dim() == 3:
-        if env_switch("XPUINJECT_MOE_NMAJOR"):
-            if moe_slab():
-                raise ValueError("xpuinject_kernels: environment variables XPUINJECT_MOE_NMAJOR and XPUINJECT_MOE_SLAB "
-                                 "both set: the experts load N-major or blocked, not both")
-            return t.transpose(1, 2).contiguous().transpose(1, 2)
-        slab = moe_slab()
-        n = t.shape[2] // 2 if role == "gate_up_weight" else t.shape[2]
-        if slab and n % slab == 0:
-            from .moe import blocked
+        nmajor, slab = bool(env_switch("XPUINJECT_MOE_NMAJOR")), moe_slab()
+        if nmajor and slab:
+            raise ValueError("xpuinject_kernels: environment variables XPUINJECT_MOE_NMAJOR and XPUINJECT_MOE_SLAB "
+                             "both set: the experts load N-major or blocked, not both")
+        return experts_layout(role, t, nmajor, slab)
+    return t
 
-            return blocked(t, slab)
+
+def experts_layout(role: str, t: torch.Tensor, nmajor: bool = False, slab: int = 0) -> torch.Tensor:
+    """A MoE layer's stacked experts t ([E, K, N], role gate_up_weight or down_weight) as the
+    kernels are to read them: the [E, K, N] view of their N-major copy (nmajor), their blocked
+    copy (moe.blocked) where their columns split into slab-wide tiles (gate/up's halves each),
+    else t itself."""
+    if nmajor:
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    n = t.shape[2] // 2 if role == "gate_up_weight" else t.shape[2]
+    if slab and n % slab == 0:
+        from .moe import blocked
+
+        return blocked(t, slab)
     return t
 
 
