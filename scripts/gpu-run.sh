@@ -29,7 +29,10 @@
 #        barrier against one launch and two (bench_launch_floor.py --barrier), "down-all": the down
 #        launch with all of a token's slots in each program forced in the step, "nmajor-experts": the
 #        step with N-major experts (XPUINJECT_MOE_NMAJOR=1) against packed ones, "step-moe-nmajor":
-#        every moe.decode candidate forced in the step on N-major experts, "critical": each launch's
+#        every moe.decode candidate forced in the step on N-major experts, "prefill-layouts": the block
+#        at 8, 64 and 2048 tokens on packed experts, then N-major ones, "prefill-sweep": its prefill
+#        launch configs on each, "step-moe-allnmajor": step-moe-nmajor with the attention N-major too
+#        (STEP_ONLY narrows the step-moe parts' candidates, STEP_ROUNDS their rounds), "critical": each launch's
 #        share of the step's critical path (profile_decode.py --sequence); MOEDECODE_PARTS picks
 #        parts (default "floor sweep sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
 #        in WORK for a next call on the same warm machine, which then skips making them;
@@ -189,7 +192,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       sweep-nmajor) cmd=(python3 benchmarks/bench_moe.py --out "$OUT/moedecode/moe-nmajor" --shapes qwen3-30b-a3b
                          --tokens 1,8 --sweep --experts-layout nmajor) ;;
       step-moe) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
-                     --rounds 1 --steps 30 --gpu-data h200) ;;
+                     --rounds "${STEP_ROUNDS:-1}" --steps 30 --gpu-data h200 ${STEP_ONLY:+--only "$STEP_ONLY"}) ;;
       # the attention projections at one row: QKV (its RoPE epilogue's class) and o_proj, EW candidates
       step-qkv) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel gemv --key k=2048,n=5120,m_bucket=1
                      --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
@@ -204,10 +207,21 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                            --rounds 2 --json "$OUT/moedecode/nmajor-experts.json") ;;
       # every moe.decode candidate in the step on N-major experts ("shipped" there: the K-major config on them)
       step-moe-nmajor) cmd=(env XPUINJECT_MOE_NMAJOR=1 python3 benchmarks/step_configs.py "$model" "$run"
-                            --kernel moe.decode --key hidden=2048,tokens=1 --rounds 1 --steps 30 --gpu-data h200) ;;
+                            --kernel moe.decode --key hidden=2048,tokens=1 --rounds "${STEP_ROUNDS:-1}" --steps 30
+                            --gpu-data h200 ${STEP_ONLY:+--only "$STEP_ONLY"}) ;;
+      # the same with the attention projections N-major too
+      step-moe-allnmajor) cmd=(env XPUINJECT_MOE_NMAJOR=1 XPUINJECT_NMAJOR=1 python3 benchmarks/step_configs.py
+                               "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
+                               --rounds "${STEP_ROUNDS:-1}" --steps 30 --gpu-data h200 ${STEP_ONLY:+--only "$STEP_ONLY"}) ;;
+      # the block's prefill launch configs at 64 and 2048 tokens on packed experts, then N-major ones
+      prefill-sweep) cmd=(bash -c 'for l in kmajor nmajor; do python3 benchmarks/bench_moe.py --out "$1/sweep-$l" \
+                            --shapes qwen3-30b-a3b --tokens 64,2048 --sweep --experts-layout $l || exit; cat "$1/sweep-$l/moe.md"; done' _ "$OUT/moedecode") ;;
       # the down launch with all of a token's slots in each program (moe.decode's DOWN_ALL), forced in the step
       down-all) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
                      --only DOWN_ALL=1 --rounds 2 --steps 30 --gpu-data h200) ;;
+      # the MoE block's prefill and small-batch paths on packed and on N-major experts, one after the other
+      prefill-layouts) cmd=(bash -c 'for l in kmajor nmajor; do python3 benchmarks/bench_moe.py --out "$1/moe-$l" \
+                              --shapes qwen3-30b-a3b --tokens 8,64,2048 --experts-layout $l || exit; cat "$1/moe-$l/moe.md"; done' _ "$OUT/moedecode") ;;
       # each launch's share of the step's critical path, launch by launch (PDL on)
       critical) cmd=(python3 benchmarks/profile_decode.py "$model" "$run" --paths graph --batches 1 --steps 30
                      --sequence --top 40 --json "$OUT/moedecode/critical-path.json") ;;
@@ -217,7 +231,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                      --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
                      --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
                      --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
-      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, critical)"
+      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, critical)"
          continue ;;
       esac
       log "moedecode $part"

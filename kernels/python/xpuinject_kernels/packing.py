@@ -241,8 +241,8 @@ NMAJOR_ON_CUDA = False
 # The MoE layers' stacked experts, which every MoE kernel reads as packed ([E, K, N], K-major),
 # N-major (XPUINJECT_MOE_NMAJOR=1: each expert's [N, K], nn.Linear's own layout, seen as [E, K, N])
 # or blocked (moe.blocked: each tile of XPUINJECT_MOE_SLAB columns one contiguous run of memory).
-# On an H100 the whole decode step took 0.994x with the experts N-major and 0.984x with the
-# attention projections N-major too (BENCHMARKS.md); off until the H200 and the prefill path agree.
+# On an H100, each at its best launch config, N-major took the whole decode step to 0.990x but the
+# prefill block to 1.02-1.03x (BENCHMARKS.md), so the experts stay K-major.
 MOE_EXPERT_ROLES = {(layer, role) for layer in ("SparseMoE", "RouterMoE", "SharedExpertMoE")
                     for role in ("gate_up_weight", "down_weight")}
 
