@@ -72,6 +72,8 @@ PTR_NAMES = {
     "attention": {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC", "SEM", "KN", "VN", "COS", "SIN", "QW", "KW"},
     "gemv": {"QO", "KC", "VC", "COS", "SIN", "COUNTER", "QW", "KW"},
     "greedy": {"LOGITS"},
+    "prologue": {"CUR", "POS_OFF", "KEY_VALID", "MASK", "WMASK", "POS", "TOK", "EMB", "EMB_OUT", "COS", "SIN", "COS_OUT",
+                 "SIN_OUT"},
     "rope_cache": {"Q", "K", "V", "QO", "KC", "VC", "COS", "SIN", "COUNTER", "QW", "KW"},
     "rope": {"Q", "K", "QO", "KO", "COS", "SIN", "QW", "KW"},
 }
@@ -83,6 +85,8 @@ PTR_DTYPES = {
     "greedy": {"WS_V": torch.float32, "WS_I": torch.int32, "SEM": torch.int32, "UNFINISHED": torch.bool,
                "N_GEN": torch.int64, "OUT": torch.int64, "CUR": torch.int64, "PAD": torch.int64, "EOS": torch.int64,
                "TOK": torch.int64},
+    "prologue": {"CUR": torch.int64, "POS_OFF": torch.int64, "POS": torch.int64, "TOK": torch.int64,
+                 "KEY_VALID": torch.bool, "MASK": torch.bool, "WMASK": torch.bool},
     "moe": {"ids_ptr": torch.int64, "rows_ptr": torch.int32, "bexp_ptr": torch.int32, "wts_ptr": torch.float32,
             "vals_ptr": torch.float32, "p_ptr": torch.float32, "y_ptr": torch.float32, "ws_ptr": torch.float32,
             "sem_ptr": torch.int32, "cur_ptr": torch.int32},
@@ -130,7 +134,7 @@ def cases(cuda: bool = False):
     only CUDA launches, and the GEMM at CUDA's configs (scripts/cuda_compile_check.py)."""
     import importlib
 
-    from xpuinject_kernels import _backend, attention, gemv, greedy, moe, rmsnorm, rope, rope_cache
+    from xpuinject_kernels import _backend, attention, gemv, greedy, moe, prologue, rmsnorm, rope, rope_cache
 
     gemm = importlib.import_module("xpuinject_kernels.gemm")  # the package exports gemm() itself
 
@@ -309,6 +313,12 @@ def cases(cuda: bool = False):
            dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=1, BLOCK_N=64, BLOCK_K=64, SPLIT_K=4, ROPE=True, NORM_QK=True,
                 NORM_ROUND=True, EW=True, EW_STAGES=3, HEAD_TILES=2, BLOCK_D=128))
     yield "greedy selection", greedy._greedy_kernel, [({}, 8, 1)], bf16, dict(CHUNKS=32, BLOCK=4096, BLOCK_C=32, BLOCK_E=4)
+    # a decode step's inputs: bool masks (full and sliding), then an additive bf16 mask
+    yield ("step prologue", prologue._prologue_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK=prologue.BLOCK, ADDITIVE=False, HAS_WINDOW=True, HAS_EMB=True, HAS_ROPE=True, PDL=False))
+    yield ("step prologue additive", prologue._prologue_kernel, [({}, 4, 1)], bf16,
+           dict(BLOCK=prologue.BLOCK, ADDITIVE=True, HAS_WINDOW=False, HAS_EMB=True, HAS_ROPE=True, PDL=False,
+                MASK=bf16, WMASK=bf16))
     # mixture of experts: routing, the decode GEMVs (with and without K splits), the grouped
     # prefill GEMMs at the heuristic's row tiles
     for bt, split in ((16, 8), (64, 1)):  # decode splits the hidden size, prefill does not

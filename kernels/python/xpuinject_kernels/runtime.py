@@ -162,12 +162,13 @@ def _model_device(model) -> torch.device:
 # ---------------------------------------------------------------------------------------------
 
 
-def _fused_select(logits: torch.Tensor) -> bool:
-    """Whether greedy selection runs as one Triton launch: on a GPU, or on the CPU under the
-    Triton interpreter (an eager CPU runtime without it keeps the torch ops)."""
+def _fused_select(t: torch.Tensor) -> bool:
+    """Whether a step's greedy selection and its prologue run as Triton launches, by the device of
+    t: on a GPU, or on the CPU under the Triton interpreter (an eager CPU runtime without it keeps
+    the torch ops)."""
     from . import _backend
 
-    return logits.device.type in ("cuda", "xpu") or _backend.is_interpret()
+    return t.device.type in ("cuda", "xpu") or _backend.is_interpret()
 
 
 @dataclass
@@ -298,10 +299,12 @@ def _seq_len(inputs: dict) -> int:
 
 
 @contextlib.contextmanager
-def _rope_lookup(slot: "_Slot"):
+def _rope_lookup(slot: "_Slot", rows: Optional[tuple] = None):
     """Inside: the slot's rotary modules answer from its tables (positions < slot.cache_len, which
     every runtime forward keeps to): one gather each for cos and sin instead of the module's
-    product, cat, cos, sin, scale and casts, about eight launches a decode step."""
+    product, cat, cos, sin, scale and casts, about eight launches a decode step. rows: (position
+    ids, cos, sin) the step's prologue already gathered from the one table, returned when the
+    module is asked for those very position ids."""
     bound = []
     try:
         for m, cos_t, sin_t in slot.rope or ():
@@ -310,6 +313,8 @@ def _rope_lookup(slot: "_Slot"):
             def lookup(x, position_ids, _c=cos_t, _s=sin_t, _orig=orig):
                 if x.dtype != _c.dtype:
                     return _orig(x, position_ids)
+                if rows is not None and position_ids is rows[0]:
+                    return rows[1], rows[2]
                 return _c[position_ids], _s[position_ids]
 
             m.forward = lookup
@@ -508,16 +513,56 @@ class Runtime:
             masks["sliding_attention"] = full & (slot.arange > slot.cur - self._window)[None, None, None, :]
         if mask_kind == "additive":
             masks = {k: torch.where(m, self._mask_zero, self._mask_min) for k, m in masks.items()}
+        return self._by_type(masks)
+
+    def _by_type(self, masks: dict):
         types = set(self._types)
         if len(types) == 1:
             return masks[types.pop()]
         return masks
 
+    def _plain_embedding(self) -> Optional[torch.Tensor]:
+        """The input embedding's table where the model's embedding is a plain lookup of it (an
+        nn.Embedding, not a subclass that scales, no max_norm renormalizing it), else None."""
+        get = getattr(self.model, "get_input_embeddings", None)
+        emb = get() if get is not None else None
+        if type(emb) is not torch.nn.Embedding or emb.max_norm is not None:
+            return None
+        w = emb.weight
+        return w if w.device == self.device and w.dim() == 2 and w.stride(1) == 1 else None
+
+    def _prologue(self, slot: _Slot, mask_kind: str):
+        """(mask, position ids, the model's input, rows for _rope_lookup) of a decode step from one
+        launch (prologue.py), or None where the torch ops stay: XPUINJECT_FUSE_PROLOGUE=0, or a
+        CPU without the Triton interpreter. The model then takes the token's embedding row
+        (inputs_embeds) where its embedding is a plain lookup, and the one rotary table's rows."""
+        from . import _backend
+
+        if _backend.env_switch("XPUINJECT_FUSE_PROLOGUE") is False or not _fused_select(slot.key_valid):
+            return None
+        from .prologue import step_prologue
+
+        weight = self._plain_embedding()
+        tables = tuple(slot.rope[0][1:]) if slot.rope is not None and len(slot.rope) == 1 else None
+        dt = self._mask_min.dtype if mask_kind == "additive" else torch.bool
+        out = step_prologue(slot.cur, slot.pos_offset, slot.key_valid, tok=slot.tok if weight is not None else None,
+                            weight=weight, tables=tables, window=self._window, mask_dtype=dt)
+        masks = {"full_attention": out["mask"]}
+        if self._window is not None:
+            masks["sliding_attention"] = out["sliding_mask"]
+        inputs = {"inputs_embeds": out["embeds"]} if weight is not None else {"input_ids": slot.tok}
+        rows = (out["pos"], out["cos"], out["sin"]) if tables is not None else None
+        return self._by_type(masks), out["pos"], inputs, rows
+
     def _decode_step(self, slot: _Slot, mode: str, mask_kind: str, kw: dict) -> None:
-        mask = self._masks(slot, mask_kind)
-        pos = (slot.cur - slot.pos_offset)[:, None]
-        with _rope_lookup(slot):
-            out = self.model(input_ids=slot.tok, attention_mask=mask, position_ids=pos, past_key_values=slot.cache,
+        pro = self._prologue(slot, mask_kind)
+        if pro is None:
+            mask, pos = self._masks(slot, mask_kind), (slot.cur - slot.pos_offset)[:, None]
+            inputs, rows = {"input_ids": slot.tok}, None
+        else:
+            mask, pos, inputs, rows = pro
+        with _rope_lookup(slot, rows):
+            out = self.model(**inputs, attention_mask=mask, position_ids=pos, past_key_values=slot.cache,
                              use_cache=True, **kw)
         self._select(slot, out.logits[:, -1, :], mode)
 
