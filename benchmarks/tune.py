@@ -219,9 +219,11 @@ def tuned_keys(path: str) -> set:
 
 def class_bucket(kernel: str, key) -> int:
     """The token bucket of a problem class: a GEMM's m_bucket, a prefill attention's
-    seq_q_bucket, 1 for a decode attention (one query row a sequence)."""
+    seq_q_bucket, 1 for a decode attention (one query row a sequence), a MoE kernel's tokens."""
     if kernel == "attention.decode":
         return 1
+    if kernel.startswith("moe."):
+        return int(key["tokens"])
     return int(key["seq_q_bucket"] if kernel == "attention.prefill" else key["m_bucket"])
 
 

@@ -395,7 +395,11 @@ def test_m_buckets_keeps_only_the_classes_of_those_token_counts(tmp_path):
         {"kernel": "gemv", "key": {"epilogue": "residual", "m_bucket": 1, "k": 96, "n": 64}},
         {"kernel": "attention.prefill", "key": prefill},
         {"kernel": "attention.prefill", "key": dict(prefill, seq_q_bucket=1024, seq_k_bucket=1024)},
-        {"kernel": "attention.decode", "key": DECODE_KEY}]}}))
+        {"kernel": "attention.decode", "key": DECODE_KEY},
+        # a MoE model's: kept apart by their tokens, tuned by bench_moe.py, not here
+        {"kernel": "moe.prefill", "key": {"hidden": 64, "inter": 40, "experts": 6, "top_k": 2, "tokens": 512}},
+        {"kernel": "moe.decode", "key": {"hidden": 64, "inter": 40, "experts": 6, "top_k": 2, "tokens": 1}}]}}))
+    assert tune.class_bucket("moe.prefill", {"tokens": 512}) == 512
     assert [c[0] for c in tune.classes_from_eval(str(ev), buckets={512})] == ["swiglu M=512 K=64 N=192"]
     assert [c[0] for c in tune.classes_from_eval(str(ev), buckets={1, 512})] == [
         "swiglu M=512 K=64 N=192", "residual M=1 K=96 N=64"]
