@@ -523,7 +523,12 @@ class Runtime:
 
     def _plain_embedding(self) -> Optional[torch.Tensor]:
         """The input embedding's table where the model's embedding is a plain lookup of it (an
-        nn.Embedding, not a subclass that scales, no max_norm renormalizing it), else None."""
+        nn.Embedding, not a subclass that scales, no max_norm renormalizing it) and its forward
+        takes inputs_embeds, else None."""
+        import inspect
+
+        if "inputs_embeds" not in inspect.signature(self.model.forward).parameters:
+            return None
         get = getattr(self.model, "get_input_embeddings", None)
         emb = get() if get is not None else None
         if type(emb) is not torch.nn.Embedding or emb.max_norm is not None:
