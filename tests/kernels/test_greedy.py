@@ -46,6 +46,26 @@ def test_greedy_select_matches_the_torch_ops(device, dtype, v):
     assert int(_backend.semaphores(torch.device(device), 1).abs().sum()) == 0
 
 
+@pytest.mark.parametrize("alive, top", [(True, 11), (True, 7), (False, 11)])
+def test_greedy_select_one_row(device, alive, top):
+    """Batch 1: the first of maxima tied in one lane across chunks and across lanes, an EOS maximum
+    finishing the row, a finished row's pad."""
+    v = BLOCK * 3 + 37
+    logits = torch.randn(1, v, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    logits[0, [top, top + BLOCK, top + 2 * BLOCK + 1, v - 3]] = 9.0  # same lane, other lanes, the tail
+    a = state(1, 12, 0)
+    a["unfinished"] = torch.tensor([alive])
+    b = {k: t.clone() for k, t in a.items()}
+    torch_select(logits, **a)
+    moved = {k: t.to(device) for k, t in b.items()}
+    greedy_select(logits.to(device), **moved)
+    for k in a:
+        assert torch.equal(a[k], moved[k].cpu()), k
+    assert int(moved["tok"]) == (top if alive else 2) and int(moved["cur"]) == 6
+    assert bool(moved["unfinished"]) == (alive and top != 7) and int(moved["n_gen"]) == 4 + alive
+    assert int(_backend.semaphores(torch.device(device), 1).abs().sum()) == 0
+
+
 def test_greedy_select_all_finished_does_not_count_a_step(device):
     s = state(2, 8, 3)
     s["unfinished"] = torch.tensor([False, False])
