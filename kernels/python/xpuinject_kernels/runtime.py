@@ -162,7 +162,7 @@ def _model_device(model) -> torch.device:
 # ---------------------------------------------------------------------------------------------
 
 
-def _fused_select(t: torch.Tensor) -> bool:
+def _triton_steps(t: torch.Tensor) -> bool:
     """Whether a step's greedy selection and its prologue run as Triton launches, by the device of
     t: on a GPU, or on the CPU under the Triton interpreter (an eager CPU runtime without it keeps
     the torch ops)."""
@@ -481,7 +481,7 @@ class Runtime:
     def _select(self, slot: _Slot, logits: torch.Tensor, mode: str) -> None:
         """Pick each row's next token from its last logits and advance the slot: all device ops.
         Mirrors transformers' generate loop: finished rows get pad, EOS finishes a row."""
-        if mode == "greedy" and slot.trace_vals is None and _fused_select(logits):
+        if mode == "greedy" and slot.trace_vals is None and _triton_steps(logits):
             # argmax and the bookkeeping below in one launch (greedy.py)
             from .greedy import greedy_select
 
@@ -543,7 +543,7 @@ class Runtime:
         (inputs_embeds) where its embedding is a plain lookup, and the one rotary table's rows."""
         from . import _backend
 
-        if _backend.env_switch("XPUINJECT_FUSE_PROLOGUE") is False or not _fused_select(slot.key_valid):
+        if _backend.env_switch("XPUINJECT_FUSE_PROLOGUE") is False or not _triton_steps(slot.key_valid):
             return None
         from .prologue import step_prologue
 
