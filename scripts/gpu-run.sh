@@ -184,6 +184,9 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       bin/xpuinject "$model" --skip-eval --out "$run" --device cuda >>"$OUT/moedecode.log" 2>&1
     fi
     mkdir -p "$OUT/moedecode"
+    # every moe.decode candidate forced in the step (the step-moe parts; STEP_ONLY narrows them)
+    stepmoe=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
+             --rounds "${STEP_ROUNDS:-1}" --steps 30 --gpu-data h200 ${STEP_ONLY:+--only "$STEP_ONLY"})
     for part in ${MOEDECODE_PARTS:-floor sweep sweep-nmajor step-moe step-qkv step-o nmajor}; do
       case $part in
       floor) cmd=(python3 benchmarks/bench_launch_floor.py --experts) ;;
@@ -192,8 +195,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       sweep) cmd=(python3 benchmarks/bench_moe.py --out "$OUT/moedecode/moe" --shapes qwen3-30b-a3b --tokens 1,8 --sweep) ;;
       sweep-nmajor) cmd=(python3 benchmarks/bench_moe.py --out "$OUT/moedecode/moe-nmajor" --shapes qwen3-30b-a3b
                          --tokens 1,8 --sweep --experts-layout nmajor) ;;
-      step-moe) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
-                     --rounds "${STEP_ROUNDS:-1}" --steps 30 --gpu-data h200 ${STEP_ONLY:+--only "$STEP_ONLY"}) ;;
+      step-moe) cmd=("${stepmoe[@]}") ;;
       # the attention projections at one row: QKV (its RoPE epilogue's class) and o_proj, EW candidates
       step-qkv) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel gemv --key k=2048,n=5120,m_bucket=1
                      --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
@@ -207,13 +209,9 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                            --variant all-nmajor:XPUINJECT_MOE_NMAJOR=1,XPUINJECT_NMAJOR=1
                            --rounds 2 --json "$OUT/moedecode/nmajor-experts.json") ;;
       # every moe.decode candidate in the step on N-major experts ("shipped" there: the K-major config on them)
-      step-moe-nmajor) cmd=(env XPUINJECT_MOE_NMAJOR=1 python3 benchmarks/step_configs.py "$model" "$run"
-                            --kernel moe.decode --key hidden=2048,tokens=1 --rounds "${STEP_ROUNDS:-1}" --steps 30
-                            --gpu-data h200 ${STEP_ONLY:+--only "$STEP_ONLY"}) ;;
+      step-moe-nmajor) cmd=(env XPUINJECT_MOE_NMAJOR=1 "${stepmoe[@]}") ;;
       # the same with the attention projections N-major too
-      step-moe-allnmajor) cmd=(env XPUINJECT_MOE_NMAJOR=1 XPUINJECT_NMAJOR=1 python3 benchmarks/step_configs.py
-                               "$model" "$run" --kernel moe.decode --key hidden=2048,tokens=1
-                               --rounds "${STEP_ROUNDS:-1}" --steps 30 --gpu-data h200 ${STEP_ONLY:+--only "$STEP_ONLY"}) ;;
+      step-moe-allnmajor) cmd=(env XPUINJECT_MOE_NMAJOR=1 XPUINJECT_NMAJOR=1 "${stepmoe[@]}") ;;
       # the block's prefill launch configs at 64 and 2048 tokens on packed experts, then N-major ones
       prefill-sweep) cmd=(bash -c 'for l in kmajor nmajor; do python3 benchmarks/bench_moe.py --out "$1/sweep-$l" \
                             --shapes qwen3-30b-a3b --tokens 64,2048 --sweep --experts-layout $l || exit; cat "$1/sweep-$l/moe.md"; done' _ "$OUT/moedecode") ;;

@@ -375,6 +375,7 @@ class Runtime:
         self._rope: Dict[int, list] = {}  # cache length -> _rope_tables
         self._window = None
         self._mask_zero = self._mask_min = None
+        self._embedding: Any = False  # _plain_embedding's answer once asked (a tensor or None)
         self._types = self._layer_types() if hasattr(getattr(model, "config", None), "num_hidden_layers") else []
         self.stats: Dict[str, Any] = {
             "device": str(self.device), "graphs": self._g is not None, "reason": reason,
@@ -524,17 +525,21 @@ class Runtime:
     def _plain_embedding(self) -> Optional[torch.Tensor]:
         """The input embedding's table where the model's embedding is a plain lookup of it (an
         nn.Embedding, not a subclass that scales, no max_norm renormalizing it) and its forward
-        takes inputs_embeds, else None."""
+        takes inputs_embeds, else None. Decided once: eager steps ask at every token."""
+        if self._embedding is not False:
+            return self._embedding
         import inspect
 
-        if "inputs_embeds" not in inspect.signature(self.model.forward).parameters:
-            return None
+        w = None
         get = getattr(self.model, "get_input_embeddings", None)
         emb = get() if get is not None else None
-        if type(emb) is not torch.nn.Embedding or emb.max_norm is not None:
-            return None
-        w = emb.weight
-        return w if w.device == self.device and w.dim() == 2 and w.stride(1) == 1 else None
+        if ("inputs_embeds" in inspect.signature(self.model.forward).parameters
+                and type(emb) is torch.nn.Embedding and emb.max_norm is None):
+            w = emb.weight
+            if not (w.device == self.device and w.dim() == 2 and w.stride(1) == 1):
+                w = None
+        self._embedding = w
+        return w
 
     def _prologue(self, slot: _Slot, mask_kind: str):
         """(mask, position ids, the model's input, rows for _rope_lookup) of a decode step from one
