@@ -320,7 +320,7 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0, k
     """The config a launch takes: tuned for this GPU (gpus/<gpu>.json, kernel "gemv"), else the
     shape heuristic (recorded as such), kept per problem class. tile_n: a rope epilogue's head_dim
     (its tiles are heads, and the launcher sets BLOCK_N from it). epilogue names the class: the
-    launcher appends "+rope" and, on an N-major weight, "+nmajor"."""
+    launcher appends "+rope", "+router" and, on an N-major weight, "+nmajor"."""
     m_bucket = _backend.next_pow2(m)
     lkey = (be, _backend.is_interpret(), dtypes, m_bucket, n, k, epilogue, tile_n, kmajor)
     cfg = _BEST.get(lkey)
@@ -333,9 +333,11 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0, k
     base, *rest = epilogue.split("+")
     if cfg is None and base == "residual" and "rope" not in rest:
         # the residual's (and the router's share's) epilogue streams the weight as the plain
-        # projection does: that class's tuned config, where the GPU has one
-        plain = "+".join(["none"] + [r for r in rest if r != "router"])
-        cfg = gpus.tuned_config("gemv", _config_key(plain, m_bucket, k, n_w, tile_n), device)
+        # projection does: the residual class's tuned config, else the plain one's
+        kept = [r for r in rest if r != "router"]
+        for alt in dict.fromkeys(("+".join(["residual"] + kept), "+".join(["none"] + kept))):
+            if alt != epilogue and cfg is None:
+                cfg = gpus.tuned_config("gemv", _config_key(alt, m_bucket, k, n_w, tile_n), device)
     if cfg is None:
         units = _backend.compute_units(device)
         # the EW path's rope tiles are narrow (HEAD_TILES a head); the dot's a head wide
