@@ -94,8 +94,11 @@ def routed_tail(layer: nn.Module, hidden_states: torch.Tensor):
     residual add and the router's share, then the experts routing themselves). None where that
     does not apply: another size, device or dtype (moe.routes_in_o_proj), a vendor-routed o
     projection, a norm that is not Llama's RMSNorm, or a module not bound to our layers."""
-    mlp, attn, norm = layer.mlp, layer.self_attn, layer.post_attention_layernorm
-    if not runs_sparse_moe(mlp) or not _decoder.attention_is_ours(attn) or not _decoder.llama_norm(norm):
+    mlp = getattr(layer, "mlp", None)
+    if mlp is None or not runs_sparse_moe(mlp):  # every dense layer leaves here
+        return None
+    attn, norm = layer.self_attn, layer.post_attention_layernorm
+    if not _decoder.attention_is_ours(attn) or not _decoder.llama_norm(norm):
         return None
     m = hidden_states.numel() // hidden_states.shape[-1] if hidden_states.shape[-1] else 0
     if _decoder._vendor(attn, "o_proj", m):
