@@ -119,7 +119,7 @@ def test_router_share_and_launch_configs(device, tokens, gemv_cfg, cfg):
     dtype, top_k, rule = torch.bfloat16, 2, "softmax-topk-norm"
     x, o_w, b, r, nw, (router_w, gate_up, down) = operands(dtype, tokens, seed=30 + tokens)
     dev = [t if t is None else t.to(device) for t in (x, o_w, b, r, nw, router_w, gate_up, down)]
-    gc = triton.Config({k: v for k, v in gemv_cfg.items()}, num_warps=4, num_stages=1)
+    gc = triton.Config(gemv_cfg, num_warps=4, num_stages=1)
     s2, parts, sq = G.gemv(dev[0], dev[1], None, dev[3], torch.empty_like(dev[3]), "residual", config=gc,
                            router=(dev[4], dev[5]))
     plain = G.gemv(dev[0], dev[1], None, dev[3], torch.empty_like(dev[3]), "residual", config=gc)
@@ -201,6 +201,8 @@ def test_bad_operands_name_what_is_wrong(device):
         M.o_proj_moe(x, o_w, None, r[:, :32], nw, EPS, *w, 2, "softmax-topk-norm")
     with pytest.raises(ValueError, match=r"norm weight \(32,\)"):
         M.o_proj_moe(x, o_w, None, r, nw[:32], EPS, *w, 2, "softmax-topk-norm")
+    with pytest.raises(ValueError, match=r"o bias \(32,\)"):
+        M.o_proj_moe(x, o_w, nw[:32], r, nw, EPS, *w, 2, "softmax-topk-norm")
     with pytest.raises(ValueError, match="router 'top1'"):
         M.o_proj_moe(x, o_w, None, r, nw, EPS, *w, 2, "top1")
     with pytest.raises(ValueError, match="the router's share follows the plain residual epilogue, not 'none'"):

@@ -335,8 +335,8 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0, k
         # the residual's (and the router's share's) epilogue streams the weight as the plain
         # projection does: the residual class's tuned config, else the plain one's
         kept = [r for r in rest if r != "router"]
-        for alt in dict.fromkeys(("+".join(["residual"] + kept), "+".join(["none"] + kept))):
-            if alt != epilogue and cfg is None:
+        for alt in ("+".join(["residual"] + kept), "+".join(["none"] + kept)):
+            if cfg is None and alt != epilogue:
                 cfg = gpus.tuned_config("gemv", _config_key(alt, m_bucket, k, n_w, tile_n), device)
     if cfg is None:
         units = _backend.compute_units(device)

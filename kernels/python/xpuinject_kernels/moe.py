@@ -47,8 +47,9 @@ Two expert paths, both reading only the experts hit:
       the rows an expert gets on average (pairs / experts).
 A decoder layer's decode step can also route without a router launch (`o_proj_moe`,
 XPUINJECT_FUSE_ROUTER=1): RMSNorm is a per-row scale, so the router's logits are
-rstd(h) * sum_n w[n] h[n] Wr[n, e] for the layer's new residual h; the o projection's tiles each store their columns' share of that
-sum and of h's squares (gemv.py's router epilogue), and every gate/up program sums the shares,
+rstd(h) * sum_n w[n] h[n] Wr[n, e] for the layer's new residual h; the o projection's tiles
+each store their columns' share of that sum and of h's squares (gemv.py's router epilogue),
+and every gate/up program sums the shares,
 runs the softmax and the top-k for its token and normalizes h as it reads it. The post-attention
 norm and the router then take no launch of their own. Those logits are the formula's in fp32,
 not rounded as the stock router's bf16 F.linear rounds them, so at a near-tie the routed decode
@@ -190,6 +191,26 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, r_pt
 
 
 @triton.jit
+def _topk_key(probs, offs, ok, BLOCK: tl.constexpr):
+    """One int64 key per expert that orders both ways at once: a probability is >= 0, so its bits
+    order as int32 do, and below them the index, reversed (equal scores: lowest index first);
+    -1 where not ok. offs: expert indices, broadcastable against probs."""
+    return tl.where(ok, (probs.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (BLOCK - 1 - offs), -1)
+
+
+@triton.jit
+def _key_expert(key, BLOCK: tl.constexpr):
+    """The expert index of a _topk_key key (int32)."""
+    return (BLOCK - 1 - (key & 0xFFFFFFFF)).to(tl.int32)
+
+
+@triton.jit
+def _key_prob(key):
+    """The probability of a _topk_key key (fp32)."""
+    return (key >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _select_topk(p_ptr, ws_ptr, ids_ptr, vals_ptr, pid_t, T, E, stride_p, aty: tl.constexpr, BLOCK_T: tl.constexpr,
                  ROWS_T: tl.constexpr, BLOCK_ALL: tl.constexpr, SPLIT_K: tl.constexpr, TOP_K: tl.constexpr,
                  RULE: tl.constexpr, TOPK_P2: tl.constexpr, SORT_TOPK: tl.constexpr):
@@ -221,10 +242,8 @@ def _select_topk(p_ptr, ws_ptr, ids_ptr, vals_ptr, pid_t, T, E, stride_p, aty: t
     else:
         # CUDA's torch.topk selects this set: every score above the k-th, then those equal to
         # it by lowest index (aten/src/ATen/native/cuda/TensorTopK.cu, gatherTopK). One key
-        # per expert orders both ways at once, so each pick is one reduction: a probability
-        # is >= 0, so its bits order as int32 do; below them the index, reversed.
-        pbits = probs.to(tl.int32, bitcast=True).to(tl.int64)
-        key = tl.where(ok, (pbits << 32) | (BLOCK_ALL - 1 - offs)[None, :], -1)
+        # per expert (_topk_key) orders both ways at once, so each pick is one reduction.
+        key = _topk_key(probs, offs[None, :], ok, BLOCK_ALL)
         out = trow * TOP_K
         slots = tl.arange(0, TOPK_P2)
         picked = tl.zeros((ROWS_T, TOPK_P2), dtype=tl.float32)
@@ -236,8 +255,8 @@ def _select_topk(p_ptr, ws_ptr, ids_ptr, vals_ptr, pid_t, T, E, stride_p, aty: t
             top = tl.sort(key, dim=1, descending=True)
             tk_ok = tr_ok[:, None] & (offs < TOP_K)[None, :]
             at = out[:, None] + offs[None, :]
-            tl.store(ids_ptr + at, (BLOCK_ALL - 1 - (top & 0xFFFFFFFF)).to(tl.int32), mask=tk_ok)
-            ranked = (top >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+            tl.store(ids_ptr + at, _key_expert(top, BLOCK_ALL), mask=tk_ok)
+            ranked = _key_prob(top)
             if RULE < 0:
                 tl.store(vals_ptr + at, ranked, mask=tk_ok)
             else:
@@ -248,8 +267,8 @@ def _select_topk(p_ptr, ws_ptr, ids_ptr, vals_ptr, pid_t, T, E, stride_p, aty: t
         else:
             for j in tl.static_range(TOP_K):
                 best = tl.max(key, axis=1)
-                idx = (BLOCK_ALL - 1 - (best & 0xFFFFFFFF)).to(tl.int32)
-                val = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+                idx = _key_expert(best, BLOCK_ALL)
+                val = _key_prob(best)
                 tl.store(ids_ptr + out + j, idx, mask=tr_ok)
                 if RULE < 0:
                     tl.store(vals_ptr + out + j, val, mask=tr_ok)
@@ -315,12 +334,11 @@ def _route_pair(parts_ptr, sq_ptr, ids_ptr, vals_ptr, pair, tok, slot, writes, N
     logits = tl.where(e_ok, logits * rstd, float("-inf"))
     ex = tl.where(e_ok, tl.exp(logits - tl.max(logits, axis=0)), 0.0)
     probs = ex / tl.sum(ex, axis=0)
-    key = tl.where(e_ok, (probs.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (BLOCK_E - 1 - offs_e), -1)
-    top = tl.sort(key, dim=0, descending=True)
+    top = tl.sort(_topk_key(probs, offs_e, e_ok, BLOCK_E), dim=0, descending=True)
     mine = tl.max(tl.where(offs_e == slot, top, -1), axis=0)
-    e = (BLOCK_E - 1 - (mine & 0xFFFFFFFF)).to(tl.int32)
+    e = _key_expert(mine, BLOCK_E)
     tl.store(ids_ptr + pair, e, mask=writes)
-    tl.store(vals_ptr + pair, (mine >> 32).to(tl.int32).to(tl.float32, bitcast=True), mask=writes)
+    tl.store(vals_ptr + pair, _key_prob(mine), mask=writes)
     return e.to(tl.int64), rstd
 
 
@@ -1195,13 +1213,12 @@ ROUTED_MAX_EXPERTS = 256
 
 def routes_in_o_proj(tokens: int, dtype: torch.dtype, device: torch.device, o_w: torch.Tensor,
                      norm_weight: torch.Tensor, router_w: torch.Tensor, gate_up_w: torch.Tensor) -> bool:
-    """Whether o_proj_moe runs the routed decode for an attention output of `tokens` rows of
-    `dtype` on `device` (else the o projection, the add + RMSNorm and moe, each in its own
-    launches)."""
+    """Whether o_proj_moe runs the routed decode for an attention output and residual of `tokens`
+    rows of `dtype` on `device` (else the o projection, the add + RMSNorm and moe, each in its
+    own launches). False at once while FUSE_ROUTER is off."""
     from . import gemv
 
-    on = bool(FUSE_ROUTER)
-    return bool(on and 0 < tokens <= DECODE_MAX_TOKENS and router_w.shape[1] <= ROUTED_MAX_EXPERTS
+    return bool(FUSE_ROUTER and 0 < tokens <= DECODE_MAX_TOKENS and router_w.shape[1] <= ROUTED_MAX_EXPERTS
                 and dtype in _ACT_DTYPES and o_w.dtype == dtype and norm_weight.dtype == dtype
                 and gate_up_w.dtype == dtype and o_w.dim() == 2
                 and gemv.supports(tokens, o_w.stride(-1) == 1, _backend.backend(device), o_w.shape[1]))
@@ -1233,6 +1250,8 @@ def _o_proj_moe_check(x, o_w, o_b, residual, norm_weight, router_w, gate_up_w, d
         raise _err(f"o_proj_moe: residual {tuple(residual.shape)}: want {tuple(x.shape[:-1]) + (o_w.shape[1],)}")
     if tuple(norm_weight.shape) != (o_w.shape[1],):
         raise _err(f"o_proj_moe: norm weight {tuple(norm_weight.shape)}: want [{o_w.shape[1]}]")
+    if o_b is not None and tuple(o_b.shape) != (o_w.shape[1],):
+        raise _err(f"o_proj_moe: o bias {tuple(o_b.shape)}: want [{o_w.shape[1]}]")
     return _check(residual, router_w, gate_up_w, down_w, top_k, router, residual)
 
 
@@ -1245,7 +1264,8 @@ def _o_proj_moe(x, o_w, o_b, residual, norm_weight, eps, router_w, gate_up_w, do
     if not eps >= 0.0:
         raise _err(f"o_proj_moe: eps must be >= 0, got {eps}")
     t = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if not routes_in_o_proj(t, x.dtype, x.device, o_w, norm_weight, router_w, gate_up_w):
+    if residual.dtype != x.dtype or not routes_in_o_proj(t, x.dtype, x.device, o_w, norm_weight, router_w,
+                                                         gate_up_w):
         s = gemm(x, o_w, bias=o_b, residual=residual, epilogue="residual")
         return moe(rms_norm(s, norm_weight, eps), router_w, gate_up_w, down_w, top_k, router, residual=s)
     _backend.require_runnable(x, "moe")

@@ -30,6 +30,7 @@ from .contract import MIN_GEMM_DIM, packed_attr
 from .layers import _name, _packed
 from .gemm import gemm
 from .moe import add_rms_norm_moe, moe, o_proj_moe, routes_in_o_proj
+from . import moe as _moe
 from .rmsnorm import add_rms_norm
 
 __all__ = ["SparseMoE", "SharedExpertMoE", "RouterMoE", "MoEDecoderLayer", "ScaledMoEDecoderLayer", "runs_sparse_moe",
@@ -95,7 +96,8 @@ def routed_tail(layer: nn.Module, hidden_states: torch.Tensor):
     does not apply: another size, device or dtype (moe.routes_in_o_proj), a vendor-routed o
     projection, a norm that is not Llama's RMSNorm, or a module not bound to our layers."""
     mlp = getattr(layer, "mlp", None)
-    if mlp is None or not runs_sparse_moe(mlp):  # every dense layer leaves here
+    # the switch first: while it is off (the default) no layer pays for the lookups below
+    if not _moe.FUSE_ROUTER or mlp is None or not runs_sparse_moe(mlp):
         return None
     attn, norm = layer.self_attn, layer.post_attention_layernorm
     if not _decoder.attention_is_ours(attn) or not _decoder.llama_norm(norm):
