@@ -226,9 +226,12 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       prologue) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
                      --variant torch-prologue:XPUINJECT_FUSE_PROLOGUE=0 --rounds 3 --json "$OUT/moedecode/prologue.json") ;;
       # the router's share in the o projection's launch and each gate/up program routing its pair
-      # (moe.o_proj_moe, XPUINJECT_FUSE_ROUTER=1) against the norm and router launches
+      # (moe.o_proj_moe, XPUINJECT_FUSE_ROUTER=1; its top-k by sort, or by rank: XPUINJECT_ROUTE_RANK=1)
+      # against the norm and router launches
       router) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
-                   --variant routed:XPUINJECT_FUSE_ROUTER=1 --rounds 3 --json "$OUT/moedecode/router.json") ;;
+                   --variant routed:XPUINJECT_FUSE_ROUTER=1
+                   --variant routed-rank:XPUINJECT_FUSE_ROUTER=1,XPUINJECT_ROUTE_RANK=1 --rounds 3
+                   --json "$OUT/moedecode/router.json") ;;
       # each launch's share of the step's critical path, launch by launch (PDL on)
       critical) cmd=(python3 benchmarks/profile_decode.py "$model" "$run" --paths graph --batches 1 --steps 30
                      --sequence --top 40 --json "$OUT/moedecode/critical-path.json") ;;

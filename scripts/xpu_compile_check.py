@@ -373,11 +373,14 @@ def cases(cuda: bool = False):
         yield (f"moe decode down EW split{split} + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
                dict(TOP_K=8, RULE=1, BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, HAS_RES=True, EW=True, EW_STAGES=2))
     # gate/up routing its own pair from the o projection's router shares (32 tiles, 128 experts)
-    for split, ew in ((1, False), (2, False), (1, True)):
-        yield (f"moe decode gate/up routed{' EW' if ew else ''} split{split}", moe._decode_gate_up_kernel,
-               [({}, 4, 3)], bf16,
+    # (its top-k by one sort, or by each expert's rank)
+    for split, ew, rank in ((1, False, False), (2, False, False), (1, True, False), (1, False, True),
+                            (1, True, True)):
+        yield (f"moe decode gate/up routed{' EW' if ew else ''}{' by rank' if rank else ''} split{split}",
+               moe._decode_gate_up_kernel, [({}, 4, 3)], bf16,
                dict(BLOCK_N=64 if not ew else 128, BLOCK_K=128 if not ew else 32, SPLIT_K=split, EW=ew,
-                    EW_STAGES=3 if ew else None, ROUTED=True, BLOCK_P=32, BLOCK_E=128, ids_ptr=torch.int32))
+                    EW_STAGES=3 if ew else None, ROUTED=True, BLOCK_P=32, BLOCK_E=128, ids_ptr=torch.int32,
+                    RANK=rank))
     for ew, bn, bk in ((False, 64, 128), (True, 16, 256)):
         tag = " EW" if ew else ""
         yield (f"moe decode gate/up N-major{tag} split2", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,

@@ -135,7 +135,14 @@ def test_router_share_and_launch_configs(device, tokens, gemv_cfg, cfg):
     assert (out.cpu().double() - ref).abs().max().item() <= 2**-7 * 4 * ref.abs().max().item() + 1e-3
 
 
-def test_tied_router_scores_pick_the_lowest_index(device, routed):
+@pytest.fixture(params=[False, True], ids=["sort", "rank"])
+def by_rank(request, monkeypatch):
+    """The routed gate/up's top-k by one sort of the keys, or by each key's rank."""
+    monkeypatch.setattr(M, "ROUTE_BY_RANK", request.param)
+    return request.param
+
+
+def test_tied_router_scores_pick_the_lowest_index(device, routed, by_rank):
     """Router columns 1, 2 and 4 equal and columns 0, 3 and 5 zero: every token's logits are
     L, L, L for experts 1, 2, 4 (equal sums of the same products) and exactly 0 for the rest.
     The top-2 is then experts 1 and 2 where L > 0 and 0 and 3 where L < 0: largest first, equal
@@ -157,8 +164,8 @@ def test_tied_router_scores_pick_the_lowest_index(device, routed):
     assert (out.cpu().double() - ref).abs().max().item() <= 2**-7 * 4 * ref.abs().max().item() + 1e-3
 
 
-def test_experts_sorted_past_a_power_of_two(device, routed):
-    """Routing over 24 experts (a 32-key sort, 8 keys of padding) and top-5: the picks are fp64's
+def test_experts_sorted_past_a_power_of_two(device, routed, by_rank):
+    """Routing over 24 experts (32 keys, 8 of them padding) and top-5: the picks are fp64's
     where not near-tied, and the output the reference's."""
     dtype, top_k, rule = torch.bfloat16, 5, "softmax-topk-norm"
     x, o_w, b, r, nw, (router_w, gate_up, down) = operands(dtype, 3, seed=60, e=24)
@@ -169,6 +176,19 @@ def test_experts_sorted_past_a_power_of_two(device, routed):
     assert torch.equal(ids[clear].sort(-1).values, ref_ids[clear].sort(-1).values.int())
     ref, _, _ = reference(x, o_w, b, r, nw, router_w, gate_up, down, top_k, rule, ids=ids)
     assert (out.cpu().double() - ref).abs().max().item() <= 2**-7 * 4 * ref.abs().max().item() + 1e-3
+
+
+def test_rank_and_sort_pick_alike(device, routed, monkeypatch):
+    """The top-k by rank and by sort: the same experts in the same slots and the same output,
+    bit for bit, at 8 tokens over 24 experts, top-5."""
+    x, o_w, b, r, nw, (router_w, gate_up, down) = operands(torch.bfloat16, M.DECODE_MAX_TOKENS, seed=70, e=24)
+    dev = [t if t is None else t.to(device) for t in (x, o_w, b, r, nw, router_w, gate_up, down)]
+    got = {}
+    for rank in (False, True):
+        monkeypatch.setattr(M, "ROUTE_BY_RANK", rank)
+        got[rank] = routed_ids(dev, 5, "softmax-topk-norm")
+    assert torch.equal(got[False][0], got[True][0])
+    assert torch.equal(got[False][1], got[True][1])
 
 
 @pytest.mark.parametrize("tokens,setting", [(M.DECODE_MAX_TOKENS + 1, True), (2, False)])

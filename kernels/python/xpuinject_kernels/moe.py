@@ -310,7 +310,7 @@ def _ew_step(acc, rows, w_ok, xv):
 
 @triton.jit
 def _route_pair(parts_ptr, sq_ptr, ids_ptr, vals_ptr, pair, tok, slot, writes, N_PARTS, T, E, H, eps,
-                BLOCK_P: tl.constexpr, BLOCK_E: tl.constexpr):
+                BLOCK_P: tl.constexpr, BLOCK_E: tl.constexpr, RANK: tl.constexpr = False):
     """The routed decode's routing of one (token, slot) pair, from the router's shares that the
     o projection's tiles stored (gemv.py's _router_partial: partial logits [N_PARTS, T, E] and
     sums of squares [N_PARTS, T], fp32): the token's rstd over the whole row, its logits (the
@@ -334,8 +334,14 @@ def _route_pair(parts_ptr, sq_ptr, ids_ptr, vals_ptr, pair, tok, slot, writes, N
     logits = tl.where(e_ok, logits * rstd, float("-inf"))
     ex = tl.where(e_ok, tl.exp(logits - tl.max(logits, axis=0)), 0.0)
     probs = ex / tl.sum(ex, axis=0)
-    top = tl.sort(_topk_key(probs, offs_e, e_ok, BLOCK_E), dim=0, descending=True)
-    mine = tl.max(tl.where(offs_e == slot, top, -1), axis=0)
+    keys = _topk_key(probs, offs_e, e_ok, BLOCK_E)
+    if RANK:
+        # the key with exactly `slot` keys above it (the keys are distinct: each holds its index)
+        above = tl.sum((keys[None, :] > keys[:, None]).to(tl.int32), axis=1)
+        mine = tl.max(tl.where(above == slot, keys, -1), axis=0)
+    else:
+        top = tl.sort(keys, dim=0, descending=True)
+        mine = tl.max(tl.where(offs_e == slot, top, -1), axis=0)
     e = _key_expert(mine, BLOCK_E)
     tl.store(ids_ptr + pair, e, mask=writes)
     tl.store(vals_ptr + pair, _key_prob(mine), mask=writes)
@@ -357,7 +363,8 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
                            PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None,
                            stride_wt=0, SLAB: tl.constexpr = 0,
                            ROUTED: tl.constexpr = False, parts_ptr=None, sq_ptr=None, nw_ptr=None, vals_ptr=None,
-                           N_PARTS=0, T=0, E=0, eps=0.0, BLOCK_P: tl.constexpr = 1, BLOCK_E: tl.constexpr = 16):
+                           N_PARTS=0, T=0, E=0, eps=0.0, BLOCK_P: tl.constexpr = 1, BLOCK_E: tl.constexpr = 16,
+                           RANK: tl.constexpr = False):
     """gate/up of one (token, slot) pair's expert for BLOCK_N columns over one K split, as a
     16-row tl.dot (row 0 the token's, the rest zeros), or EW (_ew_step); the split that finishes
     last sums the splits in split order and writes silu(gate) * up.
@@ -372,7 +379,7 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
     aty = x_ptr.dtype.element_ty
     if ROUTED:
         e, rstd = _route_pair(parts_ptr, sq_ptr, ids_ptr, vals_ptr, pair, tok, pair % TOP_K, (pid_n == 0) & (pid_k == 0),
-                              N_PARTS, T, E, H, eps, BLOCK_P, BLOCK_E)
+                              N_PARTS, T, E, H, eps, BLOCK_P, BLOCK_E, RANK)
     else:
         e = tl.load(ids_ptr + pair).to(tl.int64)
         rstd = 1.0
@@ -1025,7 +1032,7 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
         vals = torch.empty((t, top_k), dtype=torch.float32, device=dev)
         ids = torch.empty((t, top_k), dtype=torch.int32, device=dev)
         rkw = dict(ROUTED=True, parts_ptr=parts, sq_ptr=sq, nw_ptr=nw, vals_ptr=vals, N_PARTS=parts.shape[0], T=t, E=e,
-                   eps=float(eps), BLOCK_E=block_e,
+                   eps=float(eps), BLOCK_E=block_e, RANK=bool(ROUTE_BY_RANK),
                    BLOCK_P=min(_backend.next_pow2(parts.shape[0]), max(1, 4096 // block_e)))
     elif norm is not None:
         s2 = torch.empty((t, h), dtype=x2.dtype, device=dev)
@@ -1207,6 +1214,8 @@ _ops.define(
 # True / False ("1" / "0") always / never; unset, not yet (the step not measured with it). Its
 # top-k breaks ties by lowest index, as CUDA's torch.topk does.
 FUSE_ROUTER = _backend.env_switch("XPUINJECT_FUSE_ROUTER")
+# The routed decode's top-k by rank (each expert counts the keys above its own) instead of a sort.
+ROUTE_BY_RANK = _backend.env_switch("XPUINJECT_ROUTE_RANK")
 # Most experts the routed decode sorts in each gate/up program (one int64 key an expert).
 ROUTED_MAX_EXPERTS = 256
 
