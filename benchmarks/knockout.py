@@ -15,9 +15,6 @@ profile_decode.py (KNOCK_OUT=name[,name...] in its environment), and so by ab_st
                weights, from tensors made once, outside the step
   attn-reduce  the decode attention's split reduce (its cache-length advance goes with it, so the
                step reads the same keys every time)
-
-post-norm and router knock out launches of the layout with a router launch: they also keep a
-MoE layer's decode off the routed tail (moe.FUSE_ROUTER off), which has neither launch.
 """
 
 from __future__ import annotations
@@ -76,8 +73,6 @@ def apply(pkg, names: list) -> list:
             if getattr(mod, attr, None) is real:
                 patch(mod, attr, value)
 
-    if {"post-norm", "router"} & set(names):
-        patch(_sub(pkg, "moe"), "FUSE_ROUTER", False)
     for name in names:
         if name == "input-norm":
             everywhere("rms_norm", lambda x, weight, eps, config=None: x)

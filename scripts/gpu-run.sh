@@ -33,8 +33,7 @@
 #        at 8, 64 and 2048 tokens on packed experts, then N-major ones, "prefill-sweep": its prefill
 #        launch configs on each, "step-moe-allnmajor": step-moe-nmajor with the attention N-major too
 #        (STEP_ONLY narrows the step-moe parts' candidates, STEP_ROUNDS their rounds), "prologue": the
-#        step with its inputs from one launch against the torch ops, "router": the step with the
-#        router's share in the o projection's launch against the norm and router launches, "critical": each launch's
+#        step with its inputs from one launch against the torch ops, "critical": each launch's
 #        share of the step's critical path (profile_decode.py --sequence); MOEDECODE_PARTS picks
 #        parts (default "floor sweep sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
 #        in WORK for a next call on the same warm machine, which then skips making them;
@@ -225,13 +224,6 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       # the step's inputs from one launch (prologue.py) against the torch ops
       prologue) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
                      --variant torch-prologue:XPUINJECT_FUSE_PROLOGUE=0 --rounds 3 --json "$OUT/moedecode/prologue.json") ;;
-      # the router's share in the o projection's launch and each gate/up program routing its pair
-      # (moe.o_proj_moe, XPUINJECT_FUSE_ROUTER=1; its top-k by sort, or by rank: XPUINJECT_ROUTE_RANK=1)
-      # against the norm and router launches
-      router) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
-                   --variant routed:XPUINJECT_FUSE_ROUTER=1
-                   --variant routed-rank:XPUINJECT_FUSE_ROUTER=1,XPUINJECT_ROUTE_RANK=1 --rounds 3
-                   --json "$OUT/moedecode/router.json") ;;
       # each launch's share of the step's critical path, launch by launch (PDL on)
       critical) cmd=(python3 benchmarks/profile_decode.py "$model" "$run" --paths graph --batches 1 --steps 30
                      --sequence --top 40 --json "$OUT/moedecode/critical-path.json") ;;
@@ -241,7 +233,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                      --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
                      --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
                      --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
-      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, prologue, router, critical)"
+      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, prologue, critical)"
          continue ;;
       esac
       log "moedecode $part"

@@ -70,7 +70,7 @@ INT64_PTRS = {"COUNTER"}
 # pointer parameters named without a _ptr suffix, per kernel module (elsewhere M, N, K are sizes)
 PTR_NAMES = {
     "attention": {"Q", "K", "V", "O", "M", "LENS", "PM", "PL", "PACC", "SEM", "KN", "VN", "COS", "SIN", "QW", "KW"},
-    "gemv": {"QO", "KC", "VC", "COS", "SIN", "COUNTER", "QW", "KW", "RG", "RW", "RP", "RS"},
+    "gemv": {"QO", "KC", "VC", "COS", "SIN", "COUNTER", "QW", "KW"},
     "greedy": {"LOGITS"},
     "prologue": {"CUR", "POS_OFF", "KEY_VALID", "MASK", "WMASK", "POS", "TOK", "EMB", "EMB_OUT", "COS", "SIN", "COS_OUT",
                  "SIN_OUT"},
@@ -81,7 +81,7 @@ PTR_NAMES = {
 
 # pointer parameters of another dtype than the activations, per kernel module
 PTR_DTYPES = {
-    "gemv": {"ws_ptr": torch.float32, "sem_ptr": torch.int32, "RP": torch.float32, "RS": torch.float32},
+    "gemv": {"ws_ptr": torch.float32, "sem_ptr": torch.int32},
     "greedy": {"WS_V": torch.float32, "WS_I": torch.int32, "SEM": torch.int32, "UNFINISHED": torch.bool,
                "N_GEN": torch.int64, "OUT": torch.int64, "CUR": torch.int64, "PAD": torch.int64, "EOS": torch.int64,
                "TOK": torch.int64},
@@ -89,7 +89,7 @@ PTR_DTYPES = {
                  "KEY_VALID": torch.bool, "MASK": torch.bool, "WMASK": torch.bool},
     "moe": {"ids_ptr": torch.int64, "rows_ptr": torch.int32, "bexp_ptr": torch.int32, "wts_ptr": torch.float32,
             "vals_ptr": torch.float32, "p_ptr": torch.float32, "y_ptr": torch.float32, "ws_ptr": torch.float32,
-            "sem_ptr": torch.int32, "cur_ptr": torch.int32, "parts_ptr": torch.float32, "sq_ptr": torch.float32},
+            "sem_ptr": torch.int32, "cur_ptr": torch.int32},
 }
 
 
@@ -250,15 +250,6 @@ def cases(cuda: bool = False):
             yield (f"gemv {epi} split{split}", gemv._gemv_kernel, [({}, 4, 2)], bf16,
                    dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=16, BLOCK_N=64, BLOCK_K=128,
                         SPLIT_K=split))
-    # a MoE layer's o projection with the residual add, each tile storing the router's share
-    # (Qwen3-30B-A3B: 128 experts), through the dot and on the CUDA cores at one row
-    for split in (1, 4):
-        yield (f"gemv residual split{split}, the router's share of 128 experts", gemv._gemv_kernel, [({}, 4, 2)], bf16,
-               dict(HAS_BIAS=False, EPILOGUE=3, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split, ROUTER=True,
-                    ROUTER_ROWS=1, BLOCK_E=128, E_CHUNK=64))
-    yield ("gemv K-major EW residual split4, the router's share of 128 experts", gemv._gemv_kernel, [({}, 4, 3)], bf16,
-           dict(HAS_BIAS=False, EPILOGUE=3, BLOCK_M=1, BLOCK_N=64, BLOCK_K=256, SPLIT_K=4, EW=True, EW_STAGES=3,
-                ROUTER=True, ROUTER_ROWS=1, BLOCK_E=128, E_CHUNK=64))
     yield ("gemv swiglu split2, add + RMSNorm prologue", gemv._gemv_kernel, [({}, 4, 2)], bf16,
            dict(HAS_BIAS=False, EPILOGUE=1, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=2, NORM=True))
     # a decoder layer's input RMSNorm inside the QKV GEMV (rstd on the accumulator)
@@ -372,15 +363,6 @@ def cases(cuda: bool = False):
                dict(BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, EW=True, EW_STAGES=2))
         yield (f"moe decode down EW split{split} + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
                dict(TOP_K=8, RULE=1, BLOCK_N=128, BLOCK_K=32, SPLIT_K=split, HAS_RES=True, EW=True, EW_STAGES=2))
-    # gate/up routing its own pair from the o projection's router shares (32 tiles, 128 experts)
-    # (its top-k by one sort, or by each expert's rank)
-    for split, ew, rank in ((1, False, False), (2, False, False), (1, True, False), (1, False, True),
-                            (1, True, True)):
-        yield (f"moe decode gate/up routed{' EW' if ew else ''}{' by rank' if rank else ''} split{split}",
-               moe._decode_gate_up_kernel, [({}, 4, 3)], bf16,
-               dict(BLOCK_N=64 if not ew else 128, BLOCK_K=128 if not ew else 32, SPLIT_K=split, EW=ew,
-                    EW_STAGES=3 if ew else None, ROUTED=True, BLOCK_P=32, BLOCK_E=128, ids_ptr=torch.int32,
-                    RANK=rank))
     for ew, bn, bk in ((False, 64, 128), (True, 16, 256)):
         tag = " EW" if ew else ""
         yield (f"moe decode gate/up N-major{tag} split2", moe._decode_gate_up_kernel, [({}, 4, 2)], bf16,

@@ -21,10 +21,6 @@ projection's GEMM epilogue (a SparseMoE block's: into the MoE kernel's last laun
 RMSNorm and the QKV projection go through gemm.rms_norm_gemm, and a SparseMoE block's
 post-attention add + RMSNorm through moe.add_rms_norm_moe: at decode sizes, where launches do not
 overlap, each norm runs inside the launch after it (_backend.fuse_norm).
-With XPUINJECT_FUSE_ROUTER=1, at a decode step of a layer whose SparseMoE block is ours, the o
-projection, the residual add, the post-attention norm and the block run as moe.o_proj_moe
-(moe_layer.routed_tail): the router's share of the new residual in the o projection's launch,
-the routing in the experts' launch.
 
 Vendor routes: where a measurement showed cuBLAS or SDPA faster for a sub-operation at this
 model's shapes, the plan's binding says so and injection sets `xpuinject_vendor` on the module:
@@ -61,7 +57,7 @@ from .layers import SwiGLUMLP, _name, _packed
 # The module itself, for the norm layers it binds last (GemmaRMSNorm comes from families.py,
 # which imports this module): looked up at call time.
 from . import layers as _layers
-from .moe_layer import routed_tail, runs_sparse_moe, sparse_moe
+from .moe_layer import runs_sparse_moe, sparse_moe
 from .rmsnorm import add_rms_norm, add_rms_norm_gemma
 from .rope import apply_rope
 from .rope_cache import qkv_rope_cache_write, qkv_rope_ok, rope_cache_write
@@ -377,13 +373,11 @@ def _window(module: nn.Module):
 
 
 def attention_block(module: nn.Module, hidden_states, position_embeddings, attention_mask, past_key_values,
-                    in_norm=None, residual=None, res_scale: float = 1.0, tail=None, **kwargs):
+                    in_norm=None, residual=None, res_scale: float = 1.0, **kwargs):
     """The Attention layer's computation (a function so DecoderLayer-free models reuse it).
     in_norm = (weight, eps): hidden_states is the layer's input before its RMSNorm (Llama's), which
     runs inside the QKV projection (gemm.rms_norm_gemm). residual: the output is residual +
-    res_scale * the attention's, the add in the o projection's epilogue. tail: a function
-    (module, attention output before the o projection) that runs instead of the o projection
-    and gives the output (moe_layer.routed_tail's)."""
+    res_scale * the attention's, the add in the o projection's epilogue."""
     h, kv, d = _heads(module)
     qkv_w = _packed(module, _QKV_W, "Attention")
     if qkv_w.shape[1] != (h + 2 * kv) * d:
@@ -413,7 +407,7 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         out = decode_attention(q, layer.keys, layer.values, scaling=module.scaling, kv_lens=layer.cumulative_length,
                                key_mask=attention_mask, softcap=getattr(module, "attn_logit_softcapping", None),
                                window=window, advance=True)
-        return _o_proj(module, out.reshape(*input_shape, h * d), m, residual, res_scale, tail)
+        return _o_proj(module, out.reshape(*input_shape, h * d), m, residual, res_scale)
     if in_norm is not None:
         qkv_b = getattr(module, _QKV_B, None)
         qkv = rms_norm_gemm(hidden_states, in_norm[0], in_norm[1], qkv_w, qkv_b, "bias" if qkv_b is not None else "none")
@@ -486,12 +480,10 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
             sliding_window=window,
             softcap=softcap, **kwargs,
         )
-    return _o_proj(module, out.reshape(*input_shape, h * d), m, residual, res_scale, tail)
+    return _o_proj(module, out.reshape(*input_shape, h * d), m, residual, res_scale)
 
 
-def _o_proj(module: nn.Module, out: torch.Tensor, m: int, residual, res_scale: float, tail=None) -> torch.Tensor:
-    if tail is not None:
-        return tail(module, out)
+def _o_proj(module: nn.Module, out: torch.Tensor, m: int, residual, res_scale: float) -> torch.Tensor:
     w, b, vendor = _packed(module, _O_W, "Attention"), getattr(module, _O_B, None), _vendor(module, "o_proj", m)
     if residual is None:
         return _proj(out, w, b, vendor)
@@ -514,38 +506,22 @@ def _input_norm(layer: nn.Module, hidden_states: torch.Tensor):
     return norm.weight, float(norm.variance_epsilon)
 
 
-def self_attention(layer: nn.Module, hidden_states, residual=None, res_scale: float = 1.0, tail=None, **kwargs):
+def self_attention(layer: nn.Module, hidden_states, residual=None, res_scale: float = 1.0, **kwargs):
     """layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)'s output, the
     norm and the QKV projection through gemm.rms_norm_gemm where _input_norm allows it. residual:
     residual + res_scale * that output instead, the add in the o projection's epilogue where the
-    attention is ours and unhooked. tail: attention_block's, for an attention that is ours
-    (attention_is_ours)."""
+    attention is ours and unhooked."""
     in_norm = _input_norm(layer, hidden_states)
     attn = layer.self_attn
-    ours = attention_is_ours(attn)
-    if tail is not None and not ours:
-        raise RuntimeError(f"xpuinject_kernels: DecoderLayer: a fused tail needs the attention {_name(attn)!r} bound to "
-                           "our Attention, unhooked and in eval mode")
-    if in_norm is None and not ((residual is not None or tail is not None) and ours):
+    ours = _bound_to(attn, Attention) and not (attn._forward_hooks or attn._forward_pre_hooks or attn.training)
+    if in_norm is None and not (residual is not None and ours):
         out, _ = attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)
         return _add(residual, out, res_scale)
     x = hidden_states if in_norm is not None else layer.input_layernorm(hidden_states)
     kwargs = dict(kwargs)
     return attention_block(attn, x, kwargs.pop("position_embeddings", None), kwargs.pop("attention_mask", None),
                            kwargs.pop("past_key_values", None), in_norm=in_norm, residual=residual,
-                           res_scale=res_scale, tail=tail, **kwargs)
-
-
-def attention_is_ours(attn: nn.Module) -> bool:
-    """Whether attn runs as attention_block: bound to our Attention, unhooked, in eval mode."""
-    return _bound_to(attn, Attention) and not (attn._forward_hooks or attn._forward_pre_hooks or attn.training)
-
-
-def llama_norm(norm: nn.Module) -> bool:
-    """Whether a post-attention norm is Llama's RMSNorm (weight times the normalized row rounded
-    to the activation dtype), not Gemma's (1 + w) or one that multiplies in fp32 and rounds once."""
-    name = type(norm).__name__
-    return name not in _GEMMA_NORMS and name not in _FP32_NORMS and hasattr(norm, "variance_epsilon")
+                           res_scale=res_scale, **kwargs)
 
 
 class Attention(nn.Module):
@@ -584,12 +560,6 @@ class DecoderLayer(nn.Module):
             return _scaled_block(self, hidden_states, rm, attention_mask=attention_mask, position_ids=position_ids,
                                  past_key_values=past_key_values, use_cache=use_cache,
                                  position_embeddings=position_embeddings, **kwargs)
-        tail = routed_tail(self, hidden_states)
-        if tail is not None:
-            # a MoE layer's decode step: the router's share in the o projection's launch
-            return self_attention(self, hidden_states, tail=tail, attention_mask=attention_mask,
-                                  position_ids=position_ids, past_key_values=past_key_values, use_cache=use_cache,
-                                  position_embeddings=position_embeddings, **kwargs)
         residual = hidden_states
         hidden_states = self_attention(
             self,

@@ -53,33 +53,7 @@ def _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF,
     if EPILOGUE == 3:
         acc = acc * res_scale + tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=out_ok,
                             other=0.0).to(tl.float32)
-    out = acc.to(o_ptr.dtype.element_ty)
-    tl.store(o_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out, mask=out_ok)
-    return out
-
-
-@triton.jit
-def _router_partial(out, offs_m, m_ok, offs_n, n_ok, tile, M, E, RG, RW, RP, RS, stride_rwn,
-                    ROWS: tl.constexpr, BLOCK_E: tl.constexpr, E_CHUNK: tl.constexpr):
-    """A MoE layer's router share of one finished tile of the new residual h (out, as stored):
-    each row's sum of squares over the tile's columns, RS[tile, m], and its partial logits
-    sum_n h[m, n] * g[n] * Wr[n, e] in fp32, RP[tile, m, e]. The router's logits are
-    rstd(h) * sum_n g[n] h[n] Wr[n, e] (RMSNorm is a per-row scale), so the tiles' shares add up
-    to them once rstd is known; moe.py's routed decode sums them. Every product here is exact in
-    fp32 (bf16 h times bf16 g times a bf16 weight), so only the sums round."""
-    hv = tl.where(m_ok[:, None] & n_ok[None, :], out.to(tl.float32), 0.0)
-    g = tl.load(RG + offs_n, mask=n_ok, other=0.0).to(tl.float32)
-    for r in tl.static_range(ROWS):
-        row = tl.sum(tl.where(offs_m[:, None] == r, hv, 0.0), axis=0)
-        tl.store(RS + tile * M + r, tl.sum(row * row, axis=0), mask=r < M)
-    for e0 in tl.static_range(0, BLOCK_E, E_CHUNK):
-        offs_e = e0 + tl.arange(0, E_CHUNK)
-        e_ok = offs_e < E
-        w = tl.load(RW + offs_n.to(tl.int64)[:, None] * stride_rwn + offs_e[None, :], mask=n_ok[:, None] & e_ok[None, :],
-                    other=0.0).to(tl.float32)
-        for r in tl.static_range(ROWS):
-            row = tl.sum(tl.where(offs_m[:, None] == r, hv, 0.0), axis=0) * g
-            tl.store(RP + (tile * M + r) * E + offs_e, tl.sum(w * row[:, None], axis=0), mask=e_ok & (r < M))
+    tl.store(o_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(o_ptr.dtype.element_ty), mask=out_ok)
 
 
 @triton.jit
@@ -111,10 +85,6 @@ def _gemv_kernel(
     # that finishes the head's last (tile, split) sums all of them and runs the epilogue on the
     # head, BLOCK_D (head_dim's power of two) wide.
     HEAD_TILES: tl.constexpr = 1, BLOCK_D: tl.constexpr = 0,
-    # ROUTER (epilogue 3, the residual's): the output is a MoE layer's new residual h, and each
-    # finished tile also stores the router's share of it (_router_partial) for ROUTER_ROWS rows.
-    ROUTER: tl.constexpr = False, RG=None, RW=None, RP=None, RS=None, E=0, stride_rwn=0,
-    ROUTER_ROWS: tl.constexpr = 1, BLOCK_E: tl.constexpr = 16, E_CHUNK: tl.constexpr = 16,
 ):
     _backend.pdl_wait(PDL)
     pid_n = tl.program_id(0)
@@ -227,11 +197,8 @@ def _gemv_kernel(
                 if ROW_NORM:
                     acc = acc * rstd[:, None]
                     acc_up = acc_up * rstd[:, None]
-                out = _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_h, ok_h, N, UP_OFF, stride_rm, stride_om,
-                              res_scale, HAS_BIAS, EPILOGUE)
-                if ROUTER:
-                    _router_partial(out, offs_m, m_ok, offs_h, n_ok, pid_n, M, E, RG, RW, RP, RS, stride_rwn,
-                                    ROUTER_ROWS, BLOCK_E, E_CHUNK)
+                _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_h, ok_h, N, UP_OFF, stride_rm, stride_om,
+                        res_scale, HAS_BIAS, EPILOGUE)
             if ROPE:
                 _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, head, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW,
                                    KW, HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
@@ -242,11 +209,8 @@ def _gemv_kernel(
         if ROW_NORM:
             acc = acc * rstd[:, None]
             acc_up = acc_up * rstd[:, None]
-        out = _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
-                      res_scale, HAS_BIAS, EPILOGUE)
-        if ROUTER:
-            _router_partial(out, offs_m, m_ok, offs_n, n_ok, pid_n, M, E, RG, RW, RP, RS, stride_rwn, ROUTER_ROWS,
-                            BLOCK_E, E_CHUNK)
+        _finish(acc, acc_up, b_ptr, r_ptr, o_ptr, offs_m, offs_n, out_ok, N, UP_OFF, stride_rm, stride_om,
+                res_scale, HAS_BIAS, EPILOGUE)
         if ROPE:
             _qkv_rope_epilogue(o_ptr, offs_m, m_ok, stride_om, pid_n, TILE_N, QO, KC, VC, COS, SIN, COUNTER, QW, KW,
                                HQ, HK, HALF, L, sqo, skcb, skch, skcn, svcb, svch, svcn, scb, ssb, eps_qk,
@@ -320,7 +284,7 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0, k
     """The config a launch takes: tuned for this GPU (gpus/<gpu>.json, kernel "gemv"), else the
     shape heuristic (recorded as such), kept per problem class. tile_n: a rope epilogue's head_dim
     (its tiles are heads, and the launcher sets BLOCK_N from it). epilogue names the class: the
-    launcher appends "+rope", "+router" and, on an N-major weight, "+nmajor"."""
+    launcher appends "+rope" and, on an N-major weight, "+nmajor"."""
     m_bucket = _backend.next_pow2(m)
     lkey = (be, _backend.is_interpret(), dtypes, m_bucket, n, k, epilogue, tile_n, kmajor)
     cfg = _BEST.get(lkey)
@@ -332,12 +296,9 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0, k
     cfg = gpus.tuned_config("gemv", key, device)
     base, *rest = epilogue.split("+")
     if cfg is None and base == "residual" and "rope" not in rest:
-        # the residual's (and the router's share's) epilogue streams the weight as the plain
-        # projection does: the residual class's tuned config, else the plain one's
-        kept = [r for r in rest if r != "router"]
-        for alt in ("+".join(["residual"] + kept), "+".join(["none"] + kept)):
-            if cfg is None and alt != epilogue:
-                cfg = gpus.tuned_config("gemv", _config_key(alt, m_bucket, k, n_w, tile_n), device)
+        # the residual epilogue streams the weight as the plain projection does: that class's
+        # tuned config, where the GPU has one
+        cfg = gpus.tuned_config("gemv", _config_key("+".join(["none"] + rest), m_bucket, k, n_w, tile_n), device)
     if cfg is None:
         units = _backend.compute_units(device)
         # the EW path's rope tiles are narrow (HEAD_TILES a head); the dot's a head wide
@@ -358,7 +319,7 @@ def launch_config(be, device, epilogue, m, n, k, n_w, dtypes, tile_n: int = 0, k
 def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Optional[torch.Tensor],
          o2: torch.Tensor, epilogue: str, config: Optional[triton.Config] = None,
          norm: Optional[tuple] = None, row_norm: Optional[tuple] = None, rope: Optional[dict] = None,
-         res_scale: float = 1.0, router: Optional[tuple] = None):
+         res_scale: float = 1.0) -> torch.Tensor:
     """o2[M, N] = epilogue(x2 @ w (+ bias)) (+ r2): the operands as gemm.py's launcher checked and
     shaped them (rows with unit column stride; w K-major [K, N_w]). Writes and returns o2.
     norm = (residual [M, K], weight [K], eps, sum_out [M, K]): the GEMM's input is
@@ -372,11 +333,7 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
     head also goes, normalized and rotated, to the query or the static cache (rope.py's
     _qkv_rope_epilogue). Its configs are a class of their own (epilogue "<epilogue>+rope"), whose
     BLOCK_N is head_dim's power of two. config (a triton.Config) may add EW=1 (CONFIG_FLAGS): one
-    row on a K-major weight through the CUDA cores' multiply-add.
-    router = (norm_weight [N], router_weight [N, E] K-major), with the residual epilogue: o2 is a
-    MoE layer's new residual h, and each finished tile also writes the router's share of it
-    (_router_partial); returns (o2, partial logits [tiles, M, E] fp32, partial sums of squares
-    [tiles, M] fp32) for moe.py's routed decode."""
+    row on a K-major weight through the CUDA cores' multiply-add."""
     be = _backend.backend(x2)
     m, k = x2.shape
     n_w = w.shape[1]
@@ -388,13 +345,8 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
                          "or the [K, N] view of an N-major weight")
     if rope is not None and (gated or epilogue not in ("none", "bias") or r2 is not None):
         raise ValueError(f"xpuinject_kernels: gemv: the rope epilogue follows 'none' or 'bias', not {epilogue!r}")
-    if router is not None and (epilogue != "residual" or res_scale != 1.0 or norm is not None or row_norm is not None):
-        raise ValueError(f"xpuinject_kernels: gemv: the router's share follows the plain residual epilogue, not "
-                         f"{epilogue!r}" + (f" scaled by {res_scale}" if res_scale != 1.0 else "")
-                         + (" with a norm" if norm is not None or row_norm is not None else ""))
     tile_n = rope["TILE_N"] if rope is not None else 0
-    cls = (epilogue + ("+rope" if rope is not None else "") + ("+router" if router is not None else "")
-           + ("" if kmajor else "+nmajor"))
+    cls = epilogue + ("+rope" if rope is not None else "") + ("" if kmajor else "+nmajor")
     cfg = config or launch_config(be, x2.device, cls, m, n, k, n_w,
                                   (x2.dtype, w.dtype, o2.dtype, None if r2 is None else r2.dtype), tile_n, kmajor)
     kw = cfg.kwargs
@@ -423,19 +375,7 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
     r0, nw, eps, s_out = norm if norm is not None else (x2, x2, 0.0, x2)
     if row_norm is not None:
         nw, eps = row_norm
-    rows = _backend.next_pow2(m)  # the row norm's and the router's rows (the dot pads to _BLOCK_M)
-    rkw = {}
-    if router is not None:
-        rg, rw = router
-        e = rw.shape[1]
-        if tuple(rg.shape) != (n,) or rw.dim() != 2 or rw.shape[0] != n or rw.stride(1) != 1:
-            raise ValueError(f"xpuinject_kernels: gemv: router norm weight {tuple(rg.shape)} and weight "
-                             f"{tuple(rw.shape)}: want [{n}] and a K-major [{n}, experts]")
-        parts = torch.empty((tiles, m, e), dtype=torch.float32, device=x2.device)
-        sq = torch.empty((tiles, m), dtype=torch.float32, device=x2.device)
-        block_e = max(16, _backend.next_pow2(e))
-        rkw = dict(ROUTER=True, RG=rg, RW=rw, RP=parts, RS=sq, E=e, stride_rwn=rw.stride(0), ROUTER_ROWS=rows,
-                   BLOCK_E=block_e, E_CHUNK=min(block_e, max(16, 4096 // block_n)))
+    rows = _backend.next_pow2(m)  # the row norm's rows (the dot pads to _BLOCK_M)
     pdl = _backend.pdl(x2.device)
     _gemv_kernel[(tiles, split)](
         x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2, ws, sem, r0, nw, s_out,
@@ -447,7 +387,7 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         ROW_NORM=row_norm is not None, ROWS=rows, BLOCK_R=min(_backend.next_pow2(k), max(16, 2048 // rows)),
         EW=ew, EW_STAGES=cfg.num_stages if ew else None, HEAD_TILES=head_tiles,
         BLOCK_D=_backend.next_pow2(tile_n) if tile_n else 0,
-        PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **(rope or {}), **rkw, **_backend.pdl_kw(pdl),
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **(rope or {}), **_backend.pdl_kw(pdl),
     )
     _backend.count("gemv")
     _backend.count(f"gemv.{epilogue}")
@@ -455,7 +395,4 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         _backend.count("gemv.ew")
     if rope is not None:
         _backend.count("gemv.rope" if head_tiles == 1 else "gemv.rope_head_tiles")
-    if router is not None:
-        _backend.count("gemv.router")
-        return o2, parts, sq
     return o2

@@ -45,15 +45,6 @@ Two expert paths, both reading only the experts hit:
       each token in slot order in fp32 and rounds once (and adds the residual). The block count is a static bound
       (cdiv(pairs, BLOCK_M) + experts); blocks past the last one exit at once. BLOCK_M follows
       the rows an expert gets on average (pairs / experts).
-A decoder layer's decode step can also route without a router launch (`o_proj_moe`,
-XPUINJECT_FUSE_ROUTER=1): RMSNorm is a per-row scale, so the router's logits are
-rstd(h) * sum_n w[n] h[n] Wr[n, e] for the layer's new residual h; the o projection's tiles
-each store their columns' share of that sum and of h's squares (gemv.py's router epilogue),
-and every gate/up program sums the shares,
-runs the softmax and the top-k for its token and normalizes h as it reads it. The post-attention
-norm and the router then take no launch of their own. Those logits are the formula's in fp32,
-not rounded as the stock router's bf16 F.linear rounds them, so at a near-tie the routed decode
-may pick another expert than stock (and than the prefill path) does.
 Launch constants come from a `config=` argument (sweeps), else the GPU's tuned entries
 (gpus/<gpu>.json, kernels "moe.decode" and "moe.prefill"), else a heuristic from the shape
 (`launch_config`). The decode launches use programmatic dependent launch where the GPU has it.
@@ -72,8 +63,7 @@ import triton.language as tl
 from . import _backend, _ops, gpus
 from .rmsnorm import rows_rstd
 
-__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "CONFIG_FLAGS", "moe", "add_rms_norm_moe", "o_proj_moe",
-           "routes_in_o_proj", "moe_ref", "route",
+__all__ = ["ROUTERS", "DECODE_MAX_TOKENS", "CONFIG_KEYS", "CONFIG_FLAGS", "moe", "add_rms_norm_moe", "moe_ref", "route",
            "blocked", "unblocked",
            "decode_route", "fused_topk", "route_ref", "launch_config", "heuristic_config"]
 
@@ -191,26 +181,6 @@ def _router_kernel(x_ptr, w_ptr, p_ptr, ws_ptr, sem_ptr, ids_ptr, vals_ptr, r_pt
 
 
 @triton.jit
-def _topk_key(probs, offs, ok, BLOCK: tl.constexpr):
-    """One int64 key per expert that orders both ways at once: a probability is >= 0, so its bits
-    order as int32 do, and below them the index, reversed (equal scores: lowest index first);
-    -1 where not ok. offs: expert indices, broadcastable against probs."""
-    return tl.where(ok, (probs.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (BLOCK - 1 - offs), -1)
-
-
-@triton.jit
-def _key_expert(key, BLOCK: tl.constexpr):
-    """The expert index of a _topk_key key (int32)."""
-    return (BLOCK - 1 - (key & 0xFFFFFFFF)).to(tl.int32)
-
-
-@triton.jit
-def _key_prob(key):
-    """The probability of a _topk_key key (fp32)."""
-    return (key >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def _select_topk(p_ptr, ws_ptr, ids_ptr, vals_ptr, pid_t, T, E, stride_p, aty: tl.constexpr, BLOCK_T: tl.constexpr,
                  ROWS_T: tl.constexpr, BLOCK_ALL: tl.constexpr, SPLIT_K: tl.constexpr, TOP_K: tl.constexpr,
                  RULE: tl.constexpr, TOPK_P2: tl.constexpr, SORT_TOPK: tl.constexpr):
@@ -242,8 +212,10 @@ def _select_topk(p_ptr, ws_ptr, ids_ptr, vals_ptr, pid_t, T, E, stride_p, aty: t
     else:
         # CUDA's torch.topk selects this set: every score above the k-th, then those equal to
         # it by lowest index (aten/src/ATen/native/cuda/TensorTopK.cu, gatherTopK). One key
-        # per expert (_topk_key) orders both ways at once, so each pick is one reduction.
-        key = _topk_key(probs, offs[None, :], ok, BLOCK_ALL)
+        # per expert orders both ways at once, so each pick is one reduction: a probability
+        # is >= 0, so its bits order as int32 do; below them the index, reversed.
+        pbits = probs.to(tl.int32, bitcast=True).to(tl.int64)
+        key = tl.where(ok, (pbits << 32) | (BLOCK_ALL - 1 - offs)[None, :], -1)
         out = trow * TOP_K
         slots = tl.arange(0, TOPK_P2)
         picked = tl.zeros((ROWS_T, TOPK_P2), dtype=tl.float32)
@@ -255,8 +227,8 @@ def _select_topk(p_ptr, ws_ptr, ids_ptr, vals_ptr, pid_t, T, E, stride_p, aty: t
             top = tl.sort(key, dim=1, descending=True)
             tk_ok = tr_ok[:, None] & (offs < TOP_K)[None, :]
             at = out[:, None] + offs[None, :]
-            tl.store(ids_ptr + at, _key_expert(top, BLOCK_ALL), mask=tk_ok)
-            ranked = _key_prob(top)
+            tl.store(ids_ptr + at, (BLOCK_ALL - 1 - (top & 0xFFFFFFFF)).to(tl.int32), mask=tk_ok)
+            ranked = (top >> 32).to(tl.int32).to(tl.float32, bitcast=True)
             if RULE < 0:
                 tl.store(vals_ptr + at, ranked, mask=tk_ok)
             else:
@@ -267,8 +239,8 @@ def _select_topk(p_ptr, ws_ptr, ids_ptr, vals_ptr, pid_t, T, E, stride_p, aty: t
         else:
             for j in tl.static_range(TOP_K):
                 best = tl.max(key, axis=1)
-                idx = _key_expert(best, BLOCK_ALL)
-                val = _key_prob(best)
+                idx = (BLOCK_ALL - 1 - (best & 0xFFFFFFFF)).to(tl.int32)
+                val = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
                 tl.store(ids_ptr + out + j, idx, mask=tr_ok)
                 if RULE < 0:
                     tl.store(vals_ptr + out + j, val, mask=tr_ok)
@@ -309,80 +281,20 @@ def _ew_step(acc, rows, w_ok, xv):
 
 
 @triton.jit
-def _route_pair(parts_ptr, sq_ptr, ids_ptr, vals_ptr, pair, tok, slot, writes, N_PARTS, T, E, H, eps,
-                BLOCK_P: tl.constexpr, BLOCK_E: tl.constexpr, RANK: tl.constexpr = False):
-    """The routed decode's routing of one (token, slot) pair, from the router's shares that the
-    o projection's tiles stored (gemv.py's _router_partial: partial logits [N_PARTS, T, E] and
-    sums of squares [N_PARTS, T], fp32): the token's rstd over the whole row, its logits (the
-    shares summed in tile order, times rstd), the fp32 softmax over all the experts, and the
-    top-k by one sort of the keys (largest first, equal scores by lowest index, as
-    _select_topk selects). Every program of the launch computes the same numbers; `writes` (the
-    pair's first program) stores the pair's expert id and probability for the down launch.
-    Returns (expert id, rstd)."""
-    offs_e = tl.arange(0, BLOCK_E)
-    e_ok = offs_e < E
-    logits = tl.zeros((BLOCK_E,), dtype=tl.float32)
-    ss = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    for p0 in range(0, N_PARTS, BLOCK_P):
-        offs_p = p0 + tl.arange(0, BLOCK_P)
-        p_ok = offs_p < N_PARTS
-        at = offs_p.to(tl.int64) * T + tok
-        logits += tl.sum(tl.load(parts_ptr + at[:, None] * E + offs_e[None, :], mask=p_ok[:, None] & e_ok[None, :],
-                                 other=0.0), axis=0)
-        ss += tl.load(sq_ptr + at, mask=p_ok, other=0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / H + eps)
-    logits = tl.where(e_ok, logits * rstd, float("-inf"))
-    ex = tl.where(e_ok, tl.exp(logits - tl.max(logits, axis=0)), 0.0)
-    probs = ex / tl.sum(ex, axis=0)
-    keys = _topk_key(probs, offs_e, e_ok, BLOCK_E)
-    if RANK:
-        # the key with exactly `slot` keys above it (the keys are distinct: each holds its index)
-        above = tl.sum((keys[None, :] > keys[:, None]).to(tl.int32), axis=1)
-        mine = tl.max(tl.where(above == slot, keys, -1), axis=0)
-    else:
-        top = tl.sort(keys, dim=0, descending=True)
-        mine = tl.max(tl.where(offs_e == slot, top, -1), axis=0)
-    e = _key_expert(mine, BLOCK_E)
-    tl.store(ids_ptr + pair, e, mask=writes)
-    tl.store(vals_ptr + pair, _key_prob(mine), mask=writes)
-    return e.to(tl.int64), rstd
-
-
-@triton.jit
-def _normed(xv, nw_ptr, offs_k, k_ok, rstd, aty: tl.constexpr):
-    """RMSNorm's output for the K slice xv of a row whose rstd is given, rounded as the norm
-    kernels round it (normalized in fp32, rounded, times the weight, rounded)."""
-    nv = (xv.to(tl.float32) * rstd).to(aty).to(tl.float32)
-    return (tl.load(nw_ptr + offs_k, mask=k_ok, other=0.0).to(tl.float32) * nv).to(aty)
-
-
-@triton.jit
 def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I, TOP_K, K_PER_SPLIT,
                            stride_x, stride_we, stride_wk, stride_wn, stride_act,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                            PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None,
-                           stride_wt=0, SLAB: tl.constexpr = 0,
-                           ROUTED: tl.constexpr = False, parts_ptr=None, sq_ptr=None, nw_ptr=None, vals_ptr=None,
-                           N_PARTS=0, T=0, E=0, eps=0.0, BLOCK_P: tl.constexpr = 1, BLOCK_E: tl.constexpr = 16,
-                           RANK: tl.constexpr = False):
+                           stride_wt=0, SLAB: tl.constexpr = 0):
     """gate/up of one (token, slot) pair's expert for BLOCK_N columns over one K split, as a
     16-row tl.dot (row 0 the token's, the rest zeros), or EW (_ew_step); the split that finishes
-    last sums the splits in split order and writes silu(gate) * up.
-    ROUTED: x is the layer's new residual h, not yet normalized, and the pair's expert is not
-    chosen yet: the program routes the token itself (_route_pair) from the router's shares, then
-    reads h through the post-attention RMSNorm (_normed, weight nw)."""
+    last sums the splits in split order and writes silu(gate) * up."""
     _backend.pdl_wait(PDL)
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     tok = (pair // TOP_K).to(tl.int64)
-    aty = x_ptr.dtype.element_ty
-    if ROUTED:
-        e, rstd = _route_pair(parts_ptr, sq_ptr, ids_ptr, vals_ptr, pair, tok, pair % TOP_K, (pid_n == 0) & (pid_k == 0),
-                              N_PARTS, T, E, H, eps, BLOCK_P, BLOCK_E, RANK)
-    else:
-        e = tl.load(ids_ptr + pair).to(tl.int64)
-        rstd = 1.0
+    e = tl.load(ids_ptr + pair).to(tl.int64)
     wty = w_ptr.dtype.element_ty
     offs_m = tl.arange(0, 16)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -402,20 +314,12 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
         rows = wbase + offs_k.to(tl.int64)[:, None] * stride_wk
         w_ok = k_ok[:, None] & n_ok[None, :]
         if EW:
-            xv = tl.load(x_ptr + tok * stride_x + offs_k, mask=k_ok, other=0.0)
-            if ROUTED:
-                xv = _normed(xv, nw_ptr, offs_k, k_ok, rstd, aty)
-            xv = xv.to(wty).to(tl.float32)
+            xv = tl.load(x_ptr + tok * stride_x + offs_k, mask=k_ok, other=0.0).to(wty).to(tl.float32)
             g2 = _ew_step(g2, rows + cols_g, w_ok, xv)
             u2 = _ew_step(u2, rows + cols_u, w_ok, xv)
         else:
-            if ROUTED:
-                xv = _normed(tl.load(x_ptr + tok * stride_x + offs_k, mask=k_ok, other=0.0), nw_ptr, offs_k, k_ok,
-                             rstd, aty)
-                a = tl.where(offs_m[:, None] == 0, xv[None, :], 0.0).to(wty)
-            else:
-                a = tl.load(x_ptr + tok * stride_x + offs_m[:, None] * 0 + offs_k[None, :],
-                            mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
+            a = tl.load(x_ptr + tok * stride_x + offs_m[:, None] * 0 + offs_k[None, :],
+                        mask=(offs_m[:, None] == 0) & k_ok[None, :], other=0.0).to(wty)
             g = tl.dot(a, tl.load(rows + cols_g, mask=w_ok, other=0.0), g)
             u = tl.dot(a, tl.load(rows + cols_u, mask=w_ok, other=0.0), u)
     if EW:
@@ -1010,31 +914,17 @@ def decode_route(x2: torch.Tensor, router_w: torch.Tensor, top_k: int,
     return torch.topk(_router_probs(x2, router_w, norm=norm), top_k, dim=-1)
 
 
-def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, norm=None, routed=None):
+def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, norm=None):
     """The decode path: the router with its top-k, gate/up and down GEMV launches; the routing
     weights' renormalization and rounding, and the residual add (r2), run in the down kernel's
     reduction. norm = (weight, eps): x2 is the attention's output and r2 the residual stream,
     and the router's launch runs the post-attention add + RMSNorm (add_rms_norm's two outputs
-    feed the experts and the residual add). routed = (partial logits, partial sums of squares,
-    norm weight, eps), the router's shares from the o projection's launch (gemv's router
-    epilogue): x2 is the new residual h (and r2 is x2), no router launch runs, and the gate/up
-    launch routes each pair and normalizes h itself. Returns the expert ids and top-k
-    probabilities ([T, top_k] each) the launches used."""
+    feed the experts and the residual add)."""
     t, h = x2.shape
     _, i, _, d_we, d_wk, d_wn, d_wt, d_slab = _geometry(down_w)
     _, _, _, g_we, g_wk, g_wn, g_wt, g_slab = _geometry(gate_up_w)
     dev = x2.device
-    rkw = {}
-    if routed is not None:
-        parts, sq, nw, eps = routed
-        e = router_w.shape[1]
-        block_e = max(16, _backend.next_pow2(e))
-        vals = torch.empty((t, top_k), dtype=torch.float32, device=dev)
-        ids = torch.empty((t, top_k), dtype=torch.int32, device=dev)
-        rkw = dict(ROUTED=True, parts_ptr=parts, sq_ptr=sq, nw_ptr=nw, vals_ptr=vals, N_PARTS=parts.shape[0], T=t, E=e,
-                   eps=float(eps), BLOCK_E=block_e, RANK=bool(ROUTE_BY_RANK),
-                   BLOCK_P=min(_backend.next_pow2(parts.shape[0]), max(1, 4096 // block_e)))
-    elif norm is not None:
+    if norm is not None:
         s2 = torch.empty((t, h), dtype=x2.dtype, device=dev)
         n2 = torch.empty((t, h), dtype=x2.dtype, device=dev)
         vals, ids = decode_route(x2, router_w, top_k, norm=(r2, norm[0], norm[1], s2, n2))
@@ -1054,7 +944,7 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     _decode_gate_up_kernel[(pairs, tiles, split)](
         x2, ids, gate_up_w, act, ws, sem, h, i, top_k, k_per, x2.stride(0), g_we, g_wk, g_wn, act.stride(0), BLOCK_N=bn,
         BLOCK_K=bk, SPLIT_K=split, PDL=pdl, EW=ew, EW_STAGES=cfg["num_stages"] if ew else None, stride_wt=g_wt,
-        SLAB=g_slab, **rkw, **launch)
+        SLAB=g_slab, **launch)
     bn, bk = cfg["DOWN_BLOCK_N"], cfg["DOWN_BLOCK_K"]
     down_ew = bool(cfg.get("DOWN_EW", 0))
     all_slots = bool(cfg.get("DOWN_ALL", 0))
@@ -1068,7 +958,6 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     _backend.count("moe.decode")
     if ew or down_ew:
         _backend.count("moe.decode_ew")
-    return ids, vals
 
 
 # Row blocks the grouped GEMMs run through all their column tiles at a time (_block_tile): a
@@ -1207,99 +1096,6 @@ _ops.define(
     "(Tensor x, Tensor residual, Tensor norm_weight, float eps, Tensor router_w, Tensor gate_up_w, Tensor down_w, "
     "int top_k, str router) -> Tensor",
     _add_rms_norm_moe, _add_rms_norm_moe_fake,
-)
-
-
-# Whether a MoE layer's decode step takes the router from the o projection's launch (o_proj_moe):
-# True / False ("1" / "0") always / never; unset, not yet (the step not measured with it). Its
-# top-k breaks ties by lowest index, as CUDA's torch.topk does.
-FUSE_ROUTER = _backend.env_switch("XPUINJECT_FUSE_ROUTER")
-# The routed decode's top-k by rank (each expert counts the keys above its own) instead of a sort.
-ROUTE_BY_RANK = _backend.env_switch("XPUINJECT_ROUTE_RANK")
-# Most experts the routed decode sorts in each gate/up program (one int64 key an expert).
-ROUTED_MAX_EXPERTS = 256
-
-
-def routes_in_o_proj(tokens: int, dtype: torch.dtype, device: torch.device, o_w: torch.Tensor,
-                     norm_weight: torch.Tensor, router_w: torch.Tensor, gate_up_w: torch.Tensor) -> bool:
-    """Whether o_proj_moe runs the routed decode for an attention output and residual of `tokens`
-    rows of `dtype` on `device` (else the o projection, the add + RMSNorm and moe, each in its
-    own launches). False at once while FUSE_ROUTER is off."""
-    from . import gemv
-
-    return bool(FUSE_ROUTER and 0 < tokens <= DECODE_MAX_TOKENS and router_w.shape[1] <= ROUTED_MAX_EXPERTS
-                and dtype in _ACT_DTYPES and o_w.dtype == dtype and norm_weight.dtype == dtype
-                and gate_up_w.dtype == dtype and o_w.dim() == 2
-                and gemv.supports(tokens, o_w.stride(-1) == 1, _backend.backend(device), o_w.shape[1]))
-
-
-def o_proj_moe(x: torch.Tensor, o_w: torch.Tensor, o_b: Optional[torch.Tensor], residual: torch.Tensor,
-               norm_weight: torch.Tensor, eps: float, router_w: torch.Tensor, gate_up_w: torch.Tensor,
-               down_w: torch.Tensor, top_k: int, router: str) -> torch.Tensor:
-    """A MoE decoder layer's tail from the attention's output x [..., K]: s = residual + x @ o_w
-    (+ o_b), rounded once (the o projection's residual epilogue), then s + moe(rms_norm(s)).
-    At decode sizes (routes_in_o_proj) in three launches: the o projection, whose tiles also
-    store the router's share of s (gemv.py's router epilogue); gate/up, each program routing its
-    pair from those shares and normalizing s as it reads it; down, with the routing weights and
-    the residual add. The router's logits are then rstd(s) * sum_n w[n] s[n] Wr[n, e] in fp32,
-    not the bf16 logits of a bf16-rounded norm output that stock's router (and the prefill path)
-    rounds: at a near-tie the two can pick different experts. Elsewhere: gemm, rms_norm, moe.
-    The op: torch.ops.<ns>.o_proj_moe."""
-    if _ops.traced(x):
-        return _ops.call("o_proj_moe", x, o_w, o_b, residual, norm_weight, float(eps), router_w, gate_up_w, down_w,
-                         top_k, router)
-    return _o_proj_moe(x, o_w, o_b, residual, norm_weight, eps, router_w, gate_up_w, down_w, top_k, router)
-
-
-def _o_proj_moe_check(x, o_w, o_b, residual, norm_weight, router_w, gate_up_w, down_w, top_k, router):
-    if o_w.dim() != 2 or x.shape[-1] != o_w.shape[0]:
-        raise _err(f"o_proj_moe: o weight {tuple(o_w.shape)} does not match the attention output {tuple(x.shape)} "
-                   "(want K-major [K, hidden])")
-    if tuple(residual.shape) != tuple(x.shape[:-1]) + (o_w.shape[1],):
-        raise _err(f"o_proj_moe: residual {tuple(residual.shape)}: want {tuple(x.shape[:-1]) + (o_w.shape[1],)}")
-    if tuple(norm_weight.shape) != (o_w.shape[1],):
-        raise _err(f"o_proj_moe: norm weight {tuple(norm_weight.shape)}: want [{o_w.shape[1]}]")
-    if o_b is not None and tuple(o_b.shape) != (o_w.shape[1],):
-        raise _err(f"o_proj_moe: o bias {tuple(o_b.shape)}: want [{o_w.shape[1]}]")
-    return _check(residual, router_w, gate_up_w, down_w, top_k, router, residual)
-
-
-def _o_proj_moe(x, o_w, o_b, residual, norm_weight, eps, router_w, gate_up_w, down_w, top_k, router):
-    from . import gemv
-    from .gemm import gemm
-    from .rmsnorm import rms_norm
-
-    h, e, i = _o_proj_moe_check(x, o_w, o_b, residual, norm_weight, router_w, gate_up_w, down_w, top_k, router)
-    if not eps >= 0.0:
-        raise _err(f"o_proj_moe: eps must be >= 0, got {eps}")
-    t = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if residual.dtype != x.dtype or not routes_in_o_proj(t, x.dtype, x.device, o_w, norm_weight, router_w,
-                                                         gate_up_w):
-        s = gemm(x, o_w, bias=o_b, residual=residual, epilogue="residual")
-        return moe(rms_norm(s, norm_weight, eps), router_w, gate_up_w, down_w, top_k, router, residual=s)
-    _backend.require_runnable(x, "moe")
-    x2 = x.reshape(-1, x.shape[-1]).contiguous()
-    r2 = residual.reshape(-1, h).contiguous()
-    s2 = torch.empty((t, h), dtype=x.dtype, device=x.device)
-    s2, parts, sq = gemv.gemv(x2, o_w, None if o_b is None else o_b.contiguous(), r2, s2, "residual",
-                              router=(norm_weight.contiguous(), router_w))
-    out = _backend.empty(residual.shape, x.dtype, x.device)
-    _decode(s2, router_w, gate_up_w, down_w, top_k, router, out.view(-1, h),
-            launch_config("decode", x.device, h, i, e, top_k, t), s2, routed=(parts, sq, norm_weight, eps))
-    _backend.count("o_proj_moe")
-    return out
-
-
-def _o_proj_moe_fake(x, o_w, o_b, residual, norm_weight, eps, router_w, gate_up_w, down_w, top_k, router):
-    _o_proj_moe_check(x, o_w, o_b, residual, norm_weight, router_w, gate_up_w, down_w, top_k, router)
-    return torch.empty_like(residual)
-
-
-_ops.define(
-    "o_proj_moe",
-    "(Tensor x, Tensor o_w, Tensor? o_b, Tensor residual, Tensor norm_weight, float eps, Tensor router_w, "
-    "Tensor gate_up_w, Tensor down_w, int top_k, str router) -> Tensor",
-    _o_proj_moe, _o_proj_moe_fake,
 )
 
 

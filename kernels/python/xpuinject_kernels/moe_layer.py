@@ -29,12 +29,11 @@ from torch import nn
 from .contract import MIN_GEMM_DIM, packed_attr
 from .layers import _name, _packed
 from .gemm import gemm
-from .moe import add_rms_norm_moe, moe, o_proj_moe, routes_in_o_proj
-from . import moe as _moe
+from .moe import add_rms_norm_moe, moe
 from .rmsnorm import add_rms_norm
 
 __all__ = ["SparseMoE", "SharedExpertMoE", "RouterMoE", "MoEDecoderLayer", "ScaledMoEDecoderLayer", "runs_sparse_moe",
-           "sparse_moe", "routed_tail"]
+           "sparse_moe"]
 
 _ROUTER_W = packed_attr("SparseMoE", "router_weight")
 _GATE_UP_W = packed_attr("SparseMoE", "gate_up_weight")
@@ -86,38 +85,6 @@ def sparse_moe(block: nn.Module, hidden_states: torch.Tensor, residual=None, nor
     if residual.dtype == gu.dtype and residual.shape == hidden_states.shape and residual.stride(-1) == 1:
         return moe(*args, residual=residual)
     return residual + moe(*args)
-
-
-def routed_tail(layer: nn.Module, hidden_states: torch.Tensor):
-    """At a decode step of a decoder layer whose attention and SparseMoE block are ours: the
-    function the attention block ends with instead of its o projection, (attention module,
-    attention output) -> the layer's output, through moe.o_proj_moe (the o projection with the
-    residual add and the router's share, then the experts routing themselves). None where that
-    does not apply: another size, device or dtype (moe.routes_in_o_proj), a vendor-routed o
-    projection, a norm that is not Llama's RMSNorm, or a module not bound to our layers."""
-    mlp = getattr(layer, "mlp", None)
-    # the switch first: while it is off (the default) no layer pays for the lookups below
-    if not _moe.FUSE_ROUTER or mlp is None or not runs_sparse_moe(mlp):
-        return None
-    attn, norm = layer.self_attn, layer.post_attention_layernorm
-    if not _decoder.attention_is_ours(attn) or not _decoder.llama_norm(norm):
-        return None
-    m = hidden_states.numel() // hidden_states.shape[-1] if hidden_states.shape[-1] else 0
-    if _decoder._vendor(attn, "o_proj", m):
-        return None
-    o_w = _packed(attn, _decoder._O_W, "Attention")
-    rw, gu, dn = _packed(mlp, _ROUTER_W, "SparseMoE"), _packed(mlp, _GATE_UP_W, "SparseMoE"), _packed(mlp, _DOWN_W,
-                                                                                                       "SparseMoE")
-    if not routes_in_o_proj(m, hidden_states.dtype, hidden_states.device, o_w, norm.weight, rw, gu):
-        return None
-    residual = hidden_states
-    top_k, rule = int(_router(mlp).top_k), router_rule(mlp)
-
-    def tail(module: nn.Module, out: torch.Tensor) -> torch.Tensor:
-        return o_proj_moe(out, o_w, getattr(module, _decoder._O_B, None), residual, norm.weight,
-                          float(norm.variance_epsilon), rw, gu, dn, top_k, rule)
-
-    return tail
 
 
 def runs_sparse_moe(mlp: nn.Module) -> bool:
@@ -179,11 +146,6 @@ class MoEDecoderLayer(nn.Module):
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, position_ids=None,
                 past_key_values=None, **kwargs):
-        tail = routed_tail(self, hidden_states)
-        if tail is not None:
-            return _decoder.self_attention(self, hidden_states, tail=tail, position_embeddings=position_embeddings,
-                                           attention_mask=attention_mask, position_ids=position_ids,
-                                           past_key_values=past_key_values, **kwargs)
         residual = hidden_states
         hidden_states = _decoder.self_attention(
             self,
