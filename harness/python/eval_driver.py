@@ -1173,11 +1173,17 @@ def evaluate_vision(args, cfg, device, oracle, stock, injected, result, ahead=No
         ]
 
 
-if __name__ == "__main__":
-    main()
-    # eval.json is written and the helpers' results are in: skip the interpreter's teardown (the
-    # device context, inductor's and Triton's exit hooks: seconds on a GPU); the helpers and the
-    # compile workers end with this process
+def exit_now():
+    """End the process without the interpreter's teardown: the device context, inductor's and
+    Triton's exit hooks (seconds on a GPU), and the pipeline's gloo group, still referenced by the
+    model's stage, whose teardown at finalization has aborted a run after its result was written.
+    The helpers and the compile workers end with this process."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
+    # eval.json is written and the helpers' results are in
+    exit_now()
