@@ -1175,9 +1175,10 @@ def evaluate_vision(args, cfg, device, oracle, stock, injected, result, ahead=No
 
 def exit_now():
     """End the process without the interpreter's teardown: the device context, inductor's and
-    Triton's exit hooks (seconds on a GPU), and the pipeline's gloo group, still referenced by the
-    model's stage, whose teardown at finalization has aborted a run after its result was written.
-    The helpers and the compile workers end with this process."""
+    Triton's exit hooks (seconds on a GPU), and the pipeline's gloo group, which the model's stage
+    still references after destroy_process_group, so it would be torn down at finalization, where
+    a two-rank run has aborted after its last measurement. The helpers and the compile workers end
+    with this process."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

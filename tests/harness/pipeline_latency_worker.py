@@ -34,5 +34,5 @@ def main(model, run_dir, out):
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
-    # as the driver ends: gloo's teardown at finalization has aborted a finished run
+    # as the driver ends: the stage's gloo group is not left to the interpreter's finalization
     d.exit_now()
