@@ -233,14 +233,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                      --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
                      --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
                      --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
-      # the next launch's weights asked into L2 by the launch before it (_backend.l2_prefetch), site by site
-      prefetch) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
-                     --variant o:XPUINJECT_PREFETCH_O=1 --variant down:XPUINJECT_PREFETCH_DOWN=1
-                     --variant qkv:XPUINJECT_PREFETCH_QKV=1
-                     --variant all:XPUINJECT_PREFETCH_O=1,XPUINJECT_PREFETCH_DOWN=1,XPUINJECT_PREFETCH_QKV=1
-                     --variant all-last:XPUINJECT_PREFETCH_O=1,XPUINJECT_PREFETCH_DOWN=1,XPUINJECT_PREFETCH_QKV=1,XPUINJECT_PREFETCH_EVICT_LAST=1
-                     --rounds ${PREFETCH_ROUNDS:-2} --json "$OUT/moedecode/prefetch.json") ;;
-      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, prologue, critical, prefetch)"
+      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, prologue, critical)"
          continue ;;
       esac
       log "moedecode $part"

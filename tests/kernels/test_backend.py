@@ -78,35 +78,3 @@ def test_env_switch_reads_on_and_off_and_refuses_the_rest(monkeypatch):
         gpus.autotune_requested()
     monkeypatch.setenv("XPUINJECT_AUTOTUNE", "on")
     assert gpus.autotune_requested() is True
-
-
-def test_l2_prefetch_chunks_and_sites():
-    """A prefetch's chunk is a multiple of 16 bytes (cp.async.bulk's unit) and covers the bytes
-    with the programs' lanes; a byte count that is not one is refused; no site prefetches where
-    the instruction does not exist (the CPU interpreter), whatever the switch says."""
-    lanes = _backend.PREFETCH_LANES
-    for nbytes, parts in ((16 * 1024 * 1024 + 16, 32), (3_145_728, 96), (16, 1), (10_485_760, 1)):
-        c = _backend.prefetch_chunk(nbytes, parts)
-        assert c % 16 == 0 and c >= 4096
-        assert c * parts * lanes >= nbytes, (nbytes, parts, c)
-    assert _backend.prefetch_chunk(16 * 1024 * 1024, 32) == 4096
-    assert _backend.prefetch_chunk(64 * 1024 * 1024, 32) == 16384
-    import pytest
-
-    with pytest.raises(ValueError, match="1000 bytes"):
-        _backend.prefetch_chunk(1000, 4)
-    for site in ("O", "DOWN", "QKV"):
-        assert _backend.prefetch_site(site, torch.device("cpu")) is False
-
-
-def test_prefetch_links_name_the_tensor_not_its_address():
-    """link_prefetch's link holds for the tensor it was made with; another tensor at the same
-    address (the first one freed, its memory reused) gets none."""
-    a, b = torch.zeros(64), torch.ones(32)
-    _backend.link_prefetch(a, b)
-    assert _backend.prefetch_next(a) is b
-    assert _backend.prefetch_next(b) is None
-    alias = a.view(8, 8)  # the same address, another tensor object
-    assert alias.data_ptr() == a.data_ptr() and _backend.prefetch_next(alias) is None
-    _backend.link_prefetch(a, torch.ones(4, 4).t())  # not contiguous: not one range of bytes
-    assert _backend.prefetch_next(a) is b

@@ -7,7 +7,6 @@ measured against the fp32 model, as the eval measures."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -103,33 +102,6 @@ def test_inject_and_kernelize_match_and_beat_stock(built, device):
     # would move them by orders more
     assert (nine - nine[:1]).abs().max().item() <= 4 * torch.finfo(torch.float32).eps * nine.abs().max().item()
     assert (single[0] - nine[0]).abs().max().item() <= 0.02 * single.abs().max().item(), (single, nine[0])
-
-
-# The next layer's QKV weights each layer's down launch is told of (decoder.link_prefetch): every
-# layer's but the last's, the dense ones' too.
-LINKS = {"qwen3-moe-tiny": 1, "mixtral-tiny": 1, "qwen2-moe-tiny": 1, "olmoe-tiny": 1, "granitemoe-tiny": 1}
-
-
-def test_down_launches_know_the_next_layers_qkv(built, device):
-    """The runtime links each layer's packed down weight to the next layer's packed QKV weight,
-    the bytes the step reads after the layer's experts (the down launch asks L2 for them where
-    the GPU can prefetch)."""
-    name, run = built
-    pkg = load_package(run / "package", "kernels")
-    injected = load(name, device=device)
-    pkg.inject(injected, packed=run / "packed")
-    decoder = sys.modules[pkg.__name__ + ".decoder"]
-    backend = sys.modules[pkg.__name__ + "._backend"]
-    assert decoder.link_prefetch(injected) == LINKS[name]
-    layers = injected.model.layers
-    mlp = getattr(layers[0], "mlp", None) or layers[0].block_sparse_moe
-    assert backend.prefetch_next(mlp.xpuinject_down_weight) is layers[1].self_attn.xpuinject_qkv_weight
-    last = getattr(layers[-1], "mlp", None) or layers[-1].block_sparse_moe
-    assert backend.prefetch_next(last.xpuinject_down_weight) is None
-    # the runtime makes the links itself
-    backend._PREFETCH_NEXT.clear()
-    pkg.runtime.Runtime(injected, graphs=False)
-    assert backend.prefetch_next(mlp.xpuinject_down_weight) is layers[1].self_attn.xpuinject_qkv_weight
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import os
-import weakref
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import torch
@@ -258,81 +257,6 @@ def pdl_wait(PDL: tl.constexpr):
         tl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
         tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=tl.int32,
                                   is_pure=False, pack=1)
-
-
-# L2 prefetch of a later launch's weights (CUDA, compute capability 9.0 and later): a decode step
-# is a chain of launches, and the ones that read next to no bytes (attention over a short cache,
-# the router, norms) leave the memory bus idle while the weights the chain reads next are known.
-# A launch given a weight to prefetch has its programs ask for it into L2 with
-# cp.async.bulk.prefetch (fire and forget: a hint, never waited on, so it orders nothing), and the
-# GEMV after it then reads L2. The idea is NVIDIA CUTLASS's (examples/63_hopper_gemm_with_weight_prefetch),
-# moved a launch or more earlier. Each site has its own switch while they are measured:
-# XPUINJECT_PREFETCH_O (o_proj's weights from the decode attention), XPUINJECT_PREFETCH_DOWN (the
-# routed experts' down weights from the experts' gate/up), XPUINJECT_PREFETCH_QKV (the next layer's
-# QKV weights from the experts' down launch).
-PREFETCH_LANES = 128  # prefetches a program issues at most, one per lane
-_PREFETCH_MIN_CHUNK = 4096
-
-
-def prefetch_site(site: str, device: torch.device) -> bool:
-    """Whether the launch at `site` ("O", "DOWN", "QKV") prefetches (see above)."""
-    if device.type != "cuda" or is_interpret() or env_switch(f"XPUINJECT_PREFETCH_{site}") is not True:
-        return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
-
-
-def prefetch_chunk(nbytes: int, parts: int) -> int:
-    """Bytes per prefetch when `parts` programs of PREFETCH_LANES lanes share nbytes: a multiple of
-    16 (cp.async.bulk's unit), at least _PREFETCH_MIN_CHUNK."""
-    if nbytes % 16:
-        raise ValueError(f"xpuinject_kernels: an L2 prefetch of {nbytes} bytes: want a multiple of 16")
-    return max(_PREFETCH_MIN_CHUNK, cdiv(cdiv(nbytes, parts * PREFETCH_LANES), 16) * 16)
-
-
-def prefetch_evict_last() -> bool:
-    """Whether prefetched lines take L2's evict-last priority (XPUINJECT_PREFETCH_EVICT_LAST), so
-    the stream of the launch in between evicts its own lines first."""
-    return env_switch("XPUINJECT_PREFETCH_EVICT_LAST") is True
-
-
-@triton.jit
-def l2_prefetch(base, nbytes, chunk, part, parts, ON: tl.constexpr, EVICT_LAST: tl.constexpr = False):
-    """Program `part` of `parts` asks L2 for its chunks of the nbytes at base: chunk c = part + j *
-    parts for lane j, so neighbouring programs take neighbouring chunks. A hint: nothing waits on
-    it and nothing after it depends on it."""
-    if ON:
-        j = tl.arange(0, 128).to(tl.int64)
-        off = (part + j * parts) * chunk
-        size = tl.minimum(nbytes - off, chunk).to(tl.int32)
-        addr = base.to(tl.pointer_type(tl.int8)) + off
-        if EVICT_LAST:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; .reg .b64 q; setp.gt.s32 p, $2, 0; createpolicy.fractional.L2::evict_last.b64 q, 1.0; "
-                "@p cp.async.bulk.prefetch.L2.global.L2::cache_hint [$1], $2, q; mov.u32 $0, 0; }",
-                "=r,l,r", [addr, size], dtype=tl.int32, is_pure=False, pack=1)
-        else:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-                "=r,l,r", [addr, size], dtype=tl.int32, is_pure=False, pack=1)
-
-
-# The weight the step reads after a launch's own, where that is not the launch's to know (the
-# next layer's QKV after a layer's experts), keyed by the launch's weight's data pointer:
-# link_prefetch fills it from the model's layer order.
-_PREFETCH_NEXT: Dict[int, tuple] = {}
-
-
-def link_prefetch(after: torch.Tensor, then: torch.Tensor) -> None:
-    """Record that the step reads `then` next after the launch that reads `after`."""
-    if then.is_contiguous() and then.device == after.device:
-        _PREFETCH_NEXT[after.data_ptr()] = (weakref.ref(after), then)
-
-
-def prefetch_next(after: torch.Tensor) -> Optional[torch.Tensor]:
-    """The weight link_prefetch recorded after `after` (the same tensor, not a later one at its
-    address), or None."""
-    hit = _PREFETCH_NEXT.get(after.data_ptr())
-    return hit[1] if hit is not None and hit[0]() is after else None
 
 
 def cdiv(a: int, b: int) -> int:

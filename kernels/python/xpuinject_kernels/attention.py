@@ -309,14 +309,10 @@ def _decode_split_kernel(
     HAS_LENS: tl.constexpr, MASK_KIND: tl.constexpr, MASK_ADD: tl.constexpr, DOT_PREC: tl.constexpr,
     UPCAST: tl.constexpr, SINGLE: tl.constexpr, SOFTCAP: tl.constexpr, SLIDING: tl.constexpr,
     ADVANCE: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr = False,
-    PF=None, PF_BYTES=0, PF_CHUNK=0, PREFETCH: tl.constexpr = False, PF_LAST: tl.constexpr = False,
 ):
     _backend.pdl_wait(PDL)
     pid_s = tl.program_id(0)
     pid_bk = tl.program_id(1)
-    # the next launch's weights into L2 while this one reads next to no bytes (_backend.l2_prefetch)
-    _backend.l2_prefetch(PF, PF_BYTES, PF_CHUNK, pid_bk * tl.num_programs(0) + pid_s,
-                         tl.num_programs(0) * tl.num_programs(1), PREFETCH, PF_LAST)
     off_b = (pid_bk // H_KV).to(tl.int64)
     off_kvh = (pid_bk % H_KV).to(tl.int64)
 
@@ -856,7 +852,6 @@ def decode_attention(
     softcap: Optional[float] = None,
     window: Optional[int] = None,
     advance: bool = False,
-    prefetch: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """One-token attention: q [b, h, 1, d] against a KV cache k/v [b, hk, L, d] -> [b, 1, h, d].
 
@@ -870,29 +865,24 @@ def decode_attention(
     advance: kv_lens (0-d) is a static cache layer's counter read before this step's key was
     written at slot kv_lens (rope_cache_write): the step attends over kv_lens + 1 keys and the
     launch then adds 1 to the counter, as StaticLayer.update would, with no launch of its own.
-    prefetch: a weight the launch after this one reads (the o projection's), asked into L2 while
-    this launch runs where the GPU has cp.async.bulk.prefetch and XPUINJECT_PREFETCH_O is on
-    (_backend.l2_prefetch); a hint, which changes no result.
     The ops: torch.ops.<ns>.attention_decode, and attention_decode_advance (which mutates kv_lens).
     """
     if advance:
         if not isinstance(kv_lens, torch.Tensor) or kv_lens.dim() != 0:
             raise ValueError("attention: decode_attention: advance=True needs kv_lens, a 0-d counter tensor")
         if _ops.traced(q):
-            return _ops.call("attention_decode_advance", q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window,
-                             prefetch)
-        return _decode_advance(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window, prefetch)
+            return _ops.call("attention_decode_advance", q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window)
+        return _decode_advance(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window)
     if _ops.traced(q):
-        return _ops.call("attention_decode", q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window, prefetch)
-    return _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window, prefetch=prefetch)
+        return _ops.call("attention_decode", q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window)
+    return _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window)
 
 
-def _decode_advance(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None,
-                    prefetch=None) -> torch.Tensor:
-    return _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window, advance=True, prefetch=prefetch)
+def _decode_advance(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None) -> torch.Tensor:
+    return _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap, window, advance=True)
 
 
-def _decode_fake(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None, prefetch=None):
+def _decode_fake(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None):
     where = "decode_attention"
     b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
     if sq != 1:
@@ -901,7 +891,7 @@ def _decode_fake(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, 
 
 
 def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, window=None,
-            advance: bool = False, prefetch=None) -> torch.Tensor:
+            advance: bool = False) -> torch.Tensor:
     """decode_attention's launches."""
     where = "decode_attention"
     b, h, sq, d, hk, sk = _check_qkv(where, q, k, v)
@@ -968,11 +958,6 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, windo
     sem = _backend.semaphores(q.device, b * hk + 1) if (advance and single) else out
     launch = (_decode_split_kernel if tuned is not None else _decode_fn(be))[(num_splits, b * hk)]
     pdl = _backend.pdl(q.device)
-    pf = {}
-    if prefetch is not None and prefetch.is_contiguous() and _backend.prefetch_site("O", q.device):
-        nbytes = prefetch.numel() * prefetch.element_size()
-        pf = dict(PF=prefetch, PF_BYTES=nbytes, PF_CHUNK=_backend.prefetch_chunk(nbytes, num_splits * b * hk),
-                  PREFETCH=True, PF_LAST=_backend.prefetch_evict_last())
     launch(
         q, k, v, m_t, lens_t, pm, pl, pacc, out, sem,
         lens_stride, 1 if advance else 0, b * hk, num_splits * b * hk,
@@ -985,7 +970,7 @@ def _decode(q, k, v, scaling, kv_lens, key_mask, num_splits, softcap=None, windo
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g,
         HAS_LENS=has_lens, MASK_KIND=mask_kind, MASK_ADD=mask_add, DOT_PREC=_dot_prec(q.dtype),
         UPCAST=_upcast(q.dtype), SINGLE=single, SOFTCAP=has_cap, SLIDING=sliding, ADVANCE=advance,
-        PDL=pdl, **pf, **(tuned.all_kwargs() if tuned is not None else {}), **_backend.pdl_kw(pdl),
+        PDL=pdl, **(tuned.all_kwargs() if tuned is not None else {}), **_backend.pdl_kw(pdl),
     )
     _backend.count("attention.decode")
     if advance:
@@ -1009,11 +994,11 @@ _ops.define("attention_prefill",
             _prefill, _prefill_fake)
 _ops.define("attention_decode",
             "(Tensor q, Tensor k, Tensor v, float? scaling, Tensor? kv_lens, Tensor? key_mask, int? num_splits, "
-            "float? softcap=None, int? window=None, Tensor? prefetch=None) -> Tensor",
+            "float? softcap=None, int? window=None) -> Tensor",
             _decode, _decode_fake)
 _ops.define("attention_decode_advance",
             "(Tensor q, Tensor k, Tensor v, float? scaling, Tensor(a!) kv_lens, Tensor? key_mask, int? num_splits, "
-            "float? softcap=None, int? window=None, Tensor? prefetch=None) -> Tensor",
+            "float? softcap=None, int? window=None) -> Tensor",
             _decode_advance, _decode_fake, mutates=("kv_lens",))
 
 

@@ -406,7 +406,7 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
                                  **({} if in_norm is None else {"in_norm_weight": in_norm[0], "in_eps": in_norm[1]}))
         out = decode_attention(q, layer.keys, layer.values, scaling=module.scaling, kv_lens=layer.cumulative_length,
                                key_mask=attention_mask, softcap=getattr(module, "attn_logit_softcapping", None),
-                               window=window, advance=True, prefetch=_packed(module, _O_W, "Attention"))
+                               window=window, advance=True)
         return _o_proj(module, out.reshape(*input_shape, h * d), m, residual, res_scale)
     if in_norm is not None:
         qkv_b = getattr(module, _QKV_B, None)
@@ -471,7 +471,7 @@ def attention_block(module: nn.Module, hidden_states, position_embeddings, atten
         # counter on the device); the mask then only adds padding. A sliding layer's window is
         # also the kernel's own (the query sits at kv_lens - 1), so keys older than it are not read.
         out = decode_attention(q, k, v, scaling=module.scaling, kv_lens=kv_lens, key_mask=attention_mask,
-                               softcap=softcap, window=window, advance=True, prefetch=_packed(module, _O_W, "Attention"))
+                               softcap=softcap, window=window, advance=True)
     elif vendor_attn:
         out = _sdpa(module, q, k, v, attention_mask, module.scaling)
     else:
@@ -601,21 +601,3 @@ class DecoderLayer(nn.Module):
         # The MLP runs our SwiGLUMLP: run it inline so the final residual add rides in the
         # down projection's epilogue instead of a separate pass over the activations.
         return mlp_block(mlp, hidden_states, residual=residual)
-
-
-def link_prefetch(model: nn.Module) -> int:
-    """Tell each layer's experts' down launch which weight the step reads next, the next layer's
-    QKV (_backend.link_prefetch), in the order the model's modules were registered, which is the
-    order its layers run. Returns the links made."""
-    from .moe_layer import _DOWN_W
-    down, n = None, 0
-    for mod in model.modules():
-        qkv = getattr(mod, _QKV_W, None)
-        if isinstance(qkv, torch.Tensor) and down is not None:
-            _backend.link_prefetch(down, qkv)
-            n += 1
-            down = None
-        w = getattr(mod, _DOWN_W, None)
-        if isinstance(w, torch.Tensor):
-            down = w
-    return n

@@ -285,22 +285,16 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
                            stride_x, stride_we, stride_wk, stride_wn, stride_act,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                            PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None,
-                           stride_wt=0, SLAB: tl.constexpr = 0, dw_ptr=None, stride_dwe=0, PF_BYTES=0, PF_CHUNK=0,
-                           PREFETCH: tl.constexpr = False, PF_LAST: tl.constexpr = False):
+                           stride_wt=0, SLAB: tl.constexpr = 0):
     """gate/up of one (token, slot) pair's expert for BLOCK_N columns over one K split, as a
     16-row tl.dot (row 0 the token's, the rest zeros), or EW (_ew_step); the split that finishes
-    last sums the splits in split order and writes silu(gate) * up. PREFETCH: the pair's programs
-    also ask L2 for its expert's down weights (dw_ptr, PF_BYTES an expert), which the next launch
-    reads (_backend.l2_prefetch)."""
+    last sums the splits in split order and writes silu(gate) * up."""
     _backend.pdl_wait(PDL)
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     tok = (pair // TOP_K).to(tl.int64)
     e = tl.load(ids_ptr + pair).to(tl.int64)
-    if PREFETCH:
-        _backend.l2_prefetch(dw_ptr + e * stride_dwe, PF_BYTES, PF_CHUNK, pid_n * tl.num_programs(2) + pid_k,
-                             tl.num_programs(1) * tl.num_programs(2), PREFETCH, PF_LAST)
     wty = w_ptr.dtype.element_ty
     offs_m = tl.arange(0, 16)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -397,16 +391,14 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
                         TOP_K: tl.constexpr, RULE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, HAS_RES: tl.constexpr = False, PDL: tl.constexpr = False,
                         EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None, stride_wt=0,
-                        SLAB: tl.constexpr = 0, ALL_SLOTS: tl.constexpr = False, pf_ptr=None, PF_BYTES=0, PF_CHUNK=0,
-                        PREFETCH: tl.constexpr = False, PF_LAST: tl.constexpr = False):
+                        SLAB: tl.constexpr = 0, ALL_SLOTS: tl.constexpr = False):
     """The down GEMV of one (token, slot) pair for BLOCK_N output columns over one K split (a
     16-row tl.dot, or EW: _ew_step), stored as an fp32 partial; the token's program that finishes
     last for the tile sums the partials in (slot, split) order, each slot's scaled by its routing
     weight, and rounds the row once (then adds the residual row, HAS_RES, as _add_residual does).
     ALL_SLOTS (SPLIT_K 1): one program per (token, column tile) runs the token's slots one after
     another and sums them as that last program would, with no partials, semaphore or finishing
-    program: the same bits as SPLIT_K 1. PREFETCH: the programs ask L2 for pf_ptr's PF_BYTES, the
-    weights the step reads next (_backend.l2_prefetch)."""
+    program: the same bits as SPLIT_K 1."""
     if ALL_SLOTS:
         _decode_down_all_slots(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, H, I, stride_act, stride_we,
                                stride_wk, stride_wn, stride_out, stride_res, stride_wt, TOP_K, RULE, BLOCK_N, BLOCK_K,
@@ -416,8 +408,6 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
-    _backend.l2_prefetch(pf_ptr, PF_BYTES, PF_CHUNK, (pair * tl.num_programs(1) + pid_n) * tl.num_programs(2) + pid_k,
-                         tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2), PREFETCH, PF_LAST)
     tok = pair // TOP_K
     e = tl.load(ids_ptr + pair).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -951,32 +941,20 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     ws = torch.empty((pairs * split * 2 * i,) if split > 1 else (1,), dtype=torch.float32, device=dev)
     sem = _backend.semaphores(dev, max(pairs * tiles, t * _backend.cdiv(h, cfg["DOWN_BLOCK_N"])))
     ew = bool(cfg.get("EW", 0))
-    pf = {}
-    if down_w.is_contiguous() and _backend.prefetch_site("DOWN", dev):
-        nbytes = d_we * down_w.element_size()
-        pf = dict(dw_ptr=down_w, stride_dwe=d_we, PF_BYTES=nbytes, PF_CHUNK=_backend.prefetch_chunk(nbytes, tiles * split),
-                  PREFETCH=True, PF_LAST=_backend.prefetch_evict_last())
     _decode_gate_up_kernel[(pairs, tiles, split)](
         x2, ids, gate_up_w, act, ws, sem, h, i, top_k, k_per, x2.stride(0), g_we, g_wk, g_wn, act.stride(0), BLOCK_N=bn,
         BLOCK_K=bk, SPLIT_K=split, PDL=pdl, EW=ew, EW_STAGES=cfg["num_stages"] if ew else None, stride_wt=g_wt,
-        SLAB=g_slab, **pf, **launch)
+        SLAB=g_slab, **launch)
     bn, bk = cfg["DOWN_BLOCK_N"], cfg["DOWN_BLOCK_K"]
     down_ew = bool(cfg.get("DOWN_EW", 0))
     all_slots = bool(cfg.get("DOWN_ALL", 0))
     k_per, split = _split(i, bk, 1 if all_slots else cfg["DOWN_SPLIT_K"])
     ws = torch.empty((1,) if all_slots else (pairs * split * h,), dtype=torch.float32, device=dev)
-    grid = (t if all_slots else pairs, _backend.cdiv(h, bn), split)
-    pf = {}
-    nxt = _backend.prefetch_next(down_w)
-    if nxt is not None and not all_slots and _backend.prefetch_site("QKV", dev):
-        nbytes = nxt.numel() * nxt.element_size()
-        pf = dict(pf_ptr=nxt, PF_BYTES=nbytes, PF_CHUNK=_backend.prefetch_chunk(nbytes, grid[0] * grid[1] * grid[2]),
-                  PREFETCH=True, PF_LAST=_backend.prefetch_evict_last())
-    _decode_down_kernel[grid](
+    _decode_down_kernel[(t if all_slots else pairs, _backend.cdiv(h, bn), split)](
         act, ids, vals, down_w, o2, o2 if r2 is None else r2, ws, sem, h, i, k_per, act.stride(0), d_we, d_wk, d_wn,
         o2.stride(0), 0 if r2 is None else r2.stride(0), TOP_K=top_k, RULE=_RULE[router], BLOCK_N=bn, BLOCK_K=bk,
         SPLIT_K=split, HAS_RES=r2 is not None, PDL=pdl, EW=down_ew, EW_STAGES=cfg["num_stages"] if down_ew else None,
-        stride_wt=d_wt, SLAB=d_slab, ALL_SLOTS=all_slots, **pf, **launch)
+        stride_wt=d_wt, SLAB=d_slab, ALL_SLOTS=all_slots, **launch)
     _backend.count("moe.decode")
     if ew or down_ew:
         _backend.count("moe.decode_ew")

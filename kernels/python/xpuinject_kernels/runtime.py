@@ -377,8 +377,6 @@ class Runtime:
         self._mask_zero = self._mask_min = None
         self._embedding: Any = False  # _plain_embedding's answer once asked (a tensor or None)
         self._types = self._layer_types() if hasattr(getattr(model, "config", None), "num_hidden_layers") else []
-        from .decoder import link_prefetch
-        link_prefetch(model)  # where the step's launches ask L2 for the weights after theirs
         self.stats: Dict[str, Any] = {
             "device": str(self.device), "graphs": self._g is not None, "reason": reason,
             "captures": 0, "capture_s": 0.0, "replays": 0, "eager_steps": 0, "buckets": [],
