@@ -21,6 +21,10 @@ not find in L2 is served from it), all layers captured in one CUDA graph, timed 
                                         dependent steps could beat a launch per step
   gemv / cuBLAS                         the projections themselves (gemv.py at its own config;
                                         torch.mm on the same K-major weight)
+  --tma                                 the GEMV probe on K-major weights with its tiles loaded
+                                        through host-side tensor descriptors (TMA on sm_90+)
+                                        against the same tiles by pointer loads, at the attention
+                                        projections and 8 of 128 experts' gate/up and down
 The gap between a projection and the read floor of its bytes is what a better GEMV could win;
 the gap between two launches and one is what fusing launches could win.
 """
@@ -119,6 +123,39 @@ def _tile_kernel(x, w, o, K, N, stride_k, stride_n, K_PER, GEMV: tl.constexpr, N
 
 
 @triton.jit
+def _tma_tile_kernel(x, w_desc, o, K, N, K_PER, GEMV: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr,
+                     STAGES: tl.constexpr, PDL: tl.constexpr, ids=None):
+    """_tile_kernel's K-major pattern with each [BK, BN] tile loaded through a tensor descriptor
+    (one bulk copy a tile on sm_90+ instead of each thread's 16-byte loads). ids: w_desc is over
+    [experts, K, N] and grid axis 2 picks an expert. K_PER is a multiple of BK that divides K, so
+    no tile crosses into the next split."""
+    _backend.pdl_wait(PDL)
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n0 = pid_n * BN
+    offs_n = n0 + tl.arange(0, BN)
+    k_lo = pid_k * K_PER
+    k_hi = tl.minimum(k_lo + K_PER, K)
+    if ids is not None:
+        e = tl.load(ids + tl.program_id(2))
+    acc = tl.zeros((BK, BN), dtype=tl.float32)
+    for k0 in tl.range(k_lo, k_hi, BK, num_stages=STAGES):
+        if ids is not None:
+            t = w_desc.load([e, k0, n0]).reshape(BK, BN).to(tl.float32)
+        else:
+            t = w_desc.load([k0, n0]).to(tl.float32)
+        if GEMV:
+            offs_k = k0 + tl.arange(0, BK)
+            t = t * tl.load(x + offs_k, mask=offs_k < k_hi, other=0.0).to(tl.float32)[:, None]
+        acc += t
+    r = tl.sum(acc, axis=0)
+    if GEMV:
+        tl.atomic_add(o + offs_n, r, mask=offs_n < N)
+    else:
+        tl.store(o + pid_n * tl.num_programs(1) + pid_k, tl.sum(r))
+
+
+@triton.jit
 def _grid_barrier(cnt, nprog, spins, SPIN_MAX: tl.constexpr):
     """Every program of the grid arrives on cnt, then polls it until all have. The counter only
     grows (by nprog a pass), so a replayed graph needs no reset. A program that polls SPIN_MAX
@@ -198,6 +235,9 @@ def main() -> int:
                          "PDL wait, at several grids: whether loads issued ahead of the wait hide a launch boundary")
     ap.add_argument("--nmajor", action="store_true",
                     help="also our GEMV on the N-major weights at its heuristic's config and a sweep")
+    ap.add_argument("--tma", action="store_true",
+                    help="also the K-major GEMV probe with tensor-descriptor (TMA) tile loads against pointer "
+                         "loads, at the attention projections and the experts")
     ap.add_argument("--barrier", action="store_true",
                     help="also both reads in one launch with a grid barrier between them, against one launch "
                          "without it and two launches, at 1 and 2 programs an SM")
@@ -275,6 +315,8 @@ def main() -> int:
         rows += pad_rows(a, dev, x, o, timed)
     if a.experts:
         rows += expert_rows(dev)
+    if a.tma:
+        rows += tma_rows(dev, w, x, timed)
     print(f"{torch.cuda.get_device_name(dev)}, {a.layers} layers, {sms} SMs; us per layer "
           f"(median of {a.replays} replays); GB/s of the bytes read")
     print(f"{'sequence':72} {'us':>8} {'GB/s':>7}")
@@ -430,6 +472,61 @@ def expert_rows(dev, layers=8, experts=128, top_k=8):
             res.sort()
             for us, bk, bn, split in res[:2]:
                 rows.append((f"gemv {name} {layout} probe [BK {bk}, BN {bn}, split {split}]", us, mb))
+    return rows
+
+
+def tma_rows(dev, w, x, timed, layers=8, experts=128, top_k=8):
+    """The K-major GEMV probe by pointer loads (_tile_kernel) and by tensor-descriptor loads
+    (_tma_tile_kernel), the same tiles, splits, stages and warps, read-only and multiplying by x:
+    the attention projections on each layer's weights, then 8 of 128 experts' gate/up and down
+    slabs a layer. The best four of each, and the slowest. Multiplying by x only: the read-only
+    pattern is the --layouts rows'."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    rows = []
+    o32 = torch.zeros(1 << 16, device=dev, dtype=torch.float32)
+    pdl = _backend.pdl(dev)
+    tiles = [(64, 64), (32, 128), (64, 128), (128, 64), (64, 256)]
+    gen = torch.Generator().manual_seed(0)
+    cases = []
+    for k, (kk, n) in SHAPES.items():
+        cases.append((k, kk, n, w[k], None, x[k][0], timed))
+    for name, kk, n in (("experts gate/up", 2048, 1536), ("experts down", 768, 2048)):
+        ws = [torch.randn(experts, kk, n, device=dev, dtype=torch.bfloat16) for _ in range(layers)]
+        ids = [torch.randperm(experts, generator=gen)[:top_k].to(dev).to(torch.int32) for _ in range(layers)]
+        cases.append((name, kk, n, ws, ids, torch.randn(kk, device=dev, dtype=torch.bfloat16),
+                      lambda seq: benchlib.graph_us_per_layer(seq, layers, 20)))
+    for name, kk, n, bufs, ids, xv, tm in cases:
+        mb = (top_k if ids is not None else 1) * kk * n * 2 / 1e6
+        for gemv_ in (True,):
+            res = {"pointer": [], "TMA": []}
+            for bk, bn in tiles:
+                descs = [TensorDescriptor.from_tensor(b, [1, bk, bn] if ids is not None else [bk, bn]) for b in bufs]
+                for split in (1, 2, 4, 8):
+                    k_per = kk // split
+                    if kk % split or k_per % bk:
+                        continue
+                    grid = (triton.cdiv(n, bn), split) + ((top_k,) if ids is not None else ())
+                    warps = 8 if bk * bn >= 16384 else 4
+                    for stages in (3, 4):
+                        def ptr(i, bk=bk, bn=bn, k_per=k_per, grid=grid, warps=warps, stages=stages):
+                            _tile_kernel[grid](xv, bufs[i], o32, kk, n, n, 1, k_per, GEMV=gemv_, NMAJOR=False, BK=bk,
+                                               BN=bn, STAGES=stages, PDL=pdl, ids=None if ids is None else ids[i],
+                                               stride_e=kk * n, num_warps=warps, **_backend.pdl_kw(pdl))
+
+                        def tma(i, bk=bk, bn=bn, k_per=k_per, grid=grid, warps=warps, stages=stages, descs=descs):
+                            _tma_tile_kernel[grid](xv, descs[i], o32, kk, n, k_per, GEMV=gemv_, BK=bk, BN=bn,
+                                                   STAGES=stages, PDL=pdl, ids=None if ids is None else ids[i],
+                                                   num_warps=warps, **_backend.pdl_kw(pdl))
+                        cfg = (bk, bn, split, stages, warps)
+                        res["pointer"].append((tm(ptr), cfg))
+                        res["TMA"].append((tm(tma), cfg))
+            for how, r in res.items():
+                r.sort()
+                what = f"{'gemv' if gemv_ else 'read'} {name} K-major, {how}"
+                for us, (bk, bn, split, stages, warps) in r[:4]:
+                    rows.append((f"{what} [BK {bk}, BN {bn}, split {split}, stages {stages}, warps {warps}]", us, mb))
+                rows.append((f"{what}: slowest of {len(r)}", r[-1][0], mb))
     return rows
 
 

@@ -52,13 +52,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 (H100/H200)")
     ap.add_argument("--only", default="", metavar="PREFIX",
-                    help="compile only the cases whose name starts with PREFIX (e.g. 'moe')")
+                    help="compile only the cases whose name starts with PREFIX (e.g. 'moe'; several: 'a|b')")
     a = ap.parse_args()
     triton.runtime.driver.set_active(X.TargetDriver(GPUTarget("cuda", a.arch, 32)))
     print(f"triton {triton.__version__}, target cuda sm_{a.arch}")
     ok = failed = 0
     for name, fn, cfgs, act, consts in X.cases(cuda=True):
-        if not name.startswith(a.only):
+        if not any(name.startswith(o) for o in a.only.split("|")):
             continue
         if any(p.name == "PDL" for p in fn.params):
             consts = dict(consts, PDL=True)

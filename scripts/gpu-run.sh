@@ -34,7 +34,10 @@
 #        launch configs on each, "step-moe-allnmajor": step-moe-nmajor with the attention N-major too
 #        (STEP_ONLY narrows the step-moe parts' candidates, STEP_ROUNDS their rounds), "prologue": the
 #        step with its inputs from one launch against the torch ops, "critical": each launch's
-#        share of the step's critical path (profile_decode.py --sequence); MOEDECODE_PARTS picks
+#        share of the step's critical path (profile_decode.py --sequence), "tma-probe": the GEMV
+#        access pattern with tensor-descriptor tile loads against pointer loads (bench_launch_floor.py
+#        --tma), "tma": the step with the decode GEMVs' weights read through descriptors
+#        (XPUINJECT_WEIGHT_TMA=1) against the shipped one, "step-moe-tma": step-moe with them; MOEDECODE_PARTS picks
 #        parts (default "floor sweep sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
 #        in WORK for a next call on the same warm machine, which then skips making them;
 #        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
@@ -227,13 +230,20 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       # each launch's share of the step's critical path, launch by launch (PDL on)
       critical) cmd=(python3 benchmarks/profile_decode.py "$model" "$run" --paths graph --batches 1 --steps 30
                      --sequence --top 40 --json "$OUT/moedecode/critical-path.json") ;;
+      # the GEMV access pattern with tensor-descriptor (TMA) tile loads against pointer loads
+      tma-probe) cmd=(python3 benchmarks/bench_launch_floor.py --tma) ;;
+      # the decode GEMVs' weight tiles through tensor descriptors (XPUINJECT_WEIGHT_TMA=1) in the step
+      tma) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped --variant tma:XPUINJECT_WEIGHT_TMA=1
+                --rounds "${STEP_ROUNDS:-2}" --json "$OUT/moedecode/tma.json") ;;
+      # every moe.decode candidate in the step with the weight tiles through tensor descriptors
+      step-moe-tma) cmd=(env XPUINJECT_WEIGHT_TMA=1 "${stepmoe[@]}") ;;
       # each fusible launch knocked out of the step (benchmarks/knockout.py), then all four: what fusion can save
       knockout) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
                      --variant no-input-norm:KNOCK_OUT=input-norm --variant no-post-norm:KNOCK_OUT=post-norm
                      --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
                      --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
                      --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
-      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, prologue, critical)"
+      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, prologue, critical, tma-probe, tma, step-moe-tma)"
          continue ;;
       esac
       log "moedecode $part"

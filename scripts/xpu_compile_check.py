@@ -129,6 +129,14 @@ def mock_args(fn, act, constexprs):
 DESC_PATHS = (True, False)
 
 
+def _desc(shape, block):
+    """A host-side tensor descriptor over a small bf16 CPU tensor: what a kernel's descriptor
+    argument specializes on (dtype and box) is all the compile needs."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(torch.empty(shape, dtype=torch.bfloat16), list(block))
+
+
 def cases(cuda: bool = False):
     """(name, kernel, configs, activation dtype, constexprs) of every case; cuda: with the cases
     only CUDA launches, and the GEMM at CUDA's configs (scripts/cuda_compile_check.py)."""
@@ -277,6 +285,16 @@ def cases(cuda: bool = False):
     yield ("gemv none split8, input RMSNorm, RoPE + cache write d128 norm=True", gemv._gemv_kernel, [({}, 4, 3)],
            bf16, dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, ROW_NORM=True, ROWS=1,
                       BLOCK_R=2048, ROPE=True, NORM_QK=True, NORM_ROUND=True))
+    if cuda:
+        # the weight tiles through a host-side tensor descriptor (TMA), a CUDA switch
+        for epi, split in (("none", 4), ("swiglu", 2), ("residual", 1)):
+            yield (f"gemv {epi} split{split}, weight tiles through a descriptor", gemv._gemv_kernel, [({}, 4, 4)],
+                   bf16, dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=16, BLOCK_N=128, BLOCK_K=64,
+                              SPLIT_K=split, TMA=True, w_desc=_desc((256, 512), (64, 128))))
+        yield ("gemv none split8, RoPE + cache write d128 norm=True, weight tiles through a descriptor",
+               gemv._gemv_kernel, [({}, 4, 3)], bf16,
+               dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, ROPE=True,
+                    NORM_QK=True, NORM_ROUND=True, TMA=True, w_desc=_desc((256, 512), (64, 128))))
     # the same on N-major weights ([N, K] rows of contiguous K, read as [BLOCK_N, BLOCK_K] tiles)
     for epi, bn, bk, split in (("none", 16, 256, 1), ("swiglu", 16, 256, 4)):
         yield (f"gemv N-major {epi} split{split}", gemv._gemv_kernel, [({}, 4, 3)], bf16,
@@ -370,6 +388,16 @@ def cases(cuda: bool = False):
         yield (f"moe decode down N-major{tag} split2 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
                dict(TOP_K=8, RULE=1, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=2, HAS_RES=True, EW=ew,
                     EW_STAGES=2 if ew else None, **nm))
+    if cuda:
+        # the decode launches' weight tiles through host-side tensor descriptors (TMA), a CUDA switch
+        for split in (1, 2):
+            yield (f"moe decode gate/up split{split}, weight tiles through a descriptor", moe._decode_gate_up_kernel,
+                   [({}, 4, 4)], bf16, dict(BLOCK_N=128, BLOCK_K=64, SPLIT_K=split, TMA=True,
+                                            w_desc=_desc((4, 256, 512), (1, 64, 128))))
+            yield (f"moe decode down split{split} + residual, weight tiles through a descriptor",
+                   moe._decode_down_kernel, [({}, 4, 4)], bf16,
+                   dict(TOP_K=8, RULE=1, BLOCK_N=128, BLOCK_K=64, SPLIT_K=split, HAS_RES=True, TMA=True,
+                        w_desc=_desc((4, 256, 512), (1, 64, 128))))
     # the experts blocked (moe.blocked: tiles of 128 columns, each a contiguous run), at the H200's
     # one-token decode config and at tiles narrower than the slabs (EW)
     bl = dict(stride_wt=128 * 2048, SLAB=128)

@@ -29,6 +29,9 @@ __all__ = [
     "is_interpret",
     "require_runnable",
     "tma_ok",
+    "tma_box_ok",
+    "weight_desc",
+    "weight_tma",
     "ensure_allocator",
     "empty",
     "set_poison",
@@ -320,6 +323,64 @@ def tma_ok(t: torch.Tensor) -> bool:
         if t.size(d) > 1 and (t.stride(d) * es) % 16 != 0:
             return False
     return True
+
+
+# Decode GEMVs load their weight tiles through host-side tensor descriptors (TMA bulk copies on
+# sm_90+) instead of each thread's pointer loads: XPUINJECT_WEIGHT_TMA=1 on, 0 off. Unset: off.
+# The interpreter runs descriptors too, so tests can take the path on the CPU.
+WEIGHT_TMA = env_switch("XPUINJECT_WEIGHT_TMA")
+
+
+def weight_tma(device: torch.device) -> bool:
+    """Whether decode GEMVs on this device read their weights through tensor descriptors."""
+    if not WEIGHT_TMA or not has_host_descriptors():
+        return False
+    if is_interpret():
+        return True
+    if device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def has_host_descriptors() -> bool:
+    """Whether this Triton takes host-side tensor descriptors as kernel arguments
+    (triton.tools.tensor_descriptor, Triton >= 3.4)."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# Packed weights are static, so their descriptors are made once: keyed by what a descriptor
+# encodes (address, shape, strides, dtype, box), a freed weight's key can only match a tensor with
+# the same memory and layout, for which its descriptor is still right.
+_DESCS: "collections.OrderedDict[tuple, object]" = collections.OrderedDict()
+_DESCS_MAX = 4096
+
+
+def weight_desc(w: torch.Tensor, block: Sequence[int]):
+    """A host-side tensor descriptor over w (2-5 D, tma_ok) with box `block`; out-of-bounds rows
+    and columns load as zeros."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    key = (w.data_ptr(), tuple(w.shape), tuple(w.stride()), w.dtype, tuple(block))
+    d = _DESCS.get(key)
+    if d is None:
+        d = _DESCS[key] = TensorDescriptor.from_tensor(w, list(block))
+        if len(_DESCS) > _DESCS_MAX:
+            _DESCS.popitem(last=False)
+    else:
+        _DESCS.move_to_end(key)
+    return d
+
+
+def tma_box_ok(w: torch.Tensor, block: Sequence[int]) -> bool:
+    """Whether w can be read through a descriptor with box `block`: tma_ok, a K-major last axis,
+    and every box side at most 256 elements (the TMA box limit) with a last side of 16 bytes or
+    more."""
+    return (tma_ok(w) and len(block) == w.dim() and all(0 < b <= 256 for b in block)
+            and block[-1] * w.element_size() >= 16)
 
 
 _allocator_set = False

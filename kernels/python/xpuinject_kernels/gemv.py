@@ -85,6 +85,11 @@ def _gemv_kernel(
     # that finishes the head's last (tile, split) sums all of them and runs the epilogue on the
     # head, BLOCK_D (head_dim's power of two) wide.
     HEAD_TILES: tl.constexpr = 1, BLOCK_D: tl.constexpr = 0,
+    # TMA: w_desc, a host-side tensor descriptor over the K-major weight with a [BLOCK_K, BLOCK_N]
+    # box, feeds the dot's weight tiles (one bulk copy a tile on sm_90+). A tile's rows past K and
+    # columns past N_w load as zeros; columns past a tile's own (a gate tile reaching into up, a
+    # head's power-of-two tile into the next head) are computed and never stored. Not with EW.
+    TMA: tl.constexpr = False, w_desc=None,
 ):
     _backend.pdl_wait(PDL)
     pid_n = tl.program_id(0)
@@ -157,6 +162,11 @@ def _gemv_kernel(
             acc2 += tl.load(w_rows, mask=w_ok, other=0.0).to(tl.float32) * ak
             if gated:
                 acc2_up += tl.load(w_rows + UP_OFF * stride_wn, mask=w_ok, other=0.0).to(tl.float32) * ak
+        elif TMA:
+            n0 = head * TILE_N + (pid_n % HEAD_TILES) * BLOCK_N if ROPE else pid_n * BLOCK_N
+            acc = tl.dot(a, w_desc.load([k0, n0]), acc)
+            if gated:
+                acc_up = tl.dot(a, w_desc.load([k0, UP_OFF + n0]), acc_up)
         else:
             acc = tl.dot(a, tl.load(w_rows, mask=w_ok, other=0.0), acc)
             if gated:
@@ -377,6 +387,12 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         nw, eps = row_norm
     rows = _backend.next_pow2(m)  # the row norm's rows (the dot pads to _BLOCK_M)
     pdl = _backend.pdl(x2.device)
+    # a box's first column must sit on 16 bytes: the up half's offset and a head's width decide it
+    starts = [n] * gated + [tile_n] * bool(tile_n)
+    tma = (not ew and kmajor and all(v * w.element_size() % 16 == 0 for v in starts)
+           and _backend.weight_tma(x2.device) and _backend.tma_box_ok(w, (block_k, block_n)))
+    if tma:
+        _backend.count("gemv.tma")
     _gemv_kernel[(tiles, split)](
         x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2, ws, sem, r0, nw, s_out,
         m, n, k, k_per, n if gated else 0, n_w,
@@ -387,7 +403,8 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         ROW_NORM=row_norm is not None, ROWS=rows, BLOCK_R=min(_backend.next_pow2(k), max(16, 2048 // rows)),
         EW=ew, EW_STAGES=cfg.num_stages if ew else None, HEAD_TILES=head_tiles,
         BLOCK_D=_backend.next_pow2(tile_n) if tile_n else 0,
-        PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **(rope or {}), **_backend.pdl_kw(pdl),
+        PDL=pdl, TMA=tma, w_desc=_backend.weight_desc(w, (block_k, block_n)) if tma else None,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **(rope or {}), **_backend.pdl_kw(pdl),
     )
     _backend.count("gemv")
     _backend.count(f"gemv.{epilogue}")
