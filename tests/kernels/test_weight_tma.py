@@ -135,14 +135,15 @@ def test_moe_decode_through_descriptors_gives_the_pointer_loads_bits(device, tma
     assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
 
 
-def test_weight_descriptors_are_made_once_per_weight_and_box():
+def test_weight_descriptor_and_the_boxes_it_takes():
     w = torch.randn(64, 48, dtype=torch.bfloat16)
-    a = _backend.weight_desc(w, (32, 16))
-    assert _backend.weight_desc(w, (32, 16)) is a
-    assert _backend.weight_desc(w, (16, 16)) is not a
-    assert _backend.weight_desc(w[:, :32], (32, 16)) is not a  # another shape, another descriptor
+    d = _backend.weight_desc(w, (32, 16))
+    assert d.base is w and list(d.shape) == [64, 48] and list(d.strides) == [48, 1] and d.block_shape == [32, 16]
+    assert d.padding == "zero"  # the rows and columns past the weight load as zeros
     assert _backend.tma_box_ok(w, (32, 16)) and not _backend.tma_box_ok(w, (512, 16))
+    assert not _backend.tma_box_ok(w, (32, 4))  # a box row of 8 bytes
     assert not _backend.tma_box_ok(w[:, 1:], (32, 16))  # a base off 16 bytes
+    assert not _backend.tma_box_ok(torch.randn(64, 36, dtype=torch.bfloat16), (32, 16))  # rows of 72 bytes
 
 
 def test_descriptor_variants_compile_for_hopper():

@@ -353,27 +353,14 @@ def has_host_descriptors() -> bool:
     return True
 
 
-# Packed weights are static, so their descriptors are made once: keyed by what a descriptor
-# encodes (address, shape, strides, dtype, box), a freed weight's key can only match a tensor with
-# the same memory and layout, for which its descriptor is still right.
-_DESCS: "collections.OrderedDict[tuple, object]" = collections.OrderedDict()
-_DESCS_MAX = 4096
-
-
 def weight_desc(w: torch.Tensor, block: Sequence[int]):
-    """A host-side tensor descriptor over w (2-5 D, tma_ok) with box `block`; out-of-bounds rows
-    and columns load as zeros."""
+    """A host-side tensor descriptor over w (2-5 D, tma_box_ok) with box `block`; out-of-bounds
+    rows and columns load as zeros. Made at each launch, not kept: a descriptor holds its tensor,
+    so a cache of them would keep a deleted model's weights on the device. (Under the graph runtime
+    only the capture makes them.)"""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    key = (w.data_ptr(), tuple(w.shape), tuple(w.stride()), w.dtype, tuple(block))
-    d = _DESCS.get(key)
-    if d is None:
-        d = _DESCS[key] = TensorDescriptor.from_tensor(w, list(block))
-        if len(_DESCS) > _DESCS_MAX:
-            _DESCS.popitem(last=False)
-    else:
-        _DESCS.move_to_end(key)
-    return d
+    return TensorDescriptor.from_tensor(w, list(block))
 
 
 def tma_box_ok(w: torch.Tensor, block: Sequence[int]) -> bool:
