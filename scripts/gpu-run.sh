@@ -36,8 +36,8 @@
 #        step with its inputs from one launch against the torch ops, "critical": each launch's
 #        share of the step's critical path (profile_decode.py --sequence), "tma-probe": the GEMV
 #        access pattern with tensor-descriptor tile loads against pointer loads (bench_launch_floor.py
-#        --tma), "tma": the step with the decode GEMVs' weights read through descriptors
-#        (XPUINJECT_WEIGHT_TMA=1) against the shipped one, "step-moe-tma": step-moe with them; MOEDECODE_PARTS picks
+#        --tma), "tma": the step as shipped (the decode GEMVs' weights read through descriptors on
+#        sm_90+) against pointer loads (XPUINJECT_WEIGHT_TMA=0); MOEDECODE_PARTS picks
 #        parts (default "floor sweep sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
 #        in WORK for a next call on the same warm machine, which then skips making them;
 #        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
@@ -232,18 +232,16 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
                      --sequence --top 40 --json "$OUT/moedecode/critical-path.json") ;;
       # the GEMV access pattern with tensor-descriptor (TMA) tile loads against pointer loads
       tma-probe) cmd=(python3 benchmarks/bench_launch_floor.py --tma) ;;
-      # the decode GEMVs' weight tiles through tensor descriptors (XPUINJECT_WEIGHT_TMA=1) in the step
-      tma) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped --variant tma:XPUINJECT_WEIGHT_TMA=1
-                --rounds "${STEP_ROUNDS:-2}" --json "$OUT/moedecode/tma.json") ;;
-      # every moe.decode candidate in the step with the weight tiles through tensor descriptors
-      step-moe-tma) cmd=(env XPUINJECT_WEIGHT_TMA=1 "${stepmoe[@]}") ;;
+      # the step as shipped (the decode GEMVs' weight tiles through tensor descriptors) against pointer loads
+      tma) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
+                --variant pointer-loads:XPUINJECT_WEIGHT_TMA=0 --rounds "${STEP_ROUNDS:-2}" --json "$OUT/moedecode/tma.json") ;;
       # each fusible launch knocked out of the step (benchmarks/knockout.py), then all four: what fusion can save
       knockout) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
                      --variant no-input-norm:KNOCK_OUT=input-norm --variant no-post-norm:KNOCK_OUT=post-norm
                      --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
                      --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
                      --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
-      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, prologue, critical, tma-probe, tma, step-moe-tma)"
+      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, prologue, critical, tma-probe, tma)"
          continue ;;
       esac
       log "moedecode $part"

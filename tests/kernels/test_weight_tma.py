@@ -144,6 +144,7 @@ def test_weight_descriptor_and_the_boxes_it_takes():
     assert not _backend.tma_box_ok(w, (32, 4))  # a box row of 8 bytes
     assert not _backend.tma_box_ok(w[:, 1:], (32, 16))  # a base off 16 bytes
     assert not _backend.tma_box_ok(torch.randn(64, 36, dtype=torch.bfloat16), (32, 16))  # rows of 72 bytes
+    assert _backend.tma_box_ok(w, (32, 16), (24,)) and not _backend.tma_box_ok(w, (32, 16), (20,))  # 40 bytes on
 
 
 def test_descriptor_variants_compile_for_hopper():

@@ -211,17 +211,23 @@ def semaphores(device: torch.device, n: int) -> torch.Tensor:
 # a plain stream. XPUINJECT_PDL=0 turns it off. See the CUDA programming guide, "Programmatic
 # Dependent Launch and Synchronization", and triton's python/tutorials/11-programmatic-dependent-launch.py.
 PDL_ENABLED = env_switch("XPUINJECT_PDL") is not False
-_PDL_CAP: Dict[int, bool] = {}
+_SM90: Dict[int, bool] = {}
+
+
+def _sm90(device: torch.device) -> bool:
+    """Whether a CUDA device is of compute capability 9.0 or later (Hopper, Blackwell), asked
+    once per device: the launchers ask at every launch."""
+    on = _SM90.get(device.index)
+    if on is None:
+        on = _SM90[device.index] = torch.cuda.get_device_capability(device)[0] >= 9
+    return on
 
 
 def pdl(device: torch.device) -> bool:
     """Whether launches on device use programmatic dependent launch."""
     if not PDL_ENABLED or device.type != "cuda" or is_interpret():
         return False
-    on = _PDL_CAP.get(device.index)
-    if on is None:
-        on = _PDL_CAP[device.index] = torch.cuda.get_device_capability(device)[0] >= 9
-    return on
+    return _sm90(device)
 
 
 def fuse_norm(setting: Optional[bool], device: torch.device) -> bool:
@@ -332,18 +338,7 @@ def tma_ok(t: torch.Tensor) -> bool:
 WEIGHT_TMA = env_switch("XPUINJECT_WEIGHT_TMA")
 
 
-def weight_tma(device: torch.device) -> bool:
-    """Whether decode GEMVs on this device read their weights through tensor descriptors."""
-    if WEIGHT_TMA is False or not has_host_descriptors():
-        return False
-    if is_interpret():
-        return bool(WEIGHT_TMA)
-    if device.type != "cuda":
-        return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
-
-
-def has_host_descriptors() -> bool:
+def _has_host_descriptors() -> bool:
     """Whether this Triton takes host-side tensor descriptors as kernel arguments
     (triton.tools.tensor_descriptor, Triton >= 3.4)."""
     try:
@@ -351,6 +346,18 @@ def has_host_descriptors() -> bool:
     except ImportError:
         return False
     return True
+
+
+_HOST_DESCRIPTORS = _has_host_descriptors()
+
+
+def weight_tma(device: torch.device) -> bool:
+    """Whether decode GEMVs on this device read their weights through tensor descriptors."""
+    if WEIGHT_TMA is False or not _HOST_DESCRIPTORS:
+        return False
+    if is_interpret():
+        return bool(WEIGHT_TMA)
+    return device.type == "cuda" and _sm90(device)
 
 
 def weight_desc(w: torch.Tensor, block: Sequence[int]):
@@ -363,12 +370,14 @@ def weight_desc(w: torch.Tensor, block: Sequence[int]):
     return TensorDescriptor.from_tensor(w, list(block))
 
 
-def tma_box_ok(w: torch.Tensor, block: Sequence[int]) -> bool:
+def tma_box_ok(w: torch.Tensor, block: Sequence[int], starts: Sequence[int] = ()) -> bool:
     """Whether w can be read through a descriptor with box `block`: tma_ok, a K-major last axis,
-    and every box side at most 256 elements (the TMA box limit) with a last side of 16 bytes or
-    more."""
+    every box side at most 256 elements (the TMA box limit) with a last side of 16 bytes or more,
+    and each column offset in `starts` a box may begin at (besides multiples of the box's width)
+    on 16 bytes: a gated weight's up half, a head's width."""
+    es = w.element_size()
     return (tma_ok(w) and len(block) == w.dim() and all(0 < b <= 256 for b in block)
-            and block[-1] * w.element_size() >= 16)
+            and block[-1] * es >= 16 and all(c * es % 16 == 0 for c in starts))
 
 
 _allocator_set = False

@@ -387,10 +387,8 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         nw, eps = row_norm
     rows = _backend.next_pow2(m)  # the row norm's rows (the dot pads to _BLOCK_M)
     pdl = _backend.pdl(x2.device)
-    # a box's first column must sit on 16 bytes: the up half's offset and a head's width decide it
-    starts = [n] * gated + [tile_n] * bool(tile_n)
-    tma = (not ew and kmajor and all(v * w.element_size() % 16 == 0 for v in starts)
-           and _backend.weight_tma(x2.device) and _backend.tma_box_ok(w, (block_k, block_n)))
+    tma = (not ew and kmajor and _backend.weight_tma(x2.device)
+           and _backend.tma_box_ok(w, (block_k, block_n), [n] * gated + [tile_n] * bool(tile_n)))
     if tma:
         _backend.count("gemv.tma")
     _gemv_kernel[(tiles, split)](

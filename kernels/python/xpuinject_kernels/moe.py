@@ -916,11 +916,13 @@ def fused_topk(device: torch.device) -> bool:
     return device.type == "cuda" and not _backend.is_interpret()
 
 
-def _expert_tma(w: torch.Tensor, slab: int, stride_wn: int, ew: bool, block_k: int, block_n: int) -> bool:
+def _expert_tma(w: torch.Tensor, slab: int, stride_wn: int, ew: bool, block_k: int, block_n: int,
+                starts=()) -> bool:
     """Whether a decode launch reads these experts' weight tiles through a tensor descriptor: the
-    switch (_backend.weight_tma), the dot path on K-major [E, K, N] weights, and a box TMA takes."""
+    switch (_backend.weight_tma), the dot path on K-major [E, K, N] weights, and a box TMA takes
+    (starts: _backend.tma_box_ok's)."""
     return (not ew and slab == 0 and stride_wn == 1 and _backend.weight_tma(w.device)
-            and _backend.tma_box_ok(w, (1, block_k, block_n)))
+            and _backend.tma_box_ok(w, (1, block_k, block_n), starts))
 
 
 def decode_route(x2: torch.Tensor, router_w: torch.Tensor, top_k: int,
@@ -960,8 +962,7 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     ws = torch.empty((pairs * split * 2 * i,) if split > 1 else (1,), dtype=torch.float32, device=dev)
     sem = _backend.semaphores(dev, max(pairs * tiles, t * _backend.cdiv(h, cfg["DOWN_BLOCK_N"])))
     ew = bool(cfg.get("EW", 0))
-    # the up half's first column must sit on 16 bytes to start a box
-    tma = i * gate_up_w.element_size() % 16 == 0 and _expert_tma(gate_up_w, g_slab, g_wn, ew, bk, bn)
+    tma = _expert_tma(gate_up_w, g_slab, g_wn, ew, bk, bn, starts=(i,))  # up's tiles start at column I
     _decode_gate_up_kernel[(pairs, tiles, split)](
         x2, ids, gate_up_w, act, ws, sem, h, i, top_k, k_per, x2.stride(0), g_we, g_wk, g_wn, act.stride(0), BLOCK_N=bn,
         BLOCK_K=bk, SPLIT_K=split, PDL=pdl, EW=ew, EW_STAGES=cfg["num_stages"] if ew else None, stride_wt=g_wt,
