@@ -37,9 +37,11 @@
 #        share of the step's critical path (profile_decode.py --sequence), "tma-probe": the GEMV
 #        access pattern with tensor-descriptor tile loads against pointer loads (bench_launch_floor.py
 #        --tma), "tma": the step as shipped (the decode GEMVs' weights read through descriptors on
-#        sm_90+) against pointer loads (XPUINJECT_WEIGHT_TMA=0); MOEDECODE_PARTS picks
+#        sm_90+) against pointer loads (XPUINJECT_WEIGHT_TMA=0) and block pointers (XPUINJECT_WEIGHT_BLOCK=1); MOEDECODE_PARTS picks
 #        parts (default "floor sweep sweep-nmajor step-moe step-qkv step-o nmajor"); MOEDECODE_KEEP=1 keeps the model and package
 #        in WORK for a next call on the same warm machine, which then skips making them;
+#        "tmadense" the decode step of dense shapes (TMADENSE_MODELS, default "qwen3 llama8b:8";
+#        T_TMADENSE each) at batch 1 and 8 with weight descriptors against pointer loads and block pointers;
 #        "coldstart" the default command on empty Triton and inductor caches for COLD_MODELS
 #        (default "qwen3:4 levit128s llama8b"; T_COLD each): wall and eval.json "autotune"),
 #        T_TESTS/T_LLAMA/T_LLAMA8B/T_LEVIT/T_BENCH/T_TUNE/T_HOST/T_RUNTIME seconds, LLAMA8B_LAYERS (decoder layers
@@ -202,6 +204,9 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       # the attention projections at one row: QKV (its RoPE epilogue's class) and o_proj, EW candidates
       step-qkv) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel gemv --key k=2048,n=5120,m_bucket=1
                      --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
+      # the QKV GEMV with RoPE and the cache write in its epilogue, every candidate (QKV_ONLY narrows them)
+      step-qkv-rope) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel gemv --key epilogue=none+rope
+                          ${QKV_ONLY:+--only "$QKV_ONLY"} --rounds "${STEP_ROUNDS:-1}" --steps 30 --gpu-data h200) ;;
       step-o) cmd=(python3 benchmarks/step_configs.py "$model" "$run" --kernel gemv --key k=4096,n=2048,m_bucket=1
                    --only EW=1 --rounds 1 --steps 30 --gpu-data h200) ;;
       nmajor) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped --variant nmajor:XPUINJECT_NMAJOR=1
@@ -234,14 +239,15 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       tma-probe) cmd=(python3 benchmarks/bench_launch_floor.py --tma) ;;
       # the step as shipped (the decode GEMVs' weight tiles through tensor descriptors) against pointer loads
       tma) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
-                --variant pointer-loads:XPUINJECT_WEIGHT_TMA=0 --rounds "${STEP_ROUNDS:-2}" --json "$OUT/moedecode/tma.json") ;;
+                --variant pointer-loads:XPUINJECT_WEIGHT_TMA=0 --variant block-pointers:XPUINJECT_WEIGHT_BLOCK=1
+                --rounds "${STEP_ROUNDS:-2}" --json "$OUT/moedecode/tma.json") ;;
       # each fusible launch knocked out of the step (benchmarks/knockout.py), then all four: what fusion can save
       knockout) cmd=(python3 benchmarks/ab_step.py "$model" "$run" --variant shipped
                      --variant no-input-norm:KNOCK_OUT=input-norm --variant no-post-norm:KNOCK_OUT=post-norm
                      --variant no-router:KNOCK_OUT=router --variant no-reduce:KNOCK_OUT=attn-reduce
                      --variant none-of-4:KNOCK_OUT=input-norm+post-norm+router+attn-reduce
                      --rounds 2 --json "$OUT/moedecode/knockout.json") ;;
-      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, prologue, critical, tma-probe, tma)"
+      *) log "moedecode: unknown part $part (want floor, barrier, sweep, sweep-nmajor, step-moe, step-qkv, step-qkv-rope, step-o, nmajor, knockout, down-all, nmajor-experts, step-moe-nmajor, step-moe-allnmajor, prefill-layouts, prefill-sweep, prologue, critical, tma-probe, tma)"
          continue ;;
       esac
       log "moedecode $part"
@@ -252,6 +258,24 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
     done
     # MOEDECODE_KEEP=1 leaves them for a next call on the same machine (WORK set, /tmp kept)
     [ "${MOEDECODE_KEEP:-0}" = 1 ] || rm -rf "$model" "$run" ;;
+  tmadense)
+    # the decode step on dense shapes at batch 1 and 8, weight tiles through tensor descriptors
+    # (the default on sm_90+) against pointer loads; TMADENSE_MODELS make_gpu_models names, ":N" for N layers
+    mkdir -p "$OUT/tmadense"
+    for spec in ${TMADENSE_MODELS:-qwen3 llama8b:8}; do
+      name=${spec%%:*} layers=$([ "$spec" != "$name" ] && echo "${spec#*:}")
+      model="$WORK/models/$name${layers:+-${layers}l}" run="$WORK/run-tma-$name"
+      python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" ${layers:+--layers "$layers"} >>"$OUT/tmadense.log" 2>&1
+      bin/xpuinject "$model" --skip-eval --out "$run" --device cuda >>"$OUT/tmadense.log" 2>&1
+      log "tmadense $spec"
+      PYTHONPATH="$PYTHONPATH:$PWD/harness/python" timeout "${T_TMADENSE:-240}" python3 benchmarks/ab_step.py "$model" "$run" \
+        --variant shipped --variant pointer-loads:XPUINJECT_WEIGHT_TMA=0 --variant block-pointers:XPUINJECT_WEIGHT_BLOCK=1 \
+        --batches 1,8 --rounds "${STEP_ROUNDS:-2}" \
+        --json "$OUT/tmadense/$name.json" >"$OUT/tmadense/$name.txt" 2>>"$OUT/tmadense.log"
+      log "tmadense $spec rc=$?"
+      tail -n 12 "$OUT/tmadense/$name.txt" >>"$OUT/summary.txt"
+      rm -rf "$model" "$run"
+    done ;;
   host)
     log "launcher host time"
     timeout "${T_HOST:-120}" python3 benchmarks/bench_host.py --out "$OUT/host" >"$OUT/host.log" 2>&1
@@ -304,7 +328,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
     rm -rf "$WORK/models/llama8b" "$WORK/run-scale" "$WORK/eval-scale-2gpu" ;;  # 16 GB + 16 GB
   *)
     log "unknown step $s (want tests, real, llama, llama8b, levit, gemma2b, gemma7b, olmo2_7b, exaone4, ministral8b, hunyuan7b, helium2b, flexolmo, glm4_9b, qwen2moe, olmoe, phi3mini, smollm3, granite2b, granitemoe3b, qwen3moe, moedecode, coldstart," \
-      "bench, tune, decode, moe, host, runtime, scale)" ;;
+      "tmadense, bench, tune, decode, moe, host, runtime, scale)" ;;
   esac
 done
 log "done: $OUT"

@@ -36,6 +36,14 @@ PVC = {
 }
 
 
+def block_reads(llir: str) -> int:
+    """The subgroup 2D block reads in a kernel's LLVM IR (Xe's block loads: how block pointers and
+    descriptors lower where the target has 2D block I/O)."""
+    import re
+
+    return len(re.findall(r"call [^\n]*2d[_.]?block[_.]?read", llir, flags=re.IGNORECASE))
+
+
 class TargetDriver:
     """Just enough of a Triton driver for JITFunction.warmup: the target, device 0, stream 0."""
 
@@ -295,6 +303,15 @@ def cases(cuda: bool = False):
                gemv._gemv_kernel, [({}, 4, 3)], bf16,
                dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, ROPE=True,
                     NORM_QK=True, NORM_ROUND=True, TMA=True, w_desc=_desc((256, 512), (64, 128))))
+    # the weight tiles through block pointers (XPU's 2D block loads, the default there)
+    for epi, split in (("none", 4), ("swiglu", 2), ("residual", 1)):
+        yield (f"gemv {epi} split{split}, weight tiles through block pointers", gemv._gemv_kernel, [({}, 4, 3)],
+               bf16, dict(HAS_BIAS=False, EPILOGUE=gemm._EPI_CODE[epi], BLOCK_M=16, BLOCK_N=128, BLOCK_K=64,
+                          SPLIT_K=split, BLOCK_PTR=True))
+    yield ("gemv none split8, RoPE + cache write d128 norm=True, weight tiles through block pointers",
+           gemv._gemv_kernel, [({}, 4, 3)], bf16,
+           dict(HAS_BIAS=False, EPILOGUE=0, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, SPLIT_K=8, ROPE=True,
+                NORM_QK=True, NORM_ROUND=True, BLOCK_PTR=True))
     # the same on N-major weights ([N, K] rows of contiguous K, read as [BLOCK_N, BLOCK_K] tiles)
     for epi, bn, bk, split in (("none", 16, 256, 1), ("swiglu", 16, 256, 4)):
         yield (f"gemv N-major {epi} split{split}", gemv._gemv_kernel, [({}, 4, 3)], bf16,
@@ -388,6 +405,13 @@ def cases(cuda: bool = False):
         yield (f"moe decode down N-major{tag} split2 + residual", moe._decode_down_kernel, [({}, 4, 2)], bf16,
                dict(TOP_K=8, RULE=1, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=2, HAS_RES=True, EW=ew,
                     EW_STAGES=2 if ew else None, **nm))
+    # the decode launches' weight tiles through block pointers (XPU's 2D block loads, the default there)
+    for split in (1, 2):
+        yield (f"moe decode gate/up split{split}, weight tiles through block pointers", moe._decode_gate_up_kernel,
+               [({}, 4, 3)], bf16, dict(BLOCK_N=128, BLOCK_K=64, SPLIT_K=split, BLOCK_PTR=True))
+        yield (f"moe decode down split{split} + residual, weight tiles through block pointers",
+               moe._decode_down_kernel, [({}, 4, 3)], bf16,
+               dict(TOP_K=8, RULE=1, BLOCK_N=128, BLOCK_K=64, SPLIT_K=split, HAS_RES=True, BLOCK_PTR=True))
     if cuda:
         # the decode launches' weight tiles through host-side tensor descriptors (TMA), a CUDA switch
         for split in (1, 2):
@@ -471,7 +495,9 @@ def main():
             try:
                 k = fn.warmup(*mock_args(fn, act, {**consts, **kw}), grid=(1,), **opts)
                 spv = k.asm.get("spv", b"")
-                print(f"ok    {label}: {len(spv)} bytes of SPIR-V, build flags {k.metadata.build_flags!r}")
+                blocks = block_reads(k.asm.get("llir", ""))
+                print(f"ok    {label}: {len(spv)} bytes of SPIR-V, build flags {k.metadata.build_flags!r}"
+                      + (f", {blocks} 2D block reads" if blocks else ""))
                 ok += 1
             except Exception as e:  # report every failure, keep going
                 failed += 1

@@ -302,7 +302,8 @@ def test_decode_variants_compile_for_hopper():
     before the PDL wait and its top-k sorted, and in the chain form) and the attention's split reduce
     at four warps and at the one they launch with where launches overlap (PDL), the GEMV with the
     input RMSNorm, and the QKV GEMV with RoPE + cache write (with and without that norm, with
-    the q/k norms after the rotation, and with its weight tiles through a descriptor) compile
+    the q/k norms after the rotation, and with its weight tiles through a descriptor or block
+    pointers) compile
     offline for sm_90 through scripts/cuda_compile_check.py, at the configs its cases list."""
     import os
     import subprocess
@@ -313,7 +314,7 @@ def test_decode_variants_compile_for_hopper():
     env = dict(os.environ, TRITON_INTERPRET="0", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(root / "kernels" / "python"))
     for only, n in (("moe router t16 split8 with its top-8 of one token", 6),
                     ("gemv none split1, input RMSNorm", 1), ("gemv none split4, input RMSNorm", 1),
-                    ("gemv none split8, ", 4), ("gemv none split4, RoPE + cache write d256", 1),
+                    ("gemv none split8, ", 5), ("gemv none split4, RoPE + cache write d256", 1),
                     ("attention decode reduce", 6)):
         p = subprocess.run([sys.executable, str(root / "scripts" / "cuda_compile_check.py"), "--only", only],
                            capture_output=True, text=True, timeout=600, env=env)

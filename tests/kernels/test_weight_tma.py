@@ -1,5 +1,6 @@
 """Decode GEMVs with their weight tiles loaded through host-side tensor descriptors (the
-XPUINJECT_WEIGHT_TMA switch; TMA bulk copies on sm_90+, run by the interpreter on the CPU): the
+XPUINJECT_WEIGHT_TMA switch; TMA bulk copies on sm_90+) or through block pointers (the
+XPUINJECT_WEIGHT_BLOCK switch; XPU's 2D block loads), both run by the interpreter on the CPU: the
 same bits as the pointer loads they replace, for the dense GEMV's epilogues, the QKV GEMV with RoPE
 and the cache write, and the MoE decode launches; shapes a descriptor cannot take fall back to
 pointer loads."""
@@ -14,20 +15,25 @@ from xpuinject_kernels import _backend, gemv, moe, rope_cache
 from test_rope_cache import norm_case
 
 
-@pytest.fixture
-def tma(monkeypatch, device):
-    """A function that runs fn with the switch on or off and reports whether a TMA launch ran."""
-    if device == "cuda" and torch.cuda.get_device_capability()[0] < 9:
+@pytest.fixture(params=["tma", "block_ptr"])
+def tma(request, monkeypatch, device):
+    """A function that runs fn with one tile path's switch on or off (the other's off) and reports
+    how many launches of `counter` ran; a counter named "...tma" counts the path under test's."""
+    path = request.param
+    if path == "tma" and device == "cuda" and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("tensor descriptors need sm_90 or later")
-    if device == "xpu":
-        pytest.skip("the switch is for CUDA: XPU reads tiles by its own block loads")
+    if path == "tma" and device == "xpu":
+        pytest.skip("descriptors are a CUDA switch: XPU reads its tiles through block pointers")
 
     def run(on, fn, counter):
-        monkeypatch.setattr(_backend, "WEIGHT_TMA", on)
+        monkeypatch.setattr(_backend, "WEIGHT_TMA", on if path == "tma" else False)
+        monkeypatch.setattr(_backend, "WEIGHT_BLOCK", on if path == "block_ptr" else False)
+        counter = counter.replace("tma", path)
         before = _backend.launch_counts[counter]
         out = fn()
         return out, _backend.launch_counts[counter] - before
 
+    run.path = path
     return run
 
 
@@ -64,7 +70,7 @@ def test_gemv_through_descriptors_gives_the_pointer_loads_bits(device, tma, epil
 @pytest.mark.parametrize("n_w,epilogue", [(34, "none"), (44, "swiglu")])
 def test_gemv_falls_back_where_a_descriptor_cannot_start(device, tma, n_w, epilogue):
     """Rows of 68 bytes are not 16-byte aligned; an up half 22 columns on starts at 44 bytes: both
-    keep the pointer loads, with the same result."""
+    keep the pointer loads under descriptors, with the same result; block pointers read them."""
     g = torch.Generator().manual_seed(n_w)
     x = torch.randn(1, 64, generator=g).to(torch.bfloat16).to(device)
     w = (torch.randn(64, n_w, generator=g) * 0.125).to(torch.bfloat16).to(device)
@@ -75,7 +81,8 @@ def test_gemv_falls_back_where_a_descriptor_cannot_start(device, tma, n_w, epilo
 
     want, _ = tma(False, call, "gemv.tma")
     got, ran = tma(True, call, "gemv.tma")
-    assert ran == 0 and torch.equal(got, want)
+    # block pointers take any start: only descriptors fall back
+    assert ran == (tma.path == "block_ptr") and torch.equal(got, want)
 
 
 @pytest.mark.parametrize("b,hq,hk,d,split", [(1, 6, 2, 128, 4), (2, 10, 2, 80, 1), (1, 9, 3, 96, 2)])
@@ -122,16 +129,16 @@ def test_moe_decode_through_descriptors_gives_the_pointer_loads_bits(device, tma
     count = {}
 
     def call():
-        before = {k: _backend.launch_counts[k] for k in ("gemv.tma", "moe.decode_tma")}
+        before = {k: _backend.launch_counts[k] for k in ("moe.decode_tma", "moe.decode_block_ptr")}
         out = moe.moe(x, router, gate_up, down, top_k, "softmax-topk-norm", config=DECODE_CFG)
         count.update({k: _backend.launch_counts[k] - v for k, v in before.items()})
         return out
 
     want, ran = tma(False, call, "moe.decode")
-    assert ran == 1 and count["moe.decode_tma"] == 0
+    assert ran == 1 and count["moe.decode_tma"] == count["moe.decode_block_ptr"] == 0
     got, _ = tma(True, call, "moe.decode")
-    # a gate/up that cannot start its up half's box keeps the pointer loads
-    assert count["moe.decode_tma"] == launches
+    # a gate/up that cannot start its up half's box keeps the pointer loads; block pointers take it
+    assert count[f"moe.decode_{tma.path}"] == (2 if tma.path == "block_ptr" else launches)
     assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
 
 
@@ -148,9 +155,9 @@ def test_weight_descriptor_and_the_boxes_it_takes():
 
 
 def test_descriptor_variants_compile_for_hopper():
-    """The interpreter runs descriptors as plain indexing: the GEMV's and the MoE decode launches'
-    descriptor variants compile offline for sm_90 (TMA copies, pipelined at the launch's stages)
-    through scripts/cuda_compile_check.py."""
+    """The interpreter runs descriptors and block pointers as plain indexing: the GEMV's and the
+    MoE decode launches' descriptor variants (TMA copies, pipelined at the launch's stages) and
+    block-pointer variants compile offline for sm_90 through scripts/cuda_compile_check.py."""
     import os
     import subprocess
     import sys
@@ -162,4 +169,21 @@ def test_descriptor_variants_compile_for_hopper():
                      "moe decode gate/up split1, weight", "moe decode down split2 + residual, weight"])
     p = subprocess.run([sys.executable, str(root / "scripts" / "cuda_compile_check.py"), "--only", only],
                        capture_output=True, text=True, timeout=600, env=env)
-    assert p.returncode == 0 and "5 passed, 0 failed" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.returncode == 0 and "10 passed, 0 failed" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def test_block_pointers_are_xpus_default_and_the_switch_overrides_it(monkeypatch):
+    """XPU reads its decode weight tiles through block pointers unless XPUINJECT_WEIGHT_BLOCK=0;
+    CUDA and the CPU only when the switch asks; the interpreter runs them only when asked."""
+    xpu, cuda, cpu = torch.device("xpu"), torch.device("cuda"), torch.device("cpu")
+    monkeypatch.setattr(_backend, "is_interpret", lambda: False)
+    monkeypatch.setattr(_backend, "WEIGHT_BLOCK", None)
+    assert _backend.weight_block_ptr(xpu) and not _backend.weight_block_ptr(cuda)
+    assert not _backend.weight_block_ptr(cpu)
+    monkeypatch.setattr(_backend, "WEIGHT_BLOCK", False)
+    assert not _backend.weight_block_ptr(xpu)
+    monkeypatch.setattr(_backend, "WEIGHT_BLOCK", True)
+    assert _backend.weight_block_ptr(cuda) and _backend.weight_block_ptr(xpu)
+    monkeypatch.setattr(_backend, "is_interpret", lambda: True)
+    monkeypatch.setattr(_backend, "WEIGHT_BLOCK", None)
+    assert not _backend.weight_block_ptr(xpu)

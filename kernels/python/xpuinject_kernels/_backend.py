@@ -32,6 +32,7 @@ __all__ = [
     "tma_box_ok",
     "weight_desc",
     "weight_tma",
+    "weight_block_ptr",
     "ensure_allocator",
     "empty",
     "set_poison",
@@ -358,6 +359,31 @@ def weight_tma(device: torch.device) -> bool:
     if is_interpret():
         return bool(WEIGHT_TMA)
     return device.type == "cuda" and _sm90(device)
+
+
+# On XPU the decode GEMVs read their weight tiles through block pointers, which Intel's backend
+# lowers to 2D block loads, where per-thread pointer loads become gathers (huggingface/kernels'
+# xpu-kernels skill: descriptors preferred, block pointers also supported; PyPI's triton-xpu 3.3,
+# the XPU Triton this repository compiles against, takes only block pointers). Not run on an XPU
+# here. XPUINJECT_WEIGHT_BLOCK=0 keeps the pointer loads there; =1 takes block pointers on any
+# device (CUDA too, ahead of descriptors) and under the interpreter.
+WEIGHT_BLOCK = env_switch("XPUINJECT_WEIGHT_BLOCK")
+
+
+def weight_block_ptr(device: torch.device) -> bool:
+    """Whether decode GEMVs on this device read their weight tiles through block pointers."""
+    if WEIGHT_BLOCK is not None:
+        return WEIGHT_BLOCK
+    return device.type == "xpu" and not is_interpret()
+
+
+@triton.jit
+def block_ptr(w_ptr, rows, cols, stride_r, stride_c, r0, c0, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """A block pointer to the [BLOCK_R, BLOCK_C] tile at (r0, c0) of the row-major [rows, cols]
+    weight at w_ptr (weight_block_ptr); loaded with boundary checks, rows and columns past the
+    weight read as zeros."""
+    return tl.make_block_ptr(w_ptr, shape=(rows, cols), strides=(stride_r, stride_c), offsets=(r0, c0),
+                             block_shape=(BLOCK_R, BLOCK_C), order=(1, 0))
 
 
 def weight_desc(w: torch.Tensor, block: Sequence[int]):

@@ -90,6 +90,9 @@ def _gemv_kernel(
     # columns past N_w load as zeros; columns past a tile's own (a gate tile reaching into up, a
     # head's power-of-two tile into the next head) are computed and never stored. Not with EW.
     TMA: tl.constexpr = False, w_desc=None,
+    # BLOCK_PTR: the dot's weight tiles through block pointers (_backend.weight_block_ptr: XPU's 2D
+    # block loads), with the descriptor's zero fill and its reach past a tile's own columns.
+    BLOCK_PTR: tl.constexpr = False,
 ):
     _backend.pdl_wait(PDL)
     pid_n = tl.program_id(0)
@@ -133,6 +136,11 @@ def _gemv_kernel(
         # dot's padding). On the H200 the squares summed inside the weight loop instead doubled
         # the GEMV's time (benchmarks/bench_fused_norm.py).
         rstd = rows_rstd(x_ptr, x_ptr, 0, M, K, stride_xm, 0, eps, ROWS, BLOCK_M, BLOCK_R, False)
+    if BLOCK_PTR:
+        # advanced down K in the loop (made inside it, Intel's pipeliner rejects them)
+        n0 = head * TILE_N + (pid_n % HEAD_TILES) * BLOCK_N if ROPE else pid_n * BLOCK_N
+        w_bp = _backend.block_ptr(w_ptr, K, N_WS, stride_wk, stride_wn, k_lo, n0, BLOCK_K, BLOCK_N)
+        wu_bp = _backend.block_ptr(w_ptr, K, N_WS, stride_wk, stride_wn, k_lo, UP_OFF + n0, BLOCK_K, BLOCK_N)
     # EW_STAGES: the weight loads go through shared memory that many deep, as the dot's do (they
     # feed no dot, so the pipeliner would leave them as plain loads); None: the launch's stages
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
@@ -167,6 +175,12 @@ def _gemv_kernel(
             acc = tl.dot(a, w_desc.load([k0, n0]), acc)
             if gated:
                 acc_up = tl.dot(a, w_desc.load([k0, UP_OFF + n0]), acc_up)
+        elif BLOCK_PTR:
+            acc = tl.dot(a, tl.load(w_bp, boundary_check=(0, 1), padding_option="zero"), acc)
+            w_bp = tl.advance(w_bp, (BLOCK_K, 0))
+            if gated:
+                acc_up = tl.dot(a, tl.load(wu_bp, boundary_check=(0, 1), padding_option="zero"), acc_up)
+                wu_bp = tl.advance(wu_bp, (BLOCK_K, 0))
         else:
             acc = tl.dot(a, tl.load(w_rows, mask=w_ok, other=0.0), acc)
             if gated:
@@ -387,10 +401,13 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         nw, eps = row_norm
     rows = _backend.next_pow2(m)  # the row norm's rows (the dot pads to _BLOCK_M)
     pdl = _backend.pdl(x2.device)
-    tma = (not ew and kmajor and _backend.weight_tma(x2.device)
+    block_ptr = not ew and kmajor and _backend.weight_block_ptr(x2.device)
+    tma = (not ew and not block_ptr and kmajor and _backend.weight_tma(x2.device)
            and _backend.tma_box_ok(w, (block_k, block_n), [n] * gated + [tile_n] * bool(tile_n)))
     if tma:
         _backend.count("gemv.tma")
+    if block_ptr:
+        _backend.count("gemv.block_ptr")
     _gemv_kernel[(tiles, split)](
         x2, w, bias if bias is not None else w, r2 if r2 is not None else o2, o2, ws, sem, r0, nw, s_out,
         m, n, k, k_per, n if gated else 0, n_w,
@@ -401,7 +418,7 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         ROW_NORM=row_norm is not None, ROWS=rows, BLOCK_R=min(_backend.next_pow2(k), max(16, 2048 // rows)),
         EW=ew, EW_STAGES=cfg.num_stages if ew else None, HEAD_TILES=head_tiles,
         BLOCK_D=_backend.next_pow2(tile_n) if tile_n else 0,
-        PDL=pdl, TMA=tma, w_desc=_backend.weight_desc(w, (block_k, block_n)) if tma else None,
+        PDL=pdl, TMA=tma, w_desc=_backend.weight_desc(w, (block_k, block_n)) if tma else None, BLOCK_PTR=block_ptr,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **(rope or {}), **_backend.pdl_kw(pdl),
     )
     _backend.count("gemv")

@@ -285,13 +285,15 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
                            stride_x, stride_we, stride_wk, stride_wn, stride_act,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
                            PDL: tl.constexpr = False, EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None,
-                           stride_wt=0, SLAB: tl.constexpr = 0, TMA: tl.constexpr = False, w_desc=None):
+                           stride_wt=0, SLAB: tl.constexpr = 0, TMA: tl.constexpr = False, w_desc=None,
+                           BLOCK_PTR: tl.constexpr = False):
     """gate/up of one (token, slot) pair's expert for BLOCK_N columns over one K split, as a
     16-row tl.dot (row 0 the token's, the rest zeros), or EW (_ew_step); the split that finishes
     last sums the splits in split order and writes silu(gate) * up. TMA: the dot's weight tiles
     come through w_desc, a host-side descriptor over the K-major [E, H, 2I] weights with a
     [1, BLOCK_K, BLOCK_N] box (rows past H load as zeros; a gate tile's columns past I are up's,
-    computed and never stored)."""
+    computed and never stored). BLOCK_PTR: the same tiles through block pointers over the expert's
+    [H, 2I] slab (_backend.weight_block_ptr)."""
     _backend.pdl_wait(PDL)
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -311,6 +313,9 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
     u = tl.zeros((16, BLOCK_N), dtype=tl.float32)
     g2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
     u2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
+    if BLOCK_PTR:  # advanced down K in the loop (made inside it, Intel's pipeliner rejects them)
+        g_bp = _backend.block_ptr(wbase, H, 2 * I, stride_wk, stride_wn, k_lo, pid_n * BLOCK_N, BLOCK_K, BLOCK_N)
+        u_bp = _backend.block_ptr(wbase, H, 2 * I, stride_wk, stride_wn, k_lo, I + pid_n * BLOCK_N, BLOCK_K, BLOCK_N)
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
@@ -326,6 +331,11 @@ def _decode_gate_up_kernel(x_ptr, ids_ptr, w_ptr, act_ptr, ws_ptr, sem_ptr, H, I
             if TMA:
                 g = tl.dot(a, w_desc.load([e.to(tl.int32), k0, pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N), g)
                 u = tl.dot(a, w_desc.load([e.to(tl.int32), k0, I + pid_n * BLOCK_N]).reshape(BLOCK_K, BLOCK_N), u)
+            elif BLOCK_PTR:
+                g = tl.dot(a, tl.load(g_bp, boundary_check=(0, 1), padding_option="zero"), g)
+                u = tl.dot(a, tl.load(u_bp, boundary_check=(0, 1), padding_option="zero"), u)
+                g_bp = tl.advance(g_bp, (BLOCK_K, 0))
+                u_bp = tl.advance(u_bp, (BLOCK_K, 0))
             else:
                 g = tl.dot(a, tl.load(rows + cols_g, mask=w_ok, other=0.0), g)
                 u = tl.dot(a, tl.load(rows + cols_u, mask=w_ok, other=0.0), u)
@@ -370,14 +380,18 @@ def _add_residual(acc, res_row, mask, oty: tl.constexpr, HAS_RES: tl.constexpr):
 
 @triton.jit
 def _down_row(arow, wbase, cols, k_lo, k_hi, n_ok, stride_wk, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              EW: tl.constexpr, EW_STAGES: tl.constexpr, TMA: tl.constexpr = False, w_desc=None, e=0, n0=0):
+              EW: tl.constexpr, EW_STAGES: tl.constexpr, TMA: tl.constexpr = False, w_desc=None, e=0, n0=0,
+              BLOCK_PTR: tl.constexpr = False, I=0, H=0, stride_wn=1):
     """One (token, slot) pair's down GEMV over K rows [k_lo, k_hi) for a column tile, fp32: a
     16-row tl.dot (row 0 the pair's activation row arow), or EW (_ew_step). TMA: the dot's tiles
-    of expert e from column n0 come through w_desc ([E, I, H], a [1, BLOCK_K, BLOCK_N] box)."""
+    of expert e from column n0 come through w_desc ([E, I, H], a [1, BLOCK_K, BLOCK_N] box);
+    BLOCK_PTR: through block pointers over the expert's [I, H] slab at wbase."""
     wty = wbase.dtype.element_ty
     offs_m = tl.arange(0, 16)
     acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)  # EW only (DCE'd otherwise)
+    if BLOCK_PTR:  # advanced down K in the loop (made inside it, Intel's pipeliner rejects them)
+        w_bp = _backend.block_ptr(wbase, I, H, stride_wk, stride_wn, k_lo, n0, BLOCK_K, BLOCK_N)
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=EW_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < k_hi
@@ -391,6 +405,9 @@ def _down_row(arow, wbase, cols, k_lo, k_hi, n_ok, stride_wk, BLOCK_N: tl.conste
                         other=0.0).to(wty)
             if TMA:
                 acc = tl.dot(a, w_desc.load([e, k0, n0]).reshape(BLOCK_K, BLOCK_N), acc)
+            elif BLOCK_PTR:
+                acc = tl.dot(a, tl.load(w_bp, boundary_check=(0, 1), padding_option="zero"), acc)
+                w_bp = tl.advance(w_bp, (BLOCK_K, 0))
             else:
                 acc = tl.dot(a, tl.load(rows, mask=w_ok, other=0.0), acc)
     return tl.sum(acc2, axis=0) if EW else tl.sum(acc, axis=0)
@@ -403,14 +420,15 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
                         SPLIT_K: tl.constexpr, HAS_RES: tl.constexpr = False, PDL: tl.constexpr = False,
                         EW: tl.constexpr = False, EW_STAGES: tl.constexpr = None, stride_wt=0,
                         SLAB: tl.constexpr = 0, ALL_SLOTS: tl.constexpr = False, TMA: tl.constexpr = False,
-                        w_desc=None):
+                        w_desc=None, BLOCK_PTR: tl.constexpr = False):
     """The down GEMV of one (token, slot) pair for BLOCK_N output columns over one K split (a
     16-row tl.dot, or EW: _ew_step), stored as an fp32 partial; the token's program that finishes
     last for the tile sums the partials in (slot, split) order, each slot's scaled by its routing
     weight, and rounds the row once (then adds the residual row, HAS_RES, as _add_residual does).
     ALL_SLOTS (SPLIT_K 1): one program per (token, column tile) runs the token's slots one after
     another and sums them as that last program would, with no partials, semaphore or finishing
-    program: the same bits as SPLIT_K 1. TMA: the weight tiles through w_desc (_down_row)."""
+    program: the same bits as SPLIT_K 1. TMA: the weight tiles through w_desc; BLOCK_PTR: through
+    block pointers (_down_row)."""
     if ALL_SLOTS:
         _decode_down_all_slots(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, H, I, stride_act, stride_we,
                                stride_wk, stride_wn, stride_out, stride_res, stride_wt, TOP_K, RULE, BLOCK_N, BLOCK_K,
@@ -428,7 +446,8 @@ def _decode_down_kernel(act_ptr, ids_ptr, vals_ptr, w_ptr, out_ptr, res_ptr, ws_
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, I)
     cols = _cols(offs_n, stride_wn, stride_wt, SLAB)[None, :]
     part = _down_row(act_ptr + pair.to(tl.int64) * stride_act, w_ptr + e * stride_we, cols, k_lo, k_hi, n_ok,
-                     stride_wk, BLOCK_N, BLOCK_K, EW, EW_STAGES, TMA, w_desc, e.to(tl.int32), pid_n * BLOCK_N)
+                     stride_wk, BLOCK_N, BLOCK_K, EW, EW_STAGES, TMA, w_desc, e.to(tl.int32), pid_n * BLOCK_N,
+                     BLOCK_PTR, I, H, stride_wn)
     # partials [pairs, SPLIT_K, H] fp32
     tl.store(ws_ptr + (pair.to(tl.int64) * SPLIT_K + pid_k) * H + offs_n, part, mask=n_ok)
     tl.debug_barrier()
@@ -916,13 +935,17 @@ def fused_topk(device: torch.device) -> bool:
     return device.type == "cuda" and not _backend.is_interpret()
 
 
-def _expert_tma(w: torch.Tensor, slab: int, stride_wn: int, ew: bool, block_k: int, block_n: int,
-                starts=()) -> bool:
-    """Whether a decode launch reads these experts' weight tiles through a tensor descriptor: the
-    switch (_backend.weight_tma), the dot path on K-major [E, K, N] weights, and a box TMA takes
-    (starts: _backend.tma_box_ok's)."""
-    return (not ew and slab == 0 and stride_wn == 1 and _backend.weight_tma(w.device)
-            and _backend.tma_box_ok(w, (1, block_k, block_n), starts))
+def _expert_tiles(w: torch.Tensor, slab: int, stride_wn: int, ew: bool, block_k: int, block_n: int,
+                  starts=()) -> Tuple[bool, bool]:
+    """(tensor descriptor, block pointers): how a decode launch reads these experts' weight tiles
+    on the dot path over K-major [E, K, N] weights. Block pointers where _backend.weight_block_ptr
+    says so; else a descriptor where _backend.weight_tma does and TMA takes the box (starts:
+    _backend.tma_box_ok's); else neither, the pointer loads."""
+    if ew or slab or stride_wn != 1:
+        return False, False
+    if _backend.weight_block_ptr(w.device):
+        return False, True
+    return _backend.weight_tma(w.device) and _backend.tma_box_ok(w, (1, block_k, block_n), starts), False
 
 
 def decode_route(x2: torch.Tensor, router_w: torch.Tensor, top_k: int,
@@ -962,26 +985,27 @@ def _decode(x2, router_w, gate_up_w, down_w, top_k, router, o2, cfg, r2=None, no
     ws = torch.empty((pairs * split * 2 * i,) if split > 1 else (1,), dtype=torch.float32, device=dev)
     sem = _backend.semaphores(dev, max(pairs * tiles, t * _backend.cdiv(h, cfg["DOWN_BLOCK_N"])))
     ew = bool(cfg.get("EW", 0))
-    tma = _expert_tma(gate_up_w, g_slab, g_wn, ew, bk, bn, starts=(i,))  # up's tiles start at column I
+    tma, bptr = _expert_tiles(gate_up_w, g_slab, g_wn, ew, bk, bn, starts=(i,))  # up's tiles start at column I
     _decode_gate_up_kernel[(pairs, tiles, split)](
         x2, ids, gate_up_w, act, ws, sem, h, i, top_k, k_per, x2.stride(0), g_we, g_wk, g_wn, act.stride(0), BLOCK_N=bn,
         BLOCK_K=bk, SPLIT_K=split, PDL=pdl, EW=ew, EW_STAGES=cfg["num_stages"] if ew else None, stride_wt=g_wt,
-        SLAB=g_slab, TMA=tma, w_desc=_backend.weight_desc(gate_up_w, (1, bk, bn)) if tma else None, **launch)
+        SLAB=g_slab, TMA=tma, w_desc=_backend.weight_desc(gate_up_w, (1, bk, bn)) if tma else None, BLOCK_PTR=bptr,
+        **launch)
     bn, bk = cfg["DOWN_BLOCK_N"], cfg["DOWN_BLOCK_K"]
     down_ew = bool(cfg.get("DOWN_EW", 0))
     all_slots = bool(cfg.get("DOWN_ALL", 0))
     k_per, split = _split(i, bk, 1 if all_slots else cfg["DOWN_SPLIT_K"])
     ws = torch.empty((1,) if all_slots else (pairs * split * h,), dtype=torch.float32, device=dev)
-    tma_d = not all_slots and _expert_tma(down_w, d_slab, d_wn, down_ew, bk, bn)
+    tma_d, bptr_d = (False, False) if all_slots else _expert_tiles(down_w, d_slab, d_wn, down_ew, bk, bn)
     _decode_down_kernel[(t if all_slots else pairs, _backend.cdiv(h, bn), split)](
         act, ids, vals, down_w, o2, o2 if r2 is None else r2, ws, sem, h, i, k_per, act.stride(0), d_we, d_wk, d_wn,
         o2.stride(0), 0 if r2 is None else r2.stride(0), TOP_K=top_k, RULE=_RULE[router], BLOCK_N=bn, BLOCK_K=bk,
         SPLIT_K=split, HAS_RES=r2 is not None, PDL=pdl, EW=down_ew, EW_STAGES=cfg["num_stages"] if down_ew else None,
         stride_wt=d_wt, SLAB=d_slab, ALL_SLOTS=all_slots, TMA=tma_d,
-        w_desc=_backend.weight_desc(down_w, (1, bk, bn)) if tma_d else None, **launch)
-    for took in (tma, tma_d):  # one count a launch that read its weights through a descriptor
-        if took:
-            _backend.count("moe.decode_tma")
+        w_desc=_backend.weight_desc(down_w, (1, bk, bn)) if tma_d else None, BLOCK_PTR=bptr_d, **launch)
+    for took, name in ((tma, "tma"), (tma_d, "tma"), (bptr, "block_ptr"), (bptr_d, "block_ptr")):
+        if took:  # one count a launch that read its weights so
+            _backend.count(f"moe.decode_{name}")
     _backend.count("moe.decode")
     if ew or down_ew:
         _backend.count("moe.decode_ew")
