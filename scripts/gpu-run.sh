@@ -268,7 +268,7 @@ print({k: a.get(k) for k in ("tuned", "heuristic", "autotuned")})' "$WORK/run-co
       python3 scripts/make_gpu_models.py "$WORK/models" --only "$name" ${layers:+--layers "$layers"} >>"$OUT/tmadense.log" 2>&1
       bin/xpuinject "$model" --skip-eval --out "$run" --device cuda >>"$OUT/tmadense.log" 2>&1
       log "tmadense $spec"
-      PYTHONPATH="$PYTHONPATH:$PWD/harness/python" timeout "${T_TMADENSE:-240}" python3 benchmarks/ab_step.py "$model" "$run" \
+      PYTHONPATH="$PYTHONPATH:$PWD/harness/python" timeout "${T_TMADENSE:-420}" python3 benchmarks/ab_step.py "$model" "$run" \
         --variant shipped --variant pointer-loads:XPUINJECT_WEIGHT_TMA=0 --variant block-pointers:XPUINJECT_WEIGHT_BLOCK=1 \
         --batches 1,8 --rounds "${STEP_ROUNDS:-2}" \
         --json "$OUT/tmadense/$name.json" >"$OUT/tmadense/$name.txt" 2>>"$OUT/tmadense.log"
