@@ -2,8 +2,8 @@
 """The whole decode step at each candidate launch config of one kernel, on a CUDA GPU.
 
     PYTHONPATH=kernels/python:harness/python python3 benchmarks/step_configs.py MODEL_DIR RUN_DIR \\
-        --kernel moe.decode|gemv [--key hidden=2048,tokens=1] [--only EW=1] [--gpu-data h200] [--rounds 3]
-        [--steps 50] [--context 512]
+        --kernel moe.decode|gemv [--key hidden=2048,tokens=1] [--only EW=1] [--pointer-twins]
+        [--gpu-data h200] [--rounds 3] [--steps 50] [--context 512]
 
 A kernel's best config timed alone (bench_moe.py --sweep, tune.py) need not be its best inside a
 step, where each launch starts behind another and programmatic dependent launch overlaps them.
@@ -53,6 +53,17 @@ def candidates(kernel: str) -> list:
               for bn, bk in ((128, 32), (64, 64), (256, 16)) for sp in (1, 2, 4, 8) for st in (3, 4)]
         return dot + ew
     raise ValueError(f"step_configs: --kernel {kernel!r}: want one of {', '.join(KERNELS)}")
+
+
+def pointer_twins(cands: list) -> list:
+    """Each candidate, then (the dot path's, not EW's) the same with PTR=1: its weight tiles through
+    pointer loads where descriptors or block pointers are the device's default (gemv's flag)."""
+    out = []
+    for c in cands:
+        out.append(c)
+        if not c.get("EW"):
+            out.append(dict(c, PTR=1))
+    return out
 
 
 def select(cands: list, only: dict) -> list:
@@ -144,13 +155,18 @@ def main() -> int:
                     "(a switch a candidate leaves out is 0)")
     ap.add_argument("--gpu-data", default="", help="on a GPU no data file names, the file (its stem, e.g. h200) "
                     "whose tuned configs the shipped step runs on; default: none, the heuristics")
+    ap.add_argument("--pointer-twins", action="store_true", help="gemv: each dot candidate also with PTR=1 "
+                    "(its weight tiles through pointer loads, not descriptors), each pair side by side")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--context", type=int, default=512)
     a = ap.parse_args()
     try:
         key = parse_key(a.key)
-        cands = select(candidates(a.kernel), parse_key(a.only))
+        if a.pointer_twins and a.kernel != "gemv":
+            raise ValueError("step_configs: --pointer-twins is gemv's (its PTR flag)")
+        cands = candidates(a.kernel)
+        cands = select(pointer_twins(cands) if a.pointer_twins else cands, parse_key(a.only))
     except ValueError as e:
         ap.error(str(e))
     import torch

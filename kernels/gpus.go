@@ -200,7 +200,7 @@ var TunedConfigKeys = map[string][]string{
 // TunedConfigFlags are switches (0 or 1, 0 where absent) a tuned launcher's config may add to
 // its TunedConfigKeys (gemv.py's CONFIG_FLAGS, moe.py's DECODE_FLAGS).
 var TunedConfigFlags = map[string][]string{
-	"gemv":       {"EW"},
+	"gemv":       {"EW", "PTR"},
 	"moe.decode": {"EW", "DOWN_EW"},
 }
 

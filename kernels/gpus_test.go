@@ -101,6 +101,8 @@ func TestParseGPURejects(t *testing.T) {
 			"keys besides BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages"},
 		{tuned(`{"kernel": "moe.decode", "key": {}, "config": {"BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "DOWN_BLOCK_N": 64, "DOWN_BLOCK_K": 128, "DOWN_SPLIT_K": 1, "num_warps": 4, "num_stages": 3, "DOWN_EW": 2}, ` + stamp + `}`),
 			"tuned 0 (moe.decode): config DOWN_EW=2: want 0 or 1"},
+		{tuned(`{"kernel": "gemv", "key": {}, "config": {"BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4, "num_stages": 3, "PTR": 2}, ` + stamp + `}`),
+			"tuned 0 (gemv): config PTR=2: want 0 or 1"},
 		{tuned(`{"kernel": "attention.decode", "key": {"seq_q_bucket": 1}, "config": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}, ` + stamp + `}`),
 			`tuned 0 (attention.decode): key "seq_q_bucket" is not a field the launcher looks up (split_bucket, head_dim,`},
 		{tuned(tunedGEMM(`"fast"`)), `gpus/x.json: tuned 0 (gemm): measured: expected a JSON object, got a string`},
@@ -148,6 +150,12 @@ func TestParseGPURejects(t *testing.T) {
 	if g, err := ParseGPU([]byte(moe), "gpus/x.json"); err != nil || len(g.Tuned) != 2 || g.Tuned[1].Config["BLOCK_M"] != 128 ||
 		g.Tuned[0].Config["EW"] != 1 {
 		t.Errorf("valid MoE tuned entries: %+v %v", g, err)
+	}
+	// a GEMV class kept on pointer loads where descriptors are the default (gemv.py's PTR flag)
+	ptrGEMV := tuned(`{"kernel": "gemv", "key": {"epilogue": "none", "m_bucket": 8, "k": 4096, "n": 6144},
+		"config": {"BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 1, "num_warps": 4, "num_stages": 3, "PTR": 1}, ` + stamp + `}`)
+	if g, err := ParseGPU([]byte(ptrGEMV), "gpus/x.json"); err != nil || g.Tuned[0].Config["PTR"] != 1 {
+		t.Errorf("valid gemv entry with PTR: %+v %v", g, err)
 	}
 }
 

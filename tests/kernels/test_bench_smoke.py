@@ -877,6 +877,22 @@ def test_step_configs_forces_one_kernels_config_and_puts_the_data_back(monkeypat
             pass
 
 
+def test_step_configs_pointer_twins_pair_each_dot_candidate_with_its_pointer_loads():
+    """--pointer-twins: each gemv dot candidate followed by itself with PTR=1 (a flag the gemv
+    launcher takes), EW candidates alone; --only PTR=1 keeps just the twins."""
+    from xpuinject_kernels import gemv
+
+    sc = load("step_configs")
+    cands = sc.candidates("gemv")
+    twins = sc.pointer_twins(cands)
+    dots = [c for c in cands if not c.get("EW")]
+    assert len(twins) == len(cands) + len(dots) and "PTR" in gemv.CONFIG_FLAGS
+    i = twins.index(dots[0])
+    assert twins[i + 1] == dict(dots[0], PTR=1)
+    assert all(not c.get("PTR") for c in twins if c.get("EW"))
+    assert sc.select(twins, {"PTR": 1}) == [dict(c, PTR=1) for c in dots]
+
+
 def test_step_configs_adopts_gpu_data_on_a_gpu_without_a_file(monkeypatch):
     """On a GPU no data file names, step_configs' shipped step runs on another card's tuned
     entries (--gpu-data h200) or on none, registered for both spellings of the device so the

@@ -67,6 +67,23 @@ def test_gemv_through_descriptors_gives_the_pointer_loads_bits(device, tma, epil
     assert torch.equal(got, want), float((got.float() - want.float()).abs().max())
 
 
+def test_a_class_whose_config_says_ptr_keeps_the_pointer_loads(device, tma):
+    """A tuned config's PTR=1 (gemv.CONFIG_FLAGS) keeps a class on pointer loads where the device's
+    default is descriptors or block pointers: same bits, no such launch counted."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(1, 96, generator=g).to(torch.bfloat16).to(device)
+    w = (torch.randn(96, 64, generator=g) * 0.1).to(torch.bfloat16).to(device)
+
+    def call(extra):
+        c = triton.Config({"BLOCK_N": 32, "BLOCK_K": 32, "SPLIT_K": 2, **extra}, num_warps=4, num_stages=2)
+        return gemv.gemv(x, w, None, None, _backend.empty((1, 64), x.dtype, x.device), "none", c)
+
+    want, ran = tma(True, lambda: call({}), "gemv.tma")
+    assert ran == 1
+    got, ran = tma(True, lambda: call({"PTR": 1}), "gemv.tma")
+    assert ran == 0 and torch.equal(got, want)
+
+
 @pytest.mark.parametrize("n_w,epilogue", [(34, "none"), (44, "swiglu")])
 def test_gemv_falls_back_where_a_descriptor_cannot_start(device, tma, n_w, epilogue):
     """Rows of 68 bytes are not 16-byte aligned; an up half 22 columns on starts at 44 bytes: both

@@ -39,9 +39,10 @@ __all__ = ["MAX_M", "gemv", "supports", "heuristic_config", "CONFIG_KEYS", "CONF
 MAX_M = 16
 _BLOCK_M = 16
 CONFIG_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
-# A switch a config may add (0 or 1, 0 where absent): EW on a K-major weight at one row (N-major
-# weights take EW at one row always).
-CONFIG_FLAGS = ("EW",)
+# Switches a config may add (0 or 1, 0 where absent): EW on a K-major weight at one row (N-major
+# weights take EW at one row always); PTR, the weight tiles through each thread's pointer loads
+# where descriptors or block pointers are the device's default (a class they read slower).
+CONFIG_FLAGS = ("EW", "PTR")
 
 
 @triton.jit
@@ -357,7 +358,8 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
     head also goes, normalized and rotated, to the query or the static cache (rope.py's
     _qkv_rope_epilogue). Its configs are a class of their own (epilogue "<epilogue>+rope"), whose
     BLOCK_N is head_dim's power of two. config (a triton.Config) may add EW=1 (CONFIG_FLAGS): one
-    row on a K-major weight through the CUDA cores' multiply-add."""
+    row on a K-major weight through the CUDA cores' multiply-add; and PTR=1: the dot's weight tiles
+    through pointer loads, never descriptors or block pointers."""
     be = _backend.backend(x2)
     m, k = x2.shape
     n_w = w.shape[1]
@@ -401,8 +403,9 @@ def gemv(x2: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], r2: Op
         nw, eps = row_norm
     rows = _backend.next_pow2(m)  # the row norm's rows (the dot pads to _BLOCK_M)
     pdl = _backend.pdl(x2.device)
-    block_ptr = not ew and kmajor and _backend.weight_block_ptr(x2.device)
-    tma = (not ew and not block_ptr and kmajor and _backend.weight_tma(x2.device)
+    loads = ew or not kmajor or bool(kw.get("PTR", 0))  # the tiles through pointer loads
+    block_ptr = not loads and _backend.weight_block_ptr(x2.device)
+    tma = (not loads and not block_ptr and _backend.weight_tma(x2.device)
            and _backend.tma_box_ok(w, (block_k, block_n), [n] * gated + [tile_n] * bool(tile_n)))
     if tma:
         _backend.count("gemv.tma")
