@@ -379,9 +379,9 @@ def weight_block_ptr(device: torch.device) -> bool:
 
 @triton.jit
 def block_ptr(w_ptr, rows, cols, stride_r, stride_c, r0, c0, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """A block pointer to the [BLOCK_R, BLOCK_C] tile at (r0, c0) of the row-major [rows, cols]
-    weight at w_ptr (weight_block_ptr); loaded with boundary checks, rows and columns past the
-    weight read as zeros."""
+    """A block pointer to the [BLOCK_R, BLOCK_C] tile at (r0, c0) of the [rows, cols] weight at
+    w_ptr, its columns the contiguous axis (weight_block_ptr). Callers load it with boundary checks
+    and zero padding, so rows and columns past the weight read as zeros."""
     return tl.make_block_ptr(w_ptr, shape=(rows, cols), strides=(stride_r, stride_c), offsets=(r0, c0),
                              block_shape=(BLOCK_R, BLOCK_C), order=(1, 0))
 

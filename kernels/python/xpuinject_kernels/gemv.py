@@ -137,9 +137,9 @@ def _gemv_kernel(
         # dot's padding). On the H200 the squares summed inside the weight loop instead doubled
         # the GEMV's time (benchmarks/bench_fused_norm.py).
         rstd = rows_rstd(x_ptr, x_ptr, 0, M, K, stride_xm, 0, eps, ROWS, BLOCK_M, BLOCK_R, False)
+    n0 = head * TILE_N + (pid_n % HEAD_TILES) * BLOCK_N if ROPE else pid_n * BLOCK_N  # the tile's first column
     if BLOCK_PTR:
         # advanced down K in the loop (made inside it, Intel's pipeliner rejects them)
-        n0 = head * TILE_N + (pid_n % HEAD_TILES) * BLOCK_N if ROPE else pid_n * BLOCK_N
         w_bp = _backend.block_ptr(w_ptr, K, N_WS, stride_wk, stride_wn, k_lo, n0, BLOCK_K, BLOCK_N)
         wu_bp = _backend.block_ptr(w_ptr, K, N_WS, stride_wk, stride_wn, k_lo, UP_OFF + n0, BLOCK_K, BLOCK_N)
     # EW_STAGES: the weight loads go through shared memory that many deep, as the dot's do (they
@@ -172,7 +172,6 @@ def _gemv_kernel(
             if gated:
                 acc2_up += tl.load(w_rows + UP_OFF * stride_wn, mask=w_ok, other=0.0).to(tl.float32) * ak
         elif TMA:
-            n0 = head * TILE_N + (pid_n % HEAD_TILES) * BLOCK_N if ROPE else pid_n * BLOCK_N
             acc = tl.dot(a, w_desc.load([k0, n0]), acc)
             if gated:
                 acc_up = tl.dot(a, w_desc.load([k0, UP_OFF + n0]), acc_up)
